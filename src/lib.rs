@@ -1,0 +1,18 @@
+//! A Tokio-integrated hierarchical hashed timing wheel.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations)]
+
+mod default;
+mod driver;
+mod error;
+mod loom;
+mod sleep;
+mod timeout;
+mod timer;
+mod wheel;
+
+pub use default::{default_timer, sleep_wheel, sleep_wheel_until, timeout_wheel, timeout_wheel_at};
+pub use error::{Elapsed, Error};
+pub use sleep::Sleep;
+pub use timeout::Timeout;
+pub use timer::{Builder, Timer};

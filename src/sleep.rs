@@ -1,0 +1,255 @@
+//! [`Sleep`], the wheel's drop-in for `tokio::time::Sleep`.
+//!
+//! A sleep is registered lazily: creating one touches no lock; the first poll inserts an
+//! entry in the calling thread's shard; dropping a registered sleep removes it (O(1)); a
+//! completed sleep has already freed its entry, so dropping it touches no lock either.
+//! A re-poll with the same waker while the shard's `elapsed` is below the sleep's tick is
+//! answered without the lock (see the driver's ground rules).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use tokio::time::Instant;
+
+use crate::driver::{ShardHandle, DRIVER_GONE, MAX_NANOS};
+use crate::loom::{Arc, Ordering};
+use crate::wheel::Key;
+
+/// Set once the sleep has completed (returned `Ready`).
+const ELAPSED: u64 = 1 << 63;
+/// Set when the deadline had passed when it was set: ready on the next poll.
+const PAST: u64 = 1 << 62;
+
+/// Future returned by [`sleep_wheel`](crate::sleep_wheel),
+/// [`sleep_wheel_until`](crate::sleep_wheel_until) and [`Timer::sleep`](crate::Timer::sleep):
+/// completes at its deadline, rounded up to the timer's tick.
+///
+/// Never completes before its deadline; on a running driver, completes within one tick after
+/// it (plus scheduling delay). Dropping it cancels it.
+///
+/// # Panics
+///
+/// Polling panics if its timer has been shut down ([`Timer`](crate::Timer) shutdown) or its
+/// driver is gone because the runtime it ran on was dropped: the sleep can then never
+/// complete, and a panic is louder than a hang. The message starts with `wheel-timer:`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use wheel_timer::sleep_wheel;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// sleep_wheel(Duration::from_millis(10)).await;
+/// println!("10 ms have elapsed");
+/// # }
+/// ```
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+pub struct Sleep {
+    handle: Arc<ShardHandle>,
+    /// The wheel entry once registered, `Key::DANGLING` before and after.
+    key: Key,
+    /// Deadline in nanoseconds from the timer's start, plus the `ELAPSED` and `PAST` bits.
+    deadline: u64,
+    /// Identity (data, vtable) of the waker stored in the entry; `(0, 0)` when none is.
+    waker: (usize, usize),
+}
+
+fn waker_id(waker: &Waker) -> (usize, usize) {
+    (waker.data() as usize, waker.vtable() as *const _ as usize)
+}
+
+// ===== impl Sleep =====
+
+impl Sleep {
+    pub(crate) fn new(handle: Arc<ShardHandle>, nanos: u64, past: bool) -> Sleep {
+        Sleep {
+            handle,
+            key: Key::DANGLING,
+            deadline: nanos.min(MAX_NANOS) | if past { PAST } else { 0 },
+            waker: (0, 0),
+        }
+    }
+
+    /// The instant this sleep completes at (before rounding up to a tick).
+    ///
+    /// Deadlines before the timer was created read as its creation instant, and deadlines
+    /// more than 146 years away (`Duration::MAX`) as that saturation point.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tokio::time::{Duration, Instant};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let deadline = Instant::now() + Duration::from_secs(1);
+    /// let sleep = wheel_timer::sleep_wheel_until(deadline);
+    /// assert_eq!(sleep.deadline(), deadline);
+    /// # }
+    /// ```
+    pub fn deadline(&self) -> Instant {
+        self.handle.global.clock.instant(self.nanos())
+    }
+
+    /// Whether the sleep has completed: it returned `Ready`, or its timer has fired it.
+    /// A sleep that was never polled is not elapsed, even with a past deadline (as tokio).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mut sleep = std::pin::pin!(wheel_timer::sleep_wheel(Duration::from_millis(1)));
+    /// assert!(!sleep.is_elapsed());
+    /// sleep.as_mut().await;
+    /// assert!(sleep.is_elapsed());
+    /// # }
+    /// ```
+    pub fn is_elapsed(&self) -> bool {
+        if self.deadline & ELAPSED != 0 {
+            return true;
+        }
+        if self.key == Key::DANGLING {
+            return false;
+        }
+        let core = self.handle.shard().lock();
+        !core.closed && !core.sleeps.is_scheduled(self.key)
+    }
+
+    /// Moves the deadline, before or after completion. A registered sleep stays registered
+    /// with the waker it has; a deadline in the past makes the next poll ready.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tokio::time::{Duration, Instant};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mut sleep = std::pin::pin!(wheel_timer::sleep_wheel(Duration::from_secs(3600)));
+    /// sleep.as_mut().reset(Instant::now() + Duration::from_millis(5));
+    /// sleep.await;
+    /// # }
+    /// ```
+    pub fn reset(self: Pin<&mut Self>, deadline: Instant) {
+        self.get_mut().reset_inner(deadline);
+    }
+
+    pub(crate) fn reset_inner(&mut self, deadline: Instant) {
+        let global = &self.handle.global;
+        let nanos = global.clock.nanos(deadline);
+        let past = deadline <= Instant::now();
+        self.deadline = nanos | if past { PAST } else { 0 };
+        if self.key == Key::DANGLING {
+            return;
+        }
+        let mut core = self.handle.shard().lock();
+        if past || core.closed {
+            core.sleeps.try_remove(self.key);
+            drop(core);
+            self.key = Key::DANGLING;
+            self.waker = (0, 0);
+            return;
+        }
+        let tick = global.clock.tick_at_or_after(nanos);
+        core.sleeps.reschedule(self.key, tick);
+        if core.sleeps.get(self.key).is_some_and(Option::is_none) {
+            // Fired before: its waker was taken, so the next poll must store one.
+            self.waker = (0, 0);
+        }
+        drop(core);
+        global.scheduled_at(tick);
+    }
+
+    fn nanos(&self) -> u64 {
+        self.deadline & MAX_NANOS
+    }
+
+    fn complete(deadline: &mut u64) -> Poll<()> {
+        *deadline = (*deadline | ELAPSED) & !PAST;
+        Poll::Ready(())
+    }
+
+    #[cold]
+    fn closed(&self) -> ! {
+        if self.handle.global.state() == DRIVER_GONE {
+            panic!("wheel-timer: a Sleep was polled after its timer's driver stopped (its tokio runtime shut down)");
+        }
+        panic!("wheel-timer: a Sleep was polled after its timer was shut down");
+    }
+
+    fn poll_inner(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.deadline & (ELAPSED | PAST) != 0 {
+            return Self::complete(&mut self.deadline);
+        }
+        let global = &self.handle.global;
+        let tick = global.clock.tick_at_or_after(self.nanos());
+        let shard = self.handle.shard();
+        if self.key != Key::DANGLING
+            && self.waker == waker_id(cx.waker())
+            && shard.elapsed.load(Ordering::Acquire) < tick
+        {
+            return Poll::Pending;
+        }
+        let mut core = shard.lock();
+        if core.closed {
+            drop(core);
+            self.closed();
+        }
+        if self.key == Key::DANGLING {
+            if tick <= core.sleeps.elapsed() {
+                return Self::complete(&mut self.deadline);
+            }
+            self.key = core.sleeps.insert(tick, Some(cx.waker().clone()));
+            drop(core);
+            self.waker = waker_id(cx.waker());
+            global.scheduled_at(tick);
+            return Poll::Pending;
+        }
+        if !core.sleeps.is_scheduled(self.key) {
+            core.sleeps.try_remove(self.key);
+            drop(core);
+            self.key = Key::DANGLING;
+            self.waker = (0, 0);
+            return Self::complete(&mut self.deadline);
+        }
+        if let Some(slot) = core.sleeps.get_mut(self.key) {
+            match slot {
+                Some(waker) if waker.will_wake(cx.waker()) => {}
+                _ => *slot = Some(cx.waker().clone()),
+            }
+        }
+        drop(core);
+        self.waker = waker_id(cx.waker());
+        Poll::Pending
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.get_mut().poll_inner(cx)
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if self.key != Key::DANGLING {
+            self.handle.shard().lock().sleeps.try_remove(self.key);
+        }
+    }
+}
+
+impl fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sleep")
+            .field("deadline", &self.deadline())
+            .field("registered", &(self.key != Key::DANGLING))
+            .field("elapsed", &(self.deadline & ELAPSED != 0))
+            .finish()
+    }
+}

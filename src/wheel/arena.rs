@@ -1,0 +1,192 @@
+//! Slab of wheel entries with generational keys and intrusive bucket lists.
+//!
+//! Ground rules:
+//! - An entry is *allocated* from `alloc` until `free`; a freed slot joins the free list (linked
+//!   through `next`) and its generation is bumped, so a [`Key`] from before never matches again
+//!   (until the 32-bit generation wraps; owners that can outlive that check identity themselves).
+//! - `bucket` says where an allocated entry is linked: a bucket index, [`DETACHED`] (allocated but
+//!   in no list: popped by `Wheel::poll`), or [`FREE`] (on the free list).
+//! - Lists are doubly linked through `next`/`prev` arena indices with [`NIL`] as the end; the
+//!   arena never moves an entry, so a `Key` stays valid across growth.
+
+/// End of a list.
+pub(crate) const NIL: u32 = u32::MAX;
+/// `bucket` of a slot on the free list.
+pub(super) const FREE: u32 = u32::MAX;
+/// `bucket` of an allocated entry that is in no list.
+pub(super) const DETACHED: u32 = u32::MAX - 1;
+/// Largest number of live entries one arena holds.
+pub(crate) const MAX_ENTRIES: usize = (u32::MAX - 1) as usize;
+
+/// Names one allocated entry. Stale keys (entry freed, slot maybe reused) never match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    index: u32,
+    generation: u32,
+}
+
+impl Key {
+    /// A key that never names a live entry, for owners that have not allocated yet.
+    pub(crate) const DANGLING: Key = Key {
+        index: NIL,
+        generation: 0,
+    };
+
+    pub(crate) fn index(self) -> u32 {
+        self.index
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Entry<T> {
+    pub(super) next: u32,
+    pub(super) prev: u32,
+    pub(super) bucket: u32,
+    generation: u32,
+    pub(super) tick: u64,
+    pub(super) value: T,
+}
+
+#[derive(Debug)]
+pub(super) struct Arena<T> {
+    entries: Vec<Entry<T>>,
+    free_head: u32,
+    live: usize,
+}
+
+// ===== impl Arena =====
+
+impl<T: Default> Arena<T> {
+    pub(super) fn new() -> Self {
+        Arena {
+            entries: Vec::new(),
+            free_head: NIL,
+            live: 0,
+        }
+    }
+
+    /// Number of allocated entries.
+    pub(super) fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Allocates a detached entry.
+    ///
+    /// # Panics
+    ///
+    /// When [`MAX_ENTRIES`] entries are live.
+    #[track_caller]
+    pub(super) fn alloc(&mut self, tick: u64, value: T) -> Key {
+        let index = if self.free_head != NIL {
+            let index = self.free_head;
+            let entry = &mut self.entries[index as usize];
+            self.free_head = entry.next;
+            entry.next = NIL;
+            entry.prev = NIL;
+            entry.bucket = DETACHED;
+            entry.tick = tick;
+            entry.value = value;
+            index
+        } else {
+            assert!(
+                self.entries.len() < MAX_ENTRIES,
+                "wheel-timer: more than {MAX_ENTRIES} timers in one shard"
+            );
+            self.entries.push(Entry {
+                next: NIL,
+                prev: NIL,
+                bucket: DETACHED,
+                generation: 0,
+                tick,
+                value,
+            });
+            (self.entries.len() - 1) as u32
+        };
+        self.live += 1;
+        Key {
+            index,
+            generation: self.entries[index as usize].generation,
+        }
+    }
+
+    /// Frees a detached entry and returns its value.
+    pub(super) fn free(&mut self, index: u32) -> T {
+        let entry = &mut self.entries[index as usize];
+        debug_assert_eq!(entry.bucket, DETACHED, "free of a linked entry");
+        entry.bucket = FREE;
+        entry.generation = entry.generation.wrapping_add(1);
+        entry.next = self.free_head;
+        self.free_head = index;
+        self.live -= 1;
+        std::mem::take(&mut entry.value)
+    }
+
+    /// The index of `key`'s entry if the key is live.
+    pub(super) fn resolve(&self, key: Key) -> Option<u32> {
+        match self.entries.get(key.index as usize) {
+            Some(e) if e.generation == key.generation && e.bucket != FREE => Some(key.index),
+            _ => None,
+        }
+    }
+
+    pub(super) fn key_of(&self, index: u32) -> Key {
+        Key {
+            index,
+            generation: self.entries[index as usize].generation,
+        }
+    }
+
+    pub(super) fn get(&self, index: u32) -> &Entry<T> {
+        &self.entries[index as usize]
+    }
+
+    pub(super) fn get_mut(&mut self, index: u32) -> &mut Entry<T> {
+        &mut self.entries[index as usize]
+    }
+
+    /// Indices of all allocated entries.
+    pub(super) fn live_indices(&self) -> impl Iterator<Item = u32> + '_ {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.bucket != FREE)
+            .map(|(i, _)| i as u32)
+    }
+
+    /// Pushes the detached entry `index` onto the list whose head is `*head`.
+    pub(super) fn push(&mut self, head: &mut u32, bucket: u32, index: u32) {
+        let old = *head;
+        {
+            let entry = &mut self.entries[index as usize];
+            debug_assert_eq!(entry.bucket, DETACHED);
+            entry.bucket = bucket;
+            entry.prev = NIL;
+            entry.next = old;
+        }
+        if old != NIL {
+            self.entries[old as usize].prev = index;
+        }
+        *head = index;
+    }
+
+    /// Unlinks `index` from the list whose head is `*head`; the entry becomes detached.
+    pub(super) fn unlink(&mut self, head: &mut u32, index: u32) {
+        let (prev, next) = {
+            let entry = &mut self.entries[index as usize];
+            let links = (entry.prev, entry.next);
+            entry.prev = NIL;
+            entry.next = NIL;
+            entry.bucket = DETACHED;
+            links
+        };
+        if prev == NIL {
+            debug_assert_eq!(*head, index);
+            *head = next;
+        } else {
+            self.entries[prev as usize].next = next;
+        }
+        if next != NIL {
+            self.entries[next as usize].prev = prev;
+        }
+    }
+}

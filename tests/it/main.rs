@@ -1,0 +1,3 @@
+//! Public-API tests, one module per feature (one binary: faster to build and run).
+
+mod sleep;
