@@ -329,20 +329,27 @@ impl Drop for ShardHandle {
 
 // ===== the driver task =====
 
-/// Closes the timer if the driver task ends for any reason other than a clean exit (its
-/// runtime shutting down drops it), so no sleep waits for a driver that is gone.
-struct DriverGuard<'a>(&'a Global);
+/// Closes the timer if the driver task ends for any reason: its runtime shutting down drops
+/// it, possibly before it was ever polled, so this lives outside the `async` body (captured
+/// values of a future are dropped even when it never ran) and no sleep waits for a driver
+/// that is gone.
+struct DriverGuard(Arc<Global>);
 
-impl Drop for DriverGuard<'_> {
+impl Drop for DriverGuard {
     fn drop(&mut self) {
         self.0.close(DRIVER_GONE);
     }
 }
 
-/// The driver task: turns the timer whenever a deadline comes or it is notified, and parks
-/// with no wakeups while nothing is scheduled.
-pub(crate) async fn run(global: Arc<Global>) {
-    let guard = DriverGuard(&global);
+/// The driver task for `global`, ready to spawn.
+pub(crate) fn task(global: Arc<Global>) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let guard = DriverGuard(global);
+    async move { run(&guard.0).await }
+}
+
+/// Turns the timer whenever a deadline comes or it is notified, and parks with no wakeups
+/// while nothing is scheduled.
+async fn run(global: &Global) {
     let mut wakers = Vec::with_capacity(BATCH);
     let sleep = tokio::time::sleep_until(global.clock.start);
     tokio::pin!(sleep);
@@ -353,13 +360,9 @@ pub(crate) async fn run(global: Arc<Global>) {
         global.stats.wakeups.fetch_add(1, Ordering::Relaxed);
         let now = global.clock.now_tick();
         let target = global.turn(now, &mut wakers);
-        if global.state() != RUNNING {
-            break;
-        }
-        if global.abandoned() {
-            // Nothing can schedule any more, and nothing is left to wake: `live` counts
-            // every sleep. Closing on the way out is then a formality.
-            break;
+        if global.state() != RUNNING || global.abandoned() {
+            // Closed, or nothing can reach the timer any more (`live` counts every sleep).
+            return;
         }
         if target == PARKED {
             notified.await;
@@ -372,5 +375,4 @@ pub(crate) async fn run(global: Arc<Global>) {
             }
         }
     }
-    drop(guard);
 }

@@ -373,7 +373,7 @@ impl Builder {
     pub fn build(&self) -> Result<Timer, Error> {
         let (timer, driver) = self.build_unspawned()?;
         let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::no_runtime())?;
-        handle.spawn(driver::run(driver));
+        handle.spawn(driver::task(driver));
         Ok(timer)
     }
 
