@@ -1,3 +1,6 @@
 //! Public-API tests, one module per feature (one binary: faster to build and run).
 
 mod sleep;
+mod support;
+mod timeout;
+mod timer;
