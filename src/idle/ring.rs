@@ -1,0 +1,654 @@
+//! Sans-IO core of one tracker shard: a ring of one-tick buckets plus a key → slot table.
+//!
+//! Time is a `u64` tick and touch times are *epochs* handed in by the caller; this module
+//! knows nothing of tokio, clocks, wakers or threads (its tests drive it by hand).
+//!
+//! # Invariants
+//! - Every tracked key owns one slot: its key (`Slot::key`), its links, and a stamp in a
+//!   fixed-size chunk of atomics (`CHUNK` per chunk, never moved, so an `IdleHandle` can keep
+//!   its chunk and store into its stamp without the lock). The table maps the key's hash to
+//!   the slot index, so the key is stored once.
+//! - A stamp holds the epoch of the slot's last touch (plus the `HANDLE` bit for slots owned
+//!   by an `IdleHandle`). Stamps only grow (writers use [`raise`]), so a touch that loaded an
+//!   older epoch late can never lower a newer one. `EXPIRED` and `REMOVED` are sticky
+//!   markers above every epoch, set on handle slots once they stop being tracked.
+//! - A tracked slot is linked in exactly one list: a bucket (`tick & mask`) or the scan list
+//!   (the bucket being processed). It sits in the bucket of a tick *at or before* its due
+//!   tick, never after: filing early costs one more look, filing late would expire late.
+//!   Touching never moves a slot; [`Ring::advance`] re-files it when its bucket comes round.
+//! - `advance` expires a slot only if `due(stamp) <= now`, where `due` comes from
+//!   [`Dues`]: an upper bound of the touch time plus the timeout. So a key never expires early,
+//!   whatever bucket it was filed in.
+//! - Slots owned by a handle are freed only by that handle (`release`), so a stale handle
+//!   never writes into another key's stamp. Other slots are freed on expiry or removal.
+
+use std::hash::{BuildHasher, Hash};
+
+use hashbrown::HashTable;
+
+use crate::loom::{Arc, AtomicU64, Ordering};
+
+/// Stamp bit of slots owned by an `IdleHandle`.
+pub(crate) const HANDLE: u64 = 1 << 63;
+/// Sticky stamp of a handle slot that expired.
+pub(crate) const EXPIRED: u64 = u64::MAX;
+/// Sticky stamp of a handle slot that was removed or superseded (not expired).
+pub(crate) const REMOVED: u64 = u64::MAX - 1;
+/// The epoch bits of a stamp.
+pub(crate) const EPOCH: u64 = HANDLE - 1;
+/// Stamps per chunk.
+pub(crate) const CHUNK: usize = 1024;
+
+/// End of a list.
+const NIL: u32 = u32::MAX;
+/// `prev` of a slot on the free list.
+const FREE: u32 = u32::MAX - 1;
+/// `prev` of a handle slot that is no longer tracked.
+const DETACHED: u32 = u32::MAX - 2;
+/// A link value with this bit names a list head (`HEAD | bucket`) rather than a slot.
+const HEAD: u32 = 1 << 31;
+/// Most slots one shard holds.
+pub(crate) const MAX_SLOTS: usize = HEAD as usize;
+
+/// A fixed block of stamps; slot `i` stamps into `chunks[i / CHUNK][i % CHUNK]`.
+pub(crate) type Chunk = Arc<[AtomicU64]>;
+
+/// Raises `stamp` to `value` unless it is already at or above it. Plain loads while the
+/// stamp is current (the common case: many touches per tick), one `fetch_max` otherwise.
+#[inline]
+pub(crate) fn raise(stamp: &AtomicU64, value: u64) {
+    if stamp.load(Ordering::Relaxed) < value {
+        stamp.fetch_max(value, Ordering::Relaxed);
+    }
+}
+
+/// Due ticks of epochs: `ring[epoch & (len - 1)]` for replaced epochs, `lower` (a lower
+/// bound) for the current one, whose end is not known yet.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dues<'a> {
+    pub(crate) current: u64,
+    pub(crate) lower: u64,
+    pub(crate) ring: &'a [u64],
+}
+
+impl Dues<'_> {
+    /// The tick at which a key last touched in `epoch` may expire. An overwritten ring entry
+    /// holds the due of a *later* epoch, which is later still: safe, never early.
+    pub(crate) fn due(&self, epoch: u64) -> u64 {
+        if epoch == self.current {
+            self.lower
+        } else {
+            self.ring[(epoch as usize) & (self.ring.len() - 1)]
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Slot<K> {
+    key: Option<K>,
+    prev: u32,
+    next: u32,
+}
+
+/// One shard's keys, buckets and stamps.
+#[derive(Debug)]
+pub(crate) struct Ring<K, S> {
+    hasher: S,
+    table: HashTable<u32>,
+    slots: Vec<Slot<K>>,
+    chunks: Vec<Chunk>,
+    /// Bucket heads, then the scan list's head.
+    heads: Box<[u32]>,
+    mask: u64,
+    free: u32,
+    /// Every bucket of a tick up to this one has been moved to the scan list.
+    processed: u64,
+    tracked: usize,
+}
+
+/// What [`Ring::register`] did.
+#[derive(Debug)]
+pub(crate) struct Registered<K> {
+    pub(crate) slot: u32,
+    /// A handle slot that tracked the same key before and is now detached (`REMOVED`).
+    pub(crate) superseded: Option<u32>,
+    /// A key to drop outside the lock.
+    pub(crate) spare: Option<K>,
+    /// Whether a key was added to the tracker (rather than an existing one taken over).
+    pub(crate) inserted: bool,
+}
+
+// ===== impl Ring =====
+
+impl<K, S> Ring<K, S> {
+    /// A ring of `buckets` (a power of two, more than the timeout in ticks plus one) whose
+    /// time starts at tick `start`.
+    pub(crate) fn new(hasher: S, buckets: usize, start: u64) -> Self {
+        assert!(buckets.is_power_of_two() && buckets < HEAD as usize);
+        Ring {
+            hasher,
+            table: HashTable::new(),
+            slots: Vec::new(),
+            chunks: Vec::new(),
+            heads: vec![NIL; buckets + 1].into_boxed_slice(),
+            mask: buckets as u64 - 1,
+            free: NIL,
+            processed: start,
+            tracked: 0,
+        }
+    }
+
+    /// Number of tracked keys.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.tracked
+    }
+
+    pub(crate) fn stamp(&self, slot: u32) -> &AtomicU64 {
+        &self.chunks[slot as usize / CHUNK][slot as usize % CHUNK]
+    }
+
+    /// The chunk holding `slot`'s stamp and its offset there.
+    pub(crate) fn chunk_of(&self, slot: u32) -> (Chunk, u32) {
+        (
+            self.chunks[slot as usize / CHUNK].clone(),
+            (slot as usize % CHUNK) as u32,
+        )
+    }
+
+    /// Frees a handle's slot when the handle is dropped; returns its key if it was still
+    /// tracked (to be dropped outside the lock).
+    pub(crate) fn release(&mut self, hash: u64, slot: u32) -> Option<K> {
+        let key = if self.slots[slot as usize].prev != DETACHED {
+            if let Ok(entry) = self.table.find_entry(hash, |&j| j == slot) {
+                entry.remove();
+            }
+            self.unlink(slot);
+            self.tracked -= 1;
+            self.slots[slot as usize].key.take()
+        } else {
+            None
+        };
+        self.free_slot(slot);
+        key
+    }
+
+    fn scan(&self) -> usize {
+        self.heads.len() - 1
+    }
+
+    fn set_next(&mut self, at: u32, next: u32) {
+        if at & HEAD != 0 {
+            self.heads[(at & !HEAD) as usize] = next;
+        } else {
+            self.slots[at as usize].next = next;
+        }
+    }
+
+    fn push(&mut self, list: usize, slot: u32) {
+        let head = self.heads[list];
+        let s = &mut self.slots[slot as usize];
+        s.prev = HEAD | list as u32;
+        s.next = head;
+        if head != NIL {
+            self.slots[head as usize].prev = slot;
+        }
+        self.heads[list] = slot;
+    }
+
+    fn unlink(&mut self, slot: u32) {
+        let Slot { prev, next, .. } = self.slots[slot as usize];
+        debug_assert!(
+            prev != FREE && prev != DETACHED,
+            "unlink of an unlinked slot"
+        );
+        self.set_next(prev, next);
+        if next != NIL {
+            self.slots[next as usize].prev = prev;
+        }
+    }
+
+    fn free_slot(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        debug_assert!(s.key.is_none());
+        s.prev = FREE;
+        s.next = self.free;
+        self.free = slot;
+    }
+
+    /// Takes a free slot, growing the slab (and its stamp chunks) if none is free.
+    #[track_caller]
+    fn alloc(&mut self) -> u32 {
+        if self.free != NIL {
+            let slot = self.free;
+            self.free = self.slots[slot as usize].next;
+            return slot;
+        }
+        let slot = self.slots.len();
+        assert!(
+            slot < MAX_SLOTS,
+            "wheel-timer: more than {MAX_SLOTS} keys in one idle-tracker shard"
+        );
+        if slot % CHUNK == 0 {
+            self.chunks
+                .push((0..CHUNK).map(|_| AtomicU64::new(0)).collect());
+        }
+        self.slots.push(Slot {
+            key: None,
+            prev: FREE,
+            next: NIL,
+        });
+        slot as u32
+    }
+}
+
+impl<K: Hash + Eq, S: BuildHasher> Ring<K, S> {
+    fn find(&self, hash: u64, key: &K) -> Option<u32> {
+        let slots = &self.slots;
+        self.table
+            .find(hash, |&j| slots[j as usize].key.as_ref() == Some(key))
+            .copied()
+    }
+
+    pub(crate) fn contains(&self, hash: u64, key: &K) -> bool {
+        self.find(hash, key).is_some()
+    }
+
+    /// Touches `key` in `epoch` if it is tracked; `false` if it is not.
+    pub(crate) fn touch(&self, hash: u64, key: &K, epoch: u64) -> bool {
+        match self.find(hash, key) {
+            Some(slot) => {
+                let stamp = self.stamp(slot);
+                let handle = stamp.load(Ordering::Relaxed) & HANDLE;
+                raise(stamp, epoch | handle);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Tracks a new key (not tracked yet) with stamp `stamp`. It is filed in the next bucket
+    /// to process, where the driver finds its due tick.
+    #[track_caller]
+    pub(crate) fn insert(&mut self, hash: u64, key: K, stamp: u64) -> u32 {
+        let slot = self.alloc();
+        self.stamp(slot).store(stamp, Ordering::Relaxed);
+        self.slots[slot as usize].key = Some(key);
+        let bucket = ((self.processed + 1) & self.mask) as usize;
+        self.push(bucket, slot);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.table.insert_unique(hash, slot, |&j| {
+            hasher.hash_one(
+                slots[j as usize]
+                    .key
+                    .as_ref()
+                    .expect("tracked slot has a key"),
+            )
+        });
+        self.tracked += 1;
+        slot
+    }
+
+    /// Stops tracking `key`: returns it, and its slot if a handle owns that slot (now
+    /// detached and `REMOVED`; the handle frees it).
+    pub(crate) fn remove(&mut self, hash: u64, key: &K) -> Option<(K, Option<u32>)> {
+        let slots = &self.slots;
+        let entry = self
+            .table
+            .find_entry(hash, |&j| slots[j as usize].key.as_ref() == Some(key))
+            .ok()?;
+        let (slot, _) = entry.remove();
+        Some(self.detach(slot, REMOVED))
+    }
+
+    /// Takes a tracked slot (already out of the table) out of its list: a handle slot keeps
+    /// existing with the sticky `marker`, any other is freed.
+    fn detach(&mut self, slot: u32, marker: u64) -> (K, Option<u32>) {
+        self.unlink(slot);
+        self.tracked -= 1;
+        let key = self.slots[slot as usize]
+            .key
+            .take()
+            .expect("tracked slot has a key");
+        let stamp = self.stamp(slot);
+        if stamp.load(Ordering::Relaxed) & HANDLE != 0 {
+            stamp.store(marker, Ordering::Relaxed);
+            self.slots[slot as usize].prev = DETACHED;
+            (key, Some(slot))
+        } else {
+            self.free_slot(slot);
+            (key, None)
+        }
+    }
+
+    /// Gives `key` to a new handle, touched in `epoch`. A key tracked without a handle is
+    /// taken over; one that already has a handle is superseded: the old handle's slot is
+    /// detached (`REMOVED`) and the key gets a new slot.
+    #[track_caller]
+    pub(crate) fn register(&mut self, hash: u64, key: K, epoch: u64) -> Registered<K> {
+        if let Some(slot) = self.find(hash, &key) {
+            let stamp = self.stamp(slot);
+            let current = stamp.load(Ordering::Relaxed);
+            if current & HANDLE == 0 {
+                // No handle yet, so no lock-free writer: a plain store is safe.
+                stamp.store(current.max(epoch) | HANDLE, Ordering::Relaxed);
+                return Registered {
+                    slot,
+                    superseded: None,
+                    spare: Some(key),
+                    inserted: false,
+                };
+            }
+            let (old, superseded) = self.remove(hash, &key).expect("found above");
+            let slot = self.insert(hash, key, epoch | HANDLE);
+            return Registered {
+                slot,
+                superseded,
+                spare: Some(old),
+                inserted: false,
+            };
+        }
+        Registered {
+            slot: self.insert(hash, key, epoch | HANDLE),
+            superseded: None,
+            spare: None,
+            inserted: true,
+        }
+    }
+
+    /// Processes time up to tick `now`: moves each bucket up to it to the scan list, then
+    /// looks at each slot there: expired (`due <= now`) slots leave the table, their keys go
+    /// to `expired` and handle slots to `handles`; the others are re-filed at their due tick.
+    /// Looks at no more than `budget` slots; returns `false` if it stopped early (call again).
+    pub(crate) fn advance(
+        &mut self,
+        now: u64,
+        dues: &Dues<'_>,
+        mut budget: usize,
+        expired: &mut Vec<K>,
+        handles: &mut Vec<u32>,
+    ) -> bool {
+        let scan = self.scan();
+        let buckets = self.mask + 1;
+        loop {
+            let slot = self.heads[scan];
+            if slot == NIL {
+                if self.processed >= now {
+                    return true;
+                }
+                if self.tracked == 0 {
+                    self.processed = now;
+                    return true;
+                }
+                // Behind by a whole rotation or more: each bucket once is enough.
+                self.processed = self.processed.max(now.saturating_sub(buckets)) + 1;
+                let bucket = (self.processed & self.mask) as usize;
+                let first = std::mem::replace(&mut self.heads[bucket], NIL);
+                if first != NIL {
+                    self.slots[first as usize].prev = HEAD | scan as u32;
+                    self.heads[scan] = first;
+                }
+                continue;
+            }
+            if budget == 0 {
+                return false;
+            }
+            budget -= 1;
+            let due = dues.due(self.stamp(slot).load(Ordering::Relaxed) & EPOCH);
+            if due > now {
+                self.unlink(slot);
+                self.push((due & self.mask) as usize, slot);
+                continue;
+            }
+            let key = self.slots[slot as usize]
+                .key
+                .as_ref()
+                .expect("tracked slot has a key");
+            let hash = self.hasher.hash_one(key);
+            if let Ok(entry) = self.table.find_entry(hash, |&j| j == slot) {
+                entry.remove();
+            }
+            let (key, handle) = self.detach(slot, EXPIRED);
+            expired.push(key);
+            handles.extend(handle);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::hash::RandomState;
+
+    use super::*;
+
+    /// Plays the driver by hand: one epoch per advance, replaced at the advance's tick.
+    struct Sim {
+        ring: Ring<u32, RandomState>,
+        dues: Vec<u64>,
+        epoch: u64,
+        lower: u64,
+        now: u64,
+        timeout: u64,
+    }
+
+    impl Sim {
+        fn new(timeout: u64) -> Sim {
+            let buckets = (timeout + 2).next_power_of_two() as usize;
+            Sim {
+                ring: Ring::new(RandomState::new(), buckets, 0),
+                dues: vec![u64::MAX; buckets],
+                epoch: 1,
+                lower: timeout,
+                now: 0,
+                timeout,
+            }
+        }
+
+        fn hash(&self, key: u32) -> u64 {
+            self.ring.hasher.hash_one(key)
+        }
+
+        fn touch(&mut self, key: u32) {
+            let hash = self.hash(key);
+            if !self.ring.touch(hash, &key, self.epoch) {
+                self.ring.insert(hash, key, self.epoch);
+            }
+        }
+
+        /// Moves to tick `to` (publishing once) and returns what expired, in ascending order.
+        fn advance(&mut self, to: u64, budget: usize) -> Vec<u32> {
+            assert!(to > self.now);
+            self.now = to;
+            let mask = self.dues.len() - 1;
+            self.dues[self.epoch as usize & mask] = to + self.timeout;
+            self.lower = to + self.timeout;
+            self.epoch += 1;
+            let dues = Dues {
+                current: self.epoch,
+                lower: self.lower,
+                ring: &self.dues,
+            };
+            let (mut expired, mut handles) = (Vec::new(), Vec::new());
+            while !self
+                .ring
+                .advance(to, &dues, budget, &mut expired, &mut handles)
+            {}
+            expired.sort();
+            expired
+        }
+    }
+
+    #[test]
+    fn expires_one_tick_after_the_touch_tick_plus_timeout() {
+        let mut sim = Sim::new(10);
+        sim.touch(1);
+        for t in 1..=10 {
+            assert!(sim.advance(t, usize::MAX).is_empty(), "tick {t}");
+        }
+        assert_eq!(sim.advance(11, usize::MAX), [1]);
+        assert_eq!(sim.ring.len(), 0);
+    }
+
+    #[test]
+    fn touch_defers_expiry_and_untouched_keys_go() {
+        let mut sim = Sim::new(10);
+        sim.touch(1);
+        sim.touch(2);
+        for t in 1..=5 {
+            assert!(sim.advance(t, usize::MAX).is_empty());
+        }
+        sim.touch(1);
+        for t in 6..=10 {
+            assert!(sim.advance(t, usize::MAX).is_empty());
+        }
+        assert_eq!(sim.advance(11, usize::MAX), [2]);
+        for t in 12..=15 {
+            assert!(sim.advance(t, usize::MAX).is_empty());
+        }
+        assert_eq!(sim.advance(16, usize::MAX), [1]);
+    }
+
+    #[test]
+    fn remove_unlinks_and_frees() {
+        let mut sim = Sim::new(4);
+        for k in 0..5 {
+            sim.touch(k);
+        }
+        let hash = sim.hash(3);
+        assert_eq!(sim.ring.remove(hash, &3).map(|(k, _)| k), Some(3));
+        assert!(sim.ring.remove(hash, &3).is_none());
+        assert!(sim.advance(1, usize::MAX).is_empty());
+        assert_eq!(sim.advance(20, usize::MAX), [0, 1, 2, 4]);
+        // Freed slots are reused: no growth.
+        for k in 10..15 {
+            sim.touch(k);
+        }
+        assert_eq!(sim.ring.slots.len(), 5);
+    }
+
+    #[test]
+    fn a_jump_past_a_whole_rotation_visits_every_bucket() {
+        let mut sim = Sim::new(6);
+        for k in 0..20 {
+            sim.touch(k);
+            sim.advance(sim.now + 1, usize::MAX);
+        }
+        // Keys touched in the last 6 ticks are still tracked; jump far ahead.
+        assert_eq!(sim.advance(1_000, usize::MAX).len(), 20 - 14);
+        assert_eq!(sim.ring.len(), 0);
+    }
+
+    #[test]
+    fn handle_slots_are_detached_not_freed() {
+        let mut sim = Sim::new(3);
+        let hash = sim.hash(7);
+        let reg = sim.ring.register(hash, 7, sim.epoch);
+        assert!(reg.inserted);
+        let expired = {
+            let now = 10;
+            sim.now = now;
+            let dues = Dues {
+                current: sim.epoch + 1,
+                lower: now + 3,
+                ring: &[1, 1, 1, 1, 1, 1, 1, 1],
+            };
+            let (mut keys, mut handles) = (Vec::new(), Vec::new());
+            assert!(sim
+                .ring
+                .advance(now, &dues, usize::MAX, &mut keys, &mut handles));
+            (keys, handles)
+        };
+        assert_eq!(expired, (vec![7], vec![reg.slot]));
+        assert_eq!(sim.ring.stamp(reg.slot).load(Ordering::Relaxed), EXPIRED);
+        // A late touch through the handle cannot revive or lower the marker.
+        raise(sim.ring.stamp(reg.slot), 99 | HANDLE);
+        assert_eq!(sim.ring.stamp(reg.slot).load(Ordering::Relaxed), EXPIRED);
+        // The key can be tracked again, in another slot; the handle's drop frees its own.
+        sim.touch(7);
+        assert_eq!(sim.ring.len(), 1);
+        assert!(sim.ring.release(hash, reg.slot).is_none());
+        assert_eq!(sim.ring.len(), 1);
+    }
+
+    #[test]
+    fn register_takes_over_or_supersedes() {
+        let mut sim = Sim::new(3);
+        sim.touch(1);
+        let hash = sim.hash(1);
+        let first = sim.ring.register(hash, 1, sim.epoch);
+        assert!(!first.inserted && first.superseded.is_none());
+        let second = sim.ring.register(hash, 1, sim.epoch);
+        assert_eq!(second.superseded, Some(first.slot));
+        assert_ne!(second.slot, first.slot);
+        assert_eq!(sim.ring.stamp(first.slot).load(Ordering::Relaxed), REMOVED);
+        assert_eq!(sim.ring.len(), 1);
+        assert_eq!(sim.ring.release(hash, second.slot), Some(1));
+        assert_eq!(sim.ring.len(), 0);
+    }
+
+    #[test]
+    fn stamps_never_go_down() {
+        let stamp = AtomicU64::new(5);
+        raise(&stamp, 3);
+        assert_eq!(stamp.load(Ordering::Relaxed), 5);
+        raise(&stamp, 8);
+        assert_eq!(stamp.load(Ordering::Relaxed), 8);
+    }
+
+    /// Random touches, removals, budgets and time steps against a model that knows each
+    /// key's due tick: keys expire at the first advance at or after it, never before.
+    #[test]
+    fn matches_a_model_under_random_schedules() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut rand = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..40 {
+            let timeout = 1 + rand(40);
+            let mut sim = Sim::new(timeout);
+            // key -> the epoch of its last touch; epoch -> its due tick once replaced.
+            let mut model: HashMap<u32, u64> = HashMap::new();
+            let mut due_of: HashMap<u64, u64> = HashMap::new();
+            for _ in 0..400 {
+                for _ in 0..rand(6) {
+                    let key = rand(50) as u32;
+                    sim.touch(key);
+                    model.insert(key, sim.epoch);
+                }
+                if rand(10) == 0 {
+                    let key = rand(50) as u32;
+                    let hash = sim.hash(key);
+                    assert_eq!(
+                        sim.ring.remove(hash, &key).is_some(),
+                        model.remove(&key).is_some()
+                    );
+                }
+                let step = if rand(20) == 0 {
+                    1 + rand(3 * timeout)
+                } else {
+                    1
+                };
+                let epoch = sim.epoch;
+                let to = sim.now + step;
+                due_of.insert(epoch, to + timeout);
+                let budget = 1 + rand(8) as usize;
+                let got = sim.advance(to, budget);
+                let mut want: Vec<u32> = model
+                    .iter()
+                    .filter(|(_, e)| due_of.get(e).is_some_and(|&d| d <= to))
+                    .map(|(&k, _)| k)
+                    .collect();
+                want.sort();
+                assert_eq!(got, want, "round {round}, tick {to}");
+                for key in &got {
+                    model.remove(key);
+                }
+                assert_eq!(sim.ring.len(), model.len());
+            }
+        }
+    }
+}
