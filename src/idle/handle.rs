@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::ring::{raise, Chunk, EXPIRED, HANDLE, REMOVED};
+use super::ring::{raise, Chunk, EXPIRED, REMOVED};
 use super::tracker::{Shared, DONE};
 use crate::loom::{Arc, AtomicU64, Ordering};
 
@@ -48,6 +48,7 @@ pub struct IdleHandle<K> {
     offset: u32,
     shard: u32,
     slot: u32,
+    handle: u32,
     hash: u64,
     key: K,
 }
@@ -85,6 +86,7 @@ impl<K> IdleHandle<K> {
         offset: u32,
         shard: u32,
         slot: u32,
+        handle: u32,
         hash: u64,
         key: K,
     ) -> Self {
@@ -94,6 +96,7 @@ impl<K> IdleHandle<K> {
             offset,
             shard,
             slot,
+            handle,
             hash,
             key,
         }
@@ -125,7 +128,7 @@ impl<K> IdleHandle<K> {
     /// ```
     #[inline]
     pub fn touch(&self) {
-        raise(self.stamp(), self.shared.epoch() | HANDLE);
+        raise(self.stamp(), self.shared.epoch());
     }
 
     /// Touches, and tells whether the key is still being tracked for expiry (`false` once
@@ -133,7 +136,7 @@ impl<K> IdleHandle<K> {
     #[inline]
     pub(crate) fn touch_alive(&self) -> bool {
         let stamp = self.stamp();
-        let value = self.shared.epoch() | HANDLE;
+        let value = self.shared.epoch();
         let current = stamp.load(Ordering::Relaxed);
         if current < value {
             stamp.fetch_max(value, Ordering::Relaxed);
@@ -222,7 +225,7 @@ impl<K> IdleHandle<K> {
         {
             return Poll::Ready(());
         }
-        let waiters = core.waiters.entry(self.slot).or_default();
+        let waiters = core.waiters.entry(self.handle).or_default();
         if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
             waiters.push(cx.waker().clone());
         }
@@ -233,8 +236,8 @@ impl<K> IdleHandle<K> {
 impl<K> Drop for IdleHandle<K> {
     fn drop(&mut self) {
         let mut core = self.shared.shards[self.shard as usize].lock();
-        let key = core.ring.release(self.hash, self.slot);
-        let waiters = core.waiters.remove(&self.slot);
+        let key = core.ring.release(self.hash, self.slot, self.handle);
+        let waiters = core.waiters.remove(&self.handle);
         drop(core);
         if key.is_some() {
             self.shared.removed();

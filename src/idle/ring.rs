@@ -4,23 +4,23 @@
 //! knows nothing of tokio, clocks, wakers or threads (its tests drive it by hand).
 //!
 //! # Invariants
-//! - Every tracked key owns one slot: its key (`Slot::key`), its links, and a stamp in a
-//!   fixed-size chunk of atomics (`CHUNK` per chunk, never moved, so an `IdleHandle` can keep
-//!   its chunk and store into its stamp without the lock). The table maps the key's hash to
-//!   the slot index, so the key is stored once.
-//! - A stamp holds the epoch of the slot's last touch (plus the `HANDLE` bit for slots owned
-//!   by an `IdleHandle`). Stamps only grow (writers use [`raise`]), so a touch that loaded an
-//!   older epoch late can never lower a newer one. `EXPIRED` and `REMOVED` are sticky
-//!   markers above every epoch, set on handle slots once they stop being tracked.
+//! - Every tracked key owns one slot in a slab: the key, the epoch of its last touch (its
+//!   *stamp*) and its list links. The table maps the key's hash to the slot index, so the key
+//!   is stored once, and a keyed touch reads one slot and writes a plain `u64` under the lock.
+//! - A key with an `IdleHandle` keeps its stamp outside the slot, in a fixed-size chunk of
+//!   atomics (`CHUNK` per chunk, never moved), so the handle can touch without the lock; the
+//!   slot's stamp field then holds `HANDLE | handle index`. Handle stamps only grow (writers
+//!   use [`raise`]), so a touch that loaded an older epoch late never lowers a newer one;
+//!   `EXPIRED` and `REMOVED` are sticky markers above every epoch, set when the key stops
+//!   being tracked. A handle stamp is freed only by its handle (`release`), so a stale
+//!   handle never writes into another key's stamp; the slot itself is freed at once.
 //! - A tracked slot is linked in exactly one list: a bucket (`tick & mask`) or the scan list
-//!   (the bucket being processed). It sits in the bucket of a tick *at or before* its due
-//!   tick, never after: filing early costs one more look, filing late would expire late.
-//!   Touching never moves a slot; [`Ring::advance`] re-files it when its bucket comes round.
-//! - `advance` expires a slot only if `due(stamp) <= now`, where `due` comes from
-//!   [`Dues`]: an upper bound of the touch time plus the timeout. So a key never expires early,
+//!   (buckets being processed). It sits in the bucket of a tick *at or before* its due tick,
+//!   never after: filing early costs one more look, filing late would expire late. Touching
+//!   never moves a slot; [`Ring::advance`] re-files it when its bucket comes round.
+//! - `advance` expires a slot only if `due(stamp) <= now`, where `due` comes from [`Dues`]:
+//!   an upper bound of the touch time plus the timeout. So a key never expires early,
 //!   whatever bucket it was filed in.
-//! - Slots owned by a handle are freed only by that handle (`release`), so a stale handle
-//!   never writes into another key's stamp. Other slots are freed on expiry or removal.
 
 use std::hash::{BuildHasher, Hash};
 
@@ -28,29 +28,25 @@ use hashbrown::HashTable;
 
 use crate::loom::{Arc, AtomicU64, Ordering};
 
-/// Stamp bit of slots owned by an `IdleHandle`.
-pub(crate) const HANDLE: u64 = 1 << 63;
-/// Sticky stamp of a handle slot that expired.
+/// Marks a slot stamp as `HANDLE | handle index`.
+const HANDLE: u64 = 1 << 63;
+/// Sticky stamp of a handle whose key expired.
 pub(crate) const EXPIRED: u64 = u64::MAX;
-/// Sticky stamp of a handle slot that was removed or superseded (not expired).
+/// Sticky stamp of a handle whose key was removed or superseded (not expired).
 pub(crate) const REMOVED: u64 = u64::MAX - 1;
-/// The epoch bits of a stamp.
-pub(crate) const EPOCH: u64 = HANDLE - 1;
-/// Stamps per chunk.
+/// Handle stamps per chunk.
 pub(crate) const CHUNK: usize = 1024;
 
 /// End of a list.
 const NIL: u32 = u32::MAX;
 /// `prev` of a slot on the free list.
 const FREE: u32 = u32::MAX - 1;
-/// `prev` of a handle slot that is no longer tracked.
-const DETACHED: u32 = u32::MAX - 2;
 /// A link value with this bit names a list head (`HEAD | bucket`) rather than a slot.
 const HEAD: u32 = 1 << 31;
-/// Most slots one shard holds.
-pub(crate) const MAX_SLOTS: usize = HEAD as usize;
+/// Most slots (and most handles) one shard holds.
+pub(crate) const MAX_SLOTS: usize = HEAD as usize - 2;
 
-/// A fixed block of stamps; slot `i` stamps into `chunks[i / CHUNK][i % CHUNK]`.
+/// A fixed block of handle stamps; handle `h` stamps into `chunks[h / CHUNK][h % CHUNK]`.
 pub(crate) type Chunk = Arc<[AtomicU64]>;
 
 /// Raises `stamp` to `value` unless it is already at or above it. Plain loads while the
@@ -86,21 +82,26 @@ impl Dues<'_> {
 #[derive(Debug)]
 struct Slot<K> {
     key: Option<K>,
+    /// The last touch's epoch, or `HANDLE | handle index`.
+    stamp: u64,
     prev: u32,
     next: u32,
 }
 
-/// One shard's keys, buckets and stamps.
+/// One shard's keys, buckets and handle stamps.
 #[derive(Debug)]
 pub(crate) struct Ring<K, S> {
     hasher: S,
     table: HashTable<u32>,
     slots: Vec<Slot<K>>,
+    free: u32,
     chunks: Vec<Chunk>,
+    /// Handle stamps in use.
+    handles: usize,
+    free_handles: Vec<u32>,
     /// Bucket heads, then the scan list's head.
     heads: Box<[u32]>,
     mask: u64,
-    free: u32,
     /// Every bucket of a tick up to this one has been moved to the scan list.
     processed: u64,
     tracked: usize,
@@ -110,7 +111,8 @@ pub(crate) struct Ring<K, S> {
 #[derive(Debug)]
 pub(crate) struct Registered<K> {
     pub(crate) slot: u32,
-    /// A handle slot that tracked the same key before and is now detached (`REMOVED`).
+    pub(crate) handle: u32,
+    /// The handle that tracked the same key before, now `REMOVED`.
     pub(crate) superseded: Option<u32>,
     /// A key to drop outside the lock.
     pub(crate) spare: Option<K>,
@@ -129,10 +131,12 @@ impl<K, S> Ring<K, S> {
             hasher,
             table: HashTable::new(),
             slots: Vec::new(),
+            free: NIL,
             chunks: Vec::new(),
+            handles: 0,
+            free_handles: Vec::new(),
             heads: vec![NIL; buckets + 1].into_boxed_slice(),
             mask: buckets as u64 - 1,
-            free: NIL,
             processed: start,
             tracked: 0,
         }
@@ -144,33 +148,44 @@ impl<K, S> Ring<K, S> {
         self.tracked
     }
 
-    pub(crate) fn stamp(&self, slot: u32) -> &AtomicU64 {
-        &self.chunks[slot as usize / CHUNK][slot as usize % CHUNK]
+    /// Handle `handle`'s stamp.
+    pub(crate) fn handle_stamp(&self, handle: u32) -> &AtomicU64 {
+        &self.chunks[handle as usize / CHUNK][handle as usize % CHUNK]
     }
 
-    /// The chunk holding `slot`'s stamp and its offset there.
-    pub(crate) fn chunk_of(&self, slot: u32) -> (Chunk, u32) {
+    /// The chunk holding handle `handle`'s stamp and its offset there.
+    pub(crate) fn chunk_of(&self, handle: u32) -> (Chunk, u32) {
         (
-            self.chunks[slot as usize / CHUNK].clone(),
-            (slot as usize % CHUNK) as u32,
+            self.chunks[handle as usize / CHUNK].clone(),
+            (handle as usize % CHUNK) as u32,
         )
     }
 
-    /// Frees a handle's slot when the handle is dropped; returns its key if it was still
-    /// tracked (to be dropped outside the lock).
-    pub(crate) fn release(&mut self, hash: u64, slot: u32) -> Option<K> {
-        let key = if self.slots[slot as usize].prev != DETACHED {
-            if let Ok(entry) = self.table.find_entry(hash, |&j| j == slot) {
-                entry.remove();
-            }
-            self.unlink(slot);
-            self.tracked -= 1;
-            self.slots[slot as usize].key.take()
+    /// The epoch of `slot`'s last touch.
+    fn epoch(&self, slot: u32) -> u64 {
+        let stamp = self.slots[slot as usize].stamp;
+        if stamp & HANDLE == 0 {
+            stamp
         } else {
-            None
-        };
-        self.free_slot(slot);
-        key
+            self.handle_stamp((stamp & !HANDLE) as u32)
+                .load(Ordering::Relaxed)
+        }
+    }
+
+    /// Frees handle `handle` when it is dropped; if its key was still tracked (in `slot`),
+    /// stops tracking it and returns the key (to be dropped outside the lock).
+    pub(crate) fn release(&mut self, hash: u64, slot: u32, handle: u32) -> Option<K> {
+        let tracked = self.handle_stamp(handle).load(Ordering::Relaxed) < REMOVED;
+        self.free_handles.push(handle);
+        self.handles -= 1;
+        if !tracked {
+            return None;
+        }
+        debug_assert_eq!(self.slots[slot as usize].stamp, HANDLE | u64::from(handle));
+        if let Ok(entry) = self.table.find_entry(hash, |&j| j == slot) {
+            entry.remove();
+        }
+        Some(self.untrack(slot))
     }
 
     fn scan(&self) -> usize {
@@ -198,25 +213,26 @@ impl<K, S> Ring<K, S> {
 
     fn unlink(&mut self, slot: u32) {
         let Slot { prev, next, .. } = self.slots[slot as usize];
-        debug_assert!(
-            prev != FREE && prev != DETACHED,
-            "unlink of an unlinked slot"
-        );
+        debug_assert!(prev != FREE, "unlink of a free slot");
         self.set_next(prev, next);
         if next != NIL {
             self.slots[next as usize].prev = prev;
         }
     }
 
-    fn free_slot(&mut self, slot: u32) {
+    /// Unlinks a tracked slot (already out of the table), frees it and returns its key.
+    fn untrack(&mut self, slot: u32) -> K {
+        self.unlink(slot);
+        self.tracked -= 1;
         let s = &mut self.slots[slot as usize];
-        debug_assert!(s.key.is_none());
+        let key = s.key.take().expect("tracked slot has a key");
         s.prev = FREE;
         s.next = self.free;
         self.free = slot;
+        key
     }
 
-    /// Takes a free slot, growing the slab (and its stamp chunks) if none is free.
+    /// Takes a free slot, growing the slab if none is free.
     #[track_caller]
     fn alloc(&mut self) -> u32 {
         if self.free != NIL {
@@ -229,16 +245,37 @@ impl<K, S> Ring<K, S> {
             slot < MAX_SLOTS,
             "wheel-timer: more than {MAX_SLOTS} keys in one idle-tracker shard"
         );
-        if slot % CHUNK == 0 {
-            self.chunks
-                .push((0..CHUNK).map(|_| AtomicU64::new(0)).collect());
-        }
         self.slots.push(Slot {
             key: None,
+            stamp: 0,
             prev: FREE,
             next: NIL,
         });
         slot as u32
+    }
+
+    /// Takes a free handle stamp set to `stamp`, growing the chunks if none is free.
+    #[track_caller]
+    fn alloc_handle(&mut self, stamp: u64) -> u32 {
+        let handle = match self.free_handles.pop() {
+            Some(handle) => handle,
+            None => {
+                let handle = self.handles;
+                assert!(
+                    handle < MAX_SLOTS,
+                    "wheel-timer: more than {MAX_SLOTS} idle handles in one shard"
+                );
+                if handle % CHUNK == 0 {
+                    self.chunks
+                        .push((0..CHUNK).map(|_| AtomicU64::new(0)).collect());
+                }
+                handle as u32
+            }
+        };
+        self.handles += 1;
+        // No handle holds this stamp yet: a plain store is safe.
+        self.handle_stamp(handle).store(stamp, Ordering::Relaxed);
+        handle
     }
 }
 
@@ -255,25 +292,30 @@ impl<K: Hash + Eq, S: BuildHasher> Ring<K, S> {
     }
 
     /// Touches `key` in `epoch` if it is tracked; `false` if it is not.
-    pub(crate) fn touch(&self, hash: u64, key: &K, epoch: u64) -> bool {
-        match self.find(hash, key) {
-            Some(slot) => {
-                let stamp = self.stamp(slot);
-                let handle = stamp.load(Ordering::Relaxed) & HANDLE;
-                raise(stamp, epoch | handle);
-                true
-            }
-            None => false,
+    #[inline]
+    pub(crate) fn touch(&mut self, hash: u64, key: &K, epoch: u64) -> bool {
+        let Some(slot) = self.find(hash, key) else {
+            return false;
+        };
+        let stamp = &mut self.slots[slot as usize].stamp;
+        if *stamp & HANDLE == 0 {
+            *stamp = (*stamp).max(epoch);
+        } else {
+            let handle = (*stamp & !HANDLE) as u32;
+            raise(self.handle_stamp(handle), epoch);
         }
+        true
     }
 
-    /// Tracks a new key (not tracked yet) with stamp `stamp`. It is filed in the next bucket
-    /// to process, where the driver finds its due tick.
+    /// Tracks a new key (not tracked yet) with stamp `stamp` (the epoch of its touch, or
+    /// `HANDLE | h`). It is filed in the next bucket to process, where the driver finds its
+    /// due tick.
     #[track_caller]
     pub(crate) fn insert(&mut self, hash: u64, key: K, stamp: u64) -> u32 {
         let slot = self.alloc();
-        self.stamp(slot).store(stamp, Ordering::Relaxed);
-        self.slots[slot as usize].key = Some(key);
+        let s = &mut self.slots[slot as usize];
+        s.key = Some(key);
+        s.stamp = stamp;
         let bucket = ((self.processed + 1) & self.mask) as usize;
         self.push(bucket, slot);
         let (slots, hasher) = (&self.slots, &self.hasher);
@@ -289,8 +331,7 @@ impl<K: Hash + Eq, S: BuildHasher> Ring<K, S> {
         slot
     }
 
-    /// Stops tracking `key`: returns it, and its slot if a handle owns that slot (now
-    /// detached and `REMOVED`; the handle frees it).
+    /// Stops tracking `key`: returns it, and its handle if it has one (now `REMOVED`).
     pub(crate) fn remove(&mut self, hash: u64, key: &K) -> Option<(K, Option<u32>)> {
         let slots = &self.slots;
         let entry = self
@@ -298,68 +339,54 @@ impl<K: Hash + Eq, S: BuildHasher> Ring<K, S> {
             .find_entry(hash, |&j| slots[j as usize].key.as_ref() == Some(key))
             .ok()?;
         let (slot, _) = entry.remove();
-        Some(self.detach(slot, REMOVED))
+        let handle = self.mark(slot, REMOVED);
+        Some((self.untrack(slot), handle))
     }
 
-    /// Takes a tracked slot (already out of the table) out of its list: a handle slot keeps
-    /// existing with the sticky `marker`, any other is freed.
-    fn detach(&mut self, slot: u32, marker: u64) -> (K, Option<u32>) {
-        self.unlink(slot);
-        self.tracked -= 1;
-        let key = self.slots[slot as usize]
-            .key
-            .take()
-            .expect("tracked slot has a key");
-        let stamp = self.stamp(slot);
-        if stamp.load(Ordering::Relaxed) & HANDLE != 0 {
-            stamp.store(marker, Ordering::Relaxed);
-            self.slots[slot as usize].prev = DETACHED;
-            (key, Some(slot))
-        } else {
-            self.free_slot(slot);
-            (key, None)
-        }
+    /// Sets the sticky `marker` on `slot`'s handle stamp, if it has a handle.
+    fn mark(&mut self, slot: u32, marker: u64) -> Option<u32> {
+        let stamp = self.slots[slot as usize].stamp;
+        (stamp & HANDLE != 0).then(|| {
+            let handle = (stamp & !HANDLE) as u32;
+            self.handle_stamp(handle).store(marker, Ordering::Relaxed);
+            handle
+        })
     }
 
     /// Gives `key` to a new handle, touched in `epoch`. A key tracked without a handle is
-    /// taken over; one that already has a handle is superseded: the old handle's slot is
-    /// detached (`REMOVED`) and the key gets a new slot.
+    /// taken over; one that already has a handle is superseded: the old handle is marked
+    /// `REMOVED` and the key's slot passes to the new one.
     #[track_caller]
     pub(crate) fn register(&mut self, hash: u64, key: K, epoch: u64) -> Registered<K> {
-        if let Some(slot) = self.find(hash, &key) {
-            let stamp = self.stamp(slot);
-            let current = stamp.load(Ordering::Relaxed);
-            if current & HANDLE == 0 {
-                // No handle yet, so no lock-free writer: a plain store is safe.
-                stamp.store(current.max(epoch) | HANDLE, Ordering::Relaxed);
-                return Registered {
-                    slot,
-                    superseded: None,
-                    spare: Some(key),
-                    inserted: false,
-                };
-            }
-            let (old, superseded) = self.remove(hash, &key).expect("found above");
-            let slot = self.insert(hash, key, epoch | HANDLE);
+        let Some(slot) = self.find(hash, &key) else {
+            let handle = self.alloc_handle(epoch);
+            let slot = self.insert(hash, key, HANDLE | u64::from(handle));
             return Registered {
                 slot,
-                superseded,
-                spare: Some(old),
-                inserted: false,
+                handle,
+                superseded: None,
+                spare: None,
+                inserted: true,
             };
-        }
+        };
+        let last = self.epoch(slot).max(epoch);
+        let superseded = self.mark(slot, REMOVED);
+        let handle = self.alloc_handle(last);
+        self.slots[slot as usize].stamp = HANDLE | u64::from(handle);
         Registered {
-            slot: self.insert(hash, key, epoch | HANDLE),
-            superseded: None,
-            spare: None,
-            inserted: true,
+            slot,
+            handle,
+            superseded,
+            spare: Some(key),
+            inserted: false,
         }
     }
 
     /// Processes time up to tick `now`: moves each bucket up to it to the scan list, then
     /// looks at each slot there: expired (`due <= now`) slots leave the table, their keys go
-    /// to `expired` and handle slots to `handles`; the others are re-filed at their due tick.
-    /// Looks at no more than `budget` slots; returns `false` if it stopped early (call again).
+    /// to `expired` and their handles (marked `EXPIRED`) to `handles`; the others are
+    /// re-filed at their due tick. Looks at no more than `budget` slots; returns `false` if
+    /// it stopped early (call again).
     pub(crate) fn advance(
         &mut self,
         now: u64,
@@ -394,7 +421,7 @@ impl<K: Hash + Eq, S: BuildHasher> Ring<K, S> {
                 return false;
             }
             budget -= 1;
-            let due = dues.due(self.stamp(slot).load(Ordering::Relaxed) & EPOCH);
+            let due = dues.due(self.epoch(slot));
             if due > now {
                 self.unlink(slot);
                 self.push((due & self.mask) as usize, slot);
@@ -408,9 +435,8 @@ impl<K: Hash + Eq, S: BuildHasher> Ring<K, S> {
             if let Ok(entry) = self.table.find_entry(hash, |&j| j == slot) {
                 entry.remove();
             }
-            let (key, handle) = self.detach(slot, EXPIRED);
-            expired.push(key);
-            handles.extend(handle);
+            handles.extend(self.mark(slot, EXPIRED));
+            expired.push(self.untrack(slot));
         }
     }
 }
@@ -540,7 +566,7 @@ mod tests {
     }
 
     #[test]
-    fn handle_slots_are_detached_not_freed() {
+    fn expired_handles_keep_their_stamp_marked() {
         let mut sim = Sim::new(3);
         let hash = sim.hash(7);
         let reg = sim.ring.register(hash, 7, sim.epoch);
@@ -559,16 +585,19 @@ mod tests {
                 .advance(now, &dues, usize::MAX, &mut keys, &mut handles));
             (keys, handles)
         };
-        assert_eq!(expired, (vec![7], vec![reg.slot]));
-        assert_eq!(sim.ring.stamp(reg.slot).load(Ordering::Relaxed), EXPIRED);
+        assert_eq!(expired, (vec![7], vec![reg.handle]));
+        let stamp = sim.ring.handle_stamp(reg.handle);
+        assert_eq!(stamp.load(Ordering::Relaxed), EXPIRED);
         // A late touch through the handle cannot revive or lower the marker.
-        raise(sim.ring.stamp(reg.slot), 99 | HANDLE);
-        assert_eq!(sim.ring.stamp(reg.slot).load(Ordering::Relaxed), EXPIRED);
-        // The key can be tracked again, in another slot; the handle's drop frees its own.
+        raise(stamp, 99);
+        assert_eq!(stamp.load(Ordering::Relaxed), EXPIRED);
+        // The key can be tracked again (its old slot was freed); the handle's drop then
+        // frees only its stamp.
         sim.touch(7);
         assert_eq!(sim.ring.len(), 1);
-        assert!(sim.ring.release(hash, reg.slot).is_none());
+        assert!(sim.ring.release(hash, reg.slot, reg.handle).is_none());
         assert_eq!(sim.ring.len(), 1);
+        assert!(sim.ring.contains(hash, &7));
     }
 
     #[test]
@@ -579,11 +608,14 @@ mod tests {
         let first = sim.ring.register(hash, 1, sim.epoch);
         assert!(!first.inserted && first.superseded.is_none());
         let second = sim.ring.register(hash, 1, sim.epoch);
-        assert_eq!(second.superseded, Some(first.slot));
-        assert_ne!(second.slot, first.slot);
-        assert_eq!(sim.ring.stamp(first.slot).load(Ordering::Relaxed), REMOVED);
+        assert_eq!(second.superseded, Some(first.handle));
+        assert_eq!(second.slot, first.slot);
+        assert_ne!(second.handle, first.handle);
+        let old = sim.ring.handle_stamp(first.handle).load(Ordering::Relaxed);
+        assert_eq!(old, REMOVED);
+        assert!(sim.ring.release(hash, first.slot, first.handle).is_none());
         assert_eq!(sim.ring.len(), 1);
-        assert_eq!(sim.ring.release(hash, second.slot), Some(1));
+        assert_eq!(sim.ring.release(hash, second.slot, second.handle), Some(1));
         assert_eq!(sim.ring.len(), 0);
     }
 

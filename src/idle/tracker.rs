@@ -13,7 +13,7 @@ use hashbrown::DefaultHashBuilder;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::ring::{Dues, Ring, EPOCH};
+use super::ring::{Dues, Ring};
 use super::{IdleHandle, IdleStream};
 use crate::loom::{lock, Arc, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Ordering};
 use crate::Timer;
@@ -69,7 +69,7 @@ pub(crate) struct Shard<K> {
 #[derive(Debug)]
 pub(crate) struct ShardCore<K> {
     pub(crate) ring: Ring<K, DefaultHashBuilder>,
-    /// Tasks waiting on a handle slot (`IdleHandle::idle`, `IdleStream`).
+    /// Tasks waiting on a handle (`IdleHandle::idle`, `IdleStream`), by handle index.
     pub(crate) waiters: HashMap<u32, Vec<Waker>>,
 }
 
@@ -140,10 +140,10 @@ struct Output<K> {
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// let timer = Timer::new();
-/// let (tracker, mut expirations) = IdleTracker::new(&timer, Duration::from_secs(30));
+/// let (tracker, mut expirations) = IdleTracker::new(&timer, Duration::from_millis(300));
 /// tracker.touch("alice");
 /// tracker.touch("bob");
-/// tokio::time::sleep(Duration::from_secs(20)).await;
+/// tokio::time::sleep(Duration::from_millis(200)).await;
 /// tracker.touch("alice"); // a packet from alice
 /// assert_eq!(expirations.next_batch().await, Some(vec!["bob"]));
 /// assert_eq!(expirations.next_batch().await, Some(vec!["alice"]));
@@ -172,7 +172,7 @@ pub struct IdleTracker<K> {
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// let timer = Timer::new();
-/// let (tracker, expirations) = IdleTracker::new(&timer, Duration::from_secs(5));
+/// let (tracker, expirations) = IdleTracker::new(&timer, Duration::from_millis(50));
 /// for user in 0..3u32 {
 ///     tracker.touch(user);
 /// }
@@ -262,7 +262,7 @@ impl<K> Shared<K> {
     /// keys are due at that instant plus the timeout (rounded up to a tick). Returns the
     /// reading's tick.
     fn publish(&self, clock: &mut Publisher) -> u64 {
-        let old = self.epoch.0.fetch_add(1, Ordering::SeqCst) & EPOCH;
+        let old = self.epoch.0.fetch_add(1, Ordering::SeqCst);
         let nanos = self.nanos(Instant::now());
         let due = nanos.div_ceil(self.tick_ns) + self.timeout_ticks;
         let mask = clock.dues.len() - 1;
@@ -361,7 +361,9 @@ impl<K: Hash + Eq> Shared<K> {
     }
 
     /// One driver turn: publishes a new epoch if a new tick began, then processes every
-    /// shard up to the current tick. Expired keys are appended to `expired`. Returns the tick.
+    /// shard up to the current tick (releasing each shard's lock every `BUDGET` slots).
+    /// Expired keys are appended to `expired`; waiters of expired handles are woken at the
+    /// end, with no lock held. Returns the tick.
     fn turn(&self, expired: &mut Vec<K>, slots: &mut Vec<u32>, wakers: &mut Vec<Waker>) -> u64 {
         let mut clock = lock(&self.clock);
         let tick = self.nanos(Instant::now()) / self.tick_ns;
@@ -374,7 +376,7 @@ impl<K: Hash + Eq> Shared<K> {
             }
         };
         let dues = Dues {
-            current: self.epoch() & EPOCH,
+            current: self.epoch(),
             lower: clock.lower,
             ring: &clock.dues,
         };
@@ -382,18 +384,20 @@ impl<K: Hash + Eq> Shared<K> {
             loop {
                 let mut core = shard.lock();
                 let done = core.ring.advance(now, &dues, BUDGET, expired, slots);
-                for slot in slots.drain(..) {
-                    if let Some(list) = core.waiters.remove(&slot) {
+                for handle in slots.drain(..) {
+                    if let Some(list) = core.waiters.remove(&handle) {
                         wakers.extend(list);
                     }
                 }
                 drop(core);
-                wakers.drain(..).for_each(Waker::wake);
                 if done {
                     break;
                 }
             }
         }
+        drop(clock);
+        // With no lock held: a waker may run code that touches or registers.
+        wakers.drain(..).for_each(Waker::wake);
         now
     }
 }
@@ -580,10 +584,10 @@ where
         let shared = &*self.shared;
         let hash = shared.hash(key);
         let mut core = shared.shards[shared.shard_index(hash)].lock();
-        let Some((key, slot)) = core.ring.remove(hash, key) else {
+        let Some((key, handle)) = core.ring.remove(hash, key) else {
             return false;
         };
-        let waiters = slot.and_then(|slot| core.waiters.remove(&slot));
+        let waiters = handle.and_then(|handle| core.waiters.remove(&handle));
         drop(core);
         shared.removed();
         waiters.into_iter().flatten().for_each(Waker::wake);
@@ -637,10 +641,10 @@ where
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// let timer = Timer::new();
-    /// let (tracker, _expirations) = IdleTracker::new(&timer, Duration::from_secs(10));
+    /// let (tracker, _expirations) = IdleTracker::new(&timer, Duration::from_millis(100));
     /// let conn = tracker.register(42u64);
     /// conn.touch(); // per packet: no lock, no lookup
-    /// conn.idle().await; // 10 s without a packet
+    /// conn.idle().await; // 100 ms without a packet
     /// assert!(conn.is_expired());
     /// # }
     /// ```
@@ -652,10 +656,10 @@ where
         let mut core = shared.shards[shard].lock();
         let epoch = shared.epoch();
         let registered = core.ring.register(hash, key.clone(), epoch);
-        let (chunk, offset) = core.ring.chunk_of(registered.slot);
+        let (chunk, offset) = core.ring.chunk_of(registered.handle);
         let waiters = registered
             .superseded
-            .and_then(|slot| core.waiters.remove(&slot));
+            .and_then(|handle| core.waiters.remove(&handle));
         drop(core);
         shared.handles.fetch_add(1, Ordering::Relaxed);
         if registered.inserted {
@@ -669,6 +673,7 @@ where
             offset,
             shard as u32,
             registered.slot,
+            registered.handle,
             hash,
             key,
         )
@@ -693,10 +698,10 @@ where
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// let timer = Timer::new();
-    /// let (tracker, _expirations) = IdleTracker::new(&timer, Duration::from_secs(5));
+    /// let (tracker, _expirations) = IdleTracker::new(&timer, Duration::from_millis(50));
     /// let (client, _server) = tokio::io::duplex(64);
     /// let mut client = tracker.wrap("conn-1", client);
-    /// let err = client.read_u8().await.unwrap_err(); // nothing arrives for 5 s
+    /// let err = client.read_u8().await.unwrap_err(); // nothing arrives for 50 ms
     /// assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     /// # }
     /// ```
@@ -814,7 +819,7 @@ impl<K> Expirations<K> {
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
     /// let timer = Timer::new();
-    /// let (tracker, mut expirations) = IdleTracker::new(&timer, Duration::from_secs(1));
+    /// let (tracker, mut expirations) = IdleTracker::new(&timer, Duration::from_millis(100));
     /// tracker.touch(1u32);
     /// tracker.touch(2u32);
     /// let mut batch = expirations.next_batch().await.unwrap_or_default();
@@ -831,7 +836,7 @@ impl<K> Expirations<K> {
     /// # Examples
     ///
     /// ```
-    /// use std::task::{Context, Waker};
+    /// use std::task::Context;
     /// use std::time::Duration;
     /// use wheel_timer::{IdleTracker, Timer};
     ///
@@ -839,7 +844,7 @@ impl<K> Expirations<K> {
     /// # async fn main() {
     /// let timer = Timer::new();
     /// let (_tracker, mut expirations) = IdleTracker::<u32>::new(&timer, Duration::from_secs(1));
-    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let mut cx = Context::from_waker(futures::task::noop_waker_ref());
     /// assert!(expirations.poll_next_batch(&mut cx).is_pending());
     /// # }
     /// ```

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -31,7 +31,7 @@ fn assert_between(at: Duration, lo: u64, hi: u64) {
 }
 
 fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
-    f.poll(&mut Context::from_waker(Waker::noop()))
+    f.poll(&mut Context::from_waker(futures::task::noop_waker_ref()))
 }
 
 #[tokio::test(start_paused = true)]
