@@ -43,14 +43,17 @@ use crate::loom::{Arc, AtomicU64, Ordering};
 /// # }
 /// ```
 pub struct IdleHandle<K> {
-    shared: Arc<Shared<K>>,
-    chunk: Chunk,
-    offset: u32,
-    shard: u32,
-    slot: u32,
-    handle: u32,
-    hash: u64,
-    key: K,
+    pub(super) shared: Arc<Shared<K>>,
+    /// The chunk holding this handle's stamp, at `offset`.
+    pub(super) chunk: Chunk,
+    pub(super) offset: u32,
+    pub(super) shard: u32,
+    /// The key's slot in its shard, valid while the stamp is not `EXPIRED`/`REMOVED`.
+    pub(super) slot: u32,
+    /// This handle's index in its shard (its stamp and its waiters).
+    pub(super) handle: u32,
+    pub(super) hash: u64,
+    pub(super) key: K,
 }
 
 /// Future returned by [`IdleHandle::idle`]: completes when the handle's key expires, is
@@ -80,28 +83,6 @@ pub struct Idle<'a, K> {
 // ===== impl IdleHandle =====
 
 impl<K> IdleHandle<K> {
-    pub(crate) fn new(
-        shared: Arc<Shared<K>>,
-        chunk: Chunk,
-        offset: u32,
-        shard: u32,
-        slot: u32,
-        handle: u32,
-        hash: u64,
-        key: K,
-    ) -> Self {
-        IdleHandle {
-            shared,
-            chunk,
-            offset,
-            shard,
-            slot,
-            handle,
-            hash,
-            key,
-        }
-    }
-
     #[inline]
     fn stamp(&self) -> &AtomicU64 {
         &self.chunk[self.offset as usize]

@@ -3,9 +3,8 @@
 //!
 //! # Ground rules
 //! - The tracker is sharded by key hash; each shard is a `Mutex` around a sans-IO
-//!   [`ring::Ring`]: a key → slot table, a slab of slots, a ring of one-tick buckets (one
-//!   more than the timeout in ticks, rounded up to a power of two) and fixed chunks of
-//!   atomic *stamps*, one per slot.
+//!   `ring::Ring`: a key → slot table, a slab of slots (key, stamp, links) and a ring of
+//!   one-tick buckets (the timeout in ticks plus two, rounded up to a power of two).
 //! - Touch time is never read from the clock on the touch path. The driver task publishes
 //!   an *epoch* (`Shared::epoch`) at most once per tick, every tick while anything is
 //!   tracked, and records for each epoch it replaces the instant of the replacement: the
@@ -15,10 +14,16 @@
 //!   deadline, so a key never expires early, and on a punctual driver it expires within one
 //!   tick of its real deadline. The current epoch's end is unknown, so a slot stamped with
 //!   it is never expired, only re-filed (at a lower bound of its due tick).
-//! - Stamps only grow (`ring::raise`: load, then `fetch_max` if lower), so concurrent touches
-//!   of one key never lose the newest one. The driver's ring of dues is indexed by epoch
-//!   modulo the bucket count; an overwritten entry holds a later epoch's due (later still),
-//!   so even a stale lookup can only make an expiry late, never early.
+//! - A keyed touch writes the slot's stamp under the shard lock. A key with an
+//!   [`IdleHandle`] keeps its stamp in a fixed chunk of atomics instead (the handle holds the
+//!   chunk), written without any lock. Those stamps only grow (`ring::raise`: load, then
+//!   `fetch_max` if lower), so concurrent touches never lose the newest one; `EXPIRED` and
+//!   `REMOVED` are sticky markers above every epoch, which is how the handle and its
+//!   [`IdleStream`] learn about expiry without a lock. A handle's stamp is freed only by the
+//!   handle's drop, so a stale handle never writes into another key's stamp.
+//! - The driver's ring of dues is indexed by epoch modulo the bucket count; an overwritten
+//!   entry holds a later epoch's due (later still), so even a stale lookup can only make an
+//!   expiry late, never early.
 //! - A slot sits in the bucket of a tick at or before its due tick; touching never moves
 //!   it. When its bucket comes round the driver re-files it at its due tick or expires it.
 //!   New keys are filed in the next bucket to process and placed properly there.
@@ -27,11 +32,8 @@
 //!   path) and notifies it; `Shared::park` and `Shared::inserted` pair their `SeqCst`
 //!   store/load so that one of them always sees the other.
 //! - Lock order: publisher lock, then one shard lock. Wakers are woken, and expired or
-//!   removed keys dropped, with no shard lock held; expired batches go to the stream through
-//!   the output lock, which nests in nothing.
-//! - A slot owned by an [`IdleHandle`] is freed only by that handle's drop; expiry and
-//!   removal leave it detached with a sticky `EXPIRED` / `REMOVED` stamp, which is how the
-//!   handle and its [`IdleStream`] learn about it without a lock.
+//!   removed keys dropped, with no lock held; expired batches go to the stream through the
+//!   output lock, which nests in nothing.
 
 mod handle;
 mod ring;

@@ -484,6 +484,11 @@ mod tests {
 
         /// Moves to tick `to` (publishing once) and returns what expired, in ascending order.
         fn advance(&mut self, to: u64, budget: usize) -> Vec<u32> {
+            self.advance_with_handles(to, budget).0
+        }
+
+        /// As `advance`, also returning the handles of expired keys.
+        fn advance_with_handles(&mut self, to: u64, budget: usize) -> (Vec<u32>, Vec<u32>) {
             assert!(to > self.now);
             self.now = to;
             let mask = self.dues.len() - 1;
@@ -501,7 +506,7 @@ mod tests {
                 .advance(to, &dues, budget, &mut expired, &mut handles)
             {}
             expired.sort();
-            expired
+            (expired, handles)
         }
     }
 
@@ -628,8 +633,9 @@ mod tests {
         assert_eq!(stamp.load(Ordering::Relaxed), 8);
     }
 
-    /// Random touches, removals, budgets and time steps against a model that knows each
-    /// key's due tick: keys expire at the first advance at or after it, never before.
+    /// Random touches (by key and through handles), removals, budgets and time steps against
+    /// a model that knows each key's due tick: keys expire at the first advance at or after
+    /// it, never before. Keys below 25 are touched by key, the others through handles.
     #[test]
     fn matches_a_model_under_random_schedules() {
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
@@ -645,19 +651,50 @@ mod tests {
             // key -> the epoch of its last touch; epoch -> its due tick once replaced.
             let mut model: HashMap<u32, u64> = HashMap::new();
             let mut due_of: HashMap<u64, u64> = HashMap::new();
+            // key -> (slot, handle) of its live handle.
+            let mut handles: HashMap<u32, (u32, u32)> = HashMap::new();
             for _ in 0..400 {
                 for _ in 0..rand(6) {
                     let key = rand(50) as u32;
-                    sim.touch(key);
+                    if key < 25 {
+                        sim.touch(key);
+                    } else {
+                        let hash = sim.hash(key);
+                        match handles.get(&key) {
+                            Some(&(_, h)) if model.contains_key(&key) => {
+                                raise(sim.ring.handle_stamp(h), sim.epoch);
+                            }
+                            old => {
+                                if let Some(&(slot, h)) = old {
+                                    assert!(sim.ring.release(hash, slot, h).is_none());
+                                }
+                                let reg = sim.ring.register(hash, key, sim.epoch);
+                                assert!(reg.inserted);
+                                handles.insert(key, (reg.slot, reg.handle));
+                            }
+                        }
+                    }
                     model.insert(key, sim.epoch);
                 }
                 if rand(10) == 0 {
                     let key = rand(50) as u32;
                     let hash = sim.hash(key);
-                    assert_eq!(
-                        sim.ring.remove(hash, &key).is_some(),
-                        model.remove(&key).is_some()
-                    );
+                    let removed = match handles.remove(&key) {
+                        Some((slot, h)) if rand(2) == 0 => {
+                            sim.ring.release(hash, slot, h).is_some()
+                        }
+                        Some((slot, h)) => {
+                            let removed = sim.ring.remove(hash, &key);
+                            assert_eq!(
+                                removed.as_ref().and_then(|r| r.1),
+                                removed.as_ref().map(|_| h)
+                            );
+                            assert!(sim.ring.release(hash, slot, h).is_none());
+                            removed.is_some()
+                        }
+                        None => sim.ring.remove(hash, &key).is_some(),
+                    };
+                    assert_eq!(removed, model.remove(&key).is_some());
                 }
                 let step = if rand(20) == 0 {
                     1 + rand(3 * timeout)
@@ -668,7 +705,7 @@ mod tests {
                 let to = sim.now + step;
                 due_of.insert(epoch, to + timeout);
                 let budget = 1 + rand(8) as usize;
-                let got = sim.advance(to, budget);
+                let (got, expired_handles) = sim.advance_with_handles(to, budget);
                 let mut want: Vec<u32> = model
                     .iter()
                     .filter(|(_, e)| due_of.get(e).is_some_and(|&d| d <= to))
@@ -678,7 +715,16 @@ mod tests {
                 assert_eq!(got, want, "round {round}, tick {to}");
                 for key in &got {
                     model.remove(key);
+                    if let Some(&(_, h)) = handles.get(key) {
+                        assert!(expired_handles.contains(&h));
+                        let stamp = sim.ring.handle_stamp(h).load(Ordering::Relaxed);
+                        assert_eq!(stamp, EXPIRED);
+                    }
                 }
+                assert_eq!(
+                    expired_handles.len(),
+                    got.iter().filter(|&&k| k >= 25).count()
+                );
                 assert_eq!(sim.ring.len(), model.len());
             }
         }

@@ -511,3 +511,24 @@ proptest! {
         check_schedule(timeout_ms, ops)?;
     }
 }
+
+#[test]
+fn handles_are_send_and_sync_and_futures_send() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>(_: &T) {}
+    send_sync::<IdleTracker<String>>();
+    send_sync::<IdleHandle<String>>();
+    send_sync::<wheel_timer::Expirations<String>>();
+    send_sync::<IdleStream<tokio::net::TcpStream>>();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let timer = Timer::new();
+        let (tracker, mut expirations) = IdleTracker::<u64>::new(&timer, ms(10));
+        let handle = tracker.register(1);
+        send(&handle.idle());
+        send(&expirations.next_batch());
+    });
+}
