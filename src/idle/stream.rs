@@ -176,6 +176,11 @@ impl<S> IdleStream<S> {
     /// moved only when they fire, never per I/O. For many connections,
     /// [`IdleTracker::wrap`](crate::IdleTracker::wrap) avoids the clock reads too.
     ///
+    /// # Panics
+    ///
+    /// Reads and writes panic, as a [`Sleep`] does, once `timer`'s driver has stopped (its
+    /// runtime shut down): the timeout could never fire.
+    ///
     /// # Examples
     ///
     /// ```
