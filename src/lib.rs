@@ -83,6 +83,7 @@
 mod default;
 mod driver;
 mod error;
+mod idle;
 mod loom;
 mod sleep;
 mod timeout;
@@ -91,6 +92,7 @@ mod wheel;
 
 pub use default::{default_timer, sleep_wheel, sleep_wheel_until, timeout_wheel, timeout_wheel_at};
 pub use error::{Elapsed, Error};
+pub use idle::{Expirations, Idle, IdleHandle, IdleStream, IdleTracker};
 pub use sleep::Sleep;
 pub use timeout::Timeout;
 pub use timer::{Builder, Timer};
