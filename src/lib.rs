@@ -6,6 +6,8 @@ mod default;
 mod driver;
 mod error;
 mod loom;
+#[cfg(all(test, wheel_loom))]
+mod loom_tests;
 mod sleep;
 mod timeout;
 mod timer;
