@@ -142,12 +142,18 @@ impl Driver {
     #[track_caller]
     pub(super) fn assert_none_stranded(&self) {
         for (index, shard) in self.global.shards.iter().enumerate() {
-            let core = shard.lock();
-            for key in core.sleeps.keys() {
-                if !core.sleeps.is_scheduled(key) {
-                    continue;
-                }
-                let tick = core.sleeps.tick(key).expect("a live key");
+            // Collected first: a failed assertion must not poison the shard's lock.
+            let ticks: Vec<u64> = {
+                let core = shard.lock();
+                let sleeps = &core.sleeps;
+                sleeps
+                    .keys()
+                    .into_iter()
+                    .filter(|&key| sleeps.is_scheduled(key))
+                    .filter_map(|key| sleeps.tick(key))
+                    .collect()
+            };
+            for tick in ticks {
                 assert!(
                     self.wakes_by(tick),
                     "entry at tick {tick} in shard {index} is stranded: the driver plans to wake \

@@ -114,7 +114,10 @@ fn reset_later_vs_advance() {
         assert!(woken <= 1);
         driver.turn(BASE + 2);
         assert_eq!(probe.wakes(), woken, "fired before its new deadline");
-        assert!(probe.poll(&mut sleep).is_pending(), "ready before its new deadline");
+        assert!(
+            probe.poll(&mut sleep).is_pending(),
+            "ready before its new deadline"
+        );
         driver.turn(BASE + 3);
         assert_eq!(
             probe.wakes(),
