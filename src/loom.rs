@@ -1,4 +1,6 @@
-//! Synchronization facade: loom's types under `--cfg wheel_loom`, std's otherwise.
+//! Synchronization facade: loom's types in the unit tests built with `--cfg wheel_loom`,
+//! std's otherwise (loom is a dev-dependency, so other targets built with that cfg, such as
+//! the integration tests, use std's).
 //!
 //! Every `Arc`, atomic, `Mutex` and thread in the crate comes from here so that the loom
 //! models (`src/loom_tests/`, see docs/ARCHITECTURE.md) see every shared access. The only
@@ -9,23 +11,23 @@
 //! The crate-specific cfg (not `--cfg loom`) keeps tokio built as usual: a global `--cfg loom`
 //! would rebuild tokio in its own loom mode, without `net`/`fs` (tokio#2463).
 
-#[cfg(wheel_loom)]
+#[cfg(all(test, wheel_loom))]
 pub(crate) use loom::sync::{
     atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering},
     Arc, Mutex, MutexGuard,
 };
 
-#[cfg(not(wheel_loom))]
+#[cfg(not(all(test, wheel_loom)))]
 pub(crate) use std::sync::{
     atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering},
     Arc, Mutex, MutexGuard,
 };
 
 /// Threads, for the models (the crate itself spawns none).
-#[cfg(wheel_loom)]
+#[cfg(all(test, wheel_loom))]
 #[allow(unused_imports)]
 pub(crate) use loom::thread;
-#[cfg(not(wheel_loom))]
+#[cfg(not(all(test, wheel_loom)))]
 #[allow(unused_imports)]
 pub(crate) use std::thread;
 
@@ -35,14 +37,14 @@ pub(crate) use std::thread;
 #[cfg(all(test, wheel_loom))]
 pub(crate) use std::sync::Arc as StdArc;
 
-#[cfg(wheel_loom)]
+#[cfg(all(test, wheel_loom))]
 pub(crate) use model::Notify;
 /// The driver's wake-up signal: tokio's `Notify`. Under loom, a wrapper that also keeps a
 /// loom-visible permit, which the models read and wait on where the driver task would await.
-#[cfg(not(wheel_loom))]
+#[cfg(not(all(test, wheel_loom)))]
 pub(crate) use tokio::sync::Notify;
 
-#[cfg(wheel_loom)]
+#[cfg(all(test, wheel_loom))]
 mod model {
     use loom::sync::{Condvar, Mutex};
 
@@ -82,14 +84,12 @@ mod model {
 
         /// Consumes the permit, as the driver task's `notified().enable()` does at the top of
         /// each loop; `true` if it was notified since the last call.
-        #[cfg(test)]
         pub(crate) fn take_permit(&self) -> bool {
             std::mem::take(&mut *lock(&self.permit))
         }
 
         /// Whether a notification is waiting to be consumed: the driver task would not stay
         /// parked.
-        #[cfg(test)]
         pub(crate) fn is_notified(&self) -> bool {
             *lock(&self.permit)
         }
@@ -97,7 +97,6 @@ mod model {
         /// Blocks the calling loom thread until notified, consuming the permit: the driver
         /// parked in `notified.await`. A notification that never comes is a deadlock, which
         /// loom reports.
-        #[cfg(test)]
         pub(crate) fn wait(&self) {
             let mut permit = lock(&self.permit);
             while !*permit {
