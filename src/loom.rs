@@ -37,12 +37,14 @@ pub(crate) use std::thread;
 #[cfg(all(test, wheel_loom))]
 pub(crate) use std::sync::Arc as StdArc;
 
-#[cfg(all(test, wheel_loom))]
-pub(crate) use model::Notify;
-/// The driver's wake-up signal: tokio's `Notify`. Under loom, a wrapper that also keeps a
-/// loom-visible permit, which the models read and wait on where the driver task would await.
+/// The driver's wake-up signal: tokio's `Notify`.
 #[cfg(not(all(test, wheel_loom)))]
 pub(crate) use tokio::sync::Notify;
+
+/// The driver's wake-up signal under loom: tokio's `Notify` plus a loom-visible permit, which
+/// the models read and wait on where the driver task would await.
+#[cfg(all(test, wheel_loom))]
+pub(crate) use model::Notify;
 
 #[cfg(all(test, wheel_loom))]
 mod model {

@@ -17,6 +17,21 @@
 //! Phase 2 adds `callback.rs` (model 2 for `TimerTask::cancel`), `idle.rs` (5, 6) and
 //! `shutdown.rs` (7) on the same harness.
 //!
+//! # Running
+//! `bin/loom.sh` runs them all; `bin/loom.sh sleep::drop_vs_fire` runs one (any libtest
+//! filter below `loom_tests::`). Each prints how many executions loom explored.
+//!
+//! # Adding a model
+//! A new file here with a `mod` line above; each `#[test]` calls [`model`] with a closure
+//! that builds its timer with [`fixture`], spawns at most three `crate::loom::thread`s (loom's limit is
+//! five, counting the main thread, and the state space grows fast), lets the main thread or
+//! a spawned one play the driver with [`Driver::turn`], and after joining checks outcomes:
+//! [`Probe`] counts wakes, [`Driver::assert_none_stranded`] checks the wake protocol, and
+//! loom itself reports deadlocks (a lost wakeup under `loom::future::block_on` or
+//! [`Notify::wait`](crate::loom::Notify)) and leaked `Arc`s. A model must be seen to fail
+//! when the ordering or check it guards is broken; ARCHITECTURE.md lists the mutation tried
+//! for each.
+//!
 //! # Determinism
 //! Loom replays each model many times and needs every run to take the same path for the same
 //! schedule. Sleeps read the real clock (`Instant::now()`) only to decide whether a deadline
