@@ -26,7 +26,7 @@
 
 use std::task::Waker;
 
-use tokio::sync::Notify;
+use crate::loom::Notify;
 use tokio::time::Instant;
 
 use crate::loom::{lock, Arc, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Ordering};
@@ -185,11 +185,12 @@ impl Global {
         }
     }
 
-    /// A counted handle to shard `index`.
-    pub(crate) fn handle(self: &Arc<Self>, index: usize) -> ShardHandle {
-        self.live.fetch_add(1, Ordering::Relaxed);
+    /// A counted handle to shard `index`. (An associated function: loom's `Arc` cannot be a
+    /// method receiver.)
+    pub(crate) fn handle(global: &Arc<Self>, index: usize) -> ShardHandle {
+        global.live.fetch_add(1, Ordering::Relaxed);
         ShardHandle {
-            global: self.clone(),
+            global: global.clone(),
             index,
         }
     }
@@ -324,6 +325,21 @@ impl Drop for ShardHandle {
         if self.global.live.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.global.notify.notify_one();
         }
+    }
+}
+
+// ===== loom hooks =====
+
+/// What the loom models (`src/loom_tests/`) need to play the driver task.
+#[cfg(all(test, wheel_loom))]
+impl Global {
+    pub(crate) fn notify(&self) -> &Notify {
+        &self.notify
+    }
+
+    /// The driver task's exit condition.
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.abandoned()
     }
 }
 

@@ -85,6 +85,8 @@ mod driver;
 mod error;
 mod idle;
 mod loom;
+#[cfg(all(test, wheel_loom))]
+mod loom_tests;
 mod sleep;
 mod timeout;
 mod timer;

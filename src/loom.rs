@@ -1,22 +1,116 @@
-//! Synchronization facade: loom's types under `--cfg wheel_loom`, std's otherwise.
+//! Synchronization facade: loom's types in the unit tests built with `--cfg wheel_loom`,
+//! std's otherwise (loom is a dev-dependency, so other targets built with that cfg, such as
+//! the integration tests, use std's).
 //!
 //! Every `Arc`, atomic, `Mutex` and thread in the crate comes from here so that the loom
-//! models (see `tests/loom.rs` and docs/ARCHITECTURE.md) see every shared access. The only
-//! exception is [`global`], for process-wide statics (the default-timer registry and the
-//! instance counter), which need `const` constructors that loom lacks; no loom model goes
-//! through them.
+//! models (`src/loom_tests/`, see docs/ARCHITECTURE.md) see every shared access. The only
+//! exceptions are [`global`], for process-wide statics (the default-timer registry and the
+//! instance counter), which need `const` constructors that loom lacks and which no loom model
+//! goes through, and, in loom builds of the tests only, `StdArc` for wakers (see below).
+//!
+//! The crate-specific cfg (not `--cfg loom`) keeps tokio built as usual: a global `--cfg loom`
+//! would rebuild tokio in its own loom mode, without `net`/`fs` (tokio#2463).
 
-#[cfg(wheel_loom)]
+#[cfg(all(test, wheel_loom))]
 pub(crate) use loom::sync::{
     atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering},
     Arc, Mutex, MutexGuard,
 };
 
-#[cfg(not(wheel_loom))]
+#[cfg(not(all(test, wheel_loom)))]
 pub(crate) use std::sync::{
     atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering},
     Arc, Mutex, MutexGuard,
 };
+
+/// Threads, for the models (the crate itself spawns none).
+#[cfg(all(test, wheel_loom))]
+#[allow(unused_imports)]
+pub(crate) use loom::thread;
+#[cfg(not(all(test, wheel_loom)))]
+#[allow(unused_imports)]
+pub(crate) use std::thread;
+
+/// std's `Arc`, in loom builds of the tests only: `std::task::Wake` is implemented for std's
+/// `Arc` alone, so the models' counting wakers live in one. What they share across threads
+/// (their counters) are loom atomics.
+#[cfg(all(test, wheel_loom))]
+pub(crate) use std::sync::Arc as StdArc;
+
+/// The driver's wake-up signal: tokio's `Notify`.
+#[cfg(not(all(test, wheel_loom)))]
+pub(crate) use tokio::sync::Notify;
+
+/// The driver's wake-up signal under loom: tokio's `Notify` plus a loom-visible permit, which
+/// the models read and wait on where the driver task would await.
+#[cfg(all(test, wheel_loom))]
+pub(crate) use model::Notify;
+
+#[cfg(all(test, wheel_loom))]
+mod model {
+    use loom::sync::{Condvar, Mutex};
+
+    use super::lock;
+
+    /// tokio's `Notify` (so the driver task still compiles) plus a loom permit mirroring the
+    /// one `notify_one` stores when no task is waiting. The permit is a `Mutex<bool>`, not an
+    /// atomic: loom lets a read-modify-write read any store not ordered before it, so a
+    /// thread spinning on an atomic flag may never see it set.
+    #[derive(Debug)]
+    pub(crate) struct Notify {
+        tokio: tokio::sync::Notify,
+        permit: Mutex<bool>,
+        parked: Condvar,
+    }
+
+    impl Notify {
+        pub(crate) fn new() -> Notify {
+            Notify {
+                tokio: tokio::sync::Notify::new(),
+                permit: Mutex::new(false),
+                parked: Condvar::new(),
+            }
+        }
+
+        /// Like tokio's: the permit is kept until the driver consumes it, and the notifier
+        /// happens-before the driver's next turn.
+        pub(crate) fn notify_one(&self) {
+            *lock(&self.permit) = true;
+            self.parked.notify_one();
+            self.tokio.notify_one();
+        }
+
+        pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+            self.tokio.notified()
+        }
+
+        /// Consumes the permit, as the driver task's `notified().enable()` does at the top of
+        /// each loop; `true` if it was notified since the last call.
+        pub(crate) fn take_permit(&self) -> bool {
+            std::mem::take(&mut *lock(&self.permit))
+        }
+
+        /// Whether a notification is waiting to be consumed: the driver task would not stay
+        /// parked.
+        pub(crate) fn is_notified(&self) -> bool {
+            *lock(&self.permit)
+        }
+
+        /// Blocks the calling loom thread until notified, consuming the permit: the driver
+        /// parked in `notified.await`. A notification that never comes is a deadlock, which
+        /// loom reports.
+        pub(crate) fn wait(&self) {
+            let mut permit = lock(&self.permit);
+            while !*permit {
+                permit = self
+                    .parked
+                    .wait(permit)
+                    .unwrap_or_else(|poison| poison.into_inner());
+            }
+            *permit = false;
+        }
+    }
+}
 
 /// Process-wide statics (never modelled by loom).
 pub(crate) mod global {

@@ -400,7 +400,7 @@ impl Builder {
             self.slots.next_power_of_two(),
         ));
         let handles = (0..global.shards.len())
-            .map(|i| Arc::new(global.handle(i)))
+            .map(|i| Arc::new(Global::handle(&global, i)))
             .collect();
         let timer = Timer {
             inner: Arc::new(TimerInner {
