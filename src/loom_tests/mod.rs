@@ -39,6 +39,7 @@
 //! start: never in the past, whatever the machine's load. The driver's "now" is a tick the
 //! model hands to `turn`, never read from a clock.
 
+mod idle;
 mod lifecycle;
 mod shards;
 mod sleep;
