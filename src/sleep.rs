@@ -203,6 +203,22 @@ impl Sleep {
         global.scheduled_at(tick);
     }
 
+    /// The timer's tick.
+    pub(crate) fn tick_duration(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.handle.global.clock.tick_ns)
+    }
+
+    /// `instant + duration`, saturating at the latest deadline the timer keeps.
+    pub(crate) fn saturating_add(
+        &self,
+        instant: Instant,
+        duration: std::time::Duration,
+    ) -> Instant {
+        instant
+            .checked_add(duration)
+            .unwrap_or_else(|| self.handle.global.clock.instant(MAX_NANOS))
+    }
+
     fn nanos(&self) -> u64 {
         self.deadline & MAX_NANOS
     }
