@@ -541,15 +541,17 @@ impl Builder {
     }
 
     /// Runs sync callbacks ([`Timer::schedule`], [`Timer::schedule_at`],
-    /// [`Timer::schedule_repeating`]) through `executor` instead of as tasks on the timer's
-    /// runtime: Netty's `taskExecutor`. The driver calls `executor` with no lock held, once
-    /// per fired callback, handing it a job to run; the job catches and reports its own
-    /// panics. `executor` should hand the job off rather than run it inline: a job run inline
-    /// delays the driver, hence every timer. Async tasks ([`Timer::schedule_async`]) still
-    /// run on the runtime.
+    /// [`Timer::schedule_repeating`]) through `executor`: Netty's `taskExecutor`. The driver
+    /// calls `executor` with no lock held, once per fired callback, handing it a job to run;
+    /// the job catches and reports its own panics. `executor` should hand the job off rather
+    /// than run it: a job run inline delays the driver, hence every timer. Async tasks
+    /// ([`Timer::schedule_async`]) always run as tasks on the timer's runtime.
     ///
-    /// The default (tokio tasks) suits short callbacks. Callbacks that block are better
-    /// on a blocking pool: `.executor(|job| drop(tokio::task::spawn_blocking(job)))`.
+    /// The default runs each callback on the runtime's blocking pool (`spawn_blocking`), so
+    /// a callback may block without delaying other timers (Netty's most common complaint).
+    /// Plain tokio tasks are cheaper, but a callback that blocks a worker thread can then
+    /// stall tokio's time driver, and with it every timer: choose them only for callbacks
+    /// that never block, with `.executor(|job| drop(tokio::spawn(async move { job() })))`.
     ///
     /// # Examples
     ///
@@ -666,4 +668,68 @@ impl Default for Builder {
 fn default_shards() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cpus * 4).min(MAX_SHARDS)
+}
+
+#[cfg(all(test, not(wheel_loom)))]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Collects the messages of WARN events from every thread: installed process-wide, as
+    /// the warning fires on whichever thread creates the 65th timer.
+    #[derive(Clone, Default)]
+    struct Warnings(Arc<Mutex<Vec<String>>>);
+
+    impl tracing::Subscriber for Warnings {
+        fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+            *metadata.level() <= tracing::Level::WARN
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            struct Message(String);
+            impl tracing::field::Visit for Message {
+                fn record_debug(&mut self, _: &tracing::field::Field, v: &dyn fmt::Debug) {
+                    self.0.push_str(&format!("{v:?} "));
+                }
+            }
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            self.0.lock().unwrap().push(message.0);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    impl Warnings {
+        fn too_many_timers(&self) -> usize {
+            let messages = self.0.lock().unwrap();
+            messages
+                .iter()
+                .filter(|m| m.contains("Timers are alive") && m.contains("share clones"))
+                .count()
+        }
+    }
+
+    #[test]
+    fn more_than_64_timers_warn_once_naming_the_fix() {
+        let warnings = Warnings::default();
+        tracing::subscriber::set_global_default(warnings.clone()).unwrap();
+        let mut builder = Builder::new();
+        builder.shards(1).slots(1);
+        let timers: Vec<_> = (0..INSTANCE_WARN_LIMIT + 5)
+            .map(|_| builder.build_unspawned().unwrap())
+            .collect();
+        assert_eq!(warnings.too_many_timers(), 1);
+        drop(timers);
+        let again: Vec<_> = (0..INSTANCE_WARN_LIMIT + 5)
+            .map(|_| builder.build_unspawned().unwrap())
+            .collect();
+        assert_eq!(warnings.too_many_timers(), 1, "once per process");
+        drop(again);
+    }
 }
