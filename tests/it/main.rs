@@ -1,6 +1,10 @@
 //! Public-API tests, one module per feature (one binary: faster to build and run).
 
+mod callback;
+mod interval;
+mod shutdown;
 mod sleep;
+mod stats;
 mod support;
 mod timeout;
 mod timer;
