@@ -145,11 +145,14 @@ async fn simulate() -> Result<(), Error> {
         stats.cancelled,
         stats.pending
     );
-    let unfired = timer.shutdown();
-    println!(
-        "{}  timer shut down with {} task(s) unfired",
-        clock.now(),
-        unfired.len()
-    );
+    // Stopping the shop: unfired auto-ratings come back cancelled, ready to be persisted.
+    for task in timer.shutdown() {
+        println!(
+            "{}  shut down: auto-rating due {} returned, cancelled: {}",
+            clock.now(),
+            clock.at(task.deadline()),
+            task.is_cancelled()
+        );
+    }
     Ok(())
 }
