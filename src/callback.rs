@@ -198,6 +198,7 @@ impl Global {
     fn schedule_task(
         self: &Arc<Self>,
         shard: usize,
+        now: Instant,
         nanos: u64,
         period: u64,
         job: Job,
@@ -211,7 +212,7 @@ impl Global {
         let tick = self
             .clock
             .tick_at_or_after(nanos)
-            .max(self.clock.now_tick());
+            .max(self.clock.tick_of(now));
         let shared = Arc::new(TaskShared {
             state: AtomicU8::new(PENDING),
             job: Mutex::new(Some(job)),
@@ -587,9 +588,8 @@ impl Timer {
     where
         F: FnOnce() + Send + 'static,
     {
-        let nanos = self.nanos_after(delay);
-        self.global()
-            .schedule_task(self.shard_index(), nanos, 0, Job::Once(Box::new(task)))
+        let now = Instant::now();
+        self.schedule_job(now, now.checked_add(delay), 0, Job::Once(Box::new(task)))
     }
 
     /// Runs `task` at `deadline` (rounded up to the next tick); a deadline in the past runs it
@@ -619,9 +619,7 @@ impl Timer {
     where
         F: FnOnce() + Send + 'static,
     {
-        let nanos = self.global().clock.nanos(deadline);
-        self.global()
-            .schedule_task(self.shard_index(), nanos, 0, Job::Once(Box::new(task)))
+        self.schedule_job(Instant::now(), Some(deadline), 0, Job::Once(Box::new(task)))
     }
 
     /// Spawns `future` on the timer's runtime once `delay` has passed. Always on the runtime,
@@ -653,9 +651,8 @@ impl Timer {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let nanos = self.nanos_after(delay);
-        self.global()
-            .schedule_task(self.shard_index(), nanos, 0, Job::Async(Box::pin(future)))
+        let now = Instant::now();
+        self.schedule_job(now, now.checked_add(delay), 0, Job::Async(Box::pin(future)))
     }
 
     /// Runs `task` every `period`, the first time one period from now, until the returned
@@ -709,21 +706,23 @@ impl Timer {
             "wheel-timer: schedule_repeating needs a non-zero period"
         );
         let period_ns = u64::try_from(period.as_nanos()).map_or(MAX_NANOS, |p| p.min(MAX_NANOS));
-        let nanos = self.nanos_after(period);
-        self.global().schedule_task(
-            self.shard_index(),
-            nanos,
-            period_ns,
-            Job::Repeating(Box::new(task)),
-        )
+        let now = Instant::now();
+        let job = Job::Repeating(Box::new(task));
+        self.schedule_job(now, now.checked_add(period), period_ns, job)
     }
 
-    /// `now + delay` in nanoseconds from the timer's start, saturated.
-    fn nanos_after(&self, delay: Duration) -> u64 {
-        match Instant::now().checked_add(delay) {
-            Some(deadline) => self.global().clock.nanos(deadline),
-            None => MAX_NANOS,
-        }
+    /// Schedules `job` at `deadline` (`None`: past every deadline the wheel keeps) in the
+    /// calling thread's shard.
+    fn schedule_job(
+        &self,
+        now: Instant,
+        deadline: Option<Instant>,
+        period: u64,
+        job: Job,
+    ) -> Result<TimerTask, Error> {
+        let global = self.global();
+        let nanos = deadline.map_or(MAX_NANOS, |deadline| global.clock.nanos(deadline));
+        global.schedule_task(self.shard_index(), now, nanos, period, job)
     }
 }
 

@@ -496,8 +496,9 @@ impl Global {
                     counts.lateness = counts.lateness.max(now.saturating_sub(tick));
                 }
                 let Some(Some(task)) = core.tasks.get(key).cloned() else {
-                    // Never left in the wheel by `schedule`; free rather than leak.
+                    // `schedule` never leaves an empty entry; free one rather than loop on it.
                     core.tasks.try_remove(key);
+                    freed += 1;
                     continue;
                 };
                 if task.period == 0 {
