@@ -38,8 +38,8 @@ const PAST: u64 = 1 << 62;
 ///
 /// # Panics
 ///
-/// Polling panics if its timer has been shut down ([`Timer`](crate::Timer) shutdown) or its
-/// driver is gone because the runtime it ran on was dropped: the sleep can then never
+/// Polling panics if its timer has been shut down ([`Timer::shutdown`](crate::Timer::shutdown))
+/// or its driver is gone because the runtime it ran on was dropped: the sleep can then never
 /// complete, and a panic is louder than a hang. The message starts with `wheel-timer:`.
 ///
 /// # Examples
