@@ -43,7 +43,8 @@ pub struct Stats {
     /// Entries ever scheduled: sleep registrations (and re-arms of a fired sleep by
     /// `reset`), task schedules, and every re-arm of a repeating task.
     pub scheduled: u64,
-    /// Entries the driver fired: sleeps woken and callbacks handed to the executor.
+    /// Entries the driver fired: sleeps woken, and callbacks that came due (handed to the
+    /// executor, or skipped because the series' previous run was still going).
     pub fired: u64,
     /// Tasks cancelled, by [`TimerTask::cancel`](crate::TimerTask::cancel) or by
     /// [`Timer::shutdown`]. Dropped sleeps are not counted.

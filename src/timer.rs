@@ -544,7 +544,9 @@ impl Builder {
     /// [`Timer::schedule_repeating`]) through `executor`: Netty's `taskExecutor`. The driver
     /// calls `executor` with no lock held, once per fired callback, handing it a job to run;
     /// the job catches and reports its own panics. `executor` should hand the job off rather
-    /// than run it: a job run inline delays the driver, hence every timer. Async tasks
+    /// than run it: a job run inline delays the driver, hence every timer. A job the
+    /// executor drops is never run. A panic in `executor` itself is caught and counted like
+    /// a callback's (that callback is lost). Async tasks
     /// ([`Timer::schedule_async`]) always run as tasks on the timer's runtime.
     ///
     /// The default runs each callback on the runtime's blocking pool (`spawn_blocking`), so
