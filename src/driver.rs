@@ -200,7 +200,7 @@ pub(crate) struct Shard {
 pub(crate) struct ShardCore {
     /// Sleep entries: the waker to wake, `None` once taken.
     pub(crate) sleeps: Wheel<Option<Waker>>,
-    /// Callback tasks; an entry is `None` only while `schedule` sets it up under the lock.
+    /// Callback tasks (every entry is `Some`: the `Option` is only for the wheel's `Default`).
     pub(crate) tasks: Wheel<Option<Arc<TaskShared>>>,
     /// Set once by `Global::close`; nothing is scheduled afterwards.
     pub(crate) closed: bool,
