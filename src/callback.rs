@@ -196,34 +196,34 @@ impl Global {
     /// Allocates a task due at `nanos` (saturated) in shard `shard` and makes sure the driver
     /// wakes for it.
     fn schedule_task(
-        self: &Arc<Self>,
+        this: &Arc<Self>,
         shard: usize,
         now: Instant,
         nanos: u64,
         period: u64,
         job: Job,
     ) -> Result<TimerTask, Error> {
-        if self.state() != RUNNING {
+        if this.state() != RUNNING {
             return Err(Error::shutdown());
         }
-        self.admit()?;
+        this.admit()?;
         // A deadline already past is due at the current tick, not at its own, so lateness
         // is measured from when the task was scheduled.
-        let tick = self
+        let tick = this
             .clock
             .tick_at_or_after(nanos)
-            .max(self.clock.tick_of(now));
+            .max(this.clock.tick_of(now));
         let shared = Arc::new(TaskShared {
             state: AtomicU8::new(PENDING),
             job: Mutex::new(Some(job)),
             deadline: AtomicU64::new(nanos),
             period,
         });
-        self.task_allocated();
-        let mut core = self.shards[shard].lock();
+        this.task_allocated();
+        let mut core = this.shards[shard].lock();
         if core.closed {
             drop(core);
-            self.tasks_freed(1);
+            this.tasks_freed(1);
             // The job is dropped here, with no lock held.
             drop(shared);
             return Err(Error::shutdown());
@@ -231,7 +231,7 @@ impl Global {
         let key = core.tasks.insert(tick, Some(shared.clone()));
         core.counters.scheduled += 1;
         drop(core);
-        self.scheduled_at(tick);
+        this.scheduled_at(tick);
         tracing::trace!(
             tick,
             shard,
@@ -240,14 +240,14 @@ impl Global {
         );
         Ok(TimerTask {
             shared,
-            global: self.clone(),
+            global: this.clone(),
             key,
             shard,
         })
     }
 
     /// Hands a fired task's job to the executor; called by the driver with no lock held.
-    pub(crate) fn dispatch(self: &Arc<Self>, fired: Fired) {
+    pub(crate) fn dispatch(this: &Arc<Self>, fired: Fired) {
         let Some(job) = fired.task.take_job() else {
             // The series' previous run is still going (or it just ended): skip this run.
             return;
@@ -256,9 +256,9 @@ impl Global {
             Job::Async(future) => {
                 let future = CatchUnwind {
                     future,
-                    global: self.clone(),
+                    global: this.clone(),
                 };
-                match self.executor.runtime.as_ref() {
+                match this.executor.runtime.as_ref() {
                     Some(runtime) => drop(runtime.spawn(future)),
                     None => tracing::error!(
                         "wheel-timer: an async task fired on a timer without a runtime; dropped"
@@ -266,12 +266,12 @@ impl Global {
                 }
             }
             job => {
-                let global = self.clone();
+                let global = this.clone();
                 let run = Box::new(move || global.run_sync(fired, job));
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.executor.execute(run)))
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| this.executor.execute(run)))
                 {
                     // A panicking user executor must not take the driver down with it.
-                    self.callback_panicked(&*payload, "the timer's executor");
+                    this.callback_panicked(&*payload, "the timer's executor");
                 }
             }
         }
@@ -722,7 +722,7 @@ impl Timer {
     ) -> Result<TimerTask, Error> {
         let global = self.global();
         let nanos = deadline.map_or(MAX_NANOS, |deadline| global.clock.nanos(deadline));
-        global.schedule_task(self.shard_index(), now, nanos, period, job)
+        Global::schedule_task(global, self.shard_index(), now, nanos, period, job)
     }
 }
 
@@ -771,7 +771,7 @@ mod tests {
         // The cancel's CAS lands first, the driver pops the entry in that same tick, and
         // only then does the cancel take the shard lock.
         assert!(task.mark_cancelled());
-        global.turn(tick, &mut Vec::new());
+        Global::turn(&global, tick, &mut Vec::new());
         task.finish_cancel();
         assert_eq!(runs.load(SeqCst), 0);
         assert!(task.is_cancelled() && !task.is_expired());
@@ -790,7 +790,7 @@ mod tests {
         let (timer, global) = unspawned(Some(1));
         let (runs, run) = counter();
         let task = timer.schedule(Duration::from_millis(5), run).unwrap();
-        global.turn(tick_of(&task), &mut Vec::new());
+        Global::turn(&global, tick_of(&task), &mut Vec::new());
         assert_eq!(runs.load(SeqCst), 1);
         assert!(task.is_expired());
         assert!(!task.cancel());
@@ -806,14 +806,14 @@ mod tests {
         let first = timer.schedule(Duration::from_millis(5), || {}).unwrap();
         let tick = tick_of(&first);
         assert!(first.mark_cancelled());
-        global.turn(tick, &mut Vec::new());
+        Global::turn(&global, tick, &mut Vec::new());
         let (runs, run) = counter();
         let second = timer.schedule(Duration::from_millis(5), run).unwrap();
         assert_eq!(second.key.index(), first.key.index(), "the slot was reused");
         first.finish_cancel();
         assert_eq!(timer.pending(), 1, "the second task is still scheduled");
         assert_eq!(global.task_counts(), (1, Some(1)));
-        global.turn(tick_of(&second), &mut Vec::new());
+        Global::turn(&global, tick_of(&second), &mut Vec::new());
         assert_eq!(runs.load(SeqCst), 1);
         assert_eq!(global.task_counts(), (0, Some(0)));
     }
@@ -827,14 +827,14 @@ mod tests {
             .unwrap();
         let first = task.deadline();
         let start = tick_of(&task);
-        global.turn(start, &mut Vec::new());
+        Global::turn(&global, start, &mut Vec::new());
         assert_eq!(runs.load(SeqCst), 1);
         assert_eq!(task.deadline(), first + Duration::from_millis(10));
         assert_eq!(timer.pending(), 1, "re-armed in place, same key");
         // The driver comes 35 ms late for the next run: it runs once, and the next run is
         // the next point of the 10 ms grid after now rather than a burst of missed runs.
         let late = tick_of(&task) + 35;
-        global.turn(late, &mut Vec::new());
+        Global::turn(&global, late, &mut Vec::new());
         assert_eq!(runs.load(SeqCst), 2);
         assert_eq!(task.deadline(), first + Duration::from_millis(50));
         let stats = timer.stats();

@@ -356,22 +356,25 @@ impl Global {
 
     /// One driver turn at tick `now`: fire everything due, then return the tick to sleep
     /// until (`u64::MAX`: park until notified). `wakers` is scratch space, empty on return.
-    pub(crate) fn turn(self: &Arc<Self>, now: u64, wakers: &mut Vec<Waker>) -> u64 {
-        if now >= self.next_wake.load(Ordering::Acquire) {
+    ///
+    /// Takes the `Arc` (fired callbacks hold the timer until they ran) as a plain argument:
+    /// loom's `Arc` cannot be a method receiver.
+    pub(crate) fn turn(this: &Arc<Self>, now: u64, wakers: &mut Vec<Waker>) -> u64 {
+        if now >= this.next_wake.load(Ordering::Acquire) {
             // Woken for the planned deadline: start over from "parked" so entries scheduled
             // from here on notify (see the ground rules).
-            self.next_wake.swap(PARKED, Ordering::AcqRel);
+            this.next_wake.swap(PARKED, Ordering::AcqRel);
         }
         let mut next = PARKED;
         let mut fired = Vec::new();
         let mut counts = TurnCounts::default();
-        for index in 0..self.shards.len() {
-            if let Some(exp) = self.advance(index, now, wakers, &mut fired, &mut counts) {
+        for index in 0..this.shards.len() {
+            if let Some(exp) = Global::advance(this, index, now, wakers, &mut fired, &mut counts) {
                 next = next.min(exp);
             }
         }
         if counts.sleeps + counts.tasks > 0 {
-            self.stats
+            this.stats
                 .max_lateness
                 .fetch_max(counts.lateness, Ordering::Relaxed);
             tracing::debug!(
@@ -382,8 +385,8 @@ impl Global {
                 "wheel-timer: driver turn fired timers"
             );
         }
-        self.next_wake.fetch_min(next, Ordering::AcqRel);
-        self.next_wake.load(Ordering::Acquire)
+        this.next_wake.fetch_min(next, Ordering::AcqRel);
+        this.next_wake.load(Ordering::Acquire)
     }
 
     /// Closes every shard with `reason` (`STOPPED` or `DRIVER_GONE`): wakes every scheduled
@@ -459,14 +462,14 @@ impl Global {
     /// Fires what is due at `now` in shard `index`, waking sleeps and dispatching tasks in
     /// batches with the lock released; returns the shard's next expiration.
     fn advance(
-        self: &Arc<Self>,
+        this: &Arc<Self>,
         index: usize,
         now: u64,
         wakers: &mut Vec<Waker>,
         fired: &mut Vec<Fired>,
         counts: &mut TurnCounts,
     ) -> Option<u64> {
-        let shard = &self.shards[index];
+        let shard = &this.shards[index];
         loop {
             let mut core = shard.lock();
             if core.closed {
@@ -519,9 +522,9 @@ impl Global {
                         freed += 1;
                         continue;
                     }
-                    let next = task.next_deadline(now, self.clock.tick_ns);
+                    let next = task.next_deadline(now, this.clock.tick_ns);
                     core.tasks
-                        .reschedule(key, self.clock.tick_at_or_after(next));
+                        .reschedule(key, this.clock.tick_at_or_after(next));
                     core.counters.scheduled += 1;
                 }
                 core.counters.fired += 1;
@@ -548,9 +551,9 @@ impl Global {
             };
             drop(core);
             wakers.drain(..).for_each(Waker::wake);
-            self.tasks_freed(freed);
+            this.tasks_freed(freed);
             for fired in fired.drain(..) {
-                self.dispatch(fired);
+                Global::dispatch(this, fired);
             }
             if !full {
                 return next;
@@ -615,7 +618,7 @@ async fn run(global: &Arc<Global>) {
         notified.as_mut().enable();
         global.stats.wakeups.fetch_add(1, Ordering::Relaxed);
         let now = global.clock.now_tick();
-        let target = global.turn(now, &mut wakers);
+        let target = Global::turn(global, now, &mut wakers);
         if global.state() != RUNNING || global.abandoned() {
             // Closed, or nothing can reach the timer any more: `live` counts every handle
             // and sleep, `tasks` every task.
