@@ -1,6 +1,8 @@
 //! Public-API tests, one module per feature (one binary: faster to build and run).
 
 mod callback;
+mod idle;
+mod idle_tcp;
 mod interval;
 mod shutdown;
 mod sleep;

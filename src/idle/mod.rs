@@ -1,0 +1,45 @@
+//! Idle-connection tracking: [`IdleTracker`], [`IdleHandle`], [`Expirations`] and
+//! [`IdleStream`].
+//!
+//! # Ground rules
+//! - The tracker is sharded by key hash; each shard is a `Mutex` around a sans-IO
+//!   `ring::Ring`: a key → slot table, a slab of slots (key, stamp, links) and a ring of
+//!   one-tick buckets (the timeout in ticks plus two, rounded up to a power of two).
+//! - Touch time is never read from the clock on the touch path. The driver task publishes
+//!   an *epoch* (`Shared::epoch`) at most once per tick, every tick while anything is
+//!   tracked, and records for each epoch it replaces the instant of the replacement: the
+//!   clock is read *after* the new epoch is stored (`SeqCst`), so every touch that recorded
+//!   the old epoch happened before that reading. A key whose stamp says epoch `e` is due at
+//!   `replacement(e) + idle_timeout`, rounded up to a tick: an upper bound of its real
+//!   deadline, so a key never expires early, and on a punctual driver it expires within one
+//!   tick of its real deadline. The current epoch's end is unknown, so a slot stamped with
+//!   it is never expired, only re-filed (at a lower bound of its due tick).
+//! - A keyed touch writes the slot's stamp under the shard lock. A key with an
+//!   [`IdleHandle`] keeps its stamp in a fixed chunk of atomics instead (the handle holds the
+//!   chunk), written without any lock. Those stamps only grow (`ring::raise`: load, then
+//!   `fetch_max` if lower), so concurrent touches never lose the newest one; `EXPIRED` and
+//!   `REMOVED` are sticky markers above every epoch, which is how the handle and its
+//!   [`IdleStream`] learn about expiry without a lock. A handle's stamp is freed only by the
+//!   handle's drop, so a stale handle never writes into another key's stamp.
+//! - The driver's ring of dues is indexed by epoch modulo the bucket count; an overwritten
+//!   entry holds a later epoch's due (later still), so even a stale lookup can only make an
+//!   expiry late, never early.
+//! - A slot sits in the bucket of a tick at or before its due tick; touching never moves
+//!   it. When its bucket comes round the driver re-files it at its due tick or expires it.
+//!   New keys are filed in the next bucket to process and placed properly there.
+//! - Parking: with nothing tracked the driver stops publishing and parks. An insert that
+//!   finds it parked publishes itself (under the publisher lock, reading the clock: the slow
+//!   path) and notifies it; `Shared::park` and `Shared::inserted` pair their `SeqCst`
+//!   store/load so that one of them always sees the other.
+//! - Lock order: publisher lock, then one shard lock. Wakers are woken, and expired or
+//!   removed keys dropped, with no lock held; expired batches go to the stream through the
+//!   output lock, which nests in nothing.
+
+mod handle;
+mod ring;
+mod stream;
+mod tracker;
+
+pub use handle::{Idle, IdleHandle};
+pub use stream::IdleStream;
+pub use tracker::{Expirations, IdleTracker};
