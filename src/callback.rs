@@ -42,7 +42,11 @@ pub(crate) const FIRED: u8 = 1;
 pub(crate) const CANCELLED: u8 = 2;
 
 /// A user executor for sync callbacks, as given to `Builder::executor`.
-pub(crate) type ExecutorFn = Arc<Box<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>>;
+///
+/// `AssertUnwindSafe` keeps `Timer` unwind safe: the driver catches a panic of the executor
+/// and relies on none of its state afterwards.
+pub(crate) type ExecutorFn =
+    Arc<AssertUnwindSafe<Box<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>>>;
 
 /// The state a task's handles and its wheel entry share.
 pub(crate) struct TaskShared {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::IntoFuture;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -576,7 +577,7 @@ impl Builder {
     where
         E: Fn(Box<dyn FnOnce() + Send>) + Send + Sync + 'static,
     {
-        self.executor = Some(Arc::new(Box::new(executor)));
+        self.executor = Some(Arc::new(AssertUnwindSafe(Box::new(executor))));
         self
     }
 

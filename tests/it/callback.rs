@@ -630,8 +630,13 @@ fn zero_period_series_panics() {
 }
 
 #[test]
-fn task_handles_are_send_sync_clone_debug() {
-    fn check<T: Send + Sync + Clone + std::fmt::Debug + 'static>() {}
+fn task_handles_are_send_sync_clone_debug_unwind_safe() {
+    use std::panic::{RefUnwindSafe, UnwindSafe};
+    fn check<T: Send + Sync + Clone + std::fmt::Debug + UnwindSafe + RefUnwindSafe + 'static>() {}
     check::<TimerTask>();
     check::<wheel_timer::Stats>();
+    check::<Timer>();
+    check::<wheel_timer::Builder>();
+    fn unwind_safe<T: UnwindSafe + RefUnwindSafe>() {}
+    unwind_safe::<wheel_timer::Interval>();
 }
