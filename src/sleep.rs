@@ -5,6 +5,12 @@
 //! completed sleep has already freed its entry, so dropping it touches no lock either.
 //! A re-poll with the same waker while the shard's `elapsed` is below the sleep's tick is
 //! answered without the lock (see the driver's ground rules).
+//!
+//! A sleep from `Timer::try_sleep` is the exception: it registers when it is created (with no
+//! waker), so that it can be refused at `max_pending`; its first poll stores the waker.
+//! Under `max_pending` every registered entry is counted from its insert until the sleep
+//! frees it (completion, reset into the past, drop); infallible sleeps are counted but never
+//! refused.
 
 use std::fmt;
 use std::future::Future;
@@ -16,6 +22,7 @@ use tokio::time::Instant;
 use crate::driver::{ShardHandle, DRIVER_GONE, MAX_NANOS};
 use crate::loom::{Arc, Ordering};
 use crate::wheel::Key;
+use crate::Error;
 
 /// Set once the sleep has completed (returned `Ready`).
 const ELAPSED: u64 = 1 << 63;
@@ -31,8 +38,8 @@ const PAST: u64 = 1 << 62;
 ///
 /// # Panics
 ///
-/// Polling panics if its timer has been shut down ([`Timer`](crate::Timer) shutdown) or its
-/// driver is gone because the runtime it ran on was dropped: the sleep can then never
+/// Polling panics if its timer has been shut down ([`Timer::shutdown`](crate::Timer::shutdown))
+/// or its driver is gone because the runtime it ran on was dropped: the sleep can then never
 /// complete, and a panic is louder than a hang. The message starts with `wheel-timer:`.
 ///
 /// # Examples
@@ -72,6 +79,35 @@ impl Sleep {
             deadline: nanos.min(MAX_NANOS) | if past { PAST } else { 0 },
             waker: (0, 0),
         }
+    }
+
+    /// A sleep registered at once (for `Timer::try_sleep`): its capacity was admitted by the
+    /// caller and is given back here if the sleep ends up not registered.
+    pub(crate) fn registered(handle: Arc<ShardHandle>, nanos: u64) -> Result<Sleep, Error> {
+        let global = &handle.global;
+        let nanos = nanos.min(MAX_NANOS);
+        let tick = global.clock.tick_at_or_after(nanos);
+        let mut core = handle.shard().lock();
+        if core.closed {
+            drop(core);
+            global.freed(1);
+            return Err(Error::shutdown());
+        }
+        if tick <= core.sleeps.elapsed() {
+            drop(core);
+            global.freed(1);
+            return Ok(Sleep::new(handle, nanos, true));
+        }
+        let key = core.sleeps.insert(tick, None);
+        core.counters.scheduled += 1;
+        drop(core);
+        global.scheduled_at(tick);
+        Ok(Sleep {
+            handle,
+            key,
+            deadline: nanos,
+            waker: (0, 0),
+        })
     }
 
     /// The instant this sleep completes at (before rounding up to a tick).
@@ -150,18 +186,37 @@ impl Sleep {
         if past || core.closed {
             core.sleeps.try_remove(self.key);
             drop(core);
+            global.freed(1);
             self.key = Key::DANGLING;
             self.waker = (0, 0);
             return;
         }
         let tick = global.clock.tick_at_or_after(nanos);
+        let fired = !core.sleeps.is_scheduled(self.key);
         core.sleeps.reschedule(self.key, tick);
-        if core.sleeps.get(self.key).is_some_and(Option::is_none) {
-            // Fired before: its waker was taken, so the next poll must store one.
+        if fired {
+            // Its waker was taken, so the next poll must store one.
+            core.counters.scheduled += 1;
             self.waker = (0, 0);
         }
         drop(core);
         global.scheduled_at(tick);
+    }
+
+    /// The timer's tick.
+    pub(crate) fn tick_duration(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.handle.global.clock.tick_ns)
+    }
+
+    /// `instant + duration`, saturating at the latest deadline the timer keeps.
+    pub(crate) fn saturating_add(
+        &self,
+        instant: Instant,
+        duration: std::time::Duration,
+    ) -> Instant {
+        instant
+            .checked_add(duration)
+            .unwrap_or_else(|| self.handle.global.clock.instant(MAX_NANOS))
     }
 
     fn nanos(&self) -> u64 {
@@ -204,7 +259,9 @@ impl Sleep {
                 return Self::complete(&mut self.deadline);
             }
             self.key = core.sleeps.insert(tick, Some(cx.waker().clone()));
+            core.counters.scheduled += 1;
             drop(core);
+            global.allocated();
             self.waker = waker_id(cx.waker());
             global.scheduled_at(tick);
             return Poll::Pending;
@@ -212,6 +269,7 @@ impl Sleep {
         if !core.sleeps.is_scheduled(self.key) {
             core.sleeps.try_remove(self.key);
             drop(core);
+            global.freed(1);
             self.key = Key::DANGLING;
             self.waker = (0, 0);
             return Self::complete(&mut self.deadline);
@@ -240,6 +298,7 @@ impl Drop for Sleep {
     fn drop(&mut self) {
         if self.key != Key::DANGLING {
             self.handle.shard().lock().sleeps.try_remove(self.key);
+            self.handle.global.freed(1);
         }
     }
 }

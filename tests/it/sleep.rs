@@ -255,6 +255,7 @@ async fn drop_after_reschedule_at_new_scheduled_time() {
     assert!(poll_noop(c.as_mut()).is_pending());
     b.as_mut().reset(start + ms(10));
     a.await;
+    #[allow(clippy::drop_non_drop)]
     drop(b);
     c.await;
     assert_elapsed(start, ms(10));
