@@ -184,8 +184,10 @@ impl Sleep {
         }
         let mut core = self.handle.shard().lock();
         if past || core.closed {
-            core.sleeps.try_remove(self.key);
+            let removed = core.sleeps.try_remove(self.key);
             drop(core);
+            // A waker is user code: dropped with no lock held.
+            drop(removed);
             global.freed(1);
             self.key = Key::DANGLING;
             self.waker = (0, 0);
@@ -267,20 +269,23 @@ impl Sleep {
             return Poll::Pending;
         }
         if !core.sleeps.is_scheduled(self.key) {
-            core.sleeps.try_remove(self.key);
+            let removed = core.sleeps.try_remove(self.key);
             drop(core);
+            drop(removed);
             global.freed(1);
             self.key = Key::DANGLING;
             self.waker = (0, 0);
             return Self::complete(&mut self.deadline);
         }
+        let mut replaced = None;
         if let Some(slot) = core.sleeps.get_mut(self.key) {
             match slot {
                 Some(waker) if waker.will_wake(cx.waker()) => {}
-                _ => *slot = Some(cx.waker().clone()),
+                _ => replaced = slot.replace(cx.waker().clone()),
             }
         }
         drop(core);
+        drop(replaced);
         self.waker = waker_id(cx.waker());
         Poll::Pending
     }
@@ -297,8 +302,10 @@ impl Future for Sleep {
 impl Drop for Sleep {
     fn drop(&mut self) {
         if self.key != Key::DANGLING {
-            self.handle.shard().lock().sleeps.try_remove(self.key);
+            // Bound, not discarded: the waker (user code) drops after the guard, unlocked.
+            let removed = self.handle.shard().lock().sleeps.try_remove(self.key);
             self.handle.global.freed(1);
+            drop(removed);
         }
     }
 }
