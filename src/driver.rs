@@ -38,7 +38,9 @@ use crate::loom::Notify;
 use tokio::time::Instant;
 
 use crate::callback::{Executor, Fired, TaskShared, CANCELLED, FIRED, PENDING};
-use crate::loom::{lock, Arc, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::loom::{
+    lock_shard, Arc, AtomicU64, AtomicU8, AtomicUsize, Ordering, ShardGuard, ShardLock,
+};
 use crate::wheel::{Key, Wheel, MAX_TICK};
 
 /// Wakers collected under one lock hold before they are woken (tokio uses 32 too).
@@ -73,11 +75,7 @@ impl Clock {
     /// Nanoseconds from the start to `deadline`: 0 for earlier instants, saturated at
     /// [`MAX_NANOS`].
     pub(crate) fn nanos(&self, deadline: Instant) -> u64 {
-        let d = deadline.saturating_duration_since(self.start);
-        d.as_secs()
-            .checked_mul(1_000_000_000)
-            .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
-            .map_or(MAX_NANOS, |ns| ns.min(MAX_NANOS))
+        duration_nanos(deadline.saturating_duration_since(self.start))
     }
 
     /// `(nanos / tick_ns, nanos % tick_ns)` by multiplication: the reciprocal's estimate is
@@ -118,6 +116,14 @@ impl Clock {
         let ns = tick.saturating_mul(self.tick_ns).min(MAX_NANOS);
         self.instant(ns)
     }
+}
+
+/// `d` in nanoseconds, saturated at [`MAX_NANOS`].
+pub(crate) fn duration_nanos(d: std::time::Duration) -> u64 {
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
+        .map_or(MAX_NANOS, |ns| ns.min(MAX_NANOS))
 }
 
 /// Deadlines are kept as nanoseconds from the timer's start in 62 bits (146 years).
@@ -190,7 +196,7 @@ struct TurnCounts {
 #[derive(Debug)]
 #[repr(align(128))]
 pub(crate) struct Shard {
-    core: Mutex<ShardCore>,
+    core: ShardLock<ShardCore>,
     /// Mirror of `core.sleeps.elapsed()` (see the module's ground rules).
     pub(crate) elapsed: AtomicU64,
 }
@@ -226,7 +232,7 @@ impl Global {
             clock,
             shards: (0..shards)
                 .map(|_| Shard {
-                    core: Mutex::new(ShardCore {
+                    core: ShardLock::new(ShardCore {
                         sleeps: Wheel::new(slots),
                         tasks: Wheel::new(slots),
                         closed: false,
@@ -566,8 +572,8 @@ impl Global {
 // ===== impl Shard =====
 
 impl Shard {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, ShardCore> {
-        lock(&self.core)
+    pub(crate) fn lock(&self) -> ShardGuard<'_, ShardCore> {
+        lock_shard(&self.core)
     }
 }
 

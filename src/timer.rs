@@ -159,12 +159,10 @@ impl Timer {
     /// # }
     /// ```
     pub fn sleep(&self, duration: Duration) -> Sleep {
-        let now = Instant::now();
-        let global = &self.inner.global;
-        let nanos = match now.checked_add(duration) {
-            Some(deadline) => global.clock.nanos(deadline),
-            None => driver::MAX_NANOS,
-        };
+        let clock = &self.inner.global.clock;
+        let nanos = clock
+            .nanos(Instant::now())
+            .saturating_add(driver::duration_nanos(duration));
         Sleep::new(self.shard_handle(), nanos, duration.is_zero())
     }
 
