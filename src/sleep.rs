@@ -24,6 +24,10 @@ use crate::loom::{Arc, Ordering};
 use crate::wheel::Key;
 use crate::Error;
 
+/// The sleep's timer was shut down or lost its driver: the sleep can never complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Closed;
+
 /// Set once the sleep has completed (returned `Ready`).
 const ELAPSED: u64 = 1 << 63;
 /// Set when the deadline had passed when it was set: ready on the next poll.
@@ -225,9 +229,9 @@ impl Sleep {
         self.deadline & MAX_NANOS
     }
 
-    fn complete(deadline: &mut u64) -> Poll<()> {
+    fn complete(deadline: &mut u64) -> Poll<Result<(), Closed>> {
         *deadline = (*deadline | ELAPSED) & !PAST;
-        Poll::Ready(())
+        Poll::Ready(Ok(()))
     }
 
     #[cold]
@@ -238,7 +242,9 @@ impl Sleep {
         panic!("wheel-timer: a Sleep was polled after its timer was shut down");
     }
 
-    fn poll_inner(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    /// Polls without the closed-timer panic: crate-internal waiters (the idle tracker's
+    /// driver) stop cleanly on `Err(Closed)` instead.
+    pub(crate) fn poll_unless_closed(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
         if self.deadline & (ELAPSED | PAST) != 0 {
             return Self::complete(&mut self.deadline);
         }
@@ -253,8 +259,7 @@ impl Sleep {
         }
         let mut core = shard.lock();
         if core.closed {
-            drop(core);
-            self.closed();
+            return Poll::Ready(Err(Closed));
         }
         if self.key == Key::DANGLING {
             if tick <= core.sleeps.elapsed() {
@@ -295,7 +300,12 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.get_mut().poll_inner(cx)
+        let this = self.get_mut();
+        match this.poll_unless_closed(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(()),
+            Poll::Ready(Err(Closed)) => this.closed(),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 

@@ -460,10 +460,17 @@ where
             continue;
         }
         Pin::new(&mut sleep).reset(shared.tick_start(now + 1));
+        let tick = std::future::poll_fn(|cx| sleep.poll_unless_closed(cx));
         tokio::select! {
             biased;
             _ = &mut notified => {}
-            _ = &mut sleep => {}
+            done = tick => {
+                if done.is_err() {
+                    // The timer was shut down (or lost its driver) under us: stop, and let
+                    // `finish` end the stream, rather than panic in a library task.
+                    break;
+                }
+            }
         }
     }
     drop(finish);
