@@ -18,19 +18,30 @@
 //!   only `fetch_min`s the scan's result in. So an entry is either seen by the scan or its
 //!   scheduler sees a `next_wake` above its tick and notifies (the notify permit is kept).
 //! - Liveness: every [`ShardHandle`] (held by `Timer` handles and by sleeps) counts in
-//!   `live`; the driver exits once `live` is zero and nothing is scheduled. The last handle's
-//!   drop notifies it.
+//!   `live`, and every allocated callback task in `tasks`; the driver exits once both are
+//!   zero, so a scheduled task keeps it alive after every handle is gone. Whoever brings
+//!   either count to zero notifies it; both counts and the driver's check are `SeqCst`, so
+//!   of two threads bringing them to zero at once, one sees the other's zero.
+//! - Tasks (see `callback.rs`) live in each shard's second wheel. The driver pops them under
+//!   the same lock as the sleeps, frees (one-shot) or re-arms (repeating) them there, and
+//!   hands the fired ones to the executor in batches of [`BATCH`] after unlocking.
+//! - Counters: per-shard plain counters in [`ShardCore`] are bumped under the lock their
+//!   operation already holds; the driver's own figures are atomics in [`DriverStats`].
 //! - Closing (shutdown, or the driver task dropped with its runtime) happens shard by shard
-//!   under the lock: `closed` is set, every scheduled waker is taken and woken, and the
-//!   shard's `elapsed` mirror is set to `u64::MAX` so no poll takes the lock-free path again.
+//!   under the lock: `closed` is set, every scheduled waker is taken and woken, every task is
+//!   freed and the pending ones are cancelled, and the shard's `elapsed` mirror is set to
+//!   `u64::MAX` so no poll takes the lock-free path again.
 
 use std::task::Waker;
 
 use crate::loom::Notify;
 use tokio::time::Instant;
 
-use crate::loom::{lock, Arc, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Ordering};
-use crate::wheel::{Wheel, MAX_TICK};
+use crate::callback::{Executor, Fired, TaskShared, CANCELLED, FIRED, PENDING};
+use crate::loom::{
+    lock_shard, Arc, AtomicU64, AtomicU8, AtomicUsize, Ordering, ShardGuard, ShardLock,
+};
+use crate::wheel::{Key, Wheel, MAX_TICK};
 
 /// Wakers collected under one lock hold before they are woken (tokio uses 32 too).
 pub(crate) const BATCH: usize = 32;
@@ -64,11 +75,7 @@ impl Clock {
     /// Nanoseconds from the start to `deadline`: 0 for earlier instants, saturated at
     /// [`MAX_NANOS`].
     pub(crate) fn nanos(&self, deadline: Instant) -> u64 {
-        let d = deadline.saturating_duration_since(self.start);
-        d.as_secs()
-            .checked_mul(1_000_000_000)
-            .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
-            .map_or(MAX_NANOS, |ns| ns.min(MAX_NANOS))
+        duration_nanos(deadline.saturating_duration_since(self.start))
     }
 
     /// `(nanos / tick_ns, nanos % tick_ns)` by multiplication: the reciprocal's estimate is
@@ -111,6 +118,14 @@ impl Clock {
     }
 }
 
+/// `d` in nanoseconds, saturated at [`MAX_NANOS`].
+pub(crate) fn duration_nanos(d: std::time::Duration) -> u64 {
+    d.as_secs()
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
+        .map_or(MAX_NANOS, |ns| ns.min(MAX_NANOS))
+}
+
 /// Deadlines are kept as nanoseconds from the timer's start in 62 bits (146 years).
 pub(crate) const MAX_NANOS: u64 = (1 << 62) - 1;
 
@@ -122,22 +137,66 @@ pub(crate) struct Global {
     next_wake: AtomicU64,
     notify: Notify,
     live: AtomicUsize,
+    /// Allocated task entries over every shard (see the ground rules on liveness).
+    tasks: AtomicUsize,
     state: AtomicU8,
+    /// `Builder::max_pending`; `None` keeps the sleep path free of a shared counter.
+    pub(crate) limit: Option<Limit>,
+    /// Where fired callbacks run.
+    pub(crate) executor: Executor,
     pub(crate) stats: DriverStats,
 }
 
-/// Counters only the driver writes.
+/// Optional configuration of a [`Global`].
+#[derive(Debug, Default)]
+pub(crate) struct Options {
+    pub(crate) max_pending: Option<usize>,
+    pub(crate) executor: Executor,
+}
+
+/// The `max_pending` admission counter: allocated entries of both wheels (a sleep from its
+/// registration until it completes or is dropped, a task until it fires or is cancelled).
+#[derive(Debug)]
+pub(crate) struct Limit {
+    max: usize,
+    count: AtomicUsize,
+}
+
+/// Counters kept off the shards: the driver's own, plus callback panics (rare, and counted
+/// by the task that ran the callback).
 #[derive(Debug, Default)]
 pub(crate) struct DriverStats {
     pub(crate) wakeups: AtomicU64,
+    /// Largest `now - tick` of a fired entry, in ticks.
     pub(crate) max_lateness: AtomicU64,
+    pub(crate) panicked: AtomicU64,
+}
+
+/// Per-shard counters, bumped under the shard lock.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ShardCounters {
+    /// Entries scheduled: sleep registrations (and re-arms after firing), task schedules and
+    /// every re-arm of a repeating task.
+    pub(crate) scheduled: u64,
+    /// Entries the driver fired: sleeps woken, callbacks handed to the executor.
+    pub(crate) fired: u64,
+    /// Tasks cancelled, by `TimerTask::cancel` or by the timer closing.
+    pub(crate) cancelled: u64,
+}
+
+/// What one driver turn did, for its trace event and the lateness figure.
+#[derive(Debug, Default)]
+struct TurnCounts {
+    sleeps: usize,
+    tasks: usize,
+    lateness: u64,
 }
 
 /// A lock-protected slice of the timer.
 #[derive(Debug)]
 #[repr(align(128))]
 pub(crate) struct Shard {
-    core: Mutex<ShardCore>,
+    core: ShardLock<ShardCore>,
     /// Mirror of `core.sleeps.elapsed()` (see the module's ground rules).
     pub(crate) elapsed: AtomicU64,
 }
@@ -147,8 +206,11 @@ pub(crate) struct Shard {
 pub(crate) struct ShardCore {
     /// Sleep entries: the waker to wake, `None` once taken.
     pub(crate) sleeps: Wheel<Option<Waker>>,
+    /// Callback tasks (every entry is `Some`: the `Option` is only for the wheel's `Default`).
+    pub(crate) tasks: Wheel<Option<Arc<TaskShared>>>,
     /// Set once by `Global::close`; nothing is scheduled afterwards.
     pub(crate) closed: bool,
+    pub(crate) counters: ShardCounters,
 }
 
 /// A counted reference to one shard of one timer; sleeps and `Timer` handles hold these.
@@ -170,9 +232,11 @@ impl Global {
             clock,
             shards: (0..shards)
                 .map(|_| Shard {
-                    core: Mutex::new(ShardCore {
+                    core: ShardLock::new(ShardCore {
                         sleeps: Wheel::new(slots),
+                        tasks: Wheel::new(slots),
                         closed: false,
+                        counters: ShardCounters::default(),
                     }),
                     elapsed: AtomicU64::new(0),
                 })
@@ -180,15 +244,28 @@ impl Global {
             next_wake: AtomicU64::new(PARKED),
             notify: Notify::new(),
             live: AtomicUsize::new(0),
+            tasks: AtomicUsize::new(0),
             state: AtomicU8::new(RUNNING),
+            limit: None,
+            executor: Executor::default(),
             stats: DriverStats::default(),
         }
+    }
+
+    /// Applies the builder's optional configuration.
+    pub(crate) fn configure(mut self, options: Options) -> Self {
+        self.limit = options.max_pending.map(|max| Limit {
+            max,
+            count: AtomicUsize::new(0),
+        });
+        self.executor = options.executor;
+        self
     }
 
     /// A counted handle to shard `index`. (An associated function: loom's `Arc` cannot be a
     /// method receiver.)
     pub(crate) fn handle(global: &Arc<Self>, index: usize) -> ShardHandle {
-        global.live.fetch_add(1, Ordering::Relaxed);
+        global.live.fetch_add(1, Ordering::SeqCst);
         ShardHandle {
             global: global.clone(),
             index,
@@ -199,10 +276,73 @@ impl Global {
         self.state.load(Ordering::Acquire)
     }
 
-    /// Registered sleeps not yet fired, summed over the shards (each shard's count is exact
-    /// at the moment its lock is held).
+    /// Registered sleeps not yet fired plus scheduled tasks, summed over the shards (each
+    /// shard's count is exact at the moment its lock is held).
     pub(crate) fn pending(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().sleeps.len()).sum()
+        self.shards
+            .iter()
+            .map(|s| {
+                let core = s.lock();
+                core.sleeps.len() + core.tasks.len()
+            })
+            .sum()
+    }
+
+    /// Takes one unit of `max_pending` capacity for an entry about to be allocated.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_at_capacity`](crate::Error::is_at_capacity) when the limit is reached.
+    pub(crate) fn admit(&self) -> Result<(), crate::Error> {
+        if let Some(limit) = &self.limit {
+            if limit.count.fetch_add(1, Ordering::AcqRel) >= limit.max {
+                limit.count.fetch_sub(1, Ordering::AcqRel);
+                return Err(crate::Error::at_capacity());
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts an entry allocated without admission (a sleep from an infallible constructor).
+    pub(crate) fn allocated(&self) {
+        if let Some(limit) = &self.limit {
+            limit.count.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Gives back the capacity of `n` freed entries.
+    pub(crate) fn freed(&self, n: usize) {
+        if let Some(limit) = &self.limit {
+            if n > 0 {
+                limit.count.fetch_sub(n, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Allocated task entries and the `max_pending` count; for tests and models.
+    #[cfg(any(test, wheel_loom))]
+    pub(crate) fn task_counts(&self) -> (usize, Option<usize>) {
+        (
+            self.tasks.load(Ordering::SeqCst),
+            self.limit.as_ref().map(|l| l.count.load(Ordering::SeqCst)),
+        )
+    }
+
+    /// Counts a task entry about to be allocated (it keeps the driver alive).
+    pub(crate) fn task_allocated(&self) {
+        self.tasks.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts `n` freed task entries (with their capacity) and wakes the driver if they were
+    /// the last thing keeping it alive.
+    pub(crate) fn tasks_freed(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.freed(n);
+        if self.tasks.fetch_sub(n, Ordering::SeqCst) == n && self.live.load(Ordering::SeqCst) == 0 {
+            self.notify.notify_one();
+        }
     }
 
     /// Called after an entry was scheduled at `tick` and its shard unlocked: makes sure the
@@ -216,31 +356,59 @@ impl Global {
     }
 
     /// The tick the driver will wake at next (`u64::MAX` when parked); for tests and models.
+    #[cfg(any(test, wheel_loom))]
     pub(crate) fn next_wake(&self) -> u64 {
         self.next_wake.load(Ordering::Acquire)
     }
 
     /// One driver turn at tick `now`: fire everything due, then return the tick to sleep
     /// until (`u64::MAX`: park until notified). `wakers` is scratch space, empty on return.
-    pub(crate) fn turn(&self, now: u64, wakers: &mut Vec<Waker>) -> u64 {
-        if now >= self.next_wake.load(Ordering::Acquire) {
+    ///
+    /// Takes the `Arc` (fired callbacks hold the timer until they ran) as a plain argument:
+    /// loom's `Arc` cannot be a method receiver.
+    pub(crate) fn turn(this: &Arc<Self>, now: u64, wakers: &mut Vec<Waker>) -> u64 {
+        if now >= this.next_wake.load(Ordering::Acquire) {
             // Woken for the planned deadline: start over from "parked" so entries scheduled
             // from here on notify (see the ground rules).
-            self.next_wake.swap(PARKED, Ordering::AcqRel);
+            this.next_wake.swap(PARKED, Ordering::AcqRel);
         }
         let mut next = PARKED;
-        for shard in self.shards.iter() {
-            if let Some(exp) = shard.advance(now, wakers) {
+        let mut fired = Vec::new();
+        let mut counts = TurnCounts::default();
+        for index in 0..this.shards.len() {
+            if let Some(exp) = Global::advance(this, index, now, wakers, &mut fired, &mut counts) {
                 next = next.min(exp);
             }
         }
-        self.next_wake.fetch_min(next, Ordering::AcqRel);
-        self.next_wake.load(Ordering::Acquire)
+        if counts.sleeps + counts.tasks > 0 {
+            this.stats
+                .max_lateness
+                .fetch_max(counts.lateness, Ordering::Relaxed);
+            tracing::debug!(
+                tick = now,
+                sleeps = counts.sleeps,
+                tasks = counts.tasks,
+                max_lateness_ticks = counts.lateness,
+                "wheel-timer: driver turn fired timers"
+            );
+        }
+        this.next_wake.fetch_min(next, Ordering::AcqRel);
+        this.next_wake.load(Ordering::Acquire)
     }
 
     /// Closes every shard with `reason` (`STOPPED` or `DRIVER_GONE`): wakes every scheduled
-    /// sleep so its next poll reports the closure. Returns `false` if already closed.
+    /// sleep so its next poll reports the closure, and frees every task, cancelling the
+    /// pending ones. Returns `false` if already closed.
     pub(crate) fn close(&self, reason: u8) -> bool {
+        self.close_taking(reason, &mut Vec::new())
+    }
+
+    /// [`Global::close`], handing out the tasks it cancelled (their jobs already dropped).
+    pub(crate) fn close_taking(
+        &self,
+        reason: u8,
+        cancelled: &mut Vec<(Arc<TaskShared>, Key, usize)>,
+    ) -> bool {
         if self
             .state
             .compare_exchange(RUNNING, reason, Ordering::AcqRel, Ordering::Acquire)
@@ -249,7 +417,10 @@ impl Global {
             return false;
         }
         let mut wakers = Vec::new();
-        for shard in self.shards.iter() {
+        let mut others = Vec::new();
+        let mut freed = 0;
+        for (index, shard) in self.shards.iter().enumerate() {
+            let first = cancelled.len();
             let mut core = shard.lock();
             core.closed = true;
             for key in core.sleeps.keys() {
@@ -258,37 +429,67 @@ impl Global {
                     wakers.push(waker);
                 }
             }
+            for key in core.tasks.keys() {
+                let Some(Some(task)) = core.tasks.try_remove(key) else {
+                    continue;
+                };
+                freed += 1;
+                if task
+                    .state
+                    .compare_exchange(PENDING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    core.counters.cancelled += 1;
+                    cancelled.push((task, key, index));
+                } else {
+                    // Cancelled or ended by someone who has not taken the lock yet: they
+                    // find the entry gone and leave it.
+                    others.push(task);
+                }
+            }
             shard.elapsed.store(u64::MAX, Ordering::Release);
             drop(core);
             wakers.drain(..).for_each(Waker::wake);
+            // User code (the jobs' captures) is dropped with no lock held.
+            for (task, _, _) in &cancelled[first..] {
+                drop(task.take_job());
+            }
+            others.clear();
         }
+        self.tasks_freed(freed);
         self.notify.notify_one();
         true
     }
 
-    /// Whether the driver should exit: nothing can reach the timer any more.
+    /// Whether the driver should exit: no handle can schedule and no task is left to fire.
     fn abandoned(&self) -> bool {
-        self.live.load(Ordering::Acquire) == 0
-    }
-}
-
-// ===== impl Shard =====
-
-impl Shard {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, ShardCore> {
-        lock(&self.core)
+        self.live.load(Ordering::SeqCst) == 0 && self.tasks.load(Ordering::SeqCst) == 0
     }
 
-    /// Fires what is due at `now`, waking in batches with the lock released; returns the
-    /// shard's next expiration.
-    fn advance(&self, now: u64, wakers: &mut Vec<Waker>) -> Option<u64> {
+    /// Fires what is due at `now` in shard `index`, waking sleeps and dispatching tasks in
+    /// batches with the lock released; returns the shard's next expiration.
+    fn advance(
+        this: &Arc<Self>,
+        index: usize,
+        now: u64,
+        wakers: &mut Vec<Waker>,
+        fired: &mut Vec<Fired>,
+        counts: &mut TurnCounts,
+    ) -> Option<u64> {
+        let shard = &this.shards[index];
         loop {
-            let mut core = self.lock();
+            let mut core = shard.lock();
             if core.closed {
                 return None;
             }
             let mut full = false;
+            let mut freed = 0;
             while let Some(key) = core.sleeps.poll(now) {
+                counts.sleeps += 1;
+                core.counters.fired += 1;
+                if let Some(tick) = core.sleeps.tick(key) {
+                    counts.lateness = counts.lateness.max(now.saturating_sub(tick));
+                }
                 if let Some(waker) = core.sleeps.get_mut(key).and_then(Option::take) {
                     wakers.push(waker);
                     if wakers.len() == BATCH {
@@ -297,18 +498,82 @@ impl Shard {
                     }
                 }
             }
-            self.elapsed.store(core.sleeps.elapsed(), Ordering::Release);
+            while !full {
+                let Some(key) = core.tasks.poll(now) else {
+                    break;
+                };
+                if let Some(tick) = core.tasks.tick(key) {
+                    counts.lateness = counts.lateness.max(now.saturating_sub(tick));
+                }
+                let Some(Some(task)) = core.tasks.get(key).cloned() else {
+                    // `schedule` never leaves an empty entry; free one rather than loop on it.
+                    core.tasks.try_remove(key);
+                    freed += 1;
+                    continue;
+                };
+                if task.period == 0 {
+                    core.tasks.try_remove(key);
+                    freed += 1;
+                    if task
+                        .state
+                        .compare_exchange(PENDING, FIRED, Ordering::AcqRel, Ordering::Acquire)
+                        .is_err()
+                    {
+                        // Cancelled: the canceller counted it and finds the entry gone.
+                        continue;
+                    }
+                } else {
+                    if task.state.load(Ordering::Acquire) != PENDING {
+                        // A series cancelled or ended by a panic: its owner finds it gone.
+                        core.tasks.try_remove(key);
+                        freed += 1;
+                        continue;
+                    }
+                    let next = task.next_deadline(now, this.clock.tick_ns);
+                    core.tasks
+                        .reschedule(key, this.clock.tick_at_or_after(next));
+                    core.counters.scheduled += 1;
+                }
+                core.counters.fired += 1;
+                counts.tasks += 1;
+                fired.push(Fired {
+                    task,
+                    key,
+                    shard: index,
+                });
+                if fired.len() == BATCH {
+                    full = true;
+                }
+            }
+            shard
+                .elapsed
+                .store(core.sleeps.elapsed(), Ordering::Release);
             let next = if full {
                 None
             } else {
-                core.sleeps.next_expiration()
+                match (core.sleeps.next_expiration(), core.tasks.next_expiration()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
             };
             drop(core);
             wakers.drain(..).for_each(Waker::wake);
+            this.tasks_freed(freed);
+            for fired in fired.drain(..) {
+                Global::dispatch(this, fired);
+            }
             if !full {
                 return next;
             }
         }
+    }
+}
+
+// ===== impl Shard =====
+
+impl Shard {
+    pub(crate) fn lock(&self) -> ShardGuard<'_, ShardCore> {
+        lock_shard(&self.core)
     }
 }
 
@@ -322,7 +587,7 @@ impl ShardHandle {
 
 impl Drop for ShardHandle {
     fn drop(&mut self) {
-        if self.global.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.global.live.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.global.notify.notify_one();
         }
     }
@@ -365,7 +630,7 @@ pub(crate) fn task(global: Arc<Global>) -> impl std::future::Future<Output = ()>
 
 /// Turns the timer whenever a deadline comes or it is notified, and parks with no wakeups
 /// while nothing is scheduled.
-async fn run(global: &Global) {
+async fn run(global: &Arc<Global>) {
     let mut wakers = Vec::with_capacity(BATCH);
     let sleep = tokio::time::sleep_until(global.clock.start);
     tokio::pin!(sleep);
@@ -375,9 +640,10 @@ async fn run(global: &Global) {
         notified.as_mut().enable();
         global.stats.wakeups.fetch_add(1, Ordering::Relaxed);
         let now = global.clock.now_tick();
-        let target = global.turn(now, &mut wakers);
+        let target = Global::turn(global, now, &mut wakers);
         if global.state() != RUNNING || global.abandoned() {
-            // Closed, or nothing can reach the timer any more (`live` counts every sleep).
+            // Closed, or nothing can reach the timer any more: `live` counts every handle
+            // and sleep, `tasks` every task.
             return;
         }
         if target == PARKED {

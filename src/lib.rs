@@ -80,21 +80,27 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
+mod callback;
 mod default;
 mod driver;
 mod error;
 mod idle;
+mod interval;
 mod loom;
 #[cfg(all(test, wheel_loom))]
 mod loom_tests;
 mod sleep;
+mod stats;
 mod timeout;
 mod timer;
 mod wheel;
 
+pub use callback::TimerTask;
 pub use default::{default_timer, sleep_wheel, sleep_wheel_until, timeout_wheel, timeout_wheel_at};
 pub use error::{Elapsed, Error};
 pub use idle::{Expirations, Idle, IdleHandle, IdleStream, IdleTracker};
+pub use interval::{interval_wheel, interval_wheel_at, Interval, MissedTickBehavior};
 pub use sleep::Sleep;
+pub use stats::Stats;
 pub use timeout::Timeout;
 pub use timer::{Builder, Timer};

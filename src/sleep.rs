@@ -5,6 +5,12 @@
 //! completed sleep has already freed its entry, so dropping it touches no lock either.
 //! A re-poll with the same waker while the shard's `elapsed` is below the sleep's tick is
 //! answered without the lock (see the driver's ground rules).
+//!
+//! A sleep from `Timer::try_sleep` is the exception: it registers when it is created (with no
+//! waker), so that it can be refused at `max_pending`; its first poll stores the waker.
+//! Under `max_pending` every registered entry is counted from its insert until the sleep
+//! frees it (completion, reset into the past, drop); infallible sleeps are counted but never
+//! refused.
 
 use std::fmt;
 use std::future::Future;
@@ -16,6 +22,11 @@ use tokio::time::Instant;
 use crate::driver::{ShardHandle, DRIVER_GONE, MAX_NANOS};
 use crate::loom::{Arc, Ordering};
 use crate::wheel::Key;
+use crate::Error;
+
+/// The sleep's timer was shut down or lost its driver: the sleep can never complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Closed;
 
 /// Set once the sleep has completed (returned `Ready`).
 const ELAPSED: u64 = 1 << 63;
@@ -31,8 +42,8 @@ const PAST: u64 = 1 << 62;
 ///
 /// # Panics
 ///
-/// Polling panics if its timer has been shut down ([`Timer`](crate::Timer) shutdown) or its
-/// driver is gone because the runtime it ran on was dropped: the sleep can then never
+/// Polling panics if its timer has been shut down ([`Timer::shutdown`](crate::Timer::shutdown))
+/// or its driver is gone because the runtime it ran on was dropped: the sleep can then never
 /// complete, and a panic is louder than a hang. The message starts with `wheel-timer:`.
 ///
 /// # Examples
@@ -72,6 +83,35 @@ impl Sleep {
             deadline: nanos.min(MAX_NANOS) | if past { PAST } else { 0 },
             waker: (0, 0),
         }
+    }
+
+    /// A sleep registered at once (for `Timer::try_sleep`): its capacity was admitted by the
+    /// caller and is given back here if the sleep ends up not registered.
+    pub(crate) fn registered(handle: Arc<ShardHandle>, nanos: u64) -> Result<Sleep, Error> {
+        let global = &handle.global;
+        let nanos = nanos.min(MAX_NANOS);
+        let tick = global.clock.tick_at_or_after(nanos);
+        let mut core = handle.shard().lock();
+        if core.closed {
+            drop(core);
+            global.freed(1);
+            return Err(Error::shutdown());
+        }
+        if tick <= core.sleeps.elapsed() {
+            drop(core);
+            global.freed(1);
+            return Ok(Sleep::new(handle, nanos, true));
+        }
+        let key = core.sleeps.insert(tick, None);
+        core.counters.scheduled += 1;
+        drop(core);
+        global.scheduled_at(tick);
+        Ok(Sleep {
+            handle,
+            key,
+            deadline: nanos,
+            waker: (0, 0),
+        })
     }
 
     /// The instant this sleep completes at (before rounding up to a tick).
@@ -148,29 +188,50 @@ impl Sleep {
         }
         let mut core = self.handle.shard().lock();
         if past || core.closed {
-            core.sleeps.try_remove(self.key);
+            let removed = core.sleeps.try_remove(self.key);
             drop(core);
+            // A waker is user code: dropped with no lock held.
+            drop(removed);
+            global.freed(1);
             self.key = Key::DANGLING;
             self.waker = (0, 0);
             return;
         }
         let tick = global.clock.tick_at_or_after(nanos);
+        let fired = !core.sleeps.is_scheduled(self.key);
         core.sleeps.reschedule(self.key, tick);
-        if core.sleeps.get(self.key).is_some_and(Option::is_none) {
-            // Fired before: its waker was taken, so the next poll must store one.
+        if fired {
+            // Its waker was taken, so the next poll must store one.
+            core.counters.scheduled += 1;
             self.waker = (0, 0);
         }
         drop(core);
         global.scheduled_at(tick);
     }
 
+    /// The timer's tick.
+    pub(crate) fn tick_duration(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.handle.global.clock.tick_ns)
+    }
+
+    /// `instant + duration`, saturating at the latest deadline the timer keeps.
+    pub(crate) fn saturating_add(
+        &self,
+        instant: Instant,
+        duration: std::time::Duration,
+    ) -> Instant {
+        instant
+            .checked_add(duration)
+            .unwrap_or_else(|| self.handle.global.clock.instant(MAX_NANOS))
+    }
+
     fn nanos(&self) -> u64 {
         self.deadline & MAX_NANOS
     }
 
-    fn complete(deadline: &mut u64) -> Poll<()> {
+    fn complete(deadline: &mut u64) -> Poll<Result<(), Closed>> {
         *deadline = (*deadline | ELAPSED) & !PAST;
-        Poll::Ready(())
+        Poll::Ready(Ok(()))
     }
 
     #[cold]
@@ -181,7 +242,9 @@ impl Sleep {
         panic!("wheel-timer: a Sleep was polled after its timer was shut down");
     }
 
-    fn poll_inner(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    /// Polls without the closed-timer panic: crate-internal waiters (the idle tracker's
+    /// driver) stop cleanly on `Err(Closed)` instead.
+    pub(crate) fn poll_unless_closed(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
         if self.deadline & (ELAPSED | PAST) != 0 {
             return Self::complete(&mut self.deadline);
         }
@@ -196,33 +259,38 @@ impl Sleep {
         }
         let mut core = shard.lock();
         if core.closed {
-            drop(core);
-            self.closed();
+            return Poll::Ready(Err(Closed));
         }
         if self.key == Key::DANGLING {
             if tick <= core.sleeps.elapsed() {
                 return Self::complete(&mut self.deadline);
             }
             self.key = core.sleeps.insert(tick, Some(cx.waker().clone()));
+            core.counters.scheduled += 1;
             drop(core);
+            global.allocated();
             self.waker = waker_id(cx.waker());
             global.scheduled_at(tick);
             return Poll::Pending;
         }
         if !core.sleeps.is_scheduled(self.key) {
-            core.sleeps.try_remove(self.key);
+            let removed = core.sleeps.try_remove(self.key);
             drop(core);
+            drop(removed);
+            global.freed(1);
             self.key = Key::DANGLING;
             self.waker = (0, 0);
             return Self::complete(&mut self.deadline);
         }
+        let mut replaced = None;
         if let Some(slot) = core.sleeps.get_mut(self.key) {
             match slot {
                 Some(waker) if waker.will_wake(cx.waker()) => {}
-                _ => *slot = Some(cx.waker().clone()),
+                _ => replaced = slot.replace(cx.waker().clone()),
             }
         }
         drop(core);
+        drop(replaced);
         self.waker = waker_id(cx.waker());
         Poll::Pending
     }
@@ -232,14 +300,22 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.get_mut().poll_inner(cx)
+        let this = self.get_mut();
+        match this.poll_unless_closed(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(()),
+            Poll::Ready(Err(Closed)) => this.closed(),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 
 impl Drop for Sleep {
     fn drop(&mut self) {
         if self.key != Key::DANGLING {
-            self.handle.shard().lock().sleeps.try_remove(self.key);
+            // Bound, not discarded: the waker (user code) drops after the guard, unlocked.
+            let removed = self.handle.shard().lock().sleeps.try_remove(self.key);
+            self.handle.global.freed(1);
+            drop(removed);
         }
     }
 }

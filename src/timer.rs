@@ -2,13 +2,15 @@
 
 use std::fmt;
 use std::future::IntoFuture;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::driver::{self, Clock, Global, ShardHandle, RUNNING};
+use crate::callback::{Executor, ExecutorFn};
+use crate::driver::{self, Clock, Global, Options, ShardHandle, RUNNING, STOPPED};
 use crate::loom::{global, Arc};
-use crate::{Error, Sleep, Timeout};
+use crate::{Error, Sleep, Timeout, TimerTask};
 
 /// Default tick: 1 ms, like tokio's timer.
 const DEFAULT_TICK: Duration = Duration::from_millis(1);
@@ -22,11 +24,17 @@ const MAX_SHARDS: usize = 1024;
 const MIN_TICK: Duration = Duration::from_micros(1);
 /// Largest accepted tick.
 const MAX_TICK_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+/// More live timers than this in one process draw a warning (Netty's limit).
+const INSTANCE_WARN_LIMIT: usize = 64;
 
 /// A handle to a hierarchical timing wheel driven by a task on a tokio runtime.
 ///
 /// Cloning is cheap (one reference count) and every clone drives the same wheel. The driver
-/// task runs until the last handle, and every [`Sleep`] made from one, is gone.
+/// task runs until the last handle, every [`Sleep`] made from one and every pending
+/// [`TimerTask`] are gone, or until [`Timer::shutdown`].
+///
+/// A timer is a shared resource: one per program (or per runtime) is the intended use. With
+/// more than 64 timers alive at once the crate logs a `tracing` warning, once per process.
 ///
 /// Most programs use the free functions ([`sleep_wheel`](crate::sleep_wheel),
 /// [`timeout_wheel`](crate::timeout_wheel)…), which share one default timer per runtime; a
@@ -58,6 +66,10 @@ struct TimerInner {
     handles: Box<[Arc<ShardHandle>]>,
 }
 
+/// Timers alive in the process, for the too-many-instances warning.
+static INSTANCES: global::AtomicUsize = global::AtomicUsize::new(0);
+static INSTANCES_WARNED: global::AtomicUsize = global::AtomicUsize::new(0);
+
 /// Configures a [`Timer`].
 ///
 /// # Examples
@@ -76,11 +88,13 @@ struct TimerInner {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Builder {
     tick: Duration,
     slots: usize,
     shards: Option<usize>,
+    max_pending: Option<usize>,
+    executor: Option<ExecutorFn>,
 }
 
 // ===== impl Timer =====
@@ -145,12 +159,10 @@ impl Timer {
     /// # }
     /// ```
     pub fn sleep(&self, duration: Duration) -> Sleep {
-        let now = Instant::now();
-        let global = &self.inner.global;
-        let nanos = match now.checked_add(duration) {
-            Some(deadline) => global.clock.nanos(deadline),
-            None => driver::MAX_NANOS,
-        };
+        let clock = &self.inner.global.clock;
+        let nanos = clock
+            .nanos(Instant::now())
+            .saturating_add(driver::duration_nanos(duration));
         Sleep::new(self.shard_handle(), nanos, duration.is_zero())
     }
 
@@ -219,7 +231,8 @@ impl Timer {
     }
 
     /// The number of timers registered and not yet fired or cancelled: polled sleeps that are
-    /// still waiting (an unpolled sleep is not registered yet).
+    /// still waiting (an unpolled sleep is not registered yet) and scheduled tasks (a
+    /// repeating series counts once).
     ///
     /// Exact for each shard at the moment that shard is read.
     ///
@@ -254,6 +267,118 @@ impl Timer {
         Duration::from_nanos(self.inner.global.clock.tick_ns)
     }
 
+    /// Like [`Timer::sleep`], but refused when the timer cannot take it: the sleep is
+    /// registered right away (not at its first poll), so that it counts against
+    /// [`Builder::max_pending`] from the start.
+    ///
+    /// This is the constructor to use where refusing work is the right answer at capacity.
+    /// [`Timer::sleep`] is never refused: its sleeps count against the limit once
+    /// registered (so they can make fallible calls fail) but may exceed it.
+    ///
+    /// A registered sleep can fire before its first poll: [`Sleep::is_elapsed`] then reads
+    /// `true` before it was ever polled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_timer::Error> {
+    /// let timer = wheel_timer::Timer::builder().max_pending(1).build()?;
+    /// let first = timer.try_sleep(Duration::from_secs(1))?;
+    /// assert!(timer.try_sleep(Duration::from_secs(1)).unwrap_err().is_at_capacity());
+    /// drop(first);
+    /// timer.try_sleep(Duration::from_millis(1))?.await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_at_capacity`] when `max_pending` timers are pending;
+    /// [`Error::is_shutdown`] after [`Timer::shutdown`] or once the timer's runtime is gone.
+    pub fn try_sleep(&self, duration: Duration) -> Result<Sleep, Error> {
+        let nanos = match Instant::now().checked_add(duration) {
+            Some(deadline) => self.inner.global.clock.nanos(deadline),
+            None => driver::MAX_NANOS,
+        };
+        self.try_sleep_nanos(nanos, duration.is_zero())
+    }
+
+    /// Like [`Timer::sleep_until`], refused as [`Timer::try_sleep`] is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tokio::time::{Duration, Instant};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_timer::Error> {
+    /// let timer = wheel_timer::Timer::new();
+    /// timer.try_sleep_until(Instant::now() + Duration::from_millis(5))?.await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Timer::try_sleep`].
+    pub fn try_sleep_until(&self, deadline: Instant) -> Result<Sleep, Error> {
+        let past = deadline <= Instant::now();
+        self.try_sleep_nanos(self.inner.global.clock.nanos(deadline), past)
+    }
+
+    fn try_sleep_nanos(&self, nanos: u64, past: bool) -> Result<Sleep, Error> {
+        let global = &self.inner.global;
+        if global.state() != RUNNING {
+            return Err(Error::shutdown());
+        }
+        if past {
+            return Ok(Sleep::new(self.shard_handle(), nanos, true));
+        }
+        global.admit()?;
+        Sleep::registered(self.shard_handle(), nanos)
+    }
+
+    /// Stops the timer: Netty's `stop()`. Returns the callback tasks that had not fired, now
+    /// cancelled (their callbacks dropped, [`TimerTask::is_cancelled`] true); from here on
+    /// every `schedule*` and `try_sleep*` call fails with [`Error::is_shutdown`] and the
+    /// driver task exits.
+    ///
+    /// Sleeps, timeouts and intervals still waiting are woken, and their next poll **panics**
+    /// with a message starting `wheel-timer:` (so does the first poll of one created
+    /// afterwards): they can never complete, and a panic is louder than a hang. Stop polling
+    /// them (drop them, or select on a shutdown signal) before shutting the timer down.
+    /// Callbacks already handed to the executor still run.
+    ///
+    /// Calling it again returns an empty `Vec`. Dropping every handle does not require it:
+    /// the driver exits by itself once nothing is pending.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_timer::Error> {
+    /// let timer = wheel_timer::Timer::new();
+    /// timer.schedule(Duration::from_secs(60), || unreachable!())?;
+    /// let unfired = timer.shutdown();
+    /// assert_eq!(unfired.len(), 1);
+    /// assert!(unfired[0].is_cancelled());
+    /// assert!(timer.schedule(Duration::from_secs(1), || {}).unwrap_err().is_shutdown());
+    /// assert!(timer.shutdown().is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn shutdown(&self) -> Vec<TimerTask> {
+        let global = &self.inner.global;
+        let mut cancelled = Vec::new();
+        global.close_taking(STOPPED, &mut cancelled);
+        cancelled
+            .into_iter()
+            .map(|(task, key, shard)| TimerTask::from_closed(global, task, key, shard))
+            .collect()
+    }
+
     /// Whether the timer is still taking work (not shut down, driver alive).
     pub(crate) fn is_running(&self) -> bool {
         self.inner.global.state() == RUNNING
@@ -265,8 +390,35 @@ impl Timer {
 
     /// The calling thread's shard handle.
     pub(crate) fn shard_handle(&self) -> Arc<ShardHandle> {
-        let handles = &self.inner.handles;
-        handles[thread_slot() & (handles.len() - 1)].clone()
+        self.inner.handles[self.shard_index()].clone()
+    }
+
+    /// The calling thread's shard.
+    pub(crate) fn shard_index(&self) -> usize {
+        thread_slot() & (self.inner.handles.len() - 1)
+    }
+}
+
+// ===== impl TimerInner =====
+
+impl TimerInner {
+    fn new(global: Arc<Global>, handles: Box<[Arc<ShardHandle>]>) -> TimerInner {
+        let alive = INSTANCES.fetch_add(1, global::Ordering::Relaxed) + 1;
+        if alive > INSTANCE_WARN_LIMIT && INSTANCES_WARNED.swap(1, global::Ordering::Relaxed) == 0 {
+            tracing::warn!(
+                alive,
+                "wheel-timer: more than {INSTANCE_WARN_LIMIT} Timers are alive in this process; \
+                 a Timer is a shared resource: create one and share clones of it (or use the \
+                 free functions' per-runtime default timer) instead of one per use"
+            );
+        }
+        TimerInner { global, handles }
+    }
+}
+
+impl Drop for TimerInner {
+    fn drop(&mut self) {
+        INSTANCES.fetch_sub(1, global::Ordering::Relaxed);
     }
 }
 
@@ -305,6 +457,8 @@ impl Builder {
             tick: DEFAULT_TICK,
             slots: DEFAULT_SLOTS,
             shards: None,
+            max_pending: None,
+            executor: None,
         }
     }
 
@@ -353,12 +507,84 @@ impl Builder {
         self
     }
 
+    /// Bounds the timers the timer holds at once (default: unbounded), as Netty's
+    /// `maxPendingTimeouts`: at `max` pending timers, [`Timer::schedule`] and its variants and
+    /// [`Timer::try_sleep`] fail with [`Error::is_at_capacity`] instead of growing without
+    /// bound. Must be at least 1.
+    ///
+    /// What counts: every scheduled task (a repeating series once) until it fires or is
+    /// cancelled (the slot is freed at once, not when the wheel comes round), and every
+    /// registered sleep until it completes or is dropped. Sleeps from the infallible
+    /// constructors ([`Timer::sleep`], [`Timer::timeout`], [`Timer::interval`]…) count but
+    /// are never refused, so they may take the count above `max`; use [`Timer::try_sleep`]
+    /// where a sleep should be refused. The count is exact even when cancels race fires.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_timer::Error> {
+    /// let timer = wheel_timer::Timer::builder().max_pending(2).build()?;
+    /// let a = timer.schedule(Duration::from_secs(1), || {})?;
+    /// let _b = timer.schedule(Duration::from_secs(1), || {})?;
+    /// assert!(timer.schedule(Duration::from_secs(1), || {}).unwrap_err().is_at_capacity());
+    /// a.cancel();
+    /// timer.schedule(Duration::from_secs(1), || {})?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn max_pending(&mut self, max: usize) -> &mut Self {
+        self.max_pending = Some(max);
+        self
+    }
+
+    /// Runs sync callbacks ([`Timer::schedule`], [`Timer::schedule_at`],
+    /// [`Timer::schedule_repeating`]) through `executor`: Netty's `taskExecutor`. The driver
+    /// calls `executor` with no lock held, once per fired callback, handing it a job to run;
+    /// the job catches and reports its own panics. `executor` should hand the job off rather
+    /// than run it: a job run inline delays the driver, hence every timer. A job the
+    /// executor drops is never run. A panic in `executor` itself is caught and counted like
+    /// a callback's (that callback is lost). Async tasks
+    /// ([`Timer::schedule_async`]) always run as tasks on the timer's runtime.
+    ///
+    /// The default runs each callback on the runtime's blocking pool (`spawn_blocking`), so
+    /// a callback may block without delaying other timers (Netty's most common complaint).
+    /// Plain tokio tasks are cheaper, but a callback that blocks a worker thread can then
+    /// stall tokio's time driver, and with it every timer: choose them only for callbacks
+    /// that never block, with `.executor(|job| drop(tokio::spawn(async move { job() })))`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_timer::Error> {
+    /// let timer = wheel_timer::Timer::builder()
+    ///     .executor(|job| drop(std::thread::spawn(job)))
+    ///     .build()?;
+    /// let (tx, rx) = tokio::sync::oneshot::channel();
+    /// timer.schedule(Duration::from_millis(5), move || {
+    ///     let _ = tx.send(std::thread::current().id());
+    /// })?;
+    /// assert_ne!(rx.await.ok(), Some(std::thread::current().id()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn executor<E>(&mut self, executor: E) -> &mut Self
+    where
+        E: Fn(Box<dyn FnOnce() + Send>) + Send + Sync + 'static,
+    {
+        self.executor = Some(Arc::new(AssertUnwindSafe(Box::new(executor))));
+        self
+    }
+
     /// Builds the timer and spawns its driver on the current tokio runtime.
     ///
     /// # Errors
     ///
-    /// [`Error::is_invalid_config`] for a tick, slot or shard count out of range;
-    /// [`Error::is_no_runtime`] outside a tokio runtime context.
+    /// [`Error::is_invalid_config`] for a tick, slot or shard count out of range, or a zero
+    /// `max_pending`; [`Error::is_no_runtime`] outside a tokio runtime context.
     ///
     /// # Examples
     ///
@@ -393,22 +619,44 @@ impl Builder {
         if shards == 0 || shards > MAX_SHARDS {
             return Err(Error::invalid_config("shards must be between 1 and 1024"));
         }
+        if self.max_pending == Some(0) {
+            return Err(Error::invalid_config("max_pending must be at least 1"));
+        }
         let clock = Clock::new(Instant::now(), self.tick.as_nanos() as u64);
-        let global = Arc::new(Global::new(
-            clock,
-            shards.next_power_of_two(),
-            self.slots.next_power_of_two(),
-        ));
+        let options = Options {
+            max_pending: self.max_pending,
+            executor: Executor {
+                runtime: tokio::runtime::Handle::try_current().ok(),
+                custom: self.executor.clone(),
+            },
+        };
+        let global = Arc::new(
+            Global::new(
+                clock,
+                shards.next_power_of_two(),
+                self.slots.next_power_of_two(),
+            )
+            .configure(options),
+        );
         let handles = (0..global.shards.len())
             .map(|i| Arc::new(Global::handle(&global, i)))
             .collect();
         let timer = Timer {
-            inner: Arc::new(TimerInner {
-                global: global.clone(),
-                handles,
-            }),
+            inner: Arc::new(TimerInner::new(global.clone(), handles)),
         };
         Ok((timer, global))
+    }
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("tick", &self.tick)
+            .field("slots", &self.slots)
+            .field("shards", &self.shards)
+            .field("max_pending", &self.max_pending)
+            .field("executor", &self.executor.as_ref().map(|_| "custom"))
+            .finish()
     }
 }
 
@@ -421,4 +669,68 @@ impl Default for Builder {
 fn default_shards() -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cpus * 4).min(MAX_SHARDS)
+}
+
+#[cfg(all(test, not(wheel_loom)))]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Collects the messages of WARN events from every thread: installed process-wide, as
+    /// the warning fires on whichever thread creates the 65th timer.
+    #[derive(Clone, Default)]
+    struct Warnings(Arc<Mutex<Vec<String>>>);
+
+    impl tracing::Subscriber for Warnings {
+        fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+            *metadata.level() <= tracing::Level::WARN
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            struct Message(String);
+            impl tracing::field::Visit for Message {
+                fn record_debug(&mut self, _: &tracing::field::Field, v: &dyn fmt::Debug) {
+                    self.0.push_str(&format!("{v:?} "));
+                }
+            }
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            self.0.lock().unwrap().push(message.0);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    impl Warnings {
+        fn too_many_timers(&self) -> usize {
+            let messages = self.0.lock().unwrap();
+            messages
+                .iter()
+                .filter(|m| m.contains("Timers are alive") && m.contains("share clones"))
+                .count()
+        }
+    }
+
+    #[test]
+    fn more_than_64_timers_warn_once_naming_the_fix() {
+        let warnings = Warnings::default();
+        tracing::subscriber::set_global_default(warnings.clone()).unwrap();
+        let mut builder = Builder::new();
+        builder.shards(1).slots(1);
+        let timers: Vec<_> = (0..INSTANCE_WARN_LIMIT + 5)
+            .map(|_| builder.build_unspawned().unwrap())
+            .collect();
+        assert_eq!(warnings.too_many_timers(), 1);
+        drop(timers);
+        let again: Vec<_> = (0..INSTANCE_WARN_LIMIT + 5)
+            .map(|_| builder.build_unspawned().unwrap())
+            .collect();
+        assert_eq!(warnings.too_many_timers(), 1, "once per process");
+        drop(again);
+    }
 }

@@ -11,8 +11,9 @@
 //!   clock is read *after* the new epoch is stored (`SeqCst`), so every touch that recorded
 //!   the old epoch happened before that reading. A key whose stamp says epoch `e` is due at
 //!   `replacement(e) + idle_timeout`, rounded up to a tick: an upper bound of its real
-//!   deadline, so a key never expires early, and on a punctual driver it expires within one
-//!   tick of its real deadline. The current epoch's end is unknown, so a slot stamped with
+//!   deadline, so a key never expires early. On the paused clock (a driver waking exactly on
+//!   tick boundaries) it expires within one tick of its real deadline; on a real clock the
+//!   wake-up's delay past the boundary rounds up to one more tick. The current epoch's end is unknown, so a slot stamped with
 //!   it is never expired, only re-filed (at a lower bound of its due tick).
 //! - A keyed touch writes the slot's stamp under the shard lock. A key with an
 //!   [`IdleHandle`] keeps its stamp in a fixed chunk of atomics instead (the handle holds the

@@ -123,8 +123,10 @@ struct Output<K> {
 ///
 /// The tracker's tick is its timer's tick (coarsened to `idle_timeout / 65534` for timeouts
 /// longer than 65534 ticks, so the ring stays small). A key expires **no earlier** than
-/// `idle_timeout` after its last touch, and no later than that plus one tick plus the
-/// driver's scheduling latency. Touches do not read the clock: the driver publishes a new
+/// `idle_timeout` after its last touch. On tokio's paused clock it expires within one tick
+/// after that; on a real clock within two ticks plus the driver's scheduling latency (the
+/// driver wakes a little after a tick boundary, and the epoch it replaces there counts as
+/// touched at the rounded-up end of that wake-up). Touches do not read the clock: the driver publishes a new
 /// *epoch* every tick while it tracks keys, a touch records the current epoch, and an epoch
 /// counts as touched at the instant it was replaced — an upper bound of the real touch time.
 /// While it tracks nothing, the driver parks with no wakeups.
@@ -462,10 +464,18 @@ where
             Next::Park => notified.await,
             Next::Tick(now) => {
                 Pin::new(&mut sleep).reset(shared.tick_start(now + 1));
+                let tick = std::future::poll_fn(|cx| sleep.poll_unless_closed(cx));
                 tokio::select! {
                     biased;
                     _ = &mut notified => {}
-                    _ = &mut sleep => {}
+                    done = tick => {
+                        if done.is_err() {
+                            // The timer was shut down (or lost its driver) under us: stop,
+                            // and let `finish` end the stream, rather than panic in a
+                            // library task.
+                            break;
+                        }
+                    }
                 }
             }
         }

@@ -143,7 +143,7 @@ impl Driver {
     /// `notified().enable()` comes first), then turn. Returns the planned wake tick.
     pub(super) fn turn(&mut self, now: u64) -> u64 {
         self.global.notify().take_permit();
-        self.planned = self.global.turn(now, &mut self.wakers);
+        self.planned = Global::turn(&self.global, now, &mut self.wakers);
         self.planned
     }
 

@@ -66,6 +66,7 @@ impl<T: Default> Arena<T> {
     }
 
     /// Number of allocated entries.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(super) fn live(&self) -> usize {
         self.live
     }

@@ -98,6 +98,7 @@ impl<T: Default> Wheel<T> {
     }
 
     /// Number of allocated entries, scheduled or detached.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn allocated(&self) -> usize {
         self.arena.live()
     }
@@ -119,6 +120,7 @@ impl<T: Default> Wheel<T> {
     /// Allocates a detached entry: it holds `value` and `tick` but is not scheduled until
     /// [`Wheel::reschedule`].
     #[track_caller]
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn insert_detached(&mut self, tick: u64, value: T) -> Key {
         self.arena.alloc(tick.min(MAX_TICK), value)
     }

@@ -532,3 +532,19 @@ fn handles_are_send_and_sync_and_futures_send() {
         send(&expirations.next_batch());
     });
 }
+
+/// `Timer::shutdown` under a live tracker: the tracker's driver stops cleanly (no panic in a
+/// library task), the stream ends, and keyed touches afterwards neither panic nor hang.
+#[tokio::test(start_paused = true)]
+async fn timer_shutdown_ends_the_stream() {
+    let timer = Timer::new();
+    let (tracker, mut expired) = IdleTracker::new(&timer, Duration::from_millis(100));
+    tracker.touch(1u32);
+    sleep(Duration::from_millis(10)).await;
+    assert!(timer.shutdown().is_empty());
+    let end = tokio::time::timeout(Duration::from_secs(1), expired.next_batch())
+        .await
+        .expect("the stream ends once the timer is shut down");
+    assert_eq!(end, None);
+    tracker.touch(2u32);
+}

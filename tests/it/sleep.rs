@@ -248,14 +248,18 @@ async fn max_duration_saturates_and_never_fires_early() {
 async fn drop_after_reschedule_at_new_scheduled_time() {
     let start = Instant::now();
     let mut a = pin!(sleep_wheel(ms(5)));
-    let mut b = pin!(sleep_wheel(ms(5)));
+    // Boxed so that `drop(b)` drops the sleep itself, not a pinned reference to it.
+    let mut b = Box::pin(sleep_wheel(ms(5)));
     let mut c = pin!(sleep_wheel(ms(10)));
     assert!(poll_noop(a.as_mut()).is_pending());
     assert!(poll_noop(b.as_mut()).is_pending());
     assert!(poll_noop(c.as_mut()).is_pending());
     b.as_mut().reset(start + ms(10));
     a.await;
+    let timer = wheel_timer::default_timer();
+    assert_eq!(timer.pending(), 2, "b (rescheduled) and c");
     drop(b);
+    assert_eq!(timer.pending(), 1);
     c.await;
     assert_elapsed(start, ms(10));
 }

@@ -118,6 +118,6 @@ async fn elapsed_is_an_io_timed_out_error() {
 async fn accessors_reach_the_inner_future() {
     let mut t = timeout_wheel(ms(10), std::future::ready(5));
     let _: &std::future::Ready<i32> = t.get_ref();
-    let _: &mut std::future::Ready<i32> = t.get_mut();
+    let _inner: &mut std::future::Ready<i32> = t.get_mut();
     assert_eq!(t.into_inner().await, 5);
 }

@@ -17,7 +17,7 @@ fn timer_new_outside_a_runtime_panics() {
 #[test]
 #[should_panic(expected = "wheel-timer: the free functions")]
 fn sleep_wheel_outside_a_runtime_panics() {
-    let _ = sleep_wheel(ms(1));
+    drop(sleep_wheel(ms(1)));
 }
 
 #[test]
@@ -28,6 +28,7 @@ fn build_outside_a_runtime_is_an_error() {
 }
 
 #[tokio::test]
+#[allow(clippy::type_complexity)]
 async fn invalid_configurations_are_rejected() {
     let cases: [(&str, Box<dyn Fn(&mut wheel_timer::Builder)>); 7] = [
         (
@@ -210,6 +211,7 @@ fn sleep_after_its_runtime_dropped_panics_with_a_message() {
         .enable_all()
         .build()
         .unwrap();
+    #[allow(clippy::async_yields_async)]
     let mut sleep = Box::pin(rt.block_on(async { sleep_wheel(Duration::from_secs(60)) }));
     rt.block_on(async { assert!(poll_noop(sleep.as_mut()).is_pending()) });
     drop(rt);
