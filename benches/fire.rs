@@ -3,6 +3,8 @@
 //!
 //! `cargo bench --bench fire`. Criterion reports time per expiration (and expirations/s),
 //! averaged over whole rounds of N; registration and teardown are not timed.
+//! `WHEEL_BENCH_CPU=1` makes it the bench thread's CPU time (which, on a `current_thread`
+//! runtime, includes the drivers), steadier on a loaded machine.
 //!
 //! **Paused clock, on purpose.** Each round runs on a `current_thread` runtime with tokio's
 //! clock paused: when every task is idle, tokio jumps the clock to the next timer it knows
@@ -151,7 +153,7 @@ async fn wakers_round(peer: Peer, timer: &Timer, offsets: &[Duration]) -> Durati
             }
         }
     }
-    let clock = std::time::Instant::now();
+    let clock = common::Stopwatch::start();
     fired.done().await;
     let elapsed = clock.elapsed();
     assert!(Instant::now() >= start + Duration::from_millis(1000));
@@ -184,7 +186,7 @@ async fn tasks_round(peer: Peer, timer: &Timer, offsets: &[Duration]) -> Duratio
         }
     }
     registered.done().await;
-    let clock = std::time::Instant::now();
+    let clock = common::Stopwatch::start();
     done.done().await;
     let elapsed = clock.elapsed();
     assert!(Instant::now() >= start + Duration::from_millis(1000));

@@ -2,7 +2,8 @@
 //! them all (drop), ours beside tokio sleeps and `tokio_util::time::DelayQueue`.
 //!
 //! `cargo bench --bench hold`. Criterion reports time per operation (and operations/s),
-//! averaged over whole rounds of N operations.
+//! averaged over whole rounds of N operations; `WHEEL_BENCH_CPU=1` makes it the bench
+//! thread's CPU time, steadier on a loaded machine.
 //!
 //! - Deadlines are spread at random over 10–70 s (idle-timeout-like, never due during a
 //!   round).
@@ -20,7 +21,7 @@
 mod common;
 
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tokio_util::time::{delay_queue, DelayQueue};
@@ -92,7 +93,7 @@ impl Bench {
     /// their times.
     fn round(&mut self, peer: Peer, random: bool) -> (Duration, Duration) {
         let order = if random { &self.random } else { &self.fifo };
-        let start = Instant::now();
+        let start = common::Stopwatch::start();
         match peer {
             Peer::Wheel => {
                 for &d in &self.delays {
@@ -125,7 +126,7 @@ impl Bench {
         if let Peer::Wheel | Peer::WheelBoxed = peer {
             assert_eq!(self.timer.pending(), N);
         }
-        let start = Instant::now();
+        let start = common::Stopwatch::start();
         match peer {
             Peer::Wheel => order.iter().for_each(|&i| drop(self.wheel[i].take())),
             Peer::WheelBoxed => order.iter().for_each(|&i| drop(self.wheel_boxed[i].take())),

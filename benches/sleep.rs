@@ -1,12 +1,13 @@
 //! Create + first poll + drop of a 1 s sleep (the never-firing timeout case), ours beside
 //! tokio's and pingora-timeout's, on 1 and 2 threads.
 //!
-//! `cargo bench --bench sleep`. Two-thread figures are time per operation per thread with
-//! both threads running at once (throughput = 2 / figure).
+//! `cargo bench --bench sleep`. Two-thread figures are wall time per operation per thread with
+//! both threads running at once (throughput = 2 / figure). `WHEEL_BENCH_CPU=1` makes the
+//! one-thread figures the bench thread's CPU time, steadier on a loaded machine.
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -49,7 +50,7 @@ fn one_thread(c: &mut Criterion) {
     for (name, op) in OPS {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let start = Instant::now();
+                let start = common::Stopwatch::start();
                 run(op, &timer, iters);
                 start.elapsed()
             })

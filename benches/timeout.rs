@@ -2,14 +2,15 @@
 //! around a ready future (the deadline is never registered) and around a pending one (it is
 //! registered, then cancelled by the drop), on 1 thread and, for the pending case, 2 threads.
 //!
-//! `cargo bench --bench timeout`. Two-thread figures are time per operation per thread with
-//! both threads running at once (throughput = 2 / figure); this machine's two vCPUs give
-//! about one core of throughput, so compare ratios, not scaling.
+//! `cargo bench --bench timeout`. Two-thread figures are wall time per operation per thread
+//! with both threads running at once (throughput = 2 / figure); this machine's two vCPUs give
+//! about one core of throughput, so compare ratios, not scaling. `WHEEL_BENCH_CPU=1` makes
+//! the one-thread figures the bench thread's CPU time, steadier on a loaded machine.
 
 mod common;
 
 use std::future::{pending, ready, Future};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use wheel_timer::Timer;
@@ -54,7 +55,7 @@ fn one_thread<F: Future>(c: &mut Criterion, name: &str, inner: fn() -> F) {
     for (name, op) in OPS {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let start = Instant::now();
+                let start = common::Stopwatch::start();
                 run(op, &timer, iters, inner);
                 start.elapsed()
             })

@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::Pin;
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, OnceLock};
 use std::task::Context;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,42 @@ pub fn poll_pinned<F: Future + ?Sized>(f: Pin<&mut F>) -> bool {
 pub fn poll_once<F: Future>(f: F) {
     let mut f = std::pin::pin!(f);
     black_box(poll_pinned(f.as_mut()));
+}
+
+/// Whether single-thread figures are CPU time of the bench thread (`WHEEL_BENCH_CPU=1`)
+/// rather than wall time.
+///
+/// On a shared, loaded machine wall time also counts the slices the scheduler gives other
+/// processes, and the load changes between the minutes in which criterion measures one peer
+/// and the next: ratios drift by 2× from run to run. The thread's CPU time counts only its
+/// own work (waiting for a contended lock in the kernel is not counted, so two-thread
+/// figures always use wall time).
+pub fn cpu_clock() -> bool {
+    static CPU: OnceLock<bool> = OnceLock::new();
+    *CPU.get_or_init(|| std::env::var_os("WHEEL_BENCH_CPU").is_some_and(|v| v == "1"))
+}
+
+/// Measures one stretch of single-thread work with the clock [`cpu_clock`] selects.
+pub enum Stopwatch {
+    Wall(Instant),
+    Cpu(cpu_time::ThreadTime),
+}
+
+impl Stopwatch {
+    pub fn start() -> Stopwatch {
+        if cpu_clock() {
+            Stopwatch::Cpu(cpu_time::ThreadTime::now())
+        } else {
+            Stopwatch::Wall(Instant::now())
+        }
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        match self {
+            Stopwatch::Wall(start) => start.elapsed(),
+            Stopwatch::Cpu(start) => start.elapsed(),
+        }
+    }
 }
 
 /// The runtime every real-clock bench enters: tokio's multi-thread scheduler (whose timer is
