@@ -7,8 +7,10 @@
 //!   heap bytes requested, which count reserved but untouched `Vec` capacity), and the
 //!   process's CPU time per second while N = 1M timers of 1 h are pending and with nothing
 //!   pending (each timer on a fresh two-worker runtime of its own);
-//! - lateness of 100k concurrent tasks sleeping 10–60 ms on a two-worker multi-thread runtime
-//!   and the real clock: min / p50 / p99 / max, and how many woke early (must be 0 for ours).
+//! - lateness of 10k and 100k concurrent tasks sleeping 10–60 ms on a two-worker multi-thread
+//!   runtime and the real clock: min / p50 / p99 / max, and how many woke early (must be 0
+//!   for ours). At 100k the tasks need more CPU than the 50 ms window holds on a small
+//!   machine, so that figure is mostly run-queue backlog; 10k shows the timers' precision.
 //!
 //! ```text
 //! cargo run --release --example compare            # about a minute
@@ -553,14 +555,8 @@ fn summarize(mut late: Vec<i64>) -> Lateness {
     }
 }
 
-fn lateness_section(report: &mut Report, quick: bool) {
-    const TASKS: usize = 100_000;
-    let rt = multi_thread();
-    // Warm both timers and the allocator; not reported.
-    for peer in [Peer::Wheel, Peer::Tokio] {
-        lateness_round(&rt, peer, TASKS / 10, 1);
-    }
-    let rounds = if quick { 1 } else { 3 };
+/// Lateness of `tasks` concurrent sleepers, ours and tokio's, pooled over `rounds` rounds.
+fn lateness_rows(report: &mut Report, rt: &Runtime, tasks: usize, rounds: u64) {
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         // Alternate who goes first, so neither always runs on the warmer process.
@@ -570,7 +566,7 @@ fn lateness_section(report: &mut Report, quick: bool) {
             [Peer::Tokio, Peer::Wheel]
         };
         for peer in order {
-            let late = lateness_round(&rt, peer, TASKS, 100 + round);
+            let late = lateness_round(rt, peer, tasks, 100 + round);
             match peer {
                 Peer::Wheel => ours.extend(late),
                 Peer::Tokio => theirs.extend(late),
@@ -579,7 +575,8 @@ fn lateness_section(report: &mut Report, quick: bool) {
     }
     let (ours, theirs) = (summarize(ours), summarize(theirs));
     let what = format!(
-        "lateness, 100k tasks sleeping 10–60 ms ({} samples)",
+        "lateness, {}k tasks sleeping 10–60 ms ({} samples)",
+        tasks / 1000,
         ours.samples
     );
     for (name, a, b) in [
@@ -600,6 +597,20 @@ fn lateness_section(report: &mut Report, quick: bool) {
         ours.early == 0,
         format!("{} of our sleeps woke before their deadline", ours.early),
     );
+}
+
+/// 100k sleepers is the figure asked for; it needs more CPU than the 50 ms window holds on a
+/// small machine (spawning, registering and waking each task), so it mostly measures the
+/// run-queue backlog. 10k sleepers show the timers' own precision.
+fn lateness_section(report: &mut Report, quick: bool) {
+    let rt = multi_thread();
+    // Warm both timers and the allocator; not reported.
+    for peer in [Peer::Wheel, Peer::Tokio] {
+        lateness_round(&rt, peer, 10_000, 1);
+    }
+    let rounds = if quick { 1 } else { 3 };
+    lateness_rows(report, &rt, 10_000, rounds);
+    lateness_rows(report, &rt, 100_000, rounds);
 }
 
 // ===== main =====
