@@ -14,7 +14,7 @@
 //! - `insert` is create + first poll (which registers) + store; `cancel` is the drop (for
 //!   `DelayQueue`, `insert` / `remove`, which need `&mut` and so cannot be shared).
 //! - tokio's `Sleep` is `!Unpin`, so holding many means boxing each (`Box::pin`); ours is
-//!   `Unpin` and is held in place. `wheel_timer boxed` holds ours exactly like tokio's, for
+//!   `Unpin` and is held in place. `Timer::sleep boxed` holds ours exactly like tokio's, for
 //!   an apples-to-apples figure that includes the same allocation.
 //! - All on the bench thread, inside a two-worker multi-thread runtime (the real clock).
 

@@ -1,6 +1,6 @@
-//! Helpers shared by the bench binaries (`#[path]`-free: each bench declares `mod common;`).
+//! Helpers shared by the bench binaries; each declares `mod common;`.
 //!
-//! Lives in a directory so cargo does not take it for a bench target of its own.
+//! Lives in a directory (`common/mod.rs`) so cargo does not take it for a bench target.
 
 #![allow(dead_code)] // each bench binary uses a different subset
 
