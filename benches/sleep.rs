@@ -1,28 +1,19 @@
 //! Create + first poll + drop of a 1 s sleep (the never-firing timeout case), ours beside
 //! tokio's and pingora-timeout's, on 1 and 2 threads.
 //!
-//! `cargo bench --bench sleep`. Two-thread figures are time per operation per thread with
-//! both threads running at once (throughput = 2 / figure).
+//! `cargo bench --bench sleep`. Two-thread figures are wall time per operation per thread with
+//! both threads running at once (throughput = 2 / figure). `WHEEL_BENCH_CPU=1` makes the
+//! one-thread figures the bench thread's CPU time, steadier on a loaded machine.
 
-use std::future::Future;
-use std::hint::black_box;
-use std::pin::pin;
-use std::sync::{Arc, Barrier};
-use std::task::{Context, Waker};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
-const DELAY: Duration = Duration::from_secs(1);
+use common::poll_once;
 
-fn poll_once<F: Future>(f: F) {
-    let mut f = pin!(f);
-    black_box(
-        f.as_mut()
-            .poll(&mut Context::from_waker(Waker::noop()))
-            .is_pending(),
-    );
-}
+const DELAY: Duration = Duration::from_secs(1);
 
 /// The operations compared, each run inside a runtime context.
 #[derive(Clone, Copy)]
@@ -52,18 +43,14 @@ const OPS: [(&str, Op); 4] = [
 ];
 
 fn one_thread(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let _enter = rt.enter();
     let timer = wheel_timer::Timer::new();
     let mut group = c.benchmark_group("sleep_create_poll_drop_1thread");
     for (name, op) in OPS {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let start = Instant::now();
+                let start = common::Stopwatch::start();
                 run(op, &timer, iters);
                 start.elapsed()
             })
@@ -73,11 +60,7 @@ fn one_thread(c: &mut Criterion) {
 }
 
 fn two_threads(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let timer = {
         let _enter = rt.enter();
         wheel_timer::Timer::new()
@@ -86,25 +69,8 @@ fn two_threads(c: &mut Criterion) {
     for (name, op) in OPS {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
-                let barrier = Arc::new(Barrier::new(2));
-                let threads: Vec<_> = (0..2)
-                    .map(|_| {
-                        let (handle, timer, barrier) =
-                            (rt.handle().clone(), timer.clone(), barrier.clone());
-                        std::thread::spawn(move || {
-                            let _enter = handle.enter();
-                            barrier.wait();
-                            let start = Instant::now();
-                            run(op, &timer, iters);
-                            start.elapsed()
-                        })
-                    })
-                    .collect();
-                threads
-                    .into_iter()
-                    .map(|t| t.join().unwrap())
-                    .max()
-                    .unwrap()
+                let timer = timer.clone();
+                common::on_two_threads(&rt, iters, move |iters| run(op, &timer, iters))
             })
         });
     }

@@ -32,7 +32,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::driver::{Global, MAX_NANOS, RUNNING};
+use crate::driver::{Clock, Global, MAX_NANOS, RUNNING};
 use crate::loom::{lock, Arc, AtomicU64, AtomicU8, Mutex, Ordering};
 use crate::wheel::Key;
 use crate::{Error, Timer};
@@ -128,9 +128,9 @@ impl TaskShared {
     /// the next point of its period grid that lies after the start of tick `now`, so runs
     /// the driver was too late for are skipped rather than bunched up. Driver only, under
     /// the shard lock.
-    pub(crate) fn next_deadline(&self, now: u64, tick_ns: u64) -> u64 {
+    pub(crate) fn next_deadline(&self, now: u64, clock: &Clock) -> u64 {
         let last = self.deadline.load(Ordering::Relaxed);
-        let floor = now.saturating_mul(tick_ns);
+        let floor = clock.tick_start_nanos(now);
         let period = self.period;
         let next = match last.checked_add(period) {
             Some(next) if next > floor => next,

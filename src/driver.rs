@@ -54,12 +54,20 @@ pub(crate) const STOPPED: u8 = 1;
 pub(crate) const DRIVER_GONE: u8 = 2;
 
 /// Maps tokio instants to wheel ticks.
-#[derive(Debug, Clone, Copy)]
+///
+/// Tick `t` starts `phase + t * tick_ns` nanoseconds after `start`. The driver waits with
+/// tokio's own timer, which only wakes on its 1 ms grid; a tick boundary off that grid would
+/// be rounded up to the next grid point, adding up to a millisecond to every expiry. So the
+/// driver measures the grid's offset once, before its first turn, and sets `phase` to it
+/// (`Clock::calibrate`). `phase` only ever grows, and only before the wheels' time first moves:
+/// a tick computed with the old phase then starts later than it did, never earlier.
+#[derive(Debug)]
 pub(crate) struct Clock {
     pub(crate) start: Instant,
     pub(crate) tick_ns: u64,
     /// `u64::MAX / tick_ns`: divides by a multiply on the sleep hot path.
     recip: u64,
+    phase: AtomicU64,
 }
 
 impl Clock {
@@ -69,6 +77,7 @@ impl Clock {
             start,
             tick_ns,
             recip: u64::MAX / tick_ns,
+            phase: AtomicU64::new(0),
         }
     }
 
@@ -76,6 +85,12 @@ impl Clock {
     /// [`MAX_NANOS`].
     pub(crate) fn nanos(&self, deadline: Instant) -> u64 {
         duration_nanos(deadline.saturating_duration_since(self.start))
+    }
+
+    fn phase(&self) -> u64 {
+        // Relaxed: a reader that still sees the old (smaller) phase computes a tick whose
+        // start can only move later once the new phase is in force.
+        self.phase.load(Ordering::Relaxed)
     }
 
     /// `(nanos / tick_ns, nanos % tick_ns)` by multiplication: the reciprocal's estimate is
@@ -94,13 +109,14 @@ impl Clock {
     /// The first tick that starts at or after `nanos`: sub-tick delays round up, so a timer
     /// never fires early.
     pub(crate) fn tick_at_or_after(&self, nanos: u64) -> u64 {
-        let (q, r) = self.div(nanos);
+        let (q, r) = self.div(nanos.saturating_sub(self.phase()));
         (q + u64::from(r != 0)).min(MAX_TICK)
     }
 
-    /// The tick `now` falls in.
+    /// The tick `now` falls in (tick 0 before the first boundary).
     pub(crate) fn tick_of(&self, now: Instant) -> u64 {
-        self.div(self.nanos(now)).0.min(MAX_TICK)
+        let ns = self.nanos(now).saturating_sub(self.phase());
+        self.div(ns).0.min(MAX_TICK)
     }
 
     pub(crate) fn now_tick(&self) -> u64 {
@@ -111,10 +127,43 @@ impl Clock {
         self.start + std::time::Duration::from_nanos(nanos)
     }
 
+    /// Nanoseconds from the start to the start of `tick`, saturated at [`MAX_NANOS`].
+    pub(crate) fn tick_start_nanos(&self, tick: u64) -> u64 {
+        tick.saturating_mul(self.tick_ns)
+            .saturating_add(self.phase())
+            .min(MAX_NANOS)
+    }
+
     /// The instant tick `tick` starts at, saturating far in the future.
     pub(crate) fn tick_start(&self, tick: u64) -> Instant {
-        let ns = tick.saturating_mul(self.tick_ns).min(MAX_NANOS);
-        self.instant(ns)
+        self.instant(self.tick_start_nanos(tick))
+    }
+}
+
+/// How far before the measured grid point tick boundaries are put: the measurement includes
+/// the driver's own wake-up delay, and a boundary just after a grid point would wait for the
+/// next one.
+const CALIBRATION_MARGIN_NS: u64 = 200_000;
+/// tokio's timer resolution.
+const TOKIO_GRID_NS: u64 = 1_000_000;
+
+impl Clock {
+    /// A 1 ns tokio sleep: it wakes on the first point of tokio's grid, which
+    /// [`Clock::calibrate`] then measures. `None` for ticks that are not whole milliseconds
+    /// (their boundaries cannot all sit on tokio's grid).
+    fn calibration(&self) -> Option<tokio::time::Sleep> {
+        (self.tick_ns % TOKIO_GRID_NS == 0)
+            .then(|| tokio::time::sleep(std::time::Duration::from_nanos(1)))
+    }
+
+    /// Sets the phase from the calibration sleep's wake-up, now: its offset from the timer's
+    /// own millisecond grid, less a margin. Only while `time_moved` is false (see [`Clock`]).
+    fn calibrate(&self, time_moved: bool) {
+        if !time_moved {
+            let offset = self.nanos(Instant::now()) % TOKIO_GRID_NS;
+            let phase = offset.saturating_sub(CALIBRATION_MARGIN_NS);
+            self.phase.store(phase, Ordering::Relaxed);
+        }
     }
 }
 
@@ -529,7 +578,7 @@ impl Global {
                         freed += 1;
                         continue;
                     }
-                    let next = task.next_deadline(now, this.clock.tick_ns);
+                    let next = task.next_deadline(now, &this.clock);
                     core.tasks
                         .reschedule(key, this.clock.tick_at_or_after(next));
                     core.counters.scheduled += 1;
@@ -634,6 +683,14 @@ async fn run(global: &Arc<Global>) {
     let mut wakers = Vec::with_capacity(BATCH);
     let sleep = tokio::time::sleep_until(global.clock.start);
     tokio::pin!(sleep);
+    let calibration = global.clock.calibration();
+    let mut calibrating = calibration.is_some();
+    let calibration = async move {
+        if let Some(sleep) = calibration {
+            sleep.await;
+        }
+    };
+    tokio::pin!(calibration);
     loop {
         let notified = global.notify.notified();
         tokio::pin!(notified);
@@ -646,15 +703,22 @@ async fn run(global: &Arc<Global>) {
             // and sleep, `tasks` every task.
             return;
         }
-        if target == PARKED {
-            notified.await;
-        } else {
+        if target != PARKED {
             sleep.as_mut().reset(global.clock.tick_start(target));
-            tokio::select! {
-                biased;
-                _ = notified => {}
-                _ = &mut sleep => {}
+        }
+        tokio::select! {
+            biased;
+            _ = notified => {}
+            _ = &mut calibration, if calibrating => {
+                calibrating = false;
+                // Safe only while no shard's time has moved off tick 0 (see `Clock`).
+                let moved = global
+                    .shards
+                    .iter()
+                    .any(|s| s.elapsed.load(Ordering::Acquire) != 0);
+                global.clock.calibrate(moved);
             }
+            _ = &mut sleep, if target != PARKED => {}
         }
     }
 }

@@ -17,7 +17,11 @@ const DEFAULT_TICK: Duration = Duration::from_millis(1);
 /// Default level-0 size: one second of 1 ms ticks before the first cascade.
 const DEFAULT_SLOTS: usize = 1024;
 /// Largest accepted level-0 size (Netty's bound).
-const MAX_SLOTS: usize = 1 << 30;
+/// Largest accepted level-0 size. Netty allows 2^30, but here every shard holds two level-0
+/// arrays (sleeps and tasks) of 4 bytes per slot: 2^30 slots would ask for 8 GiB per shard
+/// and abort on allocation instead of failing cleanly. 2^20 (8 MiB per shard) already lets
+/// a 1 ms tick reach 17 minutes without a cascade.
+const MAX_SLOTS: usize = 1 << 20;
 /// Largest accepted shard count.
 const MAX_SHARDS: usize = 1024;
 /// Smallest accepted tick: finer than this the driver would only burn CPU.
@@ -478,8 +482,9 @@ impl Builder {
     }
 
     /// Buckets in the finest level (default 1024), rounded up to a power of two; at most
-    /// 2^30. Deadlines within `slots` ticks never cascade; later ones cascade once per
-    /// level (each higher level has 64 buckets). Costs 4 bytes per slot per shard.
+    /// 2^20 (Netty allows 2^30, but each shard here holds its own level 0). Deadlines within
+    /// `slots` ticks never cascade; later ones cascade once per level (each higher level has
+    /// 64 buckets). Costs 8 bytes per slot per shard (a sleep wheel and a task wheel).
     ///
     /// # Examples
     ///
@@ -613,7 +618,7 @@ impl Builder {
             return Err(Error::invalid_config("tick must be at most 24 h"));
         }
         if self.slots == 0 || self.slots > MAX_SLOTS {
-            return Err(Error::invalid_config("slots must be between 1 and 2^30"));
+            return Err(Error::invalid_config("slots must be between 1 and 2^20"));
         }
         let shards = self.shards.unwrap_or_else(default_shards);
         if shards == 0 || shards > MAX_SHARDS {

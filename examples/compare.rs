@@ -1,0 +1,655 @@
+//! The whole-program figures criterion cannot show, wheel-timer beside `tokio::time` in one
+//! process, printed as one Markdown table with ratios:
+//!
+//! - the size of the futures, and heap allocations per create + first poll + drop (a counting
+//!   global allocator; must be 0 for ours once warm);
+//! - per pending timer: bytes (RSS delta over N = 1M, and 10M without `--quick`; also the
+//!   heap bytes requested, which count reserved but untouched `Vec` capacity), and the
+//!   process's CPU time per second while N = 1M timers of 1 h are pending and with nothing
+//!   pending (each timer on a fresh two-worker runtime of its own);
+//! - lateness of 10k and 100k concurrent tasks sleeping 10–60 ms on a two-worker multi-thread
+//!   runtime and the real clock: min / p50 / p99 / max, and how many woke early (must be 0
+//!   for ours). At 100k the tasks need more CPU than the 50 ms window holds on a small
+//!   machine, so that figure is mostly run-queue backlog; 10k shows the timers' precision.
+//!
+//! ```text
+//! cargo run --release --example compare            # about a minute
+//! cargo run --release --example compare -- --quick # well under a minute
+//! ```
+//!
+//! It exits with status 1 if one of our invariants fails (an early wake-up, an allocation per
+//! operation). CPU time comes from `/proc/self/stat` (utime + stime, in 1/100 s), memory from
+//! `/proc/self/status` (VmRSS), so this runs on Linux only. On a shared machine every figure is
+//! noisy; compare the ratios of one run rather than absolutes across runs.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::fmt::Write as _;
+use std::future::{pending, Future, Ready};
+use std::pin::{pin, Pin};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::task::Context;
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Runtime;
+
+// ===== counting allocator =====
+
+/// Forwards every call to the system allocator and counts allocations (process-wide and on
+/// the calling thread) and live heap bytes.
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static HEAP_BYTES: AtomicI64 = AtomicI64::new(0);
+
+thread_local! {
+    // `const`-initialised and without a destructor: safe to touch from inside the allocator.
+    static THREAD_ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_alloc(bytes: usize) {
+    ALLOCS.fetch_add(1, Ordering::Relaxed);
+    HEAP_BYTES.fetch_add(bytes as i64, Ordering::Relaxed);
+    let _ = THREAD_ALLOCS.try_with(|n| n.set(n.get() + 1));
+}
+
+// SAFETY: every method forwards its arguments unchanged to `System`, which upholds the
+// `GlobalAlloc` contract; the counting touches only atomics and a const thread-local, and
+// never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_alloc(layout.size());
+        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_alloc(layout.size());
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_alloc(new_size);
+        HEAP_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        HEAP_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn thread_allocs() -> u64 {
+    THREAD_ALLOCS.with(Cell::get)
+}
+
+// ===== /proc readers =====
+
+/// CPU time (user + system) of the whole process so far, from `/proc/self/stat`.
+fn process_cpu() -> Duration {
+    /// `/proc` reports in USER_HZ, fixed at 100 by the Linux ABI.
+    const TICK: Duration = Duration::from_millis(10);
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");
+    // Fields after the parenthesised command name start at field 3 ("state").
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u32 = [11, 12] // utime (field 14), stime (field 15)
+        .iter()
+        .map(|&i| fields[i].parse::<u32>().expect("stat field"))
+        .sum();
+    TICK * ticks
+}
+
+/// CPU time of the process's live threads, from `/proc/self/task/*/schedstat` (nanosecond
+/// resolution, where `/proc/self/stat` counts 10 ms ticks; threads that exit are missed, so
+/// use it only over windows in which no thread exits).
+fn threads_cpu() -> Duration {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("read /proc/self/task");
+    let nanos: u64 = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
+}
+
+/// The machine's load average over the last minute, from `/proc/loadavg`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// (all CPU time, stolen time) of the machine so far, in clock ticks, from `/proc/stat`: on a
+/// virtual machine "steal" is time the host gave our vCPUs to someone else.
+fn machine_steal() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (
+        fields.iter().take(8).sum(),
+        fields.get(7).copied().unwrap_or(0),
+    )
+}
+
+/// Resident set size, from `/proc/self/status`.
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS line");
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS value");
+    kb * 1024
+}
+
+// ===== helpers =====
+
+fn multi_thread() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("build runtime")
+}
+
+fn poll_noop<F: Future + ?Sized>(f: Pin<&mut F>) -> bool {
+    f.poll(&mut Context::from_waker(futures::task::noop_waker_ref()))
+        .is_pending()
+}
+
+/// A small deterministic generator (splitmix64).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Peer {
+    Wheel,
+    Tokio,
+}
+
+/// The report: Markdown rows of (metric, ours, tokio, tokio ÷ ours), plus failed invariants.
+#[derive(Default)]
+struct Report {
+    rows: Vec<[String; 4]>,
+    failures: Vec<String>,
+}
+
+impl Report {
+    fn row(&mut self, metric: impl Into<String>, ours: String, tokio: String, ratio: String) {
+        self.rows.push([metric.into(), ours, tokio, ratio]);
+    }
+
+    /// A row of two numbers printed with `unit`, and their ratio tokio ÷ ours.
+    fn figures(&mut self, metric: &str, ours: f64, tokio: f64, precision: usize, unit: &str) {
+        self.row(
+            metric,
+            format!("{ours:.precision$}{unit}"),
+            format!("{tokio:.precision$}{unit}"),
+            ratio(tokio, ours),
+        );
+    }
+
+    fn check(&mut self, ok: bool, what: String) {
+        if !ok {
+            self.failures.push(what);
+        }
+    }
+
+    fn print(&self) {
+        let mut out = String::new();
+        let _ = writeln!(out, "| metric | wheel-timer | tokio | tokio ÷ ours |");
+        let _ = writeln!(out, "|---|---:|---:|---:|");
+        for [m, a, b, r] in &self.rows {
+            let _ = writeln!(out, "| {m} | {a} | {b} | {r} |");
+        }
+        print!("{out}");
+    }
+}
+
+fn ratio(theirs: f64, ours: f64) -> String {
+    if ours > 0.0 && theirs > 0.0 {
+        format!("{:.2}×", theirs / ours)
+    } else if ours == 0.0 && theirs == 0.0 {
+        "=".into()
+    } else if ours == 0.0 {
+        "∞".into()
+    } else {
+        "0".into()
+    }
+}
+
+// ===== sizes and allocations =====
+
+fn sizes(report: &mut Report) {
+    use std::mem::size_of;
+    report.row(
+        "`size_of::<Sleep>()`",
+        format!("{} B", size_of::<wheel_timer::Sleep>()),
+        format!("{} B", size_of::<tokio::time::Sleep>()),
+        ratio(
+            size_of::<tokio::time::Sleep>() as f64,
+            size_of::<wheel_timer::Sleep>() as f64,
+        ),
+    );
+    report.row(
+        "`size_of::<Timeout<Ready<()>>>()`",
+        format!("{} B", size_of::<wheel_timer::Timeout<Ready<()>>>()),
+        format!("{} B", size_of::<tokio::time::Timeout<Ready<()>>>()),
+        ratio(
+            size_of::<tokio::time::Timeout<Ready<()>>>() as f64,
+            size_of::<wheel_timer::Timeout<Ready<()>>>() as f64,
+        ),
+    );
+}
+
+/// Allocations (on this thread, and in the whole process) per `op`, after a warm-up.
+fn allocs_per_op(op: &mut dyn FnMut()) -> (f64, f64) {
+    const WARM: u32 = 10_000;
+    const OPS: u32 = 100_000;
+    (0..WARM).for_each(|_| op());
+    let (thread0, process0) = (thread_allocs(), ALLOCS.load(Ordering::Relaxed));
+    (0..OPS).for_each(|_| op());
+    let thread = thread_allocs() - thread0;
+    let process = ALLOCS.load(Ordering::Relaxed) - process0;
+    (
+        thread as f64 / f64::from(OPS),
+        process as f64 / f64::from(OPS),
+    )
+}
+
+fn allocations(report: &mut Report) {
+    let rt = multi_thread();
+    let _enter = rt.enter();
+    let timer = wheel_timer::Timer::new();
+    // Start both drivers (and the default timer's): their one-time set-up is not per-op.
+    rt.block_on(async {
+        timer.sleep(Duration::from_millis(2)).await;
+        wheel_timer::sleep_wheel(Duration::from_millis(2)).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    });
+    let delay = Duration::from_secs(1);
+    type Op<'a> = Box<dyn FnMut() + 'a>;
+    let cases: [(&str, Op, Op); 3] = [
+        (
+            "sleep",
+            Box::new(|| assert!(poll_noop(pin!(timer.sleep(delay))))),
+            Box::new(|| assert!(poll_noop(pin!(tokio::time::sleep(delay))))),
+        ),
+        (
+            "timeout (pending future)",
+            Box::new(|| assert!(poll_noop(pin!(timer.timeout(delay, pending::<()>()))))),
+            Box::new(|| {
+                assert!(poll_noop(pin!(tokio::time::timeout(
+                    delay,
+                    pending::<()>()
+                ))))
+            }),
+        ),
+        (
+            "`sleep_wheel` (default timer) / `sleep`",
+            Box::new(|| assert!(poll_noop(pin!(wheel_timer::sleep_wheel(delay))))),
+            Box::new(|| assert!(poll_noop(pin!(tokio::time::sleep(delay))))),
+        ),
+    ];
+    for (name, mut ours, mut theirs) in cases {
+        let (ours_thread, ours_process) = allocs_per_op(&mut *ours);
+        let (theirs_thread, theirs_process) = allocs_per_op(&mut *theirs);
+        report.row(
+            format!("allocations per create + poll + drop: {name} (process-wide)"),
+            format!("{ours_thread:.3} ({ours_process:.3})"),
+            format!("{theirs_thread:.3} ({theirs_process:.3})"),
+            String::new(),
+        );
+        report.check(
+            ours_thread == 0.0 && ours_process == 0.0,
+            format!("{name}: {ours_process} allocations per operation (must be 0)"),
+        );
+    }
+}
+
+// ===== memory and CPU with many pending timers =====
+
+/// N pending timers of one peer, as a program would hold them: ours in place (`Sleep` is
+/// `Unpin`), tokio's boxed (its `Sleep` is `!Unpin`).
+enum Held {
+    Wheel(Vec<wheel_timer::Sleep>),
+    Tokio(Vec<Pin<Box<tokio::time::Sleep>>>),
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        match self {
+            Held::Wheel(v) => v.len(),
+            Held::Tokio(v) => v.len(),
+        }
+    }
+}
+
+/// Holds `n` pending 1 h timers: ours (on `timer`) when given, else tokio's.
+fn hold(timer: Option<&wheel_timer::Timer>, n: usize) -> Held {
+    let delay = Duration::from_secs(3600);
+    if let Some(timer) = timer {
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut sleep = timer.sleep(delay);
+            assert!(poll_noop(Pin::new(&mut sleep)));
+            v.push(sleep);
+        }
+        Held::Wheel(v)
+    } else {
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut sleep = Box::pin(tokio::time::sleep(delay));
+            assert!(poll_noop(sleep.as_mut()));
+            v.push(sleep);
+        }
+        Held::Tokio(v)
+    }
+}
+
+/// Share of one core the process used while the calling thread slept for `window`: from
+/// `/proc/self/stat`, and from the threads' schedstat (finer).
+fn cpu_share(window: Duration) -> (f64, f64) {
+    let (stat0, sched0, wall0) = (process_cpu(), threads_cpu(), Instant::now());
+    std::thread::sleep(window);
+    let (stat, sched, wall) = (process_cpu(), threads_cpu(), wall0.elapsed());
+    (
+        (stat - stat0).as_secs_f64() / wall.as_secs_f64(),
+        (sched - sched0).as_secs_f64() / wall.as_secs_f64(),
+    )
+}
+
+struct Footprint {
+    rss: f64,
+    heap: f64,
+}
+
+/// Bytes per pending timer while `n` are held (see [`hold`]): RSS and heap deltas over `n`.
+fn footprint(timer: Option<&wheel_timer::Timer>, n: usize) -> (Footprint, Held) {
+    let (rss0, heap0) = (rss_bytes(), HEAP_BYTES.load(Ordering::Relaxed));
+    let held = hold(timer, n);
+    let rss = rss_bytes().saturating_sub(rss0) as f64 / n as f64;
+    let heap = (HEAP_BYTES.load(Ordering::Relaxed) - heap0) as f64 / n as f64;
+    assert_eq!(held.len(), n);
+    (Footprint { rss, heap }, held)
+}
+
+struct Pending {
+    idle_cpu: (f64, f64),
+    held_cpu: (f64, f64),
+    at_1m: Footprint,
+    at_10m: Option<Footprint>,
+}
+
+/// On a fresh runtime of its own: CPU with nothing pending, then bytes and CPU with 1M
+/// pending 1 h timers, then (unless quick) bytes with 10M more.
+fn pending_figures(peer: Peer, window: Duration, quick: bool) -> Pending {
+    let rt = multi_thread();
+    let _enter = rt.enter();
+    let timer = (peer == Peer::Wheel).then(wheel_timer::Timer::new);
+    if let Some(timer) = &timer {
+        // Let the driver start and park with an empty wheel.
+        rt.block_on(timer.sleep(Duration::from_millis(2)));
+    }
+    let idle_cpu = cpu_share(window);
+    let (at_1m, held) = footprint(timer.as_ref(), 1_000_000);
+    let held_cpu = cpu_share(window);
+    // The 1M stay held, so the 10M cannot reuse memory they would have freed.
+    let at_10m = (!quick).then(|| footprint(timer.as_ref(), 10_000_000).0);
+    drop(held);
+    if let Some(timer) = &timer {
+        assert_eq!(timer.pending(), 0);
+    }
+    Pending {
+        idle_cpu,
+        held_cpu,
+        at_1m,
+        at_10m,
+    }
+}
+
+fn pending_section(report: &mut Report, quick: bool) {
+    let window = Duration::from_secs(if quick { 2 } else { 5 });
+    let ours = pending_figures(Peer::Wheel, window, quick);
+    let theirs = pending_figures(Peer::Tokio, window, quick);
+    let secs = window.as_secs();
+    for (what, a, b) in [
+        ("nothing pending", ours.idle_cpu, theirs.idle_cpu),
+        ("1M pending 1 h timers", ours.held_cpu, theirs.held_cpu),
+    ] {
+        report.figures(
+            &format!("CPU, {what}: % of a core over {secs} s (`/proc/self/stat`)"),
+            a.0 * 100.0,
+            b.0 * 100.0,
+            2,
+            " %",
+        );
+        report.figures(
+            &format!("CPU, {what}: % of a core over {secs} s (threads' schedstat)"),
+            a.1 * 100.0,
+            b.1 * 100.0,
+            4,
+            " %",
+        );
+    }
+    let rows = [("1M", Some(&ours.at_1m), Some(&theirs.at_1m))]
+        .into_iter()
+        .chain([("10M", ours.at_10m.as_ref(), theirs.at_10m.as_ref())]);
+    for (n, ours, theirs) in rows {
+        let (Some(ours), Some(theirs)) = (ours, theirs) else {
+            continue;
+        };
+        report.figures(
+            &format!("bytes per pending timer, RSS delta / N, N = {n}"),
+            ours.rss,
+            theirs.rss,
+            1,
+            " B",
+        );
+        report.figures(
+            &format!("heap bytes requested per pending timer (allocator), N = {n}"),
+            ours.heap,
+            theirs.heap,
+            1,
+            " B",
+        );
+        let future = std::mem::size_of::<wheel_timer::Sleep>() as f64;
+        report.row(
+            format!("… of which in the timer, outside the held future (RSS), N = {n}"),
+            format!("{:.1} B", ours.rss - future),
+            "0 B (entry inside `Sleep`)".into(),
+            String::new(),
+        );
+    }
+}
+
+// ===== lateness =====
+
+/// Lateness in ns (negative: early) of `tasks` tasks that each sleep a random 10–60 ms.
+fn lateness_round(rt: &Runtime, peer: Peer, tasks: usize, seed: u64) -> Vec<i64> {
+    rt.block_on(async move {
+        // Spawned from a worker, so the tasks start on the workers' local queues.
+        tokio::spawn(async move {
+            let mut rng = SplitMix(seed);
+            let handles: Vec<_> = (0..tasks)
+                .map(|_| {
+                    let delay = Duration::from_nanos(10_000_000 + rng.below(50_000_001));
+                    tokio::spawn(async move {
+                        let deadline = tokio::time::Instant::now() + delay;
+                        match peer {
+                            Peer::Wheel => wheel_timer::sleep_wheel_until(deadline).await,
+                            Peer::Tokio => tokio::time::sleep_until(deadline).await,
+                        }
+                        let now = tokio::time::Instant::now();
+                        if now >= deadline {
+                            (now - deadline).as_nanos() as i64
+                        } else {
+                            -((deadline - now).as_nanos() as i64)
+                        }
+                    })
+                })
+                .collect();
+            let mut late = Vec::with_capacity(tasks);
+            for handle in handles {
+                late.push(handle.await.expect("sleeping task panicked"));
+            }
+            late
+        })
+        .await
+        .expect("spawning task panicked")
+    })
+}
+
+struct Lateness {
+    min: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+    early: usize,
+    samples: usize,
+}
+
+fn summarize(mut late: Vec<i64>) -> Lateness {
+    late.sort_unstable();
+    let ms = |ns: i64| ns as f64 / 1e6;
+    let at = |q: f64| late[((late.len() - 1) as f64 * q).round() as usize];
+    Lateness {
+        min: ms(late[0]),
+        p50: ms(at(0.50)),
+        p99: ms(at(0.99)),
+        max: ms(late[late.len() - 1]),
+        early: late.iter().filter(|&&ns| ns < 0).count(),
+        samples: late.len(),
+    }
+}
+
+/// Lateness of `tasks` concurrent sleepers, ours and tokio's, pooled over `rounds` rounds.
+fn lateness_rows(report: &mut Report, rt: &Runtime, tasks: usize, rounds: u64) {
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        // Alternate who goes first, so neither always runs on the warmer process.
+        let order = if round % 2 == 0 {
+            [Peer::Wheel, Peer::Tokio]
+        } else {
+            [Peer::Tokio, Peer::Wheel]
+        };
+        for peer in order {
+            let late = lateness_round(rt, peer, tasks, 100 + round);
+            match peer {
+                Peer::Wheel => ours.extend(late),
+                Peer::Tokio => theirs.extend(late),
+            }
+        }
+    }
+    let (ours, theirs) = (summarize(ours), summarize(theirs));
+    let what = format!(
+        "lateness, {}k tasks sleeping 10–60 ms ({} samples)",
+        tasks / 1000,
+        ours.samples
+    );
+    for (name, a, b) in [
+        ("min", ours.min, theirs.min),
+        ("p50", ours.p50, theirs.p50),
+        ("p99", ours.p99, theirs.p99),
+        ("max", ours.max, theirs.max),
+    ] {
+        report.figures(&format!("{what}: {name}"), a, b, 3, " ms");
+    }
+    report.row(
+        format!("{what}: woke early"),
+        ours.early.to_string(),
+        theirs.early.to_string(),
+        String::new(),
+    );
+    report.check(
+        ours.early == 0,
+        format!("{} of our sleeps woke before their deadline", ours.early),
+    );
+}
+
+/// 100k sleepers is the figure asked for; it needs more CPU than the 50 ms window holds on a
+/// small machine (spawning, registering and waking each task), so it mostly measures the
+/// run-queue backlog. 10k sleepers show the timers' own precision.
+fn lateness_section(report: &mut Report, quick: bool) {
+    let rt = multi_thread();
+    // Warm both timers and the allocator; not reported.
+    for peer in [Peer::Wheel, Peer::Tokio] {
+        lateness_round(&rt, peer, 10_000, 1);
+    }
+    let rounds = if quick { 1 } else { 3 };
+    lateness_rows(report, &rt, 10_000, rounds);
+    lateness_rows(report, &rt, 100_000, rounds);
+}
+
+// ===== main =====
+
+fn main() -> ExitCode {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let started = Instant::now();
+    let load_before = load_average();
+    let steal_before = machine_steal();
+    let mut report = Report::default();
+    // Memory first: later sections leave freed heap behind that could hide new allocations
+    // from RSS.
+    eprintln!("pending timers: CPU and memory…");
+    pending_section(&mut report, quick);
+    eprintln!("sizes and allocations…");
+    sizes(&mut report);
+    allocations(&mut report);
+    eprintln!("lateness…");
+    lateness_section(&mut report, quick);
+    let steal_after = machine_steal();
+    let steal = (steal_after.1 - steal_before.1) as f64
+        / (steal_after.0 - steal_before.0).max(1) as f64
+        * 100.0;
+    println!(
+        "wheel-timer vs tokio{}: 2-worker multi-thread runtimes, real clock; {:.0} s; \
+         load average {load_before} before, {} after; {steal:.0} % of the vCPUs' time stolen \
+         by the host\n",
+        if quick { " (--quick)" } else { "" },
+        started.elapsed().as_secs_f64(),
+        load_average(),
+    );
+    report.print();
+    if report.failures.is_empty() {
+        println!("\ninvariants hold: 0 early wake-ups, 0 allocations per operation (ours)");
+        ExitCode::SUCCESS
+    } else {
+        for failure in &report.failures {
+            println!("INVARIANT FAILED: {failure}");
+        }
+        ExitCode::FAILURE
+    }
+}
