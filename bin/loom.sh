@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs the loom models of the timer core (src/loom_tests/, see docs/ARCHITECTURE.md).
+# Runs the loom models (src/loom_tests/, see docs/ARCHITECTURE.md).
 #
 #   bin/loom.sh                        # every model, LOOM_MAX_PREEMPTIONS=3
 #   bin/loom.sh sleep::drop_vs_fire    # one model (any libtest filter under loom_tests::)

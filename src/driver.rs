@@ -369,7 +369,7 @@ impl Global {
     }
 
     /// Allocated task entries and the `max_pending` count; for tests and models.
-    #[cfg(any(test, wheel_loom))]
+    #[cfg(test)]
     pub(crate) fn task_counts(&self) -> (usize, Option<usize>) {
         (
             self.tasks.load(Ordering::SeqCst),
@@ -405,7 +405,7 @@ impl Global {
     }
 
     /// The tick the driver will wake at next (`u64::MAX` when parked); for tests and models.
-    #[cfg(any(test, wheel_loom))]
+    #[cfg(test)]
     pub(crate) fn next_wake(&self) -> u64 {
         self.next_wake.load(Ordering::Acquire)
     }

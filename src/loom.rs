@@ -6,7 +6,8 @@
 //! models (`src/loom_tests/`, see docs/ARCHITECTURE.md) see every shared access. The only
 //! exceptions are [`global`], for process-wide statics (the default-timer registry and the
 //! instance counter), which need `const` constructors that loom lacks and which no loom model
-//! goes through, and, in loom builds of the tests only, `StdArc` for wakers (see below).
+//! goes through, and, in loom builds of the tests only, `StdArc` for wakers and
+//! `ModelClock` (see below).
 //!
 //! The crate-specific cfg (not `--cfg loom`) keeps tokio built as usual: a global `--cfg loom`
 //! would rebuild tokio in its own loom mode, without `net`/`fs` (tokio#2463).
@@ -109,6 +110,39 @@ mod model {
             }
             *permit = false;
         }
+    }
+}
+
+/// An `Arc<[T]>` of `items` (loom's `Arc` has no `FromIterator`, only `from_std`).
+#[cfg(not(all(test, wheel_loom)))]
+pub(crate) fn arc_slice<T>(items: Vec<T>) -> Arc<[T]> {
+    Arc::from(items)
+}
+
+/// An `Arc<[T]>` of `items` (loom's `Arc` has no `FromIterator`, only `from_std`).
+#[cfg(all(test, wheel_loom))]
+pub(crate) fn arc_slice<T>(items: Vec<T>) -> Arc<[T]> {
+    Arc::from_std(std::sync::Arc::from(items))
+}
+
+/// The clock a loom model sets, read by the idle tracker instead of `Instant::now()` so
+/// that replays are deterministic. It stands for a physical clock, not shared memory: every
+/// thread reads the latest setting, so it is a std atomic, which loom neither schedules on
+/// nor weakens.
+#[cfg(all(test, wheel_loom))]
+#[derive(Debug, Default)]
+pub(crate) struct ModelClock(std::sync::atomic::AtomicU64);
+
+#[cfg(all(test, wheel_loom))]
+impl ModelClock {
+    /// Nanoseconds since the start.
+    pub(crate) fn nanos(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Moves the clock to `nanos` after the start (never backwards).
+    pub(crate) fn set(&self, nanos: u64) {
+        self.0.fetch_max(nanos, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -44,3 +44,5 @@ mod tracker;
 pub use handle::{Idle, IdleHandle};
 pub use stream::IdleStream;
 pub use tracker::{Expirations, IdleTracker};
+#[cfg(all(test, wheel_loom))]
+pub(crate) use tracker::{Next, Scratch, Shared};

@@ -26,7 +26,7 @@ use std::hash::{BuildHasher, Hash};
 
 use hashbrown::HashTable;
 
-use crate::loom::{Arc, AtomicU64, Ordering};
+use crate::loom::{arc_slice, Arc, AtomicU64, Ordering};
 
 /// Marks a slot stamp as `HANDLE | handle index`.
 const HANDLE: u64 = 1 << 63;
@@ -267,7 +267,7 @@ impl<K, S> Ring<K, S> {
                 );
                 if handle % CHUNK == 0 {
                     self.chunks
-                        .push((0..CHUNK).map(|_| AtomicU64::new(0)).collect());
+                        .push(arc_slice((0..CHUNK).map(|_| AtomicU64::new(0)).collect()));
                 }
                 handle as u32
             }
@@ -344,11 +344,17 @@ impl<K: Hash + Eq, S: BuildHasher> Ring<K, S> {
     }
 
     /// Sets the sticky `marker` on `slot`'s handle stamp, if it has a handle.
+    ///
+    /// A swap, not a store: the marker must follow any concurrent touch's `fetch_max` in the
+    /// stamp's modification order. The memory model guarantees that for a store too, but
+    /// loom 0.7 lets a store slip between the read and the write of a concurrent RMW
+    /// (tokio-rs/loom#254), and model 5 would then report a lost wakeup that cannot happen.
+    /// The swap costs one locked instruction per expired or removed handle key.
     fn mark(&mut self, slot: u32, marker: u64) -> Option<u32> {
         let stamp = self.slots[slot as usize].stamp;
         (stamp & HANDLE != 0).then(|| {
             let handle = (stamp & !HANDLE) as u32;
-            self.handle_stamp(handle).store(marker, Ordering::Relaxed);
+            self.handle_stamp(handle).swap(marker, Ordering::Relaxed);
             handle
         })
     }

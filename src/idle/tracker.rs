@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use futures_core::Stream;
 use hashbrown::DefaultHashBuilder;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::ring::{Dues, Ring};
 use super::{IdleHandle, IdleStream};
-use crate::loom::{lock, Arc, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::loom::{
+    lock, Arc, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Notify, Ordering,
+};
 use crate::Timer;
 
 /// Most buckets in a shard's ring: longer timeouts coarsen the tracker's tick instead.
@@ -53,10 +54,13 @@ pub(crate) struct Shared<K> {
     handles: AtomicUsize,
     pub(crate) state: AtomicU8,
     out: Mutex<Output<K>>,
-    notify: Notify,
+    pub(crate) notify: Notify,
     start: Instant,
-    tick_ns: u64,
+    pub(crate) tick_ns: u64,
     timeout_ticks: u64,
+    /// The clock the loom models set (see `Shared::clock_nanos`).
+    #[cfg(all(test, wheel_loom))]
+    pub(crate) model_clock: crate::loom::ModelClock,
 }
 
 /// A lock-protected part of the tracker: keys hash to one shard.
@@ -203,7 +207,11 @@ impl<K> Shared<K> {
         let timeout_ticks = timeout_ns.div_ceil(tick_ns).max(1);
         let buckets = (timeout_ticks + 2).next_power_of_two() as usize;
         let start = timer.global().clock.start;
+        // The loom models' clock starts at the timer's start.
+        #[cfg(not(all(test, wheel_loom)))]
         let now = Instant::now().saturating_duration_since(start).as_nanos() as u64 / tick_ns;
+        #[cfg(all(test, wheel_loom))]
+        let now = 0;
         let hasher = DefaultHashBuilder::default();
         let shards: Box<[Shard<K>]> = (0..shards)
             .map(|_| Shard {
@@ -238,6 +246,8 @@ impl<K> Shared<K> {
             start,
             tick_ns,
             timeout_ticks,
+            #[cfg(all(test, wheel_loom))]
+            model_clock: crate::loom::ModelClock::default(),
         }
     }
 
@@ -252,9 +262,17 @@ impl<K> Shared<K> {
         ((hash >> 40) & self.shard_mask) as usize
     }
 
-    fn nanos(&self, at: Instant) -> u64 {
-        let d = at.saturating_duration_since(self.start);
-        d.as_nanos().min(u128::from(MAX_NANOS)) as u64
+    /// The tracker's clock reading, in nanoseconds since the start: the real clock, or under
+    /// the loom models the model's clock, so that their replays are deterministic.
+    fn clock_nanos(&self) -> u64 {
+        #[cfg(not(all(test, wheel_loom)))]
+        let nanos = Instant::now()
+            .saturating_duration_since(self.start)
+            .as_nanos()
+            .min(u128::from(MAX_NANOS)) as u64;
+        #[cfg(all(test, wheel_loom))]
+        let nanos = self.model_clock.nanos();
+        nanos
     }
 
     fn tick_start(&self, tick: u64) -> Instant {
@@ -267,7 +285,7 @@ impl<K> Shared<K> {
     /// reading's tick.
     fn publish(&self, clock: &mut Publisher) -> u64 {
         let old = self.epoch.0.fetch_add(1, Ordering::SeqCst);
-        let nanos = self.nanos(Instant::now());
+        let nanos = self.clock_nanos();
         let due = nanos.div_ceil(self.tick_ns) + self.timeout_ticks;
         let mask = clock.dues.len() - 1;
         clock.dues[old as usize & mask] = due;
@@ -370,7 +388,7 @@ impl<K: Hash + Eq> Shared<K> {
     /// end, with no lock held. Returns the tick.
     fn turn(&self, expired: &mut Vec<K>, slots: &mut Vec<u32>, wakers: &mut Vec<Waker>) -> u64 {
         let mut clock = lock(&self.clock);
-        let tick = self.nanos(Instant::now()) / self.tick_ns;
+        let tick = self.clock_nanos() / self.tick_ns;
         let now = match clock.published {
             Some(published) if tick <= published => tick,
             _ => {
@@ -434,48 +452,97 @@ where
     K: Hash + Eq + Send + Sync + 'static,
 {
     let finish = Finish(&shared);
-    let mut expired = Vec::new();
-    let mut slots = Vec::new();
-    let mut wakers = Vec::new();
+    let mut scratch = Scratch::default();
     let mut sleep = timer.sleep_until(shared.start);
     loop {
         let notified = shared.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let now = shared.turn(&mut expired, &mut slots, &mut wakers);
-        if !expired.is_empty() {
-            shared.len.fetch_sub(expired.len(), Ordering::SeqCst);
-            shared.deliver(std::mem::take(&mut expired));
-        }
-        if shared.handles.load(Ordering::Acquire) == 0
-            && (shared.len.load(Ordering::SeqCst) == 0 || !shared.listening())
-        {
-            break;
-        }
-        if !timer.is_running() {
-            break;
-        }
-        if shared.len.load(Ordering::SeqCst) == 0 {
-            if shared.park() {
-                notified.await;
-            }
-            continue;
-        }
-        Pin::new(&mut sleep).reset(shared.tick_start(now + 1));
-        let tick = std::future::poll_fn(|cx| sleep.poll_unless_closed(cx));
-        tokio::select! {
-            biased;
-            _ = &mut notified => {}
-            done = tick => {
-                if done.is_err() {
-                    // The timer was shut down (or lost its driver) under us: stop, and let
-                    // `finish` end the stream, rather than panic in a library task.
-                    break;
+        match shared.step(&timer, &mut scratch) {
+            Next::Exit => break,
+            Next::Again => {}
+            Next::Park => notified.await,
+            Next::Tick(now) => {
+                Pin::new(&mut sleep).reset(shared.tick_start(now + 1));
+                let tick = std::future::poll_fn(|cx| sleep.poll_unless_closed(cx));
+                tokio::select! {
+                    biased;
+                    _ = &mut notified => {}
+                    done = tick => {
+                        if done.is_err() {
+                            // The timer was shut down (or lost its driver) under us: stop,
+                            // and let `finish` end the stream, rather than panic in a
+                            // library task.
+                            break;
+                        }
+                    }
                 }
             }
         }
     }
     drop(finish);
+}
+
+/// What the driver task does after a [`Shared::step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Exit: nothing can touch and nothing is left to expire (or nobody listens), or the
+    /// timer stopped.
+    Exit,
+    /// Step again at once: a key was tracked while the driver was parking.
+    Again,
+    /// Parked (nothing tracked): wait for a notification.
+    Park,
+    /// Wait for the start of the tick after this one (or a notification).
+    Tick(u64),
+}
+
+/// The driver's buffers, reused across steps.
+#[derive(Debug)]
+pub(crate) struct Scratch<K> {
+    expired: Vec<K>,
+    slots: Vec<u32>,
+    wakers: Vec<Waker>,
+}
+
+impl<K> Default for Scratch<K> {
+    fn default() -> Self {
+        Scratch {
+            expired: Vec::new(),
+            slots: Vec::new(),
+            wakers: Vec::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq> Shared<K> {
+    /// One iteration of the driver task's loop, after it enabled its notification: a turn,
+    /// the expired keys handed to the stream, then what to do next (parking if nothing is
+    /// tracked). The loom models call it to play the driver without a runtime.
+    pub(crate) fn step(&self, timer: &Timer, scratch: &mut Scratch<K>) -> Next {
+        let Scratch {
+            expired,
+            slots,
+            wakers,
+        } = scratch;
+        let now = self.turn(expired, slots, wakers);
+        if !expired.is_empty() {
+            self.len.fetch_sub(expired.len(), Ordering::SeqCst);
+            self.deliver(std::mem::take(expired));
+        }
+        if self.handles.load(Ordering::Acquire) == 0
+            && (self.len.load(Ordering::SeqCst) == 0 || !self.listening())
+        {
+            return Next::Exit;
+        }
+        if !timer.is_running() {
+            return Next::Exit;
+        }
+        if self.len.load(Ordering::SeqCst) == 0 {
+            return if self.park() { Next::Park } else { Next::Again };
+        }
+        Next::Tick(now)
+    }
 }
 
 fn default_shards() -> usize {
@@ -520,16 +587,27 @@ where
                 "wheel-timer: IdleTracker::new must be called from inside a tokio runtime context"
             );
         };
-        let shared = Arc::new(Shared::new(timer, idle_timeout, default_shards()));
-        runtime.spawn(run(shared.clone(), timer.clone()));
+        let (tracker, expirations, shared) = Self::unspawned(timer, idle_timeout, default_shards());
+        runtime.spawn(run(shared, timer.clone()));
+        (tracker, expirations)
+    }
+
+    /// A tracker with `shards` shards, its stream, and the shared state its driver task
+    /// runs on, without spawning that task (the loom models play it with [`Shared::step`]).
+    pub(crate) fn unspawned(
+        timer: &Timer,
+        idle_timeout: Duration,
+        shards: usize,
+    ) -> (IdleTracker<K>, Expirations<K>, Arc<Shared<K>>) {
+        let shared = Arc::new(Shared::new(timer, idle_timeout, shards));
         let tracker = IdleTracker {
             shared: shared.clone(),
         };
         let expirations = Expirations {
-            shared,
+            shared: shared.clone(),
             current: Vec::new().into_iter(),
         };
-        (tracker, expirations)
+        (tracker, expirations, shared)
     }
 
     /// Resets `key`'s idle clock, tracking it if it is not tracked (or expired).

@@ -1,4 +1,5 @@
-//! Loom models of every cross-thread transition of the timer core (issue 5).
+//! Loom models of every cross-thread transition of the timer core, its callback tasks and
+//! the idle tracker (issue 5).
 //!
 //! Built only with `--cfg wheel_loom` (run them with `bin/loom.sh`). Each model builds a tiny
 //! timer with [`Builder::build_unspawned`] (1 ms tick, 4 level-0 slots, 1–2 shards), lets loom
@@ -10,12 +11,16 @@
 //! |---|---|---|
 //! | 1 | `sleep.rs` | the fire wakes the waker stored last; a woken re-poll sees the fire |
 //! | 2 | `sleep.rs` | cancel (drop) vs fire: one wins, the entry is freed once, wakes run unlocked |
+//! | 2 | `callback.rs` | `TimerTask::cancel` vs fire: one wins, counted and freed once, never runs |
 //! | 3 | `sleep.rs` | reset earlier/later vs advance: fires at the new deadline only |
 //! | 4 | `shards.rs` | inserts/cancels on two shards vs the driver: none lost, none stranded |
+//! | 5 | `idle.rs` | `IdleHandle::touch` vs expiry: a prior touch defers it, else it expires once |
+//! | 6 | `idle.rs` | keyed touch/remove vs expiry and parking: each key ends once, none stranded |
+//! | 7 | `shutdown.rs` | shutdown vs schedule/poll: nothing hangs, nothing it stopped runs |
 //! | 8 | `lifecycle.rs` | last handle dropped vs the driver parking: it exits, nothing leaks |
 //!
-//! Phase 2 adds `callback.rs` (model 2 for `TimerTask::cancel`), `idle.rs` (5, 6) and
-//! `shutdown.rs` (7) on the same harness.
+//! The idle tracker's models (`idle.rs`) play its own driver task with `Shared::step`, on a
+//! clock the model sets (`crate::loom::ModelClock`).
 //!
 //! # Running
 //! `bin/loom.sh` runs them all; `bin/loom.sh sleep::drop_vs_fire` runs one (any libtest
@@ -23,9 +28,10 @@
 //!
 //! # Adding a model
 //! A new file here with a `mod` line above; each `#[test]` calls [`model`] with a closure
-//! that builds its timer with [`fixture`], spawns at most three `crate::loom::thread`s (loom's limit is
-//! five, counting the main thread, and the state space grows fast), lets the main thread or
-//! a spawned one play the driver with [`Driver::turn`], and after joining checks outcomes:
+//! that builds its timer with [`fixture`] (or [`fixture_with`]), spawns at most three
+//! `crate::loom::thread`s (loom's limit is five, counting the main thread, and the state
+//! space grows fast), lets the main thread or a spawned one play the driver with
+//! [`Driver::turn`], and after joining checks outcomes:
 //! [`Probe`] counts wakes, [`Driver::assert_none_stranded`] checks the wake protocol, and
 //! loom itself reports deadlocks (a lost wakeup under `loom::future::block_on` or
 //! [`Notify::wait`](crate::loom::Notify)) and leaked `Arc`s. A model must be seen to fail
@@ -39,8 +45,11 @@
 //! start: never in the past, whatever the machine's load. The driver's "now" is a tick the
 //! model hands to `turn`, never read from a clock.
 
+mod callback;
+mod idle;
 mod lifecycle;
 mod shards;
+mod shutdown;
 mod sleep;
 
 use std::future::Future;
@@ -81,12 +90,24 @@ pub(super) fn model(f: impl Fn() + Sync + Send + 'static) {
 /// A timer with `shards` shards, a 1 ms tick and 4 level-0 slots, not driven yet, and a
 /// [`Driver`] that has turned it to [`BASE`].
 pub(super) fn fixture(shards: usize) -> (Timer, Arc<Global>, Driver) {
-    let (timer, global) = Builder::new()
+    fixture_with(shards, None)
+}
+
+/// [`fixture`] with [`Builder::max_pending`] set if `max_pending` is. Without a runtime or
+/// an executor, fired callbacks run on the driver's thread once it unlocked the shard.
+pub(super) fn fixture_with(
+    shards: usize,
+    max_pending: Option<usize>,
+) -> (Timer, Arc<Global>, Driver) {
+    let mut builder = Builder::new();
+    builder
         .tick(Duration::from_millis(1))
         .slots(4)
-        .shards(shards)
-        .build_unspawned()
-        .expect("a valid configuration");
+        .shards(shards);
+    if let Some(max) = max_pending {
+        builder.max_pending(max);
+    }
+    let (timer, global) = builder.build_unspawned().expect("a valid configuration");
     let mut driver = Driver::new(global.clone());
     driver.turn(BASE);
     (timer, global, driver)
