@@ -384,9 +384,10 @@ impl<K: Hash + Eq> Shared<K> {
 
     /// One driver turn: publishes a new epoch if a new tick began, then processes every
     /// shard up to the current tick (releasing each shard's lock every `BUDGET` slots).
-    /// Expired keys are appended to `expired`; waiters of expired handles are woken at the
-    /// end, with no lock held. Returns the tick.
+    /// Expired keys are appended to `expired` (empty on entry) and counted out of `len`;
+    /// waiters of expired handles are woken at the end, with no lock held. Returns the tick.
     fn turn(&self, expired: &mut Vec<K>, slots: &mut Vec<u32>, wakers: &mut Vec<Waker>) -> u64 {
+        debug_assert!(expired.is_empty());
         let mut clock = lock(&self.clock);
         let tick = self.clock_nanos() / self.tick_ns;
         let now = match clock.published {
@@ -418,6 +419,11 @@ impl<K: Hash + Eq> Shared<K> {
             }
         }
         drop(clock);
+        // Counted out before any waiter wakes, so `len()` never still counts a key whose
+        // `idle()` has completed.
+        if !expired.is_empty() {
+            self.len.fetch_sub(expired.len(), Ordering::SeqCst);
+        }
         // With no lock held: a waker may run code that touches or registers.
         wakers.drain(..).for_each(Waker::wake);
         now
@@ -527,7 +533,6 @@ impl<K: Hash + Eq> Shared<K> {
         } = scratch;
         let now = self.turn(expired, slots, wakers);
         if !expired.is_empty() {
-            self.len.fetch_sub(expired.len(), Ordering::SeqCst);
             self.deliver(std::mem::take(expired));
         }
         if self.handles.load(Ordering::Acquire) == 0
