@@ -6,7 +6,9 @@
 //! - per pending timer: bytes (RSS delta over N = 1M, and 10M without `--quick`; also the
 //!   heap bytes requested, which count reserved but untouched `Vec` capacity), and the
 //!   process's CPU time per second while N = 1M timers of 1 h are pending and with nothing
-//!   pending (each timer on a fresh two-worker runtime of its own);
+//!   pending (each timer on a fresh two-worker runtime of its own), with our driver's
+//!   wakeups per second over the same windows (`Timer::stats().driver_wakeups`; tokio has
+//!   no such counter);
 //! - lateness of 10k and 100k concurrent tasks sleeping 10–60 ms on a two-worker multi-thread
 //!   runtime and the real clock: min / p50 / p99 / max, and how many woke early (must be 0
 //!   for ours). At 100k the tasks need more CPU than the 50 ms window holds on a small
@@ -379,16 +381,30 @@ fn hold(timer: Option<&wheel_timer::Timer>, n: usize) -> Held {
     }
 }
 
-/// Share of one core the process used while the calling thread slept for `window`: from
-/// `/proc/self/stat`, and from the threads' schedstat (finer).
-fn cpu_share(window: Duration) -> (f64, f64) {
-    let (stat0, sched0, wall0) = (process_cpu(), threads_cpu(), Instant::now());
+/// What one idle window measured.
+struct Window {
+    /// Share of one core from `/proc/self/stat`.
+    stat: f64,
+    /// Share of one core from the threads' schedstat (finer).
+    sched: f64,
+    /// Our driver's wakeups per second (`Timer::stats().driver_wakeups`), when `timer` is ours.
+    wakeups: Option<f64>,
+}
+
+/// CPU the process used while the calling thread slept for `window`, and the wakeups per
+/// second of `timer`'s driver over the same window.
+fn cpu_share(timer: Option<&wheel_timer::Timer>, window: Duration) -> Window {
+    let wakeups = || timer.map(|t| t.stats().driver_wakeups);
+    let (stat0, sched0, wakeups0, wall0) =
+        (process_cpu(), threads_cpu(), wakeups(), Instant::now());
     std::thread::sleep(window);
-    let (stat, sched, wall) = (process_cpu(), threads_cpu(), wall0.elapsed());
-    (
-        (stat - stat0).as_secs_f64() / wall.as_secs_f64(),
-        (sched - sched0).as_secs_f64() / wall.as_secs_f64(),
-    )
+    let (stat, sched, wakeups, wall) = (process_cpu(), threads_cpu(), wakeups(), wall0.elapsed());
+    let secs = wall.as_secs_f64();
+    Window {
+        stat: (stat - stat0).as_secs_f64() / secs,
+        sched: (sched - sched0).as_secs_f64() / secs,
+        wakeups: wakeups.zip(wakeups0).map(|(w, w0)| (w - w0) as f64 / secs),
+    }
 }
 
 struct Footprint {
@@ -407,8 +423,8 @@ fn footprint(timer: Option<&wheel_timer::Timer>, n: usize) -> (Footprint, Held) 
 }
 
 struct Pending {
-    idle_cpu: (f64, f64),
-    held_cpu: (f64, f64),
+    idle_cpu: Window,
+    held_cpu: Window,
     at_1m: Footprint,
     at_10m: Option<Footprint>,
 }
@@ -423,9 +439,9 @@ fn pending_figures(peer: Peer, window: Duration, quick: bool) -> Pending {
         // Let the driver start and park with an empty wheel.
         rt.block_on(timer.sleep(Duration::from_millis(2)));
     }
-    let idle_cpu = cpu_share(window);
+    let idle_cpu = cpu_share(timer.as_ref(), window);
     let (at_1m, held) = footprint(timer.as_ref(), 1_000_000);
-    let held_cpu = cpu_share(window);
+    let held_cpu = cpu_share(timer.as_ref(), window);
     // The 1M stay held, so the 10M cannot reuse memory they would have freed.
     let at_10m = (!quick).then(|| footprint(timer.as_ref(), 10_000_000).0);
     drop(held);
@@ -446,22 +462,29 @@ fn pending_section(report: &mut Report, quick: bool) {
     let theirs = pending_figures(Peer::Tokio, window, quick);
     let secs = window.as_secs();
     for (what, a, b) in [
-        ("nothing pending", ours.idle_cpu, theirs.idle_cpu),
-        ("1M pending 1 h timers", ours.held_cpu, theirs.held_cpu),
+        ("nothing pending", &ours.idle_cpu, &theirs.idle_cpu),
+        ("1M pending 1 h timers", &ours.held_cpu, &theirs.held_cpu),
     ] {
         report.figures(
             &format!("CPU, {what}: % of a core over {secs} s (`/proc/self/stat`)"),
-            a.0 * 100.0,
-            b.0 * 100.0,
+            a.stat * 100.0,
+            b.stat * 100.0,
             2,
             " %",
         );
         report.figures(
             &format!("CPU, {what}: % of a core over {secs} s (threads' schedstat)"),
-            a.1 * 100.0,
-            b.1 * 100.0,
+            a.sched * 100.0,
+            b.sched * 100.0,
             4,
             " %",
+        );
+        let wakeups = a.wakeups.expect("ours has a timer");
+        report.row(
+            format!("driver wakeups/s, {what} (`Timer::stats().driver_wakeups`)"),
+            format!("{wakeups:.1}"),
+            "n/a (no counter)".into(),
+            String::new(),
         );
     }
     let rows = [("1M", Some(&ours.at_1m), Some(&theirs.at_1m))]
