@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
 use wheel_timer::{Timer, TimerTask};
 
-use crate::support::ms;
+use crate::support::{ms, Events};
 
 /// Lets the driver task (and the callback tasks it spawns) run.
 async fn settle() {
@@ -489,43 +489,9 @@ async fn blocking_callback_does_not_delay_other_timers() {
     }
 }
 
-/// Records the messages of WARN events on the current thread.
-#[derive(Clone, Default)]
-pub struct Warnings(Arc<Mutex<Vec<String>>>);
-
-impl Warnings {
-    pub fn messages(&self) -> Vec<String> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-impl tracing::Subscriber for Warnings {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        *metadata.level() <= tracing::Level::WARN
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Message(String);
-        impl tracing::field::Visit for Message {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!("{}={value:?} ", field.name()));
-            }
-        }
-        let mut message = Message(String::new());
-        event.record(&mut message);
-        self.0.lock().unwrap().push(message.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 #[tokio::test(start_paused = true)]
 async fn panicking_callbacks_are_caught_counted_and_reported() {
-    let warnings = Warnings::default();
+    let warnings = Events::at(tracing::Level::WARN);
     let _guard = tracing::subscriber::set_default(warnings.clone());
     // Callbacks as tasks of this runtime, on this thread, where the subscriber is.
     let timer = Timer::builder()

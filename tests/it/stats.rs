@@ -1,7 +1,6 @@
 //! `Timer::stats` and the driver's tracing.
 
 use std::pin::pin;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::sleep;
@@ -14,8 +13,7 @@ fn stats_are_debug_clone_default() {
     assert!(format!("{stats:?}").contains("max_lateness_ticks"));
 }
 
-use crate::callback::Warnings;
-use crate::support::{ms, poll_noop};
+use crate::support::{ms, poll_noop, Events};
 
 async fn settle() {
     for _ in 0..10 {
@@ -112,39 +110,14 @@ async fn lateness_is_measured_in_ticks() {
 
 #[tokio::test(start_paused = true)]
 async fn driver_turns_emit_debug_events() {
-    #[derive(Clone, Default)]
-    struct Debugs(Arc<Mutex<Vec<String>>>);
-    impl tracing::Subscriber for Debugs {
-        fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-            *metadata.level() <= tracing::Level::DEBUG
-        }
-        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-            tracing::span::Id::from_u64(1)
-        }
-        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-        fn event(&self, event: &tracing::Event<'_>) {
-            struct Fields(String);
-            impl tracing::field::Visit for Fields {
-                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                    self.0.push_str(&format!("{}={v:?} ", f.name()));
-                }
-            }
-            let mut fields = Fields(String::new());
-            event.record(&mut fields);
-            self.0.lock().unwrap().push(fields.0);
-        }
-        fn enter(&self, _: &tracing::span::Id) {}
-        fn exit(&self, _: &tracing::span::Id) {}
-    }
-    let events = Debugs::default();
+    let events = Events::at(tracing::Level::DEBUG);
     let _guard = tracing::subscriber::set_default(events.clone());
     let timer = Timer::new();
     timer.schedule(ms(3), || {}).unwrap();
     timer.schedule(ms(3), || {}).unwrap();
     timer.sleep(ms(3)).await;
     settle().await;
-    let events = events.0.lock().unwrap().clone();
+    let events = events.messages();
     assert!(
         events.iter().any(|e| e.contains("driver turn fired")
             && e.contains("sleeps=1")
@@ -155,7 +128,7 @@ async fn driver_turns_emit_debug_events() {
 
 #[tokio::test(start_paused = true)]
 async fn a_healthy_timer_logs_no_warnings() {
-    let warnings = Warnings::default();
+    let warnings = Events::at(tracing::Level::WARN);
     let _guard = tracing::subscriber::set_default(warnings.clone());
     let timer = Timer::new();
     for i in 0..100 {
