@@ -188,27 +188,8 @@ fn both_halves<C: Conns>(
     halves: &mut [C; 2],
     iters: u64,
 ) -> Duration {
-    let barrier = std::sync::Barrier::new(2);
-    std::thread::scope(|s| {
-        let threads: Vec<_> = halves
-            .iter_mut()
-            .map(|half| {
-                let (handle, barrier) = (rt.handle(), &barrier);
-                s.spawn(move || {
-                    let _enter = handle.enter();
-                    barrier.wait();
-                    let start = std::time::Instant::now();
-                    half.touch(iters);
-                    start.elapsed()
-                })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .map(|t| t.join().expect("bench thread panicked"))
-            .max()
-            .expect("two threads")
-    })
+    let [first, second] = halves;
+    common::on_two_threads_each(rt, || first.touch(iters), || second.touch(iters))
 }
 
 fn bench_two<M, C>(

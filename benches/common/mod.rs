@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::Pin;
-use std::sync::{Arc, Barrier, OnceLock};
+use std::sync::{Barrier, OnceLock};
 use std::task::Context;
 use std::time::{Duration, Instant};
 
@@ -75,26 +75,34 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// together; returns the slower thread's time (time per op per thread with both running).
 pub fn on_two_threads<W>(rt: &tokio::runtime::Runtime, iters: u64, work: W) -> Duration
 where
-    W: Fn(u64) + Clone + Send + 'static,
+    W: Fn(u64) + Clone + Send,
 {
-    let barrier = Arc::new(Barrier::new(2));
-    let threads: Vec<_> = (0..2)
-        .map(|_| {
-            let (handle, barrier, work) = (rt.handle().clone(), barrier.clone(), work.clone());
-            std::thread::spawn(move || {
-                let _enter = handle.enter();
-                barrier.wait();
-                let start = Instant::now();
-                work(iters);
-                start.elapsed()
-            })
-        })
-        .collect();
-    threads
-        .into_iter()
-        .map(|t| t.join().expect("bench thread panicked"))
-        .max()
-        .expect("two threads")
+    let other = work.clone();
+    on_two_threads_each(rt, move || work(iters), move || other(iters))
+}
+
+/// Runs `first` and `second` on two OS threads at once, both inside `rt`'s context, started
+/// together; returns the slower thread's time.
+pub fn on_two_threads_each<A, B>(rt: &tokio::runtime::Runtime, first: A, second: B) -> Duration
+where
+    A: FnOnce() + Send,
+    B: FnOnce() + Send,
+{
+    let barrier = Barrier::new(2);
+    let timed = |work: Box<dyn FnOnce() + Send + '_>| {
+        let _enter = rt.handle().enter();
+        barrier.wait();
+        let start = Instant::now();
+        work();
+        start.elapsed()
+    };
+    std::thread::scope(|s| {
+        let a = s.spawn(|| timed(Box::new(first)));
+        let b = s.spawn(|| timed(Box::new(second)));
+        let a = a.join().expect("bench thread panicked");
+        let b = b.join().expect("bench thread panicked");
+        a.max(b)
+    })
 }
 
 /// Runs `round` (one round of `n` operations; returns its measured time) as many times as
