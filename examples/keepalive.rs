@@ -129,10 +129,7 @@ fn main() -> ExitCode {
         }
     };
     let ok = if let Some(keys) = args.touch_cost {
-        match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
+        match current_thread() {
             Ok(rt) => {
                 rt.block_on(touch_costs(keys.max(1)));
                 true
@@ -513,10 +510,7 @@ fn server(
     idle: Duration,
     addr_tx: std::sync::mpsc::Sender<std::io::Result<std::net::SocketAddr>>,
 ) -> Option<Duration> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .ok()?;
+    let rt = current_thread().ok()?;
     rt.block_on(async {
         let timer = Timer::new();
         let (tracker, mut expirations) = IdleTracker::<u32>::new(&timer, idle);
@@ -619,10 +613,7 @@ fn clients(
     n: usize,
     idle: Duration,
 ) {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
+    let Ok(rt) = current_thread() else {
         stats.error("cannot build the clients' runtime".into());
         return;
     };
@@ -685,15 +676,19 @@ async fn client(
     }
 }
 
+/// The single-threaded runtime every part of the demo runs on (server, clients, modes).
+fn current_thread() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
 // ===== --simulate: the full-scale scenario without sockets =====
 
 fn simulate(args: &Args) -> bool {
     let n = args.connections.unwrap_or(100_000);
     let idle = Duration::from_secs_f64(args.idle_secs.unwrap_or(30.0));
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match current_thread() {
         Ok(rt) => rt,
         Err(e) => {
             println!("keepalive: cannot build a runtime: {e}");
@@ -924,10 +919,7 @@ async fn touch_costs(n: usize) {
 
 fn memory(keys: usize, idle_secs: f64) -> bool {
     let idle = Duration::from_secs_f64(idle_secs);
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match current_thread() {
         Ok(rt) => rt,
         Err(e) => {
             println!("keepalive: cannot build a runtime: {e}");
