@@ -293,10 +293,17 @@ impl<K> Shared<K> {
         nanos / self.tick_ns
     }
 
-    /// Called after a key was added: counts it and, if the driver is parked, publishes (so
-    /// the new key's epoch ends now, not when the driver gets to run) and wakes it.
-    fn inserted(&self) {
+    /// Counts a key just added, while its shard is still locked: a `remove` of the same key
+    /// (which needs that lock) then always counts it out after, so `len` never wraps.
+    fn count_in(&self) {
         self.len.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Called after `count_in`, with the shard unlocked: if the driver is parked, publishes
+    /// (so the new key's epoch ends now, not when the driver gets to run) and wakes it. The
+    /// `SeqCst` increment in `count_in` comes first, which is the store of the handshake with
+    /// `park`.
+    fn inserted(&self) {
         if self.parked.load(Ordering::SeqCst) != 0 {
             let mut clock = lock(&self.clock);
             if clock.parked {
@@ -650,6 +657,7 @@ where
             return;
         }
         core.ring.insert(hash, key, epoch);
+        shared.count_in();
         drop(core);
         shared.inserted();
     }
@@ -754,6 +762,9 @@ where
         let waiters = registered
             .superseded
             .and_then(|handle| core.waiters.remove(&handle));
+        if registered.inserted {
+            shared.count_in();
+        }
         drop(core);
         shared.handles.fetch_add(1, Ordering::Relaxed);
         if registered.inserted {
