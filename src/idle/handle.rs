@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use super::ring::{raise, Chunk, EXPIRED, REMOVED};
 use super::tracker::{Shared, DONE};
@@ -193,8 +193,9 @@ impl<K> IdleHandle<K> {
     }
 
     /// Ready once the key is no longer tracked for expiry (see [`IdleHandle::idle`]);
-    /// otherwise registers `cx`'s waker with the tracker.
-    pub(crate) fn poll_idle(&self, cx: &mut Context<'_>) -> Poll<()> {
+    /// otherwise registers `cx`'s waker with the tracker, in place of `replaced` (a waker
+    /// this caller registered before and no longer waits with) if given.
+    pub(crate) fn poll_idle(&self, cx: &mut Context<'_>, replaced: Option<&Waker>) -> Poll<()> {
         if self.stamp().load(Ordering::Acquire) >= REMOVED {
             return Poll::Ready(());
         }
@@ -207,9 +208,15 @@ impl<K> IdleHandle<K> {
             return Poll::Ready(());
         }
         let waiters = core.waiters.entry(self.handle).or_default();
+        let stale = replaced
+            .and_then(|old| waiters.iter().position(|w| w.will_wake(old)))
+            .map(|i| waiters.swap_remove(i));
         if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
             waiters.push(cx.waker().clone());
         }
+        drop(core);
+        // A waker is user code: dropped with no lock held.
+        drop(stale);
         Poll::Pending
     }
 }
@@ -244,7 +251,7 @@ impl<K> Future for Idle<'_, K> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.handle.poll_idle(cx)
+        self.handle.poll_idle(cx, None)
     }
 }
 

@@ -76,7 +76,7 @@ enum Idleness {
 trait TrackedKey: Send + Sync {
     fn touch_alive(&self) -> bool;
     fn is_expired(&self) -> bool;
-    fn poll_idle(&self, cx: &mut Context<'_>) -> Poll<()>;
+    fn poll_idle(&self, cx: &mut Context<'_>, replaced: Option<&Waker>) -> Poll<()>;
 }
 
 impl<K: Send + Sync + 'static> TrackedKey for IdleHandle<K> {
@@ -88,8 +88,8 @@ impl<K: Send + Sync + 'static> TrackedKey for IdleHandle<K> {
         IdleHandle::is_expired(self)
     }
 
-    fn poll_idle(&self, cx: &mut Context<'_>) -> Poll<()> {
-        IdleHandle::poll_idle(self, cx)
+    fn poll_idle(&self, cx: &mut Context<'_>, replaced: Option<&Waker>) -> Poll<()> {
+        IdleHandle::poll_idle(self, cx, replaced)
     }
 }
 
@@ -147,7 +147,13 @@ impl Idleness {
                 {
                     return handle.is_expired();
                 }
-                let ready = handle.poll_idle(cx).is_ready();
+                // The waker this direction registered before goes, unless the other direction
+                // still waits with it: a stream moved between tasks leaves no stale waiters.
+                let other = wakers[1 - dir].as_ref();
+                let replaced = wakers[dir]
+                    .as_ref()
+                    .filter(|old| !other.is_some_and(|o| o.will_wake(old)));
+                let ready = handle.poll_idle(cx, replaced).is_ready();
                 wakers[dir] = Some(cx.waker().clone());
                 ready && handle.is_expired()
             }

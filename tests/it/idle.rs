@@ -551,3 +551,36 @@ async fn timer_shutdown_ends_the_stream() {
     assert_eq!(end, None);
     tracker.touch(2u32);
 }
+
+/// A tracked stream polled from one task after another (a connection handed between
+/// tasks) keeps one waiter per direction: at expiry only the last task is woken, not every
+/// task that ever polled it.
+#[tokio::test(start_paused = true)]
+async fn a_stream_moved_between_tasks_leaves_no_stale_waiters() {
+    use crate::support::WakeCounter;
+    use tokio::io::AsyncRead;
+
+    let timer = Timer::new();
+    let (tracker, mut expirations) = IdleTracker::new(&timer, ms(100));
+    let (near, _far) = tokio::io::duplex(1024);
+    let mut near = pin!(tracker.wrap(9u32, near));
+    let tasks: Vec<WakeCounter> = (0..50).map(|_| WakeCounter::new()).collect();
+    let mut buf = [0u8; 1];
+    for task in &tasks {
+        let waker = task.waker();
+        let mut read = tokio::io::ReadBuf::new(&mut buf);
+        let polled = near
+            .as_mut()
+            .poll_read(&mut Context::from_waker(&waker), &mut read);
+        assert!(polled.is_pending());
+    }
+    assert_eq!(expirations.next_batch().await, Some(vec![9]));
+    tokio::task::yield_now().await;
+    let (last, earlier) = tasks.split_last().expect("tasks");
+    assert_eq!(last.count(), 1, "the task polling at expiry is woken");
+    assert!(
+        earlier.iter().all(|t| t.count() == 0),
+        "stale tasks were woken: {:?}",
+        earlier.iter().map(WakeCounter::count).collect::<Vec<_>>()
+    );
+}
