@@ -271,7 +271,16 @@ impl Global {
             }
             job => {
                 let global = this.clone();
-                let run = Box::new(move || global.run_sync(fired, job));
+                let unrun = Unrun {
+                    task: fired.task.clone(),
+                    job: Some(job),
+                };
+                let run = Box::new(move || {
+                    let mut unrun = unrun;
+                    if let Some(job) = unrun.job.take() {
+                        global.run_sync(fired, job);
+                    }
+                });
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(|| this.executor.execute(run)))
                 {
                     // A panicking user executor must not take the driver down with it.
@@ -282,6 +291,9 @@ impl Global {
     }
 
     /// Runs a sync job on the executor, catching its panic.
+    ///
+    /// (If the executor drops the job instead, [`Unrun`] hands a repeating callback back to
+    /// its task, so the series goes on at its next period rather than dying silently.)
     fn run_sync(&self, fired: Fired, job: Job) {
         match job {
             Job::Once(f) => {
@@ -383,6 +395,27 @@ impl Future for CatchUnwind {
                 this.global
                     .callback_panicked(&*payload, "an async timer task");
                 Poll::Ready(())
+            }
+        }
+    }
+}
+
+/// A sync job on its way to the executor. Dropped unrun (an executor that drops or rejects
+/// jobs, a runtime shutting down), it gives a repeating callback back to its task: without it
+/// the series would stay pending forever and never run again, as every later fire finds no
+/// callback and skips.
+struct Unrun {
+    task: Arc<TaskShared>,
+    job: Option<Job>,
+}
+
+impl Drop for Unrun {
+    fn drop(&mut self) {
+        if let Some(job @ Job::Repeating(_)) = self.job.take() {
+            *lock(&self.task.job) = Some(job);
+            if self.task.state.load(Ordering::Acquire) != PENDING {
+                // The series ended meanwhile: nobody else will drop the callback now.
+                drop(self.task.take_job());
             }
         }
     }

@@ -249,6 +249,39 @@ async fn custom_executor_runs_the_callbacks() {
     assert_eq!(handed.load(SeqCst), 1);
 }
 
+/// An executor that drops some jobs unrun (back-pressure, a closed queue) must not kill a
+/// repeating series: the dropped run is lost, the series goes on at the next period.
+#[tokio::test(start_paused = true)]
+async fn a_series_survives_an_executor_that_drops_a_run() {
+    let handed = Arc::new(AtomicUsize::new(0));
+    let counter = handed.clone();
+    let timer = Timer::builder()
+        .executor(move |job| {
+            // Drop the first two runs, run the rest inline.
+            if counter.fetch_add(1, SeqCst) >= 2 {
+                job();
+            }
+        })
+        .build()
+        .unwrap();
+    let (runs, callback) = counted();
+    let series = timer.schedule_repeating(ms(10), callback).unwrap();
+    sleep(ms(55)).await;
+    settle().await;
+    assert!(
+        handed.load(SeqCst) >= 5,
+        "{} runs handed over",
+        handed.load(SeqCst)
+    );
+    assert_eq!(
+        runs.load(SeqCst),
+        handed.load(SeqCst) - 2,
+        "every run after the dropped ones ran"
+    );
+    assert!(series.cancel());
+    assert_eq!(timer.pending(), 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn rejects_at_max_pending_back_to_back() {
     let timer = Timer::builder().max_pending(2).build().unwrap();
