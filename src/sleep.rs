@@ -257,6 +257,9 @@ impl Sleep {
         {
             return Poll::Pending;
         }
+        // Cloned before locking: a waker's clone is user code, and it is dropped (when not
+        // stored) after the guard, which is declared later and so goes first.
+        let mut waker = Some(cx.waker().clone());
         let mut core = shard.lock();
         if core.closed {
             return Poll::Ready(Err(Closed));
@@ -265,7 +268,7 @@ impl Sleep {
             if tick <= core.sleeps.elapsed() {
                 return Self::complete(&mut self.deadline);
             }
-            self.key = core.sleeps.insert(tick, Some(cx.waker().clone()));
+            self.key = core.sleeps.insert(tick, waker.take());
             core.counters.scheduled += 1;
             drop(core);
             global.allocated();
@@ -286,11 +289,12 @@ impl Sleep {
         if let Some(slot) = core.sleeps.get_mut(self.key) {
             match slot {
                 Some(waker) if waker.will_wake(cx.waker()) => {}
-                _ => replaced = slot.replace(cx.waker().clone()),
+                _ => replaced = std::mem::replace(slot, waker.take()),
             }
         }
         drop(core);
         drop(replaced);
+        drop(waker);
         self.waker = waker_id(cx.waker());
         Poll::Pending
     }
