@@ -568,7 +568,10 @@ impl Global {
                         .compare_exchange(PENDING, FIRED, Ordering::AcqRel, Ordering::Acquire)
                         .is_err()
                     {
-                        // Cancelled: the canceller counted it and finds the entry gone.
+                        // Cancelled: the canceller counted it and finds the entry gone. This
+                        // may drop the last `Arc` under the lock, which runs no user code: a
+                        // task leaves PENDING only through someone who takes its job (the
+                        // canceller, `end_series`, the runner) and drops it unlocked.
                         continue;
                     }
                 } else {
