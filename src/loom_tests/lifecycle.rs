@@ -1,7 +1,7 @@
 //! Model 8: the driver task's exit when the last handle to its timer goes away.
 
-use super::{model, Driver, Probe, BASE, PARKED};
-use crate::driver::{DRIVER_GONE, RUNNING};
+use super::{model, Driver, Probe, BASE};
+use crate::driver::DRIVER_GONE;
 use crate::loom::{thread, Arc};
 
 /// Model 8: the `Timer` handle and the last (registered) sleep are dropped on two threads
@@ -22,19 +22,7 @@ fn last_handle_vs_park() {
         let driver = {
             let global = global.clone();
             thread::spawn(move || {
-                let mut driver = Driver::new(global.clone());
-                let mut now = BASE;
-                loop {
-                    let target = driver.turn(now);
-                    if global.state() != RUNNING || global.is_abandoned() {
-                        break;
-                    }
-                    if target == PARKED {
-                        global.notify().wait();
-                    } else {
-                        now = now.max(target);
-                    }
-                }
+                Driver::new(global.clone()).run(BASE);
                 // The task's exit guard.
                 global.close(DRIVER_GONE);
             })

@@ -59,7 +59,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::driver::{Global, ShardHandle};
+use crate::driver::{Global, ShardHandle, RUNNING};
 use crate::loom::{global, lock, Arc, AtomicUsize, Mutex, Ordering, StdArc};
 use crate::{Builder, Sleep, Timer};
 
@@ -165,6 +165,22 @@ impl Driver {
         self.global.notify().take_permit();
         self.planned = Global::turn(&self.global, now, &mut self.wakers);
         self.planned
+    }
+
+    /// The driver task's whole loop from tick `now`: turn, exit once the timer is closed or
+    /// abandoned, otherwise park until notified or move to the planned tick.
+    pub(super) fn run(mut self, mut now: u64) {
+        loop {
+            let target = self.turn(now);
+            if self.global.state() != RUNNING || self.global.is_abandoned() {
+                return;
+            }
+            if target == PARKED {
+                self.global.notify().wait();
+            } else {
+                now = now.max(target);
+            }
+        }
     }
 
     /// Whether the driver task would turn again by `tick`: it has been notified since its

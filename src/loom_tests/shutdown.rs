@@ -3,7 +3,7 @@
 
 use std::future::poll_fn;
 
-use super::{at, fixture_with, model, Driver, BASE, PARKED};
+use super::{at, fixture_with, model, Driver, BASE};
 use crate::driver::RUNNING;
 use crate::loom::{thread, Arc, AtomicUsize, Ordering};
 
@@ -36,19 +36,7 @@ fn shutdown_vs_schedule_and_poll() {
                 (task, slept.is_ok())
             })
         };
-        let mut driver = Driver::new(global.clone());
-        let mut now = BASE + 1;
-        loop {
-            let target = driver.turn(now);
-            if global.state() != RUNNING || global.is_abandoned() {
-                break;
-            }
-            if target == PARKED {
-                global.notify().wait();
-            } else {
-                now = now.max(target);
-            }
-        }
+        Driver::new(global.clone()).run(BASE + 1);
         let cancelled = stopper.join().unwrap();
         let (task, fired) = user.join().unwrap();
         assert_ne!(global.state(), RUNNING);
