@@ -32,7 +32,8 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::driver::{Clock, Global, MAX_NANOS, RUNNING};
+use crate::clock::{Clock, MAX_NANOS};
+use crate::driver::{Global, RUNNING};
 use crate::loom::{lock, Arc, AtomicU64, AtomicU8, Mutex, Ordering};
 use crate::wheel::Key;
 use crate::{Error, Timer};

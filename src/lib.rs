@@ -122,6 +122,7 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 mod callback;
+mod clock;
 mod default;
 mod driver;
 mod error;

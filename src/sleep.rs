@@ -19,7 +19,8 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::time::Instant;
 
-use crate::driver::{ShardHandle, DRIVER_GONE, MAX_NANOS};
+use crate::clock::MAX_NANOS;
+use crate::driver::{ShardHandle, DRIVER_GONE};
 use crate::loom::{Arc, Ordering};
 use crate::wheel::Key;
 use crate::Error;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::callback::{Executor, ExecutorFn};
-use crate::driver::{self, Clock, Global, Options, ShardHandle, RUNNING, STOPPED};
+use crate::clock::{self, Clock};
+use crate::driver::{self, Global, Options, ShardHandle, RUNNING, STOPPED};
 use crate::loom::{global, Arc};
 use crate::{Error, Sleep, Timeout, TimerTask};
 
@@ -166,7 +167,7 @@ impl Timer {
         let clock = &self.inner.global.clock;
         let nanos = clock
             .nanos(Instant::now())
-            .saturating_add(driver::duration_nanos(duration));
+            .saturating_add(clock::duration_nanos(duration));
         Sleep::new(self.shard_handle(), nanos, duration.is_zero())
     }
 
@@ -304,7 +305,7 @@ impl Timer {
     pub fn try_sleep(&self, duration: Duration) -> Result<Sleep, Error> {
         let nanos = match Instant::now().checked_add(duration) {
             Some(deadline) => self.inner.global.clock.nanos(deadline),
-            None => driver::MAX_NANOS,
+            None => clock::MAX_NANOS,
         };
         self.try_sleep_nanos(nanos, duration.is_zero())
     }
@@ -620,7 +621,9 @@ impl Builder {
         if self.slots == 0 || self.slots > MAX_SLOTS {
             return Err(Error::invalid_config("slots must be between 1 and 2^20"));
         }
-        let shards = self.shards.unwrap_or_else(default_shards);
+        let shards = self
+            .shards
+            .unwrap_or_else(|| clock::default_shards(MAX_SHARDS));
         if shards == 0 || shards > MAX_SHARDS {
             return Err(Error::invalid_config("shards must be between 1 and 1024"));
         }
@@ -669,11 +672,6 @@ impl Default for Builder {
     fn default() -> Self {
         Builder::new()
     }
-}
-
-fn default_shards() -> usize {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (cpus * 4).min(MAX_SHARDS)
 }
 
 #[cfg(all(test, not(wheel_loom)))]

@@ -17,14 +17,12 @@ use super::{IdleHandle, IdleStream};
 use crate::loom::{
     lock, Arc, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Notify, Ordering,
 };
-use crate::Timer;
+use crate::{clock, Timer};
 
 /// Most buckets in a shard's ring: longer timeouts coarsen the tracker's tick instead.
 const MAX_BUCKETS: u64 = 1 << 16;
 /// Slots the driver looks at per lock hold, so touches of that shard are never stalled long.
 const BUDGET: usize = 1024;
-/// Largest timeout kept, in nanoseconds (146 years).
-const MAX_NANOS: u64 = 1 << 62;
 /// Most shards a tracker has.
 const MAX_SHARDS: usize = 64;
 
@@ -201,7 +199,7 @@ pub struct Expirations<K> {
 impl<K> Shared<K> {
     fn new(timer: &Timer, idle_timeout: Duration, shards: usize) -> Shared<K> {
         let base = (timer.tick_duration().as_nanos() as u64).max(1);
-        let timeout_ns = idle_timeout.as_nanos().min(u128::from(MAX_NANOS)) as u64;
+        let timeout_ns = clock::duration_nanos(idle_timeout);
         let ticks = timeout_ns.div_ceil(base).max(1);
         let tick_ns = base * ticks.div_ceil(MAX_BUCKETS - 2);
         let timeout_ticks = timeout_ns.div_ceil(tick_ns).max(1);
@@ -209,7 +207,7 @@ impl<K> Shared<K> {
         let start = timer.global().clock.start;
         // The loom models' clock starts at the timer's start.
         #[cfg(not(all(test, wheel_loom)))]
-        let now = Instant::now().saturating_duration_since(start).as_nanos() as u64 / tick_ns;
+        let now = clock::duration_nanos(Instant::now().saturating_duration_since(start)) / tick_ns;
         #[cfg(all(test, wheel_loom))]
         let now = 0;
         let hasher = DefaultHashBuilder::default();
@@ -266,17 +264,14 @@ impl<K> Shared<K> {
     /// the loom models the model's clock, so that their replays are deterministic.
     fn clock_nanos(&self) -> u64 {
         #[cfg(not(all(test, wheel_loom)))]
-        let nanos = Instant::now()
-            .saturating_duration_since(self.start)
-            .as_nanos()
-            .min(u128::from(MAX_NANOS)) as u64;
+        let nanos = clock::duration_nanos(Instant::now().saturating_duration_since(self.start));
         #[cfg(all(test, wheel_loom))]
         let nanos = self.model_clock.nanos();
         nanos
     }
 
     fn tick_start(&self, tick: u64) -> Instant {
-        self.start + Duration::from_nanos(tick.saturating_mul(self.tick_ns).min(MAX_NANOS))
+        self.start + Duration::from_nanos(tick.saturating_mul(self.tick_ns).min(clock::MAX_NANOS))
     }
 
     /// Replaces the current epoch. The clock is read *after* the new epoch is visible, so
@@ -557,11 +552,6 @@ impl<K: Hash + Eq> Shared<K> {
     }
 }
 
-fn default_shards() -> usize {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (cpus * 4).next_power_of_two().min(MAX_SHARDS)
-}
-
 // ===== impl IdleTracker =====
 
 impl<K> IdleTracker<K>
@@ -599,7 +589,8 @@ where
                 "wheel-timer: IdleTracker::new must be called from inside a tokio runtime context"
             );
         };
-        let (tracker, expirations, shared) = Self::unspawned(timer, idle_timeout, default_shards());
+        let (tracker, expirations, shared) =
+            Self::unspawned(timer, idle_timeout, clock::default_shards(MAX_SHARDS));
         runtime.spawn(run(shared, timer.clone()));
         (tracker, expirations)
     }
