@@ -123,6 +123,7 @@
 
 mod callback;
 mod default;
+pub mod delay_queue;
 mod driver;
 mod error;
 mod idle;
@@ -138,6 +139,7 @@ mod wheel;
 
 pub use callback::TimerTask;
 pub use default::{default_timer, sleep_wheel, sleep_wheel_until, timeout_wheel, timeout_wheel_at};
+pub use delay_queue::DelayQueue;
 pub use error::{Elapsed, Error};
 pub use idle::{Expirations, Idle, IdleHandle, IdleStream, IdleTracker};
 pub use interval::{interval_wheel, interval_wheel_at, Interval, MissedTickBehavior};

@@ -1,6 +1,7 @@
 //! Public-API tests, one module per feature (one binary: faster to build and run).
 
 mod callback;
+mod delay_queue;
 mod idle;
 mod idle_tcp;
 mod interval;
