@@ -133,6 +133,7 @@ mod loom;
 mod loom_tests;
 mod sleep;
 mod stats;
+pub mod time;
 mod timeout;
 mod timer;
 mod wheel;

@@ -9,5 +9,6 @@ mod shutdown;
 mod sleep;
 mod stats;
 mod support;
+mod time;
 mod timeout;
 mod timer;
