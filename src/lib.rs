@@ -136,6 +136,8 @@ mod stats;
 pub mod time;
 mod timeout;
 mod timer;
+#[cfg(feature = "tower")]
+pub mod tower;
 mod wheel;
 
 pub use callback::TimerTask;

@@ -12,3 +12,5 @@ mod support;
 mod time;
 mod timeout;
 mod timer;
+#[cfg(feature = "tower")]
+mod tower;
