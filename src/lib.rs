@@ -126,6 +126,8 @@ mod default;
 pub mod delay_queue;
 mod driver;
 mod error;
+#[cfg(feature = "hyper")]
+pub mod hyper;
 mod idle;
 mod interval;
 mod loom;

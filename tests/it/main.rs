@@ -2,6 +2,8 @@
 
 mod callback;
 mod delay_queue;
+#[cfg(feature = "hyper")]
+mod hyper;
 mod idle;
 mod idle_tcp;
 mod interval;
