@@ -1,6 +1,7 @@
 //! Public-API tests, one module per feature (one binary: faster to build and run).
 
 mod callback;
+mod coop;
 mod delay_queue;
 #[cfg(feature = "hyper")]
 mod hyper;
