@@ -76,7 +76,8 @@ const SLOTS: usize = 256;
 /// instead. Inserting with [`new`](DelayQueue::new)'s default timer panics outside a tokio
 /// runtime, and polling panics if the timer was shut down.
 pub struct DelayQueue<T> {
-    wheel: Wheel<Option<Item<T>>>,
+    /// Values by key; an entry's tick is its deadline rounded up to the timer's tick.
+    wheel: Wheel<Option<T>>,
     /// The timer, resolved at the first insert for [`DelayQueue::new`].
     timer: Option<Timer>,
     /// The timer's tick in nanoseconds; 0 until `timer` is resolved.
@@ -89,13 +90,6 @@ pub struct DelayQueue<T> {
     armed: u64,
     /// The waker of the task that last polled, woken when the next expiration moves earlier.
     waker: Option<Waker>,
-}
-
-#[derive(Debug, Default)]
-struct Item<T> {
-    value: T,
-    /// The deadline, in nanoseconds after the queue's start.
-    nanos: u64,
 }
 
 /// Names a value in a [`DelayQueue`], returned by [`insert`](DelayQueue::insert).
@@ -211,7 +205,8 @@ impl<T> DelayQueue<T> {
     /// let mut queue = wheel_timer::DelayQueue::new();
     /// let when = Instant::now() + Duration::from_millis(5);
     /// let key = queue.insert_at("foo", when);
-    /// assert_eq!(queue.deadline(&key), when);
+    /// let deadline = queue.deadline(&key); // rounded up to the 1 ms tick
+    /// assert!(deadline >= when && deadline - when < Duration::from_millis(1));
     /// # }
     /// ```
     ///
@@ -265,11 +260,12 @@ impl<T> DelayQueue<T> {
     /// # }
     /// ```
     pub fn try_remove(&mut self, key: &Key) -> Option<Expired<T>> {
-        let item = self.wheel.try_remove(key.0)??;
+        let tick = self.wheel.tick(key.0)?;
+        let value = self.wheel.try_remove(key.0)??;
         if self.is_empty() {
             self.emptied();
         }
-        Some(self.expired(item, *key))
+        Some(self.expired(value, tick, *key))
     }
 
     /// Moves the deadline of `key`'s value to `timeout` from now.
@@ -307,7 +303,8 @@ impl<T> DelayQueue<T> {
     /// let key = queue.insert("foo", Duration::from_secs(5));
     /// let when = Instant::now() + Duration::from_secs(1);
     /// queue.reset_at(&key, when);
-    /// assert_eq!(queue.deadline(&key), when);
+    /// let deadline = queue.deadline(&key); // rounded up to the 1 ms tick
+    /// assert!(deadline >= when && deadline - when < Duration::from_millis(1));
     /// # }
     /// ```
     ///
@@ -320,9 +317,8 @@ impl<T> DelayQueue<T> {
         self.reset_nanos(key, nanos);
     }
 
-    /// The deadline of `key`'s value: the instant it was inserted or reset for (before
-    /// rounding up to the tick; a deadline before the queue was created reads as its creation
-    /// instant).
+    /// The deadline of `key`'s value: the instant it was inserted or reset for, rounded up to
+    /// the timer's tick (1 ms by default), as tokio-util rounds it up to the millisecond.
     ///
     /// # Examples
     ///
@@ -333,7 +329,8 @@ impl<T> DelayQueue<T> {
     /// let mut queue = wheel_timer::DelayQueue::new();
     /// let when = Instant::now() + Duration::from_secs(5);
     /// let key = queue.insert_at((), when);
-    /// assert_eq!(queue.deadline(&key), when);
+    /// let deadline = queue.deadline(&key); // rounded up to the 1 ms tick
+    /// assert!(deadline >= when && deadline - when < Duration::from_millis(1));
     /// # }
     /// ```
     ///
@@ -342,9 +339,9 @@ impl<T> DelayQueue<T> {
     /// If `key` is stale.
     #[track_caller]
     pub fn deadline(&self, key: &Key) -> Instant {
-        match self.wheel.get(key.0) {
-            Some(Some(item)) => self.instant(item.nanos),
-            _ => panic!("wheel-timer: DelayQueue::deadline with a stale key {key:?}"),
+        match self.wheel.tick(key.0) {
+            Some(tick) => self.tick_instant(tick),
+            None => panic!("wheel-timer: DelayQueue::deadline with a stale key {key:?}"),
         }
     }
 
@@ -396,12 +393,13 @@ impl<T> DelayQueue<T> {
         let mut now = self.wheel.elapsed();
         loop {
             if let Some(key) = self.wheel.poll(now) {
-                let item = self
+                let tick = self.wheel.tick(key).unwrap_or(now);
+                let value = self
                     .wheel
                     .try_remove(key)
                     .flatten()
-                    .expect("a polled entry is allocated and holds its item");
-                return Poll::Ready(Some(self.expired(item, Key(key))));
+                    .expect("a polled entry is allocated and holds its value");
+                return Poll::Ready(Some(self.expired(value, tick, Key(key))));
             }
             let Some(next) = self.wheel.next_expiration() else {
                 self.sleep = None;
@@ -414,7 +412,7 @@ impl<T> DelayQueue<T> {
                 continue;
             }
             if next != self.armed {
-                let deadline = self.instant(next.saturating_mul(self.tick_ns));
+                let deadline = self.tick_instant(next);
                 if let Some(sleep) = &mut self.sleep {
                     sleep.reset_inner(deadline);
                 } else {
@@ -553,7 +551,7 @@ impl<T> DelayQueue<T> {
     fn insert_nanos(&mut self, value: T, nanos: u64) -> Key {
         self.timer();
         let tick = self.tick_at_or_after(nanos);
-        let key = Key(self.wheel.insert(tick, Some(Item { value, nanos })));
+        let key = Key(self.wheel.insert(tick, Some(value)));
         if tick < self.armed {
             self.wake();
         }
@@ -563,11 +561,9 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     fn reset_nanos(&mut self, key: &Key, nanos: u64) {
         let tick = self.tick_at_or_after(nanos);
-        match self.wheel.get_mut(key.0) {
-            Some(Some(item)) => item.nanos = nanos,
-            _ => panic!("wheel-timer: DelayQueue::reset with a stale key {key:?}"),
+        if !self.wheel.reschedule(key.0, tick) {
+            panic!("wheel-timer: DelayQueue::reset with a stale key {key:?}");
         }
-        self.wheel.reschedule(key.0, tick);
         if tick < self.armed {
             self.wake();
         }
@@ -587,16 +583,17 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    fn expired(&self, item: Item<T>, key: Key) -> Expired<T> {
+    fn expired(&self, data: T, tick: u64, key: Key) -> Expired<T> {
         Expired {
-            data: item.value,
-            deadline: self.instant(item.nanos),
+            data,
+            deadline: self.tick_instant(tick),
             key,
         }
     }
 
-    fn instant(&self, nanos: u64) -> Instant {
-        self.start + Duration::from_nanos(nanos)
+    /// The start of `tick`: a deadline rounded up to the tick.
+    fn tick_instant(&self, tick: u64) -> Instant {
+        self.start + Duration::from_nanos(tick.saturating_mul(self.tick_ns))
     }
 
     fn nanos_at(&self, when: Instant) -> u64 {

@@ -581,3 +581,14 @@ fn is_a_stream_of_expired() {
     fn stream<S: futures::Stream<Item = Expired<u8>> + Unpin>(_: &S) {}
     stream(&DelayQueue::<u8>::new());
 }
+
+#[tokio::test(start_paused = true)]
+async fn deadlines_round_up_to_the_tick_as_tokio_util_rounds_to_the_millisecond() {
+    let mut queue = DelayQueue::new();
+    let start = Instant::now();
+    let key = queue.insert_at("foo", start + Duration::from_micros(1_500));
+    assert_eq!(queue.deadline(&key), start + ms(2));
+    let expired = queue.next().await.expect("one value");
+    assert_eq!(Instant::now(), start + ms(2), "never before 1.5 ms");
+    assert_eq!(expired.deadline(), start + ms(2));
+}
