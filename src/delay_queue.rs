@@ -1,7 +1,7 @@
 //! [`DelayQueue`], tokio-util's keyed delay queue on the crate's sans-IO wheel.
 //!
 //! Ground rules:
-//! - The queue owns one private [`Wheel`] (`&mut self` only: no lock, no atomics). Ticks are
+//! - The queue owns one private `Wheel` (`&mut self` only: no lock, no atomics). Ticks are
 //!   the timer's tick counted from the queue's own `start` instant; a deadline rounds *up* to
 //!   a tick and the clock rounds *down*, so an item never comes out before its deadline.
 //! - The timer is touched through ONE wheel [`Sleep`], armed for the wheel's next expiration

@@ -72,6 +72,15 @@
 //! # }
 //! ```
 //!
+//! # Ecosystem
+//!
+//! - [`time`]: `tokio::time`'s names, so a switch is one import.
+//! - [`DelayQueue`]: tokio-util's keyed delay queue on the wheel.
+//! - `hyper::WheelTimer` (feature `hyper`): hyper 1.x's `Timer` on the wheel.
+//! - `tower::TimeoutLayer` (feature `tower`): tower's timeout middleware on the wheel.
+//! - [`Sleep`], [`Timeout`] and [`Interval`] spend tokio's cooperative budget as tokio's own
+//!   timers do.
+//!
 //! # Comparison
 //!
 //! | | `tokio::time` | tokio-util `DelayQueue` | Netty `HashedWheelTimer` | wheel-timer |

@@ -28,7 +28,7 @@ pub use crate::interval::{Interval, MissedTickBehavior};
 pub use crate::sleep::Sleep;
 pub use crate::timeout::Timeout;
 
-/// `tokio::time::error`'s counterpart: the error a [`Timeout`](super::Timeout) resolves to.
+/// `tokio::time::error`'s counterpart: the error a [`Timeout`] resolves to.
 pub mod error {
     pub use crate::error::Elapsed;
 }

@@ -48,7 +48,7 @@ pub struct TimeoutLayer {
 }
 
 impl TimeoutLayer {
-    /// Requests that take longer than `timeout` fail with [`Elapsed`], timed on the runtime's
+    /// Requests that take longer than `timeout` fail with [`Elapsed`](crate::Elapsed), timed on the runtime's
     /// default timer (looked up per request, on the runtime that calls the service).
     ///
     /// # Examples
@@ -105,7 +105,7 @@ impl fmt::Debug for TimeoutLayer {
     }
 }
 
-/// A service whose requests fail with [`Elapsed`] after a timeout:
+/// A service whose requests fail with [`Elapsed`](crate::Elapsed) after a timeout:
 /// `tower::timeout::Timeout` on the wheel.
 #[derive(Clone)]
 pub struct Timeout<S> {
