@@ -1,6 +1,7 @@
 //! `DelayQueue` insert, remove, reset and expire, ours beside tokio-util's, in one run.
 //!
 //! `cargo bench --bench delay_queue`. Each figure is time per value over a batch of `iters`
+//! (`insert_with_capacity`: into queues made `with_capacity(iters)`)
 //! values with deadlines spread over 1–1000 ms (levels 0–2 of both wheels), on a
 //! current-thread runtime with a paused clock (so expiry is a clock jump, not a wait). Only
 //! the named operation is timed: filling the queue for remove/reset/expire and dropping it
@@ -29,6 +30,7 @@ fn deadline(start: Instant, i: u64) -> Instant {
 trait Queue: Sized {
     type Key: Copy;
     fn new() -> Self;
+    fn with_capacity(capacity: usize) -> Self;
     fn insert_at(&mut self, value: u64, when: Instant) -> Self::Key;
     fn remove(&mut self, key: &Self::Key) -> u64;
     fn reset_at(&mut self, key: &Self::Key, when: Instant);
@@ -40,6 +42,9 @@ impl Queue for wheel_timer::DelayQueue<u64> {
     type Key = wheel_timer::delay_queue::Key;
     fn new() -> Self {
         wheel_timer::DelayQueue::new()
+    }
+    fn with_capacity(capacity: usize) -> Self {
+        wheel_timer::DelayQueue::with_capacity(capacity)
     }
     fn insert_at(&mut self, value: u64, when: Instant) -> Self::Key {
         wheel_timer::DelayQueue::insert_at(self, value, when)
@@ -61,6 +66,9 @@ impl Queue for tokio_util::time::DelayQueue<u64> {
     type Key = tokio_util::time::delay_queue::Key;
     fn new() -> Self {
         tokio_util::time::DelayQueue::new()
+    }
+    fn with_capacity(capacity: usize) -> Self {
+        tokio_util::time::DelayQueue::with_capacity(capacity)
     }
     fn insert_at(&mut self, value: u64, when: Instant) -> Self::Key {
         tokio_util::time::DelayQueue::insert_at(self, value, when)
@@ -136,6 +144,20 @@ fn insert<Q: Queue>(rt: &tokio::runtime::Runtime, iters: u64) -> Duration {
     took
 }
 
+/// `insert` into a queue made `with_capacity`: the same work without growing the slab.
+fn insert_reserved<Q: Queue>(rt: &tokio::runtime::Runtime, iters: u64) -> Duration {
+    let _enter = rt.enter();
+    let start = Instant::now();
+    let mut queue = Q::with_capacity(usize::try_from(iters).expect("iters fit in memory"));
+    let watch = common::Stopwatch::start();
+    for i in 0..iters {
+        black_box(queue.insert_at(i, deadline(start, i)));
+    }
+    let took = watch.elapsed();
+    drop(queue);
+    took
+}
+
 fn remove<Q: Queue>(rt: &tokio::runtime::Runtime, iters: u64) -> Duration {
     let _enter = rt.enter();
     let (mut queue, keys) = filled::<Q>(iters, Instant::now());
@@ -178,11 +200,16 @@ fn expire<Q: Queue>(rt: &tokio::runtime::Runtime, iters: u64) -> Duration {
 type Case = fn(&tokio::runtime::Runtime, u64) -> Duration;
 
 fn bench(c: &mut Criterion) {
-    let cases: [(&str, Case, Case); 4] = [
+    let cases: [(&str, Case, Case); 5] = [
         (
             "insert",
             insert::<wheel_timer::DelayQueue<u64>>,
             insert::<tokio_util::time::DelayQueue<u64>>,
+        ),
+        (
+            "insert_with_capacity",
+            insert_reserved::<wheel_timer::DelayQueue<u64>>,
+            insert_reserved::<tokio_util::time::DelayQueue<u64>>,
         ),
         (
             "remove",
