@@ -592,3 +592,71 @@ async fn deadlines_round_up_to_the_tick_as_tokio_util_rounds_to_the_millisecond(
     assert_eq!(Instant::now(), start + ms(2), "never before 1.5 ms");
     assert_eq!(expired.deadline(), start + ms(2));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_later_insert_that_expires_first_comes_out_first() {
+    let mut q = Polled::new(DelayQueue::new());
+    let start = Instant::now();
+    q.queue.insert_at("foo", start + ms(10_000));
+    q.pending();
+    q.queue.insert_at("bar", start + ms(600));
+    q.pending();
+    sleep_until(start + ms(600)).await;
+    settle().await;
+    assert!(q.is_woken());
+    assert_eq!(q.ready().into_inner(), "bar");
+    q.pending();
+}
+
+#[tokio::test(start_paused = true)]
+async fn resetting_either_key_earlier_makes_it_come_out_first() {
+    for reset_second in [false, true] {
+        let mut q = Polled::new(DelayQueue::new());
+        let start = Instant::now();
+        let one = q.queue.insert_at("one", start + ms(200));
+        let two = q.queue.insert_at("two", start + ms(250));
+        q.pending();
+        let (moved, name) = if reset_second {
+            (two, "two")
+        } else {
+            (one, "one")
+        };
+        q.queue.reset_at(&moved, start + ms(100));
+        sleep_until(start + ms(100)).await;
+        settle().await;
+        assert!(q.is_woken());
+        assert_eq!(q.ready().into_inner(), name);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn resetting_the_first_value_later_lets_the_second_out_first() {
+    let mut q = Polled::new(DelayQueue::new());
+    let start = Instant::now();
+    let one = q.queue.insert_at("one", start + ms(200));
+    q.queue.insert_at("two", start + ms(250));
+    q.pending();
+    q.queue.reset_at(&one, start + ms(300));
+    sleep_until(start + ms(250)).await;
+    settle().await;
+    assert!(q.is_woken(), "woken for two at 250 ms");
+    assert_eq!(q.ready().into_inner(), "two");
+    q.pending();
+    sleep_until(start + ms(300)).await;
+    assert_eq!(q.ready().into_inner(), "one");
+    q.exhausted();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_older_than_its_first_levels_keeps_working() {
+    let mut queue = DelayQueue::new();
+    for _ in 0..2 {
+        tokio::time::advance(Duration::from_millis(1 << 35)).await;
+        queue.insert(0, Duration::ZERO);
+        assert_eq!(queue.next().await.map(Expired::into_inner), Some(0));
+    }
+    let start = Instant::now();
+    queue.insert(1, ms(1));
+    assert_eq!(queue.next().await.map(Expired::into_inner), Some(1));
+    assert_eq!(Instant::now(), start + ms(1));
+}
