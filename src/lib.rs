@@ -72,6 +72,15 @@
 //! # }
 //! ```
 //!
+//! # Ecosystem
+//!
+//! - [`time`]: `tokio::time`'s names, so a switch is one import.
+//! - [`DelayQueue`]: tokio-util's keyed delay queue on the wheel.
+//! - `hyper::WheelTimer` (feature `hyper`): hyper 1.x's `Timer` on the wheel.
+//! - `tower::TimeoutLayer` (feature `tower`): tower's timeout middleware on the wheel.
+//! - [`Sleep`], [`Timeout`] and [`Interval`] spend tokio's cooperative budget as tokio's own
+//!   timers do.
+//!
 //! # Comparison
 //!
 //! | | `tokio::time` | tokio-util `DelayQueue` | Netty `HashedWheelTimer` | wheel-timer |
@@ -124,8 +133,11 @@
 mod callback;
 mod clock;
 mod default;
+pub mod delay_queue;
 mod driver;
 mod error;
+#[cfg(feature = "hyper")]
+pub mod hyper;
 mod idle;
 mod interval;
 mod loom;
@@ -133,12 +145,16 @@ mod loom;
 mod loom_tests;
 mod sleep;
 mod stats;
+pub mod time;
 mod timeout;
 mod timer;
+#[cfg(feature = "tower")]
+pub mod tower;
 mod wheel;
 
 pub use callback::TimerTask;
 pub use default::{default_timer, sleep_wheel, sleep_wheel_until, timeout_wheel, timeout_wheel_at};
+pub use delay_queue::DelayQueue;
 pub use error::{Elapsed, Error};
 pub use idle::{Expirations, Idle, IdleHandle, IdleStream, IdleTracker};
 pub use interval::{interval_wheel, interval_wheel_at, Interval, MissedTickBehavior};

@@ -1,6 +1,10 @@
 //! Public-API tests, one module per feature (one binary: faster to build and run).
 
 mod callback;
+mod coop;
+mod delay_queue;
+#[cfg(feature = "hyper")]
+mod hyper;
 mod idle;
 mod idle_tcp;
 mod interval;
@@ -8,5 +12,8 @@ mod shutdown;
 mod sleep;
 mod stats;
 mod support;
+mod time;
 mod timeout;
 mod timer;
+#[cfg(feature = "tower")]
+mod tower;
