@@ -1,7 +1,6 @@
 //! [`IdleStream`]: an I/O object that fails with `TimedOut` once it has been idle too long.
 
 use std::fmt;
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -11,8 +10,9 @@ use pin_project_lite::pin_project;
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use super::waiters::Waiter;
 use super::IdleHandle;
-use crate::{Sleep, Timer};
+use crate::{Error, Sleep, Timer};
 
 const READ: usize = 0;
 const WRITE: usize = 1;
@@ -59,9 +59,9 @@ pin_project! {
 enum Idleness {
     Tracked {
         handle: Box<dyn TrackedKey>,
-        /// The waker last registered with the tracker per direction, to skip the lock when
-        /// it has not changed.
-        wakers: [Option<Waker>; 2],
+        /// Each direction's entry among the key's waiters, and the waker it stored there (to
+        /// skip the lock when it has not changed).
+        waiters: [(Option<Waiter>, Option<Waker>); 2],
     },
     Standalone {
         timeout: Duration,
@@ -69,17 +69,30 @@ enum Idleness {
         /// One sleep per direction, so split read and write tasks are both woken.
         sleeps: [Sleep; 2],
         timed_out: bool,
+        /// The timer stopped: the timeout can never fire.
+        stopped: bool,
     },
+}
+
+/// Whether a stream may still do I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Live,
+    TimedOut,
+    /// Its timer (or tracker) stopped: the idle timeout can no longer fire.
+    Stopped,
 }
 
 /// The key-type-erased side of an `IdleHandle` that a stream needs.
 trait TrackedKey: Send + Sync {
     fn touch_alive(&self) -> bool;
     fn is_expired(&self) -> bool;
-    fn poll_idle(&self, cx: &mut Context<'_>, replaced: Option<&Waker>) -> Poll<()>;
+    fn is_stopped(&self) -> bool;
+    fn poll_idle(&self, cx: &mut Context<'_>, waiter: &mut Option<Waiter>) -> Poll<()>;
+    fn forget(&self, waiter: Waiter);
 }
 
-impl<K: Send + Sync + 'static> TrackedKey for IdleHandle<K> {
+impl<K: Send + Sync + 'static, S: Send + Sync + 'static> TrackedKey for IdleHandle<K, S> {
     fn touch_alive(&self) -> bool {
         IdleHandle::touch_alive(self)
     }
@@ -88,8 +101,16 @@ impl<K: Send + Sync + 'static> TrackedKey for IdleHandle<K> {
         IdleHandle::is_expired(self)
     }
 
-    fn poll_idle(&self, cx: &mut Context<'_>, replaced: Option<&Waker>) -> Poll<()> {
-        IdleHandle::poll_idle(self, cx, replaced)
+    fn is_stopped(&self) -> bool {
+        IdleHandle::is_stopped(self)
+    }
+
+    fn poll_idle(&self, cx: &mut Context<'_>, waiter: &mut Option<Waiter>) -> Poll<()> {
+        IdleHandle::poll_idle(self, cx, waiter)
+    }
+
+    fn forget(&self, waiter: Waiter) {
+        IdleHandle::forget(self, waiter);
     }
 }
 
@@ -100,34 +121,59 @@ fn timed_out() -> io::Error {
     )
 }
 
+/// The error of a stream whose timer stopped: an [`Error`] for which
+/// [`is_shutdown`](Error::is_shutdown) is true, inside an `io::Error` of kind `Other`.
+fn stopped() -> io::Error {
+    io::Error::other(Error::shutdown())
+}
+
+impl Status {
+    fn error(self) -> Option<io::Error> {
+        match self {
+            Status::Live => None,
+            Status::TimedOut => Some(timed_out()),
+            Status::Stopped => Some(stopped()),
+        }
+    }
+}
+
 // ===== impl Idleness =====
 
 impl Idleness {
-    /// Whether the stream has timed out; the standalone flavour also registers `cx` for the
-    /// timeout here.
-    fn expired(&mut self, dir: usize, cx: &mut Context<'_>) -> bool {
+    /// The stream's status; the standalone flavour also registers `cx` for the timeout
+    /// here.
+    fn status(&mut self, dir: usize, cx: &mut Context<'_>) -> Status {
         match self {
-            Idleness::Tracked { handle, .. } => handle.is_expired(),
+            Idleness::Tracked { handle, .. } => tracked_status(&**handle),
             Idleness::Standalone {
                 timeout,
                 last,
                 sleeps,
                 timed_out,
+                stopped,
             } => {
                 if *timed_out {
-                    return true;
+                    return Status::TimedOut;
+                }
+                if *stopped {
+                    return Status::Stopped;
                 }
                 let Some(deadline) = last.checked_add(*timeout) else {
-                    return false;
+                    return Status::Live;
                 };
                 let sleep = &mut sleeps[dir];
                 loop {
-                    if Pin::new(&mut *sleep).poll(cx).is_pending() {
-                        return false;
+                    match sleep.poll_unless_closed(cx) {
+                        Poll::Pending => return Status::Live,
+                        Poll::Ready(Err(_)) => {
+                            *stopped = true;
+                            return Status::Stopped;
+                        }
+                        Poll::Ready(Ok(())) => {}
                     }
                     if sleep.deadline() >= deadline {
                         *timed_out = true;
-                        return true;
+                        return Status::TimedOut;
                     }
                     // Touched since this sleep was set: move it, once per timeout at most.
                     Pin::new(&mut *sleep).reset(deadline);
@@ -136,28 +182,43 @@ impl Idleness {
         }
     }
 
-    /// Registers `cx` to be woken on timeout (after the I/O returned `Pending`); `true` if
-    /// the stream has timed out meanwhile.
-    fn arm(&mut self, dir: usize, cx: &mut Context<'_>) -> bool {
+    /// Registers `cx` to be woken on timeout (after the I/O returned `Pending`); returns the
+    /// status, which may have changed meanwhile.
+    fn arm(&mut self, dir: usize, cx: &mut Context<'_>) -> Status {
         match self {
-            Idleness::Tracked { handle, wakers } => {
-                if wakers[dir]
-                    .as_ref()
-                    .is_some_and(|w| w.will_wake(cx.waker()))
-                {
-                    return handle.is_expired();
+            Idleness::Tracked { handle, waiters } => {
+                let (waiter, stored) = &mut waiters[dir];
+                if stored.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    return tracked_status(&**handle);
                 }
-                // The waker this direction registered before goes, unless the other direction
-                // still waits with it: a stream moved between tasks leaves no stale waiters.
-                let other = wakers[1 - dir].as_ref();
-                let replaced = wakers[dir]
-                    .as_ref()
-                    .filter(|old| !other.is_some_and(|o| o.will_wake(old)));
-                let ready = handle.poll_idle(cx, replaced).is_ready();
-                wakers[dir] = Some(cx.waker().clone());
-                ready && handle.is_expired()
+                // This direction's own entry is replaced: a stream moved between tasks
+                // leaves no stale waiters.
+                let _ = handle.poll_idle(cx, waiter);
+                *stored = Some(cx.waker().clone());
+                tracked_status(&**handle)
             }
-            Idleness::Standalone { .. } => false,
+            Idleness::Standalone { .. } => Status::Live,
+        }
+    }
+
+    /// After the I/O returned `Pending`: arms the timeout, and fails if the stream timed out
+    /// or stopped meanwhile.
+    fn pending<T>(&mut self, dir: usize, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        match self.arm(dir, cx).error() {
+            Some(err) => Poll::Ready(Err(err)),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Removes the stream's waiters from its tracker (it is dropped or unwrapped).
+    fn forget(&mut self) {
+        if let Idleness::Tracked { handle, waiters } = self {
+            for (waiter, stored) in waiters.iter_mut() {
+                if let Some(waiter) = waiter.take() {
+                    handle.forget(waiter);
+                }
+                *stored = None;
+            }
         }
     }
 
@@ -168,6 +229,22 @@ impl Idleness {
             }
             Idleness::Standalone { last, .. } => *last = Instant::now(),
         }
+    }
+}
+
+fn tracked_status(handle: &dyn TrackedKey) -> Status {
+    if handle.is_expired() {
+        Status::TimedOut
+    } else if handle.is_stopped() {
+        Status::Stopped
+    } else {
+        Status::Live
+    }
+}
+
+impl Drop for Idleness {
+    fn drop(&mut self) {
+        self.forget();
     }
 }
 
@@ -182,10 +259,12 @@ impl<S> IdleStream<S> {
     /// moved only when they fire, never per I/O. For many connections,
     /// [`IdleTracker::wrap`](crate::IdleTracker::wrap) avoids the clock reads too.
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// Reads and writes panic, as a [`Sleep`] does, once `timer`'s driver has stopped (its
-    /// runtime shut down): the timeout could never fire.
+    /// Once `timer` is shut down (or its runtime ends), reads and writes fail with an
+    /// `io::Error` of kind `Other` wrapping an [`Error`] whose
+    /// [`is_shutdown`](Error::is_shutdown) is true: the timeout could never fire. A tracked
+    /// stream does the same once its tracker's timer stops.
     ///
     /// # Examples
     ///
@@ -217,16 +296,21 @@ impl<S> IdleStream<S> {
                 last,
                 sleeps: [sleep(), sleep()],
                 timed_out: false,
+                stopped: false,
             },
         }
     }
 
-    pub(crate) fn tracked<K: Send + Sync + 'static>(io: S, handle: IdleHandle<K>) -> Self {
+    pub(crate) fn tracked<K, H>(io: S, handle: IdleHandle<K, H>) -> Self
+    where
+        K: Send + Sync + 'static,
+        H: Send + Sync + 'static,
+    {
         IdleStream {
             io,
             idle: Idleness::Tracked {
                 handle: Box::new(handle),
-                wakers: [None, None],
+                waiters: [(None, None), (None, None)],
             },
         }
     }
@@ -307,15 +391,15 @@ impl<S: AsyncRead> AsyncRead for IdleStream<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.project();
-        if this.idle.expired(READ, cx) {
-            return Poll::Ready(Err(timed_out()));
+        if let Some(err) = this.idle.status(READ, cx).error() {
+            return Poll::Ready(Err(err));
         }
         match this.io.poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 this.idle.touch();
                 Poll::Ready(Ok(()))
             }
-            Poll::Pending if this.idle.arm(READ, cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => this.idle.pending(READ, cx),
             other => other,
         }
     }
@@ -325,8 +409,8 @@ impl<S: AsyncRead> AsyncRead for IdleStream<S> {
 impl<S: AsyncBufRead> AsyncBufRead for IdleStream<S> {
     fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<&[u8]>> {
         let this = self.project();
-        if this.idle.expired(READ, cx) {
-            return Poll::Ready(Err(timed_out()));
+        if let Some(err) = this.idle.status(READ, cx).error() {
+            return Poll::Ready(Err(err));
         }
         match this.io.poll_fill_buf(cx) {
             Poll::Ready(Ok(buf)) => {
@@ -334,8 +418,7 @@ impl<S: AsyncBufRead> AsyncBufRead for IdleStream<S> {
                 Poll::Ready(Ok(buf))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending if this.idle.arm(READ, cx) => Poll::Ready(Err(timed_out())),
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => this.idle.pending(READ, cx),
         }
     }
 
@@ -351,15 +434,15 @@ impl<S: AsyncWrite> AsyncWrite for IdleStream<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.project();
-        if this.idle.expired(WRITE, cx) {
-            return Poll::Ready(Err(timed_out()));
+        if let Some(err) = this.idle.status(WRITE, cx).error() {
+            return Poll::Ready(Err(err));
         }
         match this.io.poll_write(cx, buf) {
             Poll::Ready(Ok(n)) => {
                 this.idle.touch();
                 Poll::Ready(Ok(n))
             }
-            Poll::Pending if this.idle.arm(WRITE, cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => this.idle.pending(WRITE, cx),
             other => other,
         }
     }
@@ -370,15 +453,15 @@ impl<S: AsyncWrite> AsyncWrite for IdleStream<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.project();
-        if this.idle.expired(WRITE, cx) {
-            return Poll::Ready(Err(timed_out()));
+        if let Some(err) = this.idle.status(WRITE, cx).error() {
+            return Poll::Ready(Err(err));
         }
         match this.io.poll_write_vectored(cx, bufs) {
             Poll::Ready(Ok(n)) => {
                 this.idle.touch();
                 Poll::Ready(Ok(n))
             }
-            Poll::Pending if this.idle.arm(WRITE, cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => this.idle.pending(WRITE, cx),
             other => other,
         }
     }

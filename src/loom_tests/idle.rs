@@ -15,6 +15,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::model;
+use hashbrown::DefaultHashBuilder;
+
 use crate::idle::{Next, Scratch, Shared};
 use crate::loom::{thread, Arc, AtomicU64, Ordering};
 use crate::{Builder, Expirations, IdleTracker, Timer};
@@ -52,7 +54,7 @@ impl Hash for Key {
 
 /// Plays the tracker's driver task: each [`IdleDriver::step`] is one iteration of its loop.
 struct IdleDriver {
-    shared: Arc<Shared<Key>>,
+    shared: Arc<Shared<Key, DefaultHashBuilder>>,
     timer: Timer,
     scratch: Scratch<Key>,
 }
@@ -88,8 +90,9 @@ fn fixture() -> (IdleTracker<Key>, Expirations<Key>, IdleDriver) {
         .shards(1)
         .build_unspawned()
         .expect("a valid configuration");
-    let (tracker, expirations, shared) =
-        IdleTracker::unspawned(&timer, Duration::from_millis(1), 1);
+    let (tracker, expirations, shared) = IdleTracker::builder(Duration::from_millis(1))
+        .shards(1)
+        .unspawned(&timer);
     let driver = IdleDriver {
         shared,
         timer,

@@ -189,10 +189,13 @@ async fn removing_or_superseding_a_handle_completes_its_idle() {
     let timer = Timer::new();
     let (tracker, _expirations) = IdleTracker::new(&timer, Duration::from_secs(60));
     let old = tracker.register("user");
-    let mut idle = pin!(old.idle());
-    assert!(poll_once(idle.as_mut()).is_pending());
-    let new = tracker.register("user");
-    assert!(poll_once(idle.as_mut()).is_ready());
+    let new = {
+        let mut idle = pin!(old.idle());
+        assert!(poll_once(idle.as_mut()).is_pending());
+        let new = tracker.register("user");
+        assert!(poll_once(idle.as_mut()).is_ready());
+        new
+    };
     assert!(!old.is_expired());
     assert_eq!(tracker.len(), 1);
     // The old handle no longer speaks for the key.
