@@ -10,15 +10,17 @@
 //!   waiters woken after every slice; the stream gets the turn's keys as one batch at its end.
 //! - A shard's lock is held for at most `BUDGET` slots; no lock is held while a waker is
 //!   woken or a key dropped.
-//! - While parked the task still waits on a far-off sleep of its timer: a timer shut down
-//!   wakes every sleep, so a parked tracker stops too (and its stream ends).
+//! - The task waits for its ticks with tokio's timer (one runtime wake-up per tick: the
+//!   tracker's tick is coarse, and the wheel's levels would add cascade wake-ups), and at
+//!   all times on a sleep of its `Timer` 146 years out: a timer shut down wakes every sleep,
+//!   so the tracker stops even while parked (and its stream ends).
 //! - Stopping (`Shared::finish`) marks the tracker `DONE` before it locks any shard, then
 //!   empties every shard: a touch or register checks `DONE` under its shard's lock, so it
 //!   either sees it (and tracks nothing) or ran before the shard was emptied.
 
 use std::future::{poll_fn, Future};
 use std::hash::{BuildHasher, Hash};
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::task::{Poll, Waker};
 
 use super::ring::Dues;
@@ -224,7 +226,11 @@ where
 {
     let finish = Finish(&shared);
     let mut scratch = Scratch::default();
-    let mut sleep = timer.sleep_until(shared.start);
+    // Ticks are waited for with tokio's own timer, which wakes the runtime exactly at the
+    // deadline (one wake-up per tracker tick); the timer's sleep, 146 years out, only tells
+    // of the timer's shutdown (it wakes every sleep), so a parked tracker stops too.
+    let mut tick = pin!(tokio::time::sleep_until(shared.start));
+    let mut stopped = timer.sleep_until(shared.instant(clock::MAX_NANOS));
     loop {
         let mut notified = pin!(shared.notify.notified());
         notified.as_mut().enable();
@@ -235,17 +241,20 @@ where
                 tokio::task::yield_now().await;
                 continue;
             }
-            // Nothing to wake for but a notification; the far-off sleep only tells of the
-            // timer's shutdown.
-            Next::Park => shared.instant(clock::MAX_NANOS),
-            Next::Tick(now) => shared.tick_start(now + 1),
+            Next::Park => None,
+            Next::Tick(now) => Some(shared.tick_start(now + 1)),
         };
-        Pin::new(&mut sleep).reset(wake_at);
+        if let Some(at) = wake_at {
+            tick.as_mut().reset(at);
+        }
         let woken = poll_fn(|cx| {
             if notified.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Ok(()));
             }
-            sleep.poll_unless_closed(cx)
+            if wake_at.is_some() && tick.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(()));
+            }
+            stopped.poll_unless_closed(cx)
         })
         .await;
         if woken.is_err() {

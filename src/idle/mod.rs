@@ -5,7 +5,7 @@
 //! - The tracker is sharded by key hash; each shard is a `Mutex` around a sans-IO
 //!   `ring::Ring`: a key → slot table, a slab of slots (key, stamp, links) and a ring of
 //!   one-tick buckets (the timeout in ticks plus two, rounded up to a power of two). The
-//!   tracker's tick is its own (by default the timeout / 128), a whole number of its timer's
+//!   tracker's tick is its own (by default the timeout / 64), a whole number of its timer's
 //!   ticks.
 //! - Touch time is never read from the clock on the touch path. The driver task publishes
 //!   an *epoch* (`Shared::epoch`) at most once per tick, every tick while anything is
