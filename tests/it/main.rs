@@ -2,6 +2,7 @@
 
 mod callback;
 mod idle;
+mod idle_config;
 mod idle_stop;
 mod idle_tcp;
 mod interval;
