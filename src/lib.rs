@@ -140,7 +140,10 @@ mod wheel;
 pub use callback::TimerTask;
 pub use default::{default_timer, sleep_wheel, sleep_wheel_until, timeout_wheel, timeout_wheel_at};
 pub use error::{Elapsed, Error};
-pub use idle::{Expirations, Idle, IdleHandle, IdleStream, IdleTracker, IdleTrackerBuilder};
+pub use idle::{
+    Expirations, Idle, IdleHandle, IdleKind, IdleMode, IdleStream, IdleStreamBuilder, IdleTracker,
+    IdleTrackerBuilder,
+};
 pub use interval::{interval_wheel, interval_wheel_at, Interval, MissedTickBehavior};
 pub use sleep::Sleep;
 pub use stats::Stats;

@@ -55,6 +55,7 @@
 mod driver;
 mod expirations;
 mod handle;
+mod idleness;
 mod ring;
 mod shared;
 mod stream;
@@ -65,7 +66,8 @@ mod waiters;
 pub(crate) use driver::{Next, Scratch};
 pub use expirations::Expirations;
 pub use handle::{Idle, IdleHandle};
+pub use idleness::{IdleKind, IdleMode};
 #[cfg(all(test, wheel_loom))]
 pub(crate) use shared::Shared;
-pub use stream::IdleStream;
+pub use stream::{IdleStream, IdleStreamBuilder};
 pub use tracker::{IdleTracker, IdleTrackerBuilder};

@@ -1,41 +1,60 @@
-//! [`IdleStream`]: an I/O object that fails with `TimedOut` once it has been idle too long.
+//! [`IdleStream`]: an I/O object that reports or fails once it has been idle too long, and
+//! its builder. The idle clocks themselves live in `idleness.rs`.
 
 use std::fmt;
+use std::hash::{BuildHasher, Hash};
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use super::idleness::{Idleness, Status, TrackedKey, READ, WRITE};
 use super::waiters::Waiter;
-use super::IdleHandle;
-use crate::{Error, Sleep, Timer};
-
-const READ: usize = 0;
-const WRITE: usize = 1;
+use super::{IdleHandle, IdleKind, IdleMode};
+use crate::Timer;
 
 pin_project! {
-    /// Wraps an `AsyncRead + AsyncWrite` (a `TcpStream`…) so that every successful read or
-    /// write resets an idle clock, and once the stream has been idle for its timeout, pending
-    /// and later reads and writes fail with [`io::ErrorKind::TimedOut`]. Flush and shutdown
-    /// pass through untouched, so a timed-out stream can still be shut down.
+    /// Wraps an `AsyncRead + AsyncWrite` (a `TcpStream`…) and watches it for idleness: by
+    /// default, once nothing has been **read** for its timeout, the pending and every later
+    /// read and write fail with [`io::ErrorKind::TimedOut`] ([`IdleKind::of`] tells the
+    /// kind). Flush and shutdown pass through untouched, so an idle stream can still be shut
+    /// down.
+    ///
+    /// What counts as activity, and what happens, are choices:
+    /// - **Kinds** (Netty's three): read idle (no bytes received: the default, so a server
+    ///   writing to a dead client does not keep it alive), write idle (no bytes sent) and all
+    ///   idle (neither). A standalone stream may watch any of the three at once, each with its
+    ///   own timeout and reported as its own [`IdleKind`]; a tracked stream watches one.
+    /// - **Modes**: [`IdleMode::Fail`] (the default) fails the stream for good;
+    ///   [`IdleMode::Event`] reports each idle event once, as the error of the read or write
+    ///   in progress, and keeps the stream usable — to push a last line before closing.
     ///
     /// Two flavours, both without a tokio timer per stream:
-    /// - [`IdleTracker::wrap`](crate::IdleTracker::wrap): the stream's key in an
+    /// - [`IdleTracker::wrap`](crate::IdleTracker::wrap) and
+    ///   [`wrap_with`](crate::IdleTracker::wrap_with): the stream's key in an
     ///   [`IdleTracker`](crate::IdleTracker) (lock-free touch, batch expiry, reported on the
     ///   tracker's [`Expirations`](crate::Expirations)). For many connections.
-    /// - [`IdleStream::new`]: standalone, on a wheel [`Timer`]: each read or write stores the
-    ///   time, and the stream's sleep is only moved when it fires, at most once per timeout.
+    /// - [`IdleStream::new`] and [`IdleStream::builder`]: standalone, on a wheel [`Timer`]:
+    ///   each read or write stores the time, and the stream's sleeps are only moved when they
+    ///   fire, at most once per timeout.
+    ///
+    /// # Errors
+    ///
+    /// Reads and writes fail with `TimedOut` when idle (see above), and with an error of kind
+    /// `Other` wrapping an [`Error`](crate::Error) whose
+    /// [`is_shutdown`](crate::Error::is_shutdown) is true once the stream's timer has been
+    /// shut down (or its runtime ended): its timeout could never fire any more.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
     /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    /// use wheel_timer::{IdleStream, Timer};
+    /// use wheel_timer::{IdleKind, IdleStream, Timer};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> std::io::Result<()> {
@@ -44,8 +63,9 @@ pin_project! {
     /// let mut near = IdleStream::new(near, &timer, Duration::from_secs(5));
     /// far.write_all(b"hi").await?;
     /// assert_eq!(near.read_u16().await?, u16::from_be_bytes(*b"hi"));
-    /// let err = near.read_u8().await.unwrap_err(); // silence for 5 s
+    /// let err = near.read_u8().await.unwrap_err(); // nothing received for 5 s
     /// assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    /// assert_eq!(IdleKind::of(&err), Some(IdleKind::Read));
     /// # Ok(())
     /// # }
     /// ```
@@ -56,43 +76,84 @@ pin_project! {
     }
 }
 
-enum Idleness {
-    Tracked {
-        handle: Box<dyn TrackedKey>,
-        /// Each direction's entry among the key's waiters, and the waker it stored there (to
-        /// skip the lock when it has not changed).
-        waiters: [(Option<Waiter>, Option<Waker>); 2],
-    },
-    Standalone {
-        timeout: Duration,
-        last: Instant,
-        /// One sleep per direction, so split read and write tasks are both woken.
-        sleeps: [Sleep; 2],
-        timed_out: bool,
-        /// The timer stopped: the timeout can never fire.
-        stopped: bool,
-    },
+/// Configures a standalone [`IdleStream`]: its read-, write- and all-idle timeouts and its
+/// mode. From [`IdleStream::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::io::AsyncReadExt;
+/// use wheel_timer::{IdleKind, IdleMode, IdleStream, Timer};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let timer = Timer::new();
+/// let (near, _far) = tokio::io::duplex(64);
+/// let mut near = IdleStream::builder(&timer)
+///     .read_idle(Duration::from_secs(60))
+///     .all_idle(Duration::from_secs(10))
+///     .mode(IdleMode::Event)
+///     .build(near);
+/// let err = near.read_u8().await.unwrap_err();
+/// assert_eq!(IdleKind::of(&err), Some(IdleKind::All)); // the shorter one first
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct IdleStreamBuilder<'a> {
+    timer: &'a Timer,
+    timeouts: [Option<Duration>; 3],
+    mode: IdleMode,
 }
 
-/// Whether a stream may still do I/O.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Status {
-    Live,
-    TimedOut,
-    /// Its timer (or tracker) stopped: the idle timeout can no longer fire.
-    Stopped,
+// ===== impl IdleStreamBuilder =====
+
+impl IdleStreamBuilder<'_> {
+    /// Idle once nothing was received for `timeout` (rounded up to the timer's tick).
+    pub fn read_idle(&mut self, timeout: Duration) -> &mut Self {
+        self.timeouts[IdleKind::Read as usize] = Some(timeout);
+        self
+    }
+
+    /// Idle once nothing was sent for `timeout`.
+    pub fn write_idle(&mut self, timeout: Duration) -> &mut Self {
+        self.timeouts[IdleKind::Write as usize] = Some(timeout);
+        self
+    }
+
+    /// Idle once nothing was received or sent for `timeout`.
+    pub fn all_idle(&mut self, timeout: Duration) -> &mut Self {
+        self.timeouts[IdleKind::All as usize] = Some(timeout);
+        self
+    }
+
+    /// What the stream does once idle (default: [`IdleMode::Fail`]).
+    pub fn mode(&mut self, mode: IdleMode) -> &mut Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Wraps `io`. With no timeout set the stream is never idle.
+    pub fn build<S>(&self, io: S) -> IdleStream<S> {
+        let timer = self.timer;
+        IdleStream {
+            io,
+            idle: Idleness::standalone(self.timeouts, self.mode, |deadline: Option<Instant>| {
+                match deadline {
+                    Some(deadline) => timer.sleep_until(deadline),
+                    None => timer.sleep(Duration::MAX),
+                }
+            }),
+        }
+    }
 }
 
-/// The key-type-erased side of an `IdleHandle` that a stream needs.
-trait TrackedKey: Send + Sync {
-    fn touch_alive(&self) -> bool;
-    fn is_expired(&self) -> bool;
-    fn is_stopped(&self) -> bool;
-    fn poll_idle(&self, cx: &mut Context<'_>, waiter: &mut Option<Waiter>) -> Poll<()>;
-    fn forget(&self, waiter: Waiter);
-}
-
-impl<K: Send + Sync + 'static, S: Send + Sync + 'static> TrackedKey for IdleHandle<K, S> {
+impl<K, H> TrackedKey for IdleHandle<K, H>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    H: BuildHasher + Send + Sync + 'static,
+{
     fn touch_alive(&self) -> bool {
         IdleHandle::touch_alive(self)
     }
@@ -112,159 +173,34 @@ impl<K: Send + Sync + 'static, S: Send + Sync + 'static> TrackedKey for IdleHand
     fn forget(&self, waiter: Waiter) {
         IdleHandle::forget(self, waiter);
     }
-}
 
-fn timed_out() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::TimedOut,
-        "wheel-timer: idle timeout elapsed without a read or write",
-    )
-}
-
-/// The error of a stream whose timer stopped: an [`Error`] for which
-/// [`is_shutdown`](Error::is_shutdown) is true, inside an `io::Error` of kind `Other`.
-fn stopped() -> io::Error {
-    io::Error::other(Error::shutdown())
-}
-
-impl Status {
-    fn error(self) -> Option<io::Error> {
-        match self {
-            Status::Live => None,
-            Status::TimedOut => Some(timed_out()),
-            Status::Stopped => Some(stopped()),
-        }
-    }
-}
-
-// ===== impl Idleness =====
-
-impl Idleness {
-    /// The stream's status; the standalone flavour also registers `cx` for the timeout
-    /// here.
-    fn status(&mut self, dir: usize, cx: &mut Context<'_>) -> Status {
-        match self {
-            Idleness::Tracked { handle, .. } => tracked_status(&**handle),
-            Idleness::Standalone {
-                timeout,
-                last,
-                sleeps,
-                timed_out,
-                stopped,
-            } => {
-                if *timed_out {
-                    return Status::TimedOut;
-                }
-                if *stopped {
-                    return Status::Stopped;
-                }
-                let Some(deadline) = last.checked_add(*timeout) else {
-                    return Status::Live;
-                };
-                let sleep = &mut sleeps[dir];
-                loop {
-                    match sleep.poll_unless_closed(cx) {
-                        Poll::Pending => return Status::Live,
-                        Poll::Ready(Err(_)) => {
-                            *stopped = true;
-                            return Status::Stopped;
-                        }
-                        Poll::Ready(Ok(())) => {}
-                    }
-                    if sleep.deadline() >= deadline {
-                        *timed_out = true;
-                        return Status::TimedOut;
-                    }
-                    // Touched since this sleep was set: move it, once per timeout at most.
-                    Pin::new(&mut *sleep).reset(deadline);
-                }
-            }
-        }
-    }
-
-    /// Registers `cx` to be woken on timeout (after the I/O returned `Pending`); returns the
-    /// status, which may have changed meanwhile.
-    fn arm(&mut self, dir: usize, cx: &mut Context<'_>) -> Status {
-        match self {
-            Idleness::Tracked { handle, waiters } => {
-                let (waiter, stored) = &mut waiters[dir];
-                if stored.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    return tracked_status(&**handle);
-                }
-                // This direction's own entry is replaced: a stream moved between tasks
-                // leaves no stale waiters.
-                let _ = handle.poll_idle(cx, waiter);
-                *stored = Some(cx.waker().clone());
-                tracked_status(&**handle)
-            }
-            Idleness::Standalone { .. } => Status::Live,
-        }
-    }
-
-    /// After the I/O returned `Pending`: arms the timeout, and fails if the stream timed out
-    /// or stopped meanwhile.
-    fn pending<T>(&mut self, dir: usize, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
-        match self.arm(dir, cx).error() {
-            Some(err) => Poll::Ready(Err(err)),
-            None => Poll::Pending,
-        }
-    }
-
-    /// Removes the stream's waiters from its tracker (it is dropped or unwrapped).
-    fn forget(&mut self) {
-        if let Idleness::Tracked { handle, waiters } = self {
-            for (waiter, stored) in waiters.iter_mut() {
-                if let Some(waiter) = waiter.take() {
-                    handle.forget(waiter);
-                }
-                *stored = None;
-            }
-        }
-    }
-
-    fn touch(&mut self) {
-        match self {
-            Idleness::Tracked { handle, .. } => {
-                handle.touch_alive();
-            }
-            Idleness::Standalone { last, .. } => *last = Instant::now(),
-        }
-    }
-}
-
-fn tracked_status(handle: &dyn TrackedKey) -> Status {
-    if handle.is_expired() {
-        Status::TimedOut
-    } else if handle.is_stopped() {
-        Status::Stopped
-    } else {
-        Status::Live
-    }
-}
-
-impl Drop for Idleness {
-    fn drop(&mut self) {
-        self.forget();
+    fn renew(&mut self) {
+        IdleHandle::renew(self);
     }
 }
 
 // ===== impl IdleStream =====
 
+impl IdleStream<()> {
+    /// A builder for a standalone stream with read-, write- and all-idle timeouts and a
+    /// mode (see [`IdleStreamBuilder`]); the stream's I/O type comes with `build`.
+    pub fn builder(timer: &Timer) -> IdleStreamBuilder<'_> {
+        IdleStreamBuilder {
+            timer,
+            timeouts: [None; 3],
+            mode: IdleMode::Fail,
+        }
+    }
+}
+
 impl<S> IdleStream<S> {
-    /// A standalone idle stream: times out when `idle_timeout` passes (rounded up to
-    /// `timer`'s tick) without a successful read or write. A timeout too large to represent
-    /// never fires.
+    /// A standalone stream, read idle after `idle_timeout` (rounded up to `timer`'s tick)
+    /// without a byte received, failing once idle: `IdleStream::builder(timer)
+    /// .read_idle(idle_timeout).build(io)`. A timeout too large to represent never fires.
     ///
     /// Costs two wheel sleeps and one clock read per successful read or write; the sleeps are
     /// moved only when they fire, never per I/O. For many connections,
     /// [`IdleTracker::wrap`](crate::IdleTracker::wrap) avoids the clock reads too.
-    ///
-    /// # Errors
-    ///
-    /// Once `timer` is shut down (or its runtime ends), reads and writes fail with an
-    /// `io::Error` of kind `Other` wrapping an [`Error`] whose
-    /// [`is_shutdown`](Error::is_shutdown) is true: the timeout could never fire. A tracked
-    /// stream does the same once its tracker's timer stops.
     ///
     /// # Examples
     ///
@@ -283,35 +219,23 @@ impl<S> IdleStream<S> {
     /// # }
     /// ```
     pub fn new(io: S, timer: &Timer, idle_timeout: Duration) -> IdleStream<S> {
-        let last = Instant::now();
-        let deadline = last.checked_add(idle_timeout);
-        let sleep = || match deadline {
-            Some(deadline) => timer.sleep_until(deadline),
-            None => timer.sleep(Duration::MAX),
-        };
-        IdleStream {
-            io,
-            idle: Idleness::Standalone {
-                timeout: idle_timeout,
-                last,
-                sleeps: [sleep(), sleep()],
-                timed_out: false,
-                stopped: false,
-            },
-        }
+        IdleStream::builder(timer).read_idle(idle_timeout).build(io)
     }
 
-    pub(crate) fn tracked<K, H>(io: S, handle: IdleHandle<K, H>) -> Self
+    /// A stream whose `kind` of activity touches `handle`'s key.
+    pub(crate) fn tracked<K, H>(
+        io: S,
+        handle: IdleHandle<K, H>,
+        kind: IdleKind,
+        mode: IdleMode,
+    ) -> Self
     where
-        K: Send + Sync + 'static,
-        H: Send + Sync + 'static,
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        H: BuildHasher + Send + Sync + 'static,
     {
         IdleStream {
             io,
-            idle: Idleness::Tracked {
-                handle: Box::new(handle),
-                waiters: [(None, None), (None, None)],
-            },
+            idle: Idleness::tracked(Box::new(handle), kind, mode),
         }
     }
 
@@ -384,6 +308,30 @@ impl<S> IdleStream<S> {
     }
 }
 
+/// Polls `io` in direction `dir` once the stream is known live, then records activity (bytes
+/// moved, as `moved` tells) or arms the idle wake-up.
+fn poll_io<T>(
+    idle: &mut Idleness,
+    dir: usize,
+    cx: &mut Context<'_>,
+    io: impl FnOnce(&mut Context<'_>) -> Poll<io::Result<T>>,
+    moved: impl FnOnce(&T) -> bool,
+) -> Poll<io::Result<T>> {
+    if let Some(err) = idle.status(dir, cx).error() {
+        return Poll::Ready(Err(err));
+    }
+    match io(cx) {
+        Poll::Ready(Ok(value)) => {
+            if moved(&value) {
+                idle.activity(dir);
+            }
+            Poll::Ready(Ok(value))
+        }
+        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        Poll::Pending => idle.pending(dir, cx),
+    }
+}
+
 impl<S: AsyncRead> AsyncRead for IdleStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -391,35 +339,35 @@ impl<S: AsyncRead> AsyncRead for IdleStream<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.project();
-        if let Some(err) = this.idle.status(READ, cx).error() {
-            return Poll::Ready(Err(err));
+        let before = buf.filled().len();
+        let io = this.io;
+        let polled = poll_io(
+            this.idle,
+            READ,
+            cx,
+            |cx| io.poll_read(cx, &mut *buf),
+            |_| false,
+        );
+        // Only bytes received count, not an end of stream.
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.idle.activity(READ);
         }
-        match this.io.poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                this.idle.touch();
-                Poll::Ready(Ok(()))
-            }
-            Poll::Pending => this.idle.pending(READ, cx),
-            other => other,
-        }
+        polled
     }
 }
 
-/// Buffered reads touch too, so `IdleStream<BufReader<TcpStream>>` works with `read_line`.
+/// Buffered reads count too, so `IdleStream<BufReader<TcpStream>>` works with `read_line`.
 impl<S: AsyncBufRead> AsyncBufRead for IdleStream<S> {
     fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<&[u8]>> {
         let this = self.project();
-        if let Some(err) = this.idle.status(READ, cx).error() {
-            return Poll::Ready(Err(err));
-        }
-        match this.io.poll_fill_buf(cx) {
-            Poll::Ready(Ok(buf)) => {
-                this.idle.touch();
-                Poll::Ready(Ok(buf))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.idle.pending(READ, cx),
-        }
+        let io = this.io;
+        poll_io(
+            this.idle,
+            READ,
+            cx,
+            |cx| io.poll_fill_buf(cx),
+            |buf| !buf.is_empty(),
+        )
     }
 
     fn consume(self: Pin<&mut Self>, amt: usize) {
@@ -434,17 +382,14 @@ impl<S: AsyncWrite> AsyncWrite for IdleStream<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.project();
-        if let Some(err) = this.idle.status(WRITE, cx).error() {
-            return Poll::Ready(Err(err));
-        }
-        match this.io.poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                this.idle.touch();
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending => this.idle.pending(WRITE, cx),
-            other => other,
-        }
+        let io = this.io;
+        poll_io(
+            this.idle,
+            WRITE,
+            cx,
+            |cx| io.poll_write(cx, buf),
+            |&n| n > 0,
+        )
     }
 
     fn poll_write_vectored(
@@ -453,17 +398,14 @@ impl<S: AsyncWrite> AsyncWrite for IdleStream<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.project();
-        if let Some(err) = this.idle.status(WRITE, cx).error() {
-            return Poll::Ready(Err(err));
-        }
-        match this.io.poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                this.idle.touch();
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending => this.idle.pending(WRITE, cx),
-            other => other,
-        }
+        let io = this.io;
+        poll_io(
+            this.idle,
+            WRITE,
+            cx,
+            |cx| io.poll_write_vectored(cx, bufs),
+            |&n| n > 0,
+        )
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -481,14 +423,12 @@ impl<S: AsyncWrite> AsyncWrite for IdleStream<S> {
 
 impl<S: fmt::Debug> fmt::Debug for IdleStream<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (mode, timed_out) = match &self.idle {
-            Idleness::Tracked { handle, .. } => ("tracked", handle.is_expired()),
-            Idleness::Standalone { timed_out, .. } => ("standalone", *timed_out),
-        };
+        let (flavour, status) = self.idle.describe();
         f.debug_struct("IdleStream")
             .field("io", &self.io)
-            .field("mode", &mode)
-            .field("timed_out", &timed_out)
+            .field("flavour", &flavour)
+            .field("idle", &matches!(status, Some(Status::Idle(_))))
+            .field("stopped", &matches!(status, Some(Status::Stopped)))
             .finish()
     }
 }

@@ -11,7 +11,7 @@ use hashbrown::DefaultHashBuilder;
 
 use super::expirations::Expirations;
 use super::shared::{Config, Shared};
-use super::{IdleHandle, IdleStream};
+use super::{IdleHandle, IdleKind, IdleMode, IdleStream};
 use crate::loom::Arc;
 use crate::Timer;
 
@@ -581,7 +581,50 @@ where
     where
         K: Clone,
     {
-        IdleStream::tracked(io, self.register(key))
+        self.wrap_with(key, io, IdleKind::Read, IdleMode::Fail)
+    }
+
+    /// Wraps `io` in an [`IdleStream`] tracked under `key`, choosing which activity touches
+    /// the key — successful reads ([`IdleKind::Read`], as [`IdleTracker::wrap`]), writes
+    /// ([`IdleKind::Write`]) or both ([`IdleKind::All`]) — and what the stream does when the
+    /// key expires ([`IdleMode`]). Whatever the mode, the key is reported on the
+    /// [`Expirations`] stream. In [`IdleMode::Event`] the stream reports the expiry once
+    /// (as the error of the read or write in progress, `TimedOut` with [`IdleKind::of`] the
+    /// kind), keeps working, and tracks the key again on its next touching activity.
+    ///
+    /// # Panics
+    ///
+    /// As [`IdleTracker::register`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    /// use wheel_timer::{IdleKind, IdleMode, IdleTracker, Timer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> std::io::Result<()> {
+    /// let timer = Timer::new();
+    /// let (tracker, mut expirations) = IdleTracker::new(&timer, Duration::from_secs(30));
+    /// let (server, mut client) = tokio::io::duplex(64);
+    /// let mut server = tracker.wrap_with(7u32, server, IdleKind::Read, IdleMode::Event);
+    /// let err = server.read_u8().await.unwrap_err(); // 30 s without a request
+    /// assert_eq!(IdleKind::of(&err), Some(IdleKind::Read));
+    /// assert_eq!(expirations.next_batch().await, Some(vec![7]));
+    /// server.write_all(b"bye\n").await?; // a last line before closing
+    /// let mut bye = [0u8; 4];
+    /// client.read_exact(&mut bye).await?;
+    /// assert_eq!(&bye, b"bye\n");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn wrap_with<T>(&self, key: K, io: T, kind: IdleKind, mode: IdleMode) -> IdleStream<T>
+    where
+        K: Clone,
+    {
+        IdleStream::tracked(io, self.register(key), kind, mode)
     }
 }
 
@@ -711,6 +754,21 @@ impl<K, S> IdleTracker<K, S> {
     /// ```
     pub fn is_stopped(&self) -> bool {
         self.shared.is_done()
+    }
+}
+
+impl<K, S> IdleHandle<K, S>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// Registers the key again and makes this the new handle (the old one is released).
+    pub(crate) fn renew(&mut self) {
+        self.shared.add_handle();
+        let tracker = IdleTracker {
+            shared: self.shared.clone(),
+        };
+        *self = tracker.register(self.key.clone());
     }
 }
 

@@ -268,13 +268,45 @@ fn new_outside_a_runtime_panics_clearly() {
     assert!(msg.starts_with("wheel-timer:"), "{msg}");
 }
 
+/// By default only reads touch: writing to a silent peer does not keep it alive.
 #[tokio::test(start_paused = true)]
-async fn tracked_stream_reads_and_writes_touch_then_time_out() {
+async fn tracked_stream_reads_touch_writes_do_not() {
     let timer = Timer::new();
     let t0 = Instant::now();
     let (tracker, mut expirations) = IdleTracker::new(&timer, ms(100));
     let (near, mut far) = tokio::io::duplex(1024);
     let mut near = tracker.wrap(7u32, near);
+    for _ in 0..3 {
+        sleep(ms(80)).await;
+        far.write_all(b"x").await.expect("write");
+        assert_eq!(near.read_u8().await.expect("read"), b'x');
+    }
+    // The last read at 240 ms: writes at 320 ms and later do not count.
+    sleep(ms(80)).await;
+    near.write_all(b"y").await.expect("write");
+    let err = near.read_u8().await.expect_err("idle");
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    assert_eq!(
+        wheel_timer::IdleKind::of(&err),
+        Some(wheel_timer::IdleKind::Read)
+    );
+    assert_between(t0.elapsed(), 340, 342);
+    assert_eq!(expirations.next_batch().await, Some(vec![7]));
+}
+
+/// With `IdleKind::All` reads and writes both touch.
+#[tokio::test(start_paused = true)]
+async fn tracked_stream_reads_and_writes_touch_when_asked_then_time_out() {
+    let timer = Timer::new();
+    let t0 = Instant::now();
+    let (tracker, mut expirations) = IdleTracker::new(&timer, ms(100));
+    let (near, mut far) = tokio::io::duplex(1024);
+    let mut near = tracker.wrap_with(
+        7u32,
+        near,
+        wheel_timer::IdleKind::All,
+        wheel_timer::IdleMode::Fail,
+    );
     for _ in 0..3 {
         sleep(ms(80)).await;
         far.write_all(b"x").await.expect("write");
@@ -287,7 +319,11 @@ async fn tracked_stream_reads_and_writes_touch_then_time_out() {
     // Last touch at 480 ms: the pending read fails at 580 ms.
     let err = near.read_u8().await.expect_err("idle");
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
-    assert_between(t0.elapsed(), 580, 581);
+    assert_eq!(
+        wheel_timer::IdleKind::of(&err),
+        Some(wheel_timer::IdleKind::All)
+    );
+    assert_between(t0.elapsed(), 580, 582);
     let err = near.write_all(b"z").await.expect_err("idle");
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     assert_eq!(expirations.next_batch().await, Some(vec![7]));
@@ -297,11 +333,32 @@ async fn tracked_stream_reads_and_writes_touch_then_time_out() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn standalone_stream_reads_and_writes_touch_then_time_out() {
+async fn standalone_stream_reads_touch_writes_do_not() {
     let timer = Timer::new();
     let t0 = Instant::now();
     let (near, mut far) = tokio::io::duplex(1024);
     let mut near = IdleStream::new(near, &timer, ms(100));
+    for _ in 0..3 {
+        sleep(ms(80)).await;
+        far.write_all(b"x").await.expect("write");
+        assert_eq!(near.read_u8().await.expect("read"), b'x');
+    }
+    sleep(ms(80)).await;
+    near.write_all(b"y").await.expect("write");
+    let err = near.read_u8().await.expect_err("idle");
+    assert_eq!(
+        wheel_timer::IdleKind::of(&err),
+        Some(wheel_timer::IdleKind::Read)
+    );
+    assert_between(t0.elapsed(), 340, 341);
+}
+
+#[tokio::test(start_paused = true)]
+async fn standalone_stream_reads_and_writes_touch_when_asked_then_time_out() {
+    let timer = Timer::new();
+    let t0 = Instant::now();
+    let (near, mut far) = tokio::io::duplex(1024);
+    let mut near = IdleStream::builder(&timer).all_idle(ms(100)).build(near);
     for _ in 0..3 {
         sleep(ms(80)).await;
         far.write_all(b"x").await.expect("write");

@@ -3,6 +3,7 @@
 mod callback;
 mod idle;
 mod idle_config;
+mod idle_modes;
 mod idle_stop;
 mod idle_tcp;
 mod interval;
