@@ -1,22 +1,28 @@
 //! # keepalive: declare idle connections offline with `IdleTracker`
 //!
 //! A real TCP server on 127.0.0.1 tracks every connection with an [`IdleTracker`]
-//! (each socket wrapped by `IdleTracker::wrap`, so every line read touches it without a lock),
-//! and N real client connections from the same process talk to it. Most clients send a
-//! keepalive line at a random interval below the idle timeout; the silent ones stop after
-//! their first line. The server must expire exactly the silent ones, about one idle timeout
-//! after their last line, and never one that kept talking.
+//! (each socket wrapped by `IdleTracker::wrap_with`, so every line read touches it without a
+//! lock), and N real client connections from the same process talk to it. Most clients send
+//! a keepalive line at a random interval below the idle timeout; the silent ones stop after
+//! their first line. The server pushes a line to every client a few times per idle period
+//! (as a comet server does): writes do not count as activity (read idle), so pushing to a
+//! silent client does not keep it alive. The stream is in event mode: on its idle event
+//! the server pushes a `bye` line (what the original server sends before closing) and then
+//! closes. The server must expire exactly the silent ones, about one idle timeout after
+//! their last line, every one of them must receive its goodbye, and no talker may.
 //!
 //! ```text
 //! cargo run --release --example keepalive
 //! cargo run --release --example keepalive -- --connections 8000 --idle-secs 3 --silent-percent 30
 //! cargo run --release --example keepalive -- --simulate          # 100k connections, 3000 packets/s, 30 s idle, no sockets
+//! cargo run --release --example keepalive -- --idle-cpu          # 100k idle keys: tracker CPU and wakeups/s
+//! cargo run --release --example keepalive -- --burst 1000000     # 1M keys expiring in one tick vs a 1 ms ticker
 //! cargo run --release --example keepalive -- --memory 10000000   # bytes per tracked key
 //! cargo run --release --example keepalive -- --touch-cost 100000  # ns per touch vs tokio Sleep::reset
 //! ```
 //!
-//! It shows a live progress line, then a report (expired vs expected, lateness, server CPU,
-//! RSS) and exits non-zero if a check fails. Two OS threads (server, clients), each a
+//! It shows a live progress line, then a report (expired vs expected, goodbyes, lateness,
+//! server CPU, RSS) and exits non-zero if a check fails (`--help` lists every flag). Two OS threads (server, clients), each a
 //! current-thread tokio runtime, so it behaves the same on 2 cores as on 64. The connection
 //! count is capped by the open-file limit (each connection is two sockets in this process).
 
@@ -29,10 +35,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
-use wheel_timer::{Expirations, IdleHandle, IdleTracker, Timer};
+use wheel_timer::{Expirations, IdleHandle, IdleKind, IdleMode, IdleTracker, Timer};
 
 // ===== arguments =====
 
@@ -285,8 +291,14 @@ struct Stats {
     connected: AtomicUsize,
     connect_errors: AtomicUsize,
     packets: AtomicU64,
+    /// Lines the server pushed to clients.
+    pushed: AtomicU64,
     expired: AtomicUsize,
+    /// Idle events the server's streams reported.
     server_timeouts: AtomicUsize,
+    /// Goodbye lines received by silent clients, and by talkers (must stay 0).
+    byes_silent: AtomicUsize,
+    byes_talkers: AtomicUsize,
     /// Talkers whose socket was closed under them before the end.
     talkers_cut: AtomicUsize,
     lateness: Mutex<Vec<i64>>,
@@ -303,8 +315,11 @@ impl Stats {
             connected: AtomicUsize::new(0),
             connect_errors: AtomicUsize::new(0),
             packets: AtomicU64::new(0),
+            pushed: AtomicU64::new(0),
             expired: AtomicUsize::new(0),
             server_timeouts: AtomicUsize::new(0),
+            byes_silent: AtomicUsize::new(0),
+            byes_talkers: AtomicUsize::new(0),
             talkers_cut: AtomicUsize::new(0),
             lateness: Mutex::new(Vec::new()),
             first_error: Mutex::new(None),
@@ -471,7 +486,24 @@ fn sockets(args: &Args) -> bool {
     let timeouts = stats.server_timeouts.load(Relaxed);
     ok &= check(
         timeouts == expected_silent,
-        format!("server reads failed with TimedOut (socket closed): {timeouts}"),
+        format!("server read-idle events (bye pushed, socket closed): {timeouts}"),
+    );
+    let byes = stats.byes_silent.load(Relaxed);
+    ok &= check(
+        byes == expected_silent,
+        format!("goodbye lines received by silent clients: {byes}/{expected_silent}"),
+    );
+    let wrong_byes = stats.byes_talkers.load(Relaxed);
+    ok &= check(
+        wrong_byes == 0,
+        format!("goodbye lines received by talkers: {wrong_byes}"),
+    );
+    println!(
+        "  {:<68}",
+        format!(
+            "lines pushed by the server: {} (writes do not keep a client alive)",
+            stats.pushed.load(Relaxed)
+        )
     );
     let cut = stats.talkers_cut.load(Relaxed);
     ok &= check(
@@ -545,7 +577,7 @@ fn server(
                 _ = stop.cancelled() => break,
                 accepted = listener.accept() => match accepted {
                     Ok((sock, _)) => {
-                        conns.spawn(serve(sock, tracker.clone(), stats.clone()));
+                        conns.spawn(serve(sock, tracker.clone(), timer.clone(), idle, stats.clone()));
                     }
                     Err(e) => stats.error(format!("accept: {e}")),
                 },
@@ -565,8 +597,16 @@ fn server(
 }
 
 /// One server connection: reads the client's `hello <id>` line, then its keepalive lines
-/// through an `IdleStream` that touches the tracker on every read.
-async fn serve(sock: TcpStream, tracker: IdleTracker<u32>, stats: Arc<Stats>) {
+/// through an `IdleStream` that touches the tracker on every line received (read idle, event
+/// mode), while pushing a line to the client three times per idle period. On the idle event
+/// it pushes `bye` and closes.
+async fn serve(
+    sock: TcpStream,
+    tracker: IdleTracker<u32>,
+    timer: Timer,
+    idle: Duration,
+    stats: Arc<Stats>,
+) {
     let mut reader = BufReader::new(sock);
     let mut line = String::new();
     if !matches!(reader.read_line(&mut line).await, Ok(n) if n > 0) {
@@ -584,23 +624,36 @@ async fn serve(sock: TcpStream, tracker: IdleTracker<u32>, stats: Arc<Stats>) {
     stats.last_rx[id as usize].store(stats.now(), Relaxed);
     stats.connected.fetch_add(1, Relaxed);
     stats.packets.fetch_add(1, Relaxed);
-    let mut stream = tracker.wrap(id, reader);
+    let stream = tracker.wrap_with(id, reader, IdleKind::Read, IdleMode::Event);
     drop(tracker);
+    let (rd, mut wr) = tokio::io::split(stream);
+    let mut lines = BufReader::new(rd).lines();
+    let mut push = timer.interval(idle / 3);
     loop {
-        line.clear();
-        match stream.read_line(&mut line).await {
-            Ok(0) => return,
-            Ok(_) => {
-                stats.last_rx[id as usize].store(stats.now(), Relaxed);
-                stats.packets.fetch_add(1, Relaxed);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
-                stats.server_timeouts.fetch_add(1, Relaxed);
-                return; // dropping the stream closes the socket
-            }
-            Err(e) => {
-                stats.error(format!("server read: {e}"));
-                return;
+        tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(None) => return,
+                Ok(Some(_)) => {
+                    stats.last_rx[id as usize].store(stats.now(), Relaxed);
+                    stats.packets.fetch_add(1, Relaxed);
+                }
+                Err(e) if IdleKind::of(&e) == Some(IdleKind::Read) => {
+                    // Event mode: the stream still works, so say goodbye before closing.
+                    stats.server_timeouts.fetch_add(1, Relaxed);
+                    let _ = wr.write_all(b"bye\n").await;
+                    let _ = wr.shutdown().await;
+                    return;
+                }
+                Err(e) => {
+                    stats.error(format!("server read: {e}"));
+                    return;
+                }
+            },
+            _ = push.tick() => {
+                if wr.write_all(b"news\n").await.is_err() {
+                    return;
+                }
+                stats.pushed.fetch_add(1, Relaxed);
             }
         }
     }
@@ -650,15 +703,34 @@ async fn client(
     {
         return;
     }
+    let (rd, mut sock) = sock.into_split();
+    // Reads what the server pushes; counts a goodbye.
+    let reader = {
+        let stats = stats.clone();
+        let silent = stats.silent[id];
+        async move {
+            let mut lines = BufReader::new(rd).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line == "bye" {
+                    let byes = if silent {
+                        &stats.byes_silent
+                    } else {
+                        &stats.byes_talkers
+                    };
+                    byes.fetch_add(1, Relaxed);
+                }
+            }
+        }
+    };
     if stats.silent[id] {
-        // Wait for the server to close the connection (or the end of the run).
-        let mut buf = [0u8; 64];
+        // Wait for the server's goodbye and close (or the end of the run).
         tokio::select! {
             _ = stop.cancelled() => {}
-            _ = async { while matches!(sock.read(&mut buf).await, Ok(n) if n > 0) {} } => {}
+            _ = reader => {}
         }
         return;
     }
+    tokio::spawn(reader);
     // A keepalive at a random interval below the idle timeout (at most 80% of it, leaving
     // room for scheduling delays on a loaded machine).
     let mut rng = Rng::new(id as u64);
