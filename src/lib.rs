@@ -57,9 +57,11 @@
 //! ```
 //!
 //! Idle connections go in an [`IdleTracker`]: every packet touches the connection's key (or
-//! its [`IdleHandle`], one atomic operation), and keys idle for the timeout come out of its
-//! [`Expirations`] stream in batches; [`IdleStream`] does it for a socket, failing its I/O
-//! with `TimedOut` once idle.
+//! its [`IdleHandle`]: two atomic loads and at most one `fetch_max` per tracker tick, no
+//! lock), and keys idle for the timeout come out of its [`Expirations`] stream in batches;
+//! [`IdleStream`] does it for a socket — read, write or all idle ([`IdleKind`]) — failing its
+//! I/O with `TimedOut` once idle, or reporting each idle event and staying usable
+//! ([`IdleMode`]).
 //!
 //! ```
 //! use std::time::Duration;

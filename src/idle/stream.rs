@@ -69,6 +69,7 @@ pin_project! {
     /// # Ok(())
     /// # }
     /// ```
+    #[must_use = "dropping an IdleStream closes its I/O and stops tracking its key"]
     pub struct IdleStream<S> {
         #[pin]
         io: S,
