@@ -180,7 +180,7 @@ impl<K, S> Shared<K, S> {
     /// The driver has exited: marks the tracker `DONE`, ends the stream, empties every shard
     /// (the keys left can no longer expire: they are dropped, not reported) and releases
     /// every waiter.
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.set_done();
         self.end_stream();
         let mut keys = Vec::new();

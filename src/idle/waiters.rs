@@ -109,6 +109,12 @@ impl WaiterTable {
         self.by_handle.drain().map(|(_, list)| list).collect()
     }
 
+    /// Entries stored for every handle (for the loom models).
+    #[cfg(all(test, wheel_loom))]
+    pub(crate) fn total(&self) -> usize {
+        self.by_handle.values().map(|list| list.live).sum()
+    }
+
     /// Entries stored for `handle` (for the tests).
     #[cfg(test)]
     pub(crate) fn count(&self, handle: u32) -> usize {
