@@ -749,6 +749,13 @@ async fn client(
     }
 }
 
+/// A current-thread runtime, or `None` after saying why there is none.
+fn runtime_or_report() -> Option<tokio::runtime::Runtime> {
+    current_thread()
+        .map_err(|e| println!("keepalive: cannot build a runtime: {e}"))
+        .ok()
+}
+
 /// The single-threaded runtime every part of the demo runs on (server, clients, modes).
 fn current_thread() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
@@ -947,12 +954,8 @@ fn idle_cpu(args: &Args) -> bool {
 // ===== --burst: a million keys expiring in one tick =====
 
 fn burst(n: usize) -> bool {
-    let rt = match current_thread() {
-        Ok(rt) => rt,
-        Err(e) => {
-            println!("keepalive: cannot build a runtime: {e}");
-            return false;
-        }
+    let Some(rt) = runtime_or_report() else {
+        return false;
     };
     rt.block_on(async move {
         let idle = Duration::from_secs(1);
@@ -1031,12 +1034,8 @@ fn burst(n: usize) -> bool {
 fn simulate(args: &Args) -> bool {
     let n = args.connections.unwrap_or(100_000);
     let idle = Duration::from_secs_f64(args.idle_secs.unwrap_or(30.0));
-    let rt = match current_thread() {
-        Ok(rt) => rt,
-        Err(e) => {
-            println!("keepalive: cannot build a runtime: {e}");
-            return false;
-        }
+    let Some(rt) = runtime_or_report() else {
+        return false;
     };
     rt.block_on(simulate_run(n, idle, args.silent_percent, args.rate))
 }
@@ -1284,12 +1283,8 @@ async fn touch_costs(n: usize) {
 
 fn memory(keys: usize, idle_secs: f64) -> bool {
     let idle = Duration::from_secs_f64(idle_secs);
-    let rt = match current_thread() {
-        Ok(rt) => rt,
-        Err(e) => {
-            println!("keepalive: cannot build a runtime: {e}");
-            return false;
-        }
+    let Some(rt) = runtime_or_report() else {
+        return false;
     };
     rt.block_on(async move {
         let timer = Timer::new();

@@ -333,6 +333,19 @@ fn poll_io<T>(
     }
 }
 
+impl<S: AsyncWrite> IdleStream<S> {
+    /// A write through `write`, counted as activity when bytes went out.
+    fn poll_written(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut S>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        let this = self.project();
+        let io = this.io;
+        poll_io(this.idle, WRITE, cx, |cx| write(io, cx), |&n| n > 0)
+    }
+}
+
 impl<S: AsyncRead> AsyncRead for IdleStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -382,15 +395,7 @@ impl<S: AsyncWrite> AsyncWrite for IdleStream<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.project();
-        let io = this.io;
-        poll_io(
-            this.idle,
-            WRITE,
-            cx,
-            |cx| io.poll_write(cx, buf),
-            |&n| n > 0,
-        )
+        self.poll_written(cx, |io, cx| io.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -398,15 +403,7 @@ impl<S: AsyncWrite> AsyncWrite for IdleStream<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.project();
-        let io = this.io;
-        poll_io(
-            this.idle,
-            WRITE,
-            cx,
-            |cx| io.poll_write_vectored(cx, bufs),
-            |&n| n > 0,
-        )
+        self.poll_written(cx, |io, cx| io.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -590,7 +590,8 @@ where
     /// key expires ([`IdleMode`]). Whatever the mode, the key is reported on the
     /// [`Expirations`] stream. In [`IdleMode::Event`] the stream reports the expiry once
     /// (as the error of the read or write in progress, `TimedOut` with [`IdleKind::of`] the
-    /// kind), keeps working, and tracks the key again on its next touching activity.
+    /// kind), keeps working, and tracks the key again on its next touching activity (as
+    /// [`IdleTracker::register`] would: a newer handle of the same key is superseded).
     ///
     /// # Panics
     ///
