@@ -80,8 +80,9 @@ const WARN_UNDELIVERED: usize = 1 << 20;
 /// Per tracked key, beyond the key itself: 16 bytes of stamp and links, the `Option<K>`
 /// overhead (none for keys with a niche such as `String` or `Arc`, 8 bytes for integers) and
 /// 5–12 bytes of hash table (measured: 32–35 bytes per `u64` key beyond the key at 1M and
-/// 10M keys); 8 more for a key with an [`IdleHandle`]. Per shard, 8 bytes per bucket of
-/// the ring (the timeout in ticks plus two, rounded up to a power of two: 256 by default).
+/// 10M keys); 8 more for a key with an [`IdleHandle`]. Per shard, 4 bytes per bucket of
+/// the ring, and 8 per bucket once per tracker (the timeout in ticks plus two, rounded up
+/// to a power of two: 128 buckets with the default tick).
 ///
 /// # Examples
 ///
