@@ -30,6 +30,27 @@ fn assert_between(at: Duration, lo: u64, hi: u64) {
     );
 }
 
+/// `result` is an idle stream's error of `kind`.
+#[track_caller]
+fn assert_idle<T: std::fmt::Debug>(result: std::io::Result<T>, kind: wheel_timer::IdleKind) {
+    let err = result.expect_err("idle");
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    assert_eq!(wheel_timer::IdleKind::of(&err), Some(kind));
+}
+
+/// `times` times: 80 ms pass, `far` sends a byte and `near` reads it.
+async fn read_every_80ms(
+    near: &mut (impl tokio::io::AsyncRead + Unpin),
+    far: &mut (impl tokio::io::AsyncWrite + Unpin),
+    times: usize,
+) {
+    for _ in 0..times {
+        sleep(ms(80)).await;
+        far.write_all(b"x").await.expect("write");
+        assert_eq!(near.read_u8().await.expect("read"), b'x');
+    }
+}
+
 fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
     f.poll(&mut Context::from_waker(futures::task::noop_waker_ref()))
 }
@@ -276,20 +297,11 @@ async fn tracked_stream_reads_touch_writes_do_not() {
     let (tracker, mut expirations) = IdleTracker::new(&timer, ms(100));
     let (near, mut far) = tokio::io::duplex(1024);
     let mut near = tracker.wrap(7u32, near);
-    for _ in 0..3 {
-        sleep(ms(80)).await;
-        far.write_all(b"x").await.expect("write");
-        assert_eq!(near.read_u8().await.expect("read"), b'x');
-    }
+    read_every_80ms(&mut near, &mut far, 3).await;
     // The last read at 240 ms: writes at 320 ms and later do not count.
     sleep(ms(80)).await;
     near.write_all(b"y").await.expect("write");
-    let err = near.read_u8().await.expect_err("idle");
-    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
-    assert_eq!(
-        wheel_timer::IdleKind::of(&err),
-        Some(wheel_timer::IdleKind::Read)
-    );
+    assert_idle(near.read_u8().await, wheel_timer::IdleKind::Read);
     assert_between(t0.elapsed(), 340, 342);
     assert_eq!(expirations.next_batch().await, Some(vec![7]));
 }
@@ -307,22 +319,13 @@ async fn tracked_stream_reads_and_writes_touch_when_asked_then_time_out() {
         wheel_timer::IdleKind::All,
         wheel_timer::IdleMode::Fail,
     );
-    for _ in 0..3 {
-        sleep(ms(80)).await;
-        far.write_all(b"x").await.expect("write");
-        assert_eq!(near.read_u8().await.expect("read"), b'x');
-    }
+    read_every_80ms(&mut near, &mut far, 3).await;
     for _ in 0..3 {
         sleep(ms(80)).await;
         near.write_all(b"y").await.expect("write");
     }
     // Last touch at 480 ms: the pending read fails at 580 ms.
-    let err = near.read_u8().await.expect_err("idle");
-    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
-    assert_eq!(
-        wheel_timer::IdleKind::of(&err),
-        Some(wheel_timer::IdleKind::All)
-    );
+    assert_idle(near.read_u8().await, wheel_timer::IdleKind::All);
     assert_between(t0.elapsed(), 580, 582);
     let err = near.write_all(b"z").await.expect_err("idle");
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
@@ -338,18 +341,10 @@ async fn standalone_stream_reads_touch_writes_do_not() {
     let t0 = Instant::now();
     let (near, mut far) = tokio::io::duplex(1024);
     let mut near = IdleStream::new(near, &timer, ms(100));
-    for _ in 0..3 {
-        sleep(ms(80)).await;
-        far.write_all(b"x").await.expect("write");
-        assert_eq!(near.read_u8().await.expect("read"), b'x');
-    }
+    read_every_80ms(&mut near, &mut far, 3).await;
     sleep(ms(80)).await;
     near.write_all(b"y").await.expect("write");
-    let err = near.read_u8().await.expect_err("idle");
-    assert_eq!(
-        wheel_timer::IdleKind::of(&err),
-        Some(wheel_timer::IdleKind::Read)
-    );
+    assert_idle(near.read_u8().await, wheel_timer::IdleKind::Read);
     assert_between(t0.elapsed(), 340, 341);
 }
 
@@ -359,11 +354,7 @@ async fn standalone_stream_reads_and_writes_touch_when_asked_then_time_out() {
     let t0 = Instant::now();
     let (near, mut far) = tokio::io::duplex(1024);
     let mut near = IdleStream::builder(&timer).all_idle(ms(100)).build(near);
-    for _ in 0..3 {
-        sleep(ms(80)).await;
-        far.write_all(b"x").await.expect("write");
-        assert_eq!(near.read_u8().await.expect("read"), b'x');
-    }
+    read_every_80ms(&mut near, &mut far, 3).await;
     sleep(ms(80)).await;
     near.write_all(b"y").await.expect("write");
     let err = near.read_u8().await.expect_err("idle");
