@@ -103,6 +103,7 @@ const WARN_UNDELIVERED: usize = 1 << 20;
 /// assert!(tracker.is_empty());
 /// # }
 /// ```
+#[must_use = "dropping the last IdleTracker and IdleHandle ends its Expirations once the keys left expire"]
 pub struct IdleTracker<K, S = DefaultHashBuilder> {
     shared: Arc<Shared<K, S>>,
 }
