@@ -47,11 +47,12 @@
 //! # Files
 //! - `shared.rs`: the shared state, its configuration and the epoch publisher;
 //! - `driver.rs`: the driver task (turns, parking, yielding, stopping);
-//! - `tracker.rs`: the [`IdleTracker`] API and its builder;
+//! - `tracker.rs`, `builder.rs`: the [`IdleTracker`] API and its [`IdleTrackerBuilder`];
 //! - `expirations.rs`: the [`Expirations`] stream and its queue;
 //! - `handle.rs`, `waiters.rs`, `stream.rs`: per-connection handles, their waiters, sockets;
 //! - `ring.rs`: the sans-IO shard core.
 
+mod builder;
 mod driver;
 mod expirations;
 mod handle;
@@ -62,6 +63,7 @@ mod stream;
 mod tracker;
 mod waiters;
 
+pub use builder::IdleTrackerBuilder;
 #[cfg(all(test, wheel_loom))]
 pub(crate) use driver::{Next, Scratch};
 pub use expirations::Expirations;
@@ -70,4 +72,4 @@ pub use idleness::{IdleKind, IdleMode};
 #[cfg(all(test, wheel_loom))]
 pub(crate) use shared::Shared;
 pub use stream::{IdleStream, IdleStreamBuilder};
-pub use tracker::{IdleTracker, IdleTrackerBuilder};
+pub use tracker::IdleTracker;
