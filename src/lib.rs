@@ -57,9 +57,11 @@
 //! ```
 //!
 //! Idle connections go in an [`IdleTracker`]: every packet touches the connection's key (or
-//! its [`IdleHandle`], one atomic operation), and keys idle for the timeout come out of its
-//! [`Expirations`] stream in batches; [`IdleStream`] does it for a socket, failing its I/O
-//! with `TimedOut` once idle.
+//! its [`IdleHandle`]: two atomic loads and at most one `fetch_max` per tracker tick, no
+//! lock), and keys idle for the timeout come out of its [`Expirations`] stream in batches;
+//! [`IdleStream`] does it for a socket — read, write or all idle ([`IdleKind`]) — failing its
+//! I/O with `TimedOut` once idle, or reporting each idle event and staying usable
+//! ([`IdleMode`]).
 //!
 //! ```
 //! use std::time::Duration;
@@ -156,7 +158,10 @@ pub use callback::TimerTask;
 pub use default::{default_timer, sleep_wheel, sleep_wheel_until, timeout_wheel, timeout_wheel_at};
 pub use delay_queue::DelayQueue;
 pub use error::{Elapsed, Error};
-pub use idle::{Expirations, Idle, IdleHandle, IdleStream, IdleTracker};
+pub use idle::{
+    Expirations, Idle, IdleHandle, IdleKind, IdleMode, IdleStream, IdleStreamBuilder, IdleTracker,
+    IdleTrackerBuilder,
+};
 pub use interval::{interval_wheel, interval_wheel_at, Interval, MissedTickBehavior};
 pub use sleep::Sleep;
 pub use stats::Stats;

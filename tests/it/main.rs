@@ -6,6 +6,9 @@ mod delay_queue;
 #[cfg(feature = "hyper")]
 mod hyper;
 mod idle;
+mod idle_config;
+mod idle_modes;
+mod idle_stop;
 mod idle_tcp;
 mod interval;
 mod shutdown;
