@@ -16,11 +16,14 @@ use crate::wheel::MAX_TICK;
 /// Maps tokio instants to wheel ticks.
 ///
 /// Tick `t` starts `phase + t * tick_ns` nanoseconds after `start`. The driver waits with
-/// tokio's own timer, which only wakes on its 1 ms grid; a tick boundary off that grid would
-/// be rounded up to the next grid point, adding up to a millisecond to every expiry. So the
-/// driver measures the grid's offset once, before its first turn, and sets `phase` to it
-/// (`Clock::calibrate`). `phase` only ever grows, and only before the wheels' time first moves:
-/// a tick computed with the old phase then starts later than it did, never earlier.
+/// tokio's own timer, which rounds every deadline up to a point of its 1 ms grid; a tick
+/// boundary just after a grid point would be rounded up to the next one, adding up to a
+/// millisecond to every expiry. So the driver finds the grid first ([`GridProbe`], about a
+/// millisecond) and sets `phase` to put tick boundaries on it. Until then the driver's clock
+/// stands at tick 0 ([`Clock::driver_tick`]): nothing fires (an entry due meanwhile fires
+/// right after, late by at most the probe's time, never early), so the wheels' time has not
+/// moved when `phase` is set, and `phase` only grows (0 to its value): a tick computed with
+/// the old phase starts later than it did, never earlier.
 #[derive(Debug)]
 pub(crate) struct Clock {
     pub(crate) start: Instant,
@@ -28,6 +31,8 @@ pub(crate) struct Clock {
     /// `u64::MAX / tick_ns`: divides by a multiply on the sleep hot path.
     recip: u64,
     phase: AtomicU64,
+    /// 0 until the phase is settled; the driver's clock stands at tick 0 until then.
+    settled: AtomicU64,
 }
 
 impl Clock {
@@ -38,6 +43,7 @@ impl Clock {
             tick_ns,
             recip: u64::MAX / tick_ns,
             phase: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
         }
     }
 
@@ -79,7 +85,11 @@ impl Clock {
         self.div(ns).0.min(MAX_TICK)
     }
 
-    pub(crate) fn now_tick(&self) -> u64 {
+    /// The tick the driver turns to now: tick 0 until the phase is settled.
+    pub(crate) fn driver_tick(&self) -> u64 {
+        if self.settled.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
         self.tick_of(Instant::now())
     }
 
@@ -100,31 +110,111 @@ impl Clock {
     }
 }
 
-/// How far before the measured grid point tick boundaries are put: the measurement includes
-/// the driver's own wake-up delay, and a boundary just after a grid point would wait for the
-/// next one.
-const CALIBRATION_MARGIN_NS: u64 = 200_000;
 /// tokio's timer resolution.
 const TOKIO_GRID_NS: u64 = 1_000_000;
+/// tokio sleeps one grid probe registers, spread evenly over one grid period: the phase is
+/// found to within `TOKIO_GRID_NS / PROBES` (16 µs).
+const PROBES: u64 = 64;
+/// Probes tried before giving up on the phase (keeping 0).
+const PROBE_TRIES: u32 = 3;
+
+/// Finds where tokio's 1 ms timer grid lies (see [`Clock`]).
+///
+/// tokio's time driver rounds a deadline up to the next point of a 1 ms grid counted from its
+/// own (private) start instant, and fires it at the first park that ends at or after that
+/// point. The probe registers [`PROBES`] tokio sleeps at `c + (j + ½)·δ` (`δ = 1 ms /
+/// PROBES`, `c` = now) and waits for the first to fire: tokio processes one grid point `g` at
+/// a time, so the ones that fire together are exactly those at or before `g`, and `g` lies
+/// between the last of them and the first that did not. Processing can come a whole grid
+/// period late (a park that began just before `g`), which fires every probe; that result is
+/// only trusted if it came within a period of the first probe, else the probe is retried.
+/// The boundary is put at the last probe that fired: at or just before `g`, never after it
+/// (a wheel tick starting just after a grid point would wait a whole extra period).
+#[derive(Debug)]
+pub(crate) struct GridProbe {
+    sleeps: Vec<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// Nanoseconds from the timer's start of the first probe.
+    first: u64,
+    tries: u32,
+}
 
 impl Clock {
-    /// A 1 ns tokio sleep: it wakes on the first point of tokio's grid, which
-    /// [`Clock::calibrate`] then measures. `None` for ticks that are not whole milliseconds
-    /// (their boundaries cannot all sit on tokio's grid).
-    pub(crate) fn calibration(&self) -> Option<tokio::time::Sleep> {
-        (self.tick_ns % TOKIO_GRID_NS == 0)
-            .then(|| tokio::time::sleep(std::time::Duration::from_nanos(1)))
+    /// Starts finding tokio's grid, or settles the phase at 0 at once when that is pointless:
+    /// ticks that are not whole milliseconds (their boundaries cannot all sit on the grid)
+    /// and paused clocks (tests: time only moves when told, and the timer's start lies on
+    /// tokio's grid unless the test advanced by a fraction of a millisecond first).
+    pub(crate) fn probe_grid(&self) -> Option<GridProbe> {
+        if self.tick_ns % TOKIO_GRID_NS != 0 || clock_is_paused() {
+            self.settle(0);
+            return None;
+        }
+        let mut probe = GridProbe {
+            sleeps: Vec::with_capacity(PROBES as usize),
+            first: 0,
+            tries: 0,
+        };
+        self.arm(&mut probe);
+        Some(probe)
     }
 
-    /// Sets the phase from the calibration sleep's wake-up, now: its offset from the timer's
-    /// own millisecond grid, less a margin. Only while `time_moved` is false (see [`Clock`]).
-    pub(crate) fn calibrate(&self, time_moved: bool) {
-        if !time_moved {
-            let offset = self.nanos(Instant::now()) % TOKIO_GRID_NS;
-            let phase = offset.saturating_sub(CALIBRATION_MARGIN_NS);
-            self.phase.store(phase, Ordering::Relaxed);
-        }
+    fn arm(&self, probe: &mut GridProbe) {
+        let step = TOKIO_GRID_NS / PROBES;
+        let now = Instant::now();
+        probe.first = self.nanos(now) + step / 2;
+        probe.sleeps.clear();
+        probe.sleeps.extend((0..PROBES).map(|j| {
+            let at = now + std::time::Duration::from_nanos(step / 2 + j * step);
+            Box::pin(tokio::time::sleep_until(at))
+        }));
+        probe.tries += 1;
     }
+
+    /// Polls the probe; `Ready` once the phase is settled (found, or given up on).
+    pub(crate) fn poll_probe(
+        &self,
+        probe: &mut GridProbe,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        use std::future::Future;
+        let ready: Vec<bool> = probe
+            .sleeps
+            .iter_mut()
+            .map(|s| s.as_mut().poll(cx).is_ready())
+            .collect();
+        let Some(last) = ready.iter().rposition(|&r| r) else {
+            return std::task::Poll::Pending;
+        };
+        let step = TOKIO_GRID_NS / PROBES;
+        let seen = self.nanos(Instant::now());
+        let all = last as u64 == PROBES - 1;
+        if !all || seen < probe.first + TOKIO_GRID_NS {
+            let boundary = probe.first + last as u64 * step;
+            self.settle(boundary % TOKIO_GRID_NS);
+            return std::task::Poll::Ready(());
+        }
+        if probe.tries >= PROBE_TRIES {
+            self.settle(0);
+            return std::task::Poll::Ready(());
+        }
+        self.arm(probe);
+        self.poll_probe(probe, cx)
+    }
+
+    /// Sets the phase and lets the driver's clock move (see [`Clock::driver_tick`]).
+    fn settle(&self, phase: u64) {
+        self.phase.store(phase, Ordering::Relaxed);
+        self.settled.store(1, Ordering::Release);
+    }
+}
+
+/// Whether tokio's clock is paused: it stands still while the real one moves.
+fn clock_is_paused() -> bool {
+    let before = Instant::now();
+    let real = std::time::Instant::now();
+    while real.elapsed() < std::time::Duration::from_micros(2) {
+        std::hint::spin_loop();
+    }
+    Instant::now() == before
 }
 
 /// `d` in nanoseconds, saturated at [`MAX_NANOS`].

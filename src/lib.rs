@@ -131,8 +131,10 @@ mod interval;
 mod loom;
 #[cfg(all(test, wheel_loom))]
 mod loom_tests;
+mod shard;
 mod sleep;
 mod stats;
+mod task;
 mod timeout;
 mod timer;
 mod wheel;

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::callback::{Executor, ExecutorFn};
 use crate::clock::{self, Clock};
-use crate::driver::{self, Global, Options, ShardHandle, RUNNING, STOPPED};
+use crate::driver;
 use crate::loom::{global, Arc};
+use crate::shard::{Closing, Global, Options, ShardHandle};
+use crate::task::{Executor, ExecutorFn};
 use crate::{Error, Sleep, Timeout, TimerTask};
 
 /// Default tick: 1 ms, like tokio's timer.
@@ -334,7 +335,7 @@ impl Timer {
 
     fn try_sleep_nanos(&self, nanos: u64, past: bool) -> Result<Sleep, Error> {
         let global = &self.inner.global;
-        if global.state() != RUNNING {
+        if !global.is_running() {
             return Err(Error::shutdown());
         }
         if past {
@@ -377,7 +378,7 @@ impl Timer {
     pub fn shutdown(&self) -> Vec<TimerTask> {
         let global = &self.inner.global;
         let mut cancelled = Vec::new();
-        global.close_taking(STOPPED, &mut cancelled);
+        global.close(Closing::Stopped, &mut cancelled);
         cancelled
             .into_iter()
             .map(|(task, key, shard)| TimerTask::from_closed(global, task, key, shard))
@@ -386,7 +387,7 @@ impl Timer {
 
     /// Whether the timer is still taking work (not shut down, driver alive).
     pub(crate) fn is_running(&self) -> bool {
-        self.inner.global.state() == RUNNING
+        self.inner.global.is_running()
     }
 
     pub(crate) fn global(&self) -> &Arc<Global> {
@@ -638,15 +639,13 @@ impl Builder {
                 custom: self.executor.clone(),
             },
         };
-        let global = Arc::new(
-            Global::new(
-                clock,
-                shards.next_power_of_two(),
-                self.slots.next_power_of_two(),
-            )
-            .configure(options),
-        );
-        let handles = (0..global.shards.len())
+        let global = Arc::new(Global::new(
+            clock,
+            shards.next_power_of_two(),
+            self.slots.next_power_of_two(),
+            options,
+        ));
+        let handles = (0..global.shard_count())
             .map(|i| Arc::new(Global::handle(&global, i)))
             .collect();
         let timer = Timer {

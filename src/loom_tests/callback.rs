@@ -85,7 +85,7 @@ fn cancel_vs_fire() {
             (0, Some(0)),
             "the task count or capacity was not given back exactly once"
         );
-        let counters = global.shards[0].lock().counters;
+        let counters = global.counters(0);
         assert_eq!(
             (counters.cancelled, counters.fired),
             (u64::from(cancelled), u64::from(!cancelled))
@@ -133,5 +133,50 @@ fn cancel_vs_repeating_run() {
         assert_eq!(calls.drops(), 1, "the cancelled series kept its callback");
         driver.turn(4 * BASE + 2000);
         assert_eq!(calls.runs(), ran, "a cancelled series ran again");
+    });
+}
+
+/// Model 9 (issue 9 h): a cancel racing a repeating run the driver has already handed to the
+/// executor (here the driver's own thread, after it unlocked the shard). The cancel's `true`
+/// settles the callback's fate when it returns: either the cancel took the callback and
+/// dropped it (no run starts afterwards) or a run had already taken it (that run goes ahead,
+/// the last one). Never neither, which is what a run that checks the state outside the
+/// task's lock allows: the callback handed off, the cancel returning `true` without it, and
+/// the run deciding later on its own.
+#[test]
+fn cancel_vs_handed_off_run() {
+    model(|| {
+        let (timer, global, mut driver) = fixture_with(1, None);
+        let calls = Calls::new();
+        let period = Duration::from_millis(2 * BASE);
+        let task = timer
+            .schedule_repeating(period, calls.callback())
+            .expect("scheduled");
+        let canceller = {
+            let (task, calls) = (task.clone(), calls.clone());
+            thread::spawn(move || {
+                let cancelled = task.cancel();
+                (cancelled, calls.drops())
+            })
+        };
+        driver.turn(2 * BASE + 1000);
+        let (cancelled, dropped) = canceller.join().unwrap();
+        assert!(cancelled, "a pending series was not cancelled");
+        let ran = calls.runs();
+        if dropped == 1 {
+            assert_eq!(
+                ran, 0,
+                "a run started after the cancel dropped the callback"
+            );
+        } else {
+            assert_eq!(
+                ran, 1,
+                "the cancel returned true with the callback neither dropped nor running"
+            );
+        }
+        assert_eq!(calls.drops(), 1);
+        driver.turn(4 * BASE + 2000);
+        assert_eq!(calls.runs(), ran, "a cancelled series ran again");
+        drop(global);
     });
 }
