@@ -70,6 +70,9 @@ struct TimerInner {
     global: Arc<Global>,
     /// One counted handle per shard, cloned into each sleep.
     handles: Box<[Arc<ShardHandle>]>,
+    /// A runtime's default timer, shared by every library in the process: it refuses
+    /// `shutdown`.
+    default: bool,
 }
 
 /// Timers alive in the process, for the too-many-instances warning.
@@ -101,6 +104,8 @@ pub struct Builder {
     shards: Option<usize>,
     max_pending: Option<usize>,
     executor: Option<ExecutorFn>,
+    /// Builds a runtime's default timer (see `Timer::shutdown`).
+    default: bool,
 }
 
 // ===== impl Timer =====
@@ -359,6 +364,20 @@ impl Timer {
     /// Calling it again returns an empty `Vec`. Dropping every handle does not require it:
     /// the driver exits by itself once nothing is pending.
     ///
+    /// # Panics
+    ///
+    /// On a runtime's default timer ([`default_timer`](crate::default_timer)): it serves every
+    /// library's [`sleep_wheel`](crate::sleep_wheel) and `timeout_wheel` in the process, so
+    /// shutting it down would make all of theirs panic. It stops with its runtime; stop a
+    /// [`Timer`] of your own instead.
+    ///
+    /// ```should_panic
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// wheel_timer::default_timer().shutdown(); // panics: refused
+    /// # }
+    /// ```
+    ///
     /// # Examples
     ///
     /// ```
@@ -375,7 +394,13 @@ impl Timer {
     /// # Ok(())
     /// # }
     /// ```
+    #[track_caller]
     pub fn shutdown(&self) -> Vec<TimerTask> {
+        assert!(
+            !self.inner.default,
+            "wheel-timer: the runtime's default timer cannot be shut down (every sleep_wheel in \
+             the process uses it); shut down a Timer of your own instead"
+        );
         let global = &self.inner.global;
         let mut cancelled = Vec::new();
         global.close(Closing::Stopped, &mut cancelled);
@@ -383,6 +408,13 @@ impl Timer {
             .into_iter()
             .map(|(task, key, shard)| TimerTask::from_closed(global, task, key, shard))
             .collect()
+    }
+
+    /// A runtime's default timer: one that refuses [`Timer::shutdown`].
+    pub(crate) fn build_default() -> Result<Timer, Error> {
+        let mut builder = Builder::new();
+        builder.default = true;
+        builder.build()
     }
 
     /// Whether the timer is still taking work (not shut down, driver alive).
@@ -408,7 +440,7 @@ impl Timer {
 // ===== impl TimerInner =====
 
 impl TimerInner {
-    fn new(global: Arc<Global>, handles: Box<[Arc<ShardHandle>]>) -> TimerInner {
+    fn new(global: Arc<Global>, handles: Box<[Arc<ShardHandle>]>, default: bool) -> TimerInner {
         let alive = INSTANCES.fetch_add(1, global::Ordering::Relaxed) + 1;
         if alive > INSTANCE_WARN_LIMIT && INSTANCES_WARNED.swap(1, global::Ordering::Relaxed) == 0 {
             tracing::warn!(
@@ -418,7 +450,11 @@ impl TimerInner {
                  free functions' per-runtime default timer) instead of one per use"
             );
         }
-        TimerInner { global, handles }
+        TimerInner {
+            global,
+            handles,
+            default,
+        }
     }
 }
 
@@ -465,6 +501,7 @@ impl Builder {
             shards: None,
             max_pending: None,
             executor: None,
+            default: false,
         }
     }
 
@@ -605,8 +642,7 @@ impl Builder {
     /// ```
     pub fn build(&self) -> Result<Timer, Error> {
         let (timer, driver) = self.build_unspawned()?;
-        let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::no_runtime())?;
-        handle.spawn(driver::task(driver));
+        spawn(driver)?;
         Ok(timer)
     }
 
@@ -649,10 +685,17 @@ impl Builder {
             .map(|i| Arc::new(Global::handle(&global, i)))
             .collect();
         let timer = Timer {
-            inner: Arc::new(TimerInner::new(global.clone(), handles)),
+            inner: Arc::new(TimerInner::new(global.clone(), handles, self.default)),
         };
         Ok((timer, global))
     }
+}
+
+/// Spawns the driver task of a timer just built on the current runtime.
+fn spawn(driver: Arc<Global>) -> Result<(), Error> {
+    let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::no_runtime())?;
+    handle.spawn(driver::task(driver));
+    Ok(())
 }
 
 impl fmt::Debug for Builder {
