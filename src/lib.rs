@@ -38,7 +38,10 @@
 //! ```
 //!
 //! Deadlines are [`tokio::time::Instant`]s, so `#[tokio::test(start_paused = true)]` and
-//! `tokio::time::advance` drive the wheel exactly as they drive tokio's own timers.
+//! `tokio::time::advance` drive the wheel as they drive tokio's own timers: the wheel turns
+//! where tokio fires its own sleeps, so a sleep that `advance` makes due has been woken when
+//! `advance` returns, and auto-advance reaches even a `Duration::MAX` deadline (at the end of
+//! tokio's timer range, about 2.2 years, where tokio fires its own).
 //!
 //! Delayed work is a callback with a cancel handle ([`Timer::schedule`], Netty's
 //! `newTimeout`), periodic work an [`Interval`] or [`Timer::schedule_repeating`]:
@@ -57,7 +60,8 @@
 //! ```
 //!
 //! Idle connections go in an [`IdleTracker`]: every packet touches the connection's key (or
-//! its [`IdleHandle`], one atomic operation), and keys idle for the timeout come out of its
+//! its [`IdleHandle`]: no lock, two atomic loads and at most one `fetch_max` per tick), and
+//! keys idle for the timeout come out of its
 //! [`Expirations`] stream in batches; [`IdleStream`] does it for a socket, failing its I/O
 //! with `TimedOut` once idle.
 //!
@@ -148,3 +152,8 @@ pub use sleep::Sleep;
 pub use stats::Stats;
 pub use timeout::Timeout;
 pub use timer::{Builder, Timer};
+
+/// The README's examples, compiled and run as doctests so that they cannot rot.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -18,7 +18,6 @@ use crate::{Error, Sleep, Timeout, TimerTask};
 const DEFAULT_TICK: Duration = Duration::from_millis(1);
 /// Default level-0 size: one second of 1 ms ticks before the first cascade.
 const DEFAULT_SLOTS: usize = 1024;
-/// Largest accepted level-0 size (Netty's bound).
 /// Largest accepted level-0 size. Netty allows 2^30, but here every shard holds two level-0
 /// arrays (sleeps and tasks) of 4 bytes per slot: 2^30 slots would ask for 8 GiB per shard
 /// and abort on allocation instead of failing cleanly. 2^20 (8 MiB per shard) already lets
