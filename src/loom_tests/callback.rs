@@ -1,4 +1,5 @@
-//! Model 2, callback tasks: `TimerTask::cancel` racing the driver's turn that fires the task.
+//! Models 9, 12 and 13, callback tasks: `TimerTask::cancel` racing the driver's turn that
+//! fires the task, and the run it handed to the executor.
 //! The timer has no runtime and no executor, so a fired callback runs on the driver's thread
 //! (the main thread here) right after the shard is unlocked, within `turn`.
 
@@ -50,7 +51,7 @@ impl Calls {
     }
 }
 
-/// Model 2: a thread cancels a one-shot task while the driver turns to its tick. Exactly one
+/// Model 12: a thread cancels a one-shot task while the driver turns to its tick. Exactly one
 /// wins: the cancel (`true`, the callback never runs) or the fire (the cancel returns
 /// `false`, the callback runs once). Either way the entry is freed, the timer's task count
 /// and `max_pending` capacity are given back exactly once (an extra give-back would wrap
@@ -96,7 +97,7 @@ fn cancel_vs_fire() {
     });
 }
 
-/// Model 2, a repeating task: a thread cancels the series while the driver fires its first
+/// Model 13, a repeating task: a thread cancels the series while the driver fires its first
 /// run (which re-arms the entry, then runs the callback outside the lock). A pending series
 /// is always cancellable: the cancel wins, the entry is freed and the count and capacity
 /// given back once; the run, if it started, ends, and whichever of the cancel and the run

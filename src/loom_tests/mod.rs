@@ -11,15 +11,19 @@
 //!
 //! | model | file | proves |
 //! |---|---|---|
-//! | 1 | `sleep.rs` | the fire wakes the waker stored last; a woken re-poll sees the fire |
+//! | 1 | `sleep.rs` | the fire wakes the waker stored last |
 //! | 2 | `sleep.rs` | cancel (drop) vs fire: one wins, the entry is freed once, wakes run unlocked |
-//! | 2 | `callback.rs` | `TimerTask::cancel` vs fire: one wins, counted and freed once, never runs |
-//! | 3 | `sleep.rs` | reset earlier/later vs advance: fires at the new deadline only |
+//! | 3 | `sleep.rs` | reset later vs advance: fires at the new deadline only |
 //! | 4 | `shards.rs` | inserts/cancels on two shards vs the driver: none lost, none stranded |
 //! | 5 | `idle.rs` | `IdleHandle::touch` vs expiry: a prior touch defers it, else it expires once |
 //! | 6 | `idle.rs` | keyed touch/remove vs expiry and parking: each key ends once, none stranded |
 //! | 7 | `shutdown.rs` | shutdown vs schedule/poll: nothing hangs, nothing it stopped runs |
 //! | 8 | `lifecycle.rs` | last handle dropped vs the driver parking: it exits, nothing leaks |
+//! | 9 | `callback.rs` | cancel vs a repeating run already handed to the executor: `true` is final |
+//! | 10 | `sleep.rs` | a woken lock-free re-poll sees the fire (the `elapsed` mirror) |
+//! | 11 | `sleep.rs` | reset earlier vs advance: the driver is notified, fires at the new deadline |
+//! | 12 | `callback.rs` | `TimerTask::cancel` vs fire: one wins, counted and freed once, never runs |
+//! | 13 | `callback.rs` | cancel vs a repeating series' run: the cancel wins, no run afterwards |
 //!
 //! The idle tracker's models (`idle.rs`) play its own driver task with `Shared::step`, on a
 //! clock the model sets (`crate::loom::ModelClock`).
