@@ -1,5 +1,5 @@
-//! Callback tasks: [`Timer::schedule`] and its variants, the [`TimerTask`] handle, and how a
-//! fired task's job reaches its executor.
+//! Callback tasks: [`Timer::schedule`] and its variants, [`Timer::shutdown`], and the
+//! [`TimerTask`] handle. How a fired task's job reaches its executor is in `dispatch.rs`.
 //!
 //! # Ground rules
 //! - The task's states and every transition out of `PENDING` are in `task.rs`; its wheel
@@ -19,20 +19,16 @@
 //! - Jobs run, and are dropped, with no lock held: user code, its destructors included, may
 //!   use the timer.
 
-use std::any::Any;
 use std::fmt;
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::clock::MAX_NANOS;
 use crate::loom::Arc;
-use crate::shard::Global;
-use crate::task::{Fired, Job, TaskShared};
+use crate::shard::{Closing, Global};
+use crate::task::{Job, TaskShared};
 use crate::wheel::Key;
 use crate::{Error, Timer};
 
@@ -71,120 +67,6 @@ pub struct TimerTask {
     global: Arc<Global>,
     key: Key,
     shard: usize,
-}
-
-// ===== dispatch =====
-
-/// Hands a fired task to its executor; called by the driver with no lock held.
-pub(crate) fn dispatch(global: &Arc<Global>, fired: Fired) {
-    if fired.task.is_repeating() {
-        // The run claims the callback when it starts, not here (see the ground rules).
-        let runner = global.clone();
-        execute(global, Box::new(move || run_repeating(&runner, &fired)));
-        return;
-    }
-    let Some(job) = fired.task.claim() else {
-        return;
-    };
-    match job {
-        Job::Async(future) => {
-            let future = CatchUnwind {
-                future,
-                global: global.clone(),
-            };
-            match global.executor().runtime.as_ref() {
-                Some(runtime) => drop(runtime.spawn(future)),
-                None => tracing::error!(
-                    "wheel-timer: an async task fired on a timer without a runtime; dropped"
-                ),
-            }
-        }
-        Job::Once(f) => {
-            let global2 = global.clone();
-            execute(
-                global,
-                Box::new(move || {
-                    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-                        callback_panicked(&global2, &*payload, "a timer callback");
-                    }
-                }),
-            );
-        }
-        Job::Repeating(_) => unreachable!("a one-shot task holds no repeating job"),
-    }
-}
-
-/// Hands a sync job to the timer's executor, catching a panic of a user executor (it must
-/// not take the driver down with it).
-fn execute(global: &Arc<Global>, run: Box<dyn FnOnce() + Send>) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| global.executor().execute(run))) {
-        callback_panicked(global, &*payload, "the timer's executor");
-    }
-}
-
-/// One run of a repeating series, on the executor: claims the callback (skipped if the
-/// series ended or its previous run still holds it), runs it with no lock held, and puts it
-/// back. A panicking callback ends the series: its state may be broken.
-fn run_repeating(global: &Arc<Global>, fired: &Fired) {
-    let task = &fired.task;
-    let Some(job) = task.claim() else {
-        return;
-    };
-    let Job::Repeating(mut f) = job else {
-        unreachable!("a repeating task holds a repeating job");
-    };
-    match catch_unwind(AssertUnwindSafe(&mut f)) {
-        Ok(()) => {
-            // Returned if the series ended meanwhile: dropped here, unlocked.
-            drop(task.put_back(Job::Repeating(f)));
-        }
-        Err(payload) => {
-            callback_panicked(global, &*payload, "a repeating timer callback");
-            drop(f);
-            if task.end_series() {
-                global.remove_task(fired.shard, fired.key, task, false);
-            }
-        }
-    }
-}
-
-fn callback_panicked(global: &Global, payload: &(dyn Any + Send), what: &str) {
-    global.count_panic();
-    tracing::warn!(
-        panic = panic_message(payload),
-        "wheel-timer: {what} panicked; the timer keeps running"
-    );
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s
-    } else {
-        "<non-string panic payload>"
-    }
-}
-
-/// Runs an async job, turning a panic into a counted warning.
-struct CatchUnwind {
-    future: Pin<Box<dyn Future<Output = ()> + Send>>,
-    global: Arc<Global>,
-}
-
-impl Future for CatchUnwind {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = &mut *self;
-        match catch_unwind(AssertUnwindSafe(|| this.future.as_mut().poll(cx))) {
-            Ok(poll) => poll,
-            Err(payload) => {
-                callback_panicked(&this.global, &*payload, "an async timer task");
-                Poll::Ready(())
-            }
-        }
-    }
 }
 
 // ===== impl TimerTask =====
@@ -333,6 +215,66 @@ impl fmt::Debug for TimerTask {
 // ===== impl Timer (tasks) =====
 
 impl Timer {
+    /// Stops the timer: Netty's `stop()`. Returns the callback tasks that had not fired, now
+    /// cancelled (their callbacks dropped, [`TimerTask::is_cancelled`] true); from here on
+    /// every `schedule*` and `try_sleep*` call fails with [`Error::is_shutdown`] and the
+    /// driver task exits.
+    ///
+    /// Sleeps, timeouts and intervals still waiting are woken, and their next poll **panics**
+    /// with a message starting `wheel-timer:` (so does the first poll of one created
+    /// afterwards): they can never complete, and a panic is louder than a hang. Stop polling
+    /// them (drop them, or select on a shutdown signal) before shutting the timer down.
+    /// Callbacks already handed to the executor still run.
+    ///
+    /// Calling it again returns an empty `Vec`. Dropping every handle does not require it:
+    /// the driver exits by itself once nothing is pending.
+    ///
+    /// # Panics
+    ///
+    /// On a runtime's default timer ([`default_timer`](crate::default_timer)): it serves every
+    /// library's [`sleep_wheel`](crate::sleep_wheel) and `timeout_wheel` in the process, so
+    /// shutting it down would make all of theirs panic. It stops with its runtime; stop a
+    /// [`Timer`] of your own instead.
+    ///
+    /// ```should_panic
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// wheel_timer::default_timer().shutdown(); // panics: refused
+    /// # }
+    /// ```
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_timer::Error> {
+    /// let timer = wheel_timer::Timer::new();
+    /// timer.schedule(Duration::from_secs(60), || unreachable!())?;
+    /// let unfired = timer.shutdown();
+    /// assert_eq!(unfired.len(), 1);
+    /// assert!(unfired[0].is_cancelled());
+    /// assert!(timer.schedule(Duration::from_secs(1), || {}).unwrap_err().is_shutdown());
+    /// assert!(timer.shutdown().is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn shutdown(&self) -> Vec<TimerTask> {
+        assert!(
+            !self.is_default(),
+            "wheel-timer: the runtime's default timer cannot be shut down (every sleep_wheel in \
+             the process uses it); shut down a Timer of your own instead"
+        );
+        let global = self.global();
+        let mut cancelled = Vec::new();
+        global.close(Closing::Stopped, &mut cancelled);
+        cancelled
+            .into_iter()
+            .map(|(task, key, shard)| TimerTask::from_closed(global, task, key, shard))
+            .collect()
+    }
+
     /// Runs `task` once `delay` has passed (rounded up to the next tick): Netty's
     /// `newTimeout`.
     ///

@@ -24,7 +24,7 @@ use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::{Context, Poll, Wake, Waker};
 
-use crate::callback;
+use crate::dispatch;
 use crate::loom::{lock, Arc, AtomicU64, Mutex, Ordering, WakeArc};
 use crate::shard::{Closing, Global, TurnCounts, BATCH, PARKED};
 use crate::task::Fired;
@@ -86,7 +86,7 @@ fn turn(global: &Arc<Global>, now: u64, wakers: &mut Vec<Waker>, fired: &mut Vec
             let done = global.advance(index, now, wakers, fired, &mut counts);
             wakers.drain(..).for_each(Waker::wake);
             for task in fired.drain(..) {
-                callback::dispatch(global, task);
+                dispatch::dispatch(global, task);
             }
             if let Some(shard_next) = done {
                 next = next.min(shard_next);

@@ -128,6 +128,7 @@
 mod callback;
 mod clock;
 mod default;
+mod dispatch;
 mod driver;
 mod error;
 mod idle;

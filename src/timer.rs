@@ -10,9 +10,9 @@ use tokio::time::Instant;
 use crate::clock::{self, Clock};
 use crate::driver;
 use crate::loom::{global, Arc};
-use crate::shard::{Closing, Global, Options, ShardHandle};
+use crate::shard::{Global, Options, ShardHandle};
 use crate::task::{Executor, ExecutorFn};
-use crate::{Error, Sleep, Timeout, TimerTask};
+use crate::{Error, Sleep, Timeout};
 
 /// Default tick: 1 ms, like tokio's timer.
 const DEFAULT_TICK: Duration = Duration::from_millis(1);
@@ -349,71 +349,16 @@ impl Timer {
         Sleep::registered(self.shard_handle(), nanos)
     }
 
-    /// Stops the timer: Netty's `stop()`. Returns the callback tasks that had not fired, now
-    /// cancelled (their callbacks dropped, [`TimerTask::is_cancelled`] true); from here on
-    /// every `schedule*` and `try_sleep*` call fails with [`Error::is_shutdown`] and the
-    /// driver task exits.
-    ///
-    /// Sleeps, timeouts and intervals still waiting are woken, and their next poll **panics**
-    /// with a message starting `wheel-timer:` (so does the first poll of one created
-    /// afterwards): they can never complete, and a panic is louder than a hang. Stop polling
-    /// them (drop them, or select on a shutdown signal) before shutting the timer down.
-    /// Callbacks already handed to the executor still run.
-    ///
-    /// Calling it again returns an empty `Vec`. Dropping every handle does not require it:
-    /// the driver exits by itself once nothing is pending.
-    ///
-    /// # Panics
-    ///
-    /// On a runtime's default timer ([`default_timer`](crate::default_timer)): it serves every
-    /// library's [`sleep_wheel`](crate::sleep_wheel) and `timeout_wheel` in the process, so
-    /// shutting it down would make all of theirs panic. It stops with its runtime; stop a
-    /// [`Timer`] of your own instead.
-    ///
-    /// ```should_panic
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// wheel_timer::default_timer().shutdown(); // panics: refused
-    /// # }
-    /// ```
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), wheel_timer::Error> {
-    /// let timer = wheel_timer::Timer::new();
-    /// timer.schedule(Duration::from_secs(60), || unreachable!())?;
-    /// let unfired = timer.shutdown();
-    /// assert_eq!(unfired.len(), 1);
-    /// assert!(unfired[0].is_cancelled());
-    /// assert!(timer.schedule(Duration::from_secs(1), || {}).unwrap_err().is_shutdown());
-    /// assert!(timer.shutdown().is_empty());
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[track_caller]
-    pub fn shutdown(&self) -> Vec<TimerTask> {
-        assert!(
-            !self.inner.default,
-            "wheel-timer: the runtime's default timer cannot be shut down (every sleep_wheel in \
-             the process uses it); shut down a Timer of your own instead"
-        );
-        let global = &self.inner.global;
-        let mut cancelled = Vec::new();
-        global.close(Closing::Stopped, &mut cancelled);
-        cancelled
-            .into_iter()
-            .map(|(task, key, shard)| TimerTask::from_closed(global, task, key, shard))
-            .collect()
-    }
-
     /// A runtime's default timer: one that refuses [`Timer::shutdown`].
     pub(crate) fn build_default() -> Result<Timer, Error> {
         let mut builder = Builder::new();
         builder.default = true;
         builder.build()
+    }
+
+    /// Whether this is a runtime's default timer, which refuses [`Timer::shutdown`].
+    pub(crate) fn is_default(&self) -> bool {
+        self.inner.default
     }
 
     /// Whether the timer is still taking work (not shut down, driver alive).
