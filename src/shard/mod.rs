@@ -323,6 +323,7 @@ impl Global {
     }
 
     /// Counts an entry allocated without admission (a sleep from an infallible constructor).
+    #[inline]
     fn allocated(&self) {
         if let Some(limit) = &self.limit {
             limit.count.fetch_add(1, Ordering::AcqRel);
@@ -330,6 +331,7 @@ impl Global {
     }
 
     /// Gives back the capacity of `n` freed entries.
+    #[inline]
     fn freed(&self, n: usize) {
         if let Some(limit) = &self.limit {
             if n > 0 {
@@ -352,6 +354,7 @@ impl Global {
 
     /// Called after an entry was scheduled at `tick` and its shard unlocked: makes sure the
     /// driver wakes by then.
+    #[inline]
     fn scheduled_at(&self, tick: u64) {
         if tick < self.next_wake.load(Ordering::Acquire)
             && self.next_wake.fetch_min(tick, Ordering::AcqRel) > tick
@@ -615,6 +618,7 @@ impl ShardCore {
 // ===== impl Shard =====
 
 impl Shard {
+    #[inline]
     fn lock(&self) -> ShardGuard<'_, ShardCore> {
         lock_shard(&self.core)
     }
@@ -623,16 +627,19 @@ impl Shard {
 // ===== impl ShardHandle =====
 
 impl ShardHandle {
+    #[inline]
     pub(crate) fn global(&self) -> &Arc<Global> {
         &self.global
     }
 
+    #[inline]
     fn shard(&self) -> &Shard {
         &self.global.shards[self.index]
     }
 
     /// Whether a sleep at `tick` registered here may still be pending without taking the
     /// lock: its tick is above what the shard has processed (see the ground rules).
+    #[inline]
     pub(crate) fn surely_pending(&self, tick: u64) -> bool {
         self.shard().elapsed.load(Ordering::Acquire) < tick
     }
@@ -640,6 +647,7 @@ impl ShardHandle {
     /// Registers a sleep at `tick` with `waker` (cloned by the caller before the call).
     /// `admitted`: its `max_pending` capacity was taken by the caller ([`Global::admit`]) and
     /// is given back here unless the sleep ends up scheduled; otherwise it is counted now.
+    #[inline(always)]
     pub(crate) fn register(&self, tick: u64, waker: Option<Waker>, admitted: bool) -> Registered {
         let global = &self.global;
         let mut core = self.shard().lock();
@@ -670,6 +678,7 @@ impl ShardHandle {
     /// Polls the sleep registered under `key`: frees it if the driver fired it, else stores
     /// `waker` unless the stored one would wake the same task. `waker` is cloned by the
     /// caller before the call and dropped, if not stored, after the lock is released.
+    #[inline]
     pub(crate) fn poll_registered(&self, key: Key, waker: Waker) -> Polled {
         let mut core = self.shard().lock();
         if !core.sleeps.is_scheduled(key) {
@@ -700,6 +709,7 @@ impl ShardHandle {
     /// Moves the sleep registered under `key` to `tick`, scheduling it again if it had
     /// fired (its waker was taken then: the next poll must store one). Returns whether it had
     /// fired, or `None` if the timer is closed (the sleep must then be deregistered).
+    #[inline]
     pub(crate) fn reschedule(&self, key: Key, tick: u64) -> Option<bool> {
         let mut core = self.shard().lock();
         if core.closed {
@@ -717,6 +727,7 @@ impl ShardHandle {
 
     /// Frees the sleep registered under `key` and its capacity; its waker is dropped after
     /// the lock is released.
+    #[inline(always)]
     pub(crate) fn deregister(&self, key: Key) {
         let removed = self.shard().lock().sleeps.try_remove(key);
         self.global.freed(1);
