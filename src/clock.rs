@@ -18,8 +18,8 @@ use crate::wheel::MAX_TICK;
 /// Tick `t` starts `phase + t * tick_ns` nanoseconds after `start`. The driver waits with
 /// tokio's own timer, which rounds every deadline up to a point of its 1 ms grid; a tick
 /// boundary just after a grid point would be rounded up to the next one, adding up to a
-/// millisecond to every expiry. So the driver finds the grid first ([`GridProbe`], about a
-/// millisecond) and sets `phase` to put tick boundaries on it. Until then the driver's clock
+/// millisecond to every expiry. So the driver finds the grid first ([`GridProbe`], two to three
+/// milliseconds) and sets `phase` to put tick boundaries on it (at most 1 µs before). Until then the driver's clock
 /// stands at tick 0 ([`Clock::driver_tick`]): nothing fires (an entry due meanwhile fires
 /// right after, late by at most the probe's time, never early), so the wheels' time has not
 /// moved when `phase` is set, and `phase` only grows (0 to its value): a tick computed with
@@ -112,29 +112,39 @@ impl Clock {
 
 /// tokio's timer resolution.
 const TOKIO_GRID_NS: u64 = 1_000_000;
-/// tokio sleeps one grid probe registers, spread evenly over one grid period: the phase is
-/// found to within `TOKIO_GRID_NS / PROBES` (16 µs).
+/// tokio sleeps a probe's first round registers, spread evenly over one grid period (16 µs
+/// apart).
 const PROBES: u64 = 64;
-/// Probes tried before giving up on the phase (keeping 0).
-const PROBE_TRIES: u32 = 3;
+/// tokio sleeps of the second round, spread over the first round's 16 µs (1 µs apart).
+const FINE_PROBES: u64 = 16;
+/// Rounds tried (first and second together) before settling for what is known.
+const PROBE_TRIES: u32 = 5;
+/// How far ahead of now a round's first sleep lies at least.
+const PROBE_LEAD_NS: u64 = 100_000;
 
 /// Finds where tokio's 1 ms timer grid lies (see [`Clock`]).
 ///
 /// tokio's time driver rounds a deadline up to the next point of a 1 ms grid counted from its
 /// own (private) start instant, and fires it at the first park that ends at or after that
-/// point. The probe registers [`PROBES`] tokio sleeps at `c + (j + ½)·δ` (`δ = 1 ms /
-/// PROBES`, `c` = now) and waits for the first to fire: tokio processes one grid point `g` at
-/// a time, so the ones that fire together are exactly those at or before `g`, and `g` lies
-/// between the last of them and the first that did not. Processing can come a whole grid
-/// period late (a park that began just before `g`), which fires every probe; that result is
-/// only trusted if it came within a period of the first probe, else the probe is retried.
-/// The boundary is put at the last probe that fired: at or just before `g`, never after it
+/// point. A round registers `n` tokio sleeps spread evenly over an interval known to hold a
+/// grid point (shifted by whole periods into the future) and waits for the first to fire:
+/// tokio processes one grid point `g` at a time, so the ones that fire together are exactly
+/// those at or before `g`, and `g` lies between the last of them and the first that did not.
+/// Processing can come a whole period late (a park that began just before `g`), which fires
+/// every sleep; that result is only trusted if it came within a period of the round's first
+/// sleep, else the round is retried. The first round spans a whole period
+/// ([`PROBES`], 16 µs apart), the second the 16 µs it found ([`FINE_PROBES`], 1 µs apart).
+/// The boundary is put at the last sleep that fired: at or just before `g`, never after it
 /// (a wheel tick starting just after a grid point would wait a whole extra period).
 #[derive(Debug)]
 pub(crate) struct GridProbe {
     sleeps: Vec<std::pin::Pin<Box<tokio::time::Sleep>>>,
-    /// Nanoseconds from the timer's start of the first probe.
+    /// Nanoseconds from the timer's start of the round's first sleep.
     first: u64,
+    /// Nanoseconds between the round's sleeps.
+    step: u64,
+    /// Whether this is the second round.
+    fine: bool,
     tries: u32,
 }
 
@@ -151,19 +161,27 @@ impl Clock {
         let mut probe = GridProbe {
             sleeps: Vec::with_capacity(PROBES as usize),
             first: 0,
+            step: 0,
+            fine: false,
             tries: 0,
         };
-        self.arm(&mut probe);
+        let now = self.nanos(Instant::now());
+        self.arm(&mut probe, now, TOKIO_GRID_NS, PROBES);
         Some(probe)
     }
 
-    fn arm(&self, probe: &mut GridProbe) {
-        let step = TOKIO_GRID_NS / PROBES;
-        let now = Instant::now();
-        probe.first = self.nanos(now) + step / 2;
+    /// Registers `n` sleeps over `[lo, lo + width)`, shifted by whole periods to lie at least
+    /// [`PROBE_LEAD_NS`] ahead of now.
+    fn arm(&self, probe: &mut GridProbe, lo: u64, width: u64, n: u64) {
+        let now = self.nanos(Instant::now());
+        let ahead = now + PROBE_LEAD_NS;
+        let periods = ahead.saturating_sub(lo).div_ceil(TOKIO_GRID_NS);
+        let step = width / n;
+        probe.first = lo + periods * TOKIO_GRID_NS + step / 2;
+        probe.step = step;
         probe.sleeps.clear();
-        probe.sleeps.extend((0..PROBES).map(|j| {
-            let at = now + std::time::Duration::from_nanos(step / 2 + j * step);
+        probe.sleeps.extend((0..n).map(|j| {
+            let at = self.instant(probe.first + j * step);
             Box::pin(tokio::time::sleep_until(at))
         }));
         probe.tries += 1;
@@ -176,28 +194,49 @@ impl Clock {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<()> {
         use std::future::Future;
-        let ready: Vec<bool> = probe
-            .sleeps
-            .iter_mut()
-            .map(|s| s.as_mut().poll(cx).is_ready())
-            .collect();
-        let Some(last) = ready.iter().rposition(|&r| r) else {
-            return std::task::Poll::Pending;
-        };
-        let step = TOKIO_GRID_NS / PROBES;
-        let seen = self.nanos(Instant::now());
-        let all = last as u64 == PROBES - 1;
-        if !all || seen < probe.first + TOKIO_GRID_NS {
-            let boundary = probe.first + last as u64 * step;
-            self.settle(boundary % TOKIO_GRID_NS);
-            return std::task::Poll::Ready(());
+        loop {
+            let ready: Vec<bool> = probe
+                .sleeps
+                .iter_mut()
+                .map(|s| s.as_mut().poll(cx).is_ready())
+                .collect();
+            let Some(last) = ready.iter().rposition(|&r| r) else {
+                return std::task::Poll::Pending;
+            };
+            let seen = self.nanos(Instant::now());
+            let all = last == ready.len() - 1;
+            let trusted = !all || seen < probe.first + TOKIO_GRID_NS;
+            if trusted {
+                // The grid point lies in [at, at + step).
+                let at = probe.first + last as u64 * probe.step;
+                if probe.fine || probe.tries >= PROBE_TRIES {
+                    self.settle(at % TOKIO_GRID_NS);
+                    return std::task::Poll::Ready(());
+                }
+                probe.fine = true;
+                let width = probe.step;
+                self.arm(probe, at, width, FINE_PROBES);
+                continue;
+            }
+            if probe.tries >= PROBE_TRIES {
+                // Settle for what is known: the first round's boundary (the start of the
+                // second round's interval), or nothing.
+                let known = if probe.fine {
+                    (probe.first - probe.step / 2) % TOKIO_GRID_NS
+                } else {
+                    0
+                };
+                self.settle(known);
+                return std::task::Poll::Ready(());
+            }
+            let (lo, width, n) = if probe.fine {
+                let lo = probe.first - probe.step / 2;
+                (lo, probe.step * FINE_PROBES, FINE_PROBES)
+            } else {
+                (seen, TOKIO_GRID_NS, PROBES)
+            };
+            self.arm(probe, lo, width, n);
         }
-        if probe.tries >= PROBE_TRIES {
-            self.settle(0);
-            return std::task::Poll::Ready(());
-        }
-        self.arm(probe);
-        self.poll_probe(probe, cx)
     }
 
     /// Sets the phase and lets the driver's clock move (see [`Clock::driver_tick`]).
