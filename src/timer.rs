@@ -36,7 +36,7 @@ const INSTANCE_WARN_LIMIT: usize = 64;
 ///
 /// Cloning is cheap (one reference count) and every clone drives the same wheel. The driver
 /// task runs until the last handle, every [`Sleep`] made from one and every pending
-/// [`TimerTask`] are gone, or until [`Timer::shutdown`].
+/// [`TimerTask`](crate::TimerTask) are gone, or until [`Timer::shutdown`].
 ///
 /// A timer is a shared resource: one per program (or per runtime) is the intended use. With
 /// more than 64 timers alive at once the crate logs a `tracing` warning, once per process.
