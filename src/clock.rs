@@ -31,7 +31,8 @@ pub(crate) struct Clock {
     /// `u64::MAX / tick_ns`: divides by a multiply on the sleep hot path.
     recip: u64,
     phase: AtomicU64,
-    /// 0 until the phase is settled; the driver's clock stands at tick 0 until then.
+    /// `UNSETTLED`, `SETTLING`, then `SETTLED` once the phase is set; the driver's clock
+    /// stands at tick 0 until then.
     settled: AtomicU64,
 }
 
@@ -43,7 +44,7 @@ impl Clock {
             tick_ns,
             recip: u64::MAX / tick_ns,
             phase: AtomicU64::new(0),
-            settled: AtomicU64::new(0),
+            settled: AtomicU64::new(UNSETTLED),
         }
     }
 
@@ -87,7 +88,7 @@ impl Clock {
 
     /// The tick the driver turns to now: tick 0 until the phase is settled.
     pub(crate) fn driver_tick(&self) -> u64 {
-        if self.settled.load(Ordering::Acquire) == 0 {
+        if self.settled.load(Ordering::Acquire) != SETTLED {
             return 0;
         }
         self.tick_of(Instant::now())
@@ -109,6 +110,10 @@ impl Clock {
         self.instant(self.tick_start_nanos(tick))
     }
 }
+
+const UNSETTLED: u64 = 0;
+const SETTLING: u64 = 1;
+const SETTLED: u64 = 2;
 
 /// tokio's timer resolution.
 const TOKIO_GRID_NS: u64 = 1_000_000;
@@ -146,15 +151,24 @@ pub(crate) struct GridProbe {
     /// Whether this is the second round.
     fine: bool,
     tries: u32,
+    /// On a paused clock: the instant of the round's first sleep (see [`Clock::arm_paused`]).
+    paused: Option<Instant>,
+    /// On a paused clock, in a first round: the instant the round was armed at (its last
+    /// sleep's).
+    armed_at: Option<Instant>,
 }
 
+/// Sleeps per round on a paused clock (plus one at the round's start).
+const PAUSED_PROBES: u64 = 32;
+
 impl Clock {
-    /// Starts finding tokio's grid, or settles the phase at 0 at once when that is pointless:
-    /// ticks that are not whole milliseconds (their boundaries cannot all sit on the grid)
-    /// and paused clocks (tests: time only moves when told, and the timer's start lies on
-    /// tokio's grid unless the test advanced by a fraction of a millisecond first).
+    /// Starts finding tokio's grid, or settles the phase at 0 at once for ticks that are not
+    /// whole milliseconds (their boundaries cannot all sit on the grid).
     pub(crate) fn probe_grid(&self) -> Option<GridProbe> {
-        if self.tick_ns % TOKIO_GRID_NS != 0 || clock_is_paused() {
+        if self.settled.load(Ordering::Acquire) != UNSETTLED {
+            return None;
+        }
+        if self.tick_ns % TOKIO_GRID_NS != 0 {
             self.settle(0);
             return None;
         }
@@ -164,10 +178,107 @@ impl Clock {
             step: 0,
             fine: false,
             tries: 0,
+            paused: None,
+            armed_at: None,
         };
-        let now = self.nanos(Instant::now());
-        self.arm(&mut probe, now, TOKIO_GRID_NS, PROBES);
+        if clock_is_paused() {
+            self.arm_paused(&mut probe, None, TOKIO_GRID_NS);
+        } else {
+            let now = self.nanos(Instant::now());
+            self.arm(&mut probe, now, TOKIO_GRID_NS, PROBES);
+        }
         Some(probe)
+    }
+
+    /// Finds the grid at once on a paused clock, when tokio has processed up to now (so the
+    /// probe's sleeps fire as they are registered): then the timer is settled before its
+    /// driver first runs, and a test's first `advance` already moves the wheel. Returns
+    /// whether it settled; if not, the driver's probe ([`Clock::probe_grid`]) does it.
+    pub(crate) fn settle_if_paused(&self) -> bool {
+        if self.tick_ns % TOKIO_GRID_NS != 0 || !clock_is_paused() {
+            return false;
+        }
+        let mut probe = GridProbe {
+            sleeps: Vec::with_capacity(PAUSED_PROBES as usize + 1),
+            first: 0,
+            step: 0,
+            fine: false,
+            tries: 0,
+            paused: None,
+            armed_at: None,
+        };
+        self.arm_paused(&mut probe, None, TOKIO_GRID_NS);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        self.poll_paused(&mut probe, &mut cx).is_ready()
+    }
+
+    /// On a paused clock a probe must not wait for time, which moves only when told (and
+    /// its sleeps must not make auto-advance jump): each round's sleeps lie in the past,
+    /// `PAUSED_PROBES + 1` of them over `[lo, lo + width]` (the first round over the last
+    /// millisecond). tokio fires at its next park, without moving the clock, exactly those at
+    /// or before the last grid point it processed, so each round narrows the grid point
+    /// 32-fold, down to the nanosecond. The first sleep lies at or before that point and
+    /// fires too, which tells a round that tokio has processed; if they all fire (the clock
+    /// was advanced meanwhile), the round starts over from now.
+    fn arm_paused(&self, probe: &mut GridProbe, lo: Option<Instant>, width: u64) {
+        probe.armed_at = None;
+        let lo = lo.unwrap_or_else(|| {
+            let now = Instant::now();
+            probe.armed_at = Some(now);
+            now.checked_sub(std::time::Duration::from_nanos(width))
+                .unwrap_or(now)
+        });
+        let step = (width / PAUSED_PROBES).max(1);
+        probe.paused = Some(lo);
+        probe.step = step;
+        probe.sleeps.clear();
+        probe.sleeps.extend((0..=PAUSED_PROBES).map(|j| {
+            let at = lo + std::time::Duration::from_nanos(j * step);
+            Box::pin(tokio::time::sleep_until(at))
+        }));
+    }
+
+    /// [`Clock::poll_probe`] on a paused clock.
+    fn poll_paused(
+        &self,
+        probe: &mut GridProbe,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        use std::future::Future;
+        loop {
+            let Some(lo) = probe.paused else {
+                return std::task::Poll::Ready(());
+            };
+            let ready: Vec<bool> = probe
+                .sleeps
+                .iter_mut()
+                .map(|s| s.as_mut().poll(cx).is_ready())
+                .collect();
+            let Some(last) = ready.iter().rposition(|&r| r) else {
+                return std::task::Poll::Pending;
+            };
+            let at = lo + std::time::Duration::from_nanos(last as u64 * probe.step);
+            // All fired: the grid point is at or after the last sleep. In a first round whose
+            // clock has not moved, that sleep is now, so it is the grid point itself;
+            // otherwise the clock moved under the round, which starts over.
+            let exact = probe.armed_at == Some(Instant::now());
+            if last == ready.len() - 1 && !exact {
+                self.arm_paused(probe, None, TOKIO_GRID_NS);
+                continue;
+            }
+            if probe.step == 1 || last == ready.len() - 1 {
+                let phase = if at >= self.start {
+                    self.nanos(at) % TOKIO_GRID_NS
+                } else {
+                    let before = duration_nanos(self.start - at) % TOKIO_GRID_NS;
+                    (TOKIO_GRID_NS - before) % TOKIO_GRID_NS
+                };
+                self.settle(phase);
+                return std::task::Poll::Ready(());
+            }
+            let width = probe.step;
+            self.arm_paused(probe, Some(at), width);
+        }
     }
 
     /// Registers `n` sleeps over `[lo, lo + width)`, shifted by whole periods to lie at least
@@ -194,6 +305,9 @@ impl Clock {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<()> {
         use std::future::Future;
+        if probe.paused.is_some() {
+            return self.poll_paused(probe, cx);
+        }
         loop {
             let ready: Vec<bool> = probe
                 .sleeps
@@ -239,10 +353,18 @@ impl Clock {
         }
     }
 
-    /// Sets the phase and lets the driver's clock move (see [`Clock::driver_tick`]).
+    /// Sets the phase and lets the driver's clock move (see [`Clock::driver_tick`]), once:
+    /// a second settler (the driver's probe racing the paused-clock one at build) changes
+    /// nothing.
     fn settle(&self, phase: u64) {
-        self.phase.store(phase, Ordering::Relaxed);
-        self.settled.store(1, Ordering::Release);
+        if self
+            .settled
+            .compare_exchange(UNSETTLED, SETTLING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.phase.store(phase, Ordering::Relaxed);
+            self.settled.store(SETTLED, Ordering::Release);
+        }
     }
 }
 

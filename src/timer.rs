@@ -586,7 +586,9 @@ impl Builder {
     /// ```
     pub fn build(&self) -> Result<Timer, Error> {
         let (timer, driver) = self.build_unspawned()?;
-        spawn(driver)?;
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::no_runtime())?;
+        driver.clock.settle_if_paused();
+        handle.spawn(driver::task(driver));
         Ok(timer)
     }
 
@@ -633,13 +635,6 @@ impl Builder {
         };
         Ok((timer, global))
     }
-}
-
-/// Spawns the driver task of a timer just built on the current runtime.
-fn spawn(driver: Arc<Global>) -> Result<(), Error> {
-    let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::no_runtime())?;
-    handle.spawn(driver::task(driver));
-    Ok(())
 }
 
 impl fmt::Debug for Builder {

@@ -432,3 +432,17 @@ async fn duration_max_completes_through_auto_advance() {
     sleep_wheel(Duration::MAX - ms(1)).await;
     Timer::new().sleep(Duration::MAX).await;
 }
+
+/// tokio's `sub_ms_delayed_sleep` (`tests/time_sleep.rs`): the clock is paused after the
+/// runtime started, so the timer's start lies off tokio's 1 ms grid; the wheel still fires
+/// when tokio would (its tick boundaries are put on tokio's grid), not a millisecond later.
+#[tokio::test]
+async fn sub_ms_delayed_sleep_after_a_pause() {
+    tokio::time::pause();
+    for _ in 0..5 {
+        let now = Instant::now();
+        let deadline = now + ms(1) + Duration::new(0, 1);
+        sleep_wheel_until(deadline).await;
+        assert_elapsed(now, ms(1) + Duration::new(0, 1));
+    }
+}
