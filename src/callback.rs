@@ -223,7 +223,9 @@ impl Timer {
     /// Sleeps, timeouts and intervals still waiting are woken, and their next poll **panics**
     /// with a message starting `wheel-timer:` (so does the first poll of one created
     /// afterwards): they can never complete, and a panic is louder than a hang. Stop polling
-    /// them (drop them, or select on a shutdown signal) before shutting the timer down.
+    /// them (drop them, or select on a shutdown signal) before shutting the timer down. A
+    /// sleep the driver had already fired, but that was not polled since, stays elapsed
+    /// ([`Sleep::is_elapsed`](crate::Sleep::is_elapsed)) and completes at its next poll.
     /// Callbacks already handed to the executor still run.
     ///
     /// Calling it again returns an empty `Vec`. Dropping every handle does not require it:
