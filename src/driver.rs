@@ -153,16 +153,25 @@ impl Wake for TurnWaker {
     }
 
     fn wake_by_ref(self: &WakeArc<Self>) {
-        let global = &self.global;
-        if global.is_running() {
-            let now = reached(global, self.armed.load(Ordering::Acquire));
-            turn(global, now, &mut Vec::new(), &mut Vec::new());
-        }
+        waker_turn(&self.global, self.armed.load(Ordering::Acquire));
         // Taken, not cloned, under the lock; the task's next wait stores it again.
         let task = lock(&self.task).take();
         if let Some(task) = task {
             task.wake();
         }
+    }
+}
+
+/// The turn a [`TurnWaker`] makes where tokio fired the driver's sleep armed for tick
+/// `armed` (loom model 14 runs it beside the task's step).
+pub(crate) fn waker_turn(global: &Arc<Global>, armed: u64) {
+    if global.is_running() {
+        turn(
+            global,
+            reached(global, armed),
+            &mut Vec::new(),
+            &mut Vec::new(),
+        );
     }
 }
 

@@ -24,6 +24,7 @@
 //! | 11 | `sleep.rs` | reset earlier vs advance: the driver is notified, fires at the new deadline |
 //! | 12 | `callback.rs` | `TimerTask::cancel` vs fire: one wins, counted and freed once, never runs |
 //! | 13 | `callback.rs` | cancel vs a repeating series' run: the cancel wins, no run afterwards |
+//! | 14 | `turns.rs` | the task's step and the `TurnWaker`'s turn at once vs a registration |
 //!
 //! The idle tracker's models (`idle.rs`) play its own driver task with `Shared::step`, on a
 //! clock the model sets (`crate::loom::ModelClock`).
@@ -57,6 +58,7 @@ mod lifecycle;
 mod shards;
 mod shutdown;
 mod sleep;
+mod turns;
 
 use std::future::Future;
 use std::pin::Pin;
