@@ -14,9 +14,15 @@
 //!   for ours). At 100k the tasks need more CPU than the 50 ms window holds on a small
 //!   machine, so that figure is mostly run-queue backlog; 10k shows the timers' precision.
 //!
+//! - lateness of fresh timers: 20 new `Timer`s per runtime (current-thread, then two
+//!   workers), each measured at once with 150 sleeps of 3–4 ms, each paired with a tokio
+//!   sleep: the median over the timers of their p50 and p99, and how many timers are more
+//!   than 0.5 ms worse than tokio.
+//!
 //! ```text
-//! cargo run --release --example compare            # about a minute
-//! cargo run --release --example compare -- --quick # well under a minute
+//! cargo run --release --example compare            # about two minutes
+//! cargo run --release --example compare -- --quick # about a minute
+//! cargo run --release --example compare -- --fresh # the fresh-timer rows only
 //! ```
 //!
 //! It exits with status 1 if one of our invariants fails (an early wake-up, an allocation per
@@ -51,6 +57,9 @@ struct Args {
     /// Smaller and fewer rounds: well under a minute instead of about one.
     #[arg(long)]
     quick: bool,
+    /// Only the fresh-timer lateness rows (20 new timers against tokio's sleep).
+    #[arg(long)]
+    fresh: bool,
 }
 
 /// Resident set size, in bytes.
@@ -588,23 +597,135 @@ fn lateness_section(report: &mut Report, quick: bool) {
     lateness_rows(report, &rt, 100_000, rounds);
 }
 
+// ===== fresh timers =====
+
+/// Fresh timers on one runtime, each measured right after it is created.
+const FRESH_TIMERS: usize = 20;
+/// Sleeps per fresh timer, each paired with a tokio sleep.
+const FRESH_SLEEPS: usize = 150;
+
+/// Lateness of fresh timers beside tokio's on the same runtime (issue 9 f): every timer is
+/// new, so a phase that its driver got wrong shows in its whole row. One row per runtime:
+/// the median over the timers of each timer's p50 and p99, and how many timers are more than
+/// 0.5 ms worse than tokio at p50 and at p99.
+fn fresh_section(report: &mut Report) {
+    let runtimes = [
+        (
+            "current-thread",
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("build runtime"),
+        ),
+        ("2 workers", multi_thread()),
+    ];
+    for (name, rt) in runtimes {
+        let mut rng = SplitMix(7);
+        let mut rows = Vec::new();
+        let mut early = 0;
+        for round in 0..FRESH_TIMERS {
+            // Each timer measured from a task on the runtime, as a program would use it.
+            let seed = rng.next_u64();
+            let (row, e) = rt.block_on(async move {
+                tokio::spawn(async move { fresh_timer_async(seed, round).await })
+                    .await
+                    .expect("fresh timer task panicked")
+            });
+            rows.push(row);
+            early += e;
+        }
+        let median = |i: usize| {
+            let mut v: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let worse = |i: usize| rows.iter().filter(|r| r[i] > r[i + 1] + 0.5).count();
+        let what =
+            format!("fresh timers, {name}: {FRESH_TIMERS} × {FRESH_SLEEPS} sleeps of 3–4 ms");
+        report.figures(
+            &format!("{what}: median p50"),
+            median(0),
+            median(1),
+            3,
+            " ms",
+        );
+        report.figures(
+            &format!("{what}: median p99"),
+            median(2),
+            median(3),
+            3,
+            " ms",
+        );
+        report.row(
+            format!("{what}: timers > 0.5 ms worse than tokio at p50 / p99"),
+            format!("{} / {}", worse(0), worse(2)),
+            String::new(),
+            String::new(),
+        );
+        report.check(early == 0, format!("{early} fresh-timer sleeps woke early"));
+    }
+}
+
+/// Per-timer figures of one fresh timer, created and measured on the current task: (our p50,
+/// tokio p50, our p99, tokio p99) in ms, and our early wake-ups. Each of its sleeps of 3–4 ms
+/// is paired with a tokio sleep, in alternating order.
+async fn fresh_timer_async(seed: u64, round: usize) -> ([f64; 4], usize) {
+    let mut rng = SplitMix(seed);
+    let timer = wheel_timer::Timer::new();
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for k in 0..FRESH_SLEEPS {
+        let order = if (k + round) % 2 == 0 {
+            [Peer::Wheel, Peer::Tokio]
+        } else {
+            [Peer::Tokio, Peer::Wheel]
+        };
+        for peer in order {
+            let delay = Duration::from_nanos(3_000_000 + rng.below(1_000_001));
+            let deadline = tokio::time::Instant::now() + delay;
+            match peer {
+                Peer::Wheel => timer.sleep_until(deadline).await,
+                Peer::Tokio => tokio::time::sleep_until(deadline).await,
+            }
+            let now = tokio::time::Instant::now();
+            let late = if now >= deadline {
+                (now - deadline).as_nanos() as i64
+            } else {
+                -((deadline - now).as_nanos() as i64)
+            };
+            match peer {
+                Peer::Wheel => ours.push(late),
+                Peer::Tokio => theirs.push(late),
+            }
+        }
+    }
+    let (ours, theirs) = (summarize(ours), summarize(theirs));
+    ([ours.p50, theirs.p50, ours.p99, theirs.p99], ours.early)
+}
+
 // ===== main =====
 
 fn main() -> ExitCode {
-    let quick = Args::parse().quick;
+    let Args {
+        quick,
+        fresh: fresh_only,
+    } = Args::parse();
     let started = Instant::now();
     let load_before = load_average();
     let steal_before = machine_steal();
     let mut report = Report::default();
     // Memory first: later sections leave freed heap behind that could hide new allocations
     // from RSS.
-    eprintln!("pending timers: CPU and memory…");
-    pending_section(&mut report, quick);
-    eprintln!("sizes and allocations…");
-    sizes(&mut report);
-    allocations(&mut report);
-    eprintln!("lateness…");
-    lateness_section(&mut report, quick);
+    if !fresh_only {
+        eprintln!("pending timers: CPU and memory…");
+        pending_section(&mut report, quick);
+        eprintln!("sizes and allocations…");
+        sizes(&mut report);
+        allocations(&mut report);
+        eprintln!("lateness…");
+        lateness_section(&mut report, quick);
+    }
+    eprintln!("fresh timers…");
+    fresh_section(&mut report);
     let steal_after = machine_steal();
     let steal = (steal_after.1 - steal_before.1) as f64
         / (steal_after.0 - steal_before.0).max(1) as f64

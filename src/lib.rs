@@ -38,7 +38,10 @@
 //! ```
 //!
 //! Deadlines are [`tokio::time::Instant`]s, so `#[tokio::test(start_paused = true)]` and
-//! `tokio::time::advance` drive the wheel exactly as they drive tokio's own timers.
+//! `tokio::time::advance` drive the wheel as they drive tokio's own timers: the wheel turns
+//! where tokio fires its own sleeps, so a sleep that `advance` makes due has been woken when
+//! `advance` returns, and auto-advance reaches even a `Duration::MAX` deadline (at the end of
+//! tokio's timer range, about 2.2 years, where tokio fires its own).
 //!
 //! Delayed work is a callback with a cancel handle ([`Timer::schedule`], Netty's
 //! `newTimeout`), periodic work an [`Interval`] or [`Timer::schedule_repeating`]:
@@ -136,6 +139,7 @@ mod callback;
 mod clock;
 mod default;
 pub mod delay_queue;
+mod dispatch;
 mod driver;
 mod error;
 #[cfg(feature = "hyper")]
@@ -145,8 +149,10 @@ mod interval;
 mod loom;
 #[cfg(all(test, wheel_loom))]
 mod loom_tests;
+mod shard;
 mod sleep;
 mod stats;
+mod task;
 pub mod time;
 mod timeout;
 mod timer;
@@ -167,3 +173,8 @@ pub use sleep::Sleep;
 pub use stats::Stats;
 pub use timeout::Timeout;
 pub use timer::{Builder, Timer};
+
+/// The README's examples, compiled and run as doctests so that they cannot rot.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

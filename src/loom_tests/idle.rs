@@ -1,5 +1,5 @@
 //! Models 5 and 6: the idle tracker's touches and removals racing the driver's turn that
-//! expires the key; models 9 and 10: touches and registrations racing the tracker's stop, and
+//! expires the key; models 15 and 16: touches and registrations racing the tracker's stop, and
 //! a dropped `Idle` future racing the expiry that takes its key's waiters. The tracker runs on the model's clock (`Shared::model_clock`), one shard
 //! and a one-tick timeout; the main thread plays its driver task with [`IdleDriver`], which
 //! calls `Shared::step` the way the task's loop does.
@@ -238,7 +238,7 @@ fn keyed_touch_and_remove_vs_expiry() {
     });
 }
 
-/// Model 9: a thread touches a key and registers another while the tracker stops (its timer
+/// Model 15: a thread touches a key and registers another while the tracker stops (its timer
 /// shut down: the driver task's `finish`). However they interleave, once both are done the
 /// tracker holds nothing — every key was either refused (`DONE` seen under the shard lock) or
 /// cleared — the handle's `idle()` completes (no lost wakeup: loom reports a blocked task as
@@ -270,7 +270,7 @@ fn touch_and_register_vs_stop() {
     });
 }
 
-/// Model 10: one task polls `idle()` and drops the future while another waits on the same
+/// Model 16: one task polls `idle()` and drops the future while another waits on the same
 /// handle, racing the driver's turn at tick 0 (the key is due at tick 1). Once the dropped
 /// future is gone the tracker holds at most the waiting task's waker; the waiting task is
 /// woken at expiry (the drop never removed its entry: loom reports a lost wakeup as a
