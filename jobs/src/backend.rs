@@ -53,6 +53,12 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         payload: Vec<u8>,
     ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>>;
 
+    /// [`schedule`](Self::schedule) for many jobs in one atomic step, answers in order.
+    fn schedule_many(
+        &self,
+        jobs: Vec<(String, When, Vec<u8>)>,
+    ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>>;
+
     /// Removes a pending job.
     fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>>;
 
@@ -62,6 +68,9 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     fn get(&self, id: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>>;
 
     fn pending(&self) -> BoxFuture<'_, Result<u64, Error>>;
+
+    /// Jobs leased to consumers.
+    fn running(&self) -> BoxFuture<'_, Result<u64, Error>>;
 
     /// Leases up to `max` due jobs (redelivering expired leases, killing jobs out of
     /// attempts) and reports the next due time.

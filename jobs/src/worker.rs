@@ -2,8 +2,11 @@
 //!
 //! # Ground rules
 //!
-//! - At most `concurrency` handlers run at once, each a task in one `JoinSet`; the loop
-//!   claims exactly as many jobs as there are free slots, so no job waits leased in a buffer.
+//! - At most `concurrency` handlers run at once, each a task in one `JoinSet` holding a
+//!   semaphore permit; the loop claims exactly as many jobs as there are free permits, so no
+//!   job waits leased in a buffer. A task gives its permit back when the handler returns,
+//!   before its ack or retry: the next claim then shares a commit with those acks instead
+//!   of waiting for them. Tasks still acking are bounded too (`2 × concurrency` tasks).
 //! - One claim is in flight at a time and is never dropped half-way: a claim's reply is the
 //!   only record of the leases it took, so losing it would strand jobs until their lease
 //!   ends.
@@ -19,6 +22,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::backend::{BoxFuture, Claimed};
@@ -42,8 +46,12 @@ impl<F: Future> Future for CatchUnwind<F> {
     }
 }
 
-async fn handle<F, Fut, E>(inner: Arc<Inner>, handler: Arc<F>, job: Claimed)
-where
+async fn handle<F, Fut, E>(
+    inner: Arc<Inner>,
+    handler: Arc<F>,
+    job: Claimed,
+    slot: OwnedSemaphorePermit,
+) where
     F: Fn(Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
     E: fmt::Display + Send + 'static,
@@ -54,6 +62,8 @@ where
         Ok(future) => CatchUnwind(Box::pin(future)).await,
         Err(panic) => Err(panic),
     };
+    // The handler is done: its slot can take the next job while this one's ack commits.
+    drop(slot);
     let failure = match outcome {
         Ok(Ok(())) => {
             if let Err(err) = inner.backend.ack(id.clone(), token).await {
@@ -150,14 +160,23 @@ impl JobQueue {
         async move {
             let handler = Arc::new(handler);
             let slot = Arc::new(inner.wakeup.register());
+            let permits = Arc::new(Semaphore::new(concurrency));
             let mut tasks = JoinSet::new();
             let mut claim: Option<BoxFuture<'static, Result<Vec<Claimed>, Error>>> = None;
+            let mut held: Vec<OwnedSemaphorePermit> = Vec::new();
             loop {
-                if claim.is_none() && tasks.len() < concurrency {
-                    let free = concurrency - tasks.len();
-                    claim = Some(Box::pin(fetch(inner.clone(), slot.clone(), free, 0)));
+                if claim.is_none() && tasks.len() < 2 * concurrency {
+                    while let Ok(permit) = permits.clone().try_acquire_owned() {
+                        held.push(permit);
+                    }
+                    if !held.is_empty() {
+                        claim = Some(Box::pin(fetch(inner.clone(), slot.clone(), held.len(), 0)));
+                    }
                 }
                 tokio::select! {
+                    permit = permits.clone().acquire_owned(), if claim.is_none() && tasks.len() < 2 * concurrency => {
+                        held.push(permit.expect("the semaphore is never closed"));
+                    }
                     Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                         if let Err(err) = done {
                             tracing::error!(error = %err, "wheel-jobs: a handler task failed");
@@ -168,8 +187,10 @@ impl JobQueue {
                         match claimed {
                             Ok(jobs) => {
                                 for job in jobs {
-                                    tasks.spawn(handle(inner.clone(), handler.clone(), job));
+                                    let permit = held.pop().expect("a permit per claimed job");
+                                    tasks.spawn(handle(inner.clone(), handler.clone(), job, permit));
                                 }
+                                held.clear(); // fewer jobs than permits: give the rest back
                             }
                             Err(err) if err.is_closed() => {
                                 while tasks.join_next().await.is_some() {}

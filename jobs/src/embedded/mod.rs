@@ -3,10 +3,14 @@
 //! # Ground rules
 //!
 //! - One thread owns the [`Store`] (and so the file). Every operation, reads included, is a
-//!   request on its channel; the thread takes every request waiting (up to `MAX_BATCH`),
-//!   applies them in arrival order in one transaction and fsyncs once. That is the group
-//!   commit: a `schedule` is answered only after the commit that made it durable, and 64
-//!   concurrent schedulers share each fsync instead of paying one each.
+//!   request on its channel; the thread takes every request waiting (up to `MAX_BATCH`) and
+//!   applies them in two transactions: first the lease changes (claims, extends) and reads,
+//!   committed without fsync and answered at once; then everything else, in arrival order,
+//!   with one fsync. That is the group commit: a `schedule` is answered only after the
+//!   commit that made it durable, 64 concurrent schedulers share each fsync instead of
+//!   paying one each, and a claim never waits for the fsync of the acks beside it. Moving
+//!   the lease changes ahead of the rest of their batch is safe: they are concurrent with
+//!   it, so either order is one the callers could have seen.
 //! - A failed batch (I/O error, corrupt page) fails every request in it and nothing of it
 //!   is applied. A panic inside redb is caught and reported the same way, after which the
 //!   thread stops: later calls fail with `is_closed` rather than trust a store in an unknown
@@ -51,6 +55,8 @@ pub(crate) struct Embedded {
 struct Shared {
     /// Pending jobs as of the last commit.
     pending: AtomicU64,
+    /// Leased jobs as of the last commit.
+    running: AtomicU64,
     /// Set when the thread stopped.
     closed: AtomicBool,
 }
@@ -94,10 +100,17 @@ fn open_database(path: &std::path::Path, cache_size: usize) -> Result<redb::Data
     }
 }
 
+impl Shared {
+    fn publish(&self, counts: crate::model::Counts) {
+        self.pending.store(counts.pending, Relaxed);
+        self.running.store(counts.leased, Relaxed);
+    }
+}
+
 impl Embedded {
     pub(crate) async fn open(path: PathBuf, config: &Config) -> Result<Embedded, Error> {
-        let (lease, max_attempts, cache_size) =
-            (config.lease, config.max_attempts, config.cache_size);
+        let cache_size = config.cache_size;
+        let config = config.clone();
         let (requests, receiver) = mpsc::channel();
         let shared = Arc::new(Shared::default());
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -107,12 +120,12 @@ impl Embedded {
             .name("wheel-jobs-store".into())
             .spawn(move || {
                 let opened = open_database(&thread_path, cache_size).and_then(|db| {
-                    catch_unwind(AssertUnwindSafe(|| Store::open(db, lease, max_attempts)))
+                    catch_unwind(AssertUnwindSafe(|| Store::open(db, &config)))
                         .unwrap_or_else(|panic| Err(Error::storage(panic_message(&*panic))))
                 });
                 match opened {
                     Ok(store) => {
-                        thread_shared.pending.store(store.counts().pending, Relaxed);
+                        thread_shared.publish(store.counts());
                         if ready_tx.send(Ok(())).is_ok() {
                             serve(store, receiver, &thread_shared);
                         }
@@ -161,30 +174,13 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
                 next = receiver.try_recv().ok();
             }
         }
-        let mut failed = false;
-        if !ops.is_empty() {
-            match catch_unwind(AssertUnwindSafe(|| store.apply(ops))) {
-                Ok(Ok(answers)) => {
-                    shared.pending.store(store.counts().pending, Relaxed);
-                    for (reply, answer) in replies.into_iter().zip(answers) {
-                        let _ = reply.send(Ok(answer));
-                    }
-                }
-                Ok(Err(err)) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(err.clone()));
-                    }
-                }
-                Err(panic) => {
-                    let err =
-                        Error::storage(format!("the store panicked: {}", panic_message(&*panic)));
-                    for reply in replies {
-                        let _ = reply.send(Err(err.clone()));
-                    }
-                    failed = true;
-                }
-            }
-        }
+        // Lease changes first, committed without fsync and answered at once, so a delivery
+        // never waits behind the fsync of the schedules and acks that arrived with it.
+        let (fast, slow): (Vec<_>, Vec<_>) = ops
+            .into_iter()
+            .zip(replies)
+            .partition(|(op, _)| !op.needs_fsync());
+        let failed = apply(&mut store, fast, shared) || apply(&mut store, slow, shared);
         if failed || !closing.is_empty() {
             break;
         }
@@ -196,6 +192,37 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
     for done in closing {
         let _ = done.send(Ok(()));
     }
+}
+
+/// Applies one group of requests in one transaction and answers them; `true` if the store
+/// panicked (the thread must stop).
+fn apply(
+    store: &mut Store,
+    group: Vec<(Op, oneshot::Sender<Result<Reply, Error>>)>,
+    shared: &Shared,
+) -> bool {
+    if group.is_empty() {
+        return false;
+    }
+    let (ops, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+    let (answers, panicked) = match catch_unwind(AssertUnwindSafe(|| store.apply(ops))) {
+        Ok(Ok(answers)) => {
+            shared.publish(store.counts());
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(Ok(answer));
+            }
+            return false;
+        }
+        Ok(Err(err)) => (err, false),
+        Err(panic) => (
+            Error::storage(format!("the store panicked: {}", panic_message(&*panic))),
+            true,
+        ),
+    };
+    for reply in replies {
+        let _ = reply.send(Err(answers.clone()));
+    }
+    panicked
 }
 
 macro_rules! expect_reply {
@@ -216,6 +243,15 @@ impl Backend for Embedded {
     ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
             expect_reply!(self.call(Op::Schedule { id, when, payload }).await?, Reply::Scheduled(s, at) => (s, at))
+        })
+    }
+
+    fn schedule_many(
+        &self,
+        jobs: Vec<(String, When, Vec<u8>)>,
+    ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::ScheduleMany { jobs }).await?, Reply::ScheduledMany(v) => v)
         })
     }
 
@@ -244,6 +280,15 @@ impl Backend for Embedded {
                 return Err(Error::closed());
             }
             Ok(self.shared.pending.load(Relaxed))
+        })
+    }
+
+    fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move {
+            if self.shared.closed.load(Relaxed) {
+                return Err(Error::closed());
+            }
+            Ok(self.shared.running.load(Relaxed))
         })
     }
 

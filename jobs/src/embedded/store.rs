@@ -7,9 +7,11 @@
 //!   lease ends, so it is also the lease table), `dead` (id → (), so dead jobs can be purged
 //!   without a scan), `meta` (format version and the per-state [`Counts`]).
 //! - Only the writer thread (`mod.rs`) calls [`Store::apply`]; a batch is one redb write
-//!   transaction, committed with `Durability::Immediate` and quick repair (the allocator
-//!   state is saved, so reopening after `kill -9` is near-instant). A batch that changed
-//!   nothing is aborted, not committed: reads and empty claims cost no fsync.
+//!   transaction, committed with quick repair unless the builder turned it off (the
+//!   allocator state is saved, so reopening after `kill -9` is near-instant) and `Durability::Immediate` if any change in it must
+//!   be durable before it is answered ([`Op::needs_fsync`]: all but claims and extends). A
+//!   batch of claims alone commits without fsync; a batch that changed nothing is aborted:
+//!   reads and empty claims cost no fsync.
 //! - Every read of the due index is a bounded range (`take(max)`, `first()`): no operation
 //!   walks the whole queue, and opening reads only `meta`.
 //! - A transition always goes through [`Job`]; this file only keeps the index, the counts
@@ -17,11 +19,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use redb::{Database, ReadableTable, ReadableTableMetadata, Table, TableDefinition};
+use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, Table, TableDefinition};
 
 use crate::backend::{ClaimBatch, Claimed};
 use crate::model::{self, Claim, Counts, Job, Retry, Status};
-use crate::queue::{nanos, When};
+use crate::queue::{nanos, Config, When};
 use crate::{Error, JobInfo, JobState, Scheduled};
 
 const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
@@ -34,6 +36,9 @@ const FORMAT: u64 = 1;
 /// One request to the store.
 #[derive(Debug)]
 pub(crate) enum Op {
+    ScheduleMany {
+        jobs: Vec<(String, When, Vec<u8>)>,
+    },
     Schedule {
         id: String,
         when: When,
@@ -74,10 +79,24 @@ pub(crate) enum Op {
     },
 }
 
+impl Op {
+    /// Whether a change made by this op must be on disk before it is answered.
+    ///
+    /// Claims and extends are not: they only change who holds a lease, and a lease dies with
+    /// the process holding it. Lost in a crash, a claim leaves the job as it was before the
+    /// claim (pending, or leased to an earlier holder), so it is delivered again: the
+    /// at-least-once contract, without an fsync on the delivery path. The next durable commit
+    /// persists them along with its own changes.
+    pub(crate) fn needs_fsync(&self) -> bool {
+        !matches!(self, Op::Claim { .. } | Op::Extend { .. } | Op::Get { .. })
+    }
+}
+
 /// The answer to one [`Op`], in the same order.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Reply {
     Scheduled(Scheduled, u64),
+    ScheduledMany(Vec<(Scheduled, u64)>),
     Bool(bool),
     Moved(Option<u64>),
     Info(Option<JobInfo>),
@@ -91,6 +110,7 @@ pub(crate) struct Store {
     counts: Counts,
     lease: Duration,
     max_attempts: u32,
+    quick_repair: bool,
     seed: u64,
     issued: u64,
 }
@@ -153,6 +173,22 @@ impl Tables<'_> {
     }
 }
 
+fn schedule(
+    t: &mut Tables<'_>,
+    counts: &mut Counts,
+    now: u64,
+    id: &str,
+    when: When,
+    payload: &[u8],
+) -> Result<(Scheduled, u64), Error> {
+    if let Some((job, _)) = t.load(id)? {
+        return Ok((Scheduled::Exists, job.run_at));
+    }
+    let job = Job::new(when.resolve(now));
+    t.set(counts, id, None, Some(job), payload)?;
+    Ok((Scheduled::Created, job.run_at))
+}
+
 fn state(status: Status) -> JobState {
     match status {
         Status::Pending => JobState::Pending,
@@ -165,7 +201,7 @@ fn state(status: Status) -> JobState {
 
 impl Store {
     /// Creates the tables if missing and reads the counts; reads no job.
-    pub(crate) fn open(db: Database, lease: Duration, max_attempts: u32) -> Result<Store, Error> {
+    pub(crate) fn open(db: Database, config: &Config) -> Result<Store, Error> {
         let txn = db.begin_write().map_err(storage)?;
         let counts = {
             let mut meta = txn.open_table(META).map_err(storage)?;
@@ -198,8 +234,9 @@ impl Store {
         Ok(Store {
             db,
             counts,
-            lease,
-            max_attempts,
+            lease: config.lease,
+            max_attempts: config.max_attempts,
+            quick_repair: config.quick_repair,
             seed: model::mix(seed),
             issued: 0,
         })
@@ -217,9 +254,10 @@ impl Store {
     /// Applies `ops` in order in one transaction. On error nothing of the batch is applied.
     pub(crate) fn apply(&mut self, ops: Vec<Op>) -> Result<Vec<Reply>, Error> {
         let mut txn = self.db.begin_write().map_err(storage)?;
-        txn.set_quick_repair(true);
+        txn.set_quick_repair(self.quick_repair);
         let mut counts = self.counts;
         let mut dirty = false;
+        let mut durable = false;
         let mut replies = Vec::with_capacity(ops.len());
         let now = now();
         {
@@ -229,8 +267,10 @@ impl Store {
                 dead: txn.open_table(DEAD).map_err(storage)?,
             };
             for op in ops {
+                let needs_fsync = op.needs_fsync();
                 let (reply, changed) = self.op(&mut t, &mut counts, now, op)?;
                 dirty |= changed;
+                durable |= changed && needs_fsync;
                 replies.push(reply);
             }
             if dirty {
@@ -241,6 +281,9 @@ impl Store {
             }
         }
         if dirty {
+            if !durable {
+                txn.set_durability(Durability::None).map_err(storage)?;
+            }
             txn.commit().map_err(storage)?;
             self.counts = counts;
         } else {
@@ -258,13 +301,19 @@ impl Store {
     ) -> Result<(Reply, bool), Error> {
         Ok(match op {
             Op::Schedule { id, when, payload } => {
-                if t.jobs.get(id.as_str()).map_err(storage)?.is_some() {
-                    (Reply::Scheduled(Scheduled::Exists, 0), false)
-                } else {
-                    let job = Job::new(when.resolve(now));
-                    t.set(counts, &id, None, Some(job), &payload)?;
-                    (Reply::Scheduled(Scheduled::Created, job.run_at), true)
+                let (outcome, run_at) = schedule(t, counts, now, &id, when, &payload)?;
+                (
+                    Reply::Scheduled(outcome, run_at),
+                    outcome == Scheduled::Created,
+                )
+            }
+            Op::ScheduleMany { jobs } => {
+                let mut outcomes = Vec::with_capacity(jobs.len());
+                for (id, when, payload) in jobs {
+                    outcomes.push(schedule(t, counts, now, &id, when, &payload)?);
                 }
+                let changed = outcomes.iter().any(|(o, _)| *o == Scheduled::Created);
+                (Reply::ScheduledMany(outcomes), changed)
             }
             Op::Cancel { id } => match t.load(&id)? {
                 Some((job, _)) if job.cancel() => {

@@ -43,6 +43,8 @@ macro_rules! run_behaviour_suite {
             retry_counts_the_attempt,
             dead_after_max_attempts,
             ack_removes,
+            schedule_many_is_atomic_and_idempotent,
+            pending_and_running_count_states,
             run_acks_and_retries_failures_and_panics,
             run_kills_after_max_attempts,
             many_jobs_each_delivered_once,
@@ -468,6 +470,106 @@ pub async fn ack_removes(h: impl Harness) {
         "the old delivery cannot ack the new job"
     );
     assert!(again.ack().await.unwrap());
+    queue.close().await.unwrap();
+}
+
+pub async fn schedule_many_is_atomic_and_idempotent(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_payload(4);
+    })
+    .await;
+    queue
+        .schedule("b", Duration::from_secs(60), "old")
+        .await
+        .unwrap();
+    let outcomes = queue
+        .schedule_many([
+            ("a", ms(0), "1"),
+            ("b", ms(0), "2"),
+            ("c", ms(0), "3"),
+            ("a", ms(0), "4"),
+        ])
+        .await
+        .unwrap();
+    use Scheduled::{Created, Exists};
+    assert_eq!(
+        outcomes,
+        [Created, Exists, Created, Exists],
+        "in order, duplicates inside the batch too"
+    );
+    assert_eq!(queue.get("b").await.unwrap().unwrap().payload(), b"old");
+    assert_eq!(queue.get("a").await.unwrap().unwrap().payload(), b"1");
+    // One bad job refuses the whole batch.
+    let err = queue
+        .schedule_many([("d", ms(0), "ok"), ("e", ms(0), "too long")])
+        .await
+        .unwrap_err();
+    assert!(err.is_payload_too_large());
+    let err = queue
+        .schedule_many([("d", ms(0), "ok"), ("", ms(0), "x")])
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_id());
+    assert_eq!(queue.get("d").await.unwrap(), None);
+    assert!(queue
+        .schedule_many(Vec::<(String, Duration, Vec<u8>)>::new())
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(queue.pending().await.unwrap(), 3);
+    queue.close().await.unwrap();
+}
+
+pub async fn pending_and_running_count_states(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(1);
+    })
+    .await;
+    for id in ["a", "b", "c"] {
+        queue.schedule(id, Duration::ZERO, "p").await.unwrap();
+    }
+    queue
+        .schedule("later", Duration::from_secs(60), "p")
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            queue.pending().await.unwrap(),
+            queue.running().await.unwrap()
+        ),
+        (4, 0)
+    );
+    let mut consumer = queue.consume();
+    let (a, b, c) = (
+        next(&mut consumer).await,
+        next(&mut consumer).await,
+        next(&mut consumer).await,
+    );
+    assert_eq!(
+        (
+            queue.pending().await.unwrap(),
+            queue.running().await.unwrap()
+        ),
+        (1, 3)
+    );
+    assert!(a.ack().await.unwrap());
+    assert!(b.retry(ms(0)).await.unwrap(), "out of attempts: dead");
+    assert_eq!(
+        (
+            queue.pending().await.unwrap(),
+            queue.running().await.unwrap()
+        ),
+        (1, 1)
+    );
+    assert!(queue.cancel("later").await.unwrap());
+    assert!(c.ack().await.unwrap());
+    assert_eq!(
+        (
+            queue.pending().await.unwrap(),
+            queue.running().await.unwrap()
+        ),
+        (0, 0)
+    );
     queue.close().await.unwrap();
 }
 
