@@ -264,6 +264,11 @@ impl Builder {
         self
     }
 
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> Config {
+        self.config.clone()
+    }
+
     fn checked(&self) -> Result<Config, Error> {
         let c = &self.config;
         if c.lease < Duration::from_millis(1) {

@@ -253,13 +253,17 @@ impl Store {
 
     /// Applies `ops` in order in one transaction. On error nothing of the batch is applied.
     pub(crate) fn apply(&mut self, ops: Vec<Op>) -> Result<Vec<Reply>, Error> {
+        self.apply_at(ops, now())
+    }
+
+    /// [`apply`](Self::apply) with the clock reading handed in (for the model test).
+    pub(crate) fn apply_at(&mut self, ops: Vec<Op>, now: u64) -> Result<Vec<Reply>, Error> {
         let mut txn = self.db.begin_write().map_err(storage)?;
         txn.set_quick_repair(self.quick_repair);
         let mut counts = self.counts;
         let mut dirty = false;
         let mut durable = false;
         let mut replies = Vec::with_capacity(ops.len());
-        let now = now();
         {
             let mut t = Tables {
                 jobs: txn.open_table(JOBS).map_err(storage)?,
@@ -472,3 +476,6 @@ impl Store {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests;
