@@ -69,8 +69,13 @@
 //!
 //! # Performance
 //!
-//! Figures with the command that reproduces them are in `jobs/README.md`
-//! (`cargo run --release -p wheel-jobs --example bench`).
+//! One durable commit serves every request waiting for it, so throughput grows with
+//! concurrency: on a 2-vCPU VM, ~38,000 durable schedules/s from 64 concurrent schedulers,
+//! ~100,000 from 1,024, ~600,000 jobs/s through [`JobQueue::schedule_many`], ~100,000
+//! deliveries + acks/s through [`JobQueue::run`]; a store of 10M pending jobs opens in
+//! milliseconds with 6 MiB RSS. Figures and the command that reproduces them
+//! (`cargo run --release -p wheel-jobs --example bench -- --big`) are in the README's
+//! "Durable jobs" section.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
