@@ -213,7 +213,12 @@ async fn main() {
         "this disk: fsync of a 4 KiB write, median of 200: {:.2} ms",
         fsync_ms(dir.path())
     );
-    for quick_repair in [true, false] {
+    // `--quick-repair true|false` measures one mode only (for interleaved A/B runs).
+    let modes = match args.iter().position(|a| a == "--quick-repair") {
+        Some(i) => vec![args[i + 1] == "true"],
+        None => vec![true, false],
+    };
+    for quick_repair in modes {
         println!(
             "-- quick_repair({quick_repair}){}",
             if quick_repair { " (the default)" } else { "" }

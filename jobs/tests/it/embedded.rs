@@ -119,3 +119,17 @@ async fn an_unusable_path_is_a_storage_error() {
     let err = JobQueue::open(h.dir.path()).await.unwrap_err();
     assert!(err.is_storage(), "a directory: {err}");
 }
+
+#[test]
+fn handles_are_send_sync_and_the_stream_is_unpin() {
+    fn stream<
+        S: futures::Stream<Item = Result<wheel_jobs::Delivery, wheel_jobs::Error>> + Unpin + Send,
+    >() {
+    }
+    fn send_sync<T: Send + Sync + Clone + std::fmt::Debug>() {}
+    fn send<T: Send + std::fmt::Debug>() {}
+    stream::<wheel_jobs::Consumer>();
+    send_sync::<JobQueue>();
+    send_sync::<wheel_jobs::Error>();
+    send::<wheel_jobs::Delivery>();
+}
