@@ -31,10 +31,15 @@ pub struct Error {
 #[derive(Clone)]
 enum Kind {
     InvalidId(usize),
-    PayloadTooLarge { len: usize, max: usize },
-    InvalidConfig(&'static str),
+    PayloadTooLarge {
+        len: usize,
+        max: usize,
+    },
+    InvalidConfig(std::borrow::Cow<'static, str>),
     Locked,
     Storage(Arc<str>),
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    Unavailable(Arc<str>),
     Closed,
 }
 
@@ -53,7 +58,21 @@ impl Error {
 
     pub(crate) fn invalid_config(why: &'static str) -> Self {
         Error {
-            kind: Kind::InvalidConfig(why),
+            kind: Kind::InvalidConfig(why.into()),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    pub(crate) fn invalid_config_owned(why: String) -> Self {
+        Error {
+            kind: Kind::InvalidConfig(why.into()),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    pub(crate) fn unavailable(why: impl fmt::Display) -> Self {
+        Error {
+            kind: Kind::Unavailable(why.to_string().into()),
         }
     }
 
@@ -99,6 +118,13 @@ impl Error {
         matches!(self.kind, Kind::Storage(_))
     }
 
+    /// The store could not be reached (the Redis server is down, restarting or
+    /// unreachable). The call may or may not have been applied; consumers retry by
+    /// themselves with a backoff.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self.kind, Kind::Unavailable(_))
+    }
+
     /// The queue was closed ([`JobQueue::close`](crate::JobQueue::close)) or its store stopped
     /// after a failure; it takes no more work.
     pub fn is_closed(&self) -> bool {
@@ -123,6 +149,7 @@ impl fmt::Display for Error {
             Kind::InvalidConfig(why) => write!(f, "invalid job queue configuration: {why}"),
             Kind::Locked => f.write_str("the job store is locked by another process or handle"),
             Kind::Storage(why) => write!(f, "job store failure: {why}"),
+            Kind::Unavailable(why) => write!(f, "job store unavailable: {why}"),
             Kind::Closed => f.write_str("the job queue is closed"),
         }
     }

@@ -85,6 +85,8 @@ mod embedded;
 mod error;
 mod model;
 mod queue;
+#[cfg(feature = "redis")]
+mod redis;
 mod wakeup;
 mod worker;
 

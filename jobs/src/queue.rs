@@ -297,7 +297,29 @@ impl Builder {
     pub async fn open(&self, path: impl AsRef<Path>) -> Result<JobQueue, Error> {
         let config = self.checked()?;
         let backend = Embedded::open(path.as_ref().to_path_buf(), &config).await?;
-        Ok(JobQueue::with_backend(Box::new(backend), config))
+        Ok(JobQueue::with_backend(
+            Box::new(backend),
+            config,
+            Arc::default(),
+        ))
+    }
+
+    /// Opens the queue `name` on the Redis server at `url` (`redis://host:port`,
+    /// `redis+unix:///path/to/redis.sock`), with the same API and guarantees as the embedded
+    /// store, shared by every process that opens the same name. Requires the `redis` feature.
+    ///
+    /// Every state change is one Lua script run with the server's clock; see the crate docs.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_unavailable`] if the server cannot be reached, [`Error::is_invalid_config`]
+    /// for a bad URL, an empty name or one with braces (they delimit the cluster hash tag).
+    #[cfg(feature = "redis")]
+    pub async fn redis(&self, url: &str, name: &str) -> Result<JobQueue, Error> {
+        let config = self.checked()?;
+        let wakeup: Arc<Wakeup> = Arc::default();
+        let backend = crate::redis::Redis::open(url, name, &config, wakeup.clone()).await?;
+        Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))
     }
 }
 
@@ -335,12 +357,16 @@ fn check_id(id: &str) -> Result<(), Error> {
 }
 
 impl JobQueue {
-    pub(crate) fn with_backend(backend: Box<dyn Backend>, config: Config) -> JobQueue {
+    pub(crate) fn with_backend(
+        backend: Box<dyn Backend>,
+        config: Config,
+        wakeup: Arc<Wakeup>,
+    ) -> JobQueue {
         JobQueue {
             inner: Arc::new(Inner {
                 backend,
                 config,
-                wakeup: Arc::default(),
+                wakeup,
             }),
         }
     }

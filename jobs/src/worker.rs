@@ -136,7 +136,8 @@ impl JobQueue {
     /// # Errors
     ///
     /// Returns `Ok(())` once the queue is closed and the running handlers finished, or the
-    /// first storage error a claim meets ([`Error::is_storage`]).
+    /// first storage error a claim meets ([`Error::is_storage`]). An unreachable store
+    /// ([`Error::is_unavailable`]) is retried with a backoff, not returned.
     ///
     /// # Panics
     ///
@@ -164,13 +165,15 @@ impl JobQueue {
             let mut tasks = JoinSet::new();
             let mut claim: Option<BoxFuture<'static, Result<Vec<Claimed>, Error>>> = None;
             let mut held: Vec<OwnedSemaphorePermit> = Vec::new();
+            let mut unavailable = 0;
             loop {
                 if claim.is_none() && tasks.len() < 2 * concurrency {
                     while let Ok(permit) = permits.clone().try_acquire_owned() {
                         held.push(permit);
                     }
                     if !held.is_empty() {
-                        claim = Some(Box::pin(fetch(inner.clone(), slot.clone(), held.len(), 0)));
+                        let fetching = fetch(inner.clone(), slot.clone(), held.len(), unavailable);
+                        claim = Some(Box::pin(fetching));
                     }
                 }
                 tokio::select! {
@@ -186,6 +189,7 @@ impl JobQueue {
                         claim = None;
                         match claimed {
                             Ok(jobs) => {
+                                unavailable = 0;
                                 for job in jobs {
                                     let permit = held.pop().expect("a permit per claimed job");
                                     tasks.spawn(handle(inner.clone(), handler.clone(), job, permit));
@@ -195,6 +199,12 @@ impl JobQueue {
                             Err(err) if err.is_closed() => {
                                 while tasks.join_next().await.is_some() {}
                                 return Ok(());
+                            }
+                            Err(err) if err.is_unavailable() => {
+                                // The next claim backs off (fetch sleeps on its error count).
+                                tracing::warn!(error = %err, "wheel-jobs: store unavailable; retrying");
+                                held.clear();
+                                unavailable += 1;
                             }
                             Err(err) => return Err(err),
                         }

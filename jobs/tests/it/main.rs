@@ -9,3 +9,5 @@ mod support;
 mod suite;
 mod embedded;
 mod kill;
+#[cfg(feature = "redis")]
+mod redis;

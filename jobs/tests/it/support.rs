@@ -60,3 +60,85 @@ pub fn next(consumer: &mut Consumer) -> impl Future<Output = Delivery> + '_ {
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
+
+/// A `redis-server` of our own on a unix socket in a temporary directory (no persistence),
+/// SIGKILLed on drop.
+#[cfg(feature = "redis")]
+pub struct RedisServer {
+    pub dir: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+#[cfg(feature = "redis")]
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let socket = dir.path().join("redis.sock");
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--unixsocket",
+            ])
+            .arg(&socket)
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| {
+                panic!(
+                    "cannot start redis-server ({err}): the redis tests need it on PATH; \
+                     install it with `apt-get install redis-server` (Debian/Ubuntu)"
+                )
+            });
+        let server = RedisServer { dir, child };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!(
+            "redis+unix://{}",
+            self.dir.path().join("redis.sock").display()
+        )
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Redis backend: a queue on a fresh server.
+#[cfg(feature = "redis")]
+pub struct RedisHarness {
+    pub server: RedisServer,
+}
+
+#[cfg(feature = "redis")]
+pub fn redis() -> RedisHarness {
+    RedisHarness {
+        server: RedisServer::start(),
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Harness for RedisHarness {
+    fn open<'a>(&'a self, builder: &'a Builder) -> BoxFuture<'a, Result<JobQueue, Error>> {
+        Box::pin(async move { builder.redis(&self.server.url(), "test").await })
+    }
+}
