@@ -61,32 +61,44 @@ pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// A `redis-server` of our own on a unix socket in a temporary directory (no persistence),
-/// SIGKILLed on drop.
+/// A `redis-server` of our own on a unix socket in a temporary directory, SIGKILLed on drop.
 #[cfg(feature = "redis")]
 pub struct RedisServer {
     pub dir: tempfile::TempDir,
-    child: std::process::Child,
+    args: Vec<String>,
+    child: Option<std::process::Child>,
 }
 
 #[cfg(feature = "redis")]
 impl RedisServer {
+    /// No persistence.
     pub fn start() -> RedisServer {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let socket = dir.path().join("redis.sock");
+        RedisServer::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// With the given persistence settings.
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        let mut server = RedisServer {
+            dir: tempfile::tempdir().expect("temporary directory"),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            child: None,
+        };
+        server.restart();
+        server
+    }
+
+    fn socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    /// Starts the server (again, on the same directory and socket) and waits for it.
+    pub fn restart(&mut self) {
         let child = std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                "0",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--unixsocket",
-            ])
-            .arg(&socket)
+            .args(["--port", "0", "--unixsocket"])
+            .arg(self.socket())
             .arg("--dir")
-            .arg(dir.path())
+            .arg(self.dir.path())
+            .args(&self.args)
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|err| {
@@ -95,31 +107,46 @@ impl RedisServer {
                      install it with `apt-get install redis-server` (Debian/Ubuntu)"
                 )
             });
-        let server = RedisServer { dir, child };
+        self.child = Some(child);
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        loop {
+            if let Ok(mut s) = std::os::unix::net::UnixStream::connect(self.socket()) {
+                use std::io::{Read, Write};
+                let mut reply = [0u8; 64];
+                // Still loading the append-only file answers -LOADING: wait for +PONG.
+                if s.write_all(b"PING\r\n").is_ok()
+                    && s.read(&mut reply)
+                        .is_ok_and(|n| reply[..n].starts_with(b"+PONG"))
+                {
+                    return;
+                }
+            }
             assert!(
                 std::time::Instant::now() < deadline,
                 "redis-server did not start"
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        server
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(self.socket());
     }
 
     pub fn url(&self) -> String {
-        format!(
-            "redis+unix://{}",
-            self.dir.path().join("redis.sock").display()
-        )
+        format!("redis+unix://{}", self.socket().display())
     }
 }
 
 #[cfg(feature = "redis")]
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 
