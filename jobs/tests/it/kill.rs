@@ -224,13 +224,7 @@ fn schedules_survive_kill_9() {
 
 /// Child: consumes with a short lease, acks the first `ACKED` jobs (printing each once the
 /// ack returned), then hangs in the middle of the next handler.
-async fn consume_then_hang(path: &Path) {
-    let queue = JobQueue::builder()
-        .lease(ms(300))
-        .prefetch(4)
-        .open(path)
-        .await
-        .unwrap();
+async fn consume_then_hang(queue: JobQueue) {
     println!("\nready");
     let mut consumer = queue.consume();
     let mut acked = 0;
@@ -248,28 +242,11 @@ async fn consume_then_hang(path: &Path) {
 }
 
 const ACKED: usize = 5;
+const JOBS: usize = 20;
 
-#[test]
-fn a_consumer_killed_mid_handler_has_its_jobs_redelivered() {
-    const TEST: &str = "kill::a_consumer_killed_mid_handler_has_its_jobs_redelivered";
-    if let Some((_, path)) = child_role() {
-        runtime().block_on(consume_then_hang(&path));
-        return;
-    }
-    const JOBS: usize = 20;
-    let h = embedded();
-    let rt = runtime();
-    rt.block_on(async {
-        let queue = JobQueue::open(h.path()).await.unwrap();
-        for i in 0..JOBS {
-            queue
-                .schedule(&format!("job-{i:02}"), Duration::ZERO, "p")
-                .await
-                .unwrap();
-        }
-        queue.close().await.unwrap();
-    });
-    let (mut child, lines) = spawn_child(TEST, "consume", &h.path());
+/// Parent: waits until the child acked `ACKED` jobs and started the next handler, kills it
+/// there, and returns the acked ids and the id it was handling.
+fn kill_mid_handler(mut child: Killed, lines: mpsc::Receiver<String>) -> (HashSet<String>, String) {
     let mut acked = HashSet::new();
     let hung = loop {
         let line = lines
@@ -284,41 +261,119 @@ fn a_consumer_killed_mid_handler_has_its_jobs_redelivered() {
         }
     };
     child.kill(); // in the middle of the handler
+    (acked, hung)
+}
 
+/// Parent, after the kill: every job the child did not ack comes back exactly once, the one
+/// it was handling with attempt 2; the acked ones never.
+async fn check_redelivery(queue: &JobQueue, acked: &HashSet<String>, hung: &str) {
+    let info = queue
+        .get(hung)
+        .await
+        .unwrap()
+        .expect("an unacked job stays");
+    assert_eq!(info.attempt(), 1, "leased by the dead child");
+    for id in acked {
+        assert_eq!(queue.get(id).await.unwrap(), None, "{id} was acked");
+    }
+    let mut consumer = queue.consume();
+    let mut delivered = HashMap::new();
+    for _ in 0..JOBS - ACKED {
+        let d = crate::support::next(&mut consumer).await;
+        assert!(
+            !acked.contains(d.id()),
+            "{} was acked, then delivered again",
+            d.id()
+        );
+        delivered.insert(d.id().to_owned(), d.attempt());
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(
+        delivered.len(),
+        JOBS - ACKED,
+        "each remaining job exactly once"
+    );
+    assert_eq!(
+        delivered.get(hung),
+        Some(&2),
+        "redelivered after the dead consumer's lease"
+    );
+    assert_eq!(queue.pending().await.unwrap(), 0);
+}
+
+async fn schedule_jobs(queue: &JobQueue) {
+    for i in 0..JOBS {
+        queue
+            .schedule(&format!("job-{i:02}"), Duration::ZERO, "p")
+            .await
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_consumer_killed_mid_handler_has_its_jobs_redelivered() {
+    const TEST: &str = "kill::a_consumer_killed_mid_handler_has_its_jobs_redelivered";
+    if let Some((_, path)) = child_role() {
+        runtime().block_on(async {
+            let queue = JobQueue::builder()
+                .lease(ms(300))
+                .prefetch(4)
+                .open(&path)
+                .await
+                .unwrap();
+            consume_then_hang(queue).await
+        });
+        return;
+    }
+    let h = embedded();
+    let rt = runtime();
     rt.block_on(async {
         let queue = JobQueue::open(h.path()).await.unwrap();
-        let info = queue
-            .get(&hung)
+        schedule_jobs(&queue).await;
+        queue.close().await.unwrap();
+    });
+    let (child, lines) = spawn_child(TEST, "consume", &h.path());
+    let (acked, hung) = kill_mid_handler(child, lines);
+    rt.block_on(async {
+        let queue = JobQueue::open(h.path()).await.unwrap();
+        check_redelivery(&queue, &acked, &hung).await;
+        queue.close().await.unwrap();
+    });
+}
+
+/// The same on Redis, with the parent's queue open on the server the whole time: consumers
+/// in separate processes share the queue.
+#[cfg(feature = "redis")]
+#[test]
+fn a_redis_consumer_process_killed_mid_handler_has_its_jobs_redelivered() {
+    const TEST: &str = "kill::a_redis_consumer_process_killed_mid_handler_has_its_jobs_redelivered";
+    if let Some((_, url)) = child_role() {
+        runtime().block_on(async {
+            let url = url.to_str().unwrap();
+            let queue = JobQueue::builder()
+                .lease(ms(300))
+                .prefetch(4)
+                .redis(url, "orders")
+                .await
+                .unwrap();
+            consume_then_hang(queue).await
+        });
+        return;
+    }
+    let server = crate::support::RedisServer::start();
+    let rt = runtime();
+    let queue = rt.block_on(async {
+        let queue = JobQueue::builder()
+            .redis(&server.url(), "orders")
             .await
-            .unwrap()
-            .expect("an unacked job stays");
-        assert_eq!(info.attempt(), 1, "leased by the dead child");
-        for id in &acked {
-            assert_eq!(queue.get(id).await.unwrap(), None, "{id} was acked");
-        }
-        let mut consumer = queue.consume();
-        let mut delivered = HashMap::new();
-        for _ in 0..JOBS - ACKED {
-            let d = crate::support::next(&mut consumer).await;
-            assert!(
-                !acked.contains(d.id()),
-                "{} was acked, then delivered again",
-                d.id()
-            );
-            delivered.insert(d.id().to_owned(), d.attempt());
-            assert!(d.ack().await.unwrap());
-        }
-        assert_eq!(
-            delivered.len(),
-            JOBS - ACKED,
-            "each remaining job exactly once"
-        );
-        assert_eq!(
-            delivered.get(&hung),
-            Some(&2),
-            "redelivered after the dead consumer's lease"
-        );
-        assert_eq!(queue.pending().await.unwrap(), 0);
+            .unwrap();
+        schedule_jobs(&queue).await;
+        queue
+    });
+    let (child, lines) = spawn_child(TEST, "consume", std::path::Path::new(&server.url()));
+    let (acked, hung) = kill_mid_handler(child, lines);
+    rt.block_on(async {
+        check_redelivery(&queue, &acked, &hung).await;
         queue.close().await.unwrap();
     });
 }
