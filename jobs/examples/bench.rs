@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! cargo run --release -p wheel-jobs --example bench            # about 40 s
-//! cargo run --release -p wheel-jobs --example bench -- --big   # adds the 10M-job store (minutes, ~2 GB of disk)
+//! cargo run --release -p wheel-jobs --example bench -- --big   # adds the 10M-job store (minutes, ~1 GB of disk)
+//! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis+unix:///tmp/redis.sock
 //! ```
 //!
 //! Prints, from one run: durable schedules per second with 1 and 64 concurrent schedulers
@@ -28,7 +29,25 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// Where the queue lives: `None` for the embedded store, else a Redis URL (`--redis URL`,
+/// with the `redis` feature).
+static REDIS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
 async fn fresh(dir: &std::path::Path, name: &str, quick_repair: bool) -> JobQueue {
+    #[cfg(feature = "redis")]
+    if let Some(url) = REDIS.get().cloned().flatten() {
+        let unique = format!(
+            "{name}-{}",
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
+        return JobQueue::builder()
+            .redis(&url, &unique)
+            .await
+            .expect("redis");
+    }
     let path = dir.join(name);
     let _ = std::fs::remove_file(&path);
     JobQueue::builder()
@@ -152,7 +171,7 @@ async fn measure(dir: &std::path::Path, quick_repair: bool) {
     let more = schedules(&queue, 1024, 100).await;
     queue.close().await.unwrap();
     println!(
-        "schedules/s (durable): 1 scheduler {one:.0}, 64 schedulers {many:.0} ({:.0}x), 1024 schedulers {more:.0}",
+        "schedules/s (each answered once durable): 1 scheduler {one:.0}, 64 schedulers {many:.0} ({:.0}x), 1024 schedulers {more:.0}",
         many / one
     );
     let queue = fresh(dir, "bulk.redb", quick_repair).await;
@@ -177,26 +196,25 @@ async fn measure(dir: &std::path::Path, quick_repair: bool) {
     );
     queue.close().await.unwrap();
 
-    let queue = fresh(dir, "late.redb", quick_repair).await;
-    let start = SystemTime::now() + Duration::from_secs(3);
-    load(&queue, 100_000, |i| {
-        start + Duration::from_micros(i as u64 * 100)
-    })
-    .await;
-    let loaded = SystemTime::now();
-    assert!(
-        loaded < start,
-        "loading took longer than the 3 s head start"
-    );
-    let (_, mut late) = drain(&queue, 100_000, 256).await;
-    late.sort();
-    println!(
-        "lateness after run_at (100k jobs due over 10 s): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        percentile(&late, 0.5).as_secs_f64() * 1e3,
-        percentile(&late, 0.99).as_secs_f64() * 1e3,
-        late.last().unwrap().as_secs_f64() * 1e3
-    );
-    queue.close().await.unwrap();
+    for (jobs, lead) in [(100_000u64, 3u64), (1_000, 1)] {
+        let queue = fresh(dir, "late.redb", quick_repair).await;
+        let start = SystemTime::now() + Duration::from_secs(lead);
+        let step = Duration::from_secs(10) / jobs as u32;
+        load(&queue, jobs as usize, |i| start + step * i as u32).await;
+        assert!(
+            SystemTime::now() < start,
+            "loading took longer than the head start"
+        );
+        let (_, mut late) = drain(&queue, jobs, 256).await;
+        late.sort();
+        println!(
+            "lateness after run_at ({jobs} jobs due over 10 s): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            percentile(&late, 0.5).as_secs_f64() * 1e3,
+            percentile(&late, 0.99).as_secs_f64() * 1e3,
+            late.last().unwrap().as_secs_f64() * 1e3
+        );
+        queue.close().await.unwrap();
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -213,6 +231,18 @@ async fn main() {
         "this disk: fsync of a 4 KiB write, median of 200: {:.2} ms",
         fsync_ms(dir.path())
     );
+    let redis = args
+        .iter()
+        .position(|a| a == "--redis")
+        .map(|i| args[i + 1].clone());
+    if redis.is_some() && cfg!(not(feature = "redis")) {
+        panic!("--redis needs `--features redis`");
+    }
+    REDIS.set(redis.clone()).unwrap();
+    if redis.is_some() {
+        println!("-- redis backend: {}", redis.as_deref().unwrap_or_default());
+        return measure(dir.path(), false).await;
+    }
     // `--quick-repair true|false` measures one mode only (for interleaved A/B runs).
     let modes = match args.iter().position(|a| a == "--quick-repair") {
         Some(i) => vec![args[i + 1] == "true"],

@@ -16,6 +16,9 @@
 //! - A schedule, reschedule or retry that makes a job the first due one `PUBLISH`es its
 //!   score on `{name}:wake`; every `JobQueue` subscribes and wakes its idle consumers. A
 //!   lost message only delays a consumer until its safety wakeup (at most 5 s).
+//! - Concurrent schedules and acks are coalesced by a `Batcher` into one script call (up
+//!   to 512 jobs), claims take a batch per call: under load a job costs well under one
+//!   round trip.
 //! - Connection failures are `Error::is_unavailable`; the connection manager reconnects.
 
 use std::fmt;
@@ -77,12 +80,74 @@ struct Keys {
 pub(crate) struct Redis {
     name: String,
     conn: ConnectionManager,
-    keys: Keys,
-    scripts: Scripts,
+    keys: Arc<Keys>,
+    scripts: Arc<Scripts>,
     lease_us: u64,
     max_attempts: u32,
     closed: AtomicBool,
     subscriber: tokio::task::JoinHandle<()>,
+    schedules: Batcher<(String, When, Vec<u8>), (Scheduled, u64)>,
+    acks: Batcher<(String, u64), bool>,
+}
+
+type Reply<T> = tokio::sync::oneshot::Sender<Result<T, Error>>;
+
+/// Coalesces concurrent calls into one script invocation: a task takes every request
+/// waiting (up to `MAX_BATCH`), runs them as one call and answers each. One round trip
+/// then serves many jobs under load, and a lone call pays one task hop.
+struct Batcher<Req, Resp> {
+    requests: tokio::sync::mpsc::UnboundedSender<(Req, Reply<Resp>)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+const MAX_BATCH: usize = 512;
+
+impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
+    fn new<F, Fut>(run: F) -> Self
+    where
+        F: Fn(Vec<Req>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<Vec<Resp>, Error>> + Send,
+    {
+        let (requests, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Req, Reply<Resp>)>();
+        let task = tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH {
+                    match rx.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
+                }
+                let (reqs, replies): (Vec<Req>, Vec<Reply<Resp>>) = batch.into_iter().unzip();
+                let answers = match run(reqs).await {
+                    Ok(answers) if answers.len() == replies.len() => answers,
+                    Ok(_) => {
+                        let err = Error::storage("short batch reply from redis");
+                        replies
+                            .into_iter()
+                            .for_each(|r| drop(r.send(Err(err.clone()))));
+                        continue;
+                    }
+                    Err(err) => {
+                        replies
+                            .into_iter()
+                            .for_each(|r| drop(r.send(Err(err.clone()))));
+                        continue;
+                    }
+                };
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(Ok(answer));
+                }
+            }
+        });
+        Batcher { requests, task }
+    }
+
+    async fn call(&self, req: Req) -> Result<Resp, Error> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.requests.send((req, tx)).map_err(|_| Error::closed())?;
+        rx.await.map_err(|_| Error::closed())?
+    }
 }
 
 impl fmt::Debug for Redis {
@@ -94,6 +159,8 @@ impl fmt::Debug for Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         self.subscriber.abort();
+        self.schedules.task.abort();
+        self.acks.task.abort();
     }
 }
 
@@ -212,11 +279,24 @@ impl Redis {
             keys.wake.clone(),
             Arc::downgrade(&wakeup),
         ));
+        let (keys, scripts) = (Arc::new(keys), Arc::new(Scripts::load()));
+        let schedules = {
+            let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
+            Batcher::new(move |jobs| {
+                schedule_jobs(conn.clone(), keys.clone(), scripts.clone(), jobs)
+            })
+        };
+        let acks = {
+            let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
+            Batcher::new(move |acks| ack_jobs(conn.clone(), keys.clone(), scripts.clone(), acks))
+        };
         Ok(Redis {
             name: name.to_owned(),
             conn,
             keys,
-            scripts: Scripts::load(),
+            scripts,
+            schedules,
+            acks,
             lease_us: micros(config.lease),
             max_attempts: config.max_attempts,
             closed: AtomicBool::new(false),
@@ -230,50 +310,62 @@ impl Redis {
         }
         Ok(self.conn.clone())
     }
+}
 
-    async fn schedule_jobs(
-        &self,
-        jobs: Vec<(String, When, Vec<u8>)>,
-    ) -> Result<Vec<(Scheduled, u64)>, Error> {
-        let mut conn = self.conn()?;
-        let mut call = self.scripts.schedule.prepare_invoke();
-        call.key(&self.keys.meta)
-            .key(&self.keys.payload)
-            .key(&self.keys.due)
-            .key(&self.keys.counts);
-        call.arg(&self.keys.wake);
-        for (id, when, payload) in &jobs {
-            let (mode, value, score) = when_args(*when);
-            call.arg(id)
-                .arg(mode)
-                .arg(value)
-                .arg(score)
-                .arg(payload.as_slice());
-        }
-        let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
-        array(reply)?
-            .into_iter()
-            .map(|pair| {
-                let mut pair = array(pair)?.into_iter();
-                let (created, run_at) = (pair.next(), pair.next());
-                let created = int(created
-                    .as_ref()
-                    .ok_or_else(|| Error::storage("short reply"))?)?
-                    == 1;
-                let run_at = int(run_at
-                    .as_ref()
-                    .ok_or_else(|| Error::storage("short reply"))?)?;
-                Ok((
-                    if created {
-                        Scheduled::Created
-                    } else {
-                        Scheduled::Exists
-                    },
-                    run_at,
-                ))
-            })
-            .collect()
+async fn schedule_jobs(
+    mut conn: ConnectionManager,
+    keys: Arc<Keys>,
+    scripts: Arc<Scripts>,
+    jobs: Vec<(String, When, Vec<u8>)>,
+) -> Result<Vec<(Scheduled, u64)>, Error> {
+    let mut call = scripts.schedule.prepare_invoke();
+    call.key(&keys.meta)
+        .key(&keys.payload)
+        .key(&keys.due)
+        .key(&keys.counts);
+    call.arg(&keys.wake);
+    for (id, when, payload) in &jobs {
+        let (mode, value, score) = when_args(*when);
+        call.arg(id)
+            .arg(mode)
+            .arg(value)
+            .arg(score)
+            .arg(payload.as_slice());
     }
+    let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+    array(reply)?
+        .into_iter()
+        .map(|pair| {
+            let pair = array(pair)?;
+            let [created, run_at] = pair.as_slice() else {
+                return Err(Error::storage("short schedule reply"));
+            };
+            let outcome = if int(created)? == 1 {
+                Scheduled::Created
+            } else {
+                Scheduled::Exists
+            };
+            Ok((outcome, int(run_at)?))
+        })
+        .collect()
+}
+
+async fn ack_jobs(
+    mut conn: ConnectionManager,
+    keys: Arc<Keys>,
+    scripts: Arc<Scripts>,
+    acks: Vec<(String, u64)>,
+) -> Result<Vec<bool>, Error> {
+    let mut call = scripts.ack.prepare_invoke();
+    call.key(&keys.meta)
+        .key(&keys.payload)
+        .key(&keys.due)
+        .key(&keys.counts);
+    for (id, token) in &acks {
+        call.arg(id).arg(token);
+    }
+    let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+    array(reply)?.iter().map(|v| Ok(int(v)? == 1)).collect()
 }
 
 /// Listens on the queue's wake channel and wakes this process's idle consumers.
@@ -315,8 +407,8 @@ impl Backend for Redis {
         payload: Vec<u8>,
     ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
-            let mut out = self.schedule_jobs(vec![(id, when, payload)]).await?;
-            out.pop().ok_or_else(|| Error::storage("empty reply"))
+            self.conn()?;
+            self.schedules.call((id, when, payload)).await
         })
     }
 
@@ -324,7 +416,10 @@ impl Backend for Redis {
         &self,
         jobs: Vec<(String, When, Vec<u8>)>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
-        Box::pin(self.schedule_jobs(jobs))
+        Box::pin(async move {
+            let conn = self.conn()?;
+            schedule_jobs(conn, self.keys.clone(), self.scripts.clone(), jobs).await
+        })
     }
 
     fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
@@ -467,17 +562,8 @@ impl Backend for Redis {
 
     fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
-            let k = &self.keys;
-            let mut call = self.scripts.ack.prepare_invoke();
-            call.key(&k.meta)
-                .key(&k.payload)
-                .key(&k.due)
-                .key(&k.counts)
-                .arg(&id)
-                .arg(token);
-            let done: u64 = call.invoke_async(&mut conn).await.map_err(redis_error)?;
-            Ok(done == 1)
+            self.conn()?;
+            self.acks.call((id, token)).await
         })
     }
 
