@@ -153,6 +153,7 @@ pub(crate) struct Config {
     pub(crate) prefetch: usize,
     pub(crate) cache_size: usize,
     pub(crate) quick_repair: bool,
+    pub(crate) partitions: usize,
     pub(crate) timer: Option<wheel_timer::Timer>,
 }
 
@@ -202,6 +203,7 @@ impl Builder {
                 prefetch: 64,
                 cache_size: 64 << 20,
                 quick_repair: true,
+                partitions: 1,
                 timer: None,
             },
         }
@@ -257,6 +259,15 @@ impl Builder {
         self
     }
 
+    /// Redis only: split the queue into this many partitions (default 1), each with its own
+    /// hash tag `{name:i}` so a cluster spreads them over its nodes. Jobs go to a partition
+    /// by a stable hash of their id; consumers claim from every partition in turn. Every
+    /// process must use the same number for a queue. At least 1.
+    pub fn partitions(&mut self, partitions: usize) -> &mut Self {
+        self.config.partitions = partitions;
+        self
+    }
+
     /// The wheel that consumers arm their one timer on (default: the runtime's
     /// [`default_timer`](wheel_timer::default_timer)).
     pub fn timer(&mut self, timer: wheel_timer::Timer) -> &mut Self {
@@ -279,6 +290,9 @@ impl Builder {
         }
         if c.prefetch == 0 {
             return Err(Error::invalid_config("prefetch must be at least 1"));
+        }
+        if c.partitions == 0 {
+            return Err(Error::invalid_config("partitions must be at least 1"));
         }
         Ok(c.clone())
     }
@@ -318,7 +332,25 @@ impl Builder {
     pub async fn redis(&self, url: &str, name: &str) -> Result<JobQueue, Error> {
         let config = self.checked()?;
         let wakeup: Arc<Wakeup> = Arc::default();
-        let backend = crate::redis::Redis::open(url, name, &config, wakeup.clone()).await?;
+        let target = crate::redis::Target::Server(url);
+        let backend = crate::redis::Redis::open(target, name, &config, wakeup.clone()).await?;
+        Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))
+    }
+
+    /// [`redis`](Self::redis) on a Redis Cluster, given some of its nodes' URLs. The keys of
+    /// each partition share one hash tag, so every script runs on one slot; with
+    /// [`partitions`](Self::partitions) > 1 a queue's partitions spread over the nodes.
+    /// Requires the `redis` feature.
+    ///
+    /// # Errors
+    ///
+    /// As [`redis`](Self::redis).
+    #[cfg(feature = "redis")]
+    pub async fn redis_cluster(&self, nodes: &[String], name: &str) -> Result<JobQueue, Error> {
+        let config = self.checked()?;
+        let wakeup: Arc<Wakeup> = Arc::default();
+        let target = crate::redis::Target::Cluster(nodes);
+        let backend = crate::redis::Redis::open(target, name, &config, wakeup.clone()).await?;
         Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))
     }
 }

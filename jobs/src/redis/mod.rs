@@ -77,18 +77,80 @@ struct Keys {
     wake: String,
 }
 
+impl Keys {
+    fn new(tag: &str) -> Keys {
+        Keys {
+            meta: format!("{{{tag}}}:meta"),
+            payload: format!("{{{tag}}}:payload"),
+            due: format!("{{{tag}}}:due"),
+            counts: format!("{{{tag}}}:counts"),
+            seq: format!("{{{tag}}}:seq"),
+            dead: format!("{{{tag}}}:dead"),
+            wake: format!("{{{tag}}}:wake"),
+        }
+    }
+}
+
+/// One server, or a cluster (scripts are routed by their keys' slot).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(::redis::cluster_async::ClusterConnection),
+}
+
+impl ::redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a ::redis::Cmd,
+    ) -> ::redis::RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a ::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> ::redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// One partition of a queue: its own keys (its own hash tag, so its own cluster slot) and
+/// its own schedule and ack batchers.
+struct Partition {
+    keys: Arc<Keys>,
+    schedules: Batcher<(String, When, Vec<u8>), (Scheduled, u64)>,
+    acks: Batcher<(String, u64), bool>,
+}
+
 pub(crate) struct Redis {
     name: String,
-    conn: ConnectionManager,
-    keys: Arc<Keys>,
+    conn: Conn,
     scripts: Arc<Scripts>,
+    parts: Vec<Partition>,
+    next_claim: std::sync::atomic::AtomicUsize,
     lease_us: u64,
     max_attempts: u32,
     closed: AtomicBool,
     subscriber: tokio::task::JoinHandle<()>,
-    schedules: Batcher<(String, When, Vec<u8>), (Scheduled, u64)>,
-    acks: Batcher<(String, u64), bool>,
 }
+
+/// A job to schedule: id, due time, payload.
+type NewJob = (String, When, Vec<u8>);
 
 type Reply<T> = tokio::sync::oneshot::Sender<Result<T, Error>>;
 
@@ -152,15 +214,20 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
 
 impl fmt::Debug for Redis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Redis").field("queue", &self.name).finish()
+        f.debug_struct("Redis")
+            .field("queue", &self.name)
+            .field("partitions", &self.parts.len())
+            .finish()
     }
 }
 
 impl Drop for Redis {
     fn drop(&mut self) {
         self.subscriber.abort();
-        self.schedules.task.abort();
-        self.acks.task.abort();
+        for part in &self.parts {
+            part.schedules.task.abort();
+            part.acks.task.abort();
+        }
     }
 }
 
@@ -247,9 +314,22 @@ fn score_ns(score: &str) -> Result<u64, Error> {
     })
 }
 
+/// A stable hash (FNV-1a): every process must route an id to the same partition.
+fn fnv(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Where the queue lives.
+pub(crate) enum Target<'a> {
+    Server(&'a str),
+    Cluster(&'a [String]),
+}
+
 impl Redis {
     pub(crate) async fn open(
-        url: &str,
+        target: Target<'_>,
         name: &str,
         config: &Config,
         wakeup: Arc<Wakeup>,
@@ -259,44 +339,67 @@ impl Redis {
                 "the queue name must be non-empty, without braces",
             ));
         }
-        let client = Client::open(url)
-            .map_err(|e| Error::invalid_config_owned(format!("bad redis url: {e}")))?;
-        let conn = ConnectionManager::new(client.clone())
-            .await
-            .map_err(redis_error)?;
-        let tag = format!("{{{name}}}");
-        let keys = Keys {
-            meta: format!("{tag}:meta"),
-            payload: format!("{tag}:payload"),
-            due: format!("{tag}:due"),
-            counts: format!("{tag}:counts"),
-            seq: format!("{tag}:seq"),
-            dead: format!("{tag}:dead"),
-            wake: format!("{tag}:wake"),
+        let bad_url =
+            |e: ::redis::RedisError| Error::invalid_config_owned(format!("bad redis url: {e}"));
+        let (conn, pubsub_url) = match target {
+            Target::Server(url) => {
+                let client = Client::open(url).map_err(bad_url)?;
+                (
+                    Conn::Single(ConnectionManager::new(client).await.map_err(redis_error)?),
+                    url.to_owned(),
+                )
+            }
+            Target::Cluster(urls) => {
+                let first = urls
+                    .first()
+                    .ok_or_else(|| Error::invalid_config("no cluster node given"))?;
+                let client = ::redis::cluster::ClusterClient::new(
+                    urls.iter().map(String::as_str).collect::<Vec<_>>(),
+                )
+                .map_err(bad_url)?;
+                (
+                    Conn::Cluster(client.get_async_connection().await.map_err(redis_error)?),
+                    first.clone(),
+                )
+            }
         };
-        let subscriber = tokio::spawn(subscribe(
-            client,
-            keys.wake.clone(),
-            Arc::downgrade(&wakeup),
-        ));
-        let (keys, scripts) = (Arc::new(keys), Arc::new(Scripts::load()));
-        let schedules = {
-            let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
-            Batcher::new(move |jobs| {
-                schedule_jobs(conn.clone(), keys.clone(), scripts.clone(), jobs)
+        let client = Client::open(pubsub_url.as_str()).map_err(bad_url)?;
+        let scripts = Arc::new(Scripts::load());
+        let n = config.partitions;
+        let parts: Vec<Partition> = (0..n)
+            .map(|i| {
+                let keys = Arc::new(Keys::new(&if n == 1 {
+                    name.to_owned()
+                } else {
+                    format!("{name}:{i}")
+                }));
+                let schedules = {
+                    let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
+                    Batcher::new(move |jobs| {
+                        schedule_jobs(conn.clone(), keys.clone(), scripts.clone(), jobs)
+                    })
+                };
+                let acks = {
+                    let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
+                    Batcher::new(move |acks| {
+                        ack_jobs(conn.clone(), keys.clone(), scripts.clone(), acks)
+                    })
+                };
+                Partition {
+                    keys,
+                    schedules,
+                    acks,
+                }
             })
-        };
-        let acks = {
-            let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
-            Batcher::new(move |acks| ack_jobs(conn.clone(), keys.clone(), scripts.clone(), acks))
-        };
+            .collect();
+        let channels = parts.iter().map(|p| p.keys.wake.clone()).collect();
+        let subscriber = tokio::spawn(subscribe(client, channels, Arc::downgrade(&wakeup)));
         Ok(Redis {
             name: name.to_owned(),
             conn,
-            keys,
             scripts,
-            schedules,
-            acks,
+            parts,
+            next_claim: std::sync::atomic::AtomicUsize::new(0),
             lease_us: micros(config.lease),
             max_attempts: config.max_attempts,
             closed: AtomicBool::new(false),
@@ -304,16 +407,77 @@ impl Redis {
         })
     }
 
-    fn conn(&self) -> Result<ConnectionManager, Error> {
+    fn conn(&self) -> Result<Conn, Error> {
         if self.closed.load(SeqCst) {
             return Err(Error::closed());
         }
         Ok(self.conn.clone())
     }
+
+    fn part(&self, id: &str) -> &Partition {
+        &self.parts[(fnv(id) % self.parts.len() as u64) as usize]
+    }
+
+    async fn count(&self, field: &str) -> Result<u64, Error> {
+        let mut total = 0;
+        for part in &self.parts {
+            let mut conn = self.conn()?;
+            let n: Option<i64> = ::redis::cmd("HGET")
+                .arg(&part.keys.counts)
+                .arg(field)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_error)?;
+            total += n.unwrap_or(0).max(0) as u64;
+        }
+        Ok(total)
+    }
+
+    /// Claims from one partition: the jobs, and (server now, next due) in that server's ns.
+    async fn claim_part(
+        &self,
+        part: &Partition,
+        max: usize,
+    ) -> Result<(Vec<Claimed>, u64, Option<u64>), Error> {
+        let mut conn = self.conn()?;
+        let k = &part.keys;
+        let mut call = self.scripts.claim.prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.seq)
+            .key(&k.dead);
+        call.arg(max).arg(self.lease_us).arg(self.max_attempts);
+        let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+        let mut items = array(reply)?.into_iter();
+        let now_us = int(&items.next().unwrap_or(Value::Nil))?;
+        let next = text(items.next().unwrap_or(Value::Nil))?;
+        let next_due = if next.is_empty() {
+            None
+        } else {
+            Some(score_ns(&next)?)
+        };
+        let rest: Vec<Value> = items.collect();
+        let mut jobs = Vec::with_capacity(rest.len() / 5);
+        for chunk in rest.chunks(5) {
+            let [id, payload, attempt, run_at, token] = chunk else {
+                return Err(Error::storage("short claim reply"));
+            };
+            jobs.push(Claimed {
+                id: text(id.clone())?,
+                payload: bytes(payload.clone())?,
+                attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
+                run_at: int(run_at)?,
+                token: int(token)?,
+            });
+        }
+        Ok((jobs, now_us.saturating_mul(1000), next_due))
+    }
 }
 
 async fn schedule_jobs(
-    mut conn: ConnectionManager,
+    mut conn: Conn,
     keys: Arc<Keys>,
     scripts: Arc<Scripts>,
     jobs: Vec<(String, When, Vec<u8>)>,
@@ -351,7 +515,7 @@ async fn schedule_jobs(
 }
 
 async fn ack_jobs(
-    mut conn: ConnectionManager,
+    mut conn: Conn,
     keys: Arc<Keys>,
     scripts: Arc<Scripts>,
     acks: Vec<(String, u64)>,
@@ -369,12 +533,12 @@ async fn ack_jobs(
 }
 
 /// Listens on the queue's wake channel and wakes this process's idle consumers.
-async fn subscribe(client: Client, channel: String, wakeup: std::sync::Weak<Wakeup>) {
+async fn subscribe(client: Client, channels: Vec<String>, wakeup: std::sync::Weak<Wakeup>) {
     use futures_core::Stream;
     let mut backoff = Duration::from_millis(50);
     loop {
         if let Ok(mut pubsub) = client.get_async_pubsub().await {
-            if pubsub.subscribe(&channel).await.is_ok() {
+            if pubsub.subscribe(&channels).await.is_ok() {
                 backoff = Duration::from_millis(50);
                 let mut messages = pubsub.on_message();
                 while let Some(msg) =
@@ -408,7 +572,7 @@ impl Backend for Redis {
     ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
             self.conn()?;
-            self.schedules.call((id, when, payload)).await
+            self.part(&id).schedules.call((id, when, payload)).await
         })
     }
 
@@ -417,15 +581,36 @@ impl Backend for Redis {
         jobs: Vec<(String, When, Vec<u8>)>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
         Box::pin(async move {
-            let conn = self.conn()?;
-            schedule_jobs(conn, self.keys.clone(), self.scripts.clone(), jobs).await
+            let n = jobs.len();
+            // Group by partition, one call each, answers back in the callers' order.
+            let mut groups: Vec<(Vec<usize>, Vec<NewJob>)> = (0..self.parts.len())
+                .map(|_| (Vec::new(), Vec::new()))
+                .collect();
+            for (i, job) in jobs.into_iter().enumerate() {
+                let p = (fnv(&job.0) % self.parts.len() as u64) as usize;
+                groups[p].0.push(i);
+                groups[p].1.push(job);
+            }
+            let mut out = vec![(Scheduled::Exists, 0); n];
+            for (part, (positions, jobs)) in self.parts.iter().zip(groups) {
+                if jobs.is_empty() {
+                    continue;
+                }
+                let answers =
+                    schedule_jobs(self.conn()?, part.keys.clone(), self.scripts.clone(), jobs)
+                        .await?;
+                for (i, answer) in positions.into_iter().zip(answers) {
+                    out[i] = answer;
+                }
+            }
+            Ok(out)
         })
     }
 
     fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
             let mut conn = self.conn()?;
-            let k = &self.keys;
+            let k = &self.part(&id).keys;
             let mut call = self.scripts.cancel.prepare_invoke();
             call.key(&k.meta)
                 .key(&k.payload)
@@ -440,14 +625,11 @@ impl Backend for Redis {
     fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
         Box::pin(async move {
             let mut conn = self.conn()?;
+            let k = &self.part(&id).keys;
             let (mode, value, score) = when_args(when);
             let mut call = self.scripts.reschedule.prepare_invoke();
-            call.key(&self.keys.meta).key(&self.keys.due);
-            call.arg(&id)
-                .arg(mode)
-                .arg(value)
-                .arg(score)
-                .arg(&self.keys.wake);
+            call.key(&k.meta).key(&k.due);
+            call.arg(&id).arg(mode).arg(value).arg(score).arg(&k.wake);
             let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
             match reply {
                 Value::Nil => Ok(None),
@@ -459,8 +641,9 @@ impl Backend for Redis {
     fn get(&self, id: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>> {
         Box::pin(async move {
             let mut conn = self.conn()?;
+            let k = &self.part(&id).keys;
             let mut call = self.scripts.get.prepare_invoke();
-            call.key(&self.keys.meta).key(&self.keys.payload).arg(&id);
+            call.key(&k.meta).key(&k.payload).arg(&id);
             let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
             if reply == Value::Nil {
                 return Ok(None);
@@ -468,94 +651,63 @@ impl Backend for Redis {
             let mut parts = array(reply)?.into_iter();
             let meta = text(parts.next().unwrap_or(Value::Nil))?;
             let payload = bytes(parts.next().unwrap_or(Value::Nil))?;
+            let corrupt = || Error::storage(format!("corrupt job record {meta:?}"));
             let fields: Vec<&str> = meta.split(':').collect();
             let [state, attempt, _, run_at] = fields.as_slice() else {
-                return Err(Error::storage(format!("corrupt job record {meta:?}")));
+                return Err(corrupt());
             };
             let state = match *state {
                 "p" => JobState::Pending,
                 "l" => JobState::Running,
                 "d" => JobState::Dead,
-                _ => return Err(Error::storage(format!("corrupt job record {meta:?}"))),
-            };
-            let parse = |s: &str| {
-                s.parse::<u64>()
-                    .map_err(|_| Error::storage(format!("corrupt job record {meta:?}")))
+                _ => return Err(corrupt()),
             };
             Ok(Some(JobInfo {
                 state,
-                run_at: parse(run_at)?,
-                attempt: u32::try_from(parse(attempt)?).unwrap_or(u32::MAX),
+                run_at: run_at.parse().map_err(|_| corrupt())?,
+                attempt: attempt.parse().map_err(|_| corrupt())?,
                 payload,
             }))
         })
     }
 
     fn pending(&self) -> BoxFuture<'_, Result<u64, Error>> {
-        Box::pin(async move {
-            let mut conn = self.conn()?;
-            let n: Option<i64> = ::redis::cmd("HGET")
-                .arg(&self.keys.counts)
-                .arg("pending")
-                .query_async(&mut conn)
-                .await
-                .map_err(redis_error)?;
-            Ok(n.unwrap_or(0).max(0) as u64)
-        })
+        Box::pin(self.count("pending"))
     }
 
     fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
-        Box::pin(async move {
-            let mut conn = self.conn()?;
-            let n: Option<i64> = ::redis::cmd("HGET")
-                .arg(&self.keys.counts)
-                .arg("leased")
-                .query_async(&mut conn)
-                .await
-                .map_err(redis_error)?;
-            Ok(n.unwrap_or(0).max(0) as u64)
-        })
+        Box::pin(self.count("leased"))
     }
 
     fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
-            let k = &self.keys;
-            let mut call = self.scripts.claim.prepare_invoke();
-            call.key(&k.meta)
-                .key(&k.payload)
-                .key(&k.due)
-                .key(&k.counts)
-                .key(&k.seq)
-                .key(&k.dead);
-            call.arg(max).arg(self.lease_us).arg(self.max_attempts);
-            let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
-            let mut items = array(reply)?.into_iter();
-            let now_us = int(&items.next().unwrap_or(Value::Nil))?;
-            let next = text(items.next().unwrap_or(Value::Nil))?;
-            let next_due = if next.is_empty() {
-                None
-            } else {
-                Some(score_ns(&next)?)
-            };
-            let rest: Vec<Value> = items.collect();
-            let mut jobs = Vec::with_capacity(rest.len() / 5);
-            for chunk in rest.chunks(5) {
-                let [id, payload, attempt, run_at, token] = chunk else {
-                    return Err(Error::storage("short claim reply"));
-                };
-                jobs.push(Claimed {
-                    id: text(id.clone())?,
-                    payload: bytes(payload.clone())?,
-                    attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
-                    run_at: int(run_at)?,
-                    token: int(token)?,
-                });
+            // Partitions in rotation, so every one is served; stop once `max` jobs came.
+            let n = self.parts.len();
+            let first = self.next_claim.fetch_add(1, SeqCst);
+            let mut jobs = Vec::new();
+            let mut wait: Option<u64> = None;
+            let mut now = 0;
+            for i in 0..n {
+                let part = &self.parts[(first + i) % n];
+                let (claimed, part_now, next) = self.claim_part(part, max - jobs.len()).await?;
+                jobs.extend(claimed);
+                now = part_now;
+                // Each partition's next due time against its own server's clock.
+                if let Some(next) = next {
+                    let w = next.saturating_sub(part_now);
+                    wait = Some(wait.map_or(w, |x| x.min(w)));
+                }
+                if jobs.len() >= max {
+                    wait = Some(0);
+                    break;
+                }
             }
+            // Due order across the partitions claimed together (run_at, then id).
+            jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
             Ok(ClaimBatch {
                 jobs,
-                next_due,
-                now: now_us.saturating_mul(1000),
+                next_due: wait.map(|w| now.saturating_add(w)),
+                now,
             })
         })
     }
@@ -563,7 +715,7 @@ impl Backend for Redis {
     fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
             self.conn()?;
-            self.acks.call((id, token)).await
+            self.part(&id).acks.call((id, token)).await
         })
     }
 
@@ -575,7 +727,7 @@ impl Backend for Redis {
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
         Box::pin(async move {
             let mut conn = self.conn()?;
-            let k = &self.keys;
+            let k = &self.part(&id).keys;
             let mut call = self.scripts.retry.prepare_invoke();
             call.key(&k.meta).key(&k.due).key(&k.counts).key(&k.dead);
             call.arg(&id)
@@ -601,9 +753,10 @@ impl Backend for Redis {
     fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
             let mut conn = self.conn()?;
+            let k = &self.part(&id).keys;
             let mut call = self.scripts.extend.prepare_invoke();
-            call.key(&self.keys.meta)
-                .key(&self.keys.due)
+            call.key(&k.meta)
+                .key(&k.due)
                 .arg(&id)
                 .arg(token)
                 .arg(micros(by.min(MAX_AFTER)));
@@ -615,7 +768,7 @@ impl Backend for Redis {
     fn remove_dead(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
             let mut conn = self.conn()?;
-            let k = &self.keys;
+            let k = &self.part(&id).keys;
             let mut call = self.scripts.remove_dead.prepare_invoke();
             call.key(&k.meta)
                 .key(&k.payload)
@@ -630,16 +783,21 @@ impl Backend for Redis {
 
     fn purge_dead(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
-            let k = &self.keys;
-            let mut call = self.scripts.remove_dead.prepare_invoke();
-            call.key(&k.meta)
-                .key(&k.payload)
-                .key(&k.dead)
-                .key(&k.counts)
-                .arg("limit")
-                .arg(limit);
-            call.invoke_async(&mut conn).await.map_err(redis_error)
+            let mut removed = 0;
+            for part in &self.parts {
+                let mut conn = self.conn()?;
+                let k = &part.keys;
+                let mut call = self.scripts.remove_dead.prepare_invoke();
+                call.key(&k.meta)
+                    .key(&k.payload)
+                    .key(&k.dead)
+                    .key(&k.counts)
+                    .arg("limit")
+                    .arg(limit);
+                let n: u64 = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+                removed += n;
+            }
+            Ok(removed)
         })
     }
 

@@ -157,3 +157,80 @@ async fn acknowledged_schedules_survive_a_redis_kill_9() {
     }
     q.close().await.unwrap();
 }
+
+/// The whole suite again with each queue split into 3 partitions on one server.
+mod partitioned {
+    run_behaviour_suite!(crate::support::redis_partitioned());
+}
+
+/// A queue in 3 partitions on a 3-master cluster: the partitions land on different nodes,
+/// and two competing queues deliver every job exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_queue_works_across_cluster_nodes() {
+    const JOBS: usize = 3_000;
+    let cluster = crate::support::RedisCluster::start();
+    let open = || async {
+        JobQueue::builder()
+            .partitions(3)
+            .lease(ms(500))
+            .redis_cluster(&cluster.nodes, "orders")
+            .await
+            .unwrap()
+    };
+    let (a, b) = (open().await, open().await);
+    let jobs = (0..JOBS).map(|i| (format!("job-{i}"), ms((i % 50) as u64), "p"));
+    assert!(a
+        .schedule_many(jobs)
+        .await
+        .unwrap()
+        .iter()
+        .all(|s| *s == Scheduled::Created));
+    assert_eq!(b.pending().await.unwrap(), JOBS as u64);
+    // The three partitions' slots are spread over the nodes.
+    let mut nodes_used = HashSet::new();
+    for i in 0..3 {
+        let out = std::process::Command::new("redis-cli")
+            .args([
+                "-c",
+                "-u",
+                &cluster.nodes[0],
+                "cluster",
+                "keyslot",
+                &format!("{{orders:{i}}}:due"),
+            ])
+            .output()
+            .unwrap();
+        let slot: u16 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        nodes_used.insert(slot * 3 / 16384); // redis-cli splits the slots in three equal ranges
+    }
+    assert!(nodes_used.len() > 1, "partitions on more than one node");
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut workers = Vec::new();
+    for q in [a.clone(), b.clone()] {
+        let tx = tx.clone();
+        workers.push(tokio::spawn(async move {
+            q.run(16, move |d| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(d.id().to_owned()).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+        }));
+    }
+    let mut seen = HashMap::new();
+    for _ in 0..JOBS {
+        *seen.entry(rx.recv().await.unwrap()).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), JOBS, "each job once");
+    while a.pending().await.unwrap() + a.running().await.unwrap() > 0 {
+        tokio::time::sleep(ms(5)).await;
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    for w in workers {
+        w.await.unwrap().unwrap();
+    }
+}

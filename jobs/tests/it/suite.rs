@@ -175,7 +175,7 @@ pub async fn never_before_run_at(h: impl Harness) {
     for _ in 0..40 {
         let d = next(&mut consumer).await; // asserts now >= run_at
         assert_eq!(Some(&d.run_at()), due.get(d.id()));
-        assert!(d.run_at() >= last, "delivered in due order");
+        assert!(d.run_at() >= last || !h.ordered(), "delivered in due order");
         last = d.run_at();
         assert!(d.ack().await.unwrap());
     }

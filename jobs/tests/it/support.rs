@@ -12,6 +12,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Harness: Send + Sync + 'static {
     /// Opens the harness's queue with `builder`'s settings (the same store every time).
     fn open<'a>(&'a self, builder: &'a Builder) -> BoxFuture<'a, Result<JobQueue, Error>>;
+
+    /// Whether jobs come in due order across the whole queue (a partitioned queue orders
+    /// them within a partition and within one claim only).
+    fn ordered(&self) -> bool {
+        true
+    }
 }
 
 /// The embedded store in a temporary directory, removed on drop.
@@ -150,22 +156,138 @@ impl Drop for RedisServer {
     }
 }
 
-/// The Redis backend: a queue on a fresh server.
+/// The Redis backend: a queue on a fresh server, in one or several partitions.
 #[cfg(feature = "redis")]
 pub struct RedisHarness {
     pub server: RedisServer,
+    partitions: usize,
 }
 
 #[cfg(feature = "redis")]
 pub fn redis() -> RedisHarness {
     RedisHarness {
         server: RedisServer::start(),
+        partitions: 1,
+    }
+}
+
+#[cfg(feature = "redis")]
+pub fn redis_partitioned() -> RedisHarness {
+    RedisHarness {
+        server: RedisServer::start(),
+        partitions: 3,
     }
 }
 
 #[cfg(feature = "redis")]
 impl Harness for RedisHarness {
     fn open<'a>(&'a self, builder: &'a Builder) -> BoxFuture<'a, Result<JobQueue, Error>> {
-        Box::pin(async move { builder.redis(&self.server.url(), "test").await })
+        Box::pin(async move {
+            let mut builder = builder.clone();
+            if self.partitions > 1 {
+                builder.partitions(self.partitions);
+            }
+            builder.redis(&self.server.url(), "test").await
+        })
+    }
+
+    fn ordered(&self) -> bool {
+        self.partitions == 1
+    }
+}
+
+/// A 3-master Redis Cluster on 127.0.0.1 (free TCP ports), made with `redis-cli --cluster
+/// create`, SIGKILLed on drop.
+#[cfg(feature = "redis")]
+pub struct RedisCluster {
+    _dir: tempfile::TempDir,
+    children: Vec<std::process::Child>,
+    pub nodes: Vec<String>,
+}
+
+#[cfg(feature = "redis")]
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let mut children = Vec::new();
+        let mut addrs = Vec::new();
+        for i in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let node_dir = dir.path().join(format!("node{i}"));
+            std::fs::create_dir(&node_dir).unwrap();
+            let child = std::process::Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .arg("--dir")
+                .arg(&node_dir)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-server (apt-get install redis-server)");
+            children.push(child);
+            addrs.push(format!("127.0.0.1:{port}"));
+        }
+        let cluster = RedisCluster {
+            _dir: dir,
+            children,
+            nodes: addrs.iter().map(|a| format!("redis://{a}")).collect(),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        for addr in &addrs {
+            while std::net::TcpStream::connect(addr).is_err() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "redis-server did not start"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let status = std::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("redis-cli");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        // Wait until every node agrees the cluster is up.
+        for addr in &addrs {
+            let (host, port) = addr.split_once(':').unwrap();
+            loop {
+                let out = std::process::Command::new("redis-cli")
+                    .args(["-h", host, "-p", port, "cluster", "info"])
+                    .output()
+                    .expect("redis-cli");
+                if String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the cluster did not come up"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        cluster
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
