@@ -154,6 +154,7 @@ pub(crate) struct Config {
     pub(crate) cache_size: usize,
     pub(crate) quick_repair: bool,
     pub(crate) partitions: usize,
+    pub(crate) redis_timeout: Option<Duration>,
     pub(crate) timer: Option<wheel_timer::Timer>,
 }
 
@@ -204,6 +205,7 @@ impl Builder {
                 cache_size: 64 << 20,
                 quick_repair: true,
                 partitions: 1,
+                redis_timeout: Some(Duration::from_secs(1)),
                 timer: None,
             },
         }
@@ -265,6 +267,14 @@ impl Builder {
     /// process must use the same number for a queue. At least 1.
     pub fn partitions(&mut self, partitions: usize) -> &mut Self {
         self.config.partitions = partitions;
+        self
+    }
+
+    /// Redis only (single server): how long a connection attempt or a call may take before
+    /// it fails with [`Error::is_unavailable`] (default 1 s; `None`: no limit). These
+    /// timeouts run on tokio's clock, so a test on a paused clock wants `None`.
+    pub fn redis_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
+        self.config.redis_timeout = timeout;
         self
     }
 

@@ -344,10 +344,13 @@ impl Redis {
         let (conn, pubsub_url) = match target {
             Target::Server(url) => {
                 let client = Client::open(url).map_err(bad_url)?;
-                (
-                    Conn::Single(ConnectionManager::new(client).await.map_err(redis_error)?),
-                    url.to_owned(),
-                )
+                let manager = ::redis::aio::ConnectionManagerConfig::new()
+                    .set_response_timeout(config.redis_timeout)
+                    .set_connection_timeout(config.redis_timeout);
+                let conn = ConnectionManager::new_with_config(client, manager)
+                    .await
+                    .map_err(redis_error)?;
+                (Conn::Single(conn), url.to_owned())
             }
             Target::Cluster(urls) => {
                 let first = urls

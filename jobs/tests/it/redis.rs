@@ -234,3 +234,29 @@ async fn a_partitioned_queue_works_across_cluster_nodes() {
         w.await.unwrap().unwrap();
     }
 }
+
+/// The client's clock does not decide what is due. Under a paused tokio clock, which jumps
+/// ahead whenever the runtime idles, the consumer's wheel timer keeps firing "early" by the
+/// wall clock; every claim still goes by the server's `TIME`, so the job comes no earlier
+/// than its run_at (`next` asserts it), while the client's clock ran far ahead.
+#[tokio::test(start_paused = true)]
+async fn a_skewed_client_clock_still_delivers_by_the_server_time() {
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.redis_timeout(None);
+    })
+    .await;
+    let client_start = tokio::time::Instant::now();
+    q.schedule("job", ms(200), "p").await.unwrap();
+    let run_at = q.get("job").await.unwrap().unwrap().run_at();
+    let mut consumer = q.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!((d.id(), d.run_at()), ("job", run_at));
+    let client_elapsed = tokio::time::Instant::now() - client_start;
+    assert!(
+        client_elapsed >= ms(200),
+        "the client's clock reached the due time too ({client_elapsed:?})"
+    );
+    assert!(d.ack().await.unwrap());
+    q.close().await.unwrap();
+}
