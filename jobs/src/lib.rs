@@ -67,6 +67,13 @@
 //! one process (and one open queue) at a time; [`Error::is_locked`] otherwise. The design is
 //! backend-neutral: the state machine, the API and the test suite do not depend on redb.
 //!
+//! With the `redis` feature, `Builder::redis` (and `redis_cluster`, with
+//! `partitions`) puts the same queue on a Redis server shared by many processes: each
+//! state change is one Lua script using the server's clock, the due index holds ids only,
+//! concurrent schedules and acks share one call, and schedules of earlier jobs wake idle
+//! consumers over pub/sub. An unreachable server gives [`Error::is_unavailable`], and
+//! [`JobQueue::run`] retries by itself.
+//!
 //! # Performance
 //!
 //! One durable commit serves every request waiting for it, so throughput grows with
