@@ -102,7 +102,7 @@ async fn a_dropped_consumers_jobs_go_to_the_other_after_the_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_schedules_survive_a_redis_kill_9() {
+async fn acknowledged_schedules_survive_a_redis_kill_9_and_workers_resume() {
     let mut server = RedisServer::start_with(&[
         "--save",
         "",
@@ -112,10 +112,27 @@ async fn acknowledged_schedules_survive_a_redis_kill_9() {
         "always",
     ]);
     let q = queue(&server, |_| {}).await;
+    // A worker that runs across the crash.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let worker = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            q.run(8, move |d| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(d.id().to_owned()).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+        })
+    };
     let mut acknowledged = Vec::new();
     for i in 0..200 {
         let id = format!("before-{i}");
-        q.schedule(&id, Duration::ZERO, "p").await.unwrap();
+        q.schedule(&id, Duration::from_secs(3600), "p")
+            .await
+            .unwrap();
         acknowledged.push(id);
     }
     server.kill(); // SIGKILL
@@ -145,17 +162,21 @@ async fn acknowledged_schedules_survive_a_redis_kill_9() {
             q.get(id).await.unwrap().is_some(),
             "{id} was acknowledged, then lost"
         );
+        assert!(q.reschedule(id, Duration::ZERO).await.unwrap());
     }
-    // A consumer on the reconnected queue gets every job once.
-    let mut consumer = q.consume();
+    // The worker that lived through the crash resumes by itself and runs each job once.
     let mut delivered = HashSet::new();
     for _ in 0..acknowledged.len() {
-        let d = next(&mut consumer).await;
-        assert!(d.id().starts_with("before-"), "{}", d.id());
-        assert!(delivered.insert(d.id().to_owned()));
-        assert!(d.ack().await.unwrap());
+        let id = rx.recv().await.unwrap();
+        assert!(id.starts_with("before-"), "{id}");
+        assert!(delivered.insert(id));
     }
+    while q.running().await.unwrap() > 0 {
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert_eq!(q.pending().await.unwrap(), 0);
     q.close().await.unwrap();
+    worker.await.unwrap().unwrap();
 }
 
 /// The whole suite again with each queue split into 3 partitions on one server.
