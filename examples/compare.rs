@@ -27,7 +27,8 @@
 //!
 //! It exits with status 1 if one of our invariants fails (an early wake-up, an allocation per
 //! operation). CPU time comes from `/proc/self/stat` (utime + stime, in 1/100 s), memory from
-//! `/proc/self/status` (VmRSS), so this runs on Linux only. On a shared machine every figure is
+//! `/proc/self/status` (VmRSS), both read by `examples/support/cpu.rs`, so this runs on Linux
+//! only. On a shared machine every figure is
 //! noisy; compare the ratios of one run rather than absolutes across runs.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -40,7 +41,31 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::task::Context;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use tokio::runtime::Runtime;
+
+#[path = "support/cpu.rs"]
+mod cpu;
+
+use cpu::{load_average, machine_steal, process_cpu, threads_cpu};
+
+/// Whole-program figures of wheel-timer beside tokio::time (sizes, allocations, memory and
+/// CPU per pending timer, lateness), printed as one Markdown table.
+#[derive(Parser, Debug)]
+#[command(name = "compare")]
+struct Args {
+    /// Smaller and fewer rounds: well under a minute instead of about one.
+    #[arg(long)]
+    quick: bool,
+    /// Only the fresh-timer lateness rows (20 new timers against tokio's sleep).
+    #[arg(long)]
+    fresh: bool,
+}
+
+/// Resident set size, in bytes.
+fn rss_bytes() -> u64 {
+    cpu::rss().0
+}
 
 // ===== counting allocator =====
 
@@ -97,76 +122,6 @@ static GLOBAL: Counting = Counting;
 
 fn thread_allocs() -> u64 {
     THREAD_ALLOCS.with(Cell::get)
-}
-
-// ===== /proc readers =====
-
-/// CPU time (user + system) of the whole process so far, from `/proc/self/stat`.
-fn process_cpu() -> Duration {
-    /// `/proc` reports in USER_HZ, fixed at 100 by the Linux ABI.
-    const TICK: Duration = Duration::from_millis(10);
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");
-    // Fields after the parenthesised command name start at field 3 ("state").
-    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u32 = [11, 12] // utime (field 14), stime (field 15)
-        .iter()
-        .map(|&i| fields[i].parse::<u32>().expect("stat field"))
-        .sum();
-    TICK * ticks
-}
-
-/// CPU time of the process's live threads, from `/proc/self/task/*/schedstat` (nanosecond
-/// resolution, where `/proc/self/stat` counts 10 ms ticks; threads that exit are missed, so
-/// use it only over windows in which no thread exits).
-fn threads_cpu() -> Duration {
-    let tasks = std::fs::read_dir("/proc/self/task").expect("read /proc/self/task");
-    let nanos: u64 = tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    Duration::from_nanos(nanos)
-}
-
-/// The machine's load average over the last minute, from `/proc/loadavg`.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".into())
-}
-
-/// (all CPU time, stolen time) of the machine so far, in clock ticks, from `/proc/stat`: on a
-/// virtual machine "steal" is time the host gave our vCPUs to someone else.
-fn machine_steal() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    (
-        fields.iter().take(8).sum(),
-        fields.get(7).copied().unwrap_or(0),
-    )
-}
-
-/// Resident set size, from `/proc/self/status`.
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("VmRSS line");
-    let kb: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS value");
-    kb * 1024
 }
 
 // ===== helpers =====
@@ -750,8 +705,10 @@ async fn fresh_timer_async(seed: u64, round: usize) -> ([f64; 4], usize) {
 // ===== main =====
 
 fn main() -> ExitCode {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let fresh_only = std::env::args().any(|a| a == "--fresh");
+    let Args {
+        quick,
+        fresh: fresh_only,
+    } = Args::parse();
     let started = Instant::now();
     let load_before = load_average();
     let steal_before = machine_steal();

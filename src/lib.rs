@@ -60,10 +60,11 @@
 //! ```
 //!
 //! Idle connections go in an [`IdleTracker`]: every packet touches the connection's key (or
-//! its [`IdleHandle`]: no lock, two atomic loads and at most one `fetch_max` per tick), and
-//! keys idle for the timeout come out of its
-//! [`Expirations`] stream in batches; [`IdleStream`] does it for a socket, failing its I/O
-//! with `TimedOut` once idle.
+//! its [`IdleHandle`]: two atomic loads and at most one `fetch_max` per tracker tick, no
+//! lock), and keys idle for the timeout come out of its [`Expirations`] stream in batches;
+//! [`IdleStream`] does it for a socket — read, write or all idle ([`IdleKind`]) — failing its
+//! I/O with `TimedOut` once idle, or reporting each idle event and staying usable
+//! ([`IdleMode`]).
 //!
 //! ```
 //! use std::time::Duration;
@@ -75,6 +76,15 @@
 //! assert_eq!(offline.next_batch().await, Some(vec!["alice"]));
 //! # }
 //! ```
+//!
+//! # Ecosystem
+//!
+//! - [`time`]: `tokio::time`'s names, so a switch is one import.
+//! - [`DelayQueue`]: tokio-util's keyed delay queue on the wheel.
+//! - `hyper::WheelTimer` (feature `hyper`): hyper 1.x's `Timer` on the wheel.
+//! - `tower::TimeoutLayer` (feature `tower`): tower's timeout middleware on the wheel.
+//! - [`Sleep`], [`Timeout`] and [`Interval`] spend tokio's cooperative budget as tokio's own
+//!   timers do.
 //!
 //! # Comparison
 //!
@@ -128,9 +138,12 @@
 mod callback;
 mod clock;
 mod default;
+pub mod delay_queue;
 mod dispatch;
 mod driver;
 mod error;
+#[cfg(feature = "hyper")]
+pub mod hyper;
 mod idle;
 mod interval;
 mod loom;
@@ -140,14 +153,21 @@ mod shard;
 mod sleep;
 mod stats;
 mod task;
+pub mod time;
 mod timeout;
 mod timer;
+#[cfg(feature = "tower")]
+pub mod tower;
 mod wheel;
 
 pub use callback::TimerTask;
 pub use default::{default_timer, sleep_wheel, sleep_wheel_until, timeout_wheel, timeout_wheel_at};
+pub use delay_queue::DelayQueue;
 pub use error::{Elapsed, Error};
-pub use idle::{Expirations, Idle, IdleHandle, IdleStream, IdleTracker};
+pub use idle::{
+    Expirations, Idle, IdleHandle, IdleKind, IdleMode, IdleStream, IdleStreamBuilder, IdleTracker,
+    IdleTrackerBuilder,
+};
 pub use interval::{interval_wheel, interval_wheel_at, Interval, MissedTickBehavior};
 pub use sleep::Sleep;
 pub use stats::Stats;

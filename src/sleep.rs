@@ -260,16 +260,30 @@ impl Sleep {
     }
 }
 
+impl Sleep {
+    /// Polls without spending tokio's coop budget (for `Timeout`, as tokio's own does when
+    /// its inner future spent the budget).
+    pub(crate) fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self.poll_unless_closed(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(()),
+            Poll::Ready(Err(Closed)) => self.closed(),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
 impl Future for Sleep {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = self.get_mut();
-        match this.poll_unless_closed(cx) {
-            Poll::Ready(Ok(())) => Poll::Ready(()),
-            Poll::Ready(Err(Closed)) => this.closed(),
-            Poll::Pending => Poll::Pending,
+        // tokio's cooperative budget, as tokio's own `Sleep` takes part in it: a task looping
+        // on ready sleeps yields once its budget is spent instead of starving its neighbours.
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let ready = self.get_mut().poll_elapsed(cx);
+        if ready.is_ready() {
+            coop.made_progress();
         }
+        ready
     }
 }
 

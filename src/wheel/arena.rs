@@ -67,6 +67,24 @@ impl<T> Arena<T> {
         }
     }
 
+    /// Number of allocated entries.
+    pub(super) fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Entries the arena holds room for without growing.
+    pub(super) fn capacity(&self) -> usize {
+        self.entries.capacity()
+    }
+
+    pub(super) fn reserve(&mut self, additional: usize) {
+        self.entries.reserve(additional);
+    }
+
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.entries.shrink_to_fit();
+    }
+
     /// Allocates a detached entry.
     ///
     /// # Panics

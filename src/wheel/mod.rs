@@ -199,6 +199,48 @@ impl<T> Wheel<T> {
         self.next_bucket().map(|e| e.deadline)
     }
 
+    /// The key of an entry that `poll` would hand out first: one from the due list if any
+    /// is due, else the earliest-tick entry of the first occupied bucket (a scan of that
+    /// bucket only). `None` when nothing is scheduled.
+    pub(crate) fn peek(&self) -> Option<Key> {
+        let due = self.heads[self.due_head()];
+        if due != arena::NIL {
+            return Some(self.arena.key_of(due));
+        }
+        let exp = self.next_bucket()?;
+        let mut index = self.heads[self.bucket_index(exp.level, exp.slot)];
+        let mut best = index;
+        while index != arena::NIL {
+            let entry = self.arena.get(index);
+            if entry.tick < self.arena.get(best).tick {
+                best = index;
+            }
+            index = entry.next;
+        }
+        Some(self.arena.key_of(best))
+    }
+
+    /// Number of allocated entries, scheduled or detached.
+    pub(crate) fn allocated(&self) -> usize {
+        self.arena.live()
+    }
+
+    /// Entries the arena holds room for without growing.
+    pub(crate) fn capacity(&self) -> usize {
+        self.arena.capacity()
+    }
+
+    /// Makes room for `additional` more entries without growing later.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.arena.reserve(additional);
+    }
+
+    /// Gives back the arena's spare room (slots never allocated; freed slots stay in the free
+    /// list, since keys name them by index).
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.arena.shrink_to_fit();
+    }
+
     // ----- internals -----
 
     fn due_head(&self) -> usize {

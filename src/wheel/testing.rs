@@ -13,22 +13,10 @@ impl<T> Wheel<T> {
         true
     }
 
-    /// Number of allocated entries, scheduled or detached.
-    pub(crate) fn allocated(&self) -> usize {
-        self.arena.live()
-    }
-
     /// Allocates a detached entry: it holds `value` and `tick` but is not scheduled until
     /// [`Wheel::reschedule`].
     #[track_caller]
     pub(crate) fn insert_detached(&mut self, tick: u64, value: T) -> Key {
         self.arena.alloc(tick.min(MAX_TICK), value)
-    }
-}
-
-impl<T> super::arena::Arena<T> {
-    /// Number of allocated entries.
-    pub(crate) fn live(&self) -> usize {
-        self.live
     }
 }

@@ -1,0 +1,287 @@
+//! Throughput and lateness of the embedded job store, and what 10M pending jobs cost.
+//!
+//! ```text
+//! cargo run --release -p wheel-jobs --example bench            # about 40 s
+//! cargo run --release -p wheel-jobs --example bench -- --big   # adds the 10M-job store (minutes, ~1 GB of disk)
+//! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis+unix:///tmp/redis.sock
+//! ```
+//!
+//! Prints, from one run: durable schedules per second with 1 and 64 concurrent schedulers
+//! (each `schedule` returns after its fsync'd group commit); deliveries + acks per second
+//! through `run` with 100k jobs already due; lateness after `run_at` (p50/p99/max) of 100k
+//! jobs due over 10 s; and with `--big`, the time to open a store of 10M pending jobs and
+//! the process's RSS after opening it and consuming its first due job. Targets (issue 12):
+//! ≥ 50,000 schedules/s with 64 schedulers, ≥ 50,000 deliveries + acks/s, p99 lateness
+//! ≤ 10 ms, open ≤ 1 s.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use wheel_jobs::JobQueue;
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Where the queue lives: `None` for the embedded store, else a Redis URL (`--redis URL`,
+/// with the `redis` feature).
+static REDIS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+async fn fresh(dir: &std::path::Path, name: &str, quick_repair: bool) -> JobQueue {
+    #[cfg(feature = "redis")]
+    if let Some(url) = REDIS.get().cloned().flatten() {
+        let unique = format!(
+            "{name}-{}",
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
+        return JobQueue::builder()
+            .redis(&url, &unique)
+            .await
+            .expect("redis");
+    }
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    JobQueue::builder()
+        .quick_repair(quick_repair)
+        .open(path)
+        .await
+        .expect("open")
+}
+
+async fn schedules(queue: &JobQueue, schedulers: usize, per: usize) -> f64 {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for s in 0..schedulers {
+        let queue = queue.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per {
+                let id = format!("s{schedulers}-{s}-{i}");
+                queue
+                    .schedule(&id, Duration::from_secs(3600), &b"payload-16-bytes"[..])
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (schedulers * per) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Loads `n` jobs with `schedule_many`, due at `at(i)`.
+async fn load(queue: &JobQueue, n: usize, at: impl Fn(usize) -> SystemTime) {
+    const CHUNK: usize = 10_000;
+    for base in (0..n).step_by(CHUNK) {
+        let jobs = (base..(base + CHUNK).min(n))
+            .map(|i| (format!("job-{i:08}"), at(i), &b"payload-16-bytes"[..]));
+        queue.schedule_many(jobs).await.unwrap();
+    }
+}
+
+/// Runs a no-op worker until `n` jobs were handled and acked; returns the lateness of each.
+async fn drain(queue: &JobQueue, n: u64, concurrency: usize) -> (Duration, Vec<Duration>) {
+    let lateness = Arc::new(Mutex::new(Vec::with_capacity(n as usize)));
+    let handled = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let worker = {
+        let (queue, lateness, handled) = (queue.clone(), lateness.clone(), handled.clone());
+        tokio::spawn(async move {
+            queue
+                .run(concurrency, move |job| {
+                    let late = SystemTime::now()
+                        .duration_since(job.run_at())
+                        .unwrap_or_default();
+                    lateness.lock().unwrap().push(late);
+                    handled.fetch_add(1, Relaxed);
+                    async { Ok::<(), String>(()) }
+                })
+                .await
+        })
+    };
+    while handled.load(Relaxed) < n
+        || queue.running().await.unwrap() > 0
+        || queue.pending().await.unwrap() > 0
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let took = start.elapsed();
+    worker.abort();
+    let lateness = std::mem::take(&mut *lateness.lock().unwrap());
+    (took, lateness)
+}
+
+/// The disk's fsync latency: what one durable commit costs at the least.
+fn fsync_ms(dir: &std::path::Path) -> f64 {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join("fsync.probe");
+    let file = std::fs::File::create(&path).unwrap();
+    let mut times: Vec<f64> = (0..200)
+        .map(|i| {
+            let start = Instant::now();
+            file.write_all_at(&[i as u8; 4096], (i % 16) * 4096)
+                .unwrap();
+            file.sync_data().unwrap();
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    let _ = std::fs::remove_file(path);
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// `--open PATH` (a child process): open a big store, take its first due job, report.
+async fn open_only(path: &str) {
+    let start = Instant::now();
+    let queue = JobQueue::open(path).await.expect("open");
+    let opened = start.elapsed();
+    let pending = queue.pending().await.unwrap();
+    let mut consumer = queue.consume();
+    let first = consumer.next().await.unwrap().unwrap();
+    let first_delivery = start.elapsed();
+    first.ack().await.unwrap();
+    println!(
+        "open {:.1} ms, first delivery {:.1} ms, pending {pending}, RSS {} MiB",
+        opened.as_secs_f64() * 1e3,
+        first_delivery.as_secs_f64() * 1e3,
+        rss_kib() / 1024
+    );
+    queue.close().await.unwrap();
+}
+
+async fn measure(dir: &std::path::Path, quick_repair: bool) {
+    let queue = fresh(dir, "one.redb", quick_repair).await;
+    let one = schedules(&queue, 1, 500).await;
+    queue.close().await.unwrap();
+    let queue = fresh(dir, "many.redb", quick_repair).await;
+    let many = schedules(&queue, 64, 1_000).await;
+    let more = schedules(&queue, 1024, 100).await;
+    queue.close().await.unwrap();
+    println!(
+        "schedules/s (each answered once durable): 1 scheduler {one:.0}, 64 schedulers {many:.0} ({:.0}x), 1024 schedulers {more:.0}",
+        many / one
+    );
+    let queue = fresh(dir, "bulk.redb", quick_repair).await;
+    let start = Instant::now();
+    load(&queue, 100_000, |_| {
+        SystemTime::now() + Duration::from_secs(3600)
+    })
+    .await;
+    println!(
+        "schedule_many (10k per call): {:.0} jobs/s",
+        100_000.0 / start.elapsed().as_secs_f64()
+    );
+    queue.close().await.unwrap();
+
+    let queue = fresh(dir, "due.redb", quick_repair).await;
+    let past = SystemTime::now() - Duration::from_secs(1);
+    load(&queue, 100_000, |_| past).await;
+    let (took, _) = drain(&queue, 100_000, 256).await;
+    println!(
+        "deliveries + acks/s (100k due, run(256), no-op handler): {:.0}",
+        100_000.0 / took.as_secs_f64()
+    );
+    queue.close().await.unwrap();
+
+    for (jobs, lead) in [(100_000u64, 3u64), (1_000, 1)] {
+        let queue = fresh(dir, "late.redb", quick_repair).await;
+        let start = SystemTime::now() + Duration::from_secs(lead);
+        let step = Duration::from_secs(10) / jobs as u32;
+        load(&queue, jobs as usize, |i| start + step * i as u32).await;
+        assert!(
+            SystemTime::now() < start,
+            "loading took longer than the head start"
+        );
+        let (_, mut late) = drain(&queue, jobs, 256).await;
+        late.sort();
+        println!(
+            "lateness after run_at ({jobs} jobs due over 10 s): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            percentile(&late, 0.5).as_secs_f64() * 1e3,
+            percentile(&late, 0.99).as_secs_f64() * 1e3,
+            late.last().unwrap().as_secs_f64() * 1e3
+        );
+        queue.close().await.unwrap();
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--open") {
+        return open_only(&args[i + 1]).await;
+    }
+    let big = args.iter().any(|a| a == "--big");
+    let dir =
+        tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into())).unwrap();
+
+    println!(
+        "this disk: fsync of a 4 KiB write, median of 200: {:.2} ms",
+        fsync_ms(dir.path())
+    );
+    let redis = args
+        .iter()
+        .position(|a| a == "--redis")
+        .map(|i| args[i + 1].clone());
+    if redis.is_some() && cfg!(not(feature = "redis")) {
+        panic!("--redis needs `--features redis`");
+    }
+    REDIS.set(redis.clone()).unwrap();
+    if redis.is_some() {
+        println!("-- redis backend: {}", redis.as_deref().unwrap_or_default());
+        return measure(dir.path(), false).await;
+    }
+    // `--quick-repair true|false` measures one mode only (for interleaved A/B runs).
+    let modes = match args.iter().position(|a| a == "--quick-repair") {
+        Some(i) => vec![args[i + 1] == "true"],
+        None => vec![true, false],
+    };
+    for quick_repair in modes {
+        println!(
+            "-- quick_repair({quick_repair}){}",
+            if quick_repair { " (the default)" } else { "" }
+        );
+        measure(dir.path(), quick_repair).await;
+    }
+
+    if big {
+        const BIG: usize = 10_000_000;
+        let path = dir.path().join("big.redb");
+        let queue = JobQueue::open(&path).await.unwrap();
+        let now = SystemTime::now();
+        let built = Instant::now();
+        // One job due now, the rest over the next 30 days.
+        load(&queue, BIG, |i| {
+            now + Duration::from_secs((i as u64 * 2_654_435_761) % (30 * 86_400))
+        })
+        .await;
+        println!(
+            "built {BIG} pending jobs in {:.0} s",
+            built.elapsed().as_secs_f64()
+        );
+        queue.close().await.unwrap();
+        let size = std::fs::metadata(&path).map(|m| m.len() >> 20).unwrap_or(0);
+        for _ in 0..3 {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--open", path.to_str().unwrap()])
+                .output()
+                .unwrap();
+            print!(
+                "10M pending jobs ({size} MiB file), fresh process: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+    }
+}

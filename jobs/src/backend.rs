@@ -1,0 +1,99 @@
+//! The seam between the queue API and a store: the [`Backend`] trait every store implements.
+//!
+//! # Ground rules
+//!
+//! - A backend owns the clock: it resolves [`When`] and reads "now" for claims, leases and
+//!   retries itself (the embedded store from its process's wall clock, a shared server from
+//!   the server's), so clients with skewed clocks never deliver early.
+//! - Every method is one atomic step of the state machine in [`crate::model`]: it happens
+//!   entirely or not at all, and a returned `Ok` means it is durable.
+//! - Validation of ids and payload sizes happens above, in [`crate::queue`], once for all
+//!   backends.
+//! - Futures are boxed so `JobQueue` can hold any backend behind one `Arc<dyn Backend>`; one
+//!   allocation per call is noise beside a store round trip.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::model::Retry;
+use crate::{Error, JobInfo, Scheduled, When};
+
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A job handed out by a claim, leased to the claimer under `token`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claimed {
+    pub(crate) id: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) attempt: u32,
+    pub(crate) run_at: u64,
+    pub(crate) token: u64,
+}
+
+/// What one claim returned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ClaimBatch {
+    /// Leased to the caller, in due order.
+    pub(crate) jobs: Vec<Claimed>,
+    /// The first key of the due index after the claim: the next run_at or lease end.
+    pub(crate) next_due: Option<u64>,
+    /// The backend's clock at the claim, nanoseconds since the Unix epoch.
+    pub(crate) now: u64,
+}
+
+/// A store of jobs. See the module docs for the rules every implementation follows.
+pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// Creates the job unless the id exists; returns the outcome and the job's run_at.
+    fn schedule(
+        &self,
+        id: String,
+        when: When,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>>;
+
+    /// [`schedule`](Self::schedule) for many jobs in one atomic step, answers in order.
+    fn schedule_many(
+        &self,
+        jobs: Vec<(String, When, Vec<u8>)>,
+    ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>>;
+
+    /// Removes a pending job.
+    fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>>;
+
+    /// Moves a pending job; `Some(new run_at)` if it moved.
+    fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>>;
+
+    fn get(&self, id: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>>;
+
+    fn pending(&self) -> BoxFuture<'_, Result<u64, Error>>;
+
+    /// Jobs leased to consumers.
+    fn running(&self) -> BoxFuture<'_, Result<u64, Error>>;
+
+    /// Leases up to `max` due jobs (redelivering expired leases, killing jobs out of
+    /// attempts) and reports the next due time.
+    fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>>;
+
+    fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>>;
+
+    /// Gives a leased job back to run `after` from now; the outcome and the new run_at.
+    fn retry(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>>;
+
+    fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>>;
+
+    /// Deletes a dead job.
+    fn remove_dead(&self, id: String) -> BoxFuture<'_, Result<bool, Error>>;
+
+    /// Deletes up to `limit` dead jobs; returns how many.
+    fn purge_dead(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>>;
+
+    /// Finishes the work already accepted and releases the store.
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>>;
+}

@@ -1,0 +1,288 @@
+//! [`Consumer`], the stream of due jobs, and [`Delivery`], one leased job.
+//!
+//! # Ground rules
+//!
+//! - A consumer claims only when polled and nothing is buffered: up to `prefetch` due jobs
+//!   per claim, leased from that moment.
+//! - Idle, it arms **one** wheel-timer sleep for the next due time the claim reported (the
+//!   next `run_at` or lease end), capped at `MAX_IDLE` so a wall-clock step forward is
+//!   noticed; a schedule of an earlier job in this process wakes it through `wakeup.rs`.
+//!   There is no polling loop.
+//! - The backend's clock decides what is due, so a wheel tick firing a little early on a
+//!   skewed wall clock only re-arms the sleep: never an early delivery.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use futures_core::Stream;
+
+use crate::backend::{BoxFuture, Claimed};
+use crate::model::{self, Retry};
+use crate::queue::{system_time, Inner};
+use crate::wakeup::Slot;
+use crate::Error;
+
+/// The longest an idle consumer sleeps before it reads the store's clock again.
+const MAX_IDLE: Duration = Duration::from_secs(5);
+
+/// A stream of due jobs, from [`JobQueue::consume`](crate::JobQueue::consume).
+///
+/// Yields each job no earlier than its `run_at`, leased to this consumer: ack it when done,
+/// [`retry`](Delivery::retry) it, or let the lease lapse (dropping the [`Delivery`]) to have it
+/// delivered again with `attempt + 1`. Jobs due while no process had the store open come at
+/// once. The stream ends when the queue is closed; a storage error is yielded as an item and
+/// the next poll tries again after a backoff.
+///
+/// Up to [`prefetch`](crate::Builder::prefetch) jobs are claimed at a time and buffered here;
+/// dropping the consumer leaves buffered jobs leased until their lease ends.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), wheel_jobs::Error> {
+/// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-consume-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+/// queue.schedule("greet", Duration::from_millis(20), "hello").await?;
+/// let mut deliveries = queue.consume();
+/// let delivery = deliveries.next().await.expect("open queue")?;
+/// assert_eq!(delivery.payload(), b"hello");
+/// assert!(delivery.ack().await?);
+/// # queue.close().await?;
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "streams do nothing unless polled"]
+pub struct Consumer {
+    inner: Arc<Inner>,
+    slot: Arc<Slot>,
+    buffered: VecDeque<Claimed>,
+    fetch: Option<BoxFuture<'static, Result<Vec<Claimed>, Error>>>,
+    errors: u32,
+    done: bool,
+}
+
+impl fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consumer")
+            .field("buffered", &self.buffered.len())
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+/// Claims up to `max` due jobs, sleeping on one wheel timer until some are due.
+pub(crate) async fn fetch(
+    inner: Arc<Inner>,
+    slot: Arc<Slot>,
+    max: usize,
+    errors: u32,
+) -> Result<Vec<Claimed>, Error> {
+    let timer = inner
+        .config
+        .timer
+        .clone()
+        .unwrap_or_else(wheel_timer::default_timer);
+    if errors > 0 {
+        let backoff = Duration::from_millis(50).saturating_mul(1 << errors.min(7));
+        timer.sleep(backoff.min(MAX_IDLE)).await;
+    }
+    loop {
+        let notified = inner.wakeup.notify().notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        slot.set(u64::MAX);
+        let batch = match inner.backend.claim(max).await {
+            Ok(batch) => batch,
+            Err(err) => {
+                slot.set(0);
+                return Err(err);
+            }
+        };
+        if !batch.jobs.is_empty() {
+            slot.set(0);
+            return Ok(batch.jobs);
+        }
+        let next = batch.next_due.unwrap_or(u64::MAX);
+        slot.set(next);
+        let wait = Duration::from_nanos(next.saturating_sub(batch.now)).min(MAX_IDLE);
+        tokio::select! {
+            _ = timer.sleep(wait) => {}
+            _ = &mut notified => {}
+        }
+    }
+}
+
+impl Consumer {
+    pub(crate) fn new(inner: Arc<Inner>) -> Consumer {
+        let slot = Arc::new(inner.wakeup.register());
+        Consumer {
+            inner,
+            slot,
+            buffered: VecDeque::new(),
+            fetch: None,
+            errors: 0,
+            done: false,
+        }
+    }
+
+    /// The next delivery; `None` once the queue is closed. The same as
+    /// `StreamExt::next`, without importing it.
+    pub async fn next(&mut self) -> Option<Result<Delivery, Error>> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+    }
+}
+
+impl Stream for Consumer {
+    type Item = Result<Delivery, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(job) = this.buffered.pop_front() {
+                return Poll::Ready(Some(Ok(Delivery::new(this.inner.clone(), job))));
+            }
+            if this.done {
+                return Poll::Ready(None);
+            }
+            let fetch = this.fetch.get_or_insert_with(|| {
+                let max = this.inner.config.prefetch;
+                Box::pin(fetch(
+                    this.inner.clone(),
+                    this.slot.clone(),
+                    max,
+                    this.errors,
+                ))
+            });
+            let result = ready!(fetch.as_mut().poll(cx));
+            this.fetch = None;
+            match result {
+                Ok(jobs) => {
+                    this.errors = 0;
+                    this.buffered.extend(jobs);
+                }
+                Err(err) if err.is_closed() => this.done = true,
+                Err(err) => {
+                    this.errors = this.errors.saturating_add(1);
+                    return Poll::Ready(Some(Err(err)));
+                }
+            }
+        }
+    }
+}
+
+// ===== Delivery =====
+
+/// One due job, leased to whoever holds this value.
+///
+/// At-least-once: the job is redelivered if the lease ends before an [`ack`](Self::ack), so a
+/// handler can run more than once for one job (after a crash, or a handler slower than its
+/// lease). For exactly-once *effects*, make the handler idempotent, keyed by
+/// [`id`](Self::id): an ack after the lease was lost returns `false` and changes nothing.
+pub struct Delivery {
+    inner: Arc<Inner>,
+    job: Claimed,
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("id", &self.job.id)
+            .field("attempt", &self.job.attempt)
+            .field("run_at", &self.run_at())
+            .field("payload_len", &self.job.payload.len())
+            .finish()
+    }
+}
+
+impl Delivery {
+    pub(crate) fn new(inner: Arc<Inner>, job: Claimed) -> Delivery {
+        Delivery { inner, job }
+    }
+
+    /// The job's id.
+    pub fn id(&self) -> &str {
+        &self.job.id
+    }
+
+    /// The job's payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.job.payload
+    }
+
+    /// 1 on the first delivery, then one more per redelivery or retry.
+    pub fn attempt(&self) -> u32 {
+        self.job.attempt
+    }
+
+    /// When the job was due (for a retry: when the retry was due).
+    pub fn run_at(&self) -> SystemTime {
+        system_time(self.job.run_at)
+    }
+
+    /// Marks the job done and deletes it: `true`. `false` if the lease had been lost (the job
+    /// was delivered again to someone else, or is gone): nothing changes then.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_closed`]; the lease is then still held.
+    pub async fn ack(&self) -> Result<bool, Error> {
+        self.inner
+            .backend
+            .ack(self.job.id.clone(), self.job.token)
+            .await
+    }
+
+    /// Gives the job back, due again `after` from now: `true` if the lease was held. The
+    /// attempt counts: if it was the last one ([`max_attempts`](crate::Builder::max_attempts)),
+    /// the job is dead instead.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_closed`].
+    pub async fn retry(&self, after: Duration) -> Result<bool, Error> {
+        retry(&self.inner, &self.job.id, self.job.token, after).await
+    }
+
+    /// Extends the lease to `by` from now: `true` if the lease was held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_closed`].
+    pub async fn extend(&self, by: Duration) -> Result<bool, Error> {
+        self.inner
+            .backend
+            .extend(self.job.id.clone(), self.job.token, by)
+            .await
+    }
+}
+
+pub(crate) async fn retry(
+    inner: &Inner,
+    id: &str,
+    token: u64,
+    after: Duration,
+) -> Result<bool, Error> {
+    let (outcome, run_at) = inner.backend.retry(id.to_owned(), token, after).await?;
+    if outcome == Retry::Pending {
+        inner.wakeup.due_at(run_at);
+    }
+    Ok(outcome != Retry::Stale)
+}
+
+/// The backoff before attempt `attempt + 1`: `first · 2^(attempt−1)` capped at `max`, plus up
+/// to 25 % jitter drawn from the lease token.
+pub(crate) fn backoff(first: Duration, max: Duration, attempt: u32, token: u64) -> Duration {
+    let doubled = first.saturating_mul(1u32 << attempt.saturating_sub(1).min(31));
+    let base = doubled.min(max);
+    let share = u32::try_from(model::mix(token) % 1024).expect("below 1024");
+    let jitter = (base / 4096).saturating_mul(share);
+    base.saturating_add(jitter)
+}

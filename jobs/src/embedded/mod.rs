@@ -1,0 +1,345 @@
+//! The embedded backend: one redb file, one writer thread, group commit.
+//!
+//! # Ground rules
+//!
+//! - One thread owns the [`Store`] (and so the file). Every operation, reads included, is a
+//!   request on its channel; the thread takes every request waiting (up to `MAX_BATCH`) and
+//!   applies them in two transactions: first the lease changes (claims, extends) and reads,
+//!   committed without fsync and answered at once; then everything else, in arrival order,
+//!   with one fsync. That is the group commit: a `schedule` is answered only after the
+//!   commit that made it durable, 64 concurrent schedulers share each fsync instead of
+//!   paying one each, and a claim never waits for the fsync of the acks beside it. Moving
+//!   the lease changes ahead of the rest of their batch is safe: they are concurrent with
+//!   it, so either order is one the callers could have seen.
+//! - A failed batch (I/O error, corrupt page) fails every request in it and nothing of it
+//!   is applied. A panic inside redb is caught and reported the same way, after which the
+//!   thread stops: later calls fail with `is_closed` rather than trust a store in an unknown
+//!   state.
+//! - The file lock is held exactly as long as the thread runs: `close` waits for the thread
+//!   to drop the database before it answers, so the path can be reopened at once.
+
+mod store;
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use redb::DatabaseError;
+use tokio::sync::oneshot;
+
+use crate::backend::{Backend, BoxFuture, ClaimBatch};
+use crate::model::Retry;
+use crate::queue::Config;
+use crate::{Error, JobInfo, Scheduled, When};
+use store::{Op, Reply, Store};
+
+/// Requests applied in one transaction at most: bounds a commit's size and latency.
+const MAX_BATCH: usize = 4096;
+
+enum Request {
+    Op(Op, oneshot::Sender<Result<Reply, Error>>),
+    Close(oneshot::Sender<Result<(), Error>>),
+}
+
+pub(crate) struct Embedded {
+    path: PathBuf,
+    requests: mpsc::Sender<Request>,
+    shared: Arc<Shared>,
+}
+
+/// What the writer thread publishes.
+#[derive(Default)]
+struct Shared {
+    /// Pending jobs as of the last commit.
+    pending: AtomicU64,
+    /// Leased jobs as of the last commit.
+    running: AtomicU64,
+    /// Set when the thread stopped.
+    closed: AtomicBool,
+}
+
+impl fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Embedded")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic".to_owned()
+    }
+}
+
+fn open_database(path: &std::path::Path, cache_size: usize) -> Result<redb::Database, Error> {
+    let opened = catch_unwind(|| {
+        redb::Database::builder()
+            .set_cache_size(cache_size)
+            .create(path)
+    });
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Err(Error::locked()),
+        Ok(Err(err)) => Err(Error::storage(format!(
+            "cannot open {}: {err}",
+            path.display()
+        ))),
+        Err(panic) => Err(Error::storage(format!(
+            "cannot open {}: {}",
+            path.display(),
+            panic_message(&*panic)
+        ))),
+    }
+}
+
+impl Shared {
+    fn publish(&self, counts: crate::model::Counts) {
+        self.pending.store(counts.pending, Relaxed);
+        self.running.store(counts.leased, Relaxed);
+    }
+}
+
+impl Embedded {
+    pub(crate) async fn open(path: PathBuf, config: &Config) -> Result<Embedded, Error> {
+        let cache_size = config.cache_size;
+        let config = config.clone();
+        let (requests, receiver) = mpsc::channel();
+        let shared = Arc::new(Shared::default());
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let thread_path = path.clone();
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("wheel-jobs-store".into())
+            .spawn(move || {
+                let opened = open_database(&thread_path, cache_size).and_then(|db| {
+                    catch_unwind(AssertUnwindSafe(|| Store::open(db, &config)))
+                        .unwrap_or_else(|panic| Err(Error::storage(panic_message(&*panic))))
+                });
+                match opened {
+                    Ok(store) => {
+                        thread_shared.publish(store.counts());
+                        if ready_tx.send(Ok(())).is_ok() {
+                            serve(store, receiver, &thread_shared);
+                        }
+                    }
+                    Err(err) => {
+                        let _ = ready_tx.send(Err(err));
+                    }
+                }
+            })
+            .map_err(Error::storage)?;
+        ready_rx
+            .await
+            .map_err(|_| Error::storage("the store thread stopped while opening"))??;
+        Ok(Embedded {
+            path,
+            requests,
+            shared,
+        })
+    }
+
+    async fn call(&self, op: Op) -> Result<Reply, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .send(Request::Op(op, tx))
+            .map_err(|_| Error::closed())?;
+        rx.await.map_err(|_| Error::closed())?
+    }
+}
+
+/// The writer thread's loop: batch, apply, commit, answer.
+fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
+    let mut closing = Vec::new();
+    while let Ok(first) = receiver.recv() {
+        let mut ops = Vec::new();
+        let mut replies = Vec::new();
+        let mut next = Some(first);
+        while let Some(request) = next.take() {
+            match request {
+                Request::Op(op, reply) => {
+                    ops.push(op);
+                    replies.push(reply);
+                }
+                Request::Close(done) => closing.push(done),
+            }
+            if ops.len() < MAX_BATCH && closing.is_empty() {
+                next = receiver.try_recv().ok();
+            }
+        }
+        // Lease changes first, committed without fsync and answered at once, so a delivery
+        // never waits behind the fsync of the schedules and acks that arrived with it.
+        let (fast, slow): (Vec<_>, Vec<_>) = ops
+            .into_iter()
+            .zip(replies)
+            .partition(|(op, _)| !op.needs_fsync());
+        let failed = apply(&mut store, fast, shared) || apply(&mut store, slow, shared);
+        if failed || !closing.is_empty() {
+            break;
+        }
+    }
+    // Stop taking requests, then release the file before anyone hears the close is done.
+    shared.closed.store(true, Relaxed);
+    drop(receiver);
+    drop(store);
+    for done in closing {
+        let _ = done.send(Ok(()));
+    }
+}
+
+/// Applies one group of requests in one transaction and answers them; `true` if the store
+/// panicked (the thread must stop).
+fn apply(
+    store: &mut Store,
+    group: Vec<(Op, oneshot::Sender<Result<Reply, Error>>)>,
+    shared: &Shared,
+) -> bool {
+    if group.is_empty() {
+        return false;
+    }
+    let (ops, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+    let (answers, panicked) = match catch_unwind(AssertUnwindSafe(|| store.apply(ops))) {
+        Ok(Ok(answers)) => {
+            shared.publish(store.counts());
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(Ok(answer));
+            }
+            return false;
+        }
+        Ok(Err(err)) => (err, false),
+        Err(panic) => (
+            Error::storage(format!("the store panicked: {}", panic_message(&*panic))),
+            true,
+        ),
+    };
+    for reply in replies {
+        let _ = reply.send(Err(answers.clone()));
+    }
+    panicked
+}
+
+macro_rules! expect_reply {
+    ($reply:expr, $variant:pat => $out:expr) => {
+        match $reply {
+            $variant => Ok($out),
+            other => Err(Error::storage(format!("unexpected store reply {other:?}"))),
+        }
+    };
+}
+
+impl Backend for Embedded {
+    fn schedule(
+        &self,
+        id: String,
+        when: When,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::Schedule { id, when, payload }).await?, Reply::Scheduled(s, at) => (s, at))
+        })
+    }
+
+    fn schedule_many(
+        &self,
+        jobs: Vec<(String, When, Vec<u8>)>,
+    ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::ScheduleMany { jobs }).await?, Reply::ScheduledMany(v) => v)
+        })
+    }
+
+    fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(
+            async move { expect_reply!(self.call(Op::Cancel { id }).await?, Reply::Bool(b) => b) },
+        )
+    }
+
+    fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::Reschedule { id, when }).await?, Reply::Moved(m) => m)
+        })
+    }
+
+    fn get(&self, id: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>> {
+        Box::pin(
+            async move { expect_reply!(self.call(Op::Get { id }).await?, Reply::Info(i) => i) },
+        )
+    }
+
+    fn pending(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move {
+            // The thread publishes the count after each commit; no request needed.
+            if self.shared.closed.load(Relaxed) {
+                return Err(Error::closed());
+            }
+            Ok(self.shared.pending.load(Relaxed))
+        })
+    }
+
+    fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move {
+            if self.shared.closed.load(Relaxed) {
+                return Err(Error::closed());
+            }
+            Ok(self.shared.running.load(Relaxed))
+        })
+    }
+
+    fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::Claim { max }).await?, Reply::Claimed(c) => c)
+        })
+    }
+
+    fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::Ack { id, token }).await?, Reply::Bool(b) => b)
+        })
+    }
+
+    fn retry(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::Retry { id, token, after }).await?, Reply::Retried(r, at) => (r, at))
+        })
+    }
+
+    fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::Extend { id, token, by }).await?, Reply::Bool(b) => b)
+        })
+    }
+
+    fn remove_dead(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::RemoveDead { id }).await?, Reply::Bool(b) => b)
+        })
+    }
+
+    fn purge_dead(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::PurgeDead { limit }).await?, Reply::Count(n) => n)
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            if self.requests.send(Request::Close(tx)).is_err() {
+                return Ok(()); // already closed
+            }
+            rx.await.unwrap_or(Ok(()))
+        })
+    }
+}

@@ -1,0 +1,481 @@
+//! The embedded store's data: the tables, and one write transaction per batch of operations.
+//!
+//! # Ground rules
+//!
+//! - Four tables: `jobs` (id → record: the [`Job`] header and the payload), `due`
+//!   ((due nanos, id) → (), the due index of `model.rs`; it holds both pending run_ats and
+//!   lease ends, so it is also the lease table), `dead` (id → (), so dead jobs can be purged
+//!   without a scan), `meta` (format version and the per-state [`Counts`]).
+//! - Only the writer thread (`mod.rs`) calls [`Store::apply`]; a batch is one redb write
+//!   transaction, committed with quick repair unless the builder turned it off (the
+//!   allocator state is saved, so reopening after `kill -9` is near-instant) and `Durability::Immediate` if any change in it must
+//!   be durable before it is answered ([`Op::needs_fsync`]: all but claims and extends). A
+//!   batch of claims alone commits without fsync; a batch that changed nothing is aborted:
+//!   reads and empty claims cost no fsync.
+//! - Every read of the due index is a bounded range (`take(max)`, `first()`): no operation
+//!   walks the whole queue, and opening reads only `meta`.
+//! - A transition always goes through [`Job`]; this file only keeps the index, the counts
+//!   and the dead set in step with it (`set`).
+
+use std::time::{Duration, SystemTime};
+
+use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, Table, TableDefinition};
+
+use crate::backend::{ClaimBatch, Claimed};
+use crate::model::{self, Claim, Counts, Job, Retry, Status};
+use crate::queue::{nanos, Config, When};
+use crate::{Error, JobInfo, JobState, Scheduled};
+
+const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
+const DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
+const DEAD: TableDefinition<'_, &str, ()> = TableDefinition::new("dead");
+const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+
+const FORMAT: u64 = 1;
+
+/// One request to the store.
+#[derive(Debug)]
+pub(crate) enum Op {
+    ScheduleMany {
+        jobs: Vec<(String, When, Vec<u8>)>,
+    },
+    Schedule {
+        id: String,
+        when: When,
+        payload: Vec<u8>,
+    },
+    Cancel {
+        id: String,
+    },
+    Reschedule {
+        id: String,
+        when: When,
+    },
+    Get {
+        id: String,
+    },
+    Claim {
+        max: usize,
+    },
+    Ack {
+        id: String,
+        token: u64,
+    },
+    Retry {
+        id: String,
+        token: u64,
+        after: Duration,
+    },
+    Extend {
+        id: String,
+        token: u64,
+        by: Duration,
+    },
+    RemoveDead {
+        id: String,
+    },
+    PurgeDead {
+        limit: usize,
+    },
+}
+
+impl Op {
+    /// Whether a change made by this op must be on disk before it is answered.
+    ///
+    /// Claims and extends are not: they only change who holds a lease, and a lease dies with
+    /// the process holding it. Lost in a crash, a claim leaves the job as it was before the
+    /// claim (pending, or leased to an earlier holder), so it is delivered again: the
+    /// at-least-once contract, without an fsync on the delivery path. The next durable commit
+    /// persists them along with its own changes.
+    pub(crate) fn needs_fsync(&self) -> bool {
+        !matches!(self, Op::Claim { .. } | Op::Extend { .. } | Op::Get { .. })
+    }
+}
+
+/// The answer to one [`Op`], in the same order.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    Scheduled(Scheduled, u64),
+    ScheduledMany(Vec<(Scheduled, u64)>),
+    Bool(bool),
+    Moved(Option<u64>),
+    Info(Option<JobInfo>),
+    Claimed(ClaimBatch),
+    Retried(Retry, u64),
+    Count(u64),
+}
+
+pub(crate) struct Store {
+    db: Database,
+    counts: Counts,
+    lease: Duration,
+    max_attempts: u32,
+    quick_repair: bool,
+    seed: u64,
+    issued: u64,
+}
+
+fn storage(err: impl std::fmt::Display) -> Error {
+    Error::storage(err)
+}
+
+fn now() -> u64 {
+    nanos(SystemTime::now())
+}
+
+struct Tables<'t> {
+    jobs: Table<'t, &'static str, &'static [u8]>,
+    due: Table<'t, (u64, &'static str), ()>,
+    dead: Table<'t, &'static str, ()>,
+}
+
+impl Tables<'_> {
+    fn load(&self, id: &str) -> Result<Option<(Job, Vec<u8>)>, Error> {
+        let Some(record) = self.jobs.get(id).map_err(storage)? else {
+            return Ok(None);
+        };
+        let (job, payload) = Job::decode(record.value()).map_err(storage)?;
+        Ok(Some((job, payload.to_vec())))
+    }
+
+    /// Stores `after` (or deletes the job for `None`) in place of `before`, keeping the due
+    /// index, the dead set and the counts in step.
+    fn set(
+        &mut self,
+        counts: &mut Counts,
+        id: &str,
+        before: Option<Job>,
+        after: Option<Job>,
+        payload: &[u8],
+    ) -> Result<(), Error> {
+        if let Some(due) = before.and_then(|j| j.due()) {
+            self.due.remove((due, id)).map_err(storage)?;
+        }
+        if let Some(due) = after.and_then(|j| j.due()) {
+            self.due.insert((due, id), ()).map_err(storage)?;
+        }
+        let was_dead = before.is_some_and(|j| j.status == Status::Dead);
+        let is_dead = after.is_some_and(|j| j.status == Status::Dead);
+        if was_dead && !is_dead {
+            self.dead.remove(id).map_err(storage)?;
+        } else if is_dead && !was_dead {
+            self.dead.insert(id, ()).map_err(storage)?;
+        }
+        match after {
+            Some(job) => self
+                .jobs
+                .insert(id, job.encode(payload).as_slice())
+                .map_err(storage)?,
+            None => self.jobs.remove(id).map_err(storage)?,
+        };
+        counts.transition(before.map(|j| j.status), after.map(|j| j.status));
+        Ok(())
+    }
+}
+
+fn schedule(
+    t: &mut Tables<'_>,
+    counts: &mut Counts,
+    now: u64,
+    id: &str,
+    when: When,
+    payload: &[u8],
+) -> Result<(Scheduled, u64), Error> {
+    if let Some((job, _)) = t.load(id)? {
+        return Ok((Scheduled::Exists, job.run_at));
+    }
+    let job = Job::new(when.resolve(now));
+    t.set(counts, id, None, Some(job), payload)?;
+    Ok((Scheduled::Created, job.run_at))
+}
+
+fn state(status: Status) -> JobState {
+    match status {
+        Status::Pending => JobState::Pending,
+        Status::Leased { .. } => JobState::Running,
+        Status::Dead => JobState::Dead,
+    }
+}
+
+// ===== impl Store =====
+
+impl Store {
+    /// Creates the tables if missing and reads the counts; reads no job.
+    pub(crate) fn open(db: Database, config: &Config) -> Result<Store, Error> {
+        let txn = db.begin_write().map_err(storage)?;
+        let counts = {
+            let mut meta = txn.open_table(META).map_err(storage)?;
+            let jobs = txn.open_table(JOBS).map_err(storage)?;
+            txn.open_table(DUE).map_err(storage)?;
+            txn.open_table(DEAD).map_err(storage)?;
+            let format = meta.get("format").map_err(storage)?.map(|v| v.value());
+            match format {
+                Some(FORMAT) => {}
+                None if jobs.is_empty().map_err(storage)? => {
+                    meta.insert("format", FORMAT).map_err(storage)?;
+                }
+                other => {
+                    return Err(Error::storage(format!(
+                        "not a wheel-jobs store of format {FORMAT} (found {other:?})"
+                    )))
+                }
+            }
+            let get = |key: &str| -> Result<u64, Error> {
+                Ok(meta.get(key).map_err(storage)?.map_or(0, |v| v.value()))
+            };
+            Counts {
+                pending: get("pending")?,
+                leased: get("leased")?,
+                dead: get("dead")?,
+            }
+        };
+        txn.commit().map_err(storage)?;
+        let seed = now() ^ (u64::from(std::process::id()) << 32);
+        Ok(Store {
+            db,
+            counts,
+            lease: config.lease,
+            max_attempts: config.max_attempts,
+            quick_repair: config.quick_repair,
+            seed: model::mix(seed),
+            issued: 0,
+        })
+    }
+
+    pub(crate) fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    fn token(&mut self) -> u64 {
+        self.issued += 1;
+        model::mix(self.seed.wrapping_add(self.issued))
+    }
+
+    /// Applies `ops` in order in one transaction. On error nothing of the batch is applied.
+    pub(crate) fn apply(&mut self, ops: Vec<Op>) -> Result<Vec<Reply>, Error> {
+        self.apply_at(ops, now())
+    }
+
+    /// [`apply`](Self::apply) with the clock reading handed in (for the model test).
+    pub(crate) fn apply_at(&mut self, ops: Vec<Op>, now: u64) -> Result<Vec<Reply>, Error> {
+        let mut txn = self.db.begin_write().map_err(storage)?;
+        txn.set_quick_repair(self.quick_repair);
+        let mut counts = self.counts;
+        let mut dirty = false;
+        let mut durable = false;
+        let mut replies = Vec::with_capacity(ops.len());
+        {
+            let mut t = Tables {
+                jobs: txn.open_table(JOBS).map_err(storage)?,
+                due: txn.open_table(DUE).map_err(storage)?,
+                dead: txn.open_table(DEAD).map_err(storage)?,
+            };
+            for op in ops {
+                let needs_fsync = op.needs_fsync();
+                let (reply, changed) = self.op(&mut t, &mut counts, now, op)?;
+                dirty |= changed;
+                durable |= changed && needs_fsync;
+                replies.push(reply);
+            }
+            if dirty {
+                let mut meta = txn.open_table(META).map_err(storage)?;
+                meta.insert("pending", counts.pending).map_err(storage)?;
+                meta.insert("leased", counts.leased).map_err(storage)?;
+                meta.insert("dead", counts.dead).map_err(storage)?;
+            }
+        }
+        if dirty {
+            if !durable {
+                txn.set_durability(Durability::None).map_err(storage)?;
+            }
+            txn.commit().map_err(storage)?;
+            self.counts = counts;
+        } else {
+            txn.abort().map_err(storage)?;
+        }
+        Ok(replies)
+    }
+
+    fn op(
+        &mut self,
+        t: &mut Tables<'_>,
+        counts: &mut Counts,
+        now: u64,
+        op: Op,
+    ) -> Result<(Reply, bool), Error> {
+        Ok(match op {
+            Op::Schedule { id, when, payload } => {
+                let (outcome, run_at) = schedule(t, counts, now, &id, when, &payload)?;
+                (
+                    Reply::Scheduled(outcome, run_at),
+                    outcome == Scheduled::Created,
+                )
+            }
+            Op::ScheduleMany { jobs } => {
+                let mut outcomes = Vec::with_capacity(jobs.len());
+                for (id, when, payload) in jobs {
+                    outcomes.push(schedule(t, counts, now, &id, when, &payload)?);
+                }
+                let changed = outcomes.iter().any(|(o, _)| *o == Scheduled::Created);
+                (Reply::ScheduledMany(outcomes), changed)
+            }
+            Op::Cancel { id } => match t.load(&id)? {
+                Some((job, _)) if job.cancel() => {
+                    t.set(counts, &id, Some(job), None, &[])?;
+                    (Reply::Bool(true), true)
+                }
+                _ => (Reply::Bool(false), false),
+            },
+            Op::Reschedule { id, when } => match t.load(&id)? {
+                Some((before, payload)) => {
+                    let mut job = before;
+                    if job.reschedule(when.resolve(now)) {
+                        t.set(counts, &id, Some(before), Some(job), &payload)?;
+                        (Reply::Moved(Some(job.run_at)), true)
+                    } else {
+                        (Reply::Moved(None), false)
+                    }
+                }
+                None => (Reply::Moved(None), false),
+            },
+            Op::Get { id } => {
+                let info = t.load(&id)?.map(|(job, payload)| JobInfo {
+                    state: state(job.status),
+                    run_at: job.run_at,
+                    attempt: job.attempt,
+                    payload,
+                });
+                (Reply::Info(info), false)
+            }
+            Op::Claim { max } => {
+                let (batch, changed) = self.claim(t, counts, now, max)?;
+                (Reply::Claimed(batch), changed)
+            }
+            Op::Ack { id, token } => match t.load(&id)? {
+                Some((job, _)) if job.ack(token) => {
+                    t.set(counts, &id, Some(job), None, &[])?;
+                    (Reply::Bool(true), true)
+                }
+                _ => (Reply::Bool(false), false),
+            },
+            Op::Retry { id, token, after } => {
+                let run_at = model::add(now, after);
+                match t.load(&id)? {
+                    Some((before, payload)) => {
+                        let mut job = before;
+                        let outcome = job.retry(token, run_at, self.max_attempts);
+                        if outcome != Retry::Stale {
+                            t.set(counts, &id, Some(before), Some(job), &payload)?;
+                        }
+                        (Reply::Retried(outcome, run_at), outcome != Retry::Stale)
+                    }
+                    None => (Reply::Retried(Retry::Stale, run_at), false),
+                }
+            }
+            Op::Extend { id, token, by } => match t.load(&id)? {
+                Some((before, payload)) => {
+                    let mut job = before;
+                    let extended = job.extend(token, model::add(now, by));
+                    if extended {
+                        t.set(counts, &id, Some(before), Some(job), &payload)?;
+                    }
+                    (Reply::Bool(extended), extended)
+                }
+                None => (Reply::Bool(false), false),
+            },
+            Op::RemoveDead { id } => match t.load(&id)? {
+                Some((job, _)) if job.status == Status::Dead => {
+                    t.set(counts, &id, Some(job), None, &[])?;
+                    (Reply::Bool(true), true)
+                }
+                _ => (Reply::Bool(false), false),
+            },
+            Op::PurgeDead { limit } => {
+                let ids = {
+                    let mut ids = Vec::new();
+                    for entry in t.dead.iter().map_err(storage)?.take(limit) {
+                        ids.push(entry.map_err(storage)?.0.value().to_owned());
+                    }
+                    ids
+                };
+                for id in &ids {
+                    if let Some((job, _)) = t.load(id)? {
+                        t.set(counts, id, Some(job), None, &[])?;
+                    } else {
+                        t.dead.remove(id.as_str()).map_err(storage)?;
+                    }
+                }
+                (Reply::Count(ids.len() as u64), !ids.is_empty())
+            }
+        })
+    }
+
+    /// Leases up to `max` due jobs; whether anything changed (a job delivered or killed).
+    fn claim(
+        &mut self,
+        t: &mut Tables<'_>,
+        counts: &mut Counts,
+        now: u64,
+        max: usize,
+    ) -> Result<(ClaimBatch, bool), Error> {
+        let due: Vec<(u64, String)> = {
+            let mut due = Vec::new();
+            let range = t
+                .due
+                .range(..(now.saturating_add(1), ""))
+                .map_err(storage)?;
+            for entry in range.take(max) {
+                let (key, _) = entry.map_err(storage)?;
+                let (at, id) = key.value();
+                due.push((at, id.to_owned()));
+            }
+            due
+        };
+        let changed = !due.is_empty();
+        let until = model::add(now, self.lease);
+        let mut jobs = Vec::with_capacity(due.len());
+        for (at, id) in due {
+            let Some((before, payload)) = t.load(&id)? else {
+                return Err(Error::storage(format!(
+                    "due index names a missing job {id:?} at {at}"
+                )));
+            };
+            let mut job = before;
+            let token = self.token();
+            match job.claim(now, until, token, self.max_attempts) {
+                Claim::Deliver => {
+                    t.set(counts, &id, Some(before), Some(job), &payload)?;
+                    jobs.push(Claimed {
+                        id,
+                        payload,
+                        attempt: job.attempt,
+                        run_at: job.run_at,
+                        token,
+                    });
+                }
+                Claim::Died => t.set(counts, &id, Some(before), Some(job), &payload)?,
+                Claim::NotDue => {
+                    return Err(Error::storage(format!(
+                        "due index disagrees with job {id:?}"
+                    )));
+                }
+            }
+        }
+        let next_due = t
+            .due
+            .first()
+            .map_err(storage)?
+            .map(|(key, _)| key.value().0);
+        Ok((
+            ClaimBatch {
+                jobs,
+                next_due,
+                now,
+            },
+            changed,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,334 @@
+//! The store (tables, indexes, counts) against a trivially correct model of the whole queue:
+//! a map of jobs scanned linearly, with the rules written out plainly. Random operation
+//! sequences on an in-memory redb; every reply, the counts and every job compared after
+//! each step.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+use proptest::prelude::*;
+
+use super::*;
+
+const LEASE: u64 = 10;
+const MAX_ATTEMPTS: u32 = 2;
+
+#[derive(Debug, Clone)]
+struct RefJob {
+    run_at: u64,
+    attempt: u32,
+    holder: Option<(u64, u64)>,
+    dead: bool,
+    payload: Vec<u8>,
+}
+
+impl RefJob {
+    fn due(&self) -> Option<u64> {
+        if self.dead {
+            None
+        } else {
+            Some(self.holder.map_or(self.run_at, |(_, until)| until))
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Advance(u64),
+    ScheduleAt(u8, u64),
+    ScheduleAfter(u8, u64),
+    Cancel(u8),
+    Reschedule(u8, u64),
+    Claim(usize),
+    Ack(u8, bool),
+    Retry(u8, bool, u64),
+    Extend(u8, bool, u64),
+    RemoveDead(u8),
+    PurgeDead(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let id = 0..5u8;
+    prop_oneof![
+        (0..15u64).prop_map(Step::Advance),
+        (id.clone(), 0..60u64).prop_map(|(i, at)| Step::ScheduleAt(i, at)),
+        (id.clone(), 0..30u64).prop_map(|(i, after)| Step::ScheduleAfter(i, after)),
+        id.clone().prop_map(Step::Cancel),
+        (id.clone(), 0..60u64).prop_map(|(i, at)| Step::Reschedule(i, at)),
+        (1..4usize).prop_map(Step::Claim),
+        (1..4usize).prop_map(Step::Claim),
+        (id.clone(), any::<bool>()).prop_map(|(i, c)| Step::Ack(i, c)),
+        (id.clone(), any::<bool>(), 0..20u64).prop_map(|(i, c, a)| Step::Retry(i, c, a)),
+        (id.clone(), any::<bool>(), 0..30u64).prop_map(|(i, c, b)| Step::Extend(i, c, b)),
+        id.clone().prop_map(Step::RemoveDead),
+        (1..3usize).prop_map(Step::PurgeDead),
+    ]
+}
+
+fn name(i: u8) -> String {
+    format!("j{i}")
+}
+
+fn at(nanos: u64) -> When {
+    When::At(UNIX_EPOCH + Duration::from_nanos(nanos))
+}
+
+fn store() -> Store {
+    let db = redb::Database::builder()
+        .create_with_backend(redb::backends::InMemoryBackend::new())
+        .expect("in-memory redb");
+    let mut builder = crate::JobQueue::builder();
+    builder.max_attempts(MAX_ATTEMPTS);
+    let mut config = builder.config();
+    config.lease = Duration::from_nanos(LEASE);
+    Store::open(db, &config).expect("open")
+}
+
+fn one(store: &mut Store, op: Op, now: u64) -> Reply {
+    let mut replies = store.apply_at(vec![op], now).expect("apply");
+    assert_eq!(replies.len(), 1);
+    replies.pop().unwrap()
+}
+
+fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let mut store = store();
+    let mut model: BTreeMap<String, RefJob> = BTreeMap::new();
+    let mut tokens: BTreeMap<String, u64> = BTreeMap::new();
+    let mut now = 100u64;
+    for step in steps {
+        let token_for = |id: &str, current: bool| {
+            let token = tokens.get(id).copied().unwrap_or(0);
+            if current {
+                token
+            } else {
+                token ^ 1
+            }
+        };
+        let holds = |model: &BTreeMap<String, RefJob>, id: &str, token: u64| {
+            model
+                .get(id)
+                .and_then(|j| j.holder)
+                .is_some_and(|(t, _)| t == token)
+        };
+        match step {
+            Step::Advance(by) => now += by,
+            Step::ScheduleAt(i, _) | Step::ScheduleAfter(i, _) => {
+                let (when, run_at) = match step {
+                    Step::ScheduleAt(_, t) => (at(t), t),
+                    Step::ScheduleAfter(_, a) => (When::After(Duration::from_nanos(a)), now + a),
+                    _ => unreachable!(),
+                };
+                let id = name(i);
+                let payload = vec![i; 3];
+                let reply = one(
+                    &mut store,
+                    Op::Schedule {
+                        id: id.clone(),
+                        when,
+                        payload: payload.clone(),
+                    },
+                    now,
+                );
+                let expect = match model.get(&id) {
+                    Some(job) => Reply::Scheduled(Scheduled::Exists, job.run_at),
+                    None => {
+                        model.insert(
+                            id,
+                            RefJob {
+                                run_at,
+                                attempt: 0,
+                                holder: None,
+                                dead: false,
+                                payload,
+                            },
+                        );
+                        Reply::Scheduled(Scheduled::Created, run_at)
+                    }
+                };
+                prop_assert_eq!(reply, expect);
+            }
+            Step::Cancel(i) => {
+                let id = name(i);
+                let pending = model
+                    .get(&id)
+                    .is_some_and(|j| !j.dead && j.holder.is_none());
+                if pending {
+                    model.remove(&id);
+                }
+                prop_assert_eq!(
+                    one(&mut store, Op::Cancel { id }, now),
+                    Reply::Bool(pending)
+                );
+            }
+            Step::Reschedule(i, t) => {
+                let id = name(i);
+                let expect = match model.get_mut(&id) {
+                    Some(job) if !job.dead && job.holder.is_none() => {
+                        job.run_at = t;
+                        Some(t)
+                    }
+                    _ => None,
+                };
+                prop_assert_eq!(
+                    one(&mut store, Op::Reschedule { id, when: at(t) }, now),
+                    Reply::Moved(expect)
+                );
+            }
+            Step::Claim(max) => {
+                let Reply::Claimed(batch) = one(&mut store, Op::Claim { max }, now) else {
+                    return Err(TestCaseError::fail("claim reply"));
+                };
+                let mut due: Vec<(u64, String)> = model
+                    .iter()
+                    .filter_map(|(id, j)| j.due().filter(|d| *d <= now).map(|d| (d, id.clone())))
+                    .collect();
+                due.sort();
+                let mut delivered = Vec::new();
+                for (_, id) in due.into_iter().take(max) {
+                    let job = model.get_mut(&id).unwrap();
+                    if job.attempt >= MAX_ATTEMPTS {
+                        job.dead = true;
+                        job.holder = None;
+                    } else {
+                        job.attempt += 1;
+                        delivered.push((id.clone(), job.attempt, job.run_at, job.payload.clone()));
+                    }
+                }
+                let got: Vec<_> = batch
+                    .jobs
+                    .iter()
+                    .map(|c| (c.id.clone(), c.attempt, c.run_at, c.payload.clone()))
+                    .collect();
+                prop_assert_eq!(&got, &delivered);
+                for claimed in &batch.jobs {
+                    model.get_mut(&claimed.id).unwrap().holder = Some((claimed.token, now + LEASE));
+                    let old = tokens.insert(claimed.id.clone(), claimed.token);
+                    prop_assert_ne!(old, Some(claimed.token), "a claim hands out a fresh token");
+                }
+                prop_assert_eq!(batch.now, now);
+                prop_assert_eq!(batch.next_due, model.values().filter_map(RefJob::due).min());
+            }
+            Step::Ack(i, current) => {
+                let id = name(i);
+                let token = token_for(&id, current);
+                let valid = holds(&model, &id, token);
+                if valid {
+                    model.remove(&id);
+                }
+                prop_assert_eq!(
+                    one(&mut store, Op::Ack { id, token }, now),
+                    Reply::Bool(valid)
+                );
+            }
+            Step::Retry(i, current, after) => {
+                let id = name(i);
+                let token = token_for(&id, current);
+                let outcome = if holds(&model, &id, token) {
+                    let job = model.get_mut(&id).unwrap();
+                    job.holder = None;
+                    if job.attempt >= MAX_ATTEMPTS {
+                        job.dead = true;
+                        Retry::Died
+                    } else {
+                        job.run_at = now + after;
+                        Retry::Pending
+                    }
+                } else {
+                    Retry::Stale
+                };
+                let reply = one(
+                    &mut store,
+                    Op::Retry {
+                        id,
+                        token,
+                        after: Duration::from_nanos(after),
+                    },
+                    now,
+                );
+                prop_assert_eq!(reply, Reply::Retried(outcome, now + after));
+            }
+            Step::Extend(i, current, by) => {
+                let id = name(i);
+                let token = token_for(&id, current);
+                let valid = holds(&model, &id, token);
+                if valid {
+                    model.get_mut(&id).unwrap().holder = Some((token, now + by));
+                }
+                let reply = one(
+                    &mut store,
+                    Op::Extend {
+                        id,
+                        token,
+                        by: Duration::from_nanos(by),
+                    },
+                    now,
+                );
+                prop_assert_eq!(reply, Reply::Bool(valid));
+            }
+            Step::RemoveDead(i) => {
+                let id = name(i);
+                let dead = model.get(&id).is_some_and(|j| j.dead);
+                if dead {
+                    model.remove(&id);
+                }
+                prop_assert_eq!(
+                    one(&mut store, Op::RemoveDead { id }, now),
+                    Reply::Bool(dead)
+                );
+            }
+            Step::PurgeDead(limit) => {
+                let dead: Vec<String> = model
+                    .iter()
+                    .filter(|(_, j)| j.dead)
+                    .map(|(id, _)| id.clone())
+                    .take(limit)
+                    .collect();
+                for id in &dead {
+                    model.remove(id);
+                }
+                prop_assert_eq!(
+                    one(&mut store, Op::PurgeDead { limit }, now),
+                    Reply::Count(dead.len() as u64)
+                );
+            }
+        }
+        // Counts and every job agree after every step.
+        let counts = store.counts();
+        let pending = model
+            .values()
+            .filter(|j| !j.dead && j.holder.is_none())
+            .count() as u64;
+        let leased = model.values().filter(|j| j.holder.is_some()).count() as u64;
+        let dead = model.values().filter(|j| j.dead).count() as u64;
+        prop_assert_eq!(
+            (counts.pending, counts.leased, counts.dead),
+            (pending, leased, dead)
+        );
+        let gets = (0..5).map(|i| Op::Get { id: name(i) }).collect();
+        let replies = store.apply_at(gets, now).expect("gets");
+        for (i, reply) in (0..5).zip(replies) {
+            let expect = model.get(&name(i)).map(|j| JobInfo {
+                state: if j.dead {
+                    JobState::Dead
+                } else if j.holder.is_some() {
+                    JobState::Running
+                } else {
+                    JobState::Pending
+                },
+                run_at: j.run_at,
+                attempt: j.attempt,
+                payload: j.payload.clone(),
+            });
+            prop_assert_eq!(reply, Reply::Info(expect));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test]
+    fn store_matches_model(steps in proptest::collection::vec(step(), 1..60)) {
+        run(steps)?;
+    }
+}

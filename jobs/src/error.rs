@@ -1,0 +1,164 @@
+//! [`Error`]: why a queue operation failed, asked with `is_*` queries.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Why a queue operation failed.
+///
+/// Opaque on purpose: ask it with the `is_*` methods. Cheap to clone (one batch of
+/// operations that failed together shares one error).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), wheel_jobs::Error> {
+/// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-error-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+/// let err = queue.schedule("", std::time::Duration::ZERO, "payload").await.unwrap_err();
+/// assert!(err.is_invalid_id());
+/// # queue.close().await?;
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Error {
+    kind: Kind,
+}
+
+#[derive(Clone)]
+enum Kind {
+    InvalidId(usize),
+    PayloadTooLarge {
+        len: usize,
+        max: usize,
+    },
+    InvalidConfig(std::borrow::Cow<'static, str>),
+    Locked,
+    Storage(Arc<str>),
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    Unavailable(Arc<str>),
+    Closed,
+}
+
+impl Error {
+    pub(crate) fn invalid_id(len: usize) -> Self {
+        Error {
+            kind: Kind::InvalidId(len),
+        }
+    }
+
+    pub(crate) fn payload_too_large(len: usize, max: usize) -> Self {
+        Error {
+            kind: Kind::PayloadTooLarge { len, max },
+        }
+    }
+
+    pub(crate) fn invalid_config(why: &'static str) -> Self {
+        Error {
+            kind: Kind::InvalidConfig(why.into()),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    pub(crate) fn invalid_config_owned(why: String) -> Self {
+        Error {
+            kind: Kind::InvalidConfig(why.into()),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    pub(crate) fn unavailable(why: impl fmt::Display) -> Self {
+        Error {
+            kind: Kind::Unavailable(why.to_string().into()),
+        }
+    }
+
+    pub(crate) fn locked() -> Self {
+        Error { kind: Kind::Locked }
+    }
+
+    pub(crate) fn storage(why: impl fmt::Display) -> Self {
+        Error {
+            kind: Kind::Storage(why.to_string().into()),
+        }
+    }
+
+    pub(crate) fn closed() -> Self {
+        Error { kind: Kind::Closed }
+    }
+
+    /// The job id is empty or longer than [`MAX_ID_LEN`](crate::MAX_ID_LEN) (256) bytes.
+    pub fn is_invalid_id(&self) -> bool {
+        matches!(self.kind, Kind::InvalidId(_))
+    }
+
+    /// The payload is longer than the queue's
+    /// [`max_payload`](crate::Builder::max_payload).
+    pub fn is_payload_too_large(&self) -> bool {
+        matches!(self.kind, Kind::PayloadTooLarge { .. })
+    }
+
+    /// The builder was given a value it cannot honour (a zero lease, zero attempts…).
+    pub fn is_invalid_config(&self) -> bool {
+        matches!(self.kind, Kind::InvalidConfig(_))
+    }
+
+    /// The store is held by another process or another open [`JobQueue`](crate::JobQueue)
+    /// handle in this one.
+    pub fn is_locked(&self) -> bool {
+        matches!(self.kind, Kind::Locked)
+    }
+
+    /// The store failed: an I/O error, a full disk, or a file that is not a job store or is
+    /// corrupt. Nothing of the failed operation was applied.
+    pub fn is_storage(&self) -> bool {
+        matches!(self.kind, Kind::Storage(_))
+    }
+
+    /// The store could not be reached (the Redis server is down, restarting or
+    /// unreachable). The call may or may not have been applied; consumers retry by
+    /// themselves with a backoff.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self.kind, Kind::Unavailable(_))
+    }
+
+    /// The queue was closed ([`JobQueue::close`](crate::JobQueue::close)) or its store stopped
+    /// after a failure; it takes no more work.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.kind, Kind::Closed)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::InvalidId(0) => f.write_str("invalid job id: empty"),
+            Kind::InvalidId(len) => {
+                write!(
+                    f,
+                    "invalid job id: {len} bytes, the limit is {}",
+                    crate::MAX_ID_LEN
+                )
+            }
+            Kind::PayloadTooLarge { len, max } => {
+                write!(f, "payload too large: {len} bytes, the limit is {max}")
+            }
+            Kind::InvalidConfig(why) => write!(f, "invalid job queue configuration: {why}"),
+            Kind::Locked => f.write_str("the job store is locked by another process or handle"),
+            Kind::Storage(why) => write!(f, "job store failure: {why}"),
+            Kind::Unavailable(why) => write!(f, "job store unavailable: {why}"),
+            Kind::Closed => f.write_str("the job queue is closed"),
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "wheel_jobs::Error({self})")
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,255 @@
+//! The backend-neutral job state machine: pure code, no I/O, no tokio, time handed in.
+//!
+//! # Ground rules
+//!
+//! - Time is wall-clock nanoseconds since the Unix epoch (`u64`), read by the *backend* (the
+//!   embedded store's process, later Redis's server) and passed in. Nothing here reads a clock.
+//! - A job is `Pending` (waiting for `run_at`), `Leased` (delivered; owned by the holder of
+//!   `token` until `until`) or `Dead` (out of attempts, kept for inspection).
+//! - Every stored job that is not dead has exactly one entry in the **due index**, keyed
+//!   `(due, id)` where [`Job::due`] is `run_at` when pending and the lease's end when leased.
+//!   One ordered index therefore serves both "which jobs are due" and "which leases expired",
+//!   and the next wakeup is its first key. Backends keep the index by replacing the key
+//!   `before.due()` with `after.due()` around every transition.
+//! - `attempt` counts deliveries: 0 until the first claim, incremented by each claim, never
+//!   reset. A claim of a job whose `attempt` already reached `max_attempts` (its last lease
+//!   expired, or a retry) kills it instead of delivering it.
+//! - A lease is checked by token only: ack, retry and extend succeed while the job is leased
+//!   with that token, even after `until` (nobody else has it until it is claimed again, and a
+//!   claim changes the token). After a redelivery the old token is stale forever.
+//! - Backends count jobs per state ([`Counts`]) so `pending()` and opening cost O(1).
+
+use std::fmt;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    Pending,
+    Leased { token: u64, until: u64 },
+    Dead,
+}
+
+/// One stored job, without its id and payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Job {
+    pub(crate) run_at: u64,
+    pub(crate) attempt: u32,
+    pub(crate) status: Status,
+}
+
+/// What a claim did to a due job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// Leased to the claimer: deliver it with `attempt`.
+    Deliver,
+    /// Out of attempts: the job is now dead.
+    Died,
+    /// Not due at `now` (a backend must not hand such a job in; kept total for safety).
+    NotDue,
+}
+
+/// What a retry did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// The token is stale: nothing changed.
+    Stale,
+    /// Back to pending at the given `run_at`.
+    Pending,
+    /// That was the last attempt: the job is dead.
+    Died,
+}
+
+// ===== impl Job =====
+
+impl Job {
+    /// A newly scheduled job.
+    pub(crate) fn new(run_at: u64) -> Job {
+        Job {
+            run_at,
+            attempt: 0,
+            status: Status::Pending,
+        }
+    }
+
+    /// Its key in the due index, `None` for a dead job (which is in no index of due work).
+    pub(crate) fn due(&self) -> Option<u64> {
+        match self.status {
+            Status::Pending => Some(self.run_at),
+            Status::Leased { until, .. } => Some(until),
+            Status::Dead => None,
+        }
+    }
+
+    /// Claims the job at `now` for a lease ending at `until` under `token`.
+    pub(crate) fn claim(&mut self, now: u64, until: u64, token: u64, max_attempts: u32) -> Claim {
+        match self.due() {
+            Some(due) if due <= now => {}
+            _ => return Claim::NotDue,
+        }
+        if self.attempt >= max_attempts {
+            self.status = Status::Dead;
+            return Claim::Died;
+        }
+        self.attempt += 1;
+        self.status = Status::Leased { token, until };
+        Claim::Deliver
+    }
+
+    fn holds(&self, token: u64) -> bool {
+        matches!(self.status, Status::Leased { token: t, .. } if t == token)
+    }
+
+    /// Whether an ack with `token` is valid; the backend then deletes the job.
+    pub(crate) fn ack(&self, token: u64) -> bool {
+        self.holds(token)
+    }
+
+    /// Gives the job back to run again at `run_at`, or kills it if that was its last attempt.
+    pub(crate) fn retry(&mut self, token: u64, run_at: u64, max_attempts: u32) -> Retry {
+        if !self.holds(token) {
+            return Retry::Stale;
+        }
+        if self.attempt >= max_attempts {
+            self.status = Status::Dead;
+            Retry::Died
+        } else {
+            self.run_at = run_at;
+            self.status = Status::Pending;
+            Retry::Pending
+        }
+    }
+
+    /// Moves the lease's end to `until`.
+    pub(crate) fn extend(&mut self, token: u64, until: u64) -> bool {
+        if !self.holds(token) {
+            return false;
+        }
+        self.status = Status::Leased { token, until };
+        true
+    }
+
+    /// Whether a cancel removes the job (only a pending job can be cancelled).
+    pub(crate) fn cancel(&self) -> bool {
+        self.status == Status::Pending
+    }
+
+    /// Moves a pending job to `run_at`.
+    pub(crate) fn reschedule(&mut self, run_at: u64) -> bool {
+        if self.status != Status::Pending {
+            return false;
+        }
+        self.run_at = run_at;
+        true
+    }
+}
+
+// ===== record encoding =====
+
+const VERSION: u8 = 1;
+const HEADER: usize = 1 + 1 + 4 + 8 + 8 + 8;
+
+/// A stored record that cannot be decoded: the file is corrupt or not a job store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Corrupt;
+
+impl fmt::Display for Corrupt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a job record is corrupt")
+    }
+}
+
+impl Job {
+    /// The stored form: a fixed little-endian header, then the payload.
+    pub(crate) fn encode(&self, payload: &[u8]) -> Vec<u8> {
+        let (state, token, until) = match self.status {
+            Status::Pending => (0u8, 0, 0),
+            Status::Leased { token, until } => (1, token, until),
+            Status::Dead => (2, 0, 0),
+        };
+        let mut out = Vec::with_capacity(HEADER + payload.len());
+        out.push(VERSION);
+        out.push(state);
+        out.extend_from_slice(&self.attempt.to_le_bytes());
+        out.extend_from_slice(&self.run_at.to_le_bytes());
+        out.extend_from_slice(&token.to_le_bytes());
+        out.extend_from_slice(&until.to_le_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    /// The job and its payload from a stored record.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<(Job, &[u8]), Corrupt> {
+        if bytes.len() < HEADER || bytes[0] != VERSION {
+            return Err(Corrupt);
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let attempt = u32::from_le_bytes(bytes[2..6].try_into().expect("4 bytes"));
+        let run_at = u64_at(6);
+        let status = match bytes[1] {
+            0 => Status::Pending,
+            1 => Status::Leased {
+                token: u64_at(14),
+                until: u64_at(22),
+            },
+            2 => Status::Dead,
+            _ => return Err(Corrupt),
+        };
+        Ok((
+            Job {
+                run_at,
+                attempt,
+                status,
+            },
+            &bytes[HEADER..],
+        ))
+    }
+}
+
+// ===== impl Counts =====
+
+/// Jobs per state, kept by backends beside the jobs so reading them is O(1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) pending: u64,
+    pub(crate) leased: u64,
+    pub(crate) dead: u64,
+}
+
+impl Counts {
+    fn slot(&mut self, status: Status) -> &mut u64 {
+        match status {
+            Status::Pending => &mut self.pending,
+            Status::Leased { .. } => &mut self.leased,
+            Status::Dead => &mut self.dead,
+        }
+    }
+
+    /// Accounts for a job going from `before` to `after` (`None`: absent).
+    pub(crate) fn transition(&mut self, before: Option<Status>, after: Option<Status>) {
+        if let Some(b) = before {
+            let slot = self.slot(b);
+            *slot = slot.saturating_sub(1);
+        }
+        if let Some(a) = after {
+            *self.slot(a) += 1;
+        }
+    }
+}
+
+// ===== time and tokens =====
+
+/// `start + by` in nanoseconds, saturating at `u64::MAX` (the year 2554).
+pub(crate) fn add(start: u64, by: std::time::Duration) -> u64 {
+    start.saturating_add(u64::try_from(by.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A 64-bit mixer (splitmix64) turning a counter into well-spread lease tokens.
+pub(crate) fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests;

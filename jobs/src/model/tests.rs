@@ -1,0 +1,261 @@
+//! Table tests of every transition, and a check of the state machine against a trivially
+//! correct model of one job's life.
+
+use super::*;
+use proptest::prelude::*;
+
+const MAX: u32 = 3;
+
+#[track_caller]
+fn check_claim(mut job: Job, now: u64, expect: Claim, after: Job) {
+    assert_eq!(job.claim(now, now + 10, 7, MAX), expect);
+    assert_eq!(job, after);
+}
+
+#[test]
+fn claim_table() {
+    let pending = Job::new(100);
+    let leased = |attempt, until| Job {
+        run_at: 100,
+        attempt,
+        status: Status::Leased { token: 7, until },
+    };
+    // Not yet due: untouched.
+    check_claim(pending, 99, Claim::NotDue, pending);
+    // Due at exactly run_at: first delivery.
+    check_claim(pending, 100, Claim::Deliver, leased(1, 110));
+    // A lease still running is not claimable; an expired one is redelivered.
+    check_claim(leased(1, 110), 109, Claim::NotDue, leased(1, 110));
+    check_claim(leased(1, 110), 110, Claim::Deliver, leased(2, 120));
+    // The last attempt's lease expired: dead, attempt kept.
+    let dead = Job {
+        run_at: 100,
+        attempt: MAX,
+        status: Status::Dead,
+    };
+    check_claim(leased(MAX, 110), 200, Claim::Died, dead);
+    check_claim(dead, u64::MAX - 10, Claim::NotDue, dead);
+}
+
+#[test]
+fn lease_operations_check_the_token() {
+    let mut job = Job::new(0);
+    assert_eq!(job.claim(5, 50, 1, MAX), Claim::Deliver);
+    assert!(!job.ack(2));
+    assert!(job.ack(1));
+    assert!(!job.extend(2, 90));
+    assert!(job.extend(1, 90));
+    assert_eq!(job.due(), Some(90));
+    assert_eq!(job.retry(2, 60, MAX), Retry::Stale);
+    assert_eq!(job.retry(1, 60, MAX), Retry::Pending);
+    assert_eq!(
+        job,
+        Job {
+            run_at: 60,
+            attempt: 1,
+            status: Status::Pending
+        }
+    );
+    // Once pending again, the old token is stale for everything.
+    assert!(!job.ack(1));
+    assert!(!job.extend(1, 100));
+}
+
+#[test]
+fn retry_of_the_last_attempt_kills() {
+    let mut job = Job::new(0);
+    for attempt in 1..=MAX {
+        assert_eq!(
+            job.claim(job.run_at, job.run_at + 1, attempt.into(), MAX),
+            Claim::Deliver
+        );
+        assert_eq!(job.attempt, attempt);
+        let outcome = job.retry(attempt.into(), job.run_at + 2, MAX);
+        let expect = if attempt == MAX {
+            Retry::Died
+        } else {
+            Retry::Pending
+        };
+        assert_eq!(outcome, expect);
+    }
+    assert_eq!(job.status, Status::Dead);
+    assert_eq!(job.due(), None);
+}
+
+#[test]
+fn only_pending_jobs_cancel_or_move() {
+    let mut job = Job::new(10);
+    assert!(job.cancel());
+    assert!(job.reschedule(5));
+    assert_eq!(job.due(), Some(5));
+    job.claim(5, 6, 1, MAX);
+    assert!(!job.cancel());
+    assert!(!job.reschedule(1));
+    assert_eq!(job.run_at, 5);
+}
+
+#[test]
+fn counts_follow_transitions() {
+    let mut counts = Counts::default();
+    counts.transition(None, Some(Status::Pending));
+    counts.transition(
+        Some(Status::Pending),
+        Some(Status::Leased { token: 1, until: 2 }),
+    );
+    counts.transition(None, Some(Status::Pending));
+    counts.transition(
+        Some(Status::Leased { token: 1, until: 2 }),
+        Some(Status::Dead),
+    );
+    assert_eq!(
+        counts,
+        Counts {
+            pending: 1,
+            leased: 0,
+            dead: 1
+        }
+    );
+    counts.transition(Some(Status::Dead), None);
+    assert_eq!(
+        counts,
+        Counts {
+            pending: 1,
+            leased: 0,
+            dead: 0
+        }
+    );
+}
+
+#[test]
+fn decode_rejects_garbage() {
+    assert_eq!(Job::decode(&[]), Err(Corrupt));
+    assert_eq!(Job::decode(&[9; 40]), Err(Corrupt));
+    let mut bad_state = Job::new(1).encode(b"");
+    bad_state[1] = 3;
+    assert_eq!(Job::decode(&bad_state), Err(Corrupt));
+}
+
+#[test]
+fn time_saturates() {
+    assert_eq!(add(5, std::time::Duration::MAX), u64::MAX);
+    assert_eq!(
+        add(u64::MAX - 1, std::time::Duration::from_nanos(5)),
+        u64::MAX
+    );
+    assert_eq!(add(5, std::time::Duration::from_nanos(5)), 10);
+}
+
+/// The trivially correct model: the facts about one job written as plain fields.
+#[derive(Debug, Clone)]
+struct Model {
+    run_at: u64,
+    deliveries: u32,
+    holder: Option<(u64, u64)>,
+    dead: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Claim { now: u64, lease: u64 },
+    Ack { current: bool },
+    Retry { current: bool, after: u64 },
+    Extend { current: bool, until: u64 },
+    Reschedule { run_at: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..200u64, 1..50u64).prop_map(|(now, lease)| Op::Claim { now, lease }),
+        any::<bool>().prop_map(|current| Op::Ack { current }),
+        (any::<bool>(), 0..50u64).prop_map(|(current, after)| Op::Retry { current, after }),
+        (any::<bool>(), 0..200u64).prop_map(|(current, until)| Op::Extend { current, until }),
+        (0..200u64).prop_map(|run_at| Op::Reschedule { run_at }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn job_matches_model(run_at in 0..100u64, ops in proptest::collection::vec(op(), 0..40)) {
+        let mut job = Job::new(run_at);
+        let mut model = Model { run_at, deliveries: 0, holder: None, dead: false };
+        let mut next_token = 1u64;
+        for op in ops {
+            let token_of = |model: &Model, current: bool| match model.holder {
+                Some((token, _)) if current => token,
+                _ => 0,
+            };
+            match op {
+                Op::Claim { now, lease } => {
+                    let token = next_token;
+                    next_token += 1;
+                    let due = match model.holder { Some((_, until)) => until, None => model.run_at };
+                    let expect = if model.dead || due > now {
+                        Claim::NotDue
+                    } else if model.deliveries >= MAX {
+                        model.dead = true;
+                        model.holder = None;
+                        Claim::Died
+                    } else {
+                        model.deliveries += 1;
+                        model.holder = Some((token, now + lease));
+                        Claim::Deliver
+                    };
+                    prop_assert_eq!(job.claim(now, now + lease, token, MAX), expect);
+                }
+                Op::Ack { current } => {
+                    let token = token_of(&model, current);
+                    let valid = model.holder.is_some_and(|(t, _)| t == token);
+                    prop_assert_eq!(job.ack(token), valid);
+                    if valid {
+                        return Ok(()); // the backend deletes it: its life is over
+                    }
+                }
+                Op::Retry { current, after } => {
+                    let token = token_of(&model, current);
+                    let expect = match model.holder {
+                        Some((t, until)) if t == token => {
+                            model.holder = None;
+                            if model.deliveries >= MAX {
+                                model.dead = true;
+                                Retry::Died
+                            } else {
+                                model.run_at = until + after;
+                                Retry::Pending
+                            }
+                        }
+                        _ => Retry::Stale,
+                    };
+                    let run_at = match job.status { Status::Leased { until, .. } => until + after, _ => 0 };
+                    prop_assert_eq!(job.retry(token, run_at, MAX), expect);
+                }
+                Op::Extend { current, until } => {
+                    let token = token_of(&model, current);
+                    let valid = model.holder.is_some_and(|(t, _)| t == token);
+                    if valid {
+                        model.holder = Some((token, until));
+                    }
+                    prop_assert_eq!(job.extend(token, until), valid);
+                }
+                Op::Reschedule { run_at } => {
+                    let valid = !model.dead && model.holder.is_none();
+                    if valid {
+                        model.run_at = run_at;
+                    }
+                    prop_assert_eq!(job.reschedule(run_at), valid);
+                }
+            }
+            // The observable facts agree after every step.
+            prop_assert_eq!(job.attempt, model.deliveries);
+            prop_assert_eq!(job.status == Status::Dead, model.dead);
+            let due = if model.dead { None } else { Some(model.holder.map_or(model.run_at, |(_, u)| u)) };
+            prop_assert_eq!(job.due(), due);
+            if !model.dead && model.holder.is_none() {
+                prop_assert_eq!(job.run_at, model.run_at);
+            }
+            let encoded = job.encode(b"xyz");
+            let (decoded, payload) = Job::decode(&encoded).unwrap();
+            prop_assert_eq!(decoded, job);
+            prop_assert_eq!(payload, b"xyz");
+        }
+    }
+}

@@ -1,0 +1,10 @@
+-- get.lua: one job's state and payload, read together.
+--
+-- KEYS[1] meta, KEYS[2] payload (see schedule.lua)
+-- ARGV[1] id
+--
+-- Returns {meta, payload}, or false if there is no such job. A script so that the two reads
+-- see the same moment (an ack between them would pair a state with no payload).
+local meta = redis.call('HGET', KEYS[1], ARGV[1])
+if not meta then return false end
+return {meta, redis.call('HGET', KEYS[2], ARGV[1])}

@@ -1,0 +1,814 @@
+//! The Redis backend (feature `redis`): the same queue across processes and machines.
+//!
+//! # Ground rules
+//!
+//! - Every state change is one Lua script (the `.lua` files beside this one, each headed by
+//!   its keys, arguments, return value and why it is atomic). The state machine is
+//!   `model.rs`'s, written out in Lua: states `p`/`l`/`d`, attempts counted at claim,
+//!   tokens checked by ack, retry and extend, dead after `max_attempts`.
+//! - Keys of one queue share the hash tag `{name}`, so every script touches one cluster slot.
+//!   The due index is a sorted set of **ids** (scored by due microseconds: run_at when
+//!   pending, lease end when leased); payloads live in their own hash, so cancel by id is
+//!   O(log n).
+//! - Time is the server's (`TIME` inside the scripts): `When::After` delays, lease ends and
+//!   "now" at a claim. A `When::At` is a wall-clock instant the caller chose; its score is
+//!   rounded up to the microsecond, so it is never delivered early.
+//! - A schedule, reschedule or retry that makes a job the first due one `PUBLISH`es its
+//!   score on `{name}:wake`; every `JobQueue` subscribes and wakes its idle consumers. A
+//!   lost message only delays a consumer until its safety wakeup (at most 5 s).
+//! - Concurrent schedules and acks are coalesced by a `Batcher` into one script call (up
+//!   to 512 jobs), claims take a batch per call: under load a job costs well under one
+//!   round trip.
+//! - Connection failures are `Error::is_unavailable`; the connection manager reconnects.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::aio::ConnectionManager;
+use ::redis::{Client, Script, Value};
+
+use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed};
+use crate::model::Retry;
+use crate::queue::{nanos, Config};
+use crate::wakeup::Wakeup;
+use crate::{Error, JobInfo, JobState, Scheduled, When};
+
+/// Delays past this are stored as `When::At` the saturation point: Lua's doubles hold
+/// microseconds exactly only below 2^53 (year 2255).
+const MAX_AFTER: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+struct Scripts {
+    schedule: Script,
+    cancel: Script,
+    reschedule: Script,
+    get: Script,
+    claim: Script,
+    ack: Script,
+    retry: Script,
+    extend: Script,
+    remove_dead: Script,
+}
+
+impl Scripts {
+    fn load() -> Scripts {
+        Scripts {
+            schedule: Script::new(include_str!("schedule.lua")),
+            cancel: Script::new(include_str!("cancel.lua")),
+            reschedule: Script::new(include_str!("reschedule.lua")),
+            get: Script::new(include_str!("get.lua")),
+            claim: Script::new(include_str!("claim.lua")),
+            ack: Script::new(include_str!("ack.lua")),
+            retry: Script::new(include_str!("retry.lua")),
+            extend: Script::new(include_str!("extend.lua")),
+            remove_dead: Script::new(include_str!("remove_dead.lua")),
+        }
+    }
+}
+
+struct Keys {
+    meta: String,
+    payload: String,
+    due: String,
+    counts: String,
+    seq: String,
+    dead: String,
+    wake: String,
+}
+
+impl Keys {
+    fn new(tag: &str) -> Keys {
+        Keys {
+            meta: format!("{{{tag}}}:meta"),
+            payload: format!("{{{tag}}}:payload"),
+            due: format!("{{{tag}}}:due"),
+            counts: format!("{{{tag}}}:counts"),
+            seq: format!("{{{tag}}}:seq"),
+            dead: format!("{{{tag}}}:dead"),
+            wake: format!("{{{tag}}}:wake"),
+        }
+    }
+}
+
+/// One server, or a cluster (scripts are routed by their keys' slot).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(::redis::cluster_async::ClusterConnection),
+}
+
+impl ::redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a ::redis::Cmd,
+    ) -> ::redis::RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a ::redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> ::redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// One partition of a queue: its own keys (its own hash tag, so its own cluster slot) and
+/// its own schedule and ack batchers.
+struct Partition {
+    keys: Arc<Keys>,
+    schedules: Batcher<(String, When, Vec<u8>), (Scheduled, u64)>,
+    acks: Batcher<(String, u64), bool>,
+}
+
+pub(crate) struct Redis {
+    name: String,
+    conn: Conn,
+    scripts: Arc<Scripts>,
+    parts: Vec<Partition>,
+    next_claim: std::sync::atomic::AtomicUsize,
+    lease_us: u64,
+    max_attempts: u32,
+    closed: AtomicBool,
+    subscriber: tokio::task::JoinHandle<()>,
+}
+
+/// A job to schedule: id, due time, payload.
+type NewJob = (String, When, Vec<u8>);
+
+type Reply<T> = tokio::sync::oneshot::Sender<Result<T, Error>>;
+
+/// Coalesces concurrent calls into one script invocation: a task takes every request
+/// waiting (up to `MAX_BATCH`), runs them as one call and answers each. One round trip
+/// then serves many jobs under load, and a lone call pays one task hop.
+struct Batcher<Req, Resp> {
+    requests: tokio::sync::mpsc::UnboundedSender<(Req, Reply<Resp>)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+const MAX_BATCH: usize = 512;
+
+impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
+    fn new<F, Fut>(run: F) -> Self
+    where
+        F: Fn(Vec<Req>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<Vec<Resp>, Error>> + Send,
+    {
+        let (requests, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Req, Reply<Resp>)>();
+        let task = tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH {
+                    match rx.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
+                }
+                let (reqs, replies): (Vec<Req>, Vec<Reply<Resp>>) = batch.into_iter().unzip();
+                let answers = match run(reqs).await {
+                    Ok(answers) if answers.len() == replies.len() => answers,
+                    Ok(_) => {
+                        let err = Error::storage("short batch reply from redis");
+                        replies
+                            .into_iter()
+                            .for_each(|r| drop(r.send(Err(err.clone()))));
+                        continue;
+                    }
+                    Err(err) => {
+                        replies
+                            .into_iter()
+                            .for_each(|r| drop(r.send(Err(err.clone()))));
+                        continue;
+                    }
+                };
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(Ok(answer));
+                }
+            }
+        });
+        Batcher { requests, task }
+    }
+
+    async fn call(&self, req: Req) -> Result<Resp, Error> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.requests.send((req, tx)).map_err(|_| Error::closed())?;
+        rx.await.map_err(|_| Error::closed())?
+    }
+}
+
+impl fmt::Debug for Redis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redis")
+            .field("queue", &self.name)
+            .field("partitions", &self.parts.len())
+            .finish()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.subscriber.abort();
+        for part in &self.parts {
+            part.schedules.task.abort();
+            part.acks.task.abort();
+        }
+    }
+}
+
+fn redis_error(err: ::redis::RedisError) -> Error {
+    if err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.is_timeout()
+    {
+        Error::unavailable(err)
+    } else {
+        Error::storage(err)
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The script arguments for a due time: mode, value, score.
+fn when_args(when: When) -> (&'static str, String, String) {
+    match when {
+        When::After(d) if d <= MAX_AFTER => ("after", micros(d).to_string(), String::new()),
+        When::After(_) => at_args(u64::MAX),
+        When::At(t) => at_args(nanos(t)),
+    }
+}
+
+fn at_args(ns: u64) -> (&'static str, String, String) {
+    ("at", ns.to_string(), ns.div_ceil(1000).to_string())
+}
+
+fn int(v: &Value) -> Result<u64, Error> {
+    match v {
+        Value::Int(i) => {
+            u64::try_from(*i).map_err(|_| Error::storage("negative integer from redis"))
+        }
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| Error::storage("expected an integer from redis")),
+        Value::SimpleString(s) => s
+            .parse()
+            .map_err(|_| Error::storage("expected an integer from redis")),
+        _ => Err(Error::storage(format!(
+            "expected an integer from redis, got {v:?}"
+        ))),
+    }
+}
+
+fn bytes(v: Value) -> Result<Vec<u8>, Error> {
+    match v {
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.into_bytes()),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(Error::storage(format!(
+            "expected bytes from redis, got {other:?}"
+        ))),
+    }
+}
+
+fn text(v: Value) -> Result<String, Error> {
+    String::from_utf8(bytes(v)?).map_err(|_| Error::storage("non-UTF-8 text from redis"))
+}
+
+fn array(v: Value) -> Result<Vec<Value>, Error> {
+    match v {
+        Value::Array(items) => Ok(items),
+        other => Err(Error::storage(format!(
+            "expected an array from redis, got {other:?}"
+        ))),
+    }
+}
+
+/// A score (microseconds, possibly in exponent form) as nanoseconds, saturating.
+fn score_ns(score: &str) -> Result<u64, Error> {
+    let us: f64 = score
+        .parse()
+        .map_err(|_| Error::storage("bad score from redis"))?;
+    Ok(if us >= (u64::MAX / 1000) as f64 {
+        u64::MAX
+    } else {
+        us as u64 * 1000
+    })
+}
+
+/// A stable hash (FNV-1a): every process must route an id to the same partition.
+fn fnv(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Where the queue lives.
+pub(crate) enum Target<'a> {
+    Server(&'a str),
+    Cluster(&'a [String]),
+}
+
+impl Redis {
+    pub(crate) async fn open(
+        target: Target<'_>,
+        name: &str,
+        config: &Config,
+        wakeup: Arc<Wakeup>,
+    ) -> Result<Redis, Error> {
+        if name.is_empty() || name.contains(['{', '}']) {
+            return Err(Error::invalid_config(
+                "the queue name must be non-empty, without braces",
+            ));
+        }
+        let bad_url =
+            |e: ::redis::RedisError| Error::invalid_config_owned(format!("bad redis url: {e}"));
+        let (conn, pubsub_url) = match target {
+            Target::Server(url) => {
+                let client = Client::open(url).map_err(bad_url)?;
+                let manager = ::redis::aio::ConnectionManagerConfig::new()
+                    .set_response_timeout(config.redis_timeout)
+                    .set_connection_timeout(config.redis_timeout);
+                let conn = ConnectionManager::new_with_config(client, manager)
+                    .await
+                    .map_err(redis_error)?;
+                (Conn::Single(conn), url.to_owned())
+            }
+            Target::Cluster(urls) => {
+                let first = urls
+                    .first()
+                    .ok_or_else(|| Error::invalid_config("no cluster node given"))?;
+                let client = ::redis::cluster::ClusterClient::new(
+                    urls.iter().map(String::as_str).collect::<Vec<_>>(),
+                )
+                .map_err(bad_url)?;
+                (
+                    Conn::Cluster(client.get_async_connection().await.map_err(redis_error)?),
+                    first.clone(),
+                )
+            }
+        };
+        let client = Client::open(pubsub_url.as_str()).map_err(bad_url)?;
+        let scripts = Arc::new(Scripts::load());
+        let n = config.partitions;
+        let parts: Vec<Partition> = (0..n)
+            .map(|i| {
+                let keys = Arc::new(Keys::new(&if n == 1 {
+                    name.to_owned()
+                } else {
+                    format!("{name}:{i}")
+                }));
+                let schedules = {
+                    let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
+                    Batcher::new(move |jobs| {
+                        schedule_jobs(conn.clone(), keys.clone(), scripts.clone(), jobs)
+                    })
+                };
+                let acks = {
+                    let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
+                    Batcher::new(move |acks| {
+                        ack_jobs(conn.clone(), keys.clone(), scripts.clone(), acks)
+                    })
+                };
+                Partition {
+                    keys,
+                    schedules,
+                    acks,
+                }
+            })
+            .collect();
+        let channels = parts.iter().map(|p| p.keys.wake.clone()).collect();
+        let subscriber = tokio::spawn(subscribe(client, channels, Arc::downgrade(&wakeup)));
+        Ok(Redis {
+            name: name.to_owned(),
+            conn,
+            scripts,
+            parts,
+            next_claim: std::sync::atomic::AtomicUsize::new(0),
+            lease_us: micros(config.lease),
+            max_attempts: config.max_attempts,
+            closed: AtomicBool::new(false),
+            subscriber,
+        })
+    }
+
+    fn conn(&self) -> Result<Conn, Error> {
+        if self.closed.load(SeqCst) {
+            return Err(Error::closed());
+        }
+        Ok(self.conn.clone())
+    }
+
+    fn part(&self, id: &str) -> &Partition {
+        &self.parts[(fnv(id) % self.parts.len() as u64) as usize]
+    }
+
+    async fn count(&self, field: &str) -> Result<u64, Error> {
+        let mut total = 0;
+        for part in &self.parts {
+            let mut conn = self.conn()?;
+            let n: Option<i64> = ::redis::cmd("HGET")
+                .arg(&part.keys.counts)
+                .arg(field)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_error)?;
+            total += n.unwrap_or(0).max(0) as u64;
+        }
+        Ok(total)
+    }
+
+    /// Claims from one partition: the jobs, and (server now, next due) in that server's ns.
+    async fn claim_part(
+        &self,
+        part: &Partition,
+        max: usize,
+    ) -> Result<(Vec<Claimed>, u64, Option<u64>), Error> {
+        let mut conn = self.conn()?;
+        let k = &part.keys;
+        let mut call = self.scripts.claim.prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.seq)
+            .key(&k.dead);
+        call.arg(max).arg(self.lease_us).arg(self.max_attempts);
+        let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+        let mut items = array(reply)?.into_iter();
+        let now_us = int(&items.next().unwrap_or(Value::Nil))?;
+        let next = text(items.next().unwrap_or(Value::Nil))?;
+        let next_due = if next.is_empty() {
+            None
+        } else {
+            Some(score_ns(&next)?)
+        };
+        let rest: Vec<Value> = items.collect();
+        let mut jobs = Vec::with_capacity(rest.len() / 5);
+        for chunk in rest.chunks(5) {
+            let [id, payload, attempt, run_at, token] = chunk else {
+                return Err(Error::storage("short claim reply"));
+            };
+            jobs.push(Claimed {
+                id: text(id.clone())?,
+                payload: bytes(payload.clone())?,
+                attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
+                run_at: int(run_at)?,
+                token: int(token)?,
+            });
+        }
+        Ok((jobs, now_us.saturating_mul(1000), next_due))
+    }
+}
+
+async fn schedule_jobs(
+    mut conn: Conn,
+    keys: Arc<Keys>,
+    scripts: Arc<Scripts>,
+    jobs: Vec<(String, When, Vec<u8>)>,
+) -> Result<Vec<(Scheduled, u64)>, Error> {
+    let mut call = scripts.schedule.prepare_invoke();
+    call.key(&keys.meta)
+        .key(&keys.payload)
+        .key(&keys.due)
+        .key(&keys.counts);
+    call.arg(&keys.wake);
+    for (id, when, payload) in &jobs {
+        let (mode, value, score) = when_args(*when);
+        call.arg(id)
+            .arg(mode)
+            .arg(value)
+            .arg(score)
+            .arg(payload.as_slice());
+    }
+    let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+    array(reply)?
+        .into_iter()
+        .map(|pair| {
+            let pair = array(pair)?;
+            let [created, run_at] = pair.as_slice() else {
+                return Err(Error::storage("short schedule reply"));
+            };
+            let outcome = if int(created)? == 1 {
+                Scheduled::Created
+            } else {
+                Scheduled::Exists
+            };
+            Ok((outcome, int(run_at)?))
+        })
+        .collect()
+}
+
+async fn ack_jobs(
+    mut conn: Conn,
+    keys: Arc<Keys>,
+    scripts: Arc<Scripts>,
+    acks: Vec<(String, u64)>,
+) -> Result<Vec<bool>, Error> {
+    let mut call = scripts.ack.prepare_invoke();
+    call.key(&keys.meta)
+        .key(&keys.payload)
+        .key(&keys.due)
+        .key(&keys.counts);
+    for (id, token) in &acks {
+        call.arg(id).arg(token);
+    }
+    let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+    array(reply)?.iter().map(|v| Ok(int(v)? == 1)).collect()
+}
+
+/// Listens on the queue's wake channel and wakes this process's idle consumers.
+async fn subscribe(client: Client, channels: Vec<String>, wakeup: std::sync::Weak<Wakeup>) {
+    use futures_core::Stream;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        if let Ok(mut pubsub) = client.get_async_pubsub().await {
+            if pubsub.subscribe(&channels).await.is_ok() {
+                backoff = Duration::from_millis(50);
+                let mut messages = pubsub.on_message();
+                while let Some(msg) =
+                    std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)).await
+                {
+                    let Some(wakeup) = wakeup.upgrade() else {
+                        return;
+                    };
+                    let due = msg
+                        .get_payload::<String>()
+                        .ok()
+                        .and_then(|s| score_ns(&s).ok());
+                    wakeup.due_at(due.unwrap_or(0));
+                }
+            }
+        }
+        if wakeup.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+impl Backend for Redis {
+    fn schedule(
+        &self,
+        id: String,
+        when: When,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
+        Box::pin(async move {
+            self.conn()?;
+            self.part(&id).schedules.call((id, when, payload)).await
+        })
+    }
+
+    fn schedule_many(
+        &self,
+        jobs: Vec<(String, When, Vec<u8>)>,
+    ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
+        Box::pin(async move {
+            let n = jobs.len();
+            // Group by partition, one call each, answers back in the callers' order.
+            let mut groups: Vec<(Vec<usize>, Vec<NewJob>)> = (0..self.parts.len())
+                .map(|_| (Vec::new(), Vec::new()))
+                .collect();
+            for (i, job) in jobs.into_iter().enumerate() {
+                let p = (fnv(&job.0) % self.parts.len() as u64) as usize;
+                groups[p].0.push(i);
+                groups[p].1.push(job);
+            }
+            let mut out = vec![(Scheduled::Exists, 0); n];
+            for (part, (positions, jobs)) in self.parts.iter().zip(groups) {
+                if jobs.is_empty() {
+                    continue;
+                }
+                let answers =
+                    schedule_jobs(self.conn()?, part.keys.clone(), self.scripts.clone(), jobs)
+                        .await?;
+                for (i, answer) in positions.into_iter().zip(answers) {
+                    out[i] = answer;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let k = &self.part(&id).keys;
+            let mut call = self.scripts.cancel.prepare_invoke();
+            call.key(&k.meta)
+                .key(&k.payload)
+                .key(&k.due)
+                .key(&k.counts)
+                .arg(&id);
+            let removed: u64 = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+            Ok(removed == 1)
+        })
+    }
+
+    fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let k = &self.part(&id).keys;
+            let (mode, value, score) = when_args(when);
+            let mut call = self.scripts.reschedule.prepare_invoke();
+            call.key(&k.meta).key(&k.due);
+            call.arg(&id).arg(mode).arg(value).arg(score).arg(&k.wake);
+            let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+            match reply {
+                Value::Nil => Ok(None),
+                other => Ok(Some(int(&other)?)),
+            }
+        })
+    }
+
+    fn get(&self, id: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let k = &self.part(&id).keys;
+            let mut call = self.scripts.get.prepare_invoke();
+            call.key(&k.meta).key(&k.payload).arg(&id);
+            let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+            if reply == Value::Nil {
+                return Ok(None);
+            }
+            let mut parts = array(reply)?.into_iter();
+            let meta = text(parts.next().unwrap_or(Value::Nil))?;
+            let payload = bytes(parts.next().unwrap_or(Value::Nil))?;
+            let corrupt = || Error::storage(format!("corrupt job record {meta:?}"));
+            let fields: Vec<&str> = meta.split(':').collect();
+            let [state, attempt, _, run_at] = fields.as_slice() else {
+                return Err(corrupt());
+            };
+            let state = match *state {
+                "p" => JobState::Pending,
+                "l" => JobState::Running,
+                "d" => JobState::Dead,
+                _ => return Err(corrupt()),
+            };
+            Ok(Some(JobInfo {
+                state,
+                run_at: run_at.parse().map_err(|_| corrupt())?,
+                attempt: attempt.parse().map_err(|_| corrupt())?,
+                payload,
+            }))
+        })
+    }
+
+    fn pending(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(self.count("pending"))
+    }
+
+    fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(self.count("leased"))
+    }
+
+    fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+        Box::pin(async move {
+            // Partitions in rotation, so every one is served; stop once `max` jobs came.
+            let n = self.parts.len();
+            let first = self.next_claim.fetch_add(1, SeqCst);
+            let mut jobs = Vec::new();
+            let mut wait: Option<u64> = None;
+            let mut now = 0;
+            for i in 0..n {
+                let part = &self.parts[(first + i) % n];
+                let (claimed, part_now, next) = self.claim_part(part, max - jobs.len()).await?;
+                jobs.extend(claimed);
+                now = part_now;
+                // Each partition's next due time against its own server's clock.
+                if let Some(next) = next {
+                    let w = next.saturating_sub(part_now);
+                    wait = Some(wait.map_or(w, |x| x.min(w)));
+                }
+                if jobs.len() >= max {
+                    wait = Some(0);
+                    break;
+                }
+            }
+            // Due order across the partitions claimed together (run_at, then id).
+            jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
+            Ok(ClaimBatch {
+                jobs,
+                next_due: wait.map(|w| now.saturating_add(w)),
+                now,
+            })
+        })
+    }
+
+    fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            self.conn()?;
+            self.part(&id).acks.call((id, token)).await
+        })
+    }
+
+    fn retry(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let k = &self.part(&id).keys;
+            let mut call = self.scripts.retry.prepare_invoke();
+            call.key(&k.meta).key(&k.due).key(&k.counts).key(&k.dead);
+            call.arg(&id)
+                .arg(token)
+                .arg(micros(after.min(MAX_AFTER)))
+                .arg(self.max_attempts)
+                .arg(&k.wake);
+            let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+            let mut parts = array(reply)?.into_iter();
+            let outcome = int(&parts.next().unwrap_or(Value::Nil))?;
+            let run_at = text(parts.next().unwrap_or(Value::Nil))?;
+            Ok(match outcome {
+                1 => (
+                    Retry::Pending,
+                    run_at.parse().map_err(|_| Error::storage("bad run_at"))?,
+                ),
+                2 => (Retry::Died, 0),
+                _ => (Retry::Stale, 0),
+            })
+        })
+    }
+
+    fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let k = &self.part(&id).keys;
+            let mut call = self.scripts.extend.prepare_invoke();
+            call.key(&k.meta)
+                .key(&k.due)
+                .arg(&id)
+                .arg(token)
+                .arg(micros(by.min(MAX_AFTER)));
+            let done: u64 = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+            Ok(done == 1)
+        })
+    }
+
+    fn remove_dead(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let k = &self.part(&id).keys;
+            let mut call = self.scripts.remove_dead.prepare_invoke();
+            call.key(&k.meta)
+                .key(&k.payload)
+                .key(&k.dead)
+                .key(&k.counts)
+                .arg("id")
+                .arg(&id);
+            let removed: u64 = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+            Ok(removed == 1)
+        })
+    }
+
+    fn purge_dead(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move {
+            let mut removed = 0;
+            for part in &self.parts {
+                let mut conn = self.conn()?;
+                let k = &part.keys;
+                let mut call = self.scripts.remove_dead.prepare_invoke();
+                call.key(&k.meta)
+                    .key(&k.payload)
+                    .key(&k.dead)
+                    .key(&k.counts)
+                    .arg("limit")
+                    .arg(limit);
+                let n: u64 = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+                removed += n;
+            }
+            Ok(removed)
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            self.closed.store(true, SeqCst);
+            self.subscriber.abort();
+            Ok(())
+        })
+    }
+}

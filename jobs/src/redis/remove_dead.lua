@@ -1,0 +1,25 @@
+-- remove_dead.lua: delete dead jobs, one by id or up to a limit.
+--
+-- KEYS[1] meta, KEYS[2] payload, KEYS[3] dead, KEYS[4] counts (see schedule.lua, claim.lua)
+-- ARGV[1] "id" then ARGV[2] the id, or "limit" then ARGV[2] how many at most
+--
+-- Returns how many jobs were deleted. The purge reads a bounded range of the dead set.
+-- Atomic: a job is deleted only while it is dead.
+local ids
+if ARGV[1] == 'id' then
+  ids = {ARGV[2]}
+else
+  ids = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[2]) - 1)
+end
+local removed = 0
+for _, id in ipairs(ids) do
+  local meta = redis.call('HGET', KEYS[1], id)
+  if meta and string.sub(meta, 1, 1) == 'd' then
+    redis.call('HDEL', KEYS[1], id)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('ZREM', KEYS[3], id)
+    redis.call('HINCRBY', KEYS[4], 'dead', -1)
+    removed = removed + 1
+  end
+end
+return removed

@@ -1,0 +1,32 @@
+-- retry.lua: give a leased job back to run again after a delay, or kill it if that was its
+-- last attempt.
+--
+-- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead (see schedule.lua, claim.lua)
+-- ARGV[1] id, ARGV[2] token, ARGV[3] delay in microseconds, ARGV[4] max attempts,
+-- ARGV[5] wake channel
+--
+-- Returns {0, ""} for a stale token, {1, run_at_ns} when pending again, {2, ""} when dead.
+-- Atomic with claim and ack (token checked and state changed in one step).
+local meta = redis.call('HGET', KEYS[1], ARGV[1])
+if not meta then return {0, ''} end
+local state, attempt, token, run_ns = string.match(meta, '^(%a):(%d+):(%d+):(%d+)$')
+if state ~= 'l' or token ~= ARGV[2] then return {0, ''} end
+redis.call('HINCRBY', KEYS[3], 'leased', -1)
+if tonumber(attempt) >= tonumber(ARGV[4]) then
+  redis.call('HSET', KEYS[1], ARGV[1], 'd:' .. attempt .. ':0:' .. run_ns)
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZADD', KEYS[4], 0, ARGV[1])
+  redis.call('HINCRBY', KEYS[3], 'dead', 1)
+  return {2, ''}
+end
+local t = redis.call('TIME')
+local score = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[3])
+run_ns = string.format('%.0f', score) .. '000'
+redis.call('HSET', KEYS[1], ARGV[1], 'p:' .. attempt .. ':0:' .. run_ns)
+redis.call('ZADD', KEYS[2], score, ARGV[1])
+redis.call('HINCRBY', KEYS[3], 'pending', 1)
+local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if tonumber(head[2]) >= score then
+  redis.call('PUBLISH', ARGV[5], string.format('%.0f', score))
+end
+return {1, run_ns}

@@ -1,0 +1,216 @@
+//! [`JobQueue::run`]: the worker loop on top of the consumer.
+//!
+//! # Ground rules
+//!
+//! - At most `concurrency` handlers run at once, each a task in one `JoinSet` holding a
+//!   semaphore permit; the loop claims exactly as many jobs as there are free permits, so no
+//!   job waits leased in a buffer. A task gives its permit back when the handler returns,
+//!   before its ack or retry: the next claim then shares a commit with those acks instead
+//!   of waiting for them. Tasks still acking are bounded too (`2 × concurrency` tasks).
+//! - One claim is in flight at a time and is never dropped half-way: a claim's reply is the
+//!   only record of the leases it took, so losing it would strand jobs until their lease
+//!   ends.
+//! - Ok acks; Err and panics (caught around every poll of the handler's future) retry with
+//!   the builder's backoff. Dropping the `run` future aborts the handlers; their jobs stay
+//!   leased and are redelivered when the lease ends.
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::backend::{BoxFuture, Claimed};
+use crate::consumer::{backoff, fetch, retry};
+use crate::queue::Inner;
+use crate::{Delivery, Error, JobQueue};
+
+/// Runs `future`, turning a panic in any of its polls into `Err`.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let future = self.0.as_mut();
+        match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+async fn handle<F, Fut, E>(
+    inner: Arc<Inner>,
+    handler: Arc<F>,
+    job: Claimed,
+    slot: OwnedSemaphorePermit,
+) where
+    F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    let (id, token, attempt) = (job.id.clone(), job.token, job.attempt);
+    let delivery = Delivery::new(inner.clone(), job);
+    let outcome = match catch_unwind(AssertUnwindSafe(|| handler(delivery))) {
+        Ok(future) => CatchUnwind(Box::pin(future)).await,
+        Err(panic) => Err(panic),
+    };
+    // The handler is done: its slot can take the next job while this one's ack commits.
+    drop(slot);
+    let failure = match outcome {
+        Ok(Ok(())) => {
+            if let Err(err) = inner.backend.ack(id.clone(), token).await {
+                tracing::warn!(job = %id, attempt, error = %err, "wheel-jobs: ack failed; the job will run again");
+            }
+            return;
+        }
+        Ok(Err(err)) => err.to_string(),
+        Err(panic) => match panic.downcast::<&str>() {
+            Ok(s) => format!("panicked: {s}"),
+            Err(panic) => match panic.downcast::<String>() {
+                Ok(s) => format!("panicked: {s}"),
+                Err(_) => "panicked".to_owned(),
+            },
+        },
+    };
+    let (first, max) = inner.config.backoff;
+    let after = backoff(first, max, attempt, token);
+    tracing::warn!(job = %id, attempt, error = %failure, retry_in = ?after, "wheel-jobs: job failed");
+    if let Err(err) = retry(&inner, &id, token, after).await {
+        tracing::warn!(job = %id, attempt, error = %err, "wheel-jobs: retry failed; the job runs again when its lease ends");
+    }
+}
+
+impl JobQueue {
+    /// Runs `handler` on due jobs, at most `concurrency` at a time, until the queue is closed.
+    ///
+    /// `Ok(())` acks the job; `Err` or a panic retries it after the builder's
+    /// [`backoff`](crate::Builder::backoff) (attempt `n` waits `first · 2^(n−1)`), and the
+    /// job is dead after [`max_attempts`](crate::Builder::max_attempts). A handler may also
+    /// ack, retry or extend its [`Delivery`] itself; the loop's own ack then returns `false`
+    /// harmlessly.
+    ///
+    /// Handlers run at least once per job (see [`Delivery`]): make them idempotent, keyed by
+    /// the job id.
+    ///
+    /// # Cancellation
+    ///
+    /// Dropping the future aborts the running handlers; their jobs stay leased and are
+    /// redelivered when the lease ends.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-run-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// queue.schedule("rate:order-7", Duration::from_millis(10), "5").await?;
+    /// let (done, mut ran) = tokio::sync::mpsc::unbounded_channel();
+    /// let worker = queue.clone();
+    /// tokio::spawn(async move {
+    ///     worker.run(8, move |job| {
+    ///         let done = done.clone();
+    ///         async move {
+    ///             done.send(job.id().to_owned()).ok();
+    ///             Ok::<(), std::io::Error>(())
+    ///         }
+    ///     }).await
+    /// });
+    /// assert_eq!(ran.recv().await.as_deref(), Some("rate:order-7"));
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Returns `Ok(())` once the queue is closed and the running handlers finished, or the
+    /// first storage error a claim meets ([`Error::is_storage`]). An unreachable store
+    /// ([`Error::is_unavailable`]) is retried with a backoff, not returned.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `concurrency` is 0.
+    #[track_caller]
+    pub fn run<F, Fut, E>(
+        &self,
+        concurrency: usize,
+        handler: F,
+    ) -> impl Future<Output = Result<(), Error>> + Send
+    where
+        F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        assert!(
+            concurrency > 0,
+            "wheel-jobs: run needs a concurrency of at least 1"
+        );
+        let inner = self.inner.clone();
+        async move {
+            let handler = Arc::new(handler);
+            let slot = Arc::new(inner.wakeup.register());
+            let permits = Arc::new(Semaphore::new(concurrency));
+            let mut tasks = JoinSet::new();
+            let mut claim: Option<BoxFuture<'static, Result<Vec<Claimed>, Error>>> = None;
+            let mut held: Vec<OwnedSemaphorePermit> = Vec::new();
+            let mut unavailable = 0;
+            loop {
+                if claim.is_none() && tasks.len() < 2 * concurrency {
+                    while let Ok(permit) = permits.clone().try_acquire_owned() {
+                        held.push(permit);
+                    }
+                    if !held.is_empty() {
+                        let fetching = fetch(inner.clone(), slot.clone(), held.len(), unavailable);
+                        claim = Some(Box::pin(fetching));
+                    }
+                }
+                tokio::select! {
+                    permit = permits.clone().acquire_owned(), if claim.is_none() && tasks.len() < 2 * concurrency => {
+                        held.push(permit.expect("the semaphore is never closed"));
+                    }
+                    Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                        if let Err(err) = done {
+                            tracing::error!(error = %err, "wheel-jobs: a handler task failed");
+                        }
+                    }
+                    claimed = async { claim.as_mut().expect("a claim in flight").await }, if claim.is_some() => {
+                        claim = None;
+                        match claimed {
+                            Ok(jobs) => {
+                                unavailable = 0;
+                                for job in jobs {
+                                    let permit = held.pop().expect("a permit per claimed job");
+                                    tasks.spawn(handle(inner.clone(), handler.clone(), job, permit));
+                                }
+                                held.clear(); // fewer jobs than permits: give the rest back
+                            }
+                            Err(err) if err.is_closed() => {
+                                while tasks.join_next().await.is_some() {}
+                                return Ok(());
+                            }
+                            Err(err) if err.is_unavailable() => {
+                                // The next claim backs off (fetch sleeps on its error count).
+                                tracing::warn!(error = %err, "wheel-jobs: store unavailable; retrying");
+                                held.clear();
+                                unavailable += 1;
+                            }
+                            Err(err) => return Err(err),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The behavioural suite on the embedded store, and what only a file can do: persist across
+//! reopen, lock, be corrupt.
+
+use std::time::{Duration, SystemTime};
+
+use wheel_jobs::{JobQueue, JobState, Scheduled};
+
+use crate::support::{embedded, ms, next};
+
+run_behaviour_suite!(crate::support::embedded());
+
+#[tokio::test]
+async fn jobs_survive_a_reopen_and_past_due_ones_come_at_once() {
+    let h = embedded();
+    let queue = JobQueue::open(h.path()).await.unwrap();
+    let soon = SystemTime::now() + ms(30);
+    queue.schedule("soon", soon, "a").await.unwrap();
+    queue
+        .schedule("later", Duration::from_secs(3600), "b")
+        .await
+        .unwrap();
+    queue.close().await.unwrap();
+
+    tokio::time::sleep(ms(40)).await; // "soon" falls due while nobody has the store open
+    let queue = JobQueue::open(h.path()).await.unwrap();
+    assert_eq!(queue.pending().await.unwrap(), 2);
+    assert_eq!(
+        queue.schedule("soon", ms(0), "x").await.unwrap(),
+        Scheduled::Exists
+    );
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!((d.id(), d.payload(), d.run_at()), ("soon", &b"a"[..], soon));
+    assert!(d.ack().await.unwrap());
+    let later = queue.get("later").await.unwrap().unwrap();
+    assert_eq!(
+        (later.state(), later.payload()),
+        (JobState::Pending, &b"b"[..])
+    );
+    queue.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_second_open_is_locked() {
+    let h = embedded();
+    let queue = JobQueue::open(h.path()).await.unwrap();
+    let err = JobQueue::open(h.path()).await.unwrap_err();
+    assert!(err.is_locked(), "{err}");
+    assert!(!err.is_storage());
+    queue.close().await.unwrap();
+    JobQueue::open(h.path())
+        .await
+        .expect("released by close")
+        .close()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn dropping_every_handle_releases_the_store() {
+    let h = embedded();
+    let queue = JobQueue::open(h.path()).await.unwrap();
+    queue
+        .schedule("kept", Duration::from_secs(60), "p")
+        .await
+        .unwrap();
+    drop(queue);
+    // The store thread releases the file in the background: retry until it has.
+    let reopened = loop {
+        match JobQueue::open(h.path()).await {
+            Ok(queue) => break queue,
+            Err(err) if err.is_locked() => tokio::time::sleep(ms(1)).await,
+            Err(err) => panic!("{err}"),
+        }
+    };
+    assert!(reopened.get("kept").await.unwrap().is_some());
+    reopened.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_corrupt_file_is_a_storage_error() {
+    let h = embedded();
+    let garbage: Vec<u8> = (0..64 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(h.path(), &garbage).unwrap();
+    let err = JobQueue::open(h.path()).await.unwrap_err();
+    assert!(err.is_storage(), "{err}");
+    assert!(!err.is_locked());
+
+    // A file that starts like a store but whose pages are garbage.
+    let h = embedded();
+    let queue = JobQueue::open(h.path()).await.unwrap();
+    queue.schedule("a", ms(0), "p").await.unwrap();
+    queue.close().await.unwrap();
+    let mut bytes = std::fs::read(h.path()).unwrap();
+    let len = bytes.len();
+    for (i, b) in bytes[64..len].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31) ^ 0x5a;
+    }
+    std::fs::write(h.path(), &bytes).unwrap();
+    match JobQueue::open(h.path()).await {
+        Err(err) => assert!(err.is_storage(), "{err}"),
+        // redb may fall back to the other commit slot and find nothing readable.
+        Ok(queue) => {
+            let err = queue.get("a").await.unwrap_err();
+            assert!(err.is_storage() || err.is_closed(), "{err}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_unusable_path_is_a_storage_error() {
+    let h = embedded();
+    let err = JobQueue::open(h.dir.path().join("missing-dir").join("jobs.redb"))
+        .await
+        .unwrap_err();
+    assert!(err.is_storage(), "{err}");
+    let err = JobQueue::open(h.dir.path()).await.unwrap_err();
+    assert!(err.is_storage(), "a directory: {err}");
+}
+
+#[test]
+fn handles_are_send_sync_and_the_stream_is_unpin() {
+    fn stream<
+        S: futures::Stream<Item = Result<wheel_jobs::Delivery, wheel_jobs::Error>> + Unpin + Send,
+    >() {
+    }
+    fn send_sync<T: Send + Sync + Clone + std::fmt::Debug>() {}
+    fn send<T: Send + std::fmt::Debug>() {}
+    stream::<wheel_jobs::Consumer>();
+    send_sync::<JobQueue>();
+    send_sync::<wheel_jobs::Error>();
+    send::<wheel_jobs::Delivery>();
+}

@@ -1,0 +1,379 @@
+//! `kill -9`: the test binary re-runs itself as a child (the environment variable
+//! `WHEEL_JOBS_KILL_CHILD` selects the role), which the test kills with SIGKILL at random
+//! points, then reopens the store and checks what survived.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime};
+
+use wheel_jobs::JobQueue;
+
+use crate::support::{embedded, ms};
+
+const ROLE: &str = "WHEEL_JOBS_KILL_CHILD";
+const PATH: &str = "WHEEL_JOBS_KILL_PATH";
+
+/// A small PRNG; the seed is printed so a failure can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("WHEEL_JOBS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("kill test seed: WHEEL_JOBS_SEED={seed}");
+    seed
+}
+
+/// A child process, SIGKILLed and reaped on drop (so a failing test leaves no orphan).
+struct Killed(Child);
+
+impl Killed {
+    fn kill(&mut self) {
+        self.0.kill().unwrap(); // SIGKILL
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts this test binary running only `test` in the child role `role`; returns it once it
+/// printed "ready", with the rest of its output lines.
+fn spawn_child(test: &str, role: &str, path: &Path) -> (Killed, mpsc::Receiver<String>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ROLE, role)
+        .env(PATH, path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let child = Killed(child);
+    while rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("child output")
+        != "ready"
+    {}
+    (child, rx)
+}
+
+fn child_role() -> Option<(String, std::path::PathBuf)> {
+    let role = std::env::var(ROLE).ok()?;
+    Some((role, std::env::var(PATH).expect("path").into()))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Child: schedules jobs from 16 tasks forever, printing each id once `schedule` returned.
+async fn schedule_forever(path: &Path, round: &str) {
+    let queue = JobQueue::open(path).await.unwrap();
+    println!("\nready"); // on a line of its own: libtest printed "test … " without a newline
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let queue = queue.clone();
+        let round = round.to_owned();
+        tasks.push(tokio::spawn(async move {
+            for n in 0.. {
+                let id = format!("{round}-{t}-{n}");
+                queue
+                    .schedule(&id, Duration::ZERO, id.as_bytes())
+                    .await
+                    .unwrap();
+                println!("scheduled {id}");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[test]
+fn schedules_survive_kill_9() {
+    const TEST: &str = "kill::schedules_survive_kill_9";
+    if let Some((role, path)) = child_role() {
+        runtime().block_on(schedule_forever(&path, &role));
+        return;
+    }
+    const ROUNDS: usize = 6;
+    let mut rng = Rng(seed());
+    let h = embedded();
+    let mut printed = Vec::new();
+    let rt = runtime();
+    for round in 0..ROUNDS {
+        let (mut child, lines) = spawn_child(TEST, &format!("r{round}"), &h.path());
+        let until = std::time::Instant::now() + ms(5 + rng.next() % 150);
+        // Read while it runs so its pipe never fills, then kill it mid-flight.
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            match lines.recv_timeout(left) {
+                Ok(line) => printed.extend(line.strip_prefix("scheduled ").map(str::to_owned)),
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the child ended by itself"),
+            }
+        }
+        child.kill();
+        printed.extend(
+            lines
+                .iter()
+                .filter_map(|l| l.strip_prefix("scheduled ").map(str::to_owned)),
+        );
+
+        // Every id printed so far is in the reopened store.
+        rt.block_on(async {
+            let queue = JobQueue::open(h.path())
+                .await
+                .expect("reopens after kill -9");
+            for id in &printed {
+                let info = queue.get(id).await.unwrap();
+                assert!(
+                    info.is_some(),
+                    "round {round}: {id} was acknowledged, then lost"
+                );
+            }
+            queue.close().await.unwrap();
+        });
+    }
+    assert!(
+        printed.len() > ROUNDS,
+        "the children scheduled something ({})",
+        printed.len()
+    );
+    eprintln!(
+        "{} schedules acknowledged over {ROUNDS} kills",
+        printed.len()
+    );
+
+    // Then every job (printed or committed just before the kill) is delivered exactly once.
+    rt.block_on(async {
+        let queue = JobQueue::open(h.path()).await.unwrap();
+        let total = queue.pending().await.unwrap() as usize;
+        assert!(total >= printed.len());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let mut workers = Vec::new();
+        for _ in 0..2 {
+            let (queue, tx) = (queue.clone(), tx.clone());
+            workers.push(tokio::spawn(async move {
+                queue
+                    .run(8, move |d| {
+                        let tx = tx.clone();
+                        async move {
+                            assert_eq!(d.payload(), d.id().as_bytes());
+                            tx.send(d.id().to_owned()).unwrap();
+                            Ok::<(), String>(())
+                        }
+                    })
+                    .await
+            }));
+        }
+        let mut delivered = HashMap::new();
+        for _ in 0..total {
+            *delivered.entry(rx.recv().await.unwrap()).or_insert(0u32) += 1;
+        }
+        assert_eq!(delivered.len(), total, "no job delivered twice");
+        for id in &printed {
+            assert_eq!(delivered.get(id), Some(&1), "{id}");
+        }
+        while queue.pending().await.unwrap() > 0 {
+            tokio::time::sleep(ms(5)).await;
+        }
+        queue.close().await.unwrap();
+        for w in workers {
+            w.await.unwrap().unwrap();
+        }
+    });
+}
+
+/// Child: consumes with a short lease, acks the first `ACKED` jobs (printing each once the
+/// ack returned), then hangs in the middle of the next handler.
+async fn consume_then_hang(queue: JobQueue) {
+    println!("\nready");
+    let mut consumer = queue.consume();
+    let mut acked = 0;
+    while let Some(d) = consumer.next().await {
+        let d = d.unwrap();
+        println!("start {} {}", d.id(), d.attempt());
+        if acked < ACKED {
+            assert!(d.ack().await.unwrap());
+            acked += 1;
+            println!("acked {}", d.id());
+        } else {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+const ACKED: usize = 5;
+const JOBS: usize = 20;
+
+/// Parent: waits until the child acked `ACKED` jobs and started the next handler, kills it
+/// there, and returns the acked ids and the id it was handling.
+fn kill_mid_handler(mut child: Killed, lines: mpsc::Receiver<String>) -> (HashSet<String>, String) {
+    let mut acked = HashSet::new();
+    let hung = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("child output");
+        if let Some(id) = line.strip_prefix("acked ") {
+            acked.insert(id.to_owned());
+        } else if let Some(rest) = line.strip_prefix("start ") {
+            if acked.len() == ACKED {
+                break rest.split(' ').next().unwrap().to_owned();
+            }
+        }
+    };
+    child.kill(); // in the middle of the handler
+    (acked, hung)
+}
+
+/// Parent, after the kill: every job the child did not ack comes back exactly once, the one
+/// it was handling with attempt 2; the acked ones never.
+async fn check_redelivery(queue: &JobQueue, acked: &HashSet<String>, hung: &str) {
+    let info = queue
+        .get(hung)
+        .await
+        .unwrap()
+        .expect("an unacked job stays");
+    assert_eq!(info.attempt(), 1, "leased by the dead child");
+    for id in acked {
+        assert_eq!(queue.get(id).await.unwrap(), None, "{id} was acked");
+    }
+    let mut consumer = queue.consume();
+    let mut delivered = HashMap::new();
+    for _ in 0..JOBS - ACKED {
+        let d = crate::support::next(&mut consumer).await;
+        assert!(
+            !acked.contains(d.id()),
+            "{} was acked, then delivered again",
+            d.id()
+        );
+        delivered.insert(d.id().to_owned(), d.attempt());
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(
+        delivered.len(),
+        JOBS - ACKED,
+        "each remaining job exactly once"
+    );
+    assert_eq!(
+        delivered.get(hung),
+        Some(&2),
+        "redelivered after the dead consumer's lease"
+    );
+    assert_eq!(queue.pending().await.unwrap(), 0);
+}
+
+async fn schedule_jobs(queue: &JobQueue) {
+    for i in 0..JOBS {
+        queue
+            .schedule(&format!("job-{i:02}"), Duration::ZERO, "p")
+            .await
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_consumer_killed_mid_handler_has_its_jobs_redelivered() {
+    const TEST: &str = "kill::a_consumer_killed_mid_handler_has_its_jobs_redelivered";
+    if let Some((_, path)) = child_role() {
+        runtime().block_on(async {
+            let queue = JobQueue::builder()
+                .lease(ms(300))
+                .prefetch(4)
+                .open(&path)
+                .await
+                .unwrap();
+            consume_then_hang(queue).await
+        });
+        return;
+    }
+    let h = embedded();
+    let rt = runtime();
+    rt.block_on(async {
+        let queue = JobQueue::open(h.path()).await.unwrap();
+        schedule_jobs(&queue).await;
+        queue.close().await.unwrap();
+    });
+    let (child, lines) = spawn_child(TEST, "consume", &h.path());
+    let (acked, hung) = kill_mid_handler(child, lines);
+    rt.block_on(async {
+        let queue = JobQueue::open(h.path()).await.unwrap();
+        check_redelivery(&queue, &acked, &hung).await;
+        queue.close().await.unwrap();
+    });
+}
+
+/// The same on Redis, with the parent's queue open on the server the whole time: consumers
+/// in separate processes share the queue.
+#[cfg(feature = "redis")]
+#[test]
+fn a_redis_consumer_process_killed_mid_handler_has_its_jobs_redelivered() {
+    const TEST: &str = "kill::a_redis_consumer_process_killed_mid_handler_has_its_jobs_redelivered";
+    if let Some((_, url)) = child_role() {
+        runtime().block_on(async {
+            let url = url.to_str().unwrap();
+            let queue = JobQueue::builder()
+                .lease(ms(300))
+                .prefetch(4)
+                .redis(url, "orders")
+                .await
+                .unwrap();
+            consume_then_hang(queue).await
+        });
+        return;
+    }
+    let server = crate::support::RedisServer::start();
+    let rt = runtime();
+    let queue = rt.block_on(async {
+        let queue = JobQueue::builder()
+            .redis(&server.url(), "orders")
+            .await
+            .unwrap();
+        schedule_jobs(&queue).await;
+        queue
+    });
+    let (child, lines) = spawn_child(TEST, "consume", std::path::Path::new(&server.url()));
+    let (acked, hung) = kill_mid_handler(child, lines);
+    rt.block_on(async {
+        check_redelivery(&queue, &acked, &hung).await;
+        queue.close().await.unwrap();
+    });
+}

@@ -1,0 +1,283 @@
+//! The behavioural suite on Redis (feature `redis`), each test on a `redis-server` of its own.
+
+run_behaviour_suite!(crate::support::redis());
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use wheel_jobs::{Delivery, JobQueue, Scheduled};
+
+use crate::support::{ms, next, RedisServer};
+
+async fn queue(server: &RedisServer, configure: impl FnOnce(&mut wheel_jobs::Builder)) -> JobQueue {
+    let mut builder = JobQueue::builder();
+    configure(&mut builder);
+    builder
+        .redis(&server.url(), "orders")
+        .await
+        .expect("open on redis")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_queues_compete_and_each_job_is_acked_once() {
+    const JOBS: usize = 10_000;
+    let server = RedisServer::start();
+    let (a, b) = (queue(&server, |_| {}).await, queue(&server, |_| {}).await);
+    let jobs = (0..JOBS).map(|i| (format!("job-{i}"), Duration::ZERO, "p"));
+    assert!(a
+        .schedule_many(jobs)
+        .await
+        .unwrap()
+        .iter()
+        .all(|s| *s == Scheduled::Created));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(char, String)>();
+    let mut workers = Vec::new();
+    for (name, q) in [('a', a.clone()), ('b', b.clone())] {
+        let tx = tx.clone();
+        workers.push(tokio::spawn(async move {
+            q.run(32, move |d| {
+                let tx = tx.clone();
+                async move {
+                    tx.send((name, d.id().to_owned())).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+        }));
+    }
+    let mut seen = HashMap::new();
+    let mut by = HashMap::new();
+    for _ in 0..JOBS {
+        let (who, id) = rx.recv().await.unwrap();
+        *seen.entry(id).or_insert(0) += 1;
+        *by.entry(who).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), JOBS, "each job once");
+    assert_eq!(by.len(), 2, "both consumers took part: {by:?}");
+    while a.pending().await.unwrap() + a.running().await.unwrap() > 0 {
+        tokio::time::sleep(ms(5)).await;
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    for w in workers {
+        w.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_consumers_jobs_go_to_the_other_after_the_lease() {
+    let server = RedisServer::start();
+    let a = queue(&server, |b| {
+        b.lease(ms(200));
+    })
+    .await;
+    let b = queue(&server, |_| {}).await;
+    let ids: Vec<String> = (0..5).map(|i| format!("job-{i}")).collect();
+    for id in &ids {
+        a.schedule(id, Duration::ZERO, "p").await.unwrap();
+    }
+    let mut first = a.consume();
+    let mut held: Vec<Delivery> = Vec::new();
+    for _ in 0..5 {
+        held.push(next(&mut first).await);
+    }
+    drop(first); // the consumer is gone; its five leases run out
+    let mut other = b.consume();
+    let mut got = HashSet::new();
+    for _ in 0..5 {
+        let d = next(&mut other).await;
+        assert_eq!(d.attempt(), 2, "redelivered after the lease");
+        got.insert(d.id().to_owned());
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(got, ids.iter().cloned().collect());
+    for late in held {
+        assert!(
+            !late.ack().await.unwrap(),
+            "a late ack from the dropped consumer changes nothing"
+        );
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_schedules_survive_a_redis_kill_9_and_workers_resume() {
+    let mut server = RedisServer::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ]);
+    let q = queue(&server, |_| {}).await;
+    // A worker that runs across the crash.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let worker = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            q.run(8, move |d| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(d.id().to_owned()).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+        })
+    };
+    let mut acknowledged = Vec::new();
+    for i in 0..200 {
+        let id = format!("before-{i}");
+        q.schedule(&id, Duration::from_secs(3600), "p")
+            .await
+            .unwrap();
+        acknowledged.push(id);
+    }
+    server.kill(); // SIGKILL
+    let err = q
+        .schedule("while-down", Duration::ZERO, "p")
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    server.restart();
+    // The connection manager reconnects by itself; calls fail as unavailable until then.
+    let mut tries = 0;
+    loop {
+        match q.get("before-0").await {
+            Ok(info) => {
+                assert!(info.is_some());
+                break;
+            }
+            Err(err) if err.is_unavailable() && tries < 1000 => {
+                tries += 1;
+                tokio::time::sleep(ms(10)).await;
+            }
+            Err(err) => panic!("{err}"),
+        }
+    }
+    for id in &acknowledged {
+        assert!(
+            q.get(id).await.unwrap().is_some(),
+            "{id} was acknowledged, then lost"
+        );
+        assert!(q.reschedule(id, Duration::ZERO).await.unwrap());
+    }
+    // The worker that lived through the crash resumes by itself and runs each job once.
+    let mut delivered = HashSet::new();
+    for _ in 0..acknowledged.len() {
+        let id = rx.recv().await.unwrap();
+        assert!(id.starts_with("before-"), "{id}");
+        assert!(delivered.insert(id));
+    }
+    while q.running().await.unwrap() > 0 {
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert_eq!(q.pending().await.unwrap(), 0);
+    q.close().await.unwrap();
+    worker.await.unwrap().unwrap();
+}
+
+/// The whole suite again with each queue split into 3 partitions on one server.
+mod partitioned {
+    run_behaviour_suite!(crate::support::redis_partitioned());
+}
+
+/// A queue in 3 partitions on a 3-master cluster: the partitions land on different nodes,
+/// and two competing queues deliver every job exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_queue_works_across_cluster_nodes() {
+    const JOBS: usize = 3_000;
+    let cluster = crate::support::RedisCluster::start();
+    let open = || async {
+        JobQueue::builder()
+            .partitions(3)
+            .lease(ms(500))
+            .redis_cluster(&cluster.nodes, "orders")
+            .await
+            .unwrap()
+    };
+    let (a, b) = (open().await, open().await);
+    let jobs = (0..JOBS).map(|i| (format!("job-{i}"), ms((i % 50) as u64), "p"));
+    assert!(a
+        .schedule_many(jobs)
+        .await
+        .unwrap()
+        .iter()
+        .all(|s| *s == Scheduled::Created));
+    assert_eq!(b.pending().await.unwrap(), JOBS as u64);
+    // The three partitions' slots are spread over the nodes.
+    let mut nodes_used = HashSet::new();
+    for i in 0..3 {
+        let out = std::process::Command::new("redis-cli")
+            .args([
+                "-c",
+                "-u",
+                &cluster.nodes[0],
+                "cluster",
+                "keyslot",
+                &format!("{{orders:{i}}}:due"),
+            ])
+            .output()
+            .unwrap();
+        let slot: u16 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        nodes_used.insert(slot * 3 / 16384); // redis-cli splits the slots in three equal ranges
+    }
+    assert!(nodes_used.len() > 1, "partitions on more than one node");
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut workers = Vec::new();
+    for q in [a.clone(), b.clone()] {
+        let tx = tx.clone();
+        workers.push(tokio::spawn(async move {
+            q.run(16, move |d| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(d.id().to_owned()).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+        }));
+    }
+    let mut seen = HashMap::new();
+    for _ in 0..JOBS {
+        *seen.entry(rx.recv().await.unwrap()).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), JOBS, "each job once");
+    while a.pending().await.unwrap() + a.running().await.unwrap() > 0 {
+        tokio::time::sleep(ms(5)).await;
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    for w in workers {
+        w.await.unwrap().unwrap();
+    }
+}
+
+/// The client's clock does not decide what is due. Under a paused tokio clock, which jumps
+/// ahead whenever the runtime idles, the consumer's wheel timer keeps firing "early" by the
+/// wall clock; every claim still goes by the server's `TIME`, so the job comes no earlier
+/// than its run_at (`next` asserts it), while the client's clock ran far ahead.
+#[tokio::test(start_paused = true)]
+async fn a_skewed_client_clock_still_delivers_by_the_server_time() {
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.redis_timeout(None);
+    })
+    .await;
+    let client_start = tokio::time::Instant::now();
+    q.schedule("job", ms(200), "p").await.unwrap();
+    let run_at = q.get("job").await.unwrap().unwrap().run_at();
+    let mut consumer = q.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!((d.id(), d.run_at()), ("job", run_at));
+    let client_elapsed = tokio::time::Instant::now() - client_start;
+    assert!(
+        client_elapsed >= ms(200),
+        "the client's clock reached the due time too ({client_elapsed:?})"
+    );
+    assert!(d.ack().await.unwrap());
+    q.close().await.unwrap();
+}

@@ -1,0 +1,752 @@
+//! The behavioural suite, written once for every backend.
+//!
+//! Each `pub async fn` takes a fresh [`Harness`]; `behaviour_suite!` turns them all into
+//! `#[tokio::test]`s for one backend. Deadlines are real wall-clock times (the store's clock
+//! decides what is due), kept to tens of milliseconds; no assertion is about how long
+//! anything took, only about order, counts and "never before `run_at`".
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use wheel_jobs::{JobQueue, JobState, Scheduled, When};
+
+use crate::support::{ms, next, Harness};
+
+macro_rules! behaviour_suite {
+    ($harness:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                crate::suite::$name($harness).await
+            }
+        )*
+    };
+}
+
+/// Every test of the suite against the harness `$harness` (an expression making a fresh one).
+macro_rules! run_behaviour_suite {
+    ($harness:expr) => {
+        behaviour_suite!($harness;
+            schedule_is_idempotent,
+            bad_input_is_refused,
+            get_reports_state_run_at_and_attempt,
+            never_before_run_at,
+            past_deadlines_are_due_at_once,
+            duration_max_saturates,
+            cancel_wins_before_delivery,
+            reschedule_earlier_and_later,
+            earlier_schedule_wakes_an_idle_consumer,
+            lease_expiry_redelivers_with_attempt_2,
+            stale_delivery_changes_nothing,
+            extend_keeps_the_lease,
+            retry_counts_the_attempt,
+            dead_after_max_attempts,
+            ack_removes,
+            schedule_many_is_atomic_and_idempotent,
+            pending_and_running_count_states,
+            run_acks_and_retries_failures_and_panics,
+            run_kills_after_max_attempts,
+            many_jobs_each_delivered_once,
+            close_ends_consumers_and_calls,
+        );
+    };
+}
+
+async fn open(h: &impl Harness, configure: impl FnOnce(&mut wheel_jobs::Builder)) -> JobQueue {
+    let mut builder = JobQueue::builder();
+    configure(&mut builder);
+    h.open(&builder).await.expect("open")
+}
+
+pub async fn schedule_is_idempotent(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let at = SystemTime::now() + Duration::from_secs(3600);
+    assert_eq!(
+        queue.schedule("a", at, "first").await.unwrap(),
+        Scheduled::Created
+    );
+    assert_eq!(
+        queue.schedule("a", ms(1), "second").await.unwrap(),
+        Scheduled::Exists
+    );
+    let info = queue.get("a").await.unwrap().expect("scheduled");
+    assert_eq!(info.payload(), b"first", "the existing job is unchanged");
+    assert_eq!(info.run_at(), at);
+    assert_eq!(queue.pending().await.unwrap(), 1);
+    queue.close().await.unwrap();
+}
+
+pub async fn bad_input_is_refused(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_payload(16);
+    })
+    .await;
+    let long = "x".repeat(wheel_jobs::MAX_ID_LEN + 1);
+    let longest = "x".repeat(wheel_jobs::MAX_ID_LEN);
+    for id in ["", long.as_str()] {
+        assert!(queue
+            .schedule(id, ms(0), "p")
+            .await
+            .unwrap_err()
+            .is_invalid_id());
+        assert!(queue.cancel(id).await.unwrap_err().is_invalid_id());
+        assert!(queue
+            .reschedule(id, ms(0))
+            .await
+            .unwrap_err()
+            .is_invalid_id());
+        assert!(queue.get(id).await.unwrap_err().is_invalid_id());
+        assert!(queue.remove_dead(id).await.unwrap_err().is_invalid_id());
+    }
+    assert_eq!(
+        queue.schedule(&longest, ms(0), "p").await.unwrap(),
+        Scheduled::Created
+    );
+    let err = queue
+        .schedule("big", ms(0), vec![0u8; 17])
+        .await
+        .unwrap_err();
+    assert!(err.is_payload_too_large(), "{err}");
+    assert!(!err.is_invalid_id() && !err.is_storage() && !err.is_locked());
+    assert_eq!(
+        queue.get("big").await.unwrap(),
+        None,
+        "a refused job is not stored"
+    );
+    assert_eq!(
+        queue.schedule("fits", ms(0), vec![0u8; 16]).await.unwrap(),
+        Scheduled::Created
+    );
+    assert_eq!(queue.pending().await.unwrap(), 2);
+
+    for bad in [
+        JobQueue::builder().lease(Duration::ZERO).clone(),
+        JobQueue::builder().max_attempts(0).clone(),
+        JobQueue::builder().prefetch(0).clone(),
+    ] {
+        let err = h.open(&bad).await.unwrap_err();
+        assert!(err.is_invalid_config(), "{err}");
+    }
+    queue.close().await.unwrap();
+}
+
+pub async fn get_reports_state_run_at_and_attempt(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    assert_eq!(queue.get("nobody").await.unwrap(), None);
+    let at = SystemTime::now() + ms(20);
+    queue.schedule("job", at, "p").await.unwrap();
+    let info = queue.get("job").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state(), info.run_at(), info.attempt()),
+        (JobState::Pending, at, 0)
+    );
+
+    let mut consumer = queue.consume();
+    let delivery = next(&mut consumer).await;
+    assert_eq!(
+        (delivery.id(), delivery.attempt(), delivery.run_at()),
+        ("job", 1, at)
+    );
+    let info = queue.get("job").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state(), info.run_at(), info.attempt()),
+        (JobState::Running, at, 1)
+    );
+    assert_eq!(
+        queue.pending().await.unwrap(),
+        0,
+        "running jobs are not pending"
+    );
+    queue.close().await.unwrap();
+}
+
+pub async fn never_before_run_at(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let start = SystemTime::now();
+    let mut due = HashMap::new();
+    for i in 0..40u64 {
+        let at = start + ms(5 * (i % 20));
+        queue.schedule(&format!("j{i}"), at, "p").await.unwrap();
+        due.insert(format!("j{i}"), at);
+    }
+    let mut consumer = queue.consume();
+    let mut last = UNIX_EPOCH;
+    for _ in 0..40 {
+        let d = next(&mut consumer).await; // asserts now >= run_at
+        assert_eq!(Some(&d.run_at()), due.get(d.id()));
+        assert!(d.run_at() >= last || !h.ordered(), "delivered in due order");
+        last = d.run_at();
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(queue.pending().await.unwrap(), 0);
+    queue.close().await.unwrap();
+}
+
+pub async fn past_deadlines_are_due_at_once(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let before_epoch = UNIX_EPOCH - Duration::from_secs(10);
+    queue.schedule("epoch", before_epoch, "p").await.unwrap();
+    queue
+        .schedule(
+            "hour-ago",
+            SystemTime::now() - Duration::from_secs(3600),
+            "p",
+        )
+        .await
+        .unwrap();
+    queue.schedule("zero", Duration::ZERO, "p").await.unwrap();
+    assert_eq!(
+        queue.get("epoch").await.unwrap().unwrap().run_at(),
+        UNIX_EPOCH,
+        "saturates at the epoch"
+    );
+    let mut consumer = queue.consume();
+    let mut ids: Vec<String> = Vec::new();
+    for _ in 0..3 {
+        ids.push(next(&mut consumer).await.id().to_owned());
+    }
+    assert_eq!(ids, ["epoch", "hour-ago", "zero"], "in due order");
+    queue.close().await.unwrap();
+}
+
+pub async fn duration_max_saturates(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let never = UNIX_EPOCH + Duration::from_nanos(u64::MAX);
+    queue.schedule("never", Duration::MAX, "p").await.unwrap();
+    queue
+        .schedule(
+            "far",
+            When::At(UNIX_EPOCH + Duration::from_secs(u64::MAX / 2)),
+            "p",
+        )
+        .await
+        .unwrap();
+    assert_eq!(queue.get("never").await.unwrap().unwrap().run_at(), never);
+    assert_eq!(queue.get("far").await.unwrap().unwrap().run_at(), never);
+    queue.schedule("soon", ms(10), "p").await.unwrap();
+    let mut consumer = queue.consume();
+    assert_eq!(next(&mut consumer).await.id(), "soon");
+    assert_eq!(queue.pending().await.unwrap(), 2);
+    assert!(queue.reschedule("never", Duration::MAX).await.unwrap());
+    assert!(queue.cancel("never").await.unwrap());
+    queue.close().await.unwrap();
+}
+
+pub async fn cancel_wins_before_delivery(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let mut consumer = queue.consume();
+    queue.schedule("cancelled", ms(30), "p").await.unwrap();
+    assert!(queue.cancel("cancelled").await.unwrap());
+    assert!(!queue.cancel("cancelled").await.unwrap(), "already gone");
+    assert!(!queue.cancel("unknown").await.unwrap());
+    assert_eq!(queue.get("cancelled").await.unwrap(), None);
+    queue.schedule("marker", ms(60), "p").await.unwrap();
+    let d = next(&mut consumer).await;
+    assert_eq!(
+        d.id(),
+        "marker",
+        "the cancelled job, due earlier, never came"
+    );
+    assert!(
+        !queue.cancel("marker").await.unwrap(),
+        "a running job cannot be cancelled"
+    );
+    assert!(d.ack().await.unwrap());
+    assert_eq!(queue.pending().await.unwrap(), 0);
+    queue.close().await.unwrap();
+}
+
+pub async fn reschedule_earlier_and_later(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    queue
+        .schedule("early", Duration::from_secs(3600), "p")
+        .await
+        .unwrap();
+    queue.schedule("late", ms(40), "p").await.unwrap();
+    queue.schedule("marker", ms(80), "p").await.unwrap();
+    let new_early = SystemTime::now() + ms(20);
+    assert!(queue.reschedule("early", new_early).await.unwrap());
+    assert!(queue
+        .reschedule("late", Duration::from_secs(3600))
+        .await
+        .unwrap());
+    assert!(!queue.reschedule("unknown", ms(1)).await.unwrap());
+    let mut consumer = queue.consume();
+    let first = next(&mut consumer).await;
+    assert_eq!((first.id(), first.run_at()), ("early", new_early));
+    assert!(
+        !queue.reschedule("early", ms(1)).await.unwrap(),
+        "a running job does not move"
+    );
+    assert_eq!(
+        next(&mut consumer).await.id(),
+        "marker",
+        "the job moved later is not due"
+    );
+    let late = queue.get("late").await.unwrap().unwrap();
+    assert_eq!(late.state(), JobState::Pending);
+    assert!(late.run_at() > SystemTime::now() + Duration::from_secs(3000));
+    queue.close().await.unwrap();
+}
+
+pub async fn earlier_schedule_wakes_an_idle_consumer(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    queue
+        .schedule("far", Duration::from_secs(3600), "p")
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let waiting = tokio::spawn(async move { next(&mut consumer).await.id().to_owned() });
+    // Let the consumer claim nothing and arm its timer for the far job.
+    tokio::time::sleep(ms(20)).await;
+    queue.schedule("now", Duration::ZERO, "p").await.unwrap();
+    assert_eq!(waiting.await.unwrap(), "now");
+    queue.close().await.unwrap();
+}
+
+pub async fn lease_expiry_redelivers_with_attempt_2(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.lease(ms(50));
+    })
+    .await;
+    queue
+        .schedule("job", Duration::ZERO, "payload")
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let first = next(&mut consumer).await;
+    assert_eq!(first.attempt(), 1);
+    drop(first); // neither acked nor retried: leased until the lease ends
+    let second = next(&mut consumer).await;
+    assert_eq!(
+        (second.id(), second.attempt(), second.payload()),
+        ("job", 2, &b"payload"[..])
+    );
+    assert_eq!(queue.get("job").await.unwrap().unwrap().attempt(), 2);
+    assert!(second.ack().await.unwrap());
+    queue.close().await.unwrap();
+}
+
+pub async fn stale_delivery_changes_nothing(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.lease(ms(50));
+    })
+    .await;
+    queue.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    let stale = next(&mut consumer).await;
+    let current = next(&mut consumer).await; // the lease lapsed: redelivered
+    assert_eq!(current.attempt(), 2);
+    assert!(!stale.ack().await.unwrap(), "ack after the lease was lost");
+    assert!(!stale.retry(ms(0)).await.unwrap());
+    assert!(!stale.extend(Duration::from_secs(60)).await.unwrap());
+    let info = queue.get("job").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state(), info.attempt()),
+        (JobState::Running, 2),
+        "unchanged by the stale calls"
+    );
+    assert!(current.ack().await.unwrap());
+    assert!(!current.ack().await.unwrap(), "a second ack finds nothing");
+    queue.close().await.unwrap();
+}
+
+pub async fn extend_keeps_the_lease(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.lease(ms(40));
+    })
+    .await;
+    queue.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    let held = next(&mut consumer).await;
+    assert!(held.extend(Duration::from_secs(3600)).await.unwrap());
+    queue.schedule("marker", ms(120), "p").await.unwrap();
+    assert_eq!(
+        next(&mut consumer).await.id(),
+        "marker",
+        "the extended job was not redelivered"
+    );
+    assert!(held.ack().await.unwrap(), "the lease is still held");
+    queue.close().await.unwrap();
+}
+
+pub async fn retry_counts_the_attempt(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    queue.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    let first = next(&mut consumer).await;
+    let before_retry = SystemTime::now();
+    assert!(first.retry(ms(20)).await.unwrap());
+    let info = queue.get("job").await.unwrap().unwrap();
+    assert_eq!((info.state(), info.attempt()), (JobState::Pending, 1));
+    assert!(info.run_at() >= before_retry + ms(20));
+    assert_eq!(queue.pending().await.unwrap(), 1);
+    let second = next(&mut consumer).await;
+    assert_eq!((second.attempt(), second.run_at()), (2, info.run_at()));
+    assert!(!first.ack().await.unwrap());
+    assert!(second.ack().await.unwrap());
+    queue.close().await.unwrap();
+}
+
+pub async fn dead_after_max_attempts(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.lease(ms(30)).max_attempts(2);
+    })
+    .await;
+    queue.schedule("lapses", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    assert_eq!(next(&mut consumer).await.attempt(), 1);
+    assert_eq!(next(&mut consumer).await.attempt(), 2);
+    // Its second lease ends before the marker is due; claims go in due order, so the
+    // marker's delivery means the job's last lease was processed.
+    queue.schedule("marker", ms(150), "p").await.unwrap();
+    let marker = next(&mut consumer).await;
+    assert_eq!(marker.id(), "marker");
+    let info = queue.get("lapses").await.unwrap().unwrap();
+    assert_eq!((info.state(), info.attempt()), (JobState::Dead, 2));
+    assert_eq!(
+        queue.schedule("lapses", ms(0), "again").await.unwrap(),
+        Scheduled::Exists
+    );
+    assert!(
+        !queue.cancel("lapses").await.unwrap(),
+        "a dead job is not pending"
+    );
+    assert!(
+        marker.retry(ms(0)).await.unwrap(),
+        "first failure of the marker"
+    );
+    let marker = next(&mut consumer).await;
+    assert_eq!(marker.attempt(), 2);
+    assert!(
+        marker.retry(ms(0)).await.unwrap(),
+        "the last attempt failed: dead"
+    );
+    assert_eq!(
+        queue.get("marker").await.unwrap().unwrap().state(),
+        JobState::Dead
+    );
+    assert_eq!(queue.pending().await.unwrap(), 0);
+
+    assert!(queue.remove_dead("lapses").await.unwrap());
+    assert!(!queue.remove_dead("lapses").await.unwrap());
+    assert_eq!(queue.get("lapses").await.unwrap(), None);
+    queue
+        .schedule("pending", Duration::from_secs(60), "p")
+        .await
+        .unwrap();
+    assert!(
+        !queue.remove_dead("pending").await.unwrap(),
+        "only dead jobs are removed"
+    );
+    assert_eq!(queue.purge_dead().await.unwrap(), 1);
+    assert_eq!(queue.get("marker").await.unwrap(), None);
+    assert_eq!(queue.purge_dead().await.unwrap(), 0);
+    assert_eq!(queue.pending().await.unwrap(), 1);
+    queue.close().await.unwrap();
+}
+
+pub async fn ack_removes(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    queue.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    assert!(d.ack().await.unwrap());
+    assert_eq!(queue.get("job").await.unwrap(), None);
+    assert_eq!(queue.pending().await.unwrap(), 0);
+    assert_eq!(
+        queue
+            .schedule("job", Duration::ZERO, "again")
+            .await
+            .unwrap(),
+        Scheduled::Created,
+        "an acked job is gone, its id free"
+    );
+    let again = next(&mut consumer).await;
+    assert_eq!((again.payload(), again.attempt()), (&b"again"[..], 1));
+    assert!(
+        !d.ack().await.unwrap(),
+        "the old delivery cannot ack the new job"
+    );
+    assert!(again.ack().await.unwrap());
+    queue.close().await.unwrap();
+}
+
+pub async fn schedule_many_is_atomic_and_idempotent(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_payload(4);
+    })
+    .await;
+    queue
+        .schedule("b", Duration::from_secs(60), "old")
+        .await
+        .unwrap();
+    let outcomes = queue
+        .schedule_many([
+            ("a", ms(0), "1"),
+            ("b", ms(0), "2"),
+            ("c", ms(0), "3"),
+            ("a", ms(0), "4"),
+        ])
+        .await
+        .unwrap();
+    use Scheduled::{Created, Exists};
+    assert_eq!(
+        outcomes,
+        [Created, Exists, Created, Exists],
+        "in order, duplicates inside the batch too"
+    );
+    assert_eq!(queue.get("b").await.unwrap().unwrap().payload(), b"old");
+    assert_eq!(queue.get("a").await.unwrap().unwrap().payload(), b"1");
+    // One bad job refuses the whole batch.
+    let err = queue
+        .schedule_many([("d", ms(0), "ok"), ("e", ms(0), "too long")])
+        .await
+        .unwrap_err();
+    assert!(err.is_payload_too_large());
+    let err = queue
+        .schedule_many([("d", ms(0), "ok"), ("", ms(0), "x")])
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_id());
+    assert_eq!(queue.get("d").await.unwrap(), None);
+    assert!(queue
+        .schedule_many(Vec::<(String, Duration, Vec<u8>)>::new())
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(queue.pending().await.unwrap(), 3);
+    queue.close().await.unwrap();
+}
+
+pub async fn pending_and_running_count_states(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(1);
+    })
+    .await;
+    for id in ["a", "b", "c"] {
+        queue.schedule(id, Duration::ZERO, "p").await.unwrap();
+    }
+    queue
+        .schedule("later", Duration::from_secs(60), "p")
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            queue.pending().await.unwrap(),
+            queue.running().await.unwrap()
+        ),
+        (4, 0)
+    );
+    let mut consumer = queue.consume();
+    let (a, b, c) = (
+        next(&mut consumer).await,
+        next(&mut consumer).await,
+        next(&mut consumer).await,
+    );
+    assert_eq!(
+        (
+            queue.pending().await.unwrap(),
+            queue.running().await.unwrap()
+        ),
+        (1, 3)
+    );
+    assert!(a.ack().await.unwrap());
+    assert!(b.retry(ms(0)).await.unwrap(), "out of attempts: dead");
+    assert_eq!(
+        (
+            queue.pending().await.unwrap(),
+            queue.running().await.unwrap()
+        ),
+        (1, 1)
+    );
+    assert!(queue.cancel("later").await.unwrap());
+    assert!(c.ack().await.unwrap());
+    assert_eq!(
+        (
+            queue.pending().await.unwrap(),
+            queue.running().await.unwrap()
+        ),
+        (0, 0)
+    );
+    queue.close().await.unwrap();
+}
+
+type Log = Arc<Mutex<Vec<(String, u32)>>>;
+
+pub async fn run_acks_and_retries_failures_and_panics(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(3).backoff(ms(5), ms(20));
+    })
+    .await;
+    for id in ["ok", "fails-once", "panics-once"] {
+        queue.schedule(id, Duration::ZERO, id).await.unwrap();
+    }
+    let log: Log = Arc::default();
+    let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+    let worker = queue.clone();
+    let seen = log.clone();
+    let running = tokio::spawn(async move {
+        worker
+            .run(4, move |job| {
+                let (seen, done_tx) = (seen.clone(), done_tx.clone());
+                async move {
+                    seen.lock()
+                        .unwrap()
+                        .push((job.id().to_owned(), job.attempt()));
+                    match (job.id(), job.attempt()) {
+                        ("fails-once", 1) => return Err("first attempt fails"),
+                        ("panics-once", 1) => panic!("first attempt panics"),
+                        _ => {}
+                    }
+                    done_tx.send(job.id().to_owned()).unwrap();
+                    Ok(())
+                }
+            })
+            .await
+    });
+    let mut finished = Vec::new();
+    for _ in 0..3 {
+        finished.push(done.recv().await.unwrap());
+    }
+    finished.sort();
+    assert_eq!(finished, ["fails-once", "ok", "panics-once"]);
+    // The acks follow the handlers: wait until the store agrees.
+    while queue.pending().await.unwrap() > 0
+        || queue.get("ok").await.unwrap().is_some()
+        || queue.get("fails-once").await.unwrap().is_some()
+        || queue.get("panics-once").await.unwrap().is_some()
+    {
+        tokio::time::sleep(ms(5)).await;
+    }
+    let mut log = log.lock().unwrap().clone();
+    log.sort();
+    let expect = [
+        ("fails-once", 1),
+        ("fails-once", 2),
+        ("ok", 1),
+        ("panics-once", 1),
+        ("panics-once", 2),
+    ];
+    assert_eq!(log, expect.map(|(id, n)| (id.to_owned(), n)));
+    queue.close().await.unwrap();
+    running.await.unwrap().expect("run ends cleanly on close");
+}
+
+pub async fn run_kills_after_max_attempts(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(2).backoff(ms(1), ms(1));
+    })
+    .await;
+    queue.schedule("doomed", Duration::ZERO, "p").await.unwrap();
+    let worker = queue.clone();
+    let running = tokio::spawn(async move {
+        worker
+            .run(1, |_job| async { Err::<(), _>("always fails") })
+            .await
+    });
+    loop {
+        if let Some(info) = queue.get("doomed").await.unwrap() {
+            if info.state() == JobState::Dead {
+                assert_eq!(info.attempt(), 2);
+                break;
+            }
+        }
+        tokio::time::sleep(ms(5)).await;
+    }
+    queue.close().await.unwrap();
+    running.await.unwrap().unwrap();
+}
+
+pub async fn many_jobs_each_delivered_once(h: impl Harness) {
+    const JOBS: usize = 2000;
+    const SCHEDULERS: usize = 32;
+    let queue = open(&h, |_| {}).await;
+    let mut schedulers = Vec::new();
+    for s in 0..SCHEDULERS {
+        let queue = queue.clone();
+        schedulers.push(tokio::spawn(async move {
+            for i in (s..JOBS).step_by(SCHEDULERS) {
+                let when = ms((i % 50) as u64);
+                assert_eq!(
+                    queue
+                        .schedule(&format!("job-{i}"), when, "p")
+                        .await
+                        .unwrap(),
+                    Scheduled::Created
+                );
+            }
+        }));
+    }
+    // Two competing consumers: a stream and a worker loop.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let stream_tx = tx.clone();
+    let mut consumer = queue.consume();
+    let stream = tokio::spawn(async move {
+        while let Some(d) = consumer.next().await {
+            let d = d.unwrap();
+            assert!(d.ack().await.unwrap());
+            stream_tx.send(d.id().to_owned()).unwrap();
+        }
+    });
+    let worker = queue.clone();
+    let run = tokio::spawn(async move {
+        worker
+            .run(16, move |d| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(d.id().to_owned()).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+    });
+    for s in schedulers {
+        s.await.unwrap();
+    }
+    let mut seen = HashMap::new();
+    for _ in 0..JOBS {
+        *seen.entry(rx.recv().await.unwrap()).or_insert(0) += 1;
+    }
+    assert_eq!(
+        seen.len(),
+        JOBS,
+        "every job once (a duplicate would leave one missing)"
+    );
+    assert!(seen.values().all(|&n| n == 1));
+    while queue.pending().await.unwrap() > 0 {
+        tokio::time::sleep(ms(5)).await;
+    }
+    queue.close().await.unwrap();
+    stream.await.unwrap();
+    run.await.unwrap().unwrap();
+}
+
+pub async fn close_ends_consumers_and_calls(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    queue
+        .schedule("later", Duration::from_secs(3600), "p")
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let waiting = tokio::spawn(async move { consumer.next().await.is_none() });
+    tokio::time::sleep(ms(10)).await;
+    queue.close().await.unwrap();
+    assert!(waiting.await.unwrap(), "the stream ends on close");
+    assert!(queue
+        .schedule("x", ms(0), "p")
+        .await
+        .unwrap_err()
+        .is_closed());
+    assert!(queue.get("later").await.unwrap_err().is_closed());
+    assert!(queue.pending().await.unwrap_err().is_closed());
+    queue.close().await.unwrap(); // closing twice is fine
+                                  // The store was released: it opens again, with the job still there.
+    let reopened = h.open(&JobQueue::builder()).await.unwrap();
+    assert_eq!(
+        reopened.get("later").await.unwrap().unwrap().state(),
+        JobState::Pending
+    );
+    reopened.close().await.unwrap();
+}
