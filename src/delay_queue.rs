@@ -1,9 +1,14 @@
 //! [`DelayQueue`], tokio-util's keyed delay queue on the crate's sans-IO wheel.
 //!
 //! Ground rules:
-//! - The queue owns one private `Wheel` (`&mut self` only: no lock, no atomics). Ticks are
-//!   the timer's tick counted from the queue's own `start` instant; a deadline rounds *up* to
-//!   a tick and the clock rounds *down*, so an item never comes out before its deadline.
+//! - The queue owns one private `Wheel` (`&mut self` only: no lock, no atomics). Its ticks
+//!   are the timer's own ticks (`crate::clock::Clock`: same start, tick and phase), so an
+//!   item's tick and the tick its sleep is armed for are one number, rounded once: a deadline
+//!   rounds *up* to a tick and the clock rounds *down*, so an item never comes out before
+//!   the timer's own `Sleep` for that deadline would complete.
+//! - When the sleep fires, its tick counts as reached even if the clock reads an earlier tick
+//!   (a deadline past tokio's timer range, which tokio fires at the range's end), exactly as
+//!   the driver does: otherwise the queue would re-arm a sleep that fires at once, forever.
 //! - The timer is touched through ONE wheel [`Sleep`], armed for the wheel's next expiration
 //!   only while the queue is polled and holds items. An empty queue holds no sleep, so it
 //!   costs the driver no wakeup; a sleep armed for an item that was since removed costs one
@@ -20,13 +25,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock::{self, Clock, MAX_NANOS};
 use crate::sleep::Closed;
 use crate::wheel::{self, Wheel};
 use crate::{Sleep, Timer};
-
-/// Latest deadline kept, in nanoseconds after the queue's start (146 years): later ones
-/// saturate, as the timer's own deadlines do.
-const MAX_NANOS: u64 = (1 << 62) - 1;
 
 /// Level-0 buckets of the queue's wheel: 256 one-tick buckets (a quarter second at 1 ms)
 /// keep the per-queue footprint small (about 2.4 KB of list heads) while most deadlines of a
@@ -78,12 +80,8 @@ const SLOTS: usize = 256;
 pub struct DelayQueue<T> {
     /// Values by key; an entry's tick is its deadline rounded up to the timer's tick.
     wheel: Wheel<Option<T>>,
-    /// The timer, resolved at the first insert for [`DelayQueue::new`].
+    /// The timer, resolved at the first insert for [`DelayQueue::new`]; ticks are its clock's.
     timer: Option<Timer>,
-    /// The timer's tick in nanoseconds; 0 until `timer` is resolved.
-    tick_ns: u64,
-    /// Tick zero.
-    start: Instant,
     /// The sleep armed for `armed`, `None` while nothing is armed.
     sleep: Option<Sleep>,
     /// The tick `sleep` is armed for; `u64::MAX` when `sleep` is `None` or must be re-armed.
@@ -139,8 +137,6 @@ impl<T> DelayQueue<T> {
         DelayQueue {
             wheel,
             timer: None,
-            tick_ns: 0,
-            start: Instant::now(),
             sleep: None,
             armed: u64::MAX,
             waker: None,
@@ -164,13 +160,14 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn with_timer(timer: &Timer) -> DelayQueue<T> {
         let mut queue = DelayQueue::new();
-        queue.tick_ns = duration_nanos(timer.tick_duration()).max(1);
         queue.timer = Some(timer.clone());
         queue
     }
 
     /// Inserts `value`, to come out `timeout` from now. A zero `timeout` makes it come out on
-    /// the next poll; `Duration::MAX` saturates 146 years out.
+    /// the next poll; `Duration::MAX` saturates 146 years out, and such a value comes out
+    /// when the timer's own [`Sleep`] for that deadline completes (tokio's timer fires
+    /// deadlines past its range at the end of that range).
     ///
     /// # Examples
     ///
@@ -189,6 +186,7 @@ impl<T> DelayQueue<T> {
     /// On [`new`](DelayQueue::new)'s default timer, outside a tokio runtime.
     #[track_caller]
     pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
+        self.timer();
         let nanos = self.nanos_after_now(timeout);
         self.insert_nanos(value, nanos)
     }
@@ -215,7 +213,8 @@ impl<T> DelayQueue<T> {
     /// On [`new`](DelayQueue::new)'s default timer, outside a tokio runtime.
     #[track_caller]
     pub fn insert_at(&mut self, value: T, when: Instant) -> Key {
-        let nanos = self.nanos_at(when);
+        self.timer();
+        let nanos = self.clock().nanos(when);
         self.insert_nanos(value, nanos)
     }
 
@@ -287,6 +286,9 @@ impl<T> DelayQueue<T> {
     /// If `key` is stale.
     #[track_caller]
     pub fn reset(&mut self, key: &Key, timeout: Duration) {
+        if self.timer.is_none() {
+            panic!("wheel-timer: DelayQueue::reset with a stale key {key:?}");
+        }
         let nanos = self.nanos_after_now(timeout);
         self.reset_nanos(key, nanos);
     }
@@ -313,7 +315,10 @@ impl<T> DelayQueue<T> {
     /// If `key` is stale.
     #[track_caller]
     pub fn reset_at(&mut self, key: &Key, when: Instant) {
-        let nanos = self.nanos_at(when);
+        let nanos = match &self.timer {
+            Some(timer) => timer.global().clock.nanos(when),
+            None => panic!("wheel-timer: DelayQueue::reset with a stale key {key:?}"),
+        };
         self.reset_nanos(key, nanos);
     }
 
@@ -412,7 +417,8 @@ impl<T> DelayQueue<T> {
                 continue;
             }
             if next != self.armed {
-                let deadline = self.tick_instant(next);
+                // The queue's ticks are the timer's: the sleep lands on exactly `next`.
+                let deadline = self.clock().tick_start(next);
                 if let Some(sleep) = &mut self.sleep {
                     sleep.reset_inner(deadline);
                 } else {
@@ -423,8 +429,13 @@ impl<T> DelayQueue<T> {
             }
             let sleep = self.sleep.as_mut().expect("armed above");
             match sleep.poll_unless_closed(cx) {
-                // The clock has reached the armed tick: read it again.
-                Poll::Ready(Ok(())) => self.armed = u64::MAX,
+                // The timer has reached the armed tick (see the ground rules): so has the
+                // queue, whatever the clock reads. `next > now` here, so time moves forward
+                // and the loop ends: the next pass hands out an entry or arms a later tick.
+                Poll::Ready(Ok(())) => {
+                    now = now.max(next);
+                    self.armed = u64::MAX;
+                }
                 Poll::Ready(Err(Closed)) => {
                     panic!("wheel-timer: a DelayQueue was polled after its timer was shut down or lost its runtime")
                 }
@@ -540,11 +551,20 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     fn timer(&mut self) -> &Timer {
         if self.timer.is_none() {
-            let timer = crate::default_timer();
-            self.tick_ns = duration_nanos(timer.tick_duration()).max(1);
-            self.timer = Some(timer);
+            self.timer = Some(crate::default_timer());
         }
         self.timer.as_ref().expect("resolved above")
+    }
+
+    /// The timer's clock. Only called once the timer is resolved: after an insert (a live
+    /// key or a queued value implies one) or by `timer()`.
+    fn clock(&self) -> &Clock {
+        &self
+            .timer
+            .as_ref()
+            .expect("the timer is resolved at the first insert")
+            .global()
+            .clock
     }
 
     #[track_caller]
@@ -593,35 +613,27 @@ impl<T> DelayQueue<T> {
 
     /// The start of `tick`: a deadline rounded up to the tick.
     fn tick_instant(&self, tick: u64) -> Instant {
-        self.start + Duration::from_nanos(tick.saturating_mul(self.tick_ns))
-    }
-
-    fn nanos_at(&self, when: Instant) -> u64 {
-        duration_nanos(when.saturating_duration_since(self.start))
+        self.clock().tick_start(tick)
     }
 
     fn nanos_after_now(&self, timeout: Duration) -> u64 {
-        self.nanos_at(Instant::now())
-            .saturating_add(duration_nanos(timeout))
+        let clock = self.clock();
+        clock
+            .nanos(Instant::now())
+            .saturating_add(clock::duration_nanos(timeout))
             .min(MAX_NANOS)
     }
 
     fn tick_at_or_after(&self, nanos: u64) -> u64 {
-        nanos.div_ceil(self.tick_ns.max(1))
+        self.clock().tick_at_or_after(nanos)
     }
 
     fn now_tick(&self) -> u64 {
-        self.nanos_at(Instant::now()) / self.tick_ns.max(1)
+        match &self.timer {
+            Some(timer) => timer.global().clock.tick_of(Instant::now()),
+            None => 0,
+        }
     }
-}
-
-/// Nanoseconds in `d`, saturating at the latest deadline kept (in u64 arithmetic: this is on
-/// the insert path).
-fn duration_nanos(d: Duration) -> u64 {
-    d.as_secs()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::from(d.subsec_nanos()))
-        .min(MAX_NANOS)
 }
 
 impl<T> Default for DelayQueue<T> {
@@ -644,7 +656,6 @@ impl<T> fmt::Debug for DelayQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DelayQueue")
             .field("len", &self.len())
-            .field("tick_ns", &self.tick_ns)
             .field("armed", &(self.sleep.is_some() && self.armed != u64::MAX))
             .finish()
     }

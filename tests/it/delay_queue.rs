@@ -660,3 +660,39 @@ async fn a_queue_older_than_its_first_levels_keeps_working() {
     assert_eq!(queue.next().await.map(Expired::into_inner), Some(1));
     assert_eq!(Instant::now(), start + ms(1));
 }
+
+/// An item at `Duration::MAX` (saturated 146 years out, past tokio's timer range) comes out
+/// exactly when the timer's own `Sleep` for the same deadline completes (tokio fires both at
+/// the end of its range), and polling it is bounded: the queue used to count its ticks from
+/// its own start, round the saturated deadline past the timer's cap and re-arm a sleep that
+/// fired at once, forever, inside one `poll_expired`.
+#[tokio::test(start_paused = true)]
+async fn duration_max_comes_out_with_the_timers_own_sleep_and_never_spins() {
+    let timer = Timer::new();
+    // The queue starts later than the timer: its ticks must still be the timer's.
+    sleep(ms(30)).await;
+    let mut queue = DelayQueue::with_timer(&timer);
+    queue.insert("max", Duration::MAX);
+    let sleep_max = async {
+        timer.sleep(Duration::MAX).await;
+        Instant::now()
+    };
+    let mut polls = 0;
+    let queue_out = async {
+        let expired = std::future::poll_fn(|cx| {
+            polls += 1;
+            queue.poll_expired(cx)
+        })
+        .await;
+        (expired.map(Expired::into_inner), Instant::now())
+    };
+    let (slept_at, (value, out_at)) = tokio::join!(sleep_max, queue_out);
+    assert_eq!(value, Some("max"));
+    assert_eq!(
+        out_at, slept_at,
+        "the queue and a sleep of the same deadline agree"
+    );
+    // A queue that re-armed by waking itself would be polled without bound.
+    assert!(polls < 100, "polled {polls} times for one value");
+    assert!(queue.is_empty());
+}
