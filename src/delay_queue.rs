@@ -535,15 +535,9 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.capacity(), 0);
     /// ```
     pub fn shrink_to_fit(&mut self) {
-        if self.is_empty() {
-            // Fresh arena: its generations restart, but no key of the old one can be live.
-            // The clock origin is kept, so `elapsed` must be too: carry it over.
-            let elapsed = self.wheel.elapsed();
-            self.wheel = Wheel::new(SLOTS);
-            self.wheel.poll(elapsed);
-        } else {
-            self.wheel.shrink_to_fit();
-        }
+        // An empty wheel frees its whole arena but keeps counting generations, so a stale
+        // key never matches a value inserted after.
+        self.wheel.shrink_to_fit();
     }
 
     // ----- internals -----

@@ -54,6 +54,9 @@ pub(super) struct Arena<T> {
     free_head: u32,
     /// Allocated entries.
     pub(super) live: usize,
+    /// Generation of entries pushed from now on: above every generation a freed entry ever
+    /// had, so that releasing an empty arena's memory cannot make an old key live again.
+    generation_floor: u32,
 }
 
 // ===== impl Arena =====
@@ -64,6 +67,7 @@ impl<T> Arena<T> {
             entries: Vec::new(),
             free_head: NIL,
             live: 0,
+            generation_floor: 0,
         }
     }
 
@@ -81,8 +85,19 @@ impl<T> Arena<T> {
         self.entries.reserve(additional);
     }
 
+    /// Gives back spare room. An empty arena gives back everything: the floor is raised
+    /// past every generation handed out, so keys stay stale when slots are pushed again.
     pub(super) fn shrink_to_fit(&mut self) {
-        self.entries.shrink_to_fit();
+        if self.live == 0 {
+            let highest = self.entries.iter().map(|e| e.generation).max();
+            if let Some(highest) = highest {
+                self.generation_floor = self.generation_floor.max(highest).wrapping_add(1);
+            }
+            self.entries = Vec::new();
+            self.free_head = NIL;
+        } else {
+            self.entries.shrink_to_fit();
+        }
     }
 
     /// Allocates a detached entry.
@@ -111,7 +126,7 @@ impl<T> Arena<T> {
                 next: NIL,
                 prev: NIL,
                 bucket: DETACHED,
-                generation: 0,
+                generation: self.generation_floor,
                 tick,
                 value: Some(value),
             });

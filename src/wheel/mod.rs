@@ -235,8 +235,9 @@ impl<T> Wheel<T> {
         self.arena.reserve(additional);
     }
 
-    /// Gives back the arena's spare room (slots never allocated; freed slots stay in the free
-    /// list, since keys name them by index).
+    /// Gives back the arena's spare room: everything when no entry is allocated (keys stay
+    /// stale: generations keep counting up), else the slots never allocated (freed slots
+    /// stay in the free list, since keys name them by index).
     pub(crate) fn shrink_to_fit(&mut self) {
         self.arena.shrink_to_fit();
     }

@@ -1083,3 +1083,16 @@ proptest! {
         prop_assert_eq!(harness.wheel.len(), 0);
     }
 }
+
+#[test]
+fn shrink_when_empty_frees_everything_and_keeps_keys_stale() {
+    let mut wheel = wheel_at(64, 0);
+    let old = wheel.insert(5, 1);
+    assert_eq!(wheel.try_remove(old), Some(1));
+    wheel.shrink_to_fit();
+    assert_eq!(wheel.capacity(), 0);
+    let new = wheel.insert(5, 2);
+    assert_ne!(old, new);
+    assert_eq!(wheel.try_remove(old), None);
+    assert_eq!(wheel.try_remove(new), Some(2));
+}

@@ -696,3 +696,23 @@ async fn duration_max_comes_out_with_the_timers_own_sleep_and_never_spins() {
     assert!(polls < 100, "polled {polls} times for one value");
     assert!(queue.is_empty());
 }
+
+/// `shrink_to_fit` on an empty queue frees its memory, but a key from before stays stale:
+/// it used to rebuild the wheel, whose generations restarted, so the old key named the next
+/// value inserted in the same slot.
+#[tokio::test(start_paused = true)]
+async fn shrink_to_fit_when_empty_keeps_old_keys_stale() {
+    let mut queue = DelayQueue::new();
+    let old = queue.insert("old", ms(10));
+    assert_eq!(queue.remove(&old).into_inner(), "old");
+    queue.shrink_to_fit();
+    assert_eq!(queue.capacity(), 0);
+    let new = queue.insert("new", ms(10));
+    assert_ne!(old, new);
+    assert!(
+        queue.try_remove(&old).is_none(),
+        "a stale key named a new value"
+    );
+    assert_eq!(queue.len(), 1);
+    assert_eq!(queue.remove(&new).into_inner(), "new");
+}
