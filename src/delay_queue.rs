@@ -373,6 +373,10 @@ impl<T> DelayQueue<T> {
     /// changes what is next) while none is, and `Ready(None)` when the queue is empty. Polling
     /// again after new inserts yields again.
     ///
+    /// Each value handed out spends one unit of tokio's cooperative budget, as with
+    /// tokio-util's queue: once the task's budget is spent this returns `Pending` (the task
+    /// woken at once), so a task draining many expired values lets its neighbours run.
+    ///
     /// # Examples
     ///
     /// ```
@@ -392,6 +396,17 @@ impl<T> DelayQueue<T> {
     ///
     /// If the queue's timer was shut down or lost its runtime while values are pending.
     pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Option<Expired<T>>> {
+        // tokio's cooperative budget, as tokio-util's queue spends it: a task draining many
+        // expired values yields once the budget is spent instead of starving its neighbours.
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let polled = self.poll_next_expired(cx);
+        if let Poll::Ready(Some(_)) = polled {
+            coop.made_progress();
+        }
+        polled
+    }
+
+    fn poll_next_expired(&mut self, cx: &mut Context<'_>) -> Poll<Option<Expired<T>>> {
         if !self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             self.waker = Some(cx.waker().clone());
         }

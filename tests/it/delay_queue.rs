@@ -716,3 +716,34 @@ async fn shrink_to_fit_when_empty_keeps_old_keys_stale() {
     assert_eq!(queue.len(), 1);
     assert_eq!(queue.remove(&new).into_inner(), "new");
 }
+
+/// Draining many expired values spends tokio's coop budget, as tokio-util's queue does: a
+/// neighbour task runs before the queue is drained (it used to run only once all 20 000
+/// were out).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn draining_expired_values_lets_a_neighbour_task_run() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let mut queue = DelayQueue::new();
+    for i in 0..20_000u64 {
+        queue.insert(i, ms(1 + i % 1000));
+    }
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+    let mut drained = 0;
+    while !ran.load(Ordering::SeqCst) {
+        assert!(
+            queue.next().await.is_some(),
+            "drained before the neighbour ran"
+        );
+        drained += 1;
+    }
+    assert!(drained > 0, "the first values came out without yielding");
+    assert!(
+        !queue.is_empty(),
+        "the neighbour ran only once the queue was empty"
+    );
+}
