@@ -419,6 +419,12 @@ impl<T> DelayQueue<T> {
                     .try_remove(key)
                     .flatten()
                     .expect("a polled entry is allocated and holds its value");
+                if self.is_empty() {
+                    // No driver wakeup for an empty queue (the poller is not woken: it is
+                    // being handed the value).
+                    self.sleep = None;
+                    self.armed = u64::MAX;
+                }
                 return Poll::Ready(Some(self.expired(value, tick, Key(key))));
             }
             let Some(next) = self.wheel.next_expiration() else {

@@ -747,3 +747,20 @@ async fn draining_expired_values_lets_a_neighbour_task_run() {
         "the neighbour ran only once the queue was empty"
     );
 }
+
+/// A queue emptied by the value it hands out drops its sleep: the timer holds nothing for
+/// it and the task is not woken while the queue stays empty and unpolled.
+#[tokio::test(start_paused = true)]
+async fn a_queue_emptied_by_poll_holds_no_sleep() {
+    let timer = Timer::new();
+    let mut q = Polled::new(DelayQueue::with_timer(&timer));
+    let key = q.queue.insert("foo", ms(1000));
+    q.pending();
+    assert_eq!(timer.pending(), 1, "the queue's sleep");
+    q.queue.reset_at(&key, Instant::now());
+    assert_eq!(q.ready().into_inner(), "foo");
+    assert!(q.queue.is_empty());
+    assert_eq!(timer.pending(), 0, "an empty queue holds no sleep");
+    sleep(ms(2000)).await;
+    assert!(!q.is_woken(), "woken while empty and unpolled");
+}
