@@ -561,6 +561,32 @@ impl<T> DelayQueue<T> {
         self.wheel.shrink_to_fit();
     }
 
+    /// Compacts the queue's storage: gives back the room of every freed slot past the
+    /// highest one in use, and makes later inserts reuse the lowest free slots first. Keys of
+    /// queued values stay valid, as with tokio-util's `compact`; unlike it, values are not
+    /// moved (a key names its slot), so slots freed below the highest one in use are kept
+    /// for reuse and [`capacity`](Self::capacity) may stay above [`len`](Self::len). O(capacity).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mut queue = wheel_timer::DelayQueue::new();
+    /// let keys: Vec<_> = (0..100).map(|i| queue.insert(i, Duration::from_secs(5))).collect();
+    /// for key in &keys[10..] {
+    ///     queue.remove(key);
+    /// }
+    /// queue.compact();
+    /// assert_eq!(queue.capacity(), 10);
+    /// assert_eq!(queue.remove(&keys[3]).into_inner(), 3); // keys stay valid
+    /// # }
+    /// ```
+    pub fn compact(&mut self) {
+        self.wheel.compact();
+    }
+
     // ----- internals -----
 
     #[track_caller]

@@ -100,6 +100,30 @@ impl<T> Arena<T> {
         }
     }
 
+    /// Drops the free slots past the last allocated one (no live key names them; the floor
+    /// is raised past their generations so stale keys stay stale), rebuilds the free list
+    /// lowest slot first so reuse fills the arena from the bottom, and gives back the room.
+    pub(super) fn compact(&mut self) {
+        let keep = self
+            .entries
+            .iter()
+            .rposition(|e| e.bucket != FREE)
+            .map_or(0, |last| last + 1);
+        if let Some(highest) = self.entries[keep..].iter().map(|e| e.generation).max() {
+            self.generation_floor = self.generation_floor.max(highest).wrapping_add(1);
+        }
+        self.entries.truncate(keep);
+        self.free_head = NIL;
+        for index in (0..keep).rev() {
+            let entry = &mut self.entries[index];
+            if entry.bucket == FREE {
+                entry.next = self.free_head;
+                self.free_head = index as u32;
+            }
+        }
+        self.entries.shrink_to_fit();
+    }
+
     /// Allocates a detached entry.
     ///
     /// # Panics

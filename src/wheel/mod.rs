@@ -242,6 +242,12 @@ impl<T> Wheel<T> {
         self.arena.shrink_to_fit();
     }
 
+    /// Gives back every free slot past the last allocated entry; keys of allocated entries
+    /// stay valid and stale keys stay stale.
+    pub(crate) fn compact(&mut self) {
+        self.arena.compact();
+    }
+
     // ----- internals -----
 
     fn due_head(&self) -> usize {

@@ -764,3 +764,32 @@ async fn a_queue_emptied_by_poll_holds_no_sleep() {
     sleep(ms(2000)).await;
     assert!(!q.is_woken(), "woken while empty and unpolled");
 }
+
+/// `compact` gives back the room past the highest slot in use, keeps every live key valid
+/// (their values still come out, in order) and every stale key stale.
+#[tokio::test(start_paused = true)]
+async fn compact_keeps_live_keys_and_frees_the_tail() {
+    let mut q = Polled::new(DelayQueue::new());
+    let keys: Vec<Key> = (0..64u64).map(|i| q.queue.insert(i, ms(10 + i))).collect();
+    // Keep 0, 5 and 20; free everything else, including the whole tail past slot 20.
+    for (i, key) in keys.iter().enumerate() {
+        if ![0, 5, 20].contains(&i) {
+            q.queue.remove(key);
+        }
+    }
+    q.queue.compact();
+    assert_eq!(q.queue.len(), 3);
+    assert_eq!(q.queue.capacity(), 21, "the slots up to the highest in use");
+    assert!(
+        q.queue.try_remove(&keys[40]).is_none(),
+        "a stale key stays stale"
+    );
+    q.queue.reset(&keys[20], ms(1));
+    let again = q.queue.insert(99, ms(200));
+    assert!(q.queue.capacity() <= 21, "a freed low slot was reused");
+    assert!(!keys.contains(&again));
+    sleep(ms(300)).await;
+    let order: Vec<u64> = (0..4).map(|_| q.ready().into_inner()).collect();
+    assert_eq!(order, [20, 0, 5, 99]);
+    q.exhausted();
+}
