@@ -31,8 +31,10 @@ use crate::wheel::{self, Wheel};
 use crate::{Sleep, Timer};
 
 /// Level-0 buckets of the queue's wheel: 256 one-tick buckets (a quarter second at 1 ms)
-/// keep the per-queue footprint small (about 2.4 KB of list heads) while most deadlines of a
-/// request-scoped queue never cascade more than once.
+/// keep the per-queue footprint small while most deadlines of a request-scoped queue never
+/// cascade more than once. The wheel then has 9 upper levels of 64 buckets; with the due
+/// list that is 833 `u32` list heads (3,332 bytes) plus 10 occupancy bitmaps (504 bytes with
+/// their words), about 3.8 KB per queue before any value is inserted.
 const SLOTS: usize = 256;
 
 /// A queue of values that each come out once their deadline is reached, the wheel's drop-in
