@@ -97,7 +97,7 @@ fn fire_10k(c: &mut Criterion) {
                         fire_all(&rt, &|done| {
                             for _ in 0..FIRE {
                                 let done = done.clone();
-                                timer
+                                let _ = timer
                                     .schedule(Duration::from_millis(1), move || done())
                                     .unwrap();
                             }

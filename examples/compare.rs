@@ -14,14 +14,21 @@
 //!   for ours). At 100k the tasks need more CPU than the 50 ms window holds on a small
 //!   machine, so that figure is mostly run-queue backlog; 10k shows the timers' precision.
 //!
+//! - lateness of fresh timers: 20 new `Timer`s per runtime (current-thread, then two
+//!   workers), each measured at once with 150 sleeps of 3–4 ms, each paired with a tokio
+//!   sleep: the median over the timers of their p50 and p99, and how many timers are more
+//!   than 0.5 ms worse than tokio.
+//!
 //! ```text
-//! cargo run --release --example compare            # about a minute
-//! cargo run --release --example compare -- --quick # well under a minute
+//! cargo run --release --example compare            # about two minutes
+//! cargo run --release --example compare -- --quick # about a minute
+//! cargo run --release --example compare -- --fresh # the fresh-timer rows only
 //! ```
 //!
 //! It exits with status 1 if one of our invariants fails (an early wake-up, an allocation per
 //! operation). CPU time comes from `/proc/self/stat` (utime + stime, in 1/100 s), memory from
-//! `/proc/self/status` (VmRSS), so this runs on Linux only. On a shared machine every figure is
+//! `/proc/self/status` (VmRSS), both read by `examples/support/cpu.rs`, so this runs on Linux
+//! only. On a shared machine every figure is
 //! noisy; compare the ratios of one run rather than absolutes across runs.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -34,7 +41,31 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::task::Context;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use tokio::runtime::Runtime;
+
+#[path = "support/cpu.rs"]
+mod cpu;
+
+use cpu::{load_average, machine_steal, process_cpu, threads_cpu};
+
+/// Whole-program figures of wheel-timer beside tokio::time (sizes, allocations, memory and
+/// CPU per pending timer, lateness), printed as one Markdown table.
+#[derive(Parser, Debug)]
+#[command(name = "compare")]
+struct Args {
+    /// Smaller and fewer rounds: well under a minute instead of about one.
+    #[arg(long)]
+    quick: bool,
+    /// Only the fresh-timer lateness rows (20 new timers against tokio's sleep).
+    #[arg(long)]
+    fresh: bool,
+}
+
+/// Resident set size, in bytes.
+fn rss_bytes() -> u64 {
+    cpu::rss().0
+}
 
 // ===== counting allocator =====
 
@@ -91,76 +122,6 @@ static GLOBAL: Counting = Counting;
 
 fn thread_allocs() -> u64 {
     THREAD_ALLOCS.with(Cell::get)
-}
-
-// ===== /proc readers =====
-
-/// CPU time (user + system) of the whole process so far, from `/proc/self/stat`.
-fn process_cpu() -> Duration {
-    /// `/proc` reports in USER_HZ, fixed at 100 by the Linux ABI.
-    const TICK: Duration = Duration::from_millis(10);
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");
-    // Fields after the parenthesised command name start at field 3 ("state").
-    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u32 = [11, 12] // utime (field 14), stime (field 15)
-        .iter()
-        .map(|&i| fields[i].parse::<u32>().expect("stat field"))
-        .sum();
-    TICK * ticks
-}
-
-/// CPU time of the process's live threads, from `/proc/self/task/*/schedstat` (nanosecond
-/// resolution, where `/proc/self/stat` counts 10 ms ticks; threads that exit are missed, so
-/// use it only over windows in which no thread exits).
-fn threads_cpu() -> Duration {
-    let tasks = std::fs::read_dir("/proc/self/task").expect("read /proc/self/task");
-    let nanos: u64 = tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    Duration::from_nanos(nanos)
-}
-
-/// The machine's load average over the last minute, from `/proc/loadavg`.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".into())
-}
-
-/// (all CPU time, stolen time) of the machine so far, in clock ticks, from `/proc/stat`: on a
-/// virtual machine "steal" is time the host gave our vCPUs to someone else.
-fn machine_steal() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    (
-        fields.iter().take(8).sum(),
-        fields.get(7).copied().unwrap_or(0),
-    )
-}
-
-/// Resident set size, from `/proc/self/status`.
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("VmRSS line");
-    let kb: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS value");
-    kb * 1024
 }
 
 // ===== helpers =====
@@ -636,23 +597,135 @@ fn lateness_section(report: &mut Report, quick: bool) {
     lateness_rows(report, &rt, 100_000, rounds);
 }
 
+// ===== fresh timers =====
+
+/// Fresh timers on one runtime, each measured right after it is created.
+const FRESH_TIMERS: usize = 20;
+/// Sleeps per fresh timer, each paired with a tokio sleep.
+const FRESH_SLEEPS: usize = 150;
+
+/// Lateness of fresh timers beside tokio's on the same runtime (issue 9 f): every timer is
+/// new, so a phase that its driver got wrong shows in its whole row. One row per runtime:
+/// the median over the timers of each timer's p50 and p99, and how many timers are more than
+/// 0.5 ms worse than tokio at p50 and at p99.
+fn fresh_section(report: &mut Report) {
+    let runtimes = [
+        (
+            "current-thread",
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("build runtime"),
+        ),
+        ("2 workers", multi_thread()),
+    ];
+    for (name, rt) in runtimes {
+        let mut rng = SplitMix(7);
+        let mut rows = Vec::new();
+        let mut early = 0;
+        for round in 0..FRESH_TIMERS {
+            // Each timer measured from a task on the runtime, as a program would use it.
+            let seed = rng.next_u64();
+            let (row, e) = rt.block_on(async move {
+                tokio::spawn(async move { fresh_timer_async(seed, round).await })
+                    .await
+                    .expect("fresh timer task panicked")
+            });
+            rows.push(row);
+            early += e;
+        }
+        let median = |i: usize| {
+            let mut v: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let worse = |i: usize| rows.iter().filter(|r| r[i] > r[i + 1] + 0.5).count();
+        let what =
+            format!("fresh timers, {name}: {FRESH_TIMERS} × {FRESH_SLEEPS} sleeps of 3–4 ms");
+        report.figures(
+            &format!("{what}: median p50"),
+            median(0),
+            median(1),
+            3,
+            " ms",
+        );
+        report.figures(
+            &format!("{what}: median p99"),
+            median(2),
+            median(3),
+            3,
+            " ms",
+        );
+        report.row(
+            format!("{what}: timers > 0.5 ms worse than tokio at p50 / p99"),
+            format!("{} / {}", worse(0), worse(2)),
+            String::new(),
+            String::new(),
+        );
+        report.check(early == 0, format!("{early} fresh-timer sleeps woke early"));
+    }
+}
+
+/// Per-timer figures of one fresh timer, created and measured on the current task: (our p50,
+/// tokio p50, our p99, tokio p99) in ms, and our early wake-ups. Each of its sleeps of 3–4 ms
+/// is paired with a tokio sleep, in alternating order.
+async fn fresh_timer_async(seed: u64, round: usize) -> ([f64; 4], usize) {
+    let mut rng = SplitMix(seed);
+    let timer = wheel_timer::Timer::new();
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for k in 0..FRESH_SLEEPS {
+        let order = if (k + round) % 2 == 0 {
+            [Peer::Wheel, Peer::Tokio]
+        } else {
+            [Peer::Tokio, Peer::Wheel]
+        };
+        for peer in order {
+            let delay = Duration::from_nanos(3_000_000 + rng.below(1_000_001));
+            let deadline = tokio::time::Instant::now() + delay;
+            match peer {
+                Peer::Wheel => timer.sleep_until(deadline).await,
+                Peer::Tokio => tokio::time::sleep_until(deadline).await,
+            }
+            let now = tokio::time::Instant::now();
+            let late = if now >= deadline {
+                (now - deadline).as_nanos() as i64
+            } else {
+                -((deadline - now).as_nanos() as i64)
+            };
+            match peer {
+                Peer::Wheel => ours.push(late),
+                Peer::Tokio => theirs.push(late),
+            }
+        }
+    }
+    let (ours, theirs) = (summarize(ours), summarize(theirs));
+    ([ours.p50, theirs.p50, ours.p99, theirs.p99], ours.early)
+}
+
 // ===== main =====
 
 fn main() -> ExitCode {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let Args {
+        quick,
+        fresh: fresh_only,
+    } = Args::parse();
     let started = Instant::now();
     let load_before = load_average();
     let steal_before = machine_steal();
     let mut report = Report::default();
     // Memory first: later sections leave freed heap behind that could hide new allocations
     // from RSS.
-    eprintln!("pending timers: CPU and memory…");
-    pending_section(&mut report, quick);
-    eprintln!("sizes and allocations…");
-    sizes(&mut report);
-    allocations(&mut report);
-    eprintln!("lateness…");
-    lateness_section(&mut report, quick);
+    if !fresh_only {
+        eprintln!("pending timers: CPU and memory…");
+        pending_section(&mut report, quick);
+        eprintln!("sizes and allocations…");
+        sizes(&mut report);
+        allocations(&mut report);
+        eprintln!("lateness…");
+        lateness_section(&mut report, quick);
+    }
+    eprintln!("fresh timers…");
+    fresh_section(&mut report);
     let steal_after = machine_steal();
     let steal = (steal_after.1 - steal_before.1) as f64
         / (steal_after.0 - steal_before.0).max(1) as f64

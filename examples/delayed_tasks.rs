@@ -8,12 +8,15 @@
 //!
 //! ```text
 //! cargo run --example delayed_tasks
+//! cargo run --example delayed_tasks -- --auto-rate-hours 2   # the customer is too late for 1002
+//! cargo run --example delayed_tasks -- --help
 //! ```
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clap::Parser;
 use tokio::time::{sleep, Instant};
 use wheel_timer::{Error, Timer, TimerTask};
 
@@ -43,8 +46,20 @@ impl Clock {
     }
 }
 
+/// Automatic order rating on a paused clock: auto-ratings are wheel callbacks that a
+/// customer's own rating cancels.
+#[derive(Parser, Debug)]
+#[command(name = "delayed_tasks")]
+struct Args {
+    /// Hours after delivery at which an unrated order is rated five stars automatically.
+    #[arg(long, default_value_t = 48)]
+    auto_rate_hours: u64,
+}
+
 struct Shop {
     timer: Timer,
+    /// Delay from delivery to the automatic rating.
+    auto_rate: Duration,
     clock: Clock,
     /// Auto-ratings not yet known to have fired or been cancelled, by order number.
     auto_ratings: Mutex<HashMap<u32, TimerTask>>,
@@ -54,10 +69,11 @@ struct Shop {
 impl Shop {
     fn delivered(self: &Arc<Self>, order: u32) -> Result<(), Error> {
         let shop = self.clone();
-        let task = self.timer.schedule(48 * HOUR, move || {
+        let hours = self.auto_rate.as_secs() / 3600;
+        let task = self.timer.schedule(self.auto_rate, move || {
             shop.ratings.lock().unwrap().push((order, 5, "auto"));
             println!(
-                "{}  order {order}: no rating in 48 h, auto-rated 5 stars",
+                "{}  order {order}: no rating in {hours} h, auto-rated 5 stars",
                 shop.clock.now()
             );
         })?;
@@ -89,20 +105,24 @@ impl Shop {
 }
 
 fn main() -> Result<(), Error> {
+    let args = Args::parse();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime builds");
-    runtime.block_on(simulate())
+    runtime.block_on(simulate(Duration::from_secs(
+        args.auto_rate_hours.clamp(1, 24 * 365) * 3600,
+    )))
 }
 
-async fn simulate() -> Result<(), Error> {
+async fn simulate(auto_rate: Duration) -> Result<(), Error> {
     // Hours-long delays need no millisecond ticks: a one-second tick is plenty.
     let timer = Timer::builder().tick(Duration::from_secs(1)).build()?;
     let clock = Clock(Instant::now());
     let shop = Arc::new(Shop {
         timer: timer.clone(),
+        auto_rate,
         clock,
         auto_ratings: Mutex::default(),
         ratings: Mutex::default(),
@@ -131,8 +151,8 @@ async fn simulate() -> Result<(), Error> {
     sleep(3 * HOUR).await;
     shop.customer_rates(1002, 4);
 
-    // Two days pass: the other two orders are auto-rated on time.
-    sleep(48 * HOUR).await;
+    // The auto-rating delay passes: the other orders are auto-rated on time.
+    sleep(auto_rate).await;
     shop.customer_rates(1001, 3);
     shop.delivered(1004)?;
 

@@ -53,14 +53,16 @@ fn lookup(handle: &Handle, id: Id) -> Timer {
         return timer.clone();
     }
     let _enter = handle.enter();
-    let timer = Timer::builder()
-        .build()
+    let timer = Timer::build_default()
         .expect("the default configuration is valid and a runtime is entered");
     registry.push((id, timer.clone()));
     timer
 }
 
 /// The current runtime's default timer: the one the free functions use.
+///
+/// It is shared by every library in the process that uses the free functions, so it cannot be
+/// shut down ([`Timer::shutdown`] panics on it); it stops with its runtime.
 ///
 /// # Panics
 ///

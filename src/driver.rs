@@ -1,663 +1,109 @@
-//! The shared timer core and the tokio task that drives it.
+//! The driver: the tokio task that moves a timer's time, and the [`Driver::step`] it runs.
 //!
 //! # Ground rules
-//! - A timer is one [`Global`]: a clock, a set of [`Shard`]s and the driver's wake state.
-//!   Each shard is a `Mutex` around sans-IO wheels; a thread always registers in "its" shard
-//!   (round-robin per thread), so two threads creating and dropping sleeps never share a lock
-//!   or a reference count.
-//! - Only the driver moves time: [`Global::turn`] advances every shard to the current tick
-//!   under that shard's lock, collects wakers in batches of [`BATCH`], and wakes them with no
-//!   lock held (a waker may drop other sleeps of the same shard).
-//! - `Shard::elapsed` mirrors the shard wheel's `elapsed` and is stored before the lock is
-//!   released and before any waker is woken: a sleep whose tick is above it has certainly not
-//!   fired, which lets a re-poll with an unchanged waker skip the lock.
-//! - Wake protocol: `next_wake` is the tick the driver will wake at (`u64::MAX`: parked).
-//!   Whoever schedules an entry at a tick below it lowers it with `fetch_min` after unlocking
-//!   the shard and, if it lowered it, notifies the driver. The driver never raises it except
-//!   by `swap(MAX)` when it wakes at or after it, before it scans the shards; afterwards it
-//!   only `fetch_min`s the scan's result in. So an entry is either seen by the scan or its
-//!   scheduler sees a `next_wake` above its tick and notifies (the notify permit is kept).
-//! - Liveness: every [`ShardHandle`] (held by `Timer` handles and by sleeps) counts in
-//!   `live`, and every allocated callback task in `tasks`; the driver exits once both are
-//!   zero, so a scheduled task keeps it alive after every handle is gone. Whoever brings
-//!   either count to zero notifies it; both counts and the driver's check are `SeqCst`, so
-//!   of two threads bringing them to zero at once, one sees the other's zero.
-//! - Tasks (see `callback.rs`) live in each shard's second wheel. The driver pops them under
-//!   the same lock as the sleeps, frees (one-shot) or re-arms (repeating) them there, and
-//!   hands the fired ones to the executor in batches of [`BATCH`] after unlocking.
-//! - Counters: per-shard plain counters in [`ShardCore`] are bumped under the lock their
-//!   operation already holds; the driver's own figures are atomics in [`DriverStats`].
-//! - Closing (shutdown, or the driver task dropped with its runtime) happens shard by shard
-//!   under the lock: `closed` is set, every scheduled waker is taken and woken, every task is
-//!   freed and the pending ones are cancelled, and the shard's `elapsed` mirror is set to
-//!   `u64::MAX` so no poll takes the lock-free path again.
+//! - [`Driver::step`] is one turn at a given tick: every shard is advanced under its own lock
+//!   (`Global::advance`, in batches), the wakers collected are woken and the fired tasks
+//!   dispatched with no lock held, and it answers what to do next ([`Next`]). The task
+//!   ([`run`]) and the loom models (`src/loom_tests/`) both drive this same step; only the
+//!   waiting in between differs (tokio's timer and `Notify` here, loom threads there).
+//! - The task waits with tokio's own timer, on the start of the next occupied tick. That
+//!   sleep is polled with a [`TurnWaker`]: when tokio's time driver fires it (inside the
+//!   runtime's park, where tokio fires its own sleeps), the waker turns the wheel right there
+//!   before waking the task, so a wheel sleep is woken in the same park as a tokio sleep due
+//!   at the same instant. This is what makes `tokio::time::advance` drive the wheel as it
+//!   drives tokio: the sleeps it makes due are woken before `advance` returns.
+//! - Two turns may run at once (the waker's and the task's); each advances shards under
+//!   their locks, so an entry fires once, and both follow the `next_wake` protocol of
+//!   `shard.rs`, so none is stranded.
+//! - Before its first turn the task finds tokio's timer grid (`clock::GridProbe`); until
+//!   then the driver's clock stands at tick 0.
+//! - The task exits once the timer is closed or nothing can reach it (no handle, no task);
+//!   dropped for any reason (its runtime shutting down), it closes the timer first.
 
-use std::task::Waker;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::task::{Context, Poll, Wake, Waker};
 
-use crate::loom::Notify;
-use tokio::time::Instant;
+use crate::dispatch;
+use crate::loom::{lock, Arc, AtomicU64, Mutex, Ordering, WakeArc};
+use crate::shard::{Closing, Global, TurnCounts, BATCH, PARKED};
+use crate::task::Fired;
 
-use crate::callback::{Executor, Fired, TaskShared, CANCELLED, FIRED, PENDING};
-use crate::loom::{
-    lock_shard, Arc, AtomicU64, AtomicU8, AtomicUsize, Ordering, ShardGuard, ShardLock,
-};
-use crate::wheel::{Key, Wheel, MAX_TICK};
+/// What the driver does after a [`Driver::step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// The timer closed or nothing can reach it any more: the task ends.
+    Exit,
+    /// Nothing is scheduled: wait until notified.
+    Park,
+    /// Wait until this tick starts (or until notified).
+    Until(u64),
+}
 
-/// Wakers collected under one lock hold before they are woken (tokio uses 32 too).
-pub(crate) const BATCH: usize = 32;
+/// The driver's state between steps: the timer and scratch space for one batch.
+#[derive(Debug)]
+pub(crate) struct Driver {
+    global: Arc<Global>,
+    wakers: Vec<Waker>,
+    fired: Vec<Fired>,
+}
 
-/// Not parked on a deadline.
-const PARKED: u64 = u64::MAX;
+impl Driver {
+    pub(crate) fn new(global: Arc<Global>) -> Driver {
+        Driver {
+            global,
+            wakers: Vec::with_capacity(BATCH),
+            fired: Vec::with_capacity(BATCH),
+        }
+    }
 
-pub(crate) const RUNNING: u8 = 0;
-pub(crate) const STOPPED: u8 = 1;
-pub(crate) const DRIVER_GONE: u8 = 2;
+    /// One turn at tick `now`: fires everything due, then says what to wait for.
+    pub(crate) fn step(&mut self, now: u64) -> Next {
+        self.global.count_wakeup();
+        let target = turn(&self.global, now, &mut self.wakers, &mut self.fired);
+        if !self.global.is_running() || self.global.is_abandoned() {
+            return Next::Exit;
+        }
+        if target == PARKED {
+            Next::Park
+        } else {
+            Next::Until(target)
+        }
+    }
+}
 
-/// Maps tokio instants to wheel ticks.
+/// Fires everything due at tick `now` in every shard and returns the tick to wake at next
+/// (`PARKED`: none). `wakers` and `fired` are scratch space, empty on return.
 ///
-/// Tick `t` starts `phase + t * tick_ns` nanoseconds after `start`. The driver waits with
-/// tokio's own timer, which only wakes on its 1 ms grid; a tick boundary off that grid would
-/// be rounded up to the next grid point, adding up to a millisecond to every expiry. So the
-/// driver measures the grid's offset once, before its first turn, and sets `phase` to it
-/// (`Clock::calibrate`). `phase` only ever grows, and only before the wheels' time first moves:
-/// a tick computed with the old phase then starts later than it did, never earlier.
-#[derive(Debug)]
-pub(crate) struct Clock {
-    pub(crate) start: Instant,
-    pub(crate) tick_ns: u64,
-    /// `u64::MAX / tick_ns`: divides by a multiply on the sleep hot path.
-    recip: u64,
-    phase: AtomicU64,
-}
-
-impl Clock {
-    pub(crate) fn new(start: Instant, tick_ns: u64) -> Clock {
-        assert!(tick_ns > 0);
-        Clock {
-            start,
-            tick_ns,
-            recip: u64::MAX / tick_ns,
-            phase: AtomicU64::new(0),
-        }
-    }
-
-    /// Nanoseconds from the start to `deadline`: 0 for earlier instants, saturated at
-    /// [`MAX_NANOS`].
-    pub(crate) fn nanos(&self, deadline: Instant) -> u64 {
-        duration_nanos(deadline.saturating_duration_since(self.start))
-    }
-
-    fn phase(&self) -> u64 {
-        // Relaxed: a reader that still sees the old (smaller) phase computes a tick whose
-        // start can only move later once the new phase is in force.
-        self.phase.load(Ordering::Relaxed)
-    }
-
-    /// `(nanos / tick_ns, nanos % tick_ns)` by multiplication: the reciprocal's estimate is
-    /// at most one short, fixed by one comparison.
-    fn div(&self, nanos: u64) -> (u64, u64) {
-        let mut q = ((u128::from(nanos) * u128::from(self.recip)) >> 64) as u64;
-        let mut r = nanos - q * self.tick_ns;
-        if r >= self.tick_ns {
-            q += 1;
-            r -= self.tick_ns;
-        }
-        debug_assert_eq!((q, r), (nanos / self.tick_ns, nanos % self.tick_ns));
-        (q, r)
-    }
-
-    /// The first tick that starts at or after `nanos`: sub-tick delays round up, so a timer
-    /// never fires early.
-    pub(crate) fn tick_at_or_after(&self, nanos: u64) -> u64 {
-        let (q, r) = self.div(nanos.saturating_sub(self.phase()));
-        (q + u64::from(r != 0)).min(MAX_TICK)
-    }
-
-    /// The tick `now` falls in (tick 0 before the first boundary).
-    pub(crate) fn tick_of(&self, now: Instant) -> u64 {
-        let ns = self.nanos(now).saturating_sub(self.phase());
-        self.div(ns).0.min(MAX_TICK)
-    }
-
-    pub(crate) fn now_tick(&self) -> u64 {
-        self.tick_of(Instant::now())
-    }
-
-    pub(crate) fn instant(&self, nanos: u64) -> Instant {
-        self.start + std::time::Duration::from_nanos(nanos)
-    }
-
-    /// Nanoseconds from the start to the start of `tick`, saturated at [`MAX_NANOS`].
-    pub(crate) fn tick_start_nanos(&self, tick: u64) -> u64 {
-        tick.saturating_mul(self.tick_ns)
-            .saturating_add(self.phase())
-            .min(MAX_NANOS)
-    }
-
-    /// The instant tick `tick` starts at, saturating far in the future.
-    pub(crate) fn tick_start(&self, tick: u64) -> Instant {
-        self.instant(self.tick_start_nanos(tick))
-    }
-}
-
-/// How far before the measured grid point tick boundaries are put: the measurement includes
-/// the driver's own wake-up delay, and a boundary just after a grid point would wait for the
-/// next one.
-const CALIBRATION_MARGIN_NS: u64 = 200_000;
-/// tokio's timer resolution.
-const TOKIO_GRID_NS: u64 = 1_000_000;
-
-impl Clock {
-    /// A 1 ns tokio sleep: it wakes on the first point of tokio's grid, which
-    /// [`Clock::calibrate`] then measures. `None` for ticks that are not whole milliseconds
-    /// (their boundaries cannot all sit on tokio's grid).
-    fn calibration(&self) -> Option<tokio::time::Sleep> {
-        (self.tick_ns % TOKIO_GRID_NS == 0)
-            .then(|| tokio::time::sleep(std::time::Duration::from_nanos(1)))
-    }
-
-    /// Sets the phase from the calibration sleep's wake-up, now: its offset from the timer's
-    /// own millisecond grid, less a margin. Only while `time_moved` is false (see [`Clock`]).
-    fn calibrate(&self, time_moved: bool) {
-        if !time_moved {
-            let offset = self.nanos(Instant::now()) % TOKIO_GRID_NS;
-            let phase = offset.saturating_sub(CALIBRATION_MARGIN_NS);
-            self.phase.store(phase, Ordering::Relaxed);
-        }
-    }
-}
-
-/// `d` in nanoseconds, saturated at [`MAX_NANOS`].
-pub(crate) fn duration_nanos(d: std::time::Duration) -> u64 {
-    d.as_secs()
-        .checked_mul(1_000_000_000)
-        .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
-        .map_or(MAX_NANOS, |ns| ns.min(MAX_NANOS))
-}
-
-/// Deadlines are kept as nanoseconds from the timer's start in 62 bits (146 years).
-pub(crate) const MAX_NANOS: u64 = (1 << 62) - 1;
-
-/// One timer's shared state.
-#[derive(Debug)]
-pub(crate) struct Global {
-    pub(crate) clock: Clock,
-    pub(crate) shards: Box<[Shard]>,
-    next_wake: AtomicU64,
-    notify: Notify,
-    live: AtomicUsize,
-    /// Allocated task entries over every shard (see the ground rules on liveness).
-    tasks: AtomicUsize,
-    state: AtomicU8,
-    /// `Builder::max_pending`; `None` keeps the sleep path free of a shared counter.
-    pub(crate) limit: Option<Limit>,
-    /// Where fired callbacks run.
-    pub(crate) executor: Executor,
-    pub(crate) stats: DriverStats,
-}
-
-/// Optional configuration of a [`Global`].
-#[derive(Debug, Default)]
-pub(crate) struct Options {
-    pub(crate) max_pending: Option<usize>,
-    pub(crate) executor: Executor,
-}
-
-/// The `max_pending` admission counter: allocated entries of both wheels (a sleep from its
-/// registration until it completes or is dropped, a task until it fires or is cancelled).
-#[derive(Debug)]
-pub(crate) struct Limit {
-    max: usize,
-    count: AtomicUsize,
-}
-
-/// Counters kept off the shards: the driver's own, plus callback panics (rare, and counted
-/// by the task that ran the callback).
-#[derive(Debug, Default)]
-pub(crate) struct DriverStats {
-    pub(crate) wakeups: AtomicU64,
-    /// Largest `now - tick` of a fired entry, in ticks.
-    pub(crate) max_lateness: AtomicU64,
-    pub(crate) panicked: AtomicU64,
-}
-
-/// Per-shard counters, bumped under the shard lock.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct ShardCounters {
-    /// Entries scheduled: sleep registrations (and re-arms after firing), task schedules and
-    /// every re-arm of a repeating task.
-    pub(crate) scheduled: u64,
-    /// Entries the driver fired: sleeps woken, callbacks handed to the executor.
-    pub(crate) fired: u64,
-    /// Tasks cancelled, by `TimerTask::cancel` or by the timer closing.
-    pub(crate) cancelled: u64,
-}
-
-/// What one driver turn did, for its trace event and the lateness figure.
-#[derive(Debug, Default)]
-struct TurnCounts {
-    sleeps: usize,
-    tasks: usize,
-    lateness: u64,
-}
-
-/// A lock-protected slice of the timer.
-#[derive(Debug)]
-#[repr(align(128))]
-pub(crate) struct Shard {
-    core: ShardLock<ShardCore>,
-    /// Mirror of `core.sleeps.elapsed()` (see the module's ground rules).
-    pub(crate) elapsed: AtomicU64,
-}
-
-/// What a shard's lock protects.
-#[derive(Debug)]
-pub(crate) struct ShardCore {
-    /// Sleep entries: the waker to wake, `None` once taken.
-    pub(crate) sleeps: Wheel<Option<Waker>>,
-    /// Callback tasks (every entry is `Some`: the `Option` is only for the wheel's `Default`).
-    pub(crate) tasks: Wheel<Option<Arc<TaskShared>>>,
-    /// Set once by `Global::close`; nothing is scheduled afterwards.
-    pub(crate) closed: bool,
-    pub(crate) counters: ShardCounters,
-}
-
-/// A counted reference to one shard of one timer; sleeps and `Timer` handles hold these.
-///
-/// Aligned to two cache lines so the reference counts of different shards' handles, which
-/// different threads bump on every sleep, never share a line.
-#[derive(Debug)]
-#[repr(align(128))]
-pub(crate) struct ShardHandle {
-    pub(crate) global: Arc<Global>,
-    pub(crate) index: usize,
-}
-
-// ===== impl Global =====
-
-impl Global {
-    pub(crate) fn new(clock: Clock, shards: usize, slots: usize) -> Self {
-        Global {
-            clock,
-            shards: (0..shards)
-                .map(|_| Shard {
-                    core: ShardLock::new(ShardCore {
-                        sleeps: Wheel::new(slots),
-                        tasks: Wheel::new(slots),
-                        closed: false,
-                        counters: ShardCounters::default(),
-                    }),
-                    elapsed: AtomicU64::new(0),
-                })
-                .collect(),
-            next_wake: AtomicU64::new(PARKED),
-            notify: Notify::new(),
-            live: AtomicUsize::new(0),
-            tasks: AtomicUsize::new(0),
-            state: AtomicU8::new(RUNNING),
-            limit: None,
-            executor: Executor::default(),
-            stats: DriverStats::default(),
-        }
-    }
-
-    /// Applies the builder's optional configuration.
-    pub(crate) fn configure(mut self, options: Options) -> Self {
-        self.limit = options.max_pending.map(|max| Limit {
-            max,
-            count: AtomicUsize::new(0),
-        });
-        self.executor = options.executor;
-        self
-    }
-
-    /// A counted handle to shard `index`. (An associated function: loom's `Arc` cannot be a
-    /// method receiver.)
-    pub(crate) fn handle(global: &Arc<Self>, index: usize) -> ShardHandle {
-        global.live.fetch_add(1, Ordering::SeqCst);
-        ShardHandle {
-            global: global.clone(),
-            index,
-        }
-    }
-
-    pub(crate) fn state(&self) -> u8 {
-        self.state.load(Ordering::Acquire)
-    }
-
-    /// Registered sleeps not yet fired plus scheduled tasks, summed over the shards (each
-    /// shard's count is exact at the moment its lock is held).
-    pub(crate) fn pending(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| {
-                let core = s.lock();
-                core.sleeps.len() + core.tasks.len()
-            })
-            .sum()
-    }
-
-    /// Takes one unit of `max_pending` capacity for an entry about to be allocated.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::is_at_capacity`](crate::Error::is_at_capacity) when the limit is reached.
-    pub(crate) fn admit(&self) -> Result<(), crate::Error> {
-        if let Some(limit) = &self.limit {
-            if limit.count.fetch_add(1, Ordering::AcqRel) >= limit.max {
-                limit.count.fetch_sub(1, Ordering::AcqRel);
-                return Err(crate::Error::at_capacity());
-            }
-        }
-        Ok(())
-    }
-
-    /// Counts an entry allocated without admission (a sleep from an infallible constructor).
-    pub(crate) fn allocated(&self) {
-        if let Some(limit) = &self.limit {
-            limit.count.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-
-    /// Gives back the capacity of `n` freed entries.
-    pub(crate) fn freed(&self, n: usize) {
-        if let Some(limit) = &self.limit {
-            if n > 0 {
-                limit.count.fetch_sub(n, Ordering::AcqRel);
-            }
-        }
-    }
-
-    /// Allocated task entries and the `max_pending` count; for tests and models.
-    #[cfg(test)]
-    pub(crate) fn task_counts(&self) -> (usize, Option<usize>) {
-        (
-            self.tasks.load(Ordering::SeqCst),
-            self.limit.as_ref().map(|l| l.count.load(Ordering::SeqCst)),
-        )
-    }
-
-    /// Counts a task entry about to be allocated (it keeps the driver alive).
-    pub(crate) fn task_allocated(&self) {
-        self.tasks.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Counts `n` freed task entries (with their capacity) and wakes the driver if they were
-    /// the last thing keeping it alive.
-    pub(crate) fn tasks_freed(&self, n: usize) {
-        if n == 0 {
-            return;
-        }
-        self.freed(n);
-        if self.tasks.fetch_sub(n, Ordering::SeqCst) == n && self.live.load(Ordering::SeqCst) == 0 {
-            self.notify.notify_one();
-        }
-    }
-
-    /// Called after an entry was scheduled at `tick` and its shard unlocked: makes sure the
-    /// driver wakes by then.
-    pub(crate) fn scheduled_at(&self, tick: u64) {
-        if tick < self.next_wake.load(Ordering::Acquire)
-            && self.next_wake.fetch_min(tick, Ordering::AcqRel) > tick
-        {
-            self.notify.notify_one();
-        }
-    }
-
-    /// The tick the driver will wake at next (`u64::MAX` when parked); for tests and models.
-    #[cfg(test)]
-    pub(crate) fn next_wake(&self) -> u64 {
-        self.next_wake.load(Ordering::Acquire)
-    }
-
-    /// One driver turn at tick `now`: fire everything due, then return the tick to sleep
-    /// until (`u64::MAX`: park until notified). `wakers` is scratch space, empty on return.
-    ///
-    /// Takes the `Arc` (fired callbacks hold the timer until they ran) as a plain argument:
-    /// loom's `Arc` cannot be a method receiver.
-    pub(crate) fn turn(this: &Arc<Self>, now: u64, wakers: &mut Vec<Waker>) -> u64 {
-        if now >= this.next_wake.load(Ordering::Acquire) {
-            // Woken for the planned deadline: start over from "parked" so entries scheduled
-            // from here on notify (see the ground rules).
-            this.next_wake.swap(PARKED, Ordering::AcqRel);
-        }
-        let mut next = PARKED;
-        let mut fired = Vec::new();
-        let mut counts = TurnCounts::default();
-        for index in 0..this.shards.len() {
-            if let Some(exp) = Global::advance(this, index, now, wakers, &mut fired, &mut counts) {
-                next = next.min(exp);
-            }
-        }
-        if counts.sleeps + counts.tasks > 0 {
-            this.stats
-                .max_lateness
-                .fetch_max(counts.lateness, Ordering::Relaxed);
-            tracing::debug!(
-                tick = now,
-                sleeps = counts.sleeps,
-                tasks = counts.tasks,
-                max_lateness_ticks = counts.lateness,
-                "wheel-timer: driver turn fired timers"
-            );
-        }
-        this.next_wake.fetch_min(next, Ordering::AcqRel);
-        this.next_wake.load(Ordering::Acquire)
-    }
-
-    /// Closes every shard with `reason` (`STOPPED` or `DRIVER_GONE`): wakes every scheduled
-    /// sleep so its next poll reports the closure, and frees every task, cancelling the
-    /// pending ones. Returns `false` if already closed.
-    pub(crate) fn close(&self, reason: u8) -> bool {
-        self.close_taking(reason, &mut Vec::new())
-    }
-
-    /// [`Global::close`], handing out the tasks it cancelled (their jobs already dropped).
-    pub(crate) fn close_taking(
-        &self,
-        reason: u8,
-        cancelled: &mut Vec<(Arc<TaskShared>, Key, usize)>,
-    ) -> bool {
-        if self
-            .state
-            .compare_exchange(RUNNING, reason, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return false;
-        }
-        let mut wakers = Vec::new();
-        let mut others = Vec::new();
-        let mut freed = 0;
-        for (index, shard) in self.shards.iter().enumerate() {
-            let first = cancelled.len();
-            let mut core = shard.lock();
-            core.closed = true;
-            for key in core.sleeps.keys() {
-                core.sleeps.unschedule(key);
-                if let Some(waker) = core.sleeps.get_mut(key).and_then(Option::take) {
-                    wakers.push(waker);
-                }
-            }
-            for key in core.tasks.keys() {
-                let Some(Some(task)) = core.tasks.try_remove(key) else {
-                    continue;
-                };
-                freed += 1;
-                if task
-                    .state
-                    .compare_exchange(PENDING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    core.counters.cancelled += 1;
-                    cancelled.push((task, key, index));
-                } else {
-                    // Cancelled or ended by someone who has not taken the lock yet: they
-                    // find the entry gone and leave it.
-                    others.push(task);
-                }
-            }
-            shard.elapsed.store(u64::MAX, Ordering::Release);
-            drop(core);
-            wakers.drain(..).for_each(Waker::wake);
-            // User code (the jobs' captures) is dropped with no lock held.
-            for (task, _, _) in &cancelled[first..] {
-                drop(task.take_job());
-            }
-            others.clear();
-        }
-        self.tasks_freed(freed);
-        self.notify.notify_one();
-        true
-    }
-
-    /// Whether the driver should exit: no handle can schedule and no task is left to fire.
-    fn abandoned(&self) -> bool {
-        self.live.load(Ordering::SeqCst) == 0 && self.tasks.load(Ordering::SeqCst) == 0
-    }
-
-    /// Fires what is due at `now` in shard `index`, waking sleeps and dispatching tasks in
-    /// batches with the lock released; returns the shard's next expiration.
-    fn advance(
-        this: &Arc<Self>,
-        index: usize,
-        now: u64,
-        wakers: &mut Vec<Waker>,
-        fired: &mut Vec<Fired>,
-        counts: &mut TurnCounts,
-    ) -> Option<u64> {
-        let shard = &this.shards[index];
+/// Takes the `Arc` (fired callbacks hold the timer until they ran) as a plain argument:
+/// loom's `Arc` cannot be a method receiver.
+fn turn(global: &Arc<Global>, now: u64, wakers: &mut Vec<Waker>, fired: &mut Vec<Fired>) -> u64 {
+    global.begin_turn(now);
+    let mut next = PARKED;
+    let mut counts = TurnCounts::default();
+    for index in 0..global.shard_count() {
         loop {
-            let mut core = shard.lock();
-            if core.closed {
-                return None;
-            }
-            let mut full = false;
-            let mut freed = 0;
-            while let Some(key) = core.sleeps.poll(now) {
-                counts.sleeps += 1;
-                core.counters.fired += 1;
-                if let Some(tick) = core.sleeps.tick(key) {
-                    counts.lateness = counts.lateness.max(now.saturating_sub(tick));
-                }
-                if let Some(waker) = core.sleeps.get_mut(key).and_then(Option::take) {
-                    wakers.push(waker);
-                    if wakers.len() == BATCH {
-                        full = true;
-                        break;
-                    }
-                }
-            }
-            while !full {
-                let Some(key) = core.tasks.poll(now) else {
-                    break;
-                };
-                if let Some(tick) = core.tasks.tick(key) {
-                    counts.lateness = counts.lateness.max(now.saturating_sub(tick));
-                }
-                let Some(Some(task)) = core.tasks.get(key).cloned() else {
-                    // `schedule` never leaves an empty entry; free one rather than loop on it.
-                    core.tasks.try_remove(key);
-                    freed += 1;
-                    continue;
-                };
-                if task.period == 0 {
-                    core.tasks.try_remove(key);
-                    freed += 1;
-                    if task
-                        .state
-                        .compare_exchange(PENDING, FIRED, Ordering::AcqRel, Ordering::Acquire)
-                        .is_err()
-                    {
-                        // Cancelled: the canceller counted it and finds the entry gone. This
-                        // may drop the last `Arc` under the lock, which runs no user code: a
-                        // task leaves PENDING only through someone who takes its job (the
-                        // canceller, `end_series`, the runner) and drops it unlocked.
-                        continue;
-                    }
-                } else {
-                    if task.state.load(Ordering::Acquire) != PENDING {
-                        // A series cancelled or ended by a panic: its owner finds it gone.
-                        core.tasks.try_remove(key);
-                        freed += 1;
-                        continue;
-                    }
-                    let next = task.next_deadline(now, &this.clock);
-                    core.tasks
-                        .reschedule(key, this.clock.tick_at_or_after(next));
-                    core.counters.scheduled += 1;
-                }
-                core.counters.fired += 1;
-                counts.tasks += 1;
-                fired.push(Fired {
-                    task,
-                    key,
-                    shard: index,
-                });
-                if fired.len() == BATCH {
-                    full = true;
-                }
-            }
-            shard
-                .elapsed
-                .store(core.sleeps.elapsed(), Ordering::Release);
-            let next = if full {
-                None
-            } else {
-                match (core.sleeps.next_expiration(), core.tasks.next_expiration()) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                }
-            };
-            drop(core);
+            let done = global.advance(index, now, wakers, fired, &mut counts);
             wakers.drain(..).for_each(Waker::wake);
-            this.tasks_freed(freed);
-            for fired in fired.drain(..) {
-                Global::dispatch(this, fired);
+            for task in fired.drain(..) {
+                dispatch::dispatch(global, task);
             }
-            if !full {
-                return next;
+            if let Some(shard_next) = done {
+                next = next.min(shard_next);
+                break;
             }
         }
     }
-}
-
-// ===== impl Shard =====
-
-impl Shard {
-    pub(crate) fn lock(&self) -> ShardGuard<'_, ShardCore> {
-        lock_shard(&self.core)
+    if counts.sleeps + counts.tasks > 0 {
+        tracing::debug!(
+            tick = now,
+            sleeps = counts.sleeps,
+            tasks = counts.tasks,
+            max_lateness_ticks = counts.lateness,
+            "wheel-timer: driver turn fired timers"
+        );
     }
-}
-
-// ===== impl ShardHandle =====
-
-impl ShardHandle {
-    pub(crate) fn shard(&self) -> &Shard {
-        &self.global.shards[self.index]
-    }
-}
-
-impl Drop for ShardHandle {
-    fn drop(&mut self) {
-        if self.global.live.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.global.notify.notify_one();
-        }
-    }
-}
-
-// ===== loom hooks =====
-
-/// What the loom models (`src/loom_tests/`) need to play the driver task.
-#[cfg(all(test, wheel_loom))]
-impl Global {
-    pub(crate) fn notify(&self) -> &Notify {
-        &self.notify
-    }
-
-    /// The driver task's exit condition.
-    pub(crate) fn is_abandoned(&self) -> bool {
-        self.abandoned()
-    }
+    global.end_turn(next, &counts)
 }
 
 // ===== the driver task =====
@@ -670,12 +116,78 @@ struct DriverGuard(Arc<Global>);
 
 impl Drop for DriverGuard {
     fn drop(&mut self) {
-        self.0.close(DRIVER_GONE);
+        self.0.close(Closing::DriverGone, &mut Vec::new());
     }
 }
 
+/// The waker the driver's tokio sleep is polled with: turns the wheel where tokio fires the
+/// sleep, then wakes the driver task to plan the next wait (see the ground rules).
+///
+/// In std's `Arc`: `Wake` is implemented for it alone. It is handed to tokio's timer and is
+/// not part of the state the loom models explore (they drive [`Driver::step`] directly).
+struct TurnWaker {
+    global: Arc<Global>,
+    task: Mutex<Option<Waker>>,
+    /// The tick the sleep is armed for.
+    armed: AtomicU64,
+}
+
+impl TurnWaker {
+    /// Stores the task's waker (cloned by the caller, the old one dropped after unlocking).
+    fn register(&self, waker: &Waker) {
+        if lock(&self.task)
+            .as_ref()
+            .is_some_and(|w| w.will_wake(waker))
+        {
+            return;
+        }
+        let new = waker.clone();
+        let old = lock(&self.task).replace(new);
+        drop(old);
+    }
+}
+
+impl Wake for TurnWaker {
+    fn wake(self: WakeArc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &WakeArc<Self>) {
+        waker_turn(&self.global, self.armed.load(Ordering::Acquire));
+        // Taken, not cloned, under the lock; the task's next wait stores it again.
+        let task = lock(&self.task).take();
+        if let Some(task) = task {
+            task.wake();
+        }
+    }
+}
+
+/// The turn a [`TurnWaker`] makes where tokio fired the driver's sleep armed for tick
+/// `armed` (loom model 14 runs it beside the task's step).
+pub(crate) fn waker_turn(global: &Arc<Global>, armed: u64) {
+    if global.is_running() {
+        turn(
+            global,
+            reached(global, armed),
+            &mut Vec::new(),
+            &mut Vec::new(),
+        );
+    }
+}
+
+/// The tick to turn to once tokio fired the driver's sleep armed for tick `armed`: the
+/// current tick, or `armed` if that is later. tokio fires a sleep only once its deadline has
+/// passed, except a deadline beyond its timer's range (about 2.2 years from the runtime's
+/// start), which it fires at the end of that range; the wheel then treats its own deadlines
+/// up to `armed` as reached, as tokio does with its own sleeps. Without this the driver
+/// would re-arm a sleep tokio fires at once, for ever (a busy loop, and a hang on a paused
+/// clock, whose auto-advance stops at that range).
+fn reached(global: &Global, armed: u64) -> u64 {
+    global.clock.driver_tick().max(armed)
+}
+
 /// The driver task for `global`, ready to spawn.
-pub(crate) fn task(global: Arc<Global>) -> impl std::future::Future<Output = ()> + Send + 'static {
+pub(crate) fn task(global: Arc<Global>) -> impl Future<Output = ()> + Send + 'static {
     let guard = DriverGuard(global);
     async move { run(&guard.0).await }
 }
@@ -683,45 +195,76 @@ pub(crate) fn task(global: Arc<Global>) -> impl std::future::Future<Output = ()>
 /// Turns the timer whenever a deadline comes or it is notified, and parks with no wakeups
 /// while nothing is scheduled.
 async fn run(global: &Arc<Global>) {
-    let mut wakers = Vec::with_capacity(BATCH);
-    let sleep = tokio::time::sleep_until(global.clock.start);
-    tokio::pin!(sleep);
-    let calibration = global.clock.calibration();
-    let mut calibrating = calibration.is_some();
-    let calibration = async move {
-        if let Some(sleep) = calibration {
-            sleep.await;
-        }
-    };
-    tokio::pin!(calibration);
+    let mut driver = Driver::new(global.clone());
+    let clock = &global.clock;
+    let mut probe = clock.probe_grid();
+    let mut sleep = Box::pin(tokio::time::sleep_until(clock.start));
+    let turner = WakeArc::new(TurnWaker {
+        global: global.clone(),
+        task: Mutex::new(None),
+        armed: AtomicU64::new(PARKED),
+    });
+    let turn_waker = Waker::from(turner.clone());
+    let mut now = clock.driver_tick();
     loop {
-        let notified = global.notify.notified();
+        let notified = global.notify().notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        global.stats.wakeups.fetch_add(1, Ordering::Relaxed);
-        let now = global.clock.now_tick();
-        let target = Global::turn(global, now, &mut wakers);
-        if global.state() != RUNNING || global.abandoned() {
-            // Closed, or nothing can reach the timer any more: `live` counts every handle
-            // and sleep, `tasks` every task.
-            return;
-        }
-        if target != PARKED {
-            sleep.as_mut().reset(global.clock.tick_start(target));
-        }
-        tokio::select! {
-            biased;
-            _ = notified => {}
-            _ = &mut calibration, if calibrating => {
-                calibrating = false;
-                // Safe only while no shard's time has moved off tick 0 (see `Clock`).
-                let moved = global
-                    .shards
-                    .iter()
-                    .any(|s| s.elapsed.load(Ordering::Acquire) != 0);
-                global.clock.calibrate(moved);
+        let armed = match driver.step(now) {
+            Next::Exit => return,
+            // Until the grid is found the clock stands still: wait for the probe.
+            Next::Until(tick) if probe.is_none() => {
+                turner.armed.store(tick, Ordering::Release);
+                sleep.as_mut().reset(clock.tick_start(tick));
+                Some(tick)
             }
-            _ = &mut sleep, if target != PARKED => {}
+            _ => None,
+        };
+        let mut waiting = Waiting {
+            notified: notified.as_mut(),
+            probe: &mut probe,
+            sleep: sleep.as_mut(),
+            armed: armed.is_some(),
+            turner: &turner,
+            turn_waker: &turn_waker,
+        };
+        let deadline = poll_fn(|cx| waiting.poll(cx)).await;
+        now = match (deadline, armed) {
+            (true, Some(tick)) => reached(global, tick),
+            _ => clock.driver_tick(),
+        };
+    }
+}
+
+/// One wait of the driver task: until notified, the grid probe settles, or (if `armed`) the
+/// sleep fires (`true`).
+struct Waiting<'a, 'n> {
+    notified: Pin<&'a mut tokio::sync::futures::Notified<'n>>,
+    probe: &'a mut Option<crate::clock::GridProbe>,
+    sleep: Pin<&'a mut tokio::time::Sleep>,
+    armed: bool,
+    turner: &'a WakeArc<TurnWaker>,
+    turn_waker: &'a Waker,
+}
+
+impl Waiting<'_, '_> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        if self.notified.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(false);
         }
+        if let Some(probe) = self.probe {
+            if self.turner.global.clock.poll_probe(probe, cx).is_ready() {
+                *self.probe = None;
+                return Poll::Ready(false);
+            }
+        }
+        if self.armed {
+            self.turner.register(cx.waker());
+            let mut turning = Context::from_waker(self.turn_waker);
+            if self.sleep.as_mut().poll(&mut turning).is_ready() {
+                return Poll::Ready(true);
+            }
+        }
+        Poll::Pending
     }
 }

@@ -54,21 +54,67 @@ impl Error {
     }
 
     /// The builder was given a value it cannot honour (zero tick, zero or too many slots…).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let err = wheel_timer::Timer::builder().shards(0).build().unwrap_err();
+    /// assert!(err.is_invalid_config());
+    /// assert!(!err.is_shutdown());
+    /// # }
+    /// ```
     pub fn is_invalid_config(&self) -> bool {
         matches!(self.kind, Kind::InvalidConfig(_))
     }
 
     /// The timer was built outside a tokio runtime, which it needs for its driver task.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// // No runtime here.
+    /// let err = wheel_timer::Timer::builder().build().unwrap_err();
+    /// assert!(err.is_no_runtime());
+    /// ```
     pub fn is_no_runtime(&self) -> bool {
         matches!(self.kind, Kind::NoRuntime)
     }
 
     /// The timer has been shut down (or its runtime is gone) and takes no new work.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let timer = wheel_timer::Timer::new();
+    /// timer.shutdown();
+    /// let err = timer.try_sleep(Duration::from_secs(1)).unwrap_err();
+    /// assert!(err.is_shutdown());
+    /// # }
+    /// ```
     pub fn is_shutdown(&self) -> bool {
         matches!(self.kind, Kind::Shutdown)
     }
 
     /// The timer already holds its configured maximum of pending timers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_timer::Error> {
+    /// let timer = wheel_timer::Timer::builder().max_pending(1).build()?;
+    /// let _held = timer.try_sleep(Duration::from_secs(1))?;
+    /// let err = timer.try_sleep(Duration::from_secs(1)).unwrap_err();
+    /// assert!(err.is_at_capacity());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_at_capacity(&self) -> bool {
         matches!(self.kind, Kind::AtCapacity)
     }

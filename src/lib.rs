@@ -38,7 +38,10 @@
 //! ```
 //!
 //! Deadlines are [`tokio::time::Instant`]s, so `#[tokio::test(start_paused = true)]` and
-//! `tokio::time::advance` drive the wheel exactly as they drive tokio's own timers.
+//! `tokio::time::advance` drive the wheel as they drive tokio's own timers: the wheel turns
+//! where tokio fires its own sleeps, so a sleep that `advance` makes due has been woken when
+//! `advance` returns, and auto-advance reaches even a `Duration::MAX` deadline (at the end of
+//! tokio's timer range, about 2.2 years, where tokio fires its own).
 //!
 //! Delayed work is a callback with a cancel handle ([`Timer::schedule`], Netty's
 //! `newTimeout`), periodic work an [`Interval`] or [`Timer::schedule_repeating`]:
@@ -57,9 +60,11 @@
 //! ```
 //!
 //! Idle connections go in an [`IdleTracker`]: every packet touches the connection's key (or
-//! its [`IdleHandle`], one atomic operation), and keys idle for the timeout come out of its
-//! [`Expirations`] stream in batches; [`IdleStream`] does it for a socket, failing its I/O
-//! with `TimedOut` once idle.
+//! its [`IdleHandle`]: two atomic loads and at most one `fetch_max` per tracker tick, no
+//! lock), and keys idle for the timeout come out of its [`Expirations`] stream in batches;
+//! [`IdleStream`] does it for a socket — read, write or all idle ([`IdleKind`]) — failing its
+//! I/O with `TimedOut` once idle, or reporting each idle event and staying usable
+//! ([`IdleMode`]).
 //!
 //! ```
 //! use std::time::Duration;
@@ -71,6 +76,15 @@
 //! assert_eq!(offline.next_batch().await, Some(vec!["alice"]));
 //! # }
 //! ```
+//!
+//! # Ecosystem
+//!
+//! - [`time`]: `tokio::time`'s names, so a switch is one import.
+//! - [`DelayQueue`]: tokio-util's keyed delay queue on the wheel.
+//! - `hyper::WheelTimer` (feature `hyper`): hyper 1.x's `Timer` on the wheel.
+//! - `tower::TimeoutLayer` (feature `tower`): tower's timeout middleware on the wheel.
+//! - [`Sleep`], [`Timeout`] and [`Interval`] spend tokio's cooperative budget as tokio's own
+//!   timers do.
 //!
 //! # Comparison
 //!
@@ -122,26 +136,45 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 mod callback;
+mod clock;
 mod default;
+pub mod delay_queue;
+mod dispatch;
 mod driver;
 mod error;
+#[cfg(feature = "hyper")]
+pub mod hyper;
 mod idle;
 mod interval;
 mod loom;
 #[cfg(all(test, wheel_loom))]
 mod loom_tests;
+mod shard;
 mod sleep;
 mod stats;
+mod task;
+pub mod time;
 mod timeout;
 mod timer;
+#[cfg(feature = "tower")]
+pub mod tower;
 mod wheel;
 
 pub use callback::TimerTask;
 pub use default::{default_timer, sleep_wheel, sleep_wheel_until, timeout_wheel, timeout_wheel_at};
+pub use delay_queue::DelayQueue;
 pub use error::{Elapsed, Error};
-pub use idle::{Expirations, Idle, IdleHandle, IdleStream, IdleTracker};
+pub use idle::{
+    Expirations, Idle, IdleHandle, IdleKind, IdleMode, IdleStream, IdleStreamBuilder, IdleTracker,
+    IdleTrackerBuilder,
+};
 pub use interval::{interval_wheel, interval_wheel_at, Interval, MissedTickBehavior};
 pub use sleep::Sleep;
 pub use stats::Stats;
 pub use timeout::Timeout;
 pub use timer::{Builder, Timer};
+
+/// The README's examples, compiled and run as doctests so that they cannot rot.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

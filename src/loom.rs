@@ -32,6 +32,10 @@ pub(crate) use loom::thread;
 #[allow(unused_imports)]
 pub(crate) use std::thread;
 
+/// std's `Arc` for wakers the crate hands to tokio (`std::task::Wake` is implemented for std's
+/// `Arc` alone); what they share with the rest of the crate is in the facade's types.
+pub(crate) use std::sync::Arc as WakeArc;
+
 /// std's `Arc`, in loom builds of the tests only: `std::task::Wake` is implemented for std's
 /// `Arc` alone, so the models' counting wakers live in one. What they share across threads
 /// (their counters) are loom atomics.

@@ -19,8 +19,9 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::time::Instant;
 
-use crate::driver::{ShardHandle, DRIVER_GONE, MAX_NANOS};
-use crate::loom::{Arc, Ordering};
+use crate::clock::MAX_NANOS;
+use crate::loom::Arc;
+use crate::shard::{Closing, Polled, Registered, ShardHandle};
 use crate::wheel::Key;
 use crate::Error;
 
@@ -86,32 +87,20 @@ impl Sleep {
     }
 
     /// A sleep registered at once (for `Timer::try_sleep`): its capacity was admitted by the
-    /// caller and is given back here if the sleep ends up not registered.
+    /// caller and is given back if the sleep ends up not registered.
     pub(crate) fn registered(handle: Arc<ShardHandle>, nanos: u64) -> Result<Sleep, Error> {
-        let global = &handle.global;
         let nanos = nanos.min(MAX_NANOS);
-        let tick = global.clock.tick_at_or_after(nanos);
-        let mut core = handle.shard().lock();
-        if core.closed {
-            drop(core);
-            global.freed(1);
-            return Err(Error::shutdown());
+        let tick = handle.global().clock.tick_at_or_after(nanos);
+        match handle.register(tick, None, true) {
+            Registered::Scheduled(key) => Ok(Sleep {
+                handle,
+                key,
+                deadline: nanos,
+                waker: (0, 0),
+            }),
+            Registered::Due => Ok(Sleep::new(handle, nanos, true)),
+            Registered::Closed => Err(Error::shutdown()),
         }
-        if tick <= core.sleeps.elapsed() {
-            drop(core);
-            global.freed(1);
-            return Ok(Sleep::new(handle, nanos, true));
-        }
-        let key = core.sleeps.insert(tick, None);
-        core.counters.scheduled += 1;
-        drop(core);
-        global.scheduled_at(tick);
-        Ok(Sleep {
-            handle,
-            key,
-            deadline: nanos,
-            waker: (0, 0),
-        })
     }
 
     /// The instant this sleep completes at (before rounding up to a tick).
@@ -131,7 +120,7 @@ impl Sleep {
     /// # }
     /// ```
     pub fn deadline(&self) -> Instant {
-        self.handle.global.clock.instant(self.nanos())
+        self.handle.global().clock.instant(self.nanos())
     }
 
     /// Whether the sleep has completed: it returned `Ready`, or its timer has fired it.
@@ -153,11 +142,7 @@ impl Sleep {
         if self.deadline & ELAPSED != 0 {
             return true;
         }
-        if self.key == Key::DANGLING {
-            return false;
-        }
-        let core = self.handle.shard().lock();
-        !core.closed && !core.sleeps.is_scheduled(self.key)
+        self.key != Key::DANGLING && self.handle.is_fired(self.key)
     }
 
     /// Moves the deadline, before or after completion. A registered sleep stays registered
@@ -179,39 +164,35 @@ impl Sleep {
     }
 
     pub(crate) fn reset_inner(&mut self, deadline: Instant) {
-        let global = &self.handle.global;
-        let nanos = global.clock.nanos(deadline);
+        let clock = &self.handle.global().clock;
+        let nanos = clock.nanos(deadline);
         let past = deadline <= Instant::now();
         self.deadline = nanos | if past { PAST } else { 0 };
         if self.key == Key::DANGLING {
             return;
         }
-        let mut core = self.handle.shard().lock();
-        if past || core.closed {
-            let removed = core.sleeps.try_remove(self.key);
-            drop(core);
-            // A waker is user code: dropped with no lock held.
-            drop(removed);
-            global.freed(1);
-            self.key = Key::DANGLING;
-            self.waker = (0, 0);
-            return;
+        let rescheduled = if past {
+            None
+        } else {
+            self.handle
+                .reschedule(self.key, clock.tick_at_or_after(nanos))
+        };
+        match rescheduled {
+            // Its waker was taken when it fired, so the next poll must store one.
+            Some(true) => self.waker = (0, 0),
+            Some(false) => {}
+            // Past, or the timer closed: ready (or reporting the closure) at the next poll.
+            None => {
+                self.handle.deregister(self.key);
+                self.key = Key::DANGLING;
+                self.waker = (0, 0);
+            }
         }
-        let tick = global.clock.tick_at_or_after(nanos);
-        let fired = !core.sleeps.is_scheduled(self.key);
-        core.sleeps.reschedule(self.key, tick);
-        if fired {
-            // Its waker was taken, so the next poll must store one.
-            core.counters.scheduled += 1;
-            self.waker = (0, 0);
-        }
-        drop(core);
-        global.scheduled_at(tick);
     }
 
     /// The timer's tick.
     pub(crate) fn tick_duration(&self) -> std::time::Duration {
-        std::time::Duration::from_nanos(self.handle.global.clock.tick_ns)
+        std::time::Duration::from_nanos(self.handle.global().clock.tick_ns)
     }
 
     /// `instant + duration`, saturating at the latest deadline the timer keeps.
@@ -222,7 +203,7 @@ impl Sleep {
     ) -> Instant {
         instant
             .checked_add(duration)
-            .unwrap_or_else(|| self.handle.global.clock.instant(MAX_NANOS))
+            .unwrap_or_else(|| self.handle.global().clock.instant(MAX_NANOS))
     }
 
     fn nanos(&self) -> u64 {
@@ -236,7 +217,7 @@ impl Sleep {
 
     #[cold]
     fn closed(&self) -> ! {
-        if self.handle.global.state() == DRIVER_GONE {
+        if self.handle.global().closing() == Some(Closing::DriverGone) {
             panic!("wheel-timer: a Sleep was polled after its timer's driver stopped (its tokio runtime shut down)");
         }
         panic!("wheel-timer: a Sleep was polled after its timer was shut down");
@@ -248,55 +229,46 @@ impl Sleep {
         if self.deadline & (ELAPSED | PAST) != 0 {
             return Self::complete(&mut self.deadline);
         }
-        let global = &self.handle.global;
-        let tick = global.clock.tick_at_or_after(self.nanos());
-        let shard = self.handle.shard();
+        let tick = self.handle.global().clock.tick_at_or_after(self.nanos());
         if self.key != Key::DANGLING
             && self.waker == waker_id(cx.waker())
-            && shard.elapsed.load(Ordering::Acquire) < tick
+            && self.handle.surely_pending(tick)
         {
             return Poll::Pending;
         }
-        // Cloned before locking: a waker's clone is user code, and it is dropped (when not
-        // stored) after the guard, which is declared later and so goes first.
-        let mut waker = Some(cx.waker().clone());
-        let mut core = shard.lock();
-        if core.closed {
-            return Poll::Ready(Err(Closed));
-        }
+        // Cloned before the shard is locked: a waker's clone is user code.
+        let waker = cx.waker().clone();
         if self.key == Key::DANGLING {
-            if tick <= core.sleeps.elapsed() {
-                return Self::complete(&mut self.deadline);
+            match self.handle.register(tick, Some(waker), false) {
+                Registered::Scheduled(key) => self.key = key,
+                Registered::Due => return Self::complete(&mut self.deadline),
+                Registered::Closed => return Poll::Ready(Err(Closed)),
             }
-            self.key = core.sleeps.insert(tick, waker.take());
-            core.counters.scheduled += 1;
-            drop(core);
-            global.allocated();
-            self.waker = waker_id(cx.waker());
-            global.scheduled_at(tick);
-            return Poll::Pending;
-        }
-        if !core.sleeps.is_scheduled(self.key) {
-            let removed = core.sleeps.try_remove(self.key);
-            drop(core);
-            drop(removed);
-            global.freed(1);
-            self.key = Key::DANGLING;
-            self.waker = (0, 0);
-            return Self::complete(&mut self.deadline);
-        }
-        let mut replaced = None;
-        if let Some(slot) = core.sleeps.get_mut(self.key) {
-            match slot {
-                Some(waker) if waker.will_wake(cx.waker()) => {}
-                _ => replaced = std::mem::replace(slot, waker.take()),
+        } else {
+            match self.handle.poll_registered(self.key, waker) {
+                Polled::Pending => {}
+                Polled::Fired => {
+                    self.key = Key::DANGLING;
+                    self.waker = (0, 0);
+                    return Self::complete(&mut self.deadline);
+                }
+                Polled::Closed => return Poll::Ready(Err(Closed)),
             }
         }
-        drop(core);
-        drop(replaced);
-        drop(waker);
         self.waker = waker_id(cx.waker());
         Poll::Pending
+    }
+}
+
+impl Sleep {
+    /// Polls without spending tokio's coop budget (for `Timeout`, as tokio's own does when
+    /// its inner future spent the budget).
+    pub(crate) fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self.poll_unless_closed(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(()),
+            Poll::Ready(Err(Closed)) => self.closed(),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 
@@ -304,22 +276,21 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = self.get_mut();
-        match this.poll_unless_closed(cx) {
-            Poll::Ready(Ok(())) => Poll::Ready(()),
-            Poll::Ready(Err(Closed)) => this.closed(),
-            Poll::Pending => Poll::Pending,
+        // tokio's cooperative budget, as tokio's own `Sleep` takes part in it: a task looping
+        // on ready sleeps yields once its budget is spent instead of starving its neighbours.
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let ready = self.get_mut().poll_elapsed(cx);
+        if ready.is_ready() {
+            coop.made_progress();
         }
+        ready
     }
 }
 
 impl Drop for Sleep {
     fn drop(&mut self) {
         if self.key != Key::DANGLING {
-            // Bound, not discarded: the waker (user code) drops after the guard, unlocked.
-            let removed = self.handle.shard().lock().sleeps.try_remove(self.key);
-            self.handle.global.freed(1);
-            drop(removed);
+            self.handle.deregister(self.key);
         }
     }
 }

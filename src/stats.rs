@@ -6,8 +6,7 @@
 //! [`Timer::stats`] sums the shards one lock at a time, so the snapshot is exact per shard,
 //! not across shards.
 
-use crate::driver::Global;
-use crate::loom::Ordering;
+use crate::shard::Snapshot;
 use crate::Timer;
 
 /// A snapshot of a timer's counters, from [`Timer::stats`].
@@ -77,23 +76,20 @@ impl Timer {
     /// # }
     /// ```
     pub fn stats(&self) -> Stats {
-        self.global().snapshot()
+        self.global().snapshot().into()
     }
 }
 
-impl Global {
-    fn snapshot(&self) -> Stats {
-        let mut stats = Stats::default();
-        for shard in self.shards.iter() {
-            let core = shard.lock();
-            stats.pending += core.sleeps.len() + core.tasks.len();
-            stats.scheduled += core.counters.scheduled;
-            stats.fired += core.counters.fired;
-            stats.cancelled += core.counters.cancelled;
+impl From<Snapshot> for Stats {
+    fn from(s: Snapshot) -> Stats {
+        Stats {
+            pending: s.pending,
+            scheduled: s.counters.scheduled,
+            fired: s.counters.fired,
+            cancelled: s.counters.cancelled,
+            panicked: s.panicked,
+            driver_wakeups: s.wakeups,
+            max_lateness_ticks: s.max_lateness,
         }
-        stats.panicked = self.stats.panicked.load(Ordering::Relaxed);
-        stats.driver_wakeups = self.stats.wakeups.load(Ordering::Relaxed);
-        stats.max_lateness_ticks = self.stats.max_lateness.load(Ordering::Relaxed);
-        stats
     }
 }

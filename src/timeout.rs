@@ -106,10 +106,18 @@ impl<F: Future> Future for Timeout<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
+        let had_budget = tokio::task::coop::has_budget_remaining();
         if let Poll::Ready(v) = this.future.poll(cx) {
             return Poll::Ready(Ok(v));
         }
-        match Pin::new(this.delay).poll(cx) {
+        // As tokio's `Timeout`: if the inner future spent the last of the coop budget, the
+        // deadline is still checked (unbudgeted), so a busy future cannot outlive it.
+        let delay = if had_budget && !tokio::task::coop::has_budget_remaining() {
+            this.delay.poll_elapsed(cx)
+        } else {
+            Pin::new(this.delay).poll(cx)
+        };
+        match delay {
             Poll::Ready(()) => Poll::Ready(Err(Elapsed::new())),
             Poll::Pending => Poll::Pending,
         }

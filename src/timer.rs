@@ -7,16 +7,17 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::callback::{Executor, ExecutorFn};
-use crate::driver::{self, Clock, Global, Options, ShardHandle, RUNNING, STOPPED};
+use crate::clock::{self, Clock};
+use crate::driver;
 use crate::loom::{global, Arc};
-use crate::{Error, Sleep, Timeout, TimerTask};
+use crate::shard::{Global, Options, ShardHandle};
+use crate::task::{Executor, ExecutorFn};
+use crate::{Error, Sleep, Timeout};
 
 /// Default tick: 1 ms, like tokio's timer.
 const DEFAULT_TICK: Duration = Duration::from_millis(1);
 /// Default level-0 size: one second of 1 ms ticks before the first cascade.
 const DEFAULT_SLOTS: usize = 1024;
-/// Largest accepted level-0 size (Netty's bound).
 /// Largest accepted level-0 size. Netty allows 2^30, but here every shard holds two level-0
 /// arrays (sleeps and tasks) of 4 bytes per slot: 2^30 slots would ask for 8 GiB per shard
 /// and abort on allocation instead of failing cleanly. 2^20 (8 MiB per shard) already lets
@@ -35,7 +36,7 @@ const INSTANCE_WARN_LIMIT: usize = 64;
 ///
 /// Cloning is cheap (one reference count) and every clone drives the same wheel. The driver
 /// task runs until the last handle, every [`Sleep`] made from one and every pending
-/// [`TimerTask`] are gone, or until [`Timer::shutdown`].
+/// [`TimerTask`](crate::TimerTask) are gone, or until [`Timer::shutdown`].
 ///
 /// A timer is a shared resource: one per program (or per runtime) is the intended use. With
 /// more than 64 timers alive at once the crate logs a `tracing` warning, once per process.
@@ -68,6 +69,9 @@ struct TimerInner {
     global: Arc<Global>,
     /// One counted handle per shard, cloned into each sleep.
     handles: Box<[Arc<ShardHandle>]>,
+    /// A runtime's default timer, shared by every library in the process: it refuses
+    /// `shutdown`.
+    default: bool,
 }
 
 /// Timers alive in the process, for the too-many-instances warning.
@@ -99,6 +103,8 @@ pub struct Builder {
     shards: Option<usize>,
     max_pending: Option<usize>,
     executor: Option<ExecutorFn>,
+    /// Builds a runtime's default timer (see `Timer::shutdown`).
+    default: bool,
 }
 
 // ===== impl Timer =====
@@ -166,7 +172,7 @@ impl Timer {
         let clock = &self.inner.global.clock;
         let nanos = clock
             .nanos(Instant::now())
-            .saturating_add(driver::duration_nanos(duration));
+            .saturating_add(clock::duration_nanos(duration));
         Sleep::new(self.shard_handle(), nanos, duration.is_zero())
     }
 
@@ -304,7 +310,7 @@ impl Timer {
     pub fn try_sleep(&self, duration: Duration) -> Result<Sleep, Error> {
         let nanos = match Instant::now().checked_add(duration) {
             Some(deadline) => self.inner.global.clock.nanos(deadline),
-            None => driver::MAX_NANOS,
+            None => clock::MAX_NANOS,
         };
         self.try_sleep_nanos(nanos, duration.is_zero())
     }
@@ -333,7 +339,7 @@ impl Timer {
 
     fn try_sleep_nanos(&self, nanos: u64, past: bool) -> Result<Sleep, Error> {
         let global = &self.inner.global;
-        if global.state() != RUNNING {
+        if !global.is_running() {
             return Err(Error::shutdown());
         }
         if past {
@@ -343,49 +349,21 @@ impl Timer {
         Sleep::registered(self.shard_handle(), nanos)
     }
 
-    /// Stops the timer: Netty's `stop()`. Returns the callback tasks that had not fired, now
-    /// cancelled (their callbacks dropped, [`TimerTask::is_cancelled`] true); from here on
-    /// every `schedule*` and `try_sleep*` call fails with [`Error::is_shutdown`] and the
-    /// driver task exits.
-    ///
-    /// Sleeps, timeouts and intervals still waiting are woken, and their next poll **panics**
-    /// with a message starting `wheel-timer:` (so does the first poll of one created
-    /// afterwards): they can never complete, and a panic is louder than a hang. Stop polling
-    /// them (drop them, or select on a shutdown signal) before shutting the timer down.
-    /// Callbacks already handed to the executor still run.
-    ///
-    /// Calling it again returns an empty `Vec`. Dropping every handle does not require it:
-    /// the driver exits by itself once nothing is pending.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), wheel_timer::Error> {
-    /// let timer = wheel_timer::Timer::new();
-    /// timer.schedule(Duration::from_secs(60), || unreachable!())?;
-    /// let unfired = timer.shutdown();
-    /// assert_eq!(unfired.len(), 1);
-    /// assert!(unfired[0].is_cancelled());
-    /// assert!(timer.schedule(Duration::from_secs(1), || {}).unwrap_err().is_shutdown());
-    /// assert!(timer.shutdown().is_empty());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn shutdown(&self) -> Vec<TimerTask> {
-        let global = &self.inner.global;
-        let mut cancelled = Vec::new();
-        global.close_taking(STOPPED, &mut cancelled);
-        cancelled
-            .into_iter()
-            .map(|(task, key, shard)| TimerTask::from_closed(global, task, key, shard))
-            .collect()
+    /// A runtime's default timer: one that refuses [`Timer::shutdown`].
+    pub(crate) fn build_default() -> Result<Timer, Error> {
+        let mut builder = Builder::new();
+        builder.default = true;
+        builder.build()
+    }
+
+    /// Whether this is a runtime's default timer, which refuses [`Timer::shutdown`].
+    pub(crate) fn is_default(&self) -> bool {
+        self.inner.default
     }
 
     /// Whether the timer is still taking work (not shut down, driver alive).
     pub(crate) fn is_running(&self) -> bool {
-        self.inner.global.state() == RUNNING
+        self.inner.global.is_running()
     }
 
     pub(crate) fn global(&self) -> &Arc<Global> {
@@ -406,7 +384,7 @@ impl Timer {
 // ===== impl TimerInner =====
 
 impl TimerInner {
-    fn new(global: Arc<Global>, handles: Box<[Arc<ShardHandle>]>) -> TimerInner {
+    fn new(global: Arc<Global>, handles: Box<[Arc<ShardHandle>]>, default: bool) -> TimerInner {
         let alive = INSTANCES.fetch_add(1, global::Ordering::Relaxed) + 1;
         if alive > INSTANCE_WARN_LIMIT && INSTANCES_WARNED.swap(1, global::Ordering::Relaxed) == 0 {
             tracing::warn!(
@@ -416,7 +394,11 @@ impl TimerInner {
                  free functions' per-runtime default timer) instead of one per use"
             );
         }
-        TimerInner { global, handles }
+        TimerInner {
+            global,
+            handles,
+            default,
+        }
     }
 }
 
@@ -463,6 +445,7 @@ impl Builder {
             shards: None,
             max_pending: None,
             executor: None,
+            default: false,
         }
     }
 
@@ -604,6 +587,7 @@ impl Builder {
     pub fn build(&self) -> Result<Timer, Error> {
         let (timer, driver) = self.build_unspawned()?;
         let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::no_runtime())?;
+        driver.clock.settle_if_paused();
         handle.spawn(driver::task(driver));
         Ok(timer)
     }
@@ -620,7 +604,9 @@ impl Builder {
         if self.slots == 0 || self.slots > MAX_SLOTS {
             return Err(Error::invalid_config("slots must be between 1 and 2^20"));
         }
-        let shards = self.shards.unwrap_or_else(default_shards);
+        let shards = self
+            .shards
+            .unwrap_or_else(|| clock::default_shards(MAX_SHARDS));
         if shards == 0 || shards > MAX_SHARDS {
             return Err(Error::invalid_config("shards must be between 1 and 1024"));
         }
@@ -635,19 +621,17 @@ impl Builder {
                 custom: self.executor.clone(),
             },
         };
-        let global = Arc::new(
-            Global::new(
-                clock,
-                shards.next_power_of_two(),
-                self.slots.next_power_of_two(),
-            )
-            .configure(options),
-        );
-        let handles = (0..global.shards.len())
+        let global = Arc::new(Global::new(
+            clock,
+            shards.next_power_of_two(),
+            self.slots.next_power_of_two(),
+            options,
+        ));
+        let handles = (0..global.shard_count())
             .map(|i| Arc::new(Global::handle(&global, i)))
             .collect();
         let timer = Timer {
-            inner: Arc::new(TimerInner::new(global.clone(), handles)),
+            inner: Arc::new(TimerInner::new(global.clone(), handles, self.default)),
         };
         Ok((timer, global))
     }
@@ -669,11 +653,6 @@ impl Default for Builder {
     fn default() -> Self {
         Builder::new()
     }
-}
-
-fn default_shards() -> usize {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (cpus * 4).min(MAX_SHARDS)
 }
 
 #[cfg(all(test, not(wheel_loom)))]

@@ -3,10 +3,13 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
+
+use hashbrown::DefaultHashBuilder;
 
 use super::ring::{raise, Chunk, EXPIRED, REMOVED};
-use super::tracker::{Shared, DONE};
+use super::shared::Shared;
+use super::waiters::Waiter;
 use crate::loom::{Arc, AtomicU64, Ordering};
 
 /// A tracked key's handle, from [`IdleTracker::register`](crate::IdleTracker::register):
@@ -19,7 +22,8 @@ use crate::loom::{Arc, AtomicU64, Ordering};
 /// `IdleHandle` is `Send + Sync`: any thread may touch.
 ///
 /// Once the key expired (or was removed from the tracker, or superseded by a newer handle
-/// for the same key), touching does nothing: register again to track the key anew.
+/// for the same key, or the tracker stopped), touching does nothing: register again to
+/// track the key anew.
 ///
 /// # Examples
 ///
@@ -42,8 +46,9 @@ use crate::loom::{Arc, AtomicU64, Ordering};
 /// assert!(!tracker.contains(&"session-9"));
 /// # }
 /// ```
-pub struct IdleHandle<K> {
-    pub(super) shared: Arc<Shared<K>>,
+#[must_use = "dropping an IdleHandle stops tracking its key"]
+pub struct IdleHandle<K, S = DefaultHashBuilder> {
+    pub(super) shared: Arc<Shared<K, S>>,
     /// The chunk holding this handle's stamp, at `offset`.
     pub(super) chunk: Chunk,
     pub(super) offset: u32,
@@ -57,8 +62,11 @@ pub struct IdleHandle<K> {
 }
 
 /// Future returned by [`IdleHandle::idle`]: completes when the handle's key expires, is
-/// removed from the tracker or superseded, or when the tracker's driver stops (its runtime
-/// shut down).
+/// removed from the tracker or superseded, or when the tracker stops (its timer shut down or
+/// its runtime ended).
+///
+/// While pending it holds one waker in the tracker, replaced when polled with another and
+/// removed when the future is dropped.
 ///
 /// # Examples
 ///
@@ -76,13 +84,14 @@ pub struct IdleHandle<K> {
 /// # }
 /// ```
 #[must_use = "futures do nothing unless you `.await` or poll them"]
-pub struct Idle<'a, K> {
-    handle: &'a IdleHandle<K>,
+pub struct Idle<'a, K, S = DefaultHashBuilder> {
+    handle: &'a IdleHandle<K, S>,
+    waiter: Option<Waiter>,
 }
 
 // ===== impl IdleHandle =====
 
-impl<K> IdleHandle<K> {
+impl<K, S> IdleHandle<K, S> {
     #[inline]
     fn stamp(&self) -> &AtomicU64 {
         &self.chunk[self.offset as usize]
@@ -188,44 +197,54 @@ impl<K> IdleHandle<K> {
     /// assert!(started.elapsed() >= Duration::from_millis(100));
     /// # }
     /// ```
-    pub fn idle(&self) -> Idle<'_, K> {
-        Idle { handle: self }
+    pub fn idle(&self) -> Idle<'_, K, S> {
+        Idle {
+            handle: self,
+            waiter: None,
+        }
+    }
+
+    /// Whether the tracker has stopped (its timer shut down or its runtime ended): the key
+    /// will never expire.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.shared.is_done()
     }
 
     /// Ready once the key is no longer tracked for expiry (see [`IdleHandle::idle`]);
-    /// otherwise registers `cx`'s waker with the tracker, in place of `replaced` (a waker
-    /// this caller registered before and no longer waits with) if given.
-    pub(crate) fn poll_idle(&self, cx: &mut Context<'_>, replaced: Option<&Waker>) -> Poll<()> {
+    /// otherwise stores `cx`'s waker as `waiter`'s (a new waiter if `None`), replacing the
+    /// one it stored before.
+    pub(crate) fn poll_idle(&self, cx: &mut Context<'_>, waiter: &mut Option<Waiter>) -> Poll<()> {
         if self.stamp().load(Ordering::Acquire) >= REMOVED {
             return Poll::Ready(());
         }
+        // Cloned before the lock; the waker not kept is dropped after it (user code).
+        let waker = cx.waker().clone();
         let mut core = self.shared.shards[self.shard as usize].lock();
         // Markers are set and waiters taken under this lock, so re-checking here cannot
         // miss a wakeup.
-        if self.stamp().load(Ordering::Acquire) >= REMOVED
-            || self.shared.state.load(Ordering::Acquire) == DONE
-        {
+        if self.stamp().load(Ordering::Acquire) >= REMOVED || self.shared.is_done() {
             return Poll::Ready(());
         }
-        let waiters = core.waiters.entry(self.handle).or_default();
-        let stale = replaced
-            .and_then(|old| waiters.iter().position(|w| w.will_wake(old)))
-            .map(|i| waiters.swap_remove(i));
-        if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
-            waiters.push(cx.waker().clone());
-        }
+        let unused = core.waiters.set(self.handle, waiter, waker);
         drop(core);
-        // A waker is user code: dropped with no lock held.
-        drop(stale);
+        drop(unused);
         Poll::Pending
+    }
+
+    /// Removes `waiter`'s waker (its future is gone).
+    pub(crate) fn forget(&self, waiter: Waiter) {
+        let mut core = self.shared.shards[self.shard as usize].lock();
+        let waker = core.waiters.remove(self.handle, waiter);
+        drop(core);
+        drop(waker);
     }
 }
 
-impl<K> Drop for IdleHandle<K> {
+impl<K, S> Drop for IdleHandle<K, S> {
     fn drop(&mut self) {
         let mut core = self.shared.shards[self.shard as usize].lock();
         let key = core.ring.release(self.hash, self.slot, self.handle);
-        let waiters = core.waiters.remove(&self.handle);
+        let waiters = core.waiters.take(self.handle);
         drop(core);
         if key.is_some() {
             self.shared.removed();
@@ -236,7 +255,7 @@ impl<K> Drop for IdleHandle<K> {
     }
 }
 
-impl<K: fmt::Debug> fmt::Debug for IdleHandle<K> {
+impl<K: fmt::Debug, S> fmt::Debug for IdleHandle<K, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdleHandle")
             .field("key", &self.key)
@@ -247,15 +266,29 @@ impl<K: fmt::Debug> fmt::Debug for IdleHandle<K> {
 
 // ===== impl Idle =====
 
-impl<K> Future for Idle<'_, K> {
+impl<K, S> Future for Idle<'_, K, S> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.handle.poll_idle(cx, None)
+        let this = self.get_mut();
+        let polled = this.handle.poll_idle(cx, &mut this.waiter);
+        if polled.is_ready() {
+            // Its entry went with the key's waiters, or was never made.
+            this.waiter = None;
+        }
+        polled
     }
 }
 
-impl<K: fmt::Debug> fmt::Debug for Idle<'_, K> {
+impl<K, S> Drop for Idle<'_, K, S> {
+    fn drop(&mut self) {
+        if let Some(waiter) = self.waiter.take() {
+            self.handle.forget(waiter);
+        }
+    }
+}
+
+impl<K: fmt::Debug, S> fmt::Debug for Idle<'_, K, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Idle").field("handle", self.handle).finish()
     }

@@ -4,7 +4,9 @@
 //! # Ground rules
 //! - The tracker is sharded by key hash; each shard is a `Mutex` around a sans-IO
 //!   `ring::Ring`: a key → slot table, a slab of slots (key, stamp, links) and a ring of
-//!   one-tick buckets (the timeout in ticks plus two, rounded up to a power of two).
+//!   one-tick buckets (the timeout in ticks plus two, rounded up to a power of two). The
+//!   tracker's tick is its own (by default the timeout / 64), a whole number of its timer's
+//!   ticks.
 //! - Touch time is never read from the clock on the touch path. The driver task publishes
 //!   an *epoch* (`Shared::epoch`) at most once per tick, every tick while anything is
 //!   tracked, and records for each epoch it replaces the instant of the replacement: the
@@ -32,17 +34,42 @@
 //!   finds it parked publishes itself (under the publisher lock, reading the clock: the slow
 //!   path) and notifies it; `Shared::park` and `Shared::inserted` pair their `SeqCst`
 //!   store/load so that one of them always sees the other.
-//! - Lock order: publisher lock, then one shard lock. Wakers are woken, and expired or
-//!   removed keys dropped, with no lock held; expired batches go to the stream through the
-//!   output lock, which nests in nothing.
+//! - Stopping: when the timer stops, the driver marks the tracker `DONE`, then empties every
+//!   shard under its lock; touches and registrations check `DONE` under the shard lock, so
+//!   a stopped tracker holds nothing (see `driver.rs`).
+//! - Waiters (`waiters.rs`): each waiting future or stream direction owns one entry, which
+//!   it replaces when re-polled and removes when dropped.
+//! - Lock order: publisher lock, then one shard lock. Wakers are cloned before a lock is
+//!   taken and woken or dropped after it is released, and expired or removed keys are
+//!   dropped with no lock held; expired batches go to the stream through the output lock,
+//!   which nests in nothing.
+//!
+//! # Files
+//! - `shared.rs`: the shared state, its configuration and the epoch publisher;
+//! - `driver.rs`: the driver task (turns, parking, yielding, stopping);
+//! - `tracker.rs`, `builder.rs`: the [`IdleTracker`] API and its [`IdleTrackerBuilder`];
+//! - `expirations.rs`: the [`Expirations`] stream and its queue;
+//! - `handle.rs`, `waiters.rs`, `stream.rs`: per-connection handles, their waiters, sockets;
+//! - `ring.rs`: the sans-IO shard core.
 
+mod builder;
+mod driver;
+mod expirations;
 mod handle;
+mod idleness;
 mod ring;
+mod shared;
 mod stream;
 mod tracker;
+mod waiters;
 
-pub use handle::{Idle, IdleHandle};
-pub use stream::IdleStream;
-pub use tracker::{Expirations, IdleTracker};
+pub use builder::IdleTrackerBuilder;
 #[cfg(all(test, wheel_loom))]
-pub(crate) use tracker::{Next, Scratch, Shared};
+pub(crate) use driver::{Next, Scratch};
+pub use expirations::Expirations;
+pub use handle::{Idle, IdleHandle};
+pub use idleness::{IdleKind, IdleMode};
+#[cfg(all(test, wheel_loom))]
+pub(crate) use shared::Shared;
+pub use stream::{IdleStream, IdleStreamBuilder};
+pub use tracker::IdleTracker;

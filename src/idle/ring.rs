@@ -22,6 +22,7 @@
 //!   an upper bound of the touch time plus the timeout. So a key never expires early,
 //!   whatever bucket it was filed in.
 
+use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
 use hashbrown::HashTable;
@@ -254,6 +255,44 @@ impl<K, S> Ring<K, S> {
         slot as u32
     }
 
+    /// Sets the sticky `marker` on `slot`'s handle stamp, if it has a handle.
+    ///
+    /// A swap, not a store: the marker must follow any concurrent touch's `fetch_max` in the
+    /// stamp's modification order. The memory model guarantees that for a store too, but
+    /// loom 0.7 lets a store slip between the read and the write of a concurrent RMW
+    /// (tokio-rs/loom#254), and model 5 would then report a lost wakeup that cannot happen.
+    /// The swap costs one locked instruction per expired or removed handle key.
+    fn mark(&mut self, slot: u32, marker: u64) -> Option<u32> {
+        let stamp = self.slots[slot as usize].stamp;
+        (stamp & HANDLE != 0).then(|| {
+            let handle = (stamp & !HANDLE) as u32;
+            self.handle_stamp(handle).swap(marker, Ordering::Relaxed);
+            handle
+        })
+    }
+
+    /// A handle for a key this ring will not track (its tracker stopped): its stamp is
+    /// `REMOVED` from the start, so its [`Ring::release`] frees only the stamp.
+    #[track_caller]
+    pub(crate) fn detached_handle(&mut self) -> u32 {
+        self.alloc_handle(REMOVED)
+    }
+
+    /// Stops tracking every key (the tracker stopped): marks their handles `REMOVED`,
+    /// appends the keys to `keys` and the handles to `handles`.
+    pub(crate) fn clear(&mut self, keys: &mut Vec<K>, handles: &mut Vec<u32>) {
+        if self.tracked == 0 {
+            return;
+        }
+        self.table.clear();
+        for slot in 0..self.slots.len() as u32 {
+            if self.slots[slot as usize].key.is_some() {
+                handles.extend(self.mark(slot, REMOVED));
+                keys.push(self.untrack(slot));
+            }
+        }
+    }
+
     /// Takes a free handle stamp set to `stamp`, growing the chunks if none is free.
     #[track_caller]
     fn alloc_handle(&mut self, stamp: u64) -> u32 {
@@ -280,20 +319,51 @@ impl<K, S> Ring<K, S> {
 }
 
 impl<K: Hash + Eq, S: BuildHasher> Ring<K, S> {
-    fn find(&self, hash: u64, key: &K) -> Option<u32> {
+    fn find<Q>(&self, hash: u64, key: &Q) -> Option<u32>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         let slots = &self.slots;
         self.table
-            .find(hash, |&j| slots[j as usize].key.as_ref() == Some(key))
+            .find(hash, |&j| Self::is(&slots[j as usize], key))
             .copied()
     }
 
-    pub(crate) fn contains(&self, hash: u64, key: &K) -> bool {
+    fn is<Q>(slot: &Slot<K>, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        slot.key.as_ref().is_some_and(|k| k.borrow() == key)
+    }
+
+    pub(crate) fn contains<Q>(&self, hash: u64, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         self.find(hash, key).is_some()
+    }
+
+    /// The epoch `key` was last touched in, if it is tracked (`None` for a handle whose
+    /// stamp is already marked).
+    pub(crate) fn last_epoch<Q>(&self, hash: u64, key: &Q) -> Option<u64>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let epoch = self.epoch(self.find(hash, key)?);
+        (epoch < REMOVED).then_some(epoch)
     }
 
     /// Touches `key` in `epoch` if it is tracked; `false` if it is not.
     #[inline]
-    pub(crate) fn touch(&mut self, hash: u64, key: &K, epoch: u64) -> bool {
+    pub(crate) fn touch<Q>(&mut self, hash: u64, key: &Q, epoch: u64) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         let Some(slot) = self.find(hash, key) else {
             return false;
         };
@@ -332,31 +402,19 @@ impl<K: Hash + Eq, S: BuildHasher> Ring<K, S> {
     }
 
     /// Stops tracking `key`: returns it, and its handle if it has one (now `REMOVED`).
-    pub(crate) fn remove(&mut self, hash: u64, key: &K) -> Option<(K, Option<u32>)> {
+    pub(crate) fn remove<Q>(&mut self, hash: u64, key: &Q) -> Option<(K, Option<u32>)>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
         let slots = &self.slots;
         let entry = self
             .table
-            .find_entry(hash, |&j| slots[j as usize].key.as_ref() == Some(key))
+            .find_entry(hash, |&j| Self::is(&slots[j as usize], key))
             .ok()?;
         let (slot, _) = entry.remove();
         let handle = self.mark(slot, REMOVED);
         Some((self.untrack(slot), handle))
-    }
-
-    /// Sets the sticky `marker` on `slot`'s handle stamp, if it has a handle.
-    ///
-    /// A swap, not a store: the marker must follow any concurrent touch's `fetch_max` in the
-    /// stamp's modification order. The memory model guarantees that for a store too, but
-    /// loom 0.7 lets a store slip between the read and the write of a concurrent RMW
-    /// (tokio-rs/loom#254), and model 5 would then report a lost wakeup that cannot happen.
-    /// The swap costs one locked instruction per expired or removed handle key.
-    fn mark(&mut self, slot: u32, marker: u64) -> Option<u32> {
-        let stamp = self.slots[slot as usize].stamp;
-        (stamp & HANDLE != 0).then(|| {
-            let handle = (stamp & !HANDLE) as u32;
-            self.handle_stamp(handle).swap(marker, Ordering::Relaxed);
-            handle
-        })
     }
 
     /// Gives `key` to a new handle, touched in `epoch`. A key tracked without a handle is
@@ -391,13 +449,13 @@ impl<K: Hash + Eq, S: BuildHasher> Ring<K, S> {
     /// Processes time up to tick `now`: moves each bucket up to it to the scan list, then
     /// looks at each slot there: expired (`due <= now`) slots leave the table, their keys go
     /// to `expired` and their handles (marked `EXPIRED`) to `handles`; the others are
-    /// re-filed at their due tick. Looks at no more than `budget` slots; returns `false` if
-    /// it stopped early (call again).
+    /// re-filed at their due tick. Looks at no more than `budget` slots (and takes from it
+    /// those it looked at); returns `false` if it stopped early (call again).
     pub(crate) fn advance(
         &mut self,
         now: u64,
         dues: &Dues<'_>,
-        mut budget: usize,
+        budget: &mut usize,
         expired: &mut Vec<K>,
         handles: &mut Vec<u32>,
     ) -> bool {
@@ -423,10 +481,10 @@ impl<K: Hash + Eq, S: BuildHasher> Ring<K, S> {
                 }
                 continue;
             }
-            if budget == 0 {
+            if *budget == 0 {
                 return false;
             }
-            budget -= 1;
+            *budget -= 1;
             let due = dues.due(self.epoch(slot));
             if due > now {
                 self.unlink(slot);
@@ -509,7 +567,7 @@ mod tests {
             let (mut expired, mut handles) = (Vec::new(), Vec::new());
             while !self
                 .ring
-                .advance(to, &dues, budget, &mut expired, &mut handles)
+                .advance(to, &dues, &mut budget.clone(), &mut expired, &mut handles)
             {}
             expired.sort();
             (expired, handles)
@@ -593,7 +651,7 @@ mod tests {
             let (mut keys, mut handles) = (Vec::new(), Vec::new());
             assert!(sim
                 .ring
-                .advance(now, &dues, usize::MAX, &mut keys, &mut handles));
+                .advance(now, &dues, &mut { usize::MAX }, &mut keys, &mut handles));
             (keys, handles)
         };
         assert_eq!(expired, (vec![7], vec![reg.handle]));

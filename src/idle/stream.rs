@@ -1,41 +1,60 @@
-//! [`IdleStream`]: an I/O object that fails with `TimedOut` once it has been idle too long.
+//! [`IdleStream`]: an I/O object that reports or fails once it has been idle too long, and
+//! its builder. The idle clocks themselves live in `idleness.rs`.
 
 use std::fmt;
-use std::future::Future;
+use std::hash::{BuildHasher, Hash};
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use super::IdleHandle;
-use crate::{Sleep, Timer};
-
-const READ: usize = 0;
-const WRITE: usize = 1;
+use super::idleness::{Idleness, Status, TrackedKey, READ, WRITE};
+use super::waiters::Waiter;
+use super::{IdleHandle, IdleKind, IdleMode};
+use crate::Timer;
 
 pin_project! {
-    /// Wraps an `AsyncRead + AsyncWrite` (a `TcpStream`…) so that every successful read or
-    /// write resets an idle clock, and once the stream has been idle for its timeout, pending
-    /// and later reads and writes fail with [`io::ErrorKind::TimedOut`]. Flush and shutdown
-    /// pass through untouched, so a timed-out stream can still be shut down.
+    /// Wraps an `AsyncRead + AsyncWrite` (a `TcpStream`…) and watches it for idleness: by
+    /// default, once nothing has been **read** for its timeout, the pending and every later
+    /// read and write fail with [`io::ErrorKind::TimedOut`] ([`IdleKind::of`] tells the
+    /// kind). Flush and shutdown pass through untouched, so an idle stream can still be shut
+    /// down.
+    ///
+    /// What counts as activity, and what happens, are choices:
+    /// - **Kinds** (Netty's three): read idle (no bytes received: the default, so a server
+    ///   writing to a dead client does not keep it alive), write idle (no bytes sent) and all
+    ///   idle (neither). A standalone stream may watch any of the three at once, each with its
+    ///   own timeout and reported as its own [`IdleKind`]; a tracked stream watches one.
+    /// - **Modes**: [`IdleMode::Fail`] (the default) fails the stream for good;
+    ///   [`IdleMode::Event`] reports each idle event once, as the error of the read or write
+    ///   in progress, and keeps the stream usable — to push a last line before closing.
     ///
     /// Two flavours, both without a tokio timer per stream:
-    /// - [`IdleTracker::wrap`](crate::IdleTracker::wrap): the stream's key in an
+    /// - [`IdleTracker::wrap`](crate::IdleTracker::wrap) and
+    ///   [`wrap_with`](crate::IdleTracker::wrap_with): the stream's key in an
     ///   [`IdleTracker`](crate::IdleTracker) (lock-free touch, batch expiry, reported on the
     ///   tracker's [`Expirations`](crate::Expirations)). For many connections.
-    /// - [`IdleStream::new`]: standalone, on a wheel [`Timer`]: each read or write stores the
-    ///   time, and the stream's sleep is only moved when it fires, at most once per timeout.
+    /// - [`IdleStream::new`] and [`IdleStream::builder`]: standalone, on a wheel [`Timer`]:
+    ///   each read or write stores the time, and the stream's sleeps are only moved when they
+    ///   fire, at most once per timeout.
+    ///
+    /// # Errors
+    ///
+    /// Reads and writes fail with `TimedOut` when idle (see above), and with an error of kind
+    /// `Other` wrapping an [`Error`](crate::Error) whose
+    /// [`is_shutdown`](crate::Error::is_shutdown) is true once the stream's timer has been
+    /// shut down (or its runtime ended): its timeout could never fire any more.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
     /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    /// use wheel_timer::{IdleStream, Timer};
+    /// use wheel_timer::{IdleKind, IdleStream, Timer};
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> std::io::Result<()> {
@@ -44,11 +63,13 @@ pin_project! {
     /// let mut near = IdleStream::new(near, &timer, Duration::from_secs(5));
     /// far.write_all(b"hi").await?;
     /// assert_eq!(near.read_u16().await?, u16::from_be_bytes(*b"hi"));
-    /// let err = near.read_u8().await.unwrap_err(); // silence for 5 s
+    /// let err = near.read_u8().await.unwrap_err(); // nothing received for 5 s
     /// assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    /// assert_eq!(IdleKind::of(&err), Some(IdleKind::Read));
     /// # Ok(())
     /// # }
     /// ```
+    #[must_use = "dropping an IdleStream closes its I/O and stops tracking its key"]
     pub struct IdleStream<S> {
         #[pin]
         io: S,
@@ -56,30 +77,84 @@ pin_project! {
     }
 }
 
-enum Idleness {
-    Tracked {
-        handle: Box<dyn TrackedKey>,
-        /// The waker last registered with the tracker per direction, to skip the lock when
-        /// it has not changed.
-        wakers: [Option<Waker>; 2],
-    },
-    Standalone {
-        timeout: Duration,
-        last: Instant,
-        /// One sleep per direction, so split read and write tasks are both woken.
-        sleeps: [Sleep; 2],
-        timed_out: bool,
-    },
+/// Configures a standalone [`IdleStream`]: its read-, write- and all-idle timeouts and its
+/// mode. From [`IdleStream::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::io::AsyncReadExt;
+/// use wheel_timer::{IdleKind, IdleMode, IdleStream, Timer};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let timer = Timer::new();
+/// let (near, _far) = tokio::io::duplex(64);
+/// let mut near = IdleStream::builder(&timer)
+///     .read_idle(Duration::from_secs(60))
+///     .all_idle(Duration::from_secs(10))
+///     .mode(IdleMode::Event)
+///     .build(near);
+/// let err = near.read_u8().await.unwrap_err();
+/// assert_eq!(IdleKind::of(&err), Some(IdleKind::All)); // the shorter one first
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct IdleStreamBuilder<'a> {
+    timer: &'a Timer,
+    timeouts: [Option<Duration>; 3],
+    mode: IdleMode,
 }
 
-/// The key-type-erased side of an `IdleHandle` that a stream needs.
-trait TrackedKey: Send + Sync {
-    fn touch_alive(&self) -> bool;
-    fn is_expired(&self) -> bool;
-    fn poll_idle(&self, cx: &mut Context<'_>, replaced: Option<&Waker>) -> Poll<()>;
+// ===== impl IdleStreamBuilder =====
+
+impl IdleStreamBuilder<'_> {
+    /// Idle once nothing was received for `timeout` (rounded up to the timer's tick).
+    pub fn read_idle(&mut self, timeout: Duration) -> &mut Self {
+        self.timeouts[IdleKind::Read as usize] = Some(timeout);
+        self
+    }
+
+    /// Idle once nothing was sent for `timeout`.
+    pub fn write_idle(&mut self, timeout: Duration) -> &mut Self {
+        self.timeouts[IdleKind::Write as usize] = Some(timeout);
+        self
+    }
+
+    /// Idle once nothing was received or sent for `timeout`.
+    pub fn all_idle(&mut self, timeout: Duration) -> &mut Self {
+        self.timeouts[IdleKind::All as usize] = Some(timeout);
+        self
+    }
+
+    /// What the stream does once idle (default: [`IdleMode::Fail`]).
+    pub fn mode(&mut self, mode: IdleMode) -> &mut Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Wraps `io`. With no timeout set the stream is never idle.
+    pub fn build<S>(&self, io: S) -> IdleStream<S> {
+        let timer = self.timer;
+        IdleStream {
+            io,
+            idle: Idleness::standalone(self.timeouts, self.mode, |deadline: Option<Instant>| {
+                match deadline {
+                    Some(deadline) => timer.sleep_until(deadline),
+                    None => timer.sleep(Duration::MAX),
+                }
+            }),
+        }
+    }
 }
 
-impl<K: Send + Sync + 'static> TrackedKey for IdleHandle<K> {
+impl<K, H> TrackedKey for IdleHandle<K, H>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    H: BuildHasher + Send + Sync + 'static,
+{
     fn touch_alive(&self) -> bool {
         IdleHandle::touch_alive(self)
     }
@@ -88,104 +163,45 @@ impl<K: Send + Sync + 'static> TrackedKey for IdleHandle<K> {
         IdleHandle::is_expired(self)
     }
 
-    fn poll_idle(&self, cx: &mut Context<'_>, replaced: Option<&Waker>) -> Poll<()> {
-        IdleHandle::poll_idle(self, cx, replaced)
-    }
-}
-
-fn timed_out() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::TimedOut,
-        "wheel-timer: idle timeout elapsed without a read or write",
-    )
-}
-
-// ===== impl Idleness =====
-
-impl Idleness {
-    /// Whether the stream has timed out; the standalone flavour also registers `cx` for the
-    /// timeout here.
-    fn expired(&mut self, dir: usize, cx: &mut Context<'_>) -> bool {
-        match self {
-            Idleness::Tracked { handle, .. } => handle.is_expired(),
-            Idleness::Standalone {
-                timeout,
-                last,
-                sleeps,
-                timed_out,
-            } => {
-                if *timed_out {
-                    return true;
-                }
-                let Some(deadline) = last.checked_add(*timeout) else {
-                    return false;
-                };
-                let sleep = &mut sleeps[dir];
-                loop {
-                    if Pin::new(&mut *sleep).poll(cx).is_pending() {
-                        return false;
-                    }
-                    if sleep.deadline() >= deadline {
-                        *timed_out = true;
-                        return true;
-                    }
-                    // Touched since this sleep was set: move it, once per timeout at most.
-                    Pin::new(&mut *sleep).reset(deadline);
-                }
-            }
-        }
+    fn is_stopped(&self) -> bool {
+        IdleHandle::is_stopped(self)
     }
 
-    /// Registers `cx` to be woken on timeout (after the I/O returned `Pending`); `true` if
-    /// the stream has timed out meanwhile.
-    fn arm(&mut self, dir: usize, cx: &mut Context<'_>) -> bool {
-        match self {
-            Idleness::Tracked { handle, wakers } => {
-                if wakers[dir]
-                    .as_ref()
-                    .is_some_and(|w| w.will_wake(cx.waker()))
-                {
-                    return handle.is_expired();
-                }
-                // The waker this direction registered before goes, unless the other direction
-                // still waits with it: a stream moved between tasks leaves no stale waiters.
-                let other = wakers[1 - dir].as_ref();
-                let replaced = wakers[dir]
-                    .as_ref()
-                    .filter(|old| !other.is_some_and(|o| o.will_wake(old)));
-                let ready = handle.poll_idle(cx, replaced).is_ready();
-                wakers[dir] = Some(cx.waker().clone());
-                ready && handle.is_expired()
-            }
-            Idleness::Standalone { .. } => false,
-        }
+    fn poll_idle(&self, cx: &mut Context<'_>, waiter: &mut Option<Waiter>) -> Poll<()> {
+        IdleHandle::poll_idle(self, cx, waiter)
     }
 
-    fn touch(&mut self) {
-        match self {
-            Idleness::Tracked { handle, .. } => {
-                handle.touch_alive();
-            }
-            Idleness::Standalone { last, .. } => *last = Instant::now(),
-        }
+    fn forget(&self, waiter: Waiter) {
+        IdleHandle::forget(self, waiter);
+    }
+
+    fn renew(&mut self) {
+        IdleHandle::renew(self);
     }
 }
 
 // ===== impl IdleStream =====
 
+impl IdleStream<()> {
+    /// A builder for a standalone stream with read-, write- and all-idle timeouts and a
+    /// mode (see [`IdleStreamBuilder`]); the stream's I/O type comes with `build`.
+    pub fn builder(timer: &Timer) -> IdleStreamBuilder<'_> {
+        IdleStreamBuilder {
+            timer,
+            timeouts: [None; 3],
+            mode: IdleMode::Fail,
+        }
+    }
+}
+
 impl<S> IdleStream<S> {
-    /// A standalone idle stream: times out when `idle_timeout` passes (rounded up to
-    /// `timer`'s tick) without a successful read or write. A timeout too large to represent
-    /// never fires.
+    /// A standalone stream, read idle after `idle_timeout` (rounded up to `timer`'s tick)
+    /// without a byte received, failing once idle: `IdleStream::builder(timer)
+    /// .read_idle(idle_timeout).build(io)`. A timeout too large to represent never fires.
     ///
     /// Costs two wheel sleeps and one clock read per successful read or write; the sleeps are
     /// moved only when they fire, never per I/O. For many connections,
     /// [`IdleTracker::wrap`](crate::IdleTracker::wrap) avoids the clock reads too.
-    ///
-    /// # Panics
-    ///
-    /// Reads and writes panic, as a [`Sleep`] does, once `timer`'s driver has stopped (its
-    /// runtime shut down): the timeout could never fire.
     ///
     /// # Examples
     ///
@@ -204,30 +220,23 @@ impl<S> IdleStream<S> {
     /// # }
     /// ```
     pub fn new(io: S, timer: &Timer, idle_timeout: Duration) -> IdleStream<S> {
-        let last = Instant::now();
-        let deadline = last.checked_add(idle_timeout);
-        let sleep = || match deadline {
-            Some(deadline) => timer.sleep_until(deadline),
-            None => timer.sleep(Duration::MAX),
-        };
-        IdleStream {
-            io,
-            idle: Idleness::Standalone {
-                timeout: idle_timeout,
-                last,
-                sleeps: [sleep(), sleep()],
-                timed_out: false,
-            },
-        }
+        IdleStream::builder(timer).read_idle(idle_timeout).build(io)
     }
 
-    pub(crate) fn tracked<K: Send + Sync + 'static>(io: S, handle: IdleHandle<K>) -> Self {
+    /// A stream whose `kind` of activity touches `handle`'s key.
+    pub(crate) fn tracked<K, H>(
+        io: S,
+        handle: IdleHandle<K, H>,
+        kind: IdleKind,
+        mode: IdleMode,
+    ) -> Self
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        H: BuildHasher + Send + Sync + 'static,
+    {
         IdleStream {
             io,
-            idle: Idleness::Tracked {
-                handle: Box::new(handle),
-                wakers: [None, None],
-            },
+            idle: Idleness::tracked(Box::new(handle), kind, mode),
         }
     }
 
@@ -300,6 +309,43 @@ impl<S> IdleStream<S> {
     }
 }
 
+/// Polls `io` in direction `dir` once the stream is known live, then records activity (bytes
+/// moved, as `moved` tells) or arms the idle wake-up.
+fn poll_io<T>(
+    idle: &mut Idleness,
+    dir: usize,
+    cx: &mut Context<'_>,
+    io: impl FnOnce(&mut Context<'_>) -> Poll<io::Result<T>>,
+    moved: impl FnOnce(&T) -> bool,
+) -> Poll<io::Result<T>> {
+    if let Some(err) = idle.status(dir, cx).error() {
+        return Poll::Ready(Err(err));
+    }
+    match io(cx) {
+        Poll::Ready(Ok(value)) => {
+            if moved(&value) {
+                idle.activity(dir);
+            }
+            Poll::Ready(Ok(value))
+        }
+        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        Poll::Pending => idle.pending(dir, cx),
+    }
+}
+
+impl<S: AsyncWrite> IdleStream<S> {
+    /// A write through `write`, counted as activity when bytes went out.
+    fn poll_written(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut S>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        let this = self.project();
+        let io = this.io;
+        poll_io(this.idle, WRITE, cx, |cx| write(io, cx), |&n| n > 0)
+    }
+}
+
 impl<S: AsyncRead> AsyncRead for IdleStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -307,36 +353,35 @@ impl<S: AsyncRead> AsyncRead for IdleStream<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.project();
-        if this.idle.expired(READ, cx) {
-            return Poll::Ready(Err(timed_out()));
+        let before = buf.filled().len();
+        let io = this.io;
+        let polled = poll_io(
+            this.idle,
+            READ,
+            cx,
+            |cx| io.poll_read(cx, &mut *buf),
+            |_| false,
+        );
+        // Only bytes received count, not an end of stream.
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.idle.activity(READ);
         }
-        match this.io.poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                this.idle.touch();
-                Poll::Ready(Ok(()))
-            }
-            Poll::Pending if this.idle.arm(READ, cx) => Poll::Ready(Err(timed_out())),
-            other => other,
-        }
+        polled
     }
 }
 
-/// Buffered reads touch too, so `IdleStream<BufReader<TcpStream>>` works with `read_line`.
+/// Buffered reads count too, so `IdleStream<BufReader<TcpStream>>` works with `read_line`.
 impl<S: AsyncBufRead> AsyncBufRead for IdleStream<S> {
     fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<&[u8]>> {
         let this = self.project();
-        if this.idle.expired(READ, cx) {
-            return Poll::Ready(Err(timed_out()));
-        }
-        match this.io.poll_fill_buf(cx) {
-            Poll::Ready(Ok(buf)) => {
-                this.idle.touch();
-                Poll::Ready(Ok(buf))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending if this.idle.arm(READ, cx) => Poll::Ready(Err(timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let io = this.io;
+        poll_io(
+            this.idle,
+            READ,
+            cx,
+            |cx| io.poll_fill_buf(cx),
+            |buf| !buf.is_empty(),
+        )
     }
 
     fn consume(self: Pin<&mut Self>, amt: usize) {
@@ -350,18 +395,7 @@ impl<S: AsyncWrite> AsyncWrite for IdleStream<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.project();
-        if this.idle.expired(WRITE, cx) {
-            return Poll::Ready(Err(timed_out()));
-        }
-        match this.io.poll_write(cx, buf) {
-            Poll::Ready(Ok(n)) => {
-                this.idle.touch();
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending if this.idle.arm(WRITE, cx) => Poll::Ready(Err(timed_out())),
-            other => other,
-        }
+        self.poll_written(cx, |io, cx| io.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -369,18 +403,7 @@ impl<S: AsyncWrite> AsyncWrite for IdleStream<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.project();
-        if this.idle.expired(WRITE, cx) {
-            return Poll::Ready(Err(timed_out()));
-        }
-        match this.io.poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                this.idle.touch();
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending if this.idle.arm(WRITE, cx) => Poll::Ready(Err(timed_out())),
-            other => other,
-        }
+        self.poll_written(cx, |io, cx| io.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -398,14 +421,12 @@ impl<S: AsyncWrite> AsyncWrite for IdleStream<S> {
 
 impl<S: fmt::Debug> fmt::Debug for IdleStream<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (mode, timed_out) = match &self.idle {
-            Idleness::Tracked { handle, .. } => ("tracked", handle.is_expired()),
-            Idleness::Standalone { timed_out, .. } => ("standalone", *timed_out),
-        };
+        let (flavour, status) = self.idle.describe();
         f.debug_struct("IdleStream")
             .field("io", &self.io)
-            .field("mode", &mode)
-            .field("timed_out", &timed_out)
+            .field("flavour", &flavour)
+            .field("idle", &matches!(status, Some(Status::Idle(_))))
+            .field("stopped", &matches!(status, Some(Status::Stopped)))
             .finish()
     }
 }

@@ -1,4 +1,5 @@
-//! Model 2, callback tasks: `TimerTask::cancel` racing the driver's turn that fires the task.
+//! Models 9, 12 and 13, callback tasks: `TimerTask::cancel` racing the driver's turn that
+//! fires the task, and the run it handed to the executor.
 //! The timer has no runtime and no executor, so a fired callback runs on the driver's thread
 //! (the main thread here) right after the shard is unlocked, within `turn`.
 
@@ -50,7 +51,7 @@ impl Calls {
     }
 }
 
-/// Model 2: a thread cancels a one-shot task while the driver turns to its tick. Exactly one
+/// Model 12: a thread cancels a one-shot task while the driver turns to its tick. Exactly one
 /// wins: the cancel (`true`, the callback never runs) or the fire (the cancel returns
 /// `false`, the callback runs once). Either way the entry is freed, the timer's task count
 /// and `max_pending` capacity are given back exactly once (an extra give-back would wrap
@@ -85,7 +86,7 @@ fn cancel_vs_fire() {
             (0, Some(0)),
             "the task count or capacity was not given back exactly once"
         );
-        let counters = global.shards[0].lock().counters;
+        let counters = global.counters(0);
         assert_eq!(
             (counters.cancelled, counters.fired),
             (u64::from(cancelled), u64::from(!cancelled))
@@ -96,7 +97,7 @@ fn cancel_vs_fire() {
     });
 }
 
-/// Model 2, a repeating task: a thread cancels the series while the driver fires its first
+/// Model 13, a repeating task: a thread cancels the series while the driver fires its first
 /// run (which re-arms the entry, then runs the callback outside the lock). A pending series
 /// is always cancellable: the cancel wins, the entry is freed and the count and capacity
 /// given back once; the run, if it started, ends, and whichever of the cancel and the run
@@ -131,6 +132,53 @@ fn cancel_vs_repeating_run() {
             "the task count or capacity was not given back exactly once"
         );
         assert_eq!(calls.drops(), 1, "the cancelled series kept its callback");
+        driver.turn(4 * BASE + 2000);
+        assert_eq!(calls.runs(), ran, "a cancelled series ran again");
+    });
+}
+
+/// Model 9 (issue 9 h): a cancel racing a repeating run the driver has already handed to the
+/// executor (here the driver's own thread, after it unlocked the shard). The cancel's `true`
+/// settles the callback's fate when it returns: either the cancel took the callback and
+/// dropped it before returning (no run starts afterwards), or a run had already taken it
+/// (that run goes ahead, the last one). A run that checks the state outside the task's lock
+/// allows a third outcome, which this model catches: the callback handed off, the cancel
+/// returning `true` without it, and the run deciding later on its own not to run.
+#[test]
+fn cancel_vs_handed_off_run() {
+    model(|| {
+        let (timer, _global, mut driver) = fixture_with(1, None);
+        let calls = Calls::new();
+        let period = Duration::from_millis(2 * BASE);
+        let task = timer
+            .schedule_repeating(period, calls.callback())
+            .expect("scheduled");
+        let canceller = {
+            let (task, calls) = (task.clone(), calls.clone());
+            thread::spawn(move || {
+                let cancelled = task.cancel();
+                // Drops first: a run drops the callback only after it ran it.
+                let dropped = calls.drops();
+                (cancelled, calls.runs(), dropped)
+            })
+        };
+        driver.turn(2 * BASE + 1000);
+        let (cancelled, ran_before, dropped_before) = canceller.join().unwrap();
+        assert!(cancelled, "a pending series was not cancelled");
+        let ran = calls.runs();
+        if ran == 0 {
+            assert_eq!(
+                dropped_before, 1,
+                "the cancel returned true leaving the callback to a run that never ran it"
+            );
+        }
+        if ran_before == 0 && dropped_before == 1 {
+            assert_eq!(
+                ran, 0,
+                "a run started after the cancel dropped the callback"
+            );
+        }
+        assert_eq!(calls.drops(), 1);
         driver.turn(4 * BASE + 2000);
         assert_eq!(calls.runs(), ran, "a cancelled series ran again");
     });

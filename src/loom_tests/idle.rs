@@ -1,5 +1,6 @@
 //! Models 5 and 6: the idle tracker's touches and removals racing the driver's turn that
-//! expires the key. The tracker runs on the model's clock (`Shared::model_clock`), one shard
+//! expires the key; models 15 and 16: touches and registrations racing the tracker's stop, and
+//! a dropped `Idle` future racing the expiry that takes its key's waiters. The tracker runs on the model's clock (`Shared::model_clock`), one shard
 //! and a one-tick timeout; the main thread plays its driver task with [`IdleDriver`], which
 //! calls `Shared::step` the way the task's loop does.
 //!
@@ -15,6 +16,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::model;
+use hashbrown::DefaultHashBuilder;
+
 use crate::idle::{Next, Scratch, Shared};
 use crate::loom::{thread, Arc, AtomicU64, Ordering};
 use crate::{Builder, Expirations, IdleTracker, Timer};
@@ -52,7 +55,7 @@ impl Hash for Key {
 
 /// Plays the tracker's driver task: each [`IdleDriver::step`] is one iteration of its loop.
 struct IdleDriver {
-    shared: Arc<Shared<Key>>,
+    shared: Arc<Shared<Key, DefaultHashBuilder>>,
     timer: Timer,
     scratch: Scratch<Key>,
 }
@@ -88,8 +91,9 @@ fn fixture() -> (IdleTracker<Key>, Expirations<Key>, IdleDriver) {
         .shards(1)
         .build_unspawned()
         .expect("a valid configuration");
-    let (tracker, expirations, shared) =
-        IdleTracker::unspawned(&timer, Duration::from_millis(1), 1);
+    let (tracker, expirations, shared) = IdleTracker::builder(Duration::from_millis(1))
+        .shards(1)
+        .unspawned(&timer);
     let driver = IdleDriver {
         shared,
         timer,
@@ -231,5 +235,86 @@ fn keyed_touch_and_remove_vs_expiry() {
             ids.len() + usize::from(removed) >= 1,
             "instance 0 neither expired nor removed"
         );
+    });
+}
+
+/// Model 15: a thread touches a key and registers another while the tracker stops (its timer
+/// shut down: the driver task's `finish`). However they interleave, once both are done the
+/// tracker holds nothing — every key was either refused (`DONE` seen under the shard lock) or
+/// cleared — the handle's `idle()` completes (no lost wakeup: loom reports a blocked task as
+/// a deadlock) without reporting an expiry, and the stream has ended.
+#[test]
+fn touch_and_register_vs_stop() {
+    model(|| {
+        let (tracker, mut expirations, driver) = fixture();
+        let toucher = {
+            let tracker = tracker.clone();
+            thread::spawn(move || {
+                tracker.touch(Key::new(0));
+                let handle = tracker.register(Key { name: 1, id: 1 });
+                loom::future::block_on(handle.idle());
+                assert!(!handle.is_expired(), "a stopped tracker expired a key");
+            })
+        };
+        driver.shared.finish();
+        toucher.join().unwrap();
+        assert_eq!(tracker.len(), 0, "a stopped tracker holds a key");
+        assert_eq!(driver.ring_len(), 0);
+        tracker.touch(Key::new(2));
+        assert_eq!(tracker.len(), 0);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(matches!(
+            expirations.poll_next_batch(&mut cx),
+            Poll::Ready(None)
+        ));
+    });
+}
+
+/// Model 16: one task polls `idle()` and drops the future while another waits on the same
+/// handle, racing the driver's turn at tick 0 (the key is due at tick 1). Once the dropped
+/// future is gone the tracker holds at most the waiting task's waker; the waiting task is
+/// woken at expiry (the drop never removed its entry: loom reports a lost wakeup as a
+/// deadlock), and then no waker is left.
+#[test]
+fn dropped_idle_vs_expiry() {
+    model(|| {
+        let (tracker, _expirations, mut driver) = fixture();
+        let handle = Arc::new(tracker.register(Key::new(0)));
+        let dropper = {
+            let handle = handle.clone();
+            thread::spawn(move || {
+                // The future is dropped at the end of this block.
+                let polled = {
+                    let mut idle = std::pin::pin!(handle.idle());
+                    std::future::Future::poll(
+                        idle.as_mut(),
+                        &mut Context::from_waker(Waker::noop()),
+                    )
+                };
+                polled.is_ready()
+            })
+        };
+        let waiter = {
+            let handle = handle.clone();
+            thread::spawn(move || {
+                loom::future::block_on(handle.idle());
+                assert!(handle.is_expired());
+            })
+        };
+        let stored = |driver: &IdleDriver| -> usize {
+            driver
+                .shared
+                .shards
+                .iter()
+                .map(|s| s.lock().waiters.total())
+                .sum()
+        };
+        assert_eq!(driver.step(0), Next::Tick(0));
+        assert!(!dropper.join().unwrap(), "ready before expiry");
+        assert!(stored(&driver) <= 1, "the dropped future's waker was kept");
+        assert_eq!(driver.step(1), Next::Park, "due at tick 1");
+        waiter.join().unwrap();
+        assert!(handle.is_expired());
+        assert_eq!(stored(&driver), 0, "a waker outlived the key");
     });
 }

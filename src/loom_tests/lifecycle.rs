@@ -1,8 +1,8 @@
 //! Model 8: the driver task's exit when the last handle to its timer goes away.
 
 use super::{model, Driver, Probe, BASE};
-use crate::driver::DRIVER_GONE;
 use crate::loom::{thread, Arc};
+use crate::shard::Closing;
 
 /// Model 8: the `Timer` handle and the last (registered) sleep are dropped on two threads
 /// while a third runs the driver task's loop: turn, stop if the timer closed or was
@@ -24,7 +24,7 @@ fn last_handle_vs_park() {
             thread::spawn(move || {
                 Driver::new(global.clone()).run(BASE);
                 // The task's exit guard.
-                global.close(DRIVER_GONE);
+                global.close(Closing::DriverGone, &mut Vec::new());
             })
         };
         let dropper = thread::spawn(move || drop(sleep));

@@ -4,20 +4,27 @@
 //! Built only with `--cfg wheel_loom` (run them with `bin/loom.sh`). Each model builds a tiny
 //! timer with [`Builder::build_unspawned`] (1 ms tick, 4 level-0 slots, 1–2 shards), lets loom
 //! threads register, re-poll, reset and drop sleeps, and plays the driver task itself with
-//! [`Driver`], which calls [`Global::turn`] the way `driver::run` does. Loom runs every
+//! [`Driver`], which runs the shipped [`driver::Driver::step`](crate::driver::Driver::step)
+//! and waits where the task would: only the waiting (tokio's timer and `Notify` there, loom
+//! threads here) is the model's own. Loom runs every
 //! interleaving of those threads up to `LOOM_MAX_PREEMPTIONS` preemptions.
 //!
 //! | model | file | proves |
 //! |---|---|---|
-//! | 1 | `sleep.rs` | the fire wakes the waker stored last; a woken re-poll sees the fire |
+//! | 1 | `sleep.rs` | the fire wakes the waker stored last |
 //! | 2 | `sleep.rs` | cancel (drop) vs fire: one wins, the entry is freed once, wakes run unlocked |
-//! | 2 | `callback.rs` | `TimerTask::cancel` vs fire: one wins, counted and freed once, never runs |
-//! | 3 | `sleep.rs` | reset earlier/later vs advance: fires at the new deadline only |
+//! | 3 | `sleep.rs` | reset later vs advance: fires at the new deadline only |
 //! | 4 | `shards.rs` | inserts/cancels on two shards vs the driver: none lost, none stranded |
 //! | 5 | `idle.rs` | `IdleHandle::touch` vs expiry: a prior touch defers it, else it expires once |
 //! | 6 | `idle.rs` | keyed touch/remove vs expiry and parking: each key ends once, none stranded |
 //! | 7 | `shutdown.rs` | shutdown vs schedule/poll: nothing hangs, nothing it stopped runs |
 //! | 8 | `lifecycle.rs` | last handle dropped vs the driver parking: it exits, nothing leaks |
+//! | 9 | `callback.rs` | cancel vs a repeating run already handed to the executor: `true` is final |
+//! | 10 | `sleep.rs` | a woken lock-free re-poll sees the fire (the `elapsed` mirror) |
+//! | 11 | `sleep.rs` | reset earlier vs advance: the driver is notified, fires at the new deadline |
+//! | 12 | `callback.rs` | `TimerTask::cancel` vs fire: one wins, counted and freed once, never runs |
+//! | 13 | `callback.rs` | cancel vs a repeating series' run: the cancel wins, no run afterwards |
+//! | 14 | `turns.rs` | the task's step and the `TurnWaker`'s turn at once vs a registration |
 //!
 //! The idle tracker's models (`idle.rs`) play its own driver task with `Shared::step`, on a
 //! clock the model sets (`crate::loom::ModelClock`).
@@ -51,6 +58,7 @@ mod lifecycle;
 mod shards;
 mod shutdown;
 mod sleep;
+mod turns;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -59,8 +67,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::driver::{Global, ShardHandle, RUNNING};
+use crate::driver::{self, Next};
 use crate::loom::{global, lock, Arc, AtomicUsize, Mutex, Ordering, StdArc};
+use crate::shard::Global;
 use crate::{Builder, Sleep, Timer};
 
 /// The tick models start at (a power of two, so ticks `BASE..BASE + 4` share one level-0
@@ -68,7 +77,7 @@ use crate::{Builder, Sleep, Timer};
 pub(super) const BASE: u64 = 1 << 22;
 
 /// Not parked on a deadline (the driver's `PARKED`).
-pub(super) const PARKED: u64 = u64::MAX;
+pub(super) const PARKED: u64 = crate::shard::PARKED;
 
 /// Runs `f` under loom with the settings from the environment (`LOOM_MAX_PREEMPTIONS`…),
 /// then reports how many executions loom explored (shown with `--nocapture`).
@@ -127,25 +136,22 @@ pub(super) fn sleep_in(global: &Arc<Global>, shard: usize, tick: u64) -> Sleep {
 
 /// Entries allocated in all shards (scheduled, or fired and not yet freed by their sleep).
 pub(super) fn allocated(global: &Global) -> usize {
-    global
-        .shards
-        .iter()
-        .map(|s| s.lock().sleeps.allocated())
-        .sum()
+    global.allocated_sleeps()
 }
 
-/// The shard `elapsed` mirror a sleep's lock-free re-poll reads.
-pub(super) fn mirror(handle: &ShardHandle) -> u64 {
-    handle.shard().elapsed.load(Ordering::Acquire)
+/// Shard `index`'s `elapsed` mirror, which a sleep's lock-free re-poll reads.
+pub(super) fn mirror(global: &Global, index: usize) -> u64 {
+    global.mirror(index)
 }
 
 // ===== Driver =====
 
-/// Plays `driver::run`: each [`Driver::turn`] is one iteration of its loop.
+/// Plays the driver task: each [`Driver::turn`] is one iteration of its loop, around the
+/// shipped [`driver::Driver::step`].
 #[derive(Debug)]
 pub(super) struct Driver {
     global: Arc<Global>,
-    wakers: Vec<Waker>,
+    driver: driver::Driver,
     /// The tick the last turn planned to wake at ([`PARKED`]: until notified).
     pub(super) planned: u64,
 }
@@ -153,32 +159,38 @@ pub(super) struct Driver {
 impl Driver {
     pub(super) fn new(global: Arc<Global>) -> Driver {
         Driver {
+            driver: driver::Driver::new(global.clone()),
             global,
-            wakers: Vec::new(),
             planned: PARKED,
         }
     }
 
     /// One loop iteration at tick `now`: consume the notification permit (the task's
-    /// `notified().enable()` comes first), then turn. Returns the planned wake tick.
-    pub(super) fn turn(&mut self, now: u64) -> u64 {
+    /// `notified().enable()` comes first), then step.
+    pub(super) fn step(&mut self, now: u64) -> Next {
         self.global.notify().take_permit();
-        self.planned = Global::turn(&self.global, now, &mut self.wakers);
+        let next = self.driver.step(now);
+        self.planned = match next {
+            Next::Until(tick) => tick,
+            Next::Park | Next::Exit => PARKED,
+        };
+        next
+    }
+
+    /// [`Driver::step`], returning the planned wake tick.
+    pub(super) fn turn(&mut self, now: u64) -> u64 {
+        self.step(now);
         self.planned
     }
 
-    /// The driver task's whole loop from tick `now`: turn, exit once the timer is closed or
-    /// abandoned, otherwise park until notified or move to the planned tick.
+    /// The driver task's whole loop from tick `now`: step, exit when told, otherwise park
+    /// until notified or move to the planned tick.
     pub(super) fn run(mut self, mut now: u64) {
         loop {
-            let target = self.turn(now);
-            if self.global.state() != RUNNING || self.global.is_abandoned() {
-                return;
-            }
-            if target == PARKED {
-                self.global.notify().wait();
-            } else {
-                now = now.max(target);
+            match self.step(now) {
+                Next::Exit => return,
+                Next::Park => self.global.notify().wait(),
+                Next::Until(tick) => now = now.max(tick),
             }
         }
     }
@@ -193,18 +205,7 @@ impl Driver {
     /// scheduled entry is stranded, i.e. the driver wakes by each entry's tick.
     #[track_caller]
     pub(super) fn assert_none_stranded(&self) {
-        for (index, shard) in self.global.shards.iter().enumerate() {
-            // Collected first: a failed assertion must not poison the shard's lock.
-            let ticks: Vec<u64> = {
-                let core = shard.lock();
-                let sleeps = &core.sleeps;
-                sleeps
-                    .keys()
-                    .into_iter()
-                    .filter(|&key| sleeps.is_scheduled(key))
-                    .filter_map(|key| sleeps.tick(key))
-                    .collect()
-            };
+        for (index, ticks) in self.global.scheduled_sleep_ticks().into_iter().enumerate() {
             for tick in ticks {
                 assert!(
                     self.wakes_by(tick),

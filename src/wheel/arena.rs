@@ -44,19 +44,21 @@ pub(super) struct Entry<T> {
     pub(super) bucket: u32,
     generation: u32,
     pub(super) tick: u64,
-    pub(super) value: T,
+    /// `Some` while allocated, `None` on the free list (so `T` needs no `Default`).
+    value: Option<T>,
 }
 
 #[derive(Debug)]
 pub(super) struct Arena<T> {
     entries: Vec<Entry<T>>,
     free_head: u32,
-    live: usize,
+    /// Allocated entries.
+    pub(super) live: usize,
 }
 
 // ===== impl Arena =====
 
-impl<T: Default> Arena<T> {
+impl<T> Arena<T> {
     pub(super) fn new() -> Self {
         Arena {
             entries: Vec::new(),
@@ -66,9 +68,21 @@ impl<T: Default> Arena<T> {
     }
 
     /// Number of allocated entries.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(super) fn live(&self) -> usize {
         self.live
+    }
+
+    /// Entries the arena holds room for without growing.
+    pub(super) fn capacity(&self) -> usize {
+        self.entries.capacity()
+    }
+
+    pub(super) fn reserve(&mut self, additional: usize) {
+        self.entries.reserve(additional);
+    }
+
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.entries.shrink_to_fit();
     }
 
     /// Allocates a detached entry.
@@ -86,7 +100,7 @@ impl<T: Default> Arena<T> {
             entry.prev = NIL;
             entry.bucket = DETACHED;
             entry.tick = tick;
-            entry.value = value;
+            entry.value = Some(value);
             index
         } else {
             assert!(
@@ -99,7 +113,7 @@ impl<T: Default> Arena<T> {
                 bucket: DETACHED,
                 generation: 0,
                 tick,
-                value,
+                value: Some(value),
             });
             (self.entries.len() - 1) as u32
         };
@@ -119,7 +133,10 @@ impl<T: Default> Arena<T> {
         entry.next = self.free_head;
         self.free_head = index;
         self.live -= 1;
-        std::mem::take(&mut entry.value)
+        entry
+            .value
+            .take()
+            .expect("an allocated entry holds a value")
     }
 
     /// The index of `key`'s entry if the key is live.
@@ -143,6 +160,21 @@ impl<T: Default> Arena<T> {
 
     pub(super) fn get_mut(&mut self, index: u32) -> &mut Entry<T> {
         &mut self.entries[index as usize]
+    }
+
+    /// The value of the allocated entry `index`.
+    pub(super) fn value(&self, index: u32) -> &T {
+        self.entries[index as usize]
+            .value
+            .as_ref()
+            .expect("an allocated entry holds a value")
+    }
+
+    pub(super) fn value_mut(&mut self, index: u32) -> &mut T {
+        self.entries[index as usize]
+            .value
+            .as_mut()
+            .expect("an allocated entry holds a value")
     }
 
     /// Indices of all allocated entries.

@@ -20,6 +20,8 @@
 mod arena;
 mod bitmap;
 #[cfg(test)]
+mod testing;
+#[cfg(test)]
 mod tests;
 
 pub(crate) use arena::Key;
@@ -58,7 +60,7 @@ struct Expiration {
 
 // ===== impl Wheel =====
 
-impl<T: Default> Wheel<T> {
+impl<T> Wheel<T> {
     /// A wheel whose level 0 has `slots` buckets; `slots` must be a power of two no larger
     /// than 2^30 (the builder validates it).
     pub(crate) fn new(slots: usize) -> Self {
@@ -97,12 +99,6 @@ impl<T: Default> Wheel<T> {
         self.scheduled
     }
 
-    /// Number of allocated entries, scheduled or detached.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn allocated(&self) -> usize {
-        self.arena.live()
-    }
-
     /// Allocates an entry and schedules it at `tick` (saturated to [`MAX_TICK`]; a tick at or
     /// before `elapsed` is due at the next `poll`).
     ///
@@ -115,14 +111,6 @@ impl<T: Default> Wheel<T> {
         let key = self.arena.alloc(tick, value);
         self.link(key.index());
         key
-    }
-
-    /// Allocates a detached entry: it holds `value` and `tick` but is not scheduled until
-    /// [`Wheel::reschedule`].
-    #[track_caller]
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) fn insert_detached(&mut self, tick: u64, value: T) -> Key {
-        self.arena.alloc(tick.min(MAX_TICK), value)
     }
 
     /// Unschedules and frees `key`'s entry, returning its value; `None` if the key is stale.
@@ -144,23 +132,14 @@ impl<T: Default> Wheel<T> {
         true
     }
 
-    /// Takes `key`'s entry out of its bucket without freeing it; `false` if the key is stale.
-    pub(crate) fn unschedule(&mut self, key: Key) -> bool {
-        let Some(index) = self.arena.resolve(key) else {
-            return false;
-        };
-        self.unlink(index);
-        true
-    }
-
     pub(crate) fn get(&self, key: Key) -> Option<&T> {
         let index = self.arena.resolve(key)?;
-        Some(&self.arena.get(index).value)
+        Some(self.arena.value(index))
     }
 
     pub(crate) fn get_mut(&mut self, key: Key) -> Option<&mut T> {
         let index = self.arena.resolve(key)?;
-        Some(&mut self.arena.get_mut(index).value)
+        Some(self.arena.value_mut(index))
     }
 
     /// The tick `key`'s entry is (or was last) scheduled for.
@@ -218,6 +197,48 @@ impl<T: Default> Wheel<T> {
             return Some(self.elapsed);
         }
         self.next_bucket().map(|e| e.deadline)
+    }
+
+    /// The key of an entry that `poll` would hand out first: one from the due list if any
+    /// is due, else the earliest-tick entry of the first occupied bucket (a scan of that
+    /// bucket only). `None` when nothing is scheduled.
+    pub(crate) fn peek(&self) -> Option<Key> {
+        let due = self.heads[self.due_head()];
+        if due != arena::NIL {
+            return Some(self.arena.key_of(due));
+        }
+        let exp = self.next_bucket()?;
+        let mut index = self.heads[self.bucket_index(exp.level, exp.slot)];
+        let mut best = index;
+        while index != arena::NIL {
+            let entry = self.arena.get(index);
+            if entry.tick < self.arena.get(best).tick {
+                best = index;
+            }
+            index = entry.next;
+        }
+        Some(self.arena.key_of(best))
+    }
+
+    /// Number of allocated entries, scheduled or detached.
+    pub(crate) fn allocated(&self) -> usize {
+        self.arena.live()
+    }
+
+    /// Entries the arena holds room for without growing.
+    pub(crate) fn capacity(&self) -> usize {
+        self.arena.capacity()
+    }
+
+    /// Makes room for `additional` more entries without growing later.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.arena.reserve(additional);
+    }
+
+    /// Gives back the arena's spare room (slots never allocated; freed slots stay in the free
+    /// list, since keys name them by index).
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.arena.shrink_to_fit();
     }
 
     // ----- internals -----

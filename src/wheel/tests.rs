@@ -120,9 +120,9 @@ fn level_starts(slots: usize) -> impl Iterator<Item = u64> {
 
 #[test]
 fn entry_fits_in_forty_bytes() {
-    // The driver stores an `Option<Waker>` per timer. 40 bytes is what the arena layout was
-    // chosen for (links, generation, tick, waker): any field added here costs every timer.
-    assert!(std::mem::size_of::<arena::Entry<Option<std::task::Waker>>>() <= 40);
+    // The driver stores a `Waker` per timer. 40 bytes is what the arena layout was chosen for
+    // (links, generation, tick, waker): any field added here costs every timer.
+    assert!(std::mem::size_of::<arena::Entry<std::task::Waker>>() <= 40);
 }
 
 #[test]
@@ -646,6 +646,39 @@ fn len_and_allocated() {
     assert_eq!(drive(&mut wheel), [(30, 1)]);
     assert_eq!((wheel.len(), wheel.allocated()), (0, 0));
     assert!(wheel.keys().is_empty());
+}
+
+#[test]
+fn peek_names_the_earliest_entry() {
+    let mut wheel = wheel_at(64, 0);
+    assert_eq!(wheel.peek(), None);
+    // One level-1 bucket ([64, 128)) holds both; the later one is linked at its head.
+    let early = wheel.insert(70, 1);
+    let late = wheel.insert(100, 2);
+    assert_eq!(wheel.peek(), Some(early));
+    let sooner = wheel.insert(3, 3);
+    assert_eq!(wheel.peek(), Some(sooner), "a lower level comes first");
+    assert_eq!(wheel.try_remove(sooner), Some(3));
+    assert_eq!(wheel.poll(69), None);
+    assert_eq!(wheel.peek(), Some(early), "after the cascade to level 0");
+    assert_eq!(wheel.poll(70), Some(early));
+    assert_eq!(wheel.try_remove(early), Some(1));
+    let due = wheel.insert(5, 4);
+    assert_eq!(wheel.peek(), Some(due), "the due list comes first");
+    assert_eq!(wheel.try_remove(due), Some(4));
+    assert_eq!(wheel.peek(), Some(late));
+}
+
+#[test]
+fn capacity_reserve_and_shrink() {
+    let mut wheel = wheel_at(64, 0);
+    assert_eq!(wheel.capacity(), 0);
+    wheel.reserve(10);
+    assert!(wheel.capacity() >= 10);
+    let key = wheel.insert(5, 1);
+    wheel.shrink_to_fit();
+    assert_eq!(wheel.capacity(), 1);
+    assert_eq!(wheel.try_remove(key), Some(1));
 }
 
 // ===== property test against a model =====

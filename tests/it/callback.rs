@@ -80,8 +80,8 @@ async fn schedule_at_zero_delay_and_past_deadlines_run_at_the_next_turn() {
     };
     let task = timer.schedule_at(at, send("at")).unwrap();
     assert_eq!(task.deadline(), at);
-    timer.schedule(Duration::ZERO, send("zero")).unwrap();
-    timer
+    let _ = timer.schedule(Duration::ZERO, send("zero")).unwrap();
+    let _ = timer
         .schedule_at(start - Duration::from_secs(1), send("past"))
         .unwrap();
     let mut got = Vec::new();
@@ -197,7 +197,7 @@ async fn hundred_thousand_tasks_fire_no_earlier_than_their_delay_and_within_a_bo
     let all_done = Arc::new(tokio::sync::Notify::new());
     for _ in 0..N {
         let (min, max, done, all_done) = (min.clone(), max.clone(), done.clone(), all_done.clone());
-        timer
+        let _ = timer
             .schedule(delay, move || {
                 let took = (Instant::now() - start).as_nanos() as u64;
                 min.fetch_min(took, SeqCst);
@@ -238,7 +238,7 @@ async fn custom_executor_runs_the_callbacks() {
         .build()
         .unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();
-    timer
+    let _ = timer
         .schedule(ms(10), move || {
             tx.send(std::thread::current().name().map(str::to_owned))
                 .unwrap()
@@ -286,8 +286,8 @@ async fn a_series_survives_an_executor_that_drops_a_run() {
 async fn rejects_at_max_pending_back_to_back() {
     let timer = Timer::builder().max_pending(2).build().unwrap();
     let (runs, run) = counted();
-    timer.schedule(Duration::from_secs(5), run.clone()).unwrap();
-    timer.schedule(Duration::from_secs(5), run.clone()).unwrap();
+    let _ = timer.schedule(Duration::from_secs(5), run.clone()).unwrap();
+    let _ = timer.schedule(Duration::from_secs(5), run.clone()).unwrap();
     let err = timer
         .schedule(Duration::from_secs(5), run.clone())
         .unwrap_err();
@@ -315,10 +315,10 @@ async fn capacity_is_freed_by_cancel() {
         .unwrap();
     let (runs, run) = counted();
     let first = timer.schedule(Duration::from_secs(5), run.clone()).unwrap();
-    timer.schedule(Duration::from_secs(5), run.clone()).unwrap();
+    let _ = timer.schedule(Duration::from_secs(5), run.clone()).unwrap();
     assert!(first.cancel());
     // Freed at once: no need to wait for the driver (Netty needed a few ticks).
-    timer.schedule(ms(90), run).unwrap();
+    let _ = timer.schedule(ms(90), run).unwrap();
     sleep(ms(110)).await;
     assert_eq!(runs.load(SeqCst), 1);
 }
@@ -332,12 +332,12 @@ async fn capacity_is_freed_by_fire() {
         .build()
         .unwrap();
     let (runs, run) = counted();
-    timer.schedule(ms(90), run.clone()).unwrap();
-    timer.schedule(Duration::from_secs(5), run.clone()).unwrap();
+    let _ = timer.schedule(ms(90), run.clone()).unwrap();
+    let _ = timer.schedule(Duration::from_secs(5), run.clone()).unwrap();
     assert!(timer.schedule(ms(90), run.clone()).is_err());
     sleep(ms(110)).await;
     assert_eq!(runs.load(SeqCst), 1);
-    timer.schedule(ms(90), run).unwrap();
+    let _ = timer.schedule(ms(90), run).unwrap();
     sleep(ms(110)).await;
     assert_eq!(runs.load(SeqCst), 2);
 }
@@ -376,7 +376,7 @@ async fn pending_is_exact_after_cancels_and_fires() {
     let b = timer
         .schedule(Duration::from_secs(10), run.clone())
         .unwrap();
-    timer.schedule(ms(1), run).unwrap();
+    let _ = timer.schedule(ms(1), run).unwrap();
     assert_eq!(timer.pending(), 3);
     assert!(a.cancel() && b.cancel());
     sleep(ms(5)).await;
@@ -409,7 +409,7 @@ async fn siblings_of_the_same_tick_cancelling_each_other_are_counted_once() {
     let siblings: Arc<Mutex<Vec<TimerTask>>> = Arc::default();
     let won = Arc::new(AtomicUsize::new(0));
     let (list, wins, first_run) = (siblings.clone(), won.clone(), run.clone());
-    timer
+    let _ = timer
         .schedule(ms(200), move || {
             first_run();
             for task in list.lock().unwrap().iter() {
@@ -435,7 +435,7 @@ async fn siblings_of_the_same_tick_cancelling_each_other_are_counted_once() {
     assert_eq!(stats.fired + stats.cancelled, 11);
     assert_eq!(stats.cancelled, won as u64);
     for _ in 0..11 {
-        timer.schedule(Duration::from_secs(1), || {}).unwrap();
+        let _ = timer.schedule(Duration::from_secs(1), || {}).unwrap();
     }
     assert!(timer.schedule(ms(1), || {}).unwrap_err().is_at_capacity());
 }
@@ -494,7 +494,7 @@ async fn blocking_callback_does_not_delay_other_timers() {
     let start = std::time::Instant::now();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let blocker = tx.clone();
-    timer
+    let _ = timer
         .schedule(ms(10), move || {
             std::thread::sleep(ms(200));
             blocker.send(("blocker", start.elapsed())).unwrap();
@@ -502,7 +502,7 @@ async fn blocking_callback_does_not_delay_other_timers() {
         .unwrap();
     for delay in [20, 40, 60] {
         let tx = tx.clone();
-        timer
+        let _ = timer
             .schedule(ms(delay), move || {
                 tx.send(("other", start.elapsed())).unwrap()
             })
@@ -532,10 +532,10 @@ async fn panicking_callbacks_are_caught_counted_and_reported() {
         .build()
         .unwrap();
     let (runs, run) = counted();
-    timer
+    let _ = timer
         .schedule(ms(1), || panic!("boom in a callback"))
         .unwrap();
-    timer
+    let _ = timer
         .schedule_async(ms(1), async {
             std::panic::panic_any("boom in an async task")
         })
@@ -543,7 +543,7 @@ async fn panicking_callbacks_are_caught_counted_and_reported() {
     let series = timer
         .schedule_repeating(ms(1), || panic!("boom in a series"))
         .unwrap();
-    timer.schedule(ms(2), run).unwrap();
+    let _ = timer.schedule(ms(2), run).unwrap();
     sleep(ms(10)).await;
     settle().await;
     assert_eq!(runs.load(SeqCst), 1, "the timer keeps working");
@@ -563,7 +563,7 @@ async fn panicking_callbacks_are_caught_counted_and_reported() {
             "{boom}: {messages:?}"
         );
     }
-    timer.schedule(ms(1), || {}).unwrap();
+    let _ = timer.schedule(ms(1), || {}).unwrap();
 }
 
 #[tokio::test(start_paused = true)]

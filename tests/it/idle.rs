@@ -30,6 +30,27 @@ fn assert_between(at: Duration, lo: u64, hi: u64) {
     );
 }
 
+/// `result` is an idle stream's error of `kind`.
+#[track_caller]
+fn assert_idle<T: std::fmt::Debug>(result: std::io::Result<T>, kind: wheel_timer::IdleKind) {
+    let err = result.expect_err("idle");
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    assert_eq!(wheel_timer::IdleKind::of(&err), Some(kind));
+}
+
+/// `times` times: 80 ms pass, `far` sends a byte and `near` reads it.
+async fn read_every_80ms(
+    near: &mut (impl tokio::io::AsyncRead + Unpin),
+    far: &mut (impl tokio::io::AsyncWrite + Unpin),
+    times: usize,
+) {
+    for _ in 0..times {
+        sleep(ms(80)).await;
+        far.write_all(b"x").await.expect("write");
+        assert_eq!(near.read_u8().await.expect("read"), b'x');
+    }
+}
+
 fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
     f.poll(&mut Context::from_waker(futures::task::noop_waker_ref()))
 }
@@ -189,10 +210,13 @@ async fn removing_or_superseding_a_handle_completes_its_idle() {
     let timer = Timer::new();
     let (tracker, _expirations) = IdleTracker::new(&timer, Duration::from_secs(60));
     let old = tracker.register("user");
-    let mut idle = pin!(old.idle());
-    assert!(poll_once(idle.as_mut()).is_pending());
-    let new = tracker.register("user");
-    assert!(poll_once(idle.as_mut()).is_ready());
+    let new = {
+        let mut idle = pin!(old.idle());
+        assert!(poll_once(idle.as_mut()).is_pending());
+        let new = tracker.register("user");
+        assert!(poll_once(idle.as_mut()).is_ready());
+        new
+    };
     assert!(!old.is_expired());
     assert_eq!(tracker.len(), 1);
     // The old handle no longer speaks for the key.
@@ -265,26 +289,44 @@ fn new_outside_a_runtime_panics_clearly() {
     assert!(msg.starts_with("wheel-timer:"), "{msg}");
 }
 
+/// By default only reads touch: writing to a silent peer does not keep it alive.
 #[tokio::test(start_paused = true)]
-async fn tracked_stream_reads_and_writes_touch_then_time_out() {
+async fn tracked_stream_reads_touch_writes_do_not() {
     let timer = Timer::new();
     let t0 = Instant::now();
     let (tracker, mut expirations) = IdleTracker::new(&timer, ms(100));
     let (near, mut far) = tokio::io::duplex(1024);
     let mut near = tracker.wrap(7u32, near);
-    for _ in 0..3 {
-        sleep(ms(80)).await;
-        far.write_all(b"x").await.expect("write");
-        assert_eq!(near.read_u8().await.expect("read"), b'x');
-    }
+    read_every_80ms(&mut near, &mut far, 3).await;
+    // The last read at 240 ms: writes at 320 ms and later do not count.
+    sleep(ms(80)).await;
+    near.write_all(b"y").await.expect("write");
+    assert_idle(near.read_u8().await, wheel_timer::IdleKind::Read);
+    assert_between(t0.elapsed(), 340, 342);
+    assert_eq!(expirations.next_batch().await, Some(vec![7]));
+}
+
+/// With `IdleKind::All` reads and writes both touch.
+#[tokio::test(start_paused = true)]
+async fn tracked_stream_reads_and_writes_touch_when_asked_then_time_out() {
+    let timer = Timer::new();
+    let t0 = Instant::now();
+    let (tracker, mut expirations) = IdleTracker::new(&timer, ms(100));
+    let (near, mut far) = tokio::io::duplex(1024);
+    let mut near = tracker.wrap_with(
+        7u32,
+        near,
+        wheel_timer::IdleKind::All,
+        wheel_timer::IdleMode::Fail,
+    );
+    read_every_80ms(&mut near, &mut far, 3).await;
     for _ in 0..3 {
         sleep(ms(80)).await;
         near.write_all(b"y").await.expect("write");
     }
     // Last touch at 480 ms: the pending read fails at 580 ms.
-    let err = near.read_u8().await.expect_err("idle");
-    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
-    assert_between(t0.elapsed(), 580, 581);
+    assert_idle(near.read_u8().await, wheel_timer::IdleKind::All);
+    assert_between(t0.elapsed(), 580, 582);
     let err = near.write_all(b"z").await.expect_err("idle");
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     assert_eq!(expirations.next_batch().await, Some(vec![7]));
@@ -294,16 +336,25 @@ async fn tracked_stream_reads_and_writes_touch_then_time_out() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn standalone_stream_reads_and_writes_touch_then_time_out() {
+async fn standalone_stream_reads_touch_writes_do_not() {
     let timer = Timer::new();
     let t0 = Instant::now();
     let (near, mut far) = tokio::io::duplex(1024);
     let mut near = IdleStream::new(near, &timer, ms(100));
-    for _ in 0..3 {
-        sleep(ms(80)).await;
-        far.write_all(b"x").await.expect("write");
-        assert_eq!(near.read_u8().await.expect("read"), b'x');
-    }
+    read_every_80ms(&mut near, &mut far, 3).await;
+    sleep(ms(80)).await;
+    near.write_all(b"y").await.expect("write");
+    assert_idle(near.read_u8().await, wheel_timer::IdleKind::Read);
+    assert_between(t0.elapsed(), 340, 341);
+}
+
+#[tokio::test(start_paused = true)]
+async fn standalone_stream_reads_and_writes_touch_when_asked_then_time_out() {
+    let timer = Timer::new();
+    let t0 = Instant::now();
+    let (near, mut far) = tokio::io::duplex(1024);
+    let mut near = IdleStream::builder(&timer).all_idle(ms(100)).build(near);
+    read_every_80ms(&mut near, &mut far, 3).await;
     sleep(ms(80)).await;
     near.write_all(b"y").await.expect("write");
     let err = near.read_u8().await.expect_err("idle");

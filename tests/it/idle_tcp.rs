@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{timeout, Instant};
-use wheel_timer::{IdleTracker, Timer};
+use wheel_timer::{IdleKind, IdleMode, IdleTracker, Timer};
 
 const CONNECTIONS: u32 = 200;
 const IDLE: Duration = Duration::from_millis(400);
@@ -131,5 +131,136 @@ async fn silent_loopback_connections_expire_and_talkers_stay() -> std::io::Resul
     drop(tracker);
     let rest = timeout(PATIENCE, expirations.next_batch()).await;
     assert_eq!(rest.expect("stream ends"), None);
+    Ok(())
+}
+
+/// Event mode over real loopback TCP, with read-idle semantics: the server pushes a line to
+/// every client every 50 ms (writes do not count), and a client that sends nothing gets a
+/// `bye` line pushed by the server on its idle event, then the server closes it. Talkers
+/// never get one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_mode_pushes_a_goodbye_to_silent_clients_only() -> std::io::Result<()> {
+    const CLIENTS: u32 = 20;
+    const PUSH: Duration = Duration::from_millis(50);
+    let timer = Timer::builder()
+        .tick(Duration::from_millis(10))
+        .build()
+        .expect("valid config");
+    let (tracker, _expirations) = IdleTracker::new(&timer, IDLE);
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+
+    let server = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        for _ in 0..CLIENTS {
+            let (sock, _) = listener.accept().await?;
+            let tracker = tracker.clone();
+            conns.push(tokio::spawn(async move {
+                let mut reader = BufReader::new(sock);
+                let mut hello = String::new();
+                reader.read_line(&mut hello).await?;
+                let id: u32 = hello
+                    .trim()
+                    .strip_prefix("hello ")
+                    .and_then(|id| id.parse().ok())
+                    .ok_or_else(|| std::io::Error::other("bad hello"))?;
+                let stream = tracker.wrap_with(id, reader, IdleKind::Read, IdleMode::Event);
+                let (rd, mut wr) = tokio::io::split(stream);
+                let mut lines = BufReader::new(rd).lines();
+                let mut push = tokio::time::interval(PUSH);
+                loop {
+                    tokio::select! {
+                        line = lines.next_line() => match line {
+                            Ok(Some(_)) => {}
+                            Ok(None) => return Ok::<_, std::io::Error>((id, false)),
+                            Err(e) if IdleKind::of(&e) == Some(IdleKind::Read) => {
+                                // The stream still works: a last line, then close.
+                                wr.write_all(b"bye\n").await?;
+                                wr.shutdown().await?;
+                                return Ok((id, true));
+                            }
+                            Err(e) => return Err(e),
+                        },
+                        _ = push.tick() => wr.write_all(b"tick\n").await?,
+                    }
+                }
+            }));
+        }
+        Ok::<_, std::io::Error>(conns)
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|id| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let sock = TcpStream::connect(addr).await?;
+                let (rd, mut wr) = sock.into_split();
+                wr.write_all(format!("hello {id}\n").as_bytes()).await?;
+                // Reads every pushed line; `(ticks, got bye)` once the server closes.
+                let reader = tokio::spawn(async move {
+                    let mut lines = BufReader::new(rd).lines();
+                    let (mut ticks, mut bye) = (0u32, false);
+                    while let Ok(Ok(Some(line))) = timeout(PATIENCE, lines.next_line()).await {
+                        match line.as_str() {
+                            "tick" => ticks += 1,
+                            "bye" => bye = true,
+                            other => panic!("unexpected line {other:?}"),
+                        }
+                    }
+                    (ticks, bye)
+                });
+                if !silent(id) {
+                    let start = Instant::now();
+                    while !stop.load(Ordering::Relaxed) && start.elapsed() < PATIENCE {
+                        tokio::time::sleep(PING).await;
+                        wr.write_all(b"ping\n").await?;
+                    }
+                    wr.shutdown().await?;
+                }
+                let (ticks, bye) = reader.await.expect("reader task");
+                Ok::<_, std::io::Error>((id, ticks, bye))
+            })
+        })
+        .collect();
+
+    // Every silent client is said goodbye to (a pushed line, then EOF); talkers are not,
+    // even well past the idle timeout, until they stop.
+    let mut got_bye = BTreeSet::new();
+    tokio::time::sleep(IDLE * 3).await;
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        let (id, ticks, bye) = timeout(PATIENCE, client)
+            .await
+            .expect("client ends")
+            .expect("client task")?;
+        assert!(ticks > 0, "client {id} got no pushed line");
+        if bye {
+            got_bye.insert(id);
+        }
+    }
+    let expected: BTreeSet<u32> = (0..CLIENTS).filter(|&id| silent(id)).collect();
+    assert_eq!(
+        got_bye, expected,
+        "exactly the silent clients get a goodbye"
+    );
+    let conns = timeout(PATIENCE, server)
+        .await
+        .expect("server accepted everyone")
+        .expect("server task")?;
+    let mut idle = BTreeSet::new();
+    for conn in conns {
+        let (id, was_idle) = timeout(PATIENCE, conn)
+            .await
+            .expect("connection ends")
+            .expect("connection task")?;
+        if was_idle {
+            idle.insert(id);
+        }
+    }
+    assert_eq!(
+        idle, expected,
+        "the server saw exactly the silent ones go idle"
+    );
     Ok(())
 }

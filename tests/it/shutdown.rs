@@ -29,7 +29,7 @@ async fn stop_without_pending_tasks_returns_nothing() {
     let runs = Arc::new(AtomicUsize::new(0));
     for _ in 0..3 {
         let runs = runs.clone();
-        timer
+        let _ = timer
             .schedule(ms(1), move || {
                 runs.fetch_add(1, SeqCst);
             })
@@ -86,7 +86,7 @@ async fn stop_cancels_and_returns_the_pending_tasks() {
 #[tokio::test(start_paused = true)]
 async fn schedule_after_stop_fails_and_a_second_stop_is_harmless() {
     let timer = Timer::new();
-    timer.schedule(Duration::from_secs(1), || {}).unwrap();
+    let _ = timer.schedule(Duration::from_secs(1), || {}).unwrap();
     assert_eq!(timer.shutdown().len(), 1);
     assert!(timer.shutdown().is_empty());
     assert!(timer.schedule(ms(1), || {}).unwrap_err().is_shutdown());
@@ -148,7 +148,7 @@ async fn an_interval_ticking_after_stop_panics() {
 async fn stop_ends_the_driver_task() {
     let before = alive_tasks();
     let timer = Timer::new();
-    timer.schedule(Duration::from_secs(60), || {}).unwrap();
+    let _ = timer.schedule(Duration::from_secs(60), || {}).unwrap();
     settle().await;
     assert_eq!(alive_tasks(), before + 1);
     timer.shutdown();
@@ -162,7 +162,7 @@ async fn a_pending_task_keeps_the_driver_alive_after_every_handle_is_dropped() {
     let timer = Timer::new();
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
-    timer
+    let _ = timer
         .schedule(ms(100), move || flag.store(true, SeqCst))
         .unwrap();
     drop(timer);
@@ -208,4 +208,18 @@ fn dropping_the_runtime_cancels_pending_tasks() {
     assert_eq!(timer.pending(), 0);
     assert!(timer.schedule(ms(1), || {}).unwrap_err().is_shutdown());
     assert!(timer.shutdown().is_empty());
+}
+
+/// A sleep the driver fired before the shutdown stays elapsed and completes (issue 9 e).
+#[tokio::test(start_paused = true)]
+async fn a_fired_sleep_stays_elapsed_after_shutdown() {
+    let timer = Timer::new();
+    let mut sleep = std::pin::pin!(timer.sleep(Duration::from_millis(5)));
+    assert!(poll_noop(sleep.as_mut()).is_pending());
+    tokio::time::advance(Duration::from_millis(5)).await;
+    settle().await;
+    assert!(sleep.is_elapsed(), "fired by the driver, not yet polled");
+    timer.shutdown();
+    assert!(sleep.is_elapsed(), "still elapsed after the shutdown");
+    assert!(poll_noop(sleep.as_mut()).is_ready());
 }

@@ -383,3 +383,66 @@ async fn pending_counts_registered_sleeps_exactly() {
     tokio::task::yield_now().await;
     assert_eq!(timer.pending(), 4, "three fired");
 }
+
+// ===== tokio's paused-clock patterns, unchanged (issue 9 d) =====
+
+/// tokio's `advance_once_with_timer` (`tests/time_pause.rs`): `advance` alone, with no extra
+/// yield, drives the wheel to the new time.
+#[tokio::test(start_paused = true)]
+async fn advance_once_with_timer() {
+    let counter = WakeCounter::new();
+    let mut sleep = pin!(sleep_wheel(ms(1)));
+    assert!(counter.poll(sleep.as_mut()).is_pending());
+    advance(Duration::from_micros(250)).await;
+    assert!(counter.poll(sleep.as_mut()).is_pending());
+    advance(Duration::from_micros(1500)).await;
+    assert_eq!(counter.count(), 1, "woken by the advance itself");
+    assert!(counter.poll(sleep.as_mut()).is_ready());
+}
+
+/// tokio's `advance_multi_with_timer`.
+#[tokio::test(start_paused = true)]
+async fn advance_multi_with_timer() {
+    let counter = WakeCounter::new();
+    let mut sleep = pin!(sleep_wheel(ms(1)));
+    assert!(counter.poll(sleep.as_mut()).is_pending());
+    for _ in 0..3 {
+        advance(Duration::from_micros(250)).await;
+        assert!(counter.poll(sleep.as_mut()).is_pending());
+    }
+    advance(Duration::from_micros(250)).await;
+    assert_eq!(counter.count(), 1);
+    assert!(counter.poll(sleep.as_mut()).is_ready());
+}
+
+/// The same on a timer of one's own, polled first only after the advance.
+#[tokio::test(start_paused = true)]
+async fn a_first_poll_after_advance_past_the_deadline_is_ready() {
+    let timer = Timer::new();
+    let mut sleep = pin!(timer.sleep(ms(5)));
+    advance(ms(5)).await;
+    assert!(poll_noop(sleep.as_mut()).is_ready());
+}
+
+/// tokio's `exactly_max` and `no_out_of_bounds_close_to_max`: on a paused clock these
+/// complete through auto-advance instead of hanging.
+#[tokio::test(start_paused = true)]
+async fn duration_max_completes_through_auto_advance() {
+    sleep_wheel(Duration::MAX).await;
+    sleep_wheel(Duration::MAX - ms(1)).await;
+    Timer::new().sleep(Duration::MAX).await;
+}
+
+/// tokio's `sub_ms_delayed_sleep` (`tests/time_sleep.rs`): the clock is paused after the
+/// runtime started, so the timer's start lies off tokio's 1 ms grid; the wheel still fires
+/// when tokio would (its tick boundaries are put on tokio's grid), not a millisecond later.
+#[tokio::test]
+async fn sub_ms_delayed_sleep_after_a_pause() {
+    tokio::time::pause();
+    for _ in 0..5 {
+        let now = Instant::now();
+        let deadline = now + ms(1) + Duration::new(0, 1);
+        sleep_wheel_until(deadline).await;
+        assert_elapsed(now, ms(1) + Duration::new(0, 1));
+    }
+}

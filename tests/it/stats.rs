@@ -38,8 +38,8 @@ async fn counts_schedules_fires_cancels_and_panics() {
     assert_eq!(fresh.max_lateness_ticks, 0);
     let keep = timer.schedule(Duration::from_secs(60), || {}).unwrap();
     let cancel = timer.schedule(Duration::from_secs(60), || {}).unwrap();
-    timer.schedule(ms(5), || {}).unwrap();
-    timer.schedule(ms(5), || panic!("counted")).unwrap();
+    let _ = timer.schedule(ms(5), || {}).unwrap();
+    let _ = timer.schedule(ms(5), || panic!("counted")).unwrap();
     let mut dropped = pin!(timer.sleep(Duration::from_secs(60)));
     assert!(poll_noop(dropped.as_mut()).is_pending());
     assert!(cancel.cancel());
@@ -113,8 +113,8 @@ async fn driver_turns_emit_debug_events() {
     let events = Events::at(tracing::Level::DEBUG);
     let _guard = tracing::subscriber::set_default(events.clone());
     let timer = Timer::new();
-    timer.schedule(ms(3), || {}).unwrap();
-    timer.schedule(ms(3), || {}).unwrap();
+    let _ = timer.schedule(ms(3), || {}).unwrap();
+    let _ = timer.schedule(ms(3), || {}).unwrap();
     timer.sleep(ms(3)).await;
     settle().await;
     let events = events.messages();

@@ -237,3 +237,26 @@ fn timer_handles_are_send_sync_and_cheap() {
     assert_send::<wheel_timer::Error>();
     assert_send::<wheel_timer::Elapsed>();
 }
+
+/// The runtime's default timer serves every library's free functions: shutting it down is
+/// refused with a panic, and their sleeps keep working (issue 10).
+#[tokio::test(start_paused = true)]
+async fn the_default_timer_refuses_shutdown() {
+    let refused = std::panic::catch_unwind(|| wheel_timer::default_timer().shutdown());
+    let message = refused.expect_err("shutdown of the default timer was accepted");
+    let message = message
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| message.downcast_ref::<&str>().copied())
+        .unwrap_or_default();
+    assert!(
+        message.contains("default timer cannot be shut down"),
+        "{message}"
+    );
+    wheel_timer::sleep_wheel(std::time::Duration::from_millis(5)).await;
+    let own = wheel_timer::Timer::new();
+    assert!(
+        own.shutdown().is_empty(),
+        "a timer of one's own still shuts down"
+    );
+}

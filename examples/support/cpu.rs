@@ -1,0 +1,99 @@
+//! CPU-time and memory readings shared by the examples, from Linux's `/proc` (one reader,
+//! not one per example). Include it with
+//!
+//! ```ignore
+//! #[path = "support/cpu.rs"]
+//! mod cpu;
+//! ```
+//!
+//! Each example uses a subset. Readers that cannot get a figure return zero (or `"?"`), so
+//! an example still runs where `/proc` is missing; its figures then say so by being zero.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+/// `/proc` reports CPU in USER_HZ, fixed at 100 by the Linux ABI.
+const USER_HZ_TICK: Duration = Duration::from_millis(10);
+
+/// CPU time (user + system) of the whole process so far, from `/proc/self/stat` (10 ms
+/// resolution; counts threads that have exited).
+pub fn process_cpu() -> Duration {
+    stat_cpu("/proc/self/stat")
+}
+
+/// CPU time of the calling thread, from `/proc/thread-self/schedstat` (ns), falling back to
+/// `/proc/thread-self/stat` (10 ms ticks).
+pub fn thread_cpu() -> Duration {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or_else(|| stat_cpu("/proc/thread-self/stat"), Duration::from_nanos)
+}
+
+/// CPU time of the process's live threads, from `/proc/self/task/*/schedstat` (nanosecond
+/// resolution, where `/proc/self/stat` counts 10 ms ticks; threads that exit are missed, so
+/// use it only over windows in which no thread exits).
+pub fn threads_cpu() -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    let nanos: u64 = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
+}
+
+/// utime + stime of a `/proc/…/stat` file.
+fn stat_cpu(path: &str) -> Duration {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    // Fields after the parenthesised command name start at field 3 ("state"); utime and
+    // stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    USER_HZ_TICK * u32::try_from(ticks).unwrap_or(u32::MAX)
+}
+
+/// The machine's load average over the last minute, from `/proc/loadavg`.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// (all CPU time, stolen time) of the machine so far, in clock ticks, from `/proc/stat`: on a
+/// virtual machine "steal" is time the host gave our vCPUs to someone else.
+pub fn machine_steal() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (
+        fields.iter().take(8).sum(),
+        fields.get(7).copied().unwrap_or(0),
+    )
+}
+
+/// Resident set size and its peak (VmRSS, VmHWM), in bytes, from `/proc/self/status`.
+pub fn rss() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(0, |kib| kib * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
