@@ -499,6 +499,7 @@ impl JobQueue {
 
     /// [`schedule`](Self::schedule) for many jobs at once: one commit, all or nothing, the
     /// outcomes in order. Bulk loads go much faster this way than through one call per job.
+    /// (On a Redis queue split into partitions, all or nothing holds per partition.)
     ///
     /// # Examples
     ///
