@@ -20,6 +20,8 @@
 //!   to 512 jobs), claims take a batch per call: under load a job costs well under one
 //!   round trip.
 //! - Connection failures are `Error::is_unavailable`; the connection manager reconnects.
+//! - A claim on a partitioned queue claims each partition on its own: one failing
+//!   partition never costs the leases taken on the others.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -685,14 +687,25 @@ impl Backend for Redis {
     fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(async move {
             // Partitions in rotation, so every one is served; stop once `max` jobs came.
+            // Each partition is claimed on its own: one that fails (its node down) must not
+            // cost the leases already taken on the others, so their jobs are handed out and
+            // the error is returned only when nothing was claimed.
             let n = self.parts.len();
             let first = self.next_claim.fetch_add(1, SeqCst);
             let mut jobs = Vec::new();
             let mut wait: Option<u64> = None;
             let mut now = 0;
+            let mut failed: Option<Error> = None;
             for i in 0..n {
                 let part = &self.parts[(first + i) % n];
-                let (claimed, part_now, next) = self.claim_part(part, max - jobs.len()).await?;
+                let (claimed, part_now, next) = match self.claim_part(part, max - jobs.len()).await
+                {
+                    Ok(claim) => claim,
+                    Err(err) => {
+                        failed.get_or_insert(err);
+                        continue;
+                    }
+                };
                 jobs.extend(claimed);
                 now = part_now;
                 // Each partition's next due time against its own server's clock.
@@ -704,6 +717,12 @@ impl Backend for Redis {
                     wait = Some(0);
                     break;
                 }
+            }
+            if let Some(err) = failed {
+                if jobs.is_empty() {
+                    return Err(err);
+                }
+                tracing::warn!(error = %err, claimed = jobs.len(), "wheel-jobs: a partition failed to claim; delivering what the others gave");
             }
             // Due order across the partitions claimed together (run_at, then id).
             jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));

@@ -281,3 +281,62 @@ async fn a_skewed_client_clock_still_delivers_by_the_server_time() {
     assert!(d.ack().await.unwrap());
     q.close().await.unwrap();
 }
+
+fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .arg("-s")
+        .arg(server.dir.path().join("redis.sock"))
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// One partition failing its claims (here its due index is not a sorted set: a WRONGTYPE
+/// error, standing for a node that is down) must not cost the leases already taken on the
+/// others: every job of the healthy partitions is delivered, on its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_partition_does_not_cost_the_jobs_of_the_others() {
+    const JOBS: usize = 30;
+    let server = RedisServer::start();
+    let q = JobQueue::builder()
+        .partitions(3)
+        .redis(&server.url(), "q")
+        .await
+        .unwrap();
+    for i in 0..JOBS {
+        q.schedule(&format!("job-{i}"), Duration::ZERO, "p")
+            .await
+            .unwrap();
+    }
+    let broken: usize = redis_cli(&server, &["ZCARD", "{q:2}:due"]).parse().unwrap();
+    assert!(broken > 0 && broken < JOBS, "jobs on every side: {broken}");
+    redis_cli(&server, &["DEL", "{q:2}:due"]);
+    redis_cli(&server, &["SET", "{q:2}:due", "x"]);
+    let healthy = JOBS - broken;
+    let mut consumer = q.consume();
+    let mut delivered = HashSet::new();
+    let mut errors = 0;
+    // With the default 30 s lease a lost lease would hold its job past this bound.
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while delivered.len() < healthy {
+            match consumer.next().await.expect("open queue") {
+                Ok(d) => {
+                    assert_eq!(d.attempt(), 1, "{} delivered on its first claim", d.id());
+                    assert!(delivered.insert(d.id().to_owned()), "{} twice", d.id());
+                    assert!(d.ack().await.unwrap());
+                }
+                Err(err) => {
+                    assert!(err.is_storage(), "{err}");
+                    errors += 1;
+                }
+            }
+        }
+    })
+    .await
+    .expect("every job of the healthy partitions delivered");
+    assert_eq!(delivered.len(), healthy);
+    eprintln!("{errors} claims failed on the broken partition alone");
+    q.close().await.unwrap();
+}
