@@ -19,7 +19,9 @@
 //! - Concurrent schedules and acks are coalesced by a `Batcher` into one script call (up
 //!   to 512 jobs), claims take a batch per call: under load a job costs well under one
 //!   round trip.
-//! - Connection failures are `Error::is_unavailable`; the connection manager reconnects.
+//! - Connection failures, timeouts and transient server replies (`BUSY`, `LOADING`,
+//!   `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`) are `Error::is_unavailable`; the connection
+//!   manager reconnects.
 //! - A claim on a partitioned queue claims each partition on its own: one failing
 //!   partition never costs the leases taken on the others.
 
@@ -233,11 +235,17 @@ impl Drop for Redis {
     }
 }
 
+/// Server replies that mean "not now" rather than "never": a script running too long
+/// (`BUSY`), a server loading its data after a restart (`LOADING`), a cluster resharding or
+/// failing over (`TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`).
+const TRANSIENT: [&str; 5] = ["BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"];
+
 fn redis_error(err: ::redis::RedisError) -> Error {
     if err.is_io_error()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
         || err.is_timeout()
+        || err.code().is_some_and(|code| TRANSIENT.contains(&code))
     {
         Error::unavailable(err)
     } else {

@@ -340,3 +340,59 @@ async fn a_failing_partition_does_not_cost_the_jobs_of_the_others() {
     eprintln!("{errors} claims failed on the broken partition alone");
     q.close().await.unwrap();
 }
+
+/// A server busy with a long script answers BUSY: a transient condition (`is_unavailable`),
+/// so `run` backs off and carries on rather than stopping for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_server_is_unavailable_and_run_resumes() {
+    let server = RedisServer::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--busy-reply-threshold",
+        "100",
+    ]);
+    let q = queue(&server, |_| {}).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = q.clone();
+    let mut run = tokio::spawn(async move {
+        worker
+            .run(4, move |d| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(d.id().to_owned()).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+    });
+    // Due while the server is busy: the worker's claim meets BUSY.
+    q.schedule("job", ms(300), "p").await.unwrap();
+    let mut busy = std::process::Command::new("redis-cli")
+        .arg("-s")
+        .arg(server.dir.path().join("redis.sock"))
+        .args([
+            "EVAL",
+            "local s=tonumber(redis.call('TIME')[1]) while tonumber(redis.call('TIME')[1]) < s+2 do end return 1",
+            "0",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let err = loop {
+        match q.get("job").await {
+            Err(err) => break err,
+            Ok(_) => tokio::time::sleep(ms(10)).await,
+        }
+    };
+    assert!(err.is_unavailable(), "BUSY is transient: {err}");
+    tokio::select! {
+        got = rx.recv() => assert_eq!(got.as_deref(), Some("job")),
+        stopped = &mut run => panic!("run stopped: {stopped:?}"),
+        _ = tokio::time::sleep(Duration::from_secs(30)) => panic!("never delivered"),
+    }
+    busy.wait().unwrap();
+    q.close().await.unwrap();
+    run.await.unwrap().unwrap();
+}
