@@ -270,7 +270,8 @@ impl Builder {
         self
     }
 
-    /// Redis only (single server): how long a connection attempt or a call may take before
+    /// Redis only (a server, or each node of a cluster): how long a connection attempt or a
+    /// call may take before
     /// it fails with [`Error::is_unavailable`] (default 1 s; `None`: no limit). These
     /// timeouts run on tokio's clock, so a test on a paused clock wants `None`.
     pub fn redis_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {

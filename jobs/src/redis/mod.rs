@@ -19,9 +19,9 @@
 //! - Concurrent schedules and acks are coalesced by a `Batcher` into one script call (up
 //!   to 512 jobs), claims take a batch per call: under load a job costs well under one
 //!   round trip.
-//! - Connection failures, timeouts and transient server replies (`BUSY`, `LOADING`,
-//!   `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`) are `Error::is_unavailable`; the connection
-//!   manager reconnects.
+//! - Connection failures, timeouts (`redis_timeout`, on single servers and cluster nodes
+//!   alike) and transient server replies (`BUSY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`,
+//!   `MASTERDOWN`) are `Error::is_unavailable`; the connection manager reconnects.
 //! - A claim on a partitioned queue claims each partition on its own: one failing
 //!   partition never costs the leases taken on the others.
 
@@ -366,10 +366,17 @@ impl Redis {
                 let first = urls
                     .first()
                     .ok_or_else(|| Error::invalid_config("no cluster node given"))?;
-                let client = ::redis::cluster::ClusterClient::new(
+                let mut builder = ::redis::cluster::ClusterClient::builder(
                     urls.iter().map(String::as_str).collect::<Vec<_>>(),
-                )
-                .map_err(bad_url)?;
+                );
+                if let Some(timeout) = config.redis_timeout {
+                    // A node that stops answering fails the call (`is_unavailable`)
+                    // instead of hanging it.
+                    builder = builder
+                        .response_timeout(timeout)
+                        .connection_timeout(timeout);
+                }
+                let client = builder.build().map_err(bad_url)?;
                 (
                     Conn::Cluster(client.get_async_connection().await.map_err(redis_error)?),
                     first.clone(),

@@ -396,3 +396,31 @@ async fn a_busy_server_is_unavailable_and_run_resumes() {
     q.close().await.unwrap();
     run.await.unwrap().unwrap();
 }
+
+/// A cluster node that stops answering (SIGSTOP, like a network partition) fails the calls
+/// on its partitions with `is_unavailable` after `redis_timeout`, instead of hanging them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_cluster_node_times_out_as_unavailable() {
+    let cluster = crate::support::RedisCluster::start();
+    let q = JobQueue::builder()
+        .partitions(3)
+        .redis_timeout(Some(ms(300)))
+        .redis_cluster(&cluster.nodes, "orders")
+        .await
+        .unwrap();
+    for i in 0..30 {
+        q.schedule(&format!("job-{i}"), Duration::from_secs(3600), "p")
+            .await
+            .unwrap();
+    }
+    cluster.signal(1, "-STOP");
+    // `pending` reads every partition; the 3 partitions span more than one node (checked in
+    // `a_partitioned_queue_works_across_cluster_nodes`), so some read meets the frozen one.
+    // The bound only guards against the hang this test is about.
+    let outcome = tokio::time::timeout(Duration::from_secs(30), q.pending()).await;
+    cluster.signal(1, "-CONT");
+    let err = outcome
+        .expect("the call on the frozen node hangs")
+        .expect_err("a partition is on the frozen node");
+    assert!(err.is_unavailable(), "{err}");
+}
