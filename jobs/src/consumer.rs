@@ -98,6 +98,12 @@ pub(crate) async fn fetch(
         let notified = inner.wakeup.notify().notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
+        // After `enable`: a `close` that marked the queue closing before this read is seen
+        // here, one after it wakes `notified`.
+        if inner.drain.closing() {
+            slot.set(0);
+            return Err(Error::closed());
+        }
         slot.set(u64::MAX);
         let batch = match inner.backend.claim(max).await {
             Ok(batch) => batch,

@@ -271,9 +271,8 @@ impl Builder {
     }
 
     /// Redis only (a server, or each node of a cluster): how long a connection attempt or a
-    /// call may take before
-    /// it fails with [`Error::is_unavailable`] (default 1 s; `None`: no limit). These
-    /// timeouts run on tokio's clock, so a test on a paused clock wants `None`.
+    /// call may take before it fails with [`Error::is_unavailable`] (default 1 s; `None`: no
+    /// limit). These timeouts run on tokio's clock, so a test on a paused clock wants `None`.
     pub fn redis_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
         self.config.redis_timeout = timeout;
         self
@@ -372,6 +371,7 @@ pub(crate) struct Inner {
     pub(crate) backend: Box<dyn Backend>,
     pub(crate) config: Config,
     pub(crate) wakeup: Arc<Wakeup>,
+    pub(crate) drain: crate::worker::Drain,
 }
 
 /// A durable queue of delayed jobs. Cheap to clone: clones share one store.
@@ -410,6 +410,7 @@ impl JobQueue {
                 backend,
                 config,
                 wakeup,
+                drain: crate::worker::Drain::default(),
             }),
         }
     }
@@ -650,9 +651,18 @@ impl JobQueue {
         Consumer::new(self.inner.clone())
     }
 
-    /// Finishes the calls already made, releases the store (another `open` of the path then
-    /// succeeds) and ends every consumer stream. Every handle of this queue is closed: later
-    /// calls fail with [`Error::is_closed`].
+    /// Stops claiming (every consumer stream ends once its buffer is empty), waits for the
+    /// handlers [`run`](Self::run) is running to finish and their acks or retries to commit,
+    /// then finishes the calls already made and releases the store (another `open` of the
+    /// path then succeeds). Every handle of this queue is closed: later calls fail with
+    /// [`Error::is_closed`].
+    ///
+    /// A handler that never returns, or a `run` future kept but no longer polled, keeps
+    /// `close` waiting; bound it with `tokio::time::timeout` if handlers may hang (dropping
+    /// `close` halfway leaves the queue claiming nothing, open, until `close` is called
+    /// again). Called from inside a handler of `run`, `close` does not wait for the handlers
+    /// (it would wait for itself). A [`Delivery`](crate::Delivery) taken from a [`Consumer`]
+    /// is not waited for.
     ///
     /// Dropping every handle also releases the store, in the background.
     ///
@@ -660,6 +670,7 @@ impl JobQueue {
     ///
     /// [`Error::is_storage`] if the store failed while closing.
     pub async fn close(&self) -> Result<(), Error> {
+        self.inner.drain.close(&self.inner.wakeup).await;
         let result = self.inner.backend.close().await;
         self.inner.wakeup.wake_all();
         result

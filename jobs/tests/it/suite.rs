@@ -49,6 +49,8 @@ macro_rules! run_behaviour_suite {
             run_kills_after_max_attempts,
             many_jobs_each_delivered_once,
             close_ends_consumers_and_calls,
+            close_lets_running_handlers_finish_and_ack,
+            close_inside_a_handler_does_not_wait_for_itself,
         );
     };
 }
@@ -749,4 +751,66 @@ pub async fn close_ends_consumers_and_calls(h: impl Harness) {
         JobState::Pending
     );
     reopened.close().await.unwrap();
+}
+
+/// `close` during `run` drains: the running handler finishes and its ack commits before the
+/// store closes, so the job is gone (not left running, to run again after its lease).
+pub async fn close_lets_running_handlers_finish_and_ack(h: impl Harness) {
+    let q = open(&h, |_| {}).await;
+    q.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (worker, gate) = (q.clone(), release.clone());
+    let run = tokio::spawn(async move {
+        worker
+            .run(1, move |_d| {
+                let (started_tx, gate) = (started_tx.clone(), gate.clone());
+                async move {
+                    started_tx.send(()).unwrap();
+                    gate.notified().await;
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+    });
+    started.recv().await.unwrap();
+    let closer = q.clone();
+    let closing = tokio::spawn(async move { closer.close().await });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !closing.is_finished(),
+        "close waits for the running handler"
+    );
+    release.notify_one();
+    closing.await.unwrap().unwrap();
+    run.await.unwrap().unwrap();
+    assert!(q.get("job").await.unwrap_err().is_closed());
+    let q = open(&h, |_| {}).await;
+    assert_eq!(q.get("job").await.unwrap(), None, "acked before the close");
+    assert_eq!(q.running().await.unwrap(), 0);
+    q.close().await.unwrap();
+}
+
+/// A handler that closes the queue does not wait for itself; a `run` started after the close
+/// returns at once.
+pub async fn close_inside_a_handler_does_not_wait_for_itself(h: impl Harness) {
+    let q = open(&h, |_| {}).await;
+    q.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let inside = q.clone();
+    let run = q.run(1, move |_d| {
+        let q = inside.clone();
+        async move { q.close().await.map_err(|e| e.to_string()) }
+    });
+    // The bound only guards against the deadlock this test is about.
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("close from a handler returns")
+        .unwrap();
+    let late = q.run(1, |_d| async { Ok::<(), String>(()) });
+    tokio::time::timeout(Duration::from_secs(30), late)
+        .await
+        .expect("run after close returns")
+        .unwrap();
 }
