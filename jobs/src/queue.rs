@@ -499,9 +499,13 @@ impl JobQueue {
         Ok(outcome)
     }
 
-    /// [`schedule`](Self::schedule) for many jobs at once: one commit, all or nothing, the
-    /// outcomes in order. Bulk loads go much faster this way than through one call per job.
-    /// (On a Redis queue split into partitions, all or nothing holds per partition.)
+    /// [`schedule`](Self::schedule) for many jobs at once, the outcomes in order. Bulk loads
+    /// go much faster this way than through one call per job.
+    ///
+    /// On the embedded store it is one commit: all or nothing. On Redis the jobs are written
+    /// per partition in script calls of at most 512 jobs (a script blocks the server while
+    /// it runs), each all or nothing: after an error, some of the jobs may be stored. Ids
+    /// make the call idempotent, so retrying the whole batch is safe.
     ///
     /// # Examples
     ///

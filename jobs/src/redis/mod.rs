@@ -18,7 +18,8 @@
 //!   lost message only delays a consumer until its safety wakeup (at most 5 s).
 //! - Concurrent schedules and acks are coalesced by a `Batcher` into one script call (up
 //!   to 512 jobs), claims take a batch per call: under load a job costs well under one
-//!   round trip.
+//!   round trip. `schedule_many` too writes at most 512 jobs per script call, so no
+//!   script blocks the server for long.
 //! - Connection failures, timeouts (`redis_timeout`, on single servers and cluster nodes
 //!   alike) and transient server replies (`BUSY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`,
 //!   `MASTERDOWN`) are `Error::is_unavailable`; the connection manager reconnects.
@@ -616,11 +617,22 @@ impl Backend for Redis {
                 if jobs.is_empty() {
                     continue;
                 }
-                let answers =
-                    schedule_jobs(self.conn()?, part.keys.clone(), self.scripts.clone(), jobs)
-                        .await?;
-                for (i, answer) in positions.into_iter().zip(answers) {
-                    out[i] = answer;
+                // At most MAX_BATCH jobs per script: a script blocks the whole server
+                // while it runs, so one huge batch would stall every other client (and
+                // outlast `redis_timeout`, failing a call that did commit).
+                let mut jobs = jobs.into_iter();
+                let mut positions = positions.into_iter();
+                loop {
+                    let chunk: Vec<NewJob> = jobs.by_ref().take(MAX_BATCH).collect();
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    let answers =
+                        schedule_jobs(self.conn()?, part.keys.clone(), self.scripts.clone(), chunk)
+                            .await?;
+                    for (answer, i) in answers.into_iter().zip(positions.by_ref()) {
+                        out[i] = answer;
+                    }
                 }
             }
             Ok(out)

@@ -424,3 +424,35 @@ async fn a_frozen_cluster_node_times_out_as_unavailable() {
         .expect_err("a partition is on the frozen node");
     assert!(err.is_unavailable(), "{err}");
 }
+
+/// Script calls the server ran so far (`EVAL` and `EVALSHA`).
+fn script_calls(server: &RedisServer) -> u64 {
+    redis_cli(server, &["INFO", "commandstats"])
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// A big `schedule_many` is split into script calls of at most 512 jobs, so no single
+/// script blocks the server for the whole load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_many_is_split_into_bounded_script_calls() {
+    const N: usize = 1_300;
+    let server = RedisServer::start();
+    let q = queue(&server, |_| {}).await;
+    let before = script_calls(&server);
+    let jobs = (0..N).map(|i| (format!("job-{i}"), Duration::from_secs(3600), "p"));
+    assert_eq!(q.schedule_many(jobs).await.unwrap().len(), N);
+    let calls = script_calls(&server) - before;
+    assert!(calls >= N.div_ceil(512) as u64, "{calls} script calls");
+    assert_eq!(q.pending().await.unwrap(), N as u64);
+    q.close().await.unwrap();
+}

@@ -51,6 +51,7 @@ macro_rules! run_behaviour_suite {
             close_ends_consumers_and_calls,
             close_lets_running_handlers_finish_and_ack,
             close_inside_a_handler_does_not_wait_for_itself,
+            schedule_many_larger_than_one_script_call,
         );
     };
 }
@@ -813,4 +814,21 @@ pub async fn close_inside_a_handler_does_not_wait_for_itself(h: impl Harness) {
         .await
         .expect("run after close returns")
         .unwrap();
+}
+
+/// A batch spanning several of Redis's 512-job script calls (and duplicates across them)
+/// keeps its outcomes in order and stores every job once.
+pub async fn schedule_many_larger_than_one_script_call(h: impl Harness) {
+    const N: usize = 1_300;
+    let queue = open(&h, |_| {}).await;
+    let jobs = (0..N).map(|i| (format!("job-{i}"), Duration::from_secs(3600), "p"));
+    let outcomes = queue.schedule_many(jobs.clone()).await.unwrap();
+    assert_eq!(outcomes, vec![Scheduled::Created; N]);
+    // Again, with new jobs in between: only those are created, in place.
+    let again = (0..N + 10).map(|i| (format!("job-{i}"), Duration::from_secs(3600), "p"));
+    let outcomes = queue.schedule_many(again).await.unwrap();
+    assert!(outcomes[..N].iter().all(|s| *s == Scheduled::Exists));
+    assert!(outcomes[N..].iter().all(|s| *s == Scheduled::Created));
+    assert_eq!(queue.pending().await.unwrap(), (N + 10) as u64);
+    queue.close().await.unwrap();
 }
