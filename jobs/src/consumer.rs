@@ -3,7 +3,10 @@
 //! # Ground rules
 //!
 //! - A consumer claims only when polled and nothing is buffered: up to `prefetch` due jobs
-//!   per claim, leased from that moment.
+//!   per claim, leased from that moment. A buffered job is handed out only while its lease
+//!   lasts by the local monotonic clock, counted from just before the claim was sent (so
+//!   never later than the store's lease start): one whose lease passed may already be
+//!   someone else's, so it is dropped (it comes again, to whoever claims it next).
 //! - Idle, it arms **one** wheel-timer sleep for the next due time the claim reported (the
 //!   next `run_at` or lease end), capped at `MAX_IDLE` so a wall-clock step forward is
 //!   noticed; a schedule of an earlier job in this process wakes it through `wakeup.rs`.
@@ -16,7 +19,7 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures_core::Stream;
 
@@ -38,7 +41,9 @@ const MAX_IDLE: Duration = Duration::from_secs(5);
 /// the next poll tries again after a backoff.
 ///
 /// Up to [`prefetch`](crate::Builder::prefetch) jobs are claimed at a time and buffered here;
-/// dropping the consumer leaves buffered jobs leased until their lease ends.
+/// a buffered job whose lease ended before it was handed out is dropped, not yielded (it is
+/// delivered again, maybe elsewhere). Dropping the consumer leaves buffered jobs leased until
+/// their lease ends.
 ///
 /// # Examples
 ///
@@ -63,8 +68,9 @@ const MAX_IDLE: Duration = Duration::from_secs(5);
 pub struct Consumer {
     inner: Arc<Inner>,
     slot: Arc<Slot>,
-    buffered: VecDeque<Claimed>,
-    fetch: Option<BoxFuture<'static, Result<Vec<Claimed>, Error>>>,
+    /// Claimed jobs and when their lease ends on the local clock (`None`: beyond it).
+    buffered: VecDeque<(Claimed, Option<Instant>)>,
+    fetch: Option<Fetch>,
     errors: u32,
     done: bool,
 }
@@ -78,13 +84,17 @@ impl fmt::Debug for Consumer {
     }
 }
 
-/// Claims up to `max` due jobs, sleeping on one wheel timer until some are due.
+/// A [`fetch`] in flight.
+pub(crate) type Fetch = BoxFuture<'static, Result<(Vec<Claimed>, Instant), Error>>;
+
+/// Claims up to `max` due jobs, sleeping on one wheel timer until some are due; with them,
+/// the local time just before the claim that leased them was sent.
 pub(crate) async fn fetch(
     inner: Arc<Inner>,
     slot: Arc<Slot>,
     max: usize,
     errors: u32,
-) -> Result<Vec<Claimed>, Error> {
+) -> Result<(Vec<Claimed>, Instant), Error> {
     let timer = inner
         .config
         .timer
@@ -105,6 +115,7 @@ pub(crate) async fn fetch(
             return Err(Error::closed());
         }
         slot.set(u64::MAX);
+        let sent = Instant::now();
         let batch = match inner.backend.claim(max).await {
             Ok(batch) => batch,
             Err(err) => {
@@ -114,7 +125,7 @@ pub(crate) async fn fetch(
         };
         if !batch.jobs.is_empty() {
             slot.set(0);
-            return Ok(batch.jobs);
+            return Ok((batch.jobs, sent));
         }
         let next = batch.next_due.unwrap_or(u64::MAX);
         slot.set(next);
@@ -152,8 +163,13 @@ impl Stream for Consumer {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         loop {
-            if let Some(job) = this.buffered.pop_front() {
-                return Poll::Ready(Some(Ok(Delivery::new(this.inner.clone(), job))));
+            if let Some((job, lease_end)) = this.buffered.pop_front() {
+                if lease_end.is_none_or(|end| Instant::now() < end) {
+                    return Poll::Ready(Some(Ok(Delivery::new(this.inner.clone(), job))));
+                }
+                // Its lease passed while it waited here: another consumer may hold it now.
+                tracing::debug!(job = %job.id, "wheel-jobs: dropping a prefetched job whose lease ended");
+                continue;
             }
             if this.done {
                 return Poll::Ready(None);
@@ -170,9 +186,11 @@ impl Stream for Consumer {
             let result = ready!(fetch.as_mut().poll(cx));
             this.fetch = None;
             match result {
-                Ok(jobs) => {
+                Ok((jobs, sent)) => {
                     this.errors = 0;
-                    this.buffered.extend(jobs);
+                    let lease_end = sent.checked_add(this.inner.config.lease);
+                    this.buffered
+                        .extend(jobs.into_iter().map(|job| (job, lease_end)));
                 }
                 Err(err) if err.is_closed() => this.done = true,
                 Err(err) => {

@@ -30,8 +30,8 @@ use std::task::{Context, Poll};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::backend::{BoxFuture, Claimed};
-use crate::consumer::{backoff, fetch, retry};
+use crate::backend::Claimed;
+use crate::consumer::{backoff, fetch, retry, Fetch};
 use crate::queue::Inner;
 use crate::{Delivery, Error, JobQueue};
 
@@ -231,7 +231,7 @@ impl JobQueue {
             let slot = Arc::new(inner.wakeup.register());
             let permits = Arc::new(Semaphore::new(concurrency));
             let mut tasks = JoinSet::new();
-            let mut claim: Option<BoxFuture<'static, Result<Vec<Claimed>, Error>>> = None;
+            let mut claim: Option<Fetch> = None;
             let mut held: Vec<OwnedSemaphorePermit> = Vec::new();
             let mut unavailable = 0;
             loop {
@@ -256,7 +256,7 @@ impl JobQueue {
                     claimed = async { claim.as_mut().expect("a claim in flight").await }, if claim.is_some() => {
                         claim = None;
                         match claimed {
-                            Ok(jobs) => {
+                            Ok((jobs, _)) => {
                                 unavailable = 0;
                                 for job in jobs {
                                     let permit = held.pop().expect("a permit per claimed job");

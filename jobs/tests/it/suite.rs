@@ -52,6 +52,7 @@ macro_rules! run_behaviour_suite {
             close_lets_running_handlers_finish_and_ack,
             close_inside_a_handler_does_not_wait_for_itself,
             schedule_many_larger_than_one_script_call,
+            a_prefetched_job_whose_lease_ended_is_not_handed_out,
         );
     };
 }
@@ -831,4 +832,36 @@ pub async fn schedule_many_larger_than_one_script_call(h: impl Harness) {
     assert!(outcomes[N..].iter().all(|s| *s == Scheduled::Created));
     assert_eq!(queue.pending().await.unwrap(), (N + 10) as u64);
     queue.close().await.unwrap();
+}
+
+/// A job waiting in a consumer's prefetch buffer past its lease may already be someone
+/// else's: it is dropped, never handed out beside the new holder's valid lease. (Real time:
+/// the lease has to pass.)
+pub async fn a_prefetched_job_whose_lease_ended_is_not_handed_out(h: impl Harness) {
+    let q = open(&h, |b| {
+        b.lease(ms(100)).prefetch(4);
+    })
+    .await;
+    q.schedule_many([("a", ms(0), "p"), ("b", ms(0), "p")])
+        .await
+        .unwrap();
+    let mut first = q.consume();
+    let held = next(&mut first).await; // the other one waits in `first`'s buffer
+    assert!(held.extend(Duration::from_secs(3600)).await.unwrap());
+    let other = if held.id() == "a" { "b" } else { "a" };
+    tokio::time::sleep(ms(300)).await; // a slow handler: the buffered job's lease ends
+    let mut second = q.consume();
+    let taken = next(&mut second).await;
+    assert_eq!((taken.id(), taken.attempt()), (other, 2));
+    assert!(taken.ack().await.unwrap());
+    q.schedule("c", Duration::ZERO, "p").await.unwrap();
+    let after = next(&mut first).await;
+    assert_eq!(
+        after.id(),
+        "c",
+        "the expired buffered job is not handed out"
+    );
+    assert!(after.ack().await.unwrap());
+    assert!(held.ack().await.unwrap());
+    q.close().await.unwrap();
 }
