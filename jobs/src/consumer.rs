@@ -43,7 +43,11 @@ const MAX_IDLE: Duration = Duration::from_secs(5);
 /// Up to [`prefetch`](crate::Builder::prefetch) jobs are claimed at a time and buffered here;
 /// a buffered job whose lease ended before it was handed out is dropped, not yielded (it is
 /// delivered again, maybe elsewhere). Dropping the consumer leaves buffered jobs leased until
-/// their lease ends.
+/// their lease ends. So does dropping it, or a [`next`](Self::next) future, while a claim is
+/// in flight (say, a `select!` on shutdown): the jobs that claim leased are held by nobody
+/// until the lease ends, then delivered again with their attempt spent. To stop without
+/// that, close the queue ([`JobQueue::close`](crate::JobQueue::close) ends the stream) or
+/// use [`JobQueue::run`](crate::JobQueue::run), which never drops a claim halfway.
 ///
 /// # Examples
 ///
