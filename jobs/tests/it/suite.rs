@@ -295,17 +295,36 @@ pub async fn reschedule_earlier_and_later(h: impl Harness) {
 }
 
 pub async fn earlier_schedule_wakes_an_idle_consumer(h: impl Harness) {
-    let queue = open(&h, |_| {}).await;
+    // A timer of one-hour ticks: the consumer's idle sleep (at most its 5 s safety wakeup,
+    // rounded up to a tick) cannot end during the test, so only the wakeup that the
+    // schedule of an earlier job sends can bring "now".
+    let timer = wheel_timer::Timer::builder()
+        .tick(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let queue = open(&h, |b| {
+        b.timer(timer.clone());
+    })
+    .await;
     queue
         .schedule("far", Duration::from_secs(3600), "p")
         .await
         .unwrap();
     let mut consumer = queue.consume();
     let waiting = tokio::spawn(async move { next(&mut consumer).await.id().to_owned() });
-    // Let the consumer claim nothing and arm its timer for the far job.
-    tokio::time::sleep(ms(20)).await;
+    // Wait until the consumer claimed nothing and sleeps on its timer.
+    while timer.pending() == 0 {
+        tokio::task::yield_now().await;
+    }
     queue.schedule("now", Duration::ZERO, "p").await.unwrap();
-    assert_eq!(waiting.await.unwrap(), "now");
+    // The bound only turns a missing wakeup (a hang until the next hourly tick) into a failure.
+    let woken = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+    assert_eq!(
+        woken
+            .expect("only the schedule's wakeup can deliver it")
+            .unwrap(),
+        "now"
+    );
     queue.close().await.unwrap();
 }
 
