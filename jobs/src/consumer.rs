@@ -8,8 +8,10 @@
 //!   never later than the store's lease start): one whose lease passed may already be
 //!   someone else's, so it is dropped (it comes again, to whoever claims it next).
 //! - Idle, it arms **one** wheel-timer sleep for the next due time the claim reported (the
-//!   next `run_at` or lease end), capped at `MAX_IDLE` so a wall-clock step forward is
-//!   noticed; a schedule of an earlier job in this process wakes it through `wakeup.rs`.
+//!   next `run_at` or lease end), capped at a safety wakeup of 3.75 to 5 s (`MAX_IDLE`,
+//!   jittered per sleep so idle consumers do not read the store in step) so a wall-clock
+//!   step forward or a lost Redis notification is noticed; a schedule of an earlier job in
+//!   this process wakes it through `wakeup.rs`.
 //!   There is no polling loop.
 //! - The backend's clock decides what is due, so a wheel tick firing a little early on a
 //!   skewed wall clock only re-arms the sleep: never an early delivery.
@@ -31,6 +33,13 @@ use crate::Error;
 
 /// The longest an idle consumer sleeps before it reads the store's clock again.
 const MAX_IDLE: Duration = Duration::from_secs(5);
+
+/// The safety wakeup of an idle consumer: between 3/4 of [`MAX_IDLE`] and all of it, drawn
+/// from `seed`, so many idle consumers do not all read the store in step.
+fn safety_wait(seed: u64) -> Duration {
+    let share = u32::try_from(model::mix(seed) % 1024).expect("below 1024");
+    MAX_IDLE - (MAX_IDLE / 4 / 1024) * share
+}
 
 /// A stream of due jobs, from [`JobQueue::consume`](crate::JobQueue::consume).
 ///
@@ -133,7 +142,8 @@ pub(crate) async fn fetch(
         }
         let next = batch.next_due.unwrap_or(u64::MAX);
         slot.set(next);
-        let wait = Duration::from_nanos(next.saturating_sub(batch.now)).min(MAX_IDLE);
+        let seed = batch.now ^ (Arc::as_ptr(&slot) as u64);
+        let wait = Duration::from_nanos(next.saturating_sub(batch.now)).min(safety_wait(seed));
         tokio::select! {
             _ = timer.sleep(wait) => {}
             _ = &mut notified => {}
@@ -313,4 +323,19 @@ pub(crate) fn backoff(first: Duration, max: Duration, attempt: u32, token: u64) 
     let share = u32::try_from(model::mix(token) % 1024).expect("below 1024");
     let jitter = (base / 4096).saturating_mul(share);
     base.saturating_add(jitter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_safety_wakeup_is_jittered_within_its_bounds() {
+        let waits: Vec<Duration> = (0..1000u64).map(safety_wait).collect();
+        for w in &waits {
+            assert!(*w <= MAX_IDLE && *w >= MAX_IDLE * 3 / 4, "{w:?}");
+        }
+        let distinct: std::collections::HashSet<_> = waits.iter().collect();
+        assert!(distinct.len() > 500, "spread: {}", distinct.len());
+    }
 }
