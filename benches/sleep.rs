@@ -3,7 +3,8 @@
 //!
 //! `cargo bench --bench sleep`. Two-thread figures are wall time per operation per thread with
 //! both threads running at once (throughput = 2 / figure). `WHEEL_BENCH_CPU=1` makes the
-//! one-thread figures the bench thread's CPU time, steadier on a loaded machine.
+//! one-thread figures the bench thread's CPU time, steadier on a loaded machine. The
+//! `…_in_task` group repeats the one-thread case from inside a tokio task.
 
 mod common;
 
@@ -77,5 +78,33 @@ fn two_threads(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, one_thread, two_threads);
+/// The same on one thread, from inside a tokio task, where servers set their timeouts: the
+/// free function can then skip naming the runtime (see `src/default.rs`), and tokio's own
+/// `sleep` finds its timer from the task's context as usual.
+fn one_thread_in_task(c: &mut Criterion) {
+    let rt = common::runtime();
+    let timer = {
+        let _enter = rt.enter();
+        wheel_timer::Timer::new()
+    };
+    let mut group = c.benchmark_group("sleep_create_poll_drop_1thread_in_task");
+    for (name, op) in OPS {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let timer = timer.clone();
+                let task = rt.spawn(async move {
+                    // A task that never yields stays on its worker thread, whose CPU time the
+                    // stopwatch reads.
+                    let start = common::Stopwatch::start();
+                    run(op, &timer, iters);
+                    start.elapsed()
+                });
+                rt.block_on(task).expect("bench task panicked")
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, one_thread, two_threads, one_thread_in_task);
 criterion_main!(benches);

@@ -40,6 +40,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use wheel_timer::{Expirations, IdleHandle, IdleKind, IdleMode, IdleTracker, Timer};
 
+#[path = "support/cpu.rs"]
+mod cpu;
+use cpu::{process_cpu, rss, thread_cpu};
+
 // ===== arguments =====
 
 /// Declare idle connections offline with wheel-timer's IdleTracker.
@@ -184,48 +188,6 @@ impl Rng {
 
 fn silent(id: usize, percent: u32) -> bool {
     Rng::new(id as u64 ^ 0xA5A5).next() % 100 < u64::from(percent)
-}
-
-/// Resident set size and its peak, in bytes, from /proc/self/status.
-fn rss() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .map_or(0, |kib| kib * 1024)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// CPU time of the calling thread, from /proc/thread-self/schedstat (ns), falling back to
-/// /proc/thread-self/stat (clock ticks of 10 ms).
-fn thread_cpu() -> Duration {
-    if let Some(ns) = std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-    {
-        return Duration::from_nanos(ns);
-    }
-    stat_cpu("/proc/thread-self/stat")
-}
-
-/// CPU time of the whole process (all threads), from /proc/self/stat.
-fn process_cpu() -> Duration {
-    stat_cpu("/proc/self/stat")
-}
-
-fn stat_cpu(path: &str) -> Duration {
-    let stat = std::fs::read_to_string(path).unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<u64> = rest
-        .split_whitespace()
-        .map(|f| f.parse().unwrap_or(0))
-        .collect();
-    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
-    Duration::from_millis(ticks * 10)
 }
 
 /// The soft limit on open files, from /proc/self/limits.

@@ -141,7 +141,7 @@ const PROBE_LEAD_NS: u64 = 100_000;
 /// ([`PROBES`], 16 µs apart), the second the 16 µs it found ([`FINE_PROBES`], 1 µs apart).
 /// The boundary is put at the last sleep that fired: at or just before `g`, never after it
 /// (a wheel tick starting just after a grid point would wait a whole extra period).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct GridProbe {
     sleeps: Vec<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// Nanoseconds from the timer's start of the round's first sleep.
@@ -158,6 +158,21 @@ pub(crate) struct GridProbe {
     armed_at: Option<Instant>,
 }
 
+impl GridProbe {
+    /// Polls the round's sleeps: `None` while none has fired, else the index of the last one
+    /// that did and whether they all did.
+    fn poll_round(&mut self, cx: &mut std::task::Context<'_>) -> Option<(usize, bool)> {
+        use std::future::Future;
+        let ready: Vec<bool> = self
+            .sleeps
+            .iter_mut()
+            .map(|s| s.as_mut().poll(cx).is_ready())
+            .collect();
+        let last = ready.iter().rposition(|&r| r)?;
+        Some((last, last == ready.len() - 1))
+    }
+}
+
 /// Sleeps per round on a paused clock (plus one at the round's start).
 const PAUSED_PROBES: u64 = 32;
 
@@ -172,15 +187,7 @@ impl Clock {
             self.settle(0);
             return None;
         }
-        let mut probe = GridProbe {
-            sleeps: Vec::with_capacity(PROBES as usize),
-            first: 0,
-            step: 0,
-            fine: false,
-            tries: 0,
-            paused: None,
-            armed_at: None,
-        };
+        let mut probe = GridProbe::default();
         if clock_is_paused() {
             self.arm_paused(&mut probe, None, TOKIO_GRID_NS);
         } else {
@@ -198,15 +205,7 @@ impl Clock {
         if self.tick_ns % TOKIO_GRID_NS != 0 || !clock_is_paused() {
             return false;
         }
-        let mut probe = GridProbe {
-            sleeps: Vec::with_capacity(PAUSED_PROBES as usize + 1),
-            first: 0,
-            step: 0,
-            fine: false,
-            tries: 0,
-            paused: None,
-            armed_at: None,
-        };
+        let mut probe = GridProbe::default();
         self.arm_paused(&mut probe, None, TOKIO_GRID_NS);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         self.poll_paused(&mut probe, &mut cx).is_ready()
@@ -244,17 +243,11 @@ impl Clock {
         probe: &mut GridProbe,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<()> {
-        use std::future::Future;
         loop {
             let Some(lo) = probe.paused else {
                 return std::task::Poll::Ready(());
             };
-            let ready: Vec<bool> = probe
-                .sleeps
-                .iter_mut()
-                .map(|s| s.as_mut().poll(cx).is_ready())
-                .collect();
-            let Some(last) = ready.iter().rposition(|&r| r) else {
+            let Some((last, all)) = probe.poll_round(cx) else {
                 return std::task::Poll::Pending;
             };
             let at = lo + std::time::Duration::from_nanos(last as u64 * probe.step);
@@ -262,11 +255,11 @@ impl Clock {
             // clock has not moved, that sleep is now, so it is the grid point itself;
             // otherwise the clock moved under the round, which starts over.
             let exact = probe.armed_at == Some(Instant::now());
-            if last == ready.len() - 1 && !exact {
+            if all && !exact {
                 self.arm_paused(probe, None, TOKIO_GRID_NS);
                 continue;
             }
-            if probe.step == 1 || last == ready.len() - 1 {
+            if probe.step == 1 || all {
                 let phase = if at >= self.start {
                     self.nanos(at) % TOKIO_GRID_NS
                 } else {
@@ -304,21 +297,14 @@ impl Clock {
         probe: &mut GridProbe,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<()> {
-        use std::future::Future;
         if probe.paused.is_some() {
             return self.poll_paused(probe, cx);
         }
         loop {
-            let ready: Vec<bool> = probe
-                .sleeps
-                .iter_mut()
-                .map(|s| s.as_mut().poll(cx).is_ready())
-                .collect();
-            let Some(last) = ready.iter().rposition(|&r| r) else {
+            let Some((last, all)) = probe.poll_round(cx) else {
                 return std::task::Poll::Pending;
             };
             let seen = self.nanos(Instant::now());
-            let all = last == ready.len() - 1;
             let trusted = !all || seen < probe.first + TOKIO_GRID_NS;
             if trusted {
                 // The grid point lies in [at, at + step).

@@ -3,11 +3,19 @@
 //! One [`Timer`] per runtime, created on first use and found by the runtime's `Id`: a
 //! thread-local cache answers repeated calls from the same runtime without a lock; a
 //! process-wide registry (locked only on a cache miss) shares the timer between the
-//! runtime's threads. Entries whose timer stopped (its runtime was dropped, taking the driver
+//! runtime's threads.
+//!
+//! Naming the current runtime costs a clone of its handle (`Handle::try_current`, a reference
+//! count every thread of the runtime writes): tokio offers nothing cheaper. So the cache also
+//! remembers the task that last confirmed it: a task runs on one runtime for its whole life
+//! and task ids are never reused, so while the same task asks again the cached timer is its
+//! runtime's, found with one read of tokio's task id and no shared write. (Inside
+//! `block_in_place`, a future that a task runs on another runtime's `Handle::block_on` still
+//! counts as that task's and gets its runtime's timer, which that runtime keeps driving.) Entries whose timer stopped (its runtime was dropped, taking the driver
 //! task with it, or it was shut down) are replaced on the next miss, so a runtime built after
 //! another was dropped gets a fresh timer.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::IntoFuture;
 use std::time::Duration;
 
@@ -21,11 +29,33 @@ static REGISTRY: Mutex<Vec<(Id, Timer)>> = Mutex::new(Vec::new());
 
 thread_local! {
     static CACHE: RefCell<Option<(Id, Timer)>> = const { RefCell::new(None) };
+    /// The task that last confirmed `CACHE` (see the module docs).
+    static CONFIRMED_BY: Cell<Option<tokio::task::Id>> = const { Cell::new(None) };
 }
 
 /// Runs `f` with the current runtime's default timer.
 #[track_caller]
 pub(crate) fn with_default<R>(f: impl FnOnce(&Timer) -> R) -> R {
+    let task = tokio::task::try_id();
+    let mut f = Some(f);
+    if task.is_some() && CONFIRMED_BY.get() == task {
+        let fast = CACHE.with(|cache| match &*cache.borrow() {
+            Some((_, timer)) if timer.is_running() => f.take().map(|f| f(timer)),
+            _ => None,
+        });
+        if let Some(out) = fast {
+            return out;
+        }
+    }
+    let f = f.expect("not called on the fast path");
+    let out = with_default_slow(f);
+    CONFIRMED_BY.set(task);
+    out
+}
+
+/// [`with_default`] naming the runtime through its handle.
+#[track_caller]
+fn with_default_slow<R>(f: impl FnOnce(&Timer) -> R) -> R {
     let handle = match Handle::try_current() {
         Ok(handle) => handle,
         Err(_) => panic!(

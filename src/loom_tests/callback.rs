@@ -51,6 +51,17 @@ impl Calls {
     }
 }
 
+/// A counted repeating series whose first run is due a period (2^23 ticks) after the timer's
+/// start, rounded up: a turn 1000 ticks later covers any real-clock delay in scheduling.
+fn repeating(timer: &crate::Timer) -> (Calls, crate::TimerTask) {
+    let calls = Calls::new();
+    let period = Duration::from_millis(2 * BASE);
+    let task = timer
+        .schedule_repeating(period, calls.callback())
+        .expect("scheduled");
+    (calls, task)
+}
+
 /// Model 12: a thread cancels a one-shot task while the driver turns to its tick. Exactly one
 /// wins: the cancel (`true`, the callback never runs) or the fire (the cancel returns
 /// `false`, the callback runs once). Either way the entry is freed, the timer's task count
@@ -108,11 +119,7 @@ fn cancel_vs_fire() {
 fn cancel_vs_repeating_run() {
     model(|| {
         let (timer, global, mut driver) = fixture_with(1, Some(1));
-        let calls = Calls::new();
-        let period = Duration::from_millis(2 * BASE);
-        let task = timer
-            .schedule_repeating(period, calls.callback())
-            .expect("scheduled");
+        let (calls, task) = repeating(&timer);
         let canceller = {
             let task = task.clone();
             thread::spawn(move || task.cancel())
@@ -148,11 +155,7 @@ fn cancel_vs_repeating_run() {
 fn cancel_vs_handed_off_run() {
     model(|| {
         let (timer, _global, mut driver) = fixture_with(1, None);
-        let calls = Calls::new();
-        let period = Duration::from_millis(2 * BASE);
-        let task = timer
-            .schedule_repeating(period, calls.callback())
-            .expect("scheduled");
+        let (calls, task) = repeating(&timer);
         let canceller = {
             let (task, calls) = (task.clone(), calls.clone());
             thread::spawn(move || {

@@ -260,3 +260,33 @@ async fn the_default_timer_refuses_shutdown() {
         "a timer of one's own still shuts down"
     );
 }
+
+/// Two runtimes used in turn on one thread: each task's free functions use its own
+/// runtime's default timer, including the repeated calls that skip the runtime lookup (a
+/// timer of the other runtime would never be driven here, and the sleeps would hang).
+#[test]
+fn alternating_runtimes_on_one_thread_each_use_their_own_default_timer() {
+    let build = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime")
+    };
+    let (a, b) = (build(), build());
+    for _ in 0..3 {
+        for rt in [&a, &b] {
+            let pending = rt.block_on(async {
+                tokio::spawn(async {
+                    for _ in 0..3 {
+                        wheel_timer::sleep_wheel(std::time::Duration::from_millis(1)).await;
+                    }
+                    wheel_timer::default_timer().pending()
+                })
+                .await
+                .expect("task")
+            });
+            assert_eq!(pending, 0);
+        }
+    }
+}
