@@ -162,16 +162,51 @@ async fn open_only(path: &str) {
     queue.close().await.unwrap();
 }
 
+/// Redis only: how many script calls (each one round trip) the server has served so far.
+async fn script_calls() -> Option<u64> {
+    #[cfg(feature = "redis")]
+    if let Some(url) = REDIS.get().cloned().flatten() {
+        let client = redis::Client::open(url).ok()?;
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        let calls = |name: &str| -> u64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+                .and_then(|rest| rest.split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        return Some(calls("evalsha") + calls("eval"));
+    }
+    None
+}
+
+/// " (0.12 round trips per job)" on Redis, nothing on the embedded store.
+async fn round_trips(before: Option<u64>, jobs: usize) -> String {
+    match (before, script_calls().await) {
+        (Some(b), Some(a)) => format!(
+            " ({:.3} script calls per job)",
+            (a - b) as f64 / jobs as f64
+        ),
+        _ => String::new(),
+    }
+}
+
 async fn measure(dir: &std::path::Path, quick_repair: bool) {
     let queue = fresh(dir, "one.redb", quick_repair).await;
     let one = schedules(&queue, 1, 500).await;
     queue.close().await.unwrap();
     let queue = fresh(dir, "many.redb", quick_repair).await;
+    let calls = script_calls().await;
     let many = schedules(&queue, 64, 1_000).await;
+    let many_trips = round_trips(calls, 64_000).await;
     let more = schedules(&queue, 1024, 100).await;
     queue.close().await.unwrap();
     println!(
-        "schedules/s (each answered once durable): 1 scheduler {one:.0}, 64 schedulers {many:.0} ({:.0}x), 1024 schedulers {more:.0}",
+        "schedules/s (each answered once durable): 1 scheduler {one:.0}, 64 schedulers {many:.0} ({:.0}x){many_trips}, 1024 schedulers {more:.0}",
         many / one
     );
     let queue = fresh(dir, "bulk.redb", quick_repair).await;
@@ -189,10 +224,12 @@ async fn measure(dir: &std::path::Path, quick_repair: bool) {
     let queue = fresh(dir, "due.redb", quick_repair).await;
     let past = SystemTime::now() - Duration::from_secs(1);
     load(&queue, 100_000, |_| past).await;
+    let calls = script_calls().await;
     let (took, _) = drain(&queue, 100_000, 256).await;
     println!(
-        "deliveries + acks/s (100k due, run(256), no-op handler): {:.0}",
-        100_000.0 / took.as_secs_f64()
+        "deliveries + acks/s (100k due, run(256), no-op handler): {:.0}{}",
+        100_000.0 / took.as_secs_f64(),
+        round_trips(calls, 100_000).await
     );
     queue.close().await.unwrap();
 
@@ -222,6 +259,13 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--open") {
         return open_only(&args[i + 1]).await;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--crash") {
+        // Schedule from 64 tasks until SIGKILLed by the parent.
+        let queue = JobQueue::open(&args[i + 1]).await.expect("open");
+        println!("ready");
+        schedules(&queue, 64, usize::MAX / 128).await;
+        return;
     }
     let big = args.iter().any(|a| a == "--big");
     let dir =
@@ -283,5 +327,28 @@ async fn main() {
                 String::from_utf8_lossy(&out.stdout)
             );
         }
+        // Then a writer SIGKILLed in the middle of its commits, and the first open after it.
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--crash", path.to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--open", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        print!(
+            "10M pending jobs, first open after a writer was SIGKILLed mid-commit: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
     }
 }

@@ -3,10 +3,15 @@
 //! # Ground rules
 //!
 //! - A consumer claims only when polled and nothing is buffered: up to `prefetch` due jobs
-//!   per claim, leased from that moment.
+//!   per claim, leased from that moment. A buffered job is handed out only while its lease
+//!   lasts by the local monotonic clock, counted from just before the claim was sent (so
+//!   never later than the store's lease start): one whose lease passed may already be
+//!   someone else's, so it is dropped (it comes again, to whoever claims it next).
 //! - Idle, it arms **one** wheel-timer sleep for the next due time the claim reported (the
-//!   next `run_at` or lease end), capped at `MAX_IDLE` so a wall-clock step forward is
-//!   noticed; a schedule of an earlier job in this process wakes it through `wakeup.rs`.
+//!   next `run_at` or lease end), capped at a safety wakeup of 3.75 to 5 s (`MAX_IDLE`,
+//!   jittered per sleep so idle consumers do not read the store in step) so a wall-clock
+//!   step forward or a lost Redis notification is noticed; a schedule of an earlier job in
+//!   this process wakes it through `wakeup.rs`.
 //!   There is no polling loop.
 //! - The backend's clock decides what is due, so a wheel tick firing a little early on a
 //!   skewed wall clock only re-arms the sleep: never an early delivery.
@@ -16,7 +21,7 @@ use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures_core::Stream;
 
@@ -29,6 +34,13 @@ use crate::Error;
 /// The longest an idle consumer sleeps before it reads the store's clock again.
 const MAX_IDLE: Duration = Duration::from_secs(5);
 
+/// The safety wakeup of an idle consumer: between 3/4 of [`MAX_IDLE`] and all of it, drawn
+/// from `seed`, so many idle consumers do not all read the store in step.
+fn safety_wait(seed: u64) -> Duration {
+    let share = u32::try_from(model::mix(seed) % 1024).expect("below 1024");
+    MAX_IDLE - (MAX_IDLE / 4 / 1024) * share
+}
+
 /// A stream of due jobs, from [`JobQueue::consume`](crate::JobQueue::consume).
 ///
 /// Yields each job no earlier than its `run_at`, leased to this consumer: ack it when done,
@@ -38,7 +50,13 @@ const MAX_IDLE: Duration = Duration::from_secs(5);
 /// the next poll tries again after a backoff.
 ///
 /// Up to [`prefetch`](crate::Builder::prefetch) jobs are claimed at a time and buffered here;
-/// dropping the consumer leaves buffered jobs leased until their lease ends.
+/// a buffered job whose lease ended before it was handed out is dropped, not yielded (it is
+/// delivered again, maybe elsewhere). Dropping the consumer leaves buffered jobs leased until
+/// their lease ends. So does dropping it, or a [`next`](Self::next) future, while a claim is
+/// in flight (say, a `select!` on shutdown): the jobs that claim leased are held by nobody
+/// until the lease ends, then delivered again with their attempt spent. To stop without
+/// that, close the queue ([`JobQueue::close`](crate::JobQueue::close) ends the stream) or
+/// use [`JobQueue::run`](crate::JobQueue::run), which never drops a claim halfway.
 ///
 /// # Examples
 ///
@@ -63,8 +81,9 @@ const MAX_IDLE: Duration = Duration::from_secs(5);
 pub struct Consumer {
     inner: Arc<Inner>,
     slot: Arc<Slot>,
-    buffered: VecDeque<Claimed>,
-    fetch: Option<BoxFuture<'static, Result<Vec<Claimed>, Error>>>,
+    /// Claimed jobs and when their lease ends on the local clock (`None`: beyond it).
+    buffered: VecDeque<(Claimed, Option<Instant>)>,
+    fetch: Option<Fetch>,
     errors: u32,
     done: bool,
 }
@@ -78,13 +97,17 @@ impl fmt::Debug for Consumer {
     }
 }
 
-/// Claims up to `max` due jobs, sleeping on one wheel timer until some are due.
+/// A [`fetch`] in flight.
+pub(crate) type Fetch = BoxFuture<'static, Result<(Vec<Claimed>, Instant), Error>>;
+
+/// Claims up to `max` due jobs, sleeping on one wheel timer until some are due; with them,
+/// the local time just before the claim that leased them was sent.
 pub(crate) async fn fetch(
     inner: Arc<Inner>,
     slot: Arc<Slot>,
     max: usize,
     errors: u32,
-) -> Result<Vec<Claimed>, Error> {
+) -> Result<(Vec<Claimed>, Instant), Error> {
     let timer = inner
         .config
         .timer
@@ -98,7 +121,14 @@ pub(crate) async fn fetch(
         let notified = inner.wakeup.notify().notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
+        // After `enable`: a `close` that marked the queue closing before this read is seen
+        // here, one after it wakes `notified`.
+        if inner.drain.closing() {
+            slot.set(0);
+            return Err(Error::closed());
+        }
         slot.set(u64::MAX);
+        let sent = Instant::now();
         let batch = match inner.backend.claim(max).await {
             Ok(batch) => batch,
             Err(err) => {
@@ -108,11 +138,12 @@ pub(crate) async fn fetch(
         };
         if !batch.jobs.is_empty() {
             slot.set(0);
-            return Ok(batch.jobs);
+            return Ok((batch.jobs, sent));
         }
         let next = batch.next_due.unwrap_or(u64::MAX);
         slot.set(next);
-        let wait = Duration::from_nanos(next.saturating_sub(batch.now)).min(MAX_IDLE);
+        let seed = batch.now ^ (Arc::as_ptr(&slot) as u64);
+        let wait = Duration::from_nanos(next.saturating_sub(batch.now)).min(safety_wait(seed));
         tokio::select! {
             _ = timer.sleep(wait) => {}
             _ = &mut notified => {}
@@ -146,8 +177,13 @@ impl Stream for Consumer {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         loop {
-            if let Some(job) = this.buffered.pop_front() {
-                return Poll::Ready(Some(Ok(Delivery::new(this.inner.clone(), job))));
+            if let Some((job, lease_end)) = this.buffered.pop_front() {
+                if lease_end.is_none_or(|end| Instant::now() < end) {
+                    return Poll::Ready(Some(Ok(Delivery::new(this.inner.clone(), job))));
+                }
+                // Its lease passed while it waited here: another consumer may hold it now.
+                tracing::debug!(job = %job.id, "wheel-jobs: dropping a prefetched job whose lease ended");
+                continue;
             }
             if this.done {
                 return Poll::Ready(None);
@@ -164,9 +200,11 @@ impl Stream for Consumer {
             let result = ready!(fetch.as_mut().poll(cx));
             this.fetch = None;
             match result {
-                Ok(jobs) => {
+                Ok((jobs, sent)) => {
                     this.errors = 0;
-                    this.buffered.extend(jobs);
+                    let lease_end = sent.checked_add(this.inner.config.lease);
+                    this.buffered
+                        .extend(jobs.into_iter().map(|job| (job, lease_end)));
                 }
                 Err(err) if err.is_closed() => this.done = true,
                 Err(err) => {
@@ -285,4 +323,19 @@ pub(crate) fn backoff(first: Duration, max: Duration, attempt: u32, token: u64) 
     let share = u32::try_from(model::mix(token) % 1024).expect("below 1024");
     let jitter = (base / 4096).saturating_mul(share);
     base.saturating_add(jitter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_safety_wakeup_is_jittered_within_its_bounds() {
+        let waits: Vec<Duration> = (0..1000u64).map(safety_wait).collect();
+        for w in &waits {
+            assert!(*w <= MAX_IDLE && *w >= MAX_IDLE * 3 / 4, "{w:?}");
+        }
+        let distinct: std::collections::HashSet<_> = waits.iter().collect();
+        assert!(distinct.len() > 500, "spread: {}", distinct.len());
+    }
 }

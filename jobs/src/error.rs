@@ -118,9 +118,10 @@ impl Error {
         matches!(self.kind, Kind::Storage(_))
     }
 
-    /// The store could not be reached (the Redis server is down, restarting or
-    /// unreachable). The call may or may not have been applied; consumers retry by
-    /// themselves with a backoff.
+    /// The store could not be reached or is briefly unable to serve (the Redis server is
+    /// down, restarting, loading its data, busy with a long script, or its cluster is failing
+    /// over: `BUSY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`). The call may or may
+    /// not have been applied; consumers retry by themselves with a backoff.
     pub fn is_unavailable(&self) -> bool {
         matches!(self.kind, Kind::Unavailable(_))
     }

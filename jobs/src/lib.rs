@@ -78,8 +78,9 @@
 //!
 //! One durable commit serves every request waiting for it, so throughput grows with
 //! concurrency: on a 2-vCPU VM, ~38,000 durable schedules/s from 64 concurrent schedulers,
-//! ~100,000 from 1,024, ~600,000 jobs/s through [`JobQueue::schedule_many`], ~100,000
-//! deliveries + acks/s through [`JobQueue::run`]; a store of 10M pending jobs opens in
+//! ~100,000 from 1,024, ~600,000 jobs/s through [`JobQueue::schedule_many`], ~86,000
+//! deliveries + acks/s through [`JobQueue::run`] (claims are fsync'd too, so a slow disk
+//! lowers this: ~25,000 with a 4 ms fsync); a store of 10M pending jobs opens in
 //! milliseconds with 6 MiB RSS. Figures and the command that reproduces them
 //! (`cargo run --release -p wheel-jobs --example bench -- --big`) are in the README's
 //! "Durable jobs" section.

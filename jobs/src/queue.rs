@@ -270,9 +270,9 @@ impl Builder {
         self
     }
 
-    /// Redis only (single server): how long a connection attempt or a call may take before
-    /// it fails with [`Error::is_unavailable`] (default 1 s; `None`: no limit). These
-    /// timeouts run on tokio's clock, so a test on a paused clock wants `None`.
+    /// Redis only (a server, or each node of a cluster): how long a connection attempt or a
+    /// call may take before it fails with [`Error::is_unavailable`] (default 1 s; `None`: no
+    /// limit). These timeouts run on tokio's clock, so a test on a paused clock wants `None`.
     pub fn redis_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
         self.config.redis_timeout = timeout;
         self
@@ -371,6 +371,7 @@ pub(crate) struct Inner {
     pub(crate) backend: Box<dyn Backend>,
     pub(crate) config: Config,
     pub(crate) wakeup: Arc<Wakeup>,
+    pub(crate) drain: crate::worker::Drain,
 }
 
 /// A durable queue of delayed jobs. Cheap to clone: clones share one store.
@@ -409,6 +410,7 @@ impl JobQueue {
                 backend,
                 config,
                 wakeup,
+                drain: crate::worker::Drain::default(),
             }),
         }
     }
@@ -497,8 +499,13 @@ impl JobQueue {
         Ok(outcome)
     }
 
-    /// [`schedule`](Self::schedule) for many jobs at once: one commit, all or nothing, the
-    /// outcomes in order. Bulk loads go much faster this way than through one call per job.
+    /// [`schedule`](Self::schedule) for many jobs at once, the outcomes in order. Bulk loads
+    /// go much faster this way than through one call per job.
+    ///
+    /// On the embedded store it is one commit: all or nothing. On Redis the jobs are written
+    /// per partition in script calls of at most 512 jobs (a script blocks the server while
+    /// it runs), each all or nothing: after an error, some of the jobs may be stored. Ids
+    /// make the call idempotent, so retrying the whole batch is safe.
     ///
     /// # Examples
     ///
@@ -648,9 +655,18 @@ impl JobQueue {
         Consumer::new(self.inner.clone())
     }
 
-    /// Finishes the calls already made, releases the store (another `open` of the path then
-    /// succeeds) and ends every consumer stream. Every handle of this queue is closed: later
-    /// calls fail with [`Error::is_closed`].
+    /// Stops claiming (every consumer stream ends once its buffer is empty), waits for the
+    /// handlers [`run`](Self::run) is running to finish and their acks or retries to commit,
+    /// then finishes the calls already made and releases the store (another `open` of the
+    /// path then succeeds). Every handle of this queue is closed: later calls fail with
+    /// [`Error::is_closed`].
+    ///
+    /// A handler that never returns, or a `run` future kept but no longer polled, keeps
+    /// `close` waiting; bound it with `tokio::time::timeout` if handlers may hang (dropping
+    /// `close` halfway leaves the queue claiming nothing, open, until `close` is called
+    /// again). Called from inside a handler of `run`, `close` does not wait for the handlers
+    /// (it would wait for itself). A [`Delivery`](crate::Delivery) taken from a [`Consumer`]
+    /// is not waited for.
     ///
     /// Dropping every handle also releases the store, in the background.
     ///
@@ -658,6 +674,7 @@ impl JobQueue {
     ///
     /// [`Error::is_storage`] if the store failed while closing.
     pub async fn close(&self) -> Result<(), Error> {
+        self.inner.drain.close(&self.inner.wakeup).await;
         let result = self.inner.backend.close().await;
         self.inner.wakeup.wake_all();
         result

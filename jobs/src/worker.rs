@@ -13,22 +13,81 @@
 //! - Ok acks; Err and panics (caught around every poll of the handler's future) retry with
 //!   the builder's backoff. Dropping the `run` future aborts the handlers; their jobs stay
 //!   leased and are redelivered when the lease ends.
+//! - `close` drains (`Drain`): it marks the queue closing, which stops every claim (a
+//!   `fetch` checks the mark after enabling its wakeup, and `close` wakes them all), then
+//!   waits until every `run` loop has joined its handlers, so their acks commit before the
+//!   store closes. A `close` from inside a handler skips the wait (it would wait for itself).
 
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::backend::{BoxFuture, Claimed};
-use crate::consumer::{backoff, fetch, retry};
+use crate::backend::Claimed;
+use crate::consumer::{backoff, fetch, retry, Fetch};
 use crate::queue::Inner;
 use crate::{Delivery, Error, JobQueue};
+
+tokio::task_local! {
+    /// Set while a handler of `run` is polled: a `close` from there must not wait for it.
+    static IN_HANDLER: ();
+}
+
+/// How `close` lets the running handlers finish first.
+#[derive(Debug, Default)]
+pub(crate) struct Drain {
+    closing: AtomicBool,
+    runs: AtomicUsize,
+    idle: Notify,
+}
+
+/// One `run` loop, counted while it lives (dropped futures included).
+struct Running(Arc<Inner>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.drain.runs.fetch_sub(1, SeqCst);
+        self.0.drain.idle.notify_waiters();
+    }
+}
+
+impl Drain {
+    /// Whether `close` began: no more claims.
+    pub(crate) fn closing(&self) -> bool {
+        self.closing.load(SeqCst)
+    }
+
+    fn enter(inner: &Arc<Inner>) -> Option<Running> {
+        inner.drain.runs.fetch_add(1, SeqCst);
+        let running = Running(inner.clone());
+        (!inner.drain.closing()).then_some(running)
+    }
+
+    /// Stops the claims and waits until every `run` loop joined its handlers.
+    pub(crate) async fn close(&self, wakeup: &crate::wakeup::Wakeup) {
+        self.closing.store(true, SeqCst);
+        wakeup.wake_all();
+        if IN_HANDLER.try_with(|_| ()).is_ok() {
+            return;
+        }
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.runs.load(SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
 
 /// Runs `future`, turning a panic in any of its polls into `Err`.
 struct CatchUnwind<F>(Pin<Box<F>>);
@@ -59,7 +118,7 @@ async fn handle<F, Fut, E>(
     let (id, token, attempt) = (job.id.clone(), job.token, job.attempt);
     let delivery = Delivery::new(inner.clone(), job);
     let outcome = match catch_unwind(AssertUnwindSafe(|| handler(delivery))) {
-        Ok(future) => CatchUnwind(Box::pin(future)).await,
+        Ok(future) => IN_HANDLER.scope((), CatchUnwind(Box::pin(future))).await,
         Err(panic) => Err(panic),
     };
     // The handler is done: its slot can take the next job while this one's ack commits.
@@ -104,6 +163,12 @@ impl JobQueue {
     ///
     /// Dropping the future aborts the running handlers; their jobs stay leased and are
     /// redelivered when the lease ends.
+    ///
+    /// # Shutdown
+    ///
+    /// [`close`](JobQueue::close) drains: `run` stops claiming, lets the running handlers
+    /// finish and their acks (or retries) commit, and returns `Ok(())`; only then does the
+    /// store close. A `run` started once `close` began returns `Ok(())` at once.
     ///
     /// # Examples
     ///
@@ -159,11 +224,14 @@ impl JobQueue {
         );
         let inner = self.inner.clone();
         async move {
+            let Some(_running) = Drain::enter(&inner) else {
+                return Ok(());
+            };
             let handler = Arc::new(handler);
             let slot = Arc::new(inner.wakeup.register());
             let permits = Arc::new(Semaphore::new(concurrency));
             let mut tasks = JoinSet::new();
-            let mut claim: Option<BoxFuture<'static, Result<Vec<Claimed>, Error>>> = None;
+            let mut claim: Option<Fetch> = None;
             let mut held: Vec<OwnedSemaphorePermit> = Vec::new();
             let mut unavailable = 0;
             loop {
@@ -188,7 +256,7 @@ impl JobQueue {
                     claimed = async { claim.as_mut().expect("a claim in flight").await }, if claim.is_some() => {
                         claim = None;
                         match claimed {
-                            Ok(jobs) => {
+                            Ok((jobs, _)) => {
                                 unavailable = 0;
                                 for job in jobs {
                                     let permit = held.pop().expect("a permit per claimed job");

@@ -4,12 +4,13 @@
 //!
 //! - One thread owns the [`Store`] (and so the file). Every operation, reads included, is a
 //!   request on its channel; the thread takes every request waiting (up to `MAX_BATCH`) and
-//!   applies them in two transactions: first the lease changes (claims, extends) and reads,
-//!   committed without fsync and answered at once; then everything else, in arrival order,
-//!   with one fsync. That is the group commit: a `schedule` is answered only after the
-//!   commit that made it durable, 64 concurrent schedulers share each fsync instead of
-//!   paying one each, and a claim never waits for the fsync of the acks beside it. Moving
-//!   the lease changes ahead of the rest of their batch is safe: they are concurrent with
+//!   applies them in two transactions: first the extends and reads, committed without
+//!   fsync and answered at once; then everything else (schedules, claims, acks, ...), in
+//!   arrival order, with one fsync. That is the group commit: a `schedule` or a claim is
+//!   answered only after the commit that made it durable, and 64 concurrent callers share
+//!   each fsync instead of paying one each. A claim is durable before its jobs are handed
+//!   out, so a crash never forgets a delivery (the attempt it spent counts). Moving the
+//!   extends and reads ahead of the rest of their batch is safe: they are concurrent with
 //!   it, so either order is one the callers could have seen.
 //! - A failed batch (I/O error, corrupt page) fails every request in it and nothing of it
 //!   is applied. A panic inside redb is caught and reported the same way, after which the
@@ -174,8 +175,8 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
                 next = receiver.try_recv().ok();
             }
         }
-        // Lease changes first, committed without fsync and answered at once, so a delivery
-        // never waits behind the fsync of the schedules and acks that arrived with it.
+        // Extends and reads first, committed without fsync and answered at once; then the
+        // rest (claims included) with one shared fsync.
         let (fast, slow): (Vec<_>, Vec<_>) = ops
             .into_iter()
             .zip(replies)

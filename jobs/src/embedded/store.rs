@@ -9,9 +9,9 @@
 //! - Only the writer thread (`mod.rs`) calls [`Store::apply`]; a batch is one redb write
 //!   transaction, committed with quick repair unless the builder turned it off (the
 //!   allocator state is saved, so reopening after `kill -9` is near-instant) and `Durability::Immediate` if any change in it must
-//!   be durable before it is answered ([`Op::needs_fsync`]: all but claims and extends). A
-//!   batch of claims alone commits without fsync; a batch that changed nothing is aborted:
-//!   reads and empty claims cost no fsync.
+//!   be durable before it is answered ([`Op::needs_fsync`]: all but extends and reads, so
+//!   claims too). A batch of extends alone commits without fsync; a batch that changed
+//!   nothing is aborted: reads and empty claims cost no fsync.
 //! - Every read of the due index is a bounded range (`take(max)`, `first()`): no operation
 //!   walks the whole queue, and opening reads only `meta`.
 //! - A transition always goes through [`Job`]; this file only keeps the index, the counts
@@ -82,13 +82,14 @@ pub(crate) enum Op {
 impl Op {
     /// Whether a change made by this op must be on disk before it is answered.
     ///
-    /// Claims and extends are not: they only change who holds a lease, and a lease dies with
-    /// the process holding it. Lost in a crash, a claim leaves the job as it was before the
-    /// claim (pending, or leased to an earlier holder), so it is delivered again: the
-    /// at-least-once contract, without an fsync on the delivery path. The next durable commit
-    /// persists them along with its own changes.
+    /// Everything but extends and reads. A claim must be: it spends an attempt, and a
+    /// delivery handed out before its claim is durable would, after a crash, be forgotten
+    /// (the job back to pending at the old attempt, so a job that crashes its process
+    /// would never reach `max_attempts`, and `cancel` could remove a job whose handler
+    /// already ran). An extend need not be: lost in a crash, the lease reverts to its
+    /// durable end, and the holder died with the process anyway.
     pub(crate) fn needs_fsync(&self) -> bool {
-        !matches!(self, Op::Claim { .. } | Op::Extend { .. } | Op::Get { .. })
+        !matches!(self, Op::Extend { .. } | Op::Get { .. })
     }
 }
 

@@ -18,8 +18,13 @@
 //!   lost message only delays a consumer until its safety wakeup (at most 5 s).
 //! - Concurrent schedules and acks are coalesced by a `Batcher` into one script call (up
 //!   to 512 jobs), claims take a batch per call: under load a job costs well under one
-//!   round trip.
-//! - Connection failures are `Error::is_unavailable`; the connection manager reconnects.
+//!   round trip. `schedule_many` too writes at most 512 jobs per script call, so no
+//!   script blocks the server for long.
+//! - Connection failures, timeouts (`redis_timeout`, on single servers and cluster nodes
+//!   alike) and transient server replies (`BUSY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`,
+//!   `MASTERDOWN`) are `Error::is_unavailable`; the connection manager reconnects.
+//! - A claim on a partitioned queue claims each partition on its own: one failing
+//!   partition never costs the leases taken on the others.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -231,11 +236,17 @@ impl Drop for Redis {
     }
 }
 
+/// Server replies that mean "not now" rather than "never": a script running too long
+/// (`BUSY`), a server loading its data after a restart (`LOADING`), a cluster resharding or
+/// failing over (`TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`).
+const TRANSIENT: [&str; 5] = ["BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"];
+
 fn redis_error(err: ::redis::RedisError) -> Error {
     if err.is_io_error()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
         || err.is_timeout()
+        || err.code().is_some_and(|code| TRANSIENT.contains(&code))
     {
         Error::unavailable(err)
     } else {
@@ -356,10 +367,17 @@ impl Redis {
                 let first = urls
                     .first()
                     .ok_or_else(|| Error::invalid_config("no cluster node given"))?;
-                let client = ::redis::cluster::ClusterClient::new(
+                let mut builder = ::redis::cluster::ClusterClient::builder(
                     urls.iter().map(String::as_str).collect::<Vec<_>>(),
-                )
-                .map_err(bad_url)?;
+                );
+                if let Some(timeout) = config.redis_timeout {
+                    // A node that stops answering fails the call (`is_unavailable`)
+                    // instead of hanging it.
+                    builder = builder
+                        .response_timeout(timeout)
+                        .connection_timeout(timeout);
+                }
+                let client = builder.build().map_err(bad_url)?;
                 (
                     Conn::Cluster(client.get_async_connection().await.map_err(redis_error)?),
                     first.clone(),
@@ -599,11 +617,22 @@ impl Backend for Redis {
                 if jobs.is_empty() {
                     continue;
                 }
-                let answers =
-                    schedule_jobs(self.conn()?, part.keys.clone(), self.scripts.clone(), jobs)
-                        .await?;
-                for (i, answer) in positions.into_iter().zip(answers) {
-                    out[i] = answer;
+                // At most MAX_BATCH jobs per script: a script blocks the whole server
+                // while it runs, so one huge batch would stall every other client (and
+                // outlast `redis_timeout`, failing a call that did commit).
+                let mut jobs = jobs.into_iter();
+                let mut positions = positions.into_iter();
+                loop {
+                    let chunk: Vec<NewJob> = jobs.by_ref().take(MAX_BATCH).collect();
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    let answers =
+                        schedule_jobs(self.conn()?, part.keys.clone(), self.scripts.clone(), chunk)
+                            .await?;
+                    for (answer, i) in answers.into_iter().zip(positions.by_ref()) {
+                        out[i] = answer;
+                    }
                 }
             }
             Ok(out)
@@ -685,14 +714,25 @@ impl Backend for Redis {
     fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(async move {
             // Partitions in rotation, so every one is served; stop once `max` jobs came.
+            // Each partition is claimed on its own: one that fails (its node down) must not
+            // cost the leases already taken on the others, so their jobs are handed out and
+            // the error is returned only when nothing was claimed.
             let n = self.parts.len();
             let first = self.next_claim.fetch_add(1, SeqCst);
             let mut jobs = Vec::new();
             let mut wait: Option<u64> = None;
             let mut now = 0;
+            let mut failed: Option<Error> = None;
             for i in 0..n {
                 let part = &self.parts[(first + i) % n];
-                let (claimed, part_now, next) = self.claim_part(part, max - jobs.len()).await?;
+                let (claimed, part_now, next) = match self.claim_part(part, max - jobs.len()).await
+                {
+                    Ok(claim) => claim,
+                    Err(err) => {
+                        failed.get_or_insert(err);
+                        continue;
+                    }
+                };
                 jobs.extend(claimed);
                 now = part_now;
                 // Each partition's next due time against its own server's clock.
@@ -704,6 +744,12 @@ impl Backend for Redis {
                     wait = Some(0);
                     break;
                 }
+            }
+            if let Some(err) = failed {
+                if jobs.is_empty() {
+                    return Err(err);
+                }
+                tracing::warn!(error = %err, claimed = jobs.len(), "wheel-jobs: a partition failed to claim; delivering what the others gave");
             }
             // Due order across the partitions claimed together (run_at, then id).
             jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));

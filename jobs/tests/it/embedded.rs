@@ -133,3 +133,35 @@ fn handles_are_send_sync_and_the_stream_is_unpin() {
     send_sync::<wheel_jobs::Error>();
     send::<wheel_jobs::Delivery>();
 }
+
+/// Documented: dropping a consumer whose claim is in flight leaves the claimed job leased to
+/// nobody until its lease ends (its attempt spent), then it is delivered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_dropped_mid_claim_leaves_its_jobs_leased_until_the_lease_ends() {
+    let h = embedded();
+    let q = JobQueue::builder()
+        .lease(ms(100))
+        .open(h.path())
+        .await
+        .unwrap();
+    q.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut c = q.consume();
+    {
+        let next = c.next();
+        tokio::pin!(next);
+        assert!(
+            futures::poll!(next.as_mut()).is_pending(),
+            "the claim is sent"
+        );
+    }
+    drop(c);
+    while q.running().await.unwrap() == 0 {
+        tokio::time::sleep(ms(1)).await;
+    }
+    let info = q.get("job").await.unwrap().unwrap();
+    assert_eq!((info.state(), info.attempt()), (JobState::Running, 1));
+    let d = next(&mut q.consume()).await;
+    assert_eq!((d.id(), d.attempt()), ("job", 2), "after the lease");
+    assert!(d.ack().await.unwrap());
+    q.close().await.unwrap();
+}

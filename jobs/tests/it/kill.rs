@@ -315,9 +315,12 @@ fn a_consumer_killed_mid_handler_has_its_jobs_redelivered() {
     const TEST: &str = "kill::a_consumer_killed_mid_handler_has_its_jobs_redelivered";
     if let Some((_, path)) = child_role() {
         runtime().block_on(async {
+            // One job per claim: the claim of the job the child hangs in is the last write
+            // before the kill, so the check below sees only what the claim itself made
+            // durable (no later ack's commit carries it to disk).
             let queue = JobQueue::builder()
                 .lease(ms(300))
-                .prefetch(4)
+                .prefetch(1)
                 .open(&path)
                 .await
                 .unwrap();
@@ -374,6 +377,86 @@ fn a_redis_consumer_process_killed_mid_handler_has_its_jobs_redelivered() {
     let (acked, hung) = kill_mid_handler(child, lines);
     rt.block_on(async {
         check_redelivery(&queue, &acked, &hung).await;
+        queue.close().await.unwrap();
+    });
+}
+
+/// Child: takes one delivery, prints its attempt, then hangs in the handler (the parent
+/// SIGKILLs it: "the handler crashed the process").
+async fn deliver_then_hang(path: &Path) {
+    let queue = JobQueue::builder()
+        .lease(ms(200))
+        .max_attempts(2)
+        .open(path)
+        .await
+        .unwrap();
+    println!("\nready");
+    let mut consumer = queue.consume();
+    let d = consumer.next().await.unwrap().unwrap();
+    println!("start {} {}", d.id(), d.attempt());
+    std::future::pending::<()>().await;
+}
+
+/// A job whose handler kills its process: every crashed delivery counts, so it is delivered
+/// with attempt 1, then 2, then goes dead (max_attempts 2); `cancel` never removes a job
+/// whose handler ran.
+#[test]
+fn a_job_that_kills_its_process_goes_dead_after_max_attempts() {
+    const TEST: &str = "kill::a_job_that_kills_its_process_goes_dead_after_max_attempts";
+    if let Some((_, path)) = child_role() {
+        runtime().block_on(deliver_then_hang(&path));
+        return;
+    }
+    let h = embedded();
+    let rt = runtime();
+    rt.block_on(async {
+        let queue = JobQueue::open(h.path()).await.unwrap();
+        queue.schedule("poison", Duration::ZERO, "p").await.unwrap();
+        queue.close().await.unwrap();
+    });
+    for expected in 1..=2u32 {
+        let (mut child, lines) = spawn_child(TEST, "crash", &h.path());
+        let attempt = loop {
+            let line = lines
+                .recv_timeout(Duration::from_secs(60))
+                .expect("child output");
+            if let Some(rest) = line.strip_prefix("start poison ") {
+                break rest.parse::<u32>().unwrap();
+            }
+        };
+        assert_eq!(attempt, expected, "each crashed delivery spends an attempt");
+        // Let the 200 ms lease lapse, so the next delivery is a redelivery after it.
+        std::thread::sleep(ms(400));
+        child.kill();
+        rt.block_on(async {
+            let queue = JobQueue::open(h.path()).await.unwrap();
+            let info = queue.get("poison").await.unwrap().expect("still stored");
+            assert_eq!(
+                info.state(),
+                wheel_jobs::JobState::Running,
+                "leased by the dead child"
+            );
+            assert_eq!(info.attempt(), expected, "the crashed delivery is on disk");
+            assert!(
+                !queue.cancel("poison").await.unwrap(),
+                "its handler already ran"
+            );
+            queue.close().await.unwrap();
+        });
+    }
+    // Its last lease has lapsed: the next claim finds it out of attempts.
+    rt.block_on(async {
+        let queue = JobQueue::builder()
+            .max_attempts(2)
+            .open(h.path())
+            .await
+            .unwrap();
+        let mut consumer = queue.consume();
+        let delivered = tokio::time::timeout(ms(500), consumer.next()).await;
+        assert!(delivered.is_err(), "nothing more to deliver: {delivered:?}");
+        let info = queue.get("poison").await.unwrap().expect("kept as dead");
+        assert_eq!(info.state(), wheel_jobs::JobState::Dead);
+        assert_eq!(info.attempt(), 2);
         queue.close().await.unwrap();
     });
 }

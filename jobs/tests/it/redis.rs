@@ -281,3 +281,178 @@ async fn a_skewed_client_clock_still_delivers_by_the_server_time() {
     assert!(d.ack().await.unwrap());
     q.close().await.unwrap();
 }
+
+fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .arg("-s")
+        .arg(server.dir.path().join("redis.sock"))
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// One partition failing its claims (here its due index is not a sorted set: a WRONGTYPE
+/// error, standing for a node that is down) must not cost the leases already taken on the
+/// others: every job of the healthy partitions is delivered, on its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_partition_does_not_cost_the_jobs_of_the_others() {
+    const JOBS: usize = 30;
+    let server = RedisServer::start();
+    let q = JobQueue::builder()
+        .partitions(3)
+        .redis(&server.url(), "q")
+        .await
+        .unwrap();
+    for i in 0..JOBS {
+        q.schedule(&format!("job-{i}"), Duration::ZERO, "p")
+            .await
+            .unwrap();
+    }
+    let broken: usize = redis_cli(&server, &["ZCARD", "{q:2}:due"]).parse().unwrap();
+    assert!(broken > 0 && broken < JOBS, "jobs on every side: {broken}");
+    redis_cli(&server, &["DEL", "{q:2}:due"]);
+    redis_cli(&server, &["SET", "{q:2}:due", "x"]);
+    let healthy = JOBS - broken;
+    let mut consumer = q.consume();
+    let mut delivered = HashSet::new();
+    let mut errors = 0;
+    // With the default 30 s lease a lost lease would hold its job past this bound.
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while delivered.len() < healthy {
+            match consumer.next().await.expect("open queue") {
+                Ok(d) => {
+                    assert_eq!(d.attempt(), 1, "{} delivered on its first claim", d.id());
+                    assert!(delivered.insert(d.id().to_owned()), "{} twice", d.id());
+                    assert!(d.ack().await.unwrap());
+                }
+                Err(err) => {
+                    assert!(err.is_storage(), "{err}");
+                    errors += 1;
+                }
+            }
+        }
+    })
+    .await
+    .expect("every job of the healthy partitions delivered");
+    assert_eq!(delivered.len(), healthy);
+    eprintln!("{errors} claims failed on the broken partition alone");
+    q.close().await.unwrap();
+}
+
+/// A server busy with a long script answers BUSY: a transient condition (`is_unavailable`),
+/// so `run` backs off and carries on rather than stopping for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_server_is_unavailable_and_run_resumes() {
+    let server = RedisServer::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--busy-reply-threshold",
+        "100",
+    ]);
+    let q = queue(&server, |_| {}).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = q.clone();
+    let mut run = tokio::spawn(async move {
+        worker
+            .run(4, move |d| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(d.id().to_owned()).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+    });
+    // Due while the server is busy: the worker's claim meets BUSY.
+    q.schedule("job", ms(300), "p").await.unwrap();
+    let mut busy = std::process::Command::new("redis-cli")
+        .arg("-s")
+        .arg(server.dir.path().join("redis.sock"))
+        .args([
+            "EVAL",
+            "local s=tonumber(redis.call('TIME')[1]) while tonumber(redis.call('TIME')[1]) < s+2 do end return 1",
+            "0",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let err = loop {
+        match q.get("job").await {
+            Err(err) => break err,
+            Ok(_) => tokio::time::sleep(ms(10)).await,
+        }
+    };
+    assert!(err.is_unavailable(), "BUSY is transient: {err}");
+    tokio::select! {
+        got = rx.recv() => assert_eq!(got.as_deref(), Some("job")),
+        stopped = &mut run => panic!("run stopped: {stopped:?}"),
+        _ = tokio::time::sleep(Duration::from_secs(30)) => panic!("never delivered"),
+    }
+    busy.wait().unwrap();
+    q.close().await.unwrap();
+    run.await.unwrap().unwrap();
+}
+
+/// A cluster node that stops answering (SIGSTOP, like a network partition) fails the calls
+/// on its partitions with `is_unavailable` after `redis_timeout`, instead of hanging them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_cluster_node_times_out_as_unavailable() {
+    let cluster = crate::support::RedisCluster::start();
+    let q = JobQueue::builder()
+        .partitions(3)
+        .redis_timeout(Some(ms(300)))
+        .redis_cluster(&cluster.nodes, "orders")
+        .await
+        .unwrap();
+    for i in 0..30 {
+        q.schedule(&format!("job-{i}"), Duration::from_secs(3600), "p")
+            .await
+            .unwrap();
+    }
+    cluster.signal(1, "-STOP");
+    // `pending` reads every partition; the 3 partitions span more than one node (checked in
+    // `a_partitioned_queue_works_across_cluster_nodes`), so some read meets the frozen one.
+    // The bound only guards against the hang this test is about.
+    let outcome = tokio::time::timeout(Duration::from_secs(30), q.pending()).await;
+    cluster.signal(1, "-CONT");
+    let err = outcome
+        .expect("the call on the frozen node hangs")
+        .expect_err("a partition is on the frozen node");
+    assert!(err.is_unavailable(), "{err}");
+}
+
+/// Script calls the server ran so far (`EVAL` and `EVALSHA`).
+fn script_calls(server: &RedisServer) -> u64 {
+    redis_cli(server, &["INFO", "commandstats"])
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// A big `schedule_many` is split into script calls of at most 512 jobs, so no single
+/// script blocks the server for the whole load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_many_is_split_into_bounded_script_calls() {
+    const N: usize = 1_300;
+    let server = RedisServer::start();
+    let q = queue(&server, |_| {}).await;
+    let before = script_calls(&server);
+    let jobs = (0..N).map(|i| (format!("job-{i}"), Duration::from_secs(3600), "p"));
+    assert_eq!(q.schedule_many(jobs).await.unwrap().len(), N);
+    let calls = script_calls(&server) - before;
+    assert!(calls >= N.div_ceil(512) as u64, "{calls} script calls");
+    assert_eq!(q.pending().await.unwrap(), N as u64);
+    q.close().await.unwrap();
+}

@@ -49,6 +49,10 @@ macro_rules! run_behaviour_suite {
             run_kills_after_max_attempts,
             many_jobs_each_delivered_once,
             close_ends_consumers_and_calls,
+            close_lets_running_handlers_finish_and_ack,
+            close_inside_a_handler_does_not_wait_for_itself,
+            schedule_many_larger_than_one_script_call,
+            a_prefetched_job_whose_lease_ended_is_not_handed_out,
         );
     };
 }
@@ -291,17 +295,36 @@ pub async fn reschedule_earlier_and_later(h: impl Harness) {
 }
 
 pub async fn earlier_schedule_wakes_an_idle_consumer(h: impl Harness) {
-    let queue = open(&h, |_| {}).await;
+    // A timer of one-hour ticks: the consumer's idle sleep (at most its 5 s safety wakeup,
+    // rounded up to a tick) cannot end during the test, so only the wakeup that the
+    // schedule of an earlier job sends can bring "now".
+    let timer = wheel_timer::Timer::builder()
+        .tick(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let queue = open(&h, |b| {
+        b.timer(timer.clone());
+    })
+    .await;
     queue
         .schedule("far", Duration::from_secs(3600), "p")
         .await
         .unwrap();
     let mut consumer = queue.consume();
     let waiting = tokio::spawn(async move { next(&mut consumer).await.id().to_owned() });
-    // Let the consumer claim nothing and arm its timer for the far job.
-    tokio::time::sleep(ms(20)).await;
+    // Wait until the consumer claimed nothing and sleeps on its timer.
+    while timer.pending() == 0 {
+        tokio::task::yield_now().await;
+    }
     queue.schedule("now", Duration::ZERO, "p").await.unwrap();
-    assert_eq!(waiting.await.unwrap(), "now");
+    // The bound only turns a missing wakeup (a hang until the next hourly tick) into a failure.
+    let woken = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+    assert_eq!(
+        woken
+            .expect("only the schedule's wakeup can deliver it")
+            .unwrap(),
+        "now"
+    );
     queue.close().await.unwrap();
 }
 
@@ -749,4 +772,115 @@ pub async fn close_ends_consumers_and_calls(h: impl Harness) {
         JobState::Pending
     );
     reopened.close().await.unwrap();
+}
+
+/// `close` during `run` drains: the running handler finishes and its ack commits before the
+/// store closes, so the job is gone (not left running, to run again after its lease).
+pub async fn close_lets_running_handlers_finish_and_ack(h: impl Harness) {
+    let q = open(&h, |_| {}).await;
+    q.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (worker, gate) = (q.clone(), release.clone());
+    let run = tokio::spawn(async move {
+        worker
+            .run(1, move |_d| {
+                let (started_tx, gate) = (started_tx.clone(), gate.clone());
+                async move {
+                    started_tx.send(()).unwrap();
+                    gate.notified().await;
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+    });
+    started.recv().await.unwrap();
+    let closer = q.clone();
+    let closing = tokio::spawn(async move { closer.close().await });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !closing.is_finished(),
+        "close waits for the running handler"
+    );
+    release.notify_one();
+    closing.await.unwrap().unwrap();
+    run.await.unwrap().unwrap();
+    assert!(q.get("job").await.unwrap_err().is_closed());
+    let q = open(&h, |_| {}).await;
+    assert_eq!(q.get("job").await.unwrap(), None, "acked before the close");
+    assert_eq!(q.running().await.unwrap(), 0);
+    q.close().await.unwrap();
+}
+
+/// A handler that closes the queue does not wait for itself; a `run` started after the close
+/// returns at once.
+pub async fn close_inside_a_handler_does_not_wait_for_itself(h: impl Harness) {
+    let q = open(&h, |_| {}).await;
+    q.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let inside = q.clone();
+    let run = q.run(1, move |_d| {
+        let q = inside.clone();
+        async move { q.close().await.map_err(|e| e.to_string()) }
+    });
+    // The bound only guards against the deadlock this test is about.
+    tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("close from a handler returns")
+        .unwrap();
+    let late = q.run(1, |_d| async { Ok::<(), String>(()) });
+    tokio::time::timeout(Duration::from_secs(30), late)
+        .await
+        .expect("run after close returns")
+        .unwrap();
+}
+
+/// A batch spanning several of Redis's 512-job script calls (and duplicates across them)
+/// keeps its outcomes in order and stores every job once.
+pub async fn schedule_many_larger_than_one_script_call(h: impl Harness) {
+    const N: usize = 1_300;
+    let queue = open(&h, |_| {}).await;
+    let jobs = (0..N).map(|i| (format!("job-{i}"), Duration::from_secs(3600), "p"));
+    let outcomes = queue.schedule_many(jobs.clone()).await.unwrap();
+    assert_eq!(outcomes, vec![Scheduled::Created; N]);
+    // Again, with new jobs in between: only those are created, in place.
+    let again = (0..N + 10).map(|i| (format!("job-{i}"), Duration::from_secs(3600), "p"));
+    let outcomes = queue.schedule_many(again).await.unwrap();
+    assert!(outcomes[..N].iter().all(|s| *s == Scheduled::Exists));
+    assert!(outcomes[N..].iter().all(|s| *s == Scheduled::Created));
+    assert_eq!(queue.pending().await.unwrap(), (N + 10) as u64);
+    queue.close().await.unwrap();
+}
+
+/// A job waiting in a consumer's prefetch buffer past its lease may already be someone
+/// else's: it is dropped, never handed out beside the new holder's valid lease. (Real time:
+/// the lease has to pass.)
+pub async fn a_prefetched_job_whose_lease_ended_is_not_handed_out(h: impl Harness) {
+    let q = open(&h, |b| {
+        b.lease(ms(100)).prefetch(4);
+    })
+    .await;
+    q.schedule_many([("a", ms(0), "p"), ("b", ms(0), "p")])
+        .await
+        .unwrap();
+    let mut first = q.consume();
+    let held = next(&mut first).await; // the other one waits in `first`'s buffer
+    assert!(held.extend(Duration::from_secs(3600)).await.unwrap());
+    let other = if held.id() == "a" { "b" } else { "a" };
+    tokio::time::sleep(ms(300)).await; // a slow handler: the buffered job's lease ends
+    let mut second = q.consume();
+    let taken = next(&mut second).await;
+    assert_eq!((taken.id(), taken.attempt()), (other, 2));
+    assert!(taken.ack().await.unwrap());
+    q.schedule("c", Duration::ZERO, "p").await.unwrap();
+    let after = next(&mut first).await;
+    assert_eq!(
+        after.id(),
+        "c",
+        "the expired buffered job is not handed out"
+    );
+    assert!(after.ack().await.unwrap());
+    assert!(held.ack().await.unwrap());
+    q.close().await.unwrap();
 }

@@ -283,6 +283,18 @@ impl RedisCluster {
 }
 
 #[cfg(feature = "redis")]
+impl RedisCluster {
+    /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) node `i`: a node that stops answering.
+    pub fn signal(&self, i: usize, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.children[i].id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+}
+
+#[cfg(feature = "redis")]
 impl Drop for RedisCluster {
     fn drop(&mut self) {
         for child in &mut self.children {
