@@ -330,7 +330,7 @@ pub async fn earlier_schedule_wakes_an_idle_consumer(h: impl Harness) {
 
 pub async fn lease_expiry_redelivers_with_attempt_2(h: impl Harness) {
     let queue = open(&h, |b| {
-        b.lease(ms(50));
+        b.lease(ms(300));
     })
     .await;
     queue
@@ -353,7 +353,7 @@ pub async fn lease_expiry_redelivers_with_attempt_2(h: impl Harness) {
 
 pub async fn stale_delivery_changes_nothing(h: impl Harness) {
     let queue = open(&h, |b| {
-        b.lease(ms(50));
+        b.lease(ms(300));
     })
     .await;
     queue.schedule("job", Duration::ZERO, "p").await.unwrap();
@@ -413,8 +413,11 @@ pub async fn retry_counts_the_attempt(h: impl Harness) {
 }
 
 pub async fn dead_after_max_attempts(h: impl Harness) {
+    // A lease well above one commit time: a prefetched delivery whose lease already ended
+    // (a claim whose fsync outlasted a tiny lease on a loaded machine) is dropped, which
+    // would spend the attempt without a delivery.
     let queue = open(&h, |b| {
-        b.lease(ms(30)).max_attempts(2);
+        b.lease(ms(300)).max_attempts(2);
     })
     .await;
     queue.schedule("lapses", Duration::ZERO, "p").await.unwrap();
@@ -423,7 +426,7 @@ pub async fn dead_after_max_attempts(h: impl Harness) {
     assert_eq!(next(&mut consumer).await.attempt(), 2);
     // Its second lease ends before the marker is due; claims go in due order, so the
     // marker's delivery means the job's last lease was processed.
-    queue.schedule("marker", ms(150), "p").await.unwrap();
+    queue.schedule("marker", ms(600), "p").await.unwrap();
     let marker = next(&mut consumer).await;
     assert_eq!(marker.id(), "marker");
     let info = queue.get("lapses").await.unwrap().unwrap();
