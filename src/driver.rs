@@ -25,7 +25,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::dispatch;
-use crate::loom::{lock, Arc, AtomicU64, Mutex, Ordering, WakeArc};
+use crate::loom::{lock, Arc, Mutex, WakeArc};
 use crate::shard::{Closing, Global, TurnCounts, BATCH, PARKED};
 use crate::task::Fired;
 
@@ -128,8 +128,6 @@ impl Drop for DriverGuard {
 struct TurnWaker {
     global: Arc<Global>,
     task: Mutex<Option<Waker>>,
-    /// The tick the sleep is armed for.
-    armed: AtomicU64,
 }
 
 impl TurnWaker {
@@ -153,7 +151,12 @@ impl Wake for TurnWaker {
     }
 
     fn wake_by_ref(self: &WakeArc<Self>) {
-        waker_turn(&self.global, self.armed.load(Ordering::Acquire));
+        // The clock, never the tick the sleep was armed for: tokio may call this waker after
+        // the task has already re-armed for a later tick (it wakes outside its lock), and a
+        // turn to that tick would fire its entries early. A deadline beyond tokio's range,
+        // which tokio fires before it is reached, is the task's to turn to (see `reached`):
+        // the task polls the current registration and knows its tick.
+        waker_turn(&self.global, self.global.clock.driver_tick());
         // Taken, not cloned, under the lock; the task's next wait stores it again.
         let task = lock(&self.task).take();
         if let Some(task) = task {
@@ -162,21 +165,17 @@ impl Wake for TurnWaker {
     }
 }
 
-/// The turn a [`TurnWaker`] makes where tokio fired the driver's sleep armed for tick
-/// `armed` (loom model 14 runs it beside the task's step).
-pub(crate) fn waker_turn(global: &Arc<Global>, armed: u64) {
+/// The turn a [`TurnWaker`] makes where tokio fired the driver's sleep, to `now`, the
+/// clock's tick (loom model 14 runs it beside the task's step).
+pub(crate) fn waker_turn(global: &Arc<Global>, now: u64) {
     if global.is_running() {
-        turn(
-            global,
-            reached(global, armed),
-            &mut Vec::new(),
-            &mut Vec::new(),
-        );
+        turn(global, now, &mut Vec::new(), &mut Vec::new());
     }
 }
 
-/// The tick to turn to once tokio fired the driver's sleep armed for tick `armed`: the
-/// current tick, or `armed` if that is later. tokio fires a sleep only once its deadline has
+/// The tick the task turns to once its current sleep, armed for tick `armed`, fired: the
+/// current tick, or `armed` if that is later (only the task knows which registration fired;
+/// the [`TurnWaker`] turns to the clock alone). tokio fires a sleep only once its deadline has
 /// passed, except a deadline beyond its timer's range (about 2.2 years from the runtime's
 /// start), which it fires at the end of that range; the wheel then treats its own deadlines
 /// up to `armed` as reached, as tokio does with its own sleeps. Without this the driver
@@ -202,7 +201,6 @@ async fn run(global: &Arc<Global>) {
     let turner = WakeArc::new(TurnWaker {
         global: global.clone(),
         task: Mutex::new(None),
-        armed: AtomicU64::new(PARKED),
     });
     let turn_waker = Waker::from(turner.clone());
     let mut now = clock.driver_tick();
@@ -214,7 +212,6 @@ async fn run(global: &Arc<Global>) {
             Next::Exit => return,
             // Until the grid is found the clock stands still: wait for the probe.
             Next::Until(tick) if probe.is_none() => {
-                turner.armed.store(tick, Ordering::Release);
                 sleep.as_mut().reset(clock.tick_start(tick));
                 Some(tick)
             }

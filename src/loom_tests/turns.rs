@@ -6,7 +6,7 @@ use crate::driver;
 use crate::loom::thread;
 
 /// Model 14: a sleep due at `BASE + 1` is registered; one thread plays the `TurnWaker` (the
-/// shipped `driver::waker_turn` for a sleep armed at `BASE + 1`), another registers a second
+/// shipped `driver::waker_turn` with the clock at `BASE + 1`), another registers a second
 /// sleep due at `BASE + 2`, and the main thread plays the task's own step at `BASE + 1`. The
 /// due sleep is woken exactly once (each shard is advanced under its lock, so one of the two
 /// turns pops it); the second sleep is not fired early by either turn. The waker's turn ends
