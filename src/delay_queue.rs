@@ -424,14 +424,12 @@ impl<T> DelayQueue<T> {
                 if self.is_empty() {
                     // No driver wakeup for an empty queue (the poller is not woken: it is
                     // being handed the value).
-                    self.sleep = None;
-                    self.armed = u64::MAX;
+                    self.disarm();
                 }
                 return Poll::Ready(Some(self.expired(value, tick, Key(key))));
             }
             let Some(next) = self.wheel.next_expiration() else {
-                self.sleep = None;
-                self.armed = u64::MAX;
+                self.disarm();
                 return Poll::Ready(None);
             };
             let clock = self.now_tick();
@@ -635,9 +633,14 @@ impl<T> DelayQueue<T> {
     /// The last value left: drop the sleep (no driver wakeup for an empty queue) and let a
     /// waiting poller see `Ready(None)`.
     fn emptied(&mut self) {
+        self.disarm();
+        self.wake();
+    }
+
+    /// Drops the queue's sleep: nothing is armed, and the driver has nothing to wake for.
+    fn disarm(&mut self) {
         self.sleep = None;
         self.armed = u64::MAX;
-        self.wake();
     }
 
     fn wake(&mut self) {

@@ -131,7 +131,7 @@ struct TurnWaker {
 }
 
 impl TurnWaker {
-    /// Stores the task's waker (cloned by the caller, the old one dropped after unlocking).
+    /// Stores the task's waker (cloned here between two lock holds, the old one dropped after unlocking).
     fn register(&self, waker: &Waker) {
         if lock(&self.task)
             .as_ref()

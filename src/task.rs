@@ -115,9 +115,7 @@ impl TaskShared {
     /// PENDING → FIRED for a one-shot task the driver popped: `true` if the driver won (the
     /// task must run), `false` if a cancel did.
     pub(crate) fn fire_once(&self) -> bool {
-        self.state
-            .compare_exchange(PENDING, FIRED, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        self.to_fired()
     }
 
     /// PENDING → CANCELLED, made under the job's lock so that it is ordered with every claim
@@ -134,6 +132,12 @@ impl TaskShared {
     /// PENDING → FIRED for a repeating series whose callback panicked: `true` for the caller
     /// that ended it (it frees the entry).
     pub(crate) fn end_series(&self) -> bool {
+        self.to_fired()
+    }
+
+    /// The one PENDING → FIRED CAS behind [`fire_once`](Self::fire_once) and
+    /// [`end_series`](Self::end_series).
+    fn to_fired(&self) -> bool {
         self.state
             .compare_exchange(PENDING, FIRED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
