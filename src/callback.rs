@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::MAX_NANOS;
+use crate::clock::{self, MAX_NANOS};
 use crate::loom::Arc;
 use crate::shard::{Closing, Global};
 use crate::task::{Job, TaskShared};
@@ -439,7 +439,7 @@ impl Timer {
             !period.is_zero(),
             "wheel-timer: schedule_repeating needs a non-zero period"
         );
-        let period_ns = u64::try_from(period.as_nanos()).map_or(MAX_NANOS, |p| p.min(MAX_NANOS));
+        let period_ns = clock::duration_nanos(period);
         let now = Instant::now();
         let job = Job::Repeating(Box::new(task));
         self.schedule_job(now, now.checked_add(period), period_ns, job)

@@ -54,6 +54,15 @@ impl Clock {
         duration_nanos(deadline.saturating_duration_since(self.start))
     }
 
+    /// Nanoseconds from the start to `duration` after `now`, saturated at [`MAX_NANOS`]: the
+    /// deadline of a sleep or task made at `now`.
+    #[inline]
+    pub(crate) fn nanos_after(&self, now: Instant, duration: std::time::Duration) -> u64 {
+        self.nanos(now)
+            .saturating_add(duration_nanos(duration))
+            .min(MAX_NANOS)
+    }
+
     fn phase(&self) -> u64 {
         // Relaxed: a reader that still sees the old (smaller) phase computes a tick whose
         // start can only move later once the new phase is in force.

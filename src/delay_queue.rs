@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::{self, Clock, MAX_NANOS};
+use crate::clock::Clock;
 use crate::sleep::Closed;
 use crate::wheel::{self, Wheel};
 use crate::{Sleep, Timer};
@@ -663,11 +663,7 @@ impl<T> DelayQueue<T> {
     }
 
     fn nanos_after_now(&self, timeout: Duration) -> u64 {
-        let clock = self.clock();
-        clock
-            .nanos(Instant::now())
-            .saturating_add(clock::duration_nanos(timeout))
-            .min(MAX_NANOS)
+        self.clock().nanos_after(Instant::now(), timeout)
     }
 
     fn tick_at_or_after(&self, nanos: u64) -> u64 {

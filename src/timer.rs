@@ -169,10 +169,11 @@ impl Timer {
     /// # }
     /// ```
     pub fn sleep(&self, duration: Duration) -> Sleep {
-        let clock = &self.inner.global.clock;
-        let nanos = clock
-            .nanos(Instant::now())
-            .saturating_add(clock::duration_nanos(duration));
+        let nanos = self
+            .inner
+            .global
+            .clock
+            .nanos_after(Instant::now(), duration);
         Sleep::new(self.shard_handle(), nanos, duration.is_zero())
     }
 
@@ -308,10 +309,11 @@ impl Timer {
     /// [`Error::is_at_capacity`] when `max_pending` timers are pending;
     /// [`Error::is_shutdown`] after [`Timer::shutdown`] or once the timer's runtime is gone.
     pub fn try_sleep(&self, duration: Duration) -> Result<Sleep, Error> {
-        let nanos = match Instant::now().checked_add(duration) {
-            Some(deadline) => self.inner.global.clock.nanos(deadline),
-            None => clock::MAX_NANOS,
-        };
+        let nanos = self
+            .inner
+            .global
+            .clock
+            .nanos_after(Instant::now(), duration);
         self.try_sleep_nanos(nanos, duration.is_zero())
     }
 
