@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use wheel_jobs::{Delivery, JobQueue, Scheduled};
 
-use crate::support::{ms, next, RedisServer};
+use crate::support::{ms, next, spawn_reporting_worker, RedisServer};
 
 async fn queue(server: &RedisServer, configure: impl FnOnce(&mut wheel_jobs::Builder)) -> JobQueue {
     let mut builder = JobQueue::builder();
@@ -114,19 +114,7 @@ async fn acknowledged_schedules_survive_a_redis_kill_9_and_workers_resume() {
     let q = queue(&server, |_| {}).await;
     // A worker that runs across the crash.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let worker = {
-        let q = q.clone();
-        tokio::spawn(async move {
-            q.run(8, move |d| {
-                let tx = tx.clone();
-                async move {
-                    tx.send(d.id().to_owned()).unwrap();
-                    Ok::<(), String>(())
-                }
-            })
-            .await
-        })
-    };
+    let worker = spawn_reporting_worker(q.clone(), 8, tx);
     let mut acknowledged = Vec::new();
     for i in 0..200 {
         let id = format!("before-{i}");
@@ -229,17 +217,7 @@ async fn a_partitioned_queue_works_across_cluster_nodes() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let mut workers = Vec::new();
     for q in [a.clone(), b.clone()] {
-        let tx = tx.clone();
-        workers.push(tokio::spawn(async move {
-            q.run(16, move |d| {
-                let tx = tx.clone();
-                async move {
-                    tx.send(d.id().to_owned()).unwrap();
-                    Ok::<(), String>(())
-                }
-            })
-            .await
-        }));
+        workers.push(spawn_reporting_worker(q, 16, tx.clone()));
     }
     let mut seen = HashMap::new();
     for _ in 0..JOBS {
@@ -355,18 +333,7 @@ async fn a_busy_server_is_unavailable_and_run_resumes() {
     ]);
     let q = queue(&server, |_| {}).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let worker = q.clone();
-    let mut run = tokio::spawn(async move {
-        worker
-            .run(4, move |d| {
-                let tx = tx.clone();
-                async move {
-                    tx.send(d.id().to_owned()).unwrap();
-                    Ok::<(), String>(())
-                }
-            })
-            .await
-    });
+    let mut run = spawn_reporting_worker(q.clone(), 4, tx);
     // Due while the server is busy: the worker's claim meets BUSY.
     q.schedule("job", ms(300), "p").await.unwrap();
     let mut busy = std::process::Command::new("redis-cli")

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use wheel_jobs::{JobQueue, JobState, Scheduled, When};
 
-use crate::support::{ms, next, Harness};
+use crate::support::{ms, next, spawn_reporting_worker, Harness};
 
 macro_rules! behaviour_suite {
     ($harness:expr; $($name:ident),* $(,)?) => {
@@ -716,18 +716,7 @@ pub async fn many_jobs_each_delivered_once(h: impl Harness) {
             stream_tx.send(d.id().to_owned()).unwrap();
         }
     });
-    let worker = queue.clone();
-    let run = tokio::spawn(async move {
-        worker
-            .run(16, move |d| {
-                let tx = tx.clone();
-                async move {
-                    tx.send(d.id().to_owned()).unwrap();
-                    Ok::<(), String>(())
-                }
-            })
-            .await
-    });
+    let run = spawn_reporting_worker(queue.clone(), 16, tx);
     for s in schedulers {
         s.await.unwrap();
     }

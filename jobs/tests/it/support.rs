@@ -303,3 +303,23 @@ impl Drop for RedisCluster {
         }
     }
 }
+
+/// Spawns `queue.run(concurrency, …)` with a handler that sends each delivered id to `ids`
+/// and acks it.
+pub fn spawn_reporting_worker(
+    queue: JobQueue,
+    concurrency: usize,
+    ids: tokio::sync::mpsc::UnboundedSender<String>,
+) -> tokio::task::JoinHandle<Result<(), Error>> {
+    tokio::spawn(async move {
+        queue
+            .run(concurrency, move |d| {
+                let ids = ids.clone();
+                async move {
+                    ids.send(d.id().to_owned()).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+    })
+}
