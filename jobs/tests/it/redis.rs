@@ -54,14 +54,7 @@ async fn two_queues_compete_and_each_job_is_acked_once() {
     }
     assert_eq!(seen.len(), JOBS, "each job once");
     assert_eq!(by.len(), 2, "both consumers took part: {by:?}");
-    while a.pending().await.unwrap() + a.running().await.unwrap() > 0 {
-        tokio::time::sleep(ms(5)).await;
-    }
-    a.close().await.unwrap();
-    b.close().await.unwrap();
-    for w in workers {
-        w.await.unwrap().unwrap();
-    }
+    drain_and_close(&a, &b, workers).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,14 +217,7 @@ async fn a_partitioned_queue_works_across_cluster_nodes() {
         *seen.entry(rx.recv().await.unwrap()).or_insert(0) += 1;
     }
     assert_eq!(seen.len(), JOBS, "each job once");
-    while a.pending().await.unwrap() + a.running().await.unwrap() > 0 {
-        tokio::time::sleep(ms(5)).await;
-    }
-    a.close().await.unwrap();
-    b.close().await.unwrap();
-    for w in workers {
-        w.await.unwrap().unwrap();
-    }
+    drain_and_close(&a, &b, workers).await;
 }
 
 /// The client's clock does not decide what is due. Under a paused tokio clock, which jumps
@@ -422,4 +408,21 @@ async fn schedule_many_is_split_into_bounded_script_calls() {
     assert!(calls >= N.div_ceil(512) as u64, "{calls} script calls");
     assert_eq!(q.pending().await.unwrap(), N as u64);
     q.close().await.unwrap();
+}
+
+/// Waits until the queue `a` shares with `b` holds nothing pending or running, closes both
+/// handles and checks that every worker ended cleanly.
+async fn drain_and_close(
+    a: &JobQueue,
+    b: &JobQueue,
+    workers: Vec<tokio::task::JoinHandle<Result<(), wheel_jobs::Error>>>,
+) {
+    while a.pending().await.unwrap() + a.running().await.unwrap() > 0 {
+        tokio::time::sleep(ms(5)).await;
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    for w in workers {
+        w.await.unwrap().unwrap();
+    }
 }
