@@ -116,7 +116,17 @@ struct DriverGuard(Arc<Global>);
 
 impl Drop for DriverGuard {
     fn drop(&mut self) {
-        self.0.close(Closing::DriverGone, &mut Vec::new());
+        let mut cancelled = Vec::new();
+        self.0.close(Closing::DriverGone, &mut cancelled);
+        // Tasks nobody may be watching (a dropped `TimerTask` is the fire-and-forget idiom):
+        // say that they will never run rather than lose them without a trace.
+        if !cancelled.is_empty() {
+            tracing::warn!(
+                cancelled = cancelled.len(),
+                "wheel-timer: the runtime shut down with callbacks still scheduled; they are \
+                 cancelled and will never run"
+            );
+        }
     }
 }
 
