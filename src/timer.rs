@@ -115,7 +115,8 @@ impl Timer {
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime context. [`Builder::build`] reports that as an error instead.
+    /// Outside a tokio runtime context, or on a runtime without its time driver.
+    /// [`Builder::build`] reports those as errors instead.
     ///
     /// # Examples
     ///
@@ -131,9 +132,11 @@ impl Timer {
     pub fn new() -> Timer {
         match Builder::new().build() {
             Ok(timer) => timer,
-            Err(e) if e.is_no_runtime() => panic!(
-                "wheel-timer: Timer::new() must be called from inside a tokio runtime context"
-            ),
+            Err(e) if e.is_no_runtime() && tokio::runtime::Handle::try_current().is_err() => {
+                panic!(
+                    "wheel-timer: Timer::new() must be called from inside a tokio runtime context"
+                )
+            }
             Err(e) => panic!("wheel-timer: {e}"),
         }
     }
@@ -574,7 +577,8 @@ impl Builder {
     /// # Errors
     ///
     /// [`Error::is_invalid_config`] for a tick, slot or shard count out of range, or a zero
-    /// `max_pending`; [`Error::is_no_runtime`] outside a tokio runtime context.
+    /// `max_pending`; [`Error::is_no_runtime`] outside a tokio runtime context, or on a
+    /// runtime without its time driver (the driver task waits on tokio's time).
     ///
     /// # Examples
     ///
@@ -589,6 +593,9 @@ impl Builder {
     pub fn build(&self) -> Result<Timer, Error> {
         let (timer, driver) = self.build_unspawned()?;
         let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::no_runtime())?;
+        if !time_enabled() {
+            return Err(Error::time_disabled());
+        }
         driver.clock.settle_if_paused();
         handle.spawn(driver::task(driver));
         Ok(timer)
@@ -655,6 +662,13 @@ impl Default for Builder {
     fn default() -> Self {
         Builder::new()
     }
+}
+
+/// Whether the current runtime has its time driver. tokio offers no query, and creating one
+/// of its sleeps on a runtime without it panics; the driver task would panic the same way
+/// later, where nobody sees it, with every callback lost. So ask here, once per build.
+fn time_enabled() -> bool {
+    std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_ok()
 }
 
 #[cfg(all(test, not(wheel_loom)))]
