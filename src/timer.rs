@@ -503,7 +503,8 @@ impl Builder {
     /// Bounds the timers the timer holds at once (default: unbounded), as Netty's
     /// `maxPendingTimeouts`: at `max` pending timers, [`Timer::schedule`] and its variants and
     /// [`Timer::try_sleep`] fail with [`Error::is_at_capacity`] instead of growing without
-    /// bound. Must be at least 1.
+    /// bound. Must be at least 1. Unbounded, the hard limit is 2^32 − 1 timers per shard
+    /// (some 160 GB of them); one more panics with a message saying so.
     ///
     /// What counts: every scheduled task (a repeating series once) until it fires or is
     /// cancelled (the slot is freed at once, not when the wheel comes round), and every
@@ -511,6 +512,13 @@ impl Builder {
     /// constructors ([`Timer::sleep`], [`Timer::timeout`], [`Timer::interval`]…) count but
     /// are never refused, so they may take the count above `max`; use [`Timer::try_sleep`]
     /// where a sleep should be refused. The count is exact even when cancels race fires.
+    /// Sleeps the crate keeps on this timer for you count too: one per [`IdleTracker`]
+    /// (its shutdown watch), per [`DelayQueue`] with entries, and up to two per standalone
+    /// [`IdleStream`]; leave room for them.
+    ///
+    /// [`IdleTracker`]: crate::IdleTracker
+    /// [`DelayQueue`]: crate::DelayQueue
+    /// [`IdleStream`]: crate::IdleStream
     ///
     /// # Examples
     ///
