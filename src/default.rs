@@ -82,23 +82,25 @@ fn with_default_slow<R>(task: Option<tokio::task::Id>, f: impl FnOnce(&Timer) ->
         ),
     };
     let id = handle.id();
-    CACHE.with(|cache| {
+    let (out, stale) = CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
-        match &mut *cache {
+        let stale = match &mut *cache {
             Some(cached) if cached.runtime == id && cached.timer.is_running() => {
                 cached.task = task;
+                None
             }
-            _ => {
-                *cache = Some(Cached {
-                    runtime: id,
-                    task,
-                    timer: lookup(&handle, id),
-                });
-            }
-        }
+            slot => slot.replace(Cached {
+                runtime: id,
+                task,
+                timer: lookup(&handle, id),
+            }),
+        };
         let cached = cache.as_ref().expect("filled above");
-        f(&cached.timer)
-    })
+        (f(&cached.timer), stale)
+    });
+    // The replaced timer is dropped with the cache released.
+    drop(stale);
+    out
 }
 
 fn lookup(handle: &Handle, id: Id) -> Timer {
