@@ -77,6 +77,7 @@ fn waker_id(waker: &Waker) -> (usize, usize) {
 // ===== impl Sleep =====
 
 impl Sleep {
+    #[inline]
     pub(crate) fn new(handle: Arc<ShardHandle>, nanos: u64, past: bool) -> Sleep {
         Sleep {
             handle,

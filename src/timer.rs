@@ -171,6 +171,7 @@ impl Timer {
     /// timer.sleep(std::time::Duration::from_millis(10)).await;
     /// # }
     /// ```
+    #[inline]
     pub fn sleep(&self, duration: Duration) -> Sleep {
         let nanos = self
             .inner
@@ -195,6 +196,7 @@ impl Timer {
     /// assert!(Instant::now() >= deadline);
     /// # }
     /// ```
+    #[inline]
     pub fn sleep_until(&self, deadline: Instant) -> Sleep {
         let past = deadline <= Instant::now();
         Sleep::new(
@@ -219,6 +221,7 @@ impl Timer {
     /// assert!(timer.timeout(Duration::from_millis(5), std::future::pending::<()>()).await.is_err());
     /// # }
     /// ```
+    #[inline]
     pub fn timeout<F: IntoFuture>(&self, duration: Duration, future: F) -> Timeout<F::IntoFuture> {
         Timeout::new(future.into_future(), self.sleep(duration))
     }
@@ -236,6 +239,7 @@ impl Timer {
     /// assert!(timer.timeout_at(deadline, std::future::pending::<()>()).await.is_err());
     /// # }
     /// ```
+    #[inline]
     pub fn timeout_at<F: IntoFuture>(
         &self,
         deadline: Instant,
@@ -376,11 +380,13 @@ impl Timer {
     }
 
     /// The calling thread's shard handle.
+    #[inline]
     pub(crate) fn shard_handle(&self) -> Arc<ShardHandle> {
         self.inner.handles[self.shard_index()].clone()
     }
 
     /// The calling thread's shard.
+    #[inline]
     pub(crate) fn shard_index(&self) -> usize {
         thread_slot() & (self.inner.handles.len() - 1)
     }
@@ -424,6 +430,7 @@ impl fmt::Debug for Timer {
 }
 
 /// A small per-thread number, handed out round-robin, that picks the thread's shard.
+#[inline]
 fn thread_slot() -> usize {
     static NEXT: global::AtomicUsize = global::AtomicUsize::new(0);
     thread_local! {
