@@ -103,6 +103,7 @@ fn with_default_slow<R>(task: Option<tokio::task::Id>, f: impl FnOnce(&Timer) ->
     out
 }
 
+#[track_caller]
 fn lookup(handle: &Handle, id: Id) -> Timer {
     let mut registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
     registry.retain(|(_, timer)| timer.is_running());
@@ -110,8 +111,9 @@ fn lookup(handle: &Handle, id: Id) -> Timer {
         return timer.clone();
     }
     let _enter = handle.enter();
-    let timer = Timer::build_default()
-        .expect("the default configuration is valid and a runtime is entered");
+    // The configuration is valid and a runtime is entered: only a runtime without its time
+    // driver is refused, which tokio's own sleeps would panic on too.
+    let timer = Timer::build_default().unwrap_or_else(|e| panic!("wheel-timer: {e}"));
     registry.push((id, timer.clone()));
     timer
 }

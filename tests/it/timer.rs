@@ -41,6 +41,9 @@ fn a_runtime_without_time_is_refused_at_build() {
     let panic = std::panic::catch_unwind(Timer::new).unwrap_err();
     let message = panic.downcast_ref::<String>().unwrap();
     assert!(message.contains("enable_time"), "{message}");
+    let panic = std::panic::catch_unwind(|| drop(sleep_wheel(ms(1)))).unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("enable_time"), "{message}");
 }
 
 #[tokio::test]
