@@ -13,9 +13,14 @@
 //! - Time is the server's (`TIME` inside the scripts): `When::After` delays, lease ends and
 //!   "now" at a claim. A `When::At` is a wall-clock instant the caller chose; its score is
 //!   rounded up to the microsecond, so it is never delivered early.
-//! - A schedule, reschedule or retry that makes a job the first due one `PUBLISH`es its
-//!   score on `{name}:wake`; every `JobQueue` subscribes and wakes its idle consumers. A
-//!   lost message only delays a consumer until its safety wakeup (at most 5 s).
+//! - A schedule, reschedule or retry that makes a job the first due one publishes its
+//!   score on `{name}:wake`; every `JobQueue` subscribes and wakes its idle consumers. On a
+//!   cluster the message is sharded (`SPUBLISH`/`SSUBSCRIBE`, Redis ≥ 7): it stays on the
+//!   node that owns the partition's slot, and each partition's channel is subscribed on
+//!   that node (followed by the client across failovers and resharding), so no partition
+//!   depends on one node's subscription. Every (re)subscription wakes the idle consumers
+//!   too, since messages sent while it was down are lost; a message lost any other way
+//!   only delays a consumer until its safety wakeup (`Builder::safety_wakeup`, 5 s).
 //! - Concurrent schedules and acks are coalesced by a `Batcher` into one script call (up
 //!   to 512 jobs), claims take a batch per call: under load a job costs well under one
 //!   round trip. `schedule_many` too writes at most 512 jobs per script call, so no
@@ -80,10 +85,12 @@ struct Keys {
     seq: String,
     dead: String,
     wake: String,
+    /// `PUBLISH`, or `SPUBLISH` on a cluster that has it: how the scripts send on `wake`.
+    publish: &'static str,
 }
 
 impl Keys {
-    fn new(tag: &str) -> Keys {
+    fn new(tag: &str, publish: &'static str) -> Keys {
         Keys {
             meta: format!("{{{tag}}}:meta"),
             payload: format!("{{{tag}}}:payload"),
@@ -92,6 +99,7 @@ impl Keys {
             seq: format!("{{{tag}}}:seq"),
             dead: format!("{{{tag}}}:dead"),
             wake: format!("{{{tag}}}:wake"),
+            publish,
         }
     }
 }
@@ -352,48 +360,67 @@ impl Redis {
         }
         let bad_url =
             |e: ::redis::RedisError| Error::invalid_config_owned(format!("bad redis url: {e}"));
-        let (conn, pubsub_url) = match target {
+        let (conn, wake) = match target {
             Target::Server(url) => {
                 let client = Client::open(url).map_err(bad_url)?;
                 let manager = ::redis::aio::ConnectionManagerConfig::new()
                     .set_response_timeout(config.redis_timeout)
                     .set_connection_timeout(config.redis_timeout);
-                let conn = ConnectionManager::new_with_config(client, manager)
+                let conn = ConnectionManager::new_with_config(client.clone(), manager)
                     .await
                     .map_err(redis_error)?;
-                (Conn::Single(conn), url.to_owned())
+                (Conn::Single(conn), Wake::Plain(client))
             }
             Target::Cluster(urls) => {
-                let first = urls
-                    .first()
-                    .ok_or_else(|| Error::invalid_config("no cluster node given"))?;
-                let mut builder = ::redis::cluster::ClusterClient::builder(
-                    urls.iter().map(String::as_str).collect::<Vec<_>>(),
-                );
-                if let Some(timeout) = config.redis_timeout {
-                    // A node that stops answering fails the call (`is_unavailable`)
-                    // instead of hanging it.
-                    builder = builder
-                        .response_timeout(timeout)
-                        .connection_timeout(timeout);
+                if urls.is_empty() {
+                    return Err(Error::invalid_config("no cluster node given"));
                 }
-                let client = builder.build().map_err(bad_url)?;
-                (
-                    Conn::Cluster(client.get_async_connection().await.map_err(redis_error)?),
-                    first.clone(),
-                )
+                let builder = || {
+                    let mut builder = ::redis::cluster::ClusterClient::builder(
+                        urls.iter().map(String::as_str).collect::<Vec<_>>(),
+                    );
+                    if let Some(timeout) = config.redis_timeout {
+                        // A node that stops answering fails the call (`is_unavailable`)
+                        // instead of hanging it.
+                        builder = builder
+                            .response_timeout(timeout)
+                            .connection_timeout(timeout);
+                    }
+                    builder
+                };
+                let client = builder().build().map_err(bad_url)?;
+                let mut conn = client.get_async_connection().await.map_err(redis_error)?;
+                // Subscriptions need RESP3 pushes; the client routes each sharded channel
+                // to the node owning its slot and moves it when the slot moves.
+                let sharded = has_spublish(&mut conn).await?;
+                let (push, pushes) = tokio::sync::mpsc::unbounded_channel();
+                let subscriber = builder()
+                    .use_protocol(::redis::ProtocolVersion::RESP3)
+                    .push_sender(push)
+                    .build()
+                    .map_err(bad_url)?;
+                let wake = Wake::Cluster {
+                    client: Box::new(subscriber),
+                    pushes,
+                    sharded,
+                };
+                (Conn::Cluster(conn), wake)
             }
         };
-        let client = Client::open(pubsub_url.as_str()).map_err(bad_url)?;
+        let publish = match wake {
+            Wake::Cluster { sharded: true, .. } => "SPUBLISH",
+            _ => "PUBLISH",
+        };
         let scripts = Arc::new(Scripts::load());
         let n = config.partitions;
         let parts: Vec<Partition> = (0..n)
             .map(|i| {
-                let keys = Arc::new(Keys::new(&if n == 1 {
+                let tag = if n == 1 {
                     name.to_owned()
                 } else {
                     format!("{name}:{i}")
-                }));
+                };
+                let keys = Arc::new(Keys::new(&tag, publish));
                 let schedules = {
                     let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
                     Batcher::new(move |jobs| {
@@ -414,7 +441,17 @@ impl Redis {
             })
             .collect();
         let channels = parts.iter().map(|p| p.keys.wake.clone()).collect();
-        let subscriber = tokio::spawn(subscribe(client, channels, Arc::downgrade(&wakeup)));
+        let wakeup = Arc::downgrade(&wakeup);
+        let subscriber = tokio::spawn(match wake {
+            Wake::Plain(client) => {
+                Box::pin(subscribe(client, channels, wakeup)) as BoxFuture<'static, ()>
+            }
+            Wake::Cluster {
+                client,
+                pushes,
+                sharded,
+            } => Box::pin(subscribe_cluster(client, pushes, sharded, channels, wakeup)),
+        });
         Ok(Redis {
             name: name.to_owned(),
             conn,
@@ -508,7 +545,7 @@ async fn schedule_jobs(
         .key(&keys.payload)
         .key(&keys.due)
         .key(&keys.counts);
-    call.arg(&keys.wake);
+    call.arg(&keys.wake).arg(keys.publish);
     for (id, when, payload) in &jobs {
         let (mode, value, score) = when_args(*when);
         call.arg(id)
@@ -553,6 +590,94 @@ async fn ack_jobs(
     array(reply)?.iter().map(|v| Ok(int(v)? == 1)).collect()
 }
 
+/// Where the wake messages come from.
+enum Wake {
+    /// A single server: one subscription, (re)made by `subscribe`.
+    Plain(Client),
+    /// A cluster: a RESP3 client whose pushes arrive on `pushes`; it subscribes each
+    /// partition's channel on the node owning its slot and resubscribes by itself.
+    Cluster {
+        client: Box<::redis::cluster::ClusterClient>,
+        pushes: tokio::sync::mpsc::UnboundedReceiver<::redis::PushInfo>,
+        sharded: bool,
+    },
+}
+
+/// Whether the cluster knows `SPUBLISH` (Redis ≥ 7). Without it, plain `PUBLISH`, which a
+/// cluster broadcasts to every node, so any node's subscription hears every partition.
+async fn has_spublish(conn: &mut ::redis::cluster_async::ClusterConnection) -> Result<bool, Error> {
+    let info: Value = ::redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("SPUBLISH")
+        .query_async(conn)
+        .await
+        .map_err(redis_error)?;
+    Ok(matches!(info, Value::Array(items) if items.first().is_some_and(|i| *i != Value::Nil)))
+}
+
+/// A wake message's payload (the new first due score) as ns; 0 (wake everyone) if garbled.
+fn wake_due(payload: &Value) -> u64 {
+    match payload {
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| score_ns(s).ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Keeps a cluster's wake subscriptions and wakes this process's idle consumers.
+async fn subscribe_cluster(
+    client: Box<::redis::cluster::ClusterClient>,
+    mut pushes: tokio::sync::mpsc::UnboundedReceiver<::redis::PushInfo>,
+    sharded: bool,
+    channels: Vec<String>,
+    wakeup: std::sync::Weak<Wakeup>,
+) {
+    use ::redis::PushKind;
+    let mut backoff = Duration::from_millis(50);
+    // Held for as long as the task runs: dropping it would end the subscriptions.
+    let _conn = loop {
+        let subscribed = async {
+            let mut conn = client.get_async_connection().await?;
+            for channel in &channels {
+                // One call per channel: the partitions' channels hash to different slots.
+                if sharded {
+                    conn.ssubscribe(channel).await?;
+                } else {
+                    conn.subscribe(channel).await?;
+                }
+            }
+            Ok::<_, ::redis::RedisError>(conn)
+        };
+        match subscribed.await {
+            Ok(conn) => break conn,
+            Err(err) => {
+                tracing::debug!(error = %err, "wheel-jobs: wake subscription failed; retrying");
+                if wakeup.strong_count() == 0 {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    };
+    while let Some(push) = pushes.recv().await {
+        let Some(wakeup) = wakeup.upgrade() else {
+            return;
+        };
+        match push.kind {
+            PushKind::SMessage | PushKind::Message => {
+                wakeup.due_at(push.data.get(1).map_or(0, wake_due));
+            }
+            // A (re)subscription, say after a reconnect, a failover or a slot move:
+            // whatever was published meanwhile is lost, so sleeping consumers look again.
+            PushKind::SSubscribe | PushKind::Subscribe => wakeup.due_at(0),
+            _ => {}
+        }
+    }
+}
+
 /// Listens on the queue's wake channel and wakes this process's idle consumers.
 async fn subscribe(client: Client, channels: Vec<String>, wakeup: std::sync::Weak<Wakeup>) {
     use futures_core::Stream;
@@ -561,6 +686,12 @@ async fn subscribe(client: Client, channels: Vec<String>, wakeup: std::sync::Wea
         if let Ok(mut pubsub) = client.get_async_pubsub().await {
             if pubsub.subscribe(&channels).await.is_ok() {
                 backoff = Duration::from_millis(50);
+                // Whatever was published while unsubscribed is lost: sleeping consumers
+                // look again rather than wait for their safety wakeup.
+                match wakeup.upgrade() {
+                    Some(wakeup) => wakeup.due_at(0),
+                    None => return,
+                }
                 let mut messages = pubsub.on_message();
                 while let Some(msg) =
                     std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)).await
@@ -661,7 +792,12 @@ impl Backend for Redis {
             let (mode, value, score) = when_args(when);
             let mut call = self.scripts.reschedule.prepare_invoke();
             call.key(&k.meta).key(&k.due);
-            call.arg(&id).arg(mode).arg(value).arg(score).arg(&k.wake);
+            call.arg(&id)
+                .arg(mode)
+                .arg(value)
+                .arg(score)
+                .arg(&k.wake)
+                .arg(k.publish);
             let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
             match reply {
                 Value::Nil => Ok(None),
@@ -783,7 +919,8 @@ impl Backend for Redis {
                 .arg(token)
                 .arg(micros(after.min(MAX_AFTER)))
                 .arg(self.max_attempts)
-                .arg(&k.wake);
+                .arg(&k.wake)
+                .arg(k.publish);
             let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
             let mut parts = array(reply)?.into_iter();
             let outcome = int(&parts.next().unwrap_or(Value::Nil))?;

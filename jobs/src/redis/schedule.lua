@@ -4,8 +4,9 @@
 -- KEYS[2] payload hash  id -> payload bytes
 -- KEYS[3] due     zset  id scored by due time in microseconds (run_at, or lease end)
 -- KEYS[4] counts  hash  pending | leased | dead
--- ARGV[1] wake channel (PUBLISHed the new head's score when a job becomes the first due)
--- ARGV[2..] groups of 5: id, mode ("at" | "after"), ns (at: run_at in ns, exact) or
+-- ARGV[1] wake channel (sent the new head's score when a job becomes the first due)
+-- ARGV[2] 'PUBLISH', or 'SPUBLISH' on a cluster (the channel shares the keys' hash tag)
+-- ARGV[3..] groups of 5: id, mode ("at" | "after"), ns (at: run_at in ns, exact) or
 --           us (after: delay in microseconds), score (at: ceil(ns / 1000)), payload
 --
 -- Returns one {created (1|0), run_at_ns} per job, in order.
@@ -16,7 +17,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {}
 local earliest = nil
-for i = 2, #ARGV, 5 do
+for i = 3, #ARGV, 5 do
   local id = ARGV[i]
   local meta = redis.call('HGET', KEYS[1], id)
   if meta then
@@ -41,7 +42,7 @@ end
 if earliest then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if tonumber(head[2]) >= earliest then
-    redis.call('PUBLISH', ARGV[1], string.format('%.0f', earliest))
+    redis.call(ARGV[2], ARGV[1], string.format('%.0f', earliest))
   end
 end
 return out

@@ -426,3 +426,108 @@ async fn drain_and_close(
         w.await.unwrap().unwrap();
     }
 }
+
+/// A safety wakeup far beyond any bound below: a consumer that gets a job in time was woken
+/// by a notification, not by its safety wakeup.
+const NO_SAFETY_WAKEUP: Duration = Duration::from_secs(3600);
+
+/// A notification lost while the wake subscription was down (Redis restarted) must not
+/// strand an idle consumer until its safety wakeup: the resubscription wakes it to look
+/// again (the Redisson failure, redisson#5575).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_consumer_looks_again_after_its_wake_subscription_reconnects() {
+    let mut server = RedisServer::start();
+    let consumer = queue(&server, |b| {
+        b.safety_wakeup(NO_SAFETY_WAKEUP);
+    })
+    .await;
+    let scheduler = queue(&server, |_| {}).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = spawn_reporting_worker(consumer.clone(), 4, tx);
+    // Setup, not a bound: let the worker find nothing and go to sleep, and keep the server
+    // down long enough that the subscriber's reconnect backs off past the schedule below.
+    tokio::time::sleep(ms(200)).await;
+    server.kill();
+    tokio::time::sleep(ms(500)).await;
+    server.restart();
+    // Published before the consumer's process has subscribed again: nobody hears it.
+    let mut tries = 0;
+    while let Err(err) = scheduler.schedule("job", Duration::ZERO, "p").await {
+        assert!(err.is_unavailable() && tries < 1000, "{err}");
+        tries += 1;
+        tokio::time::sleep(ms(10)).await;
+    }
+    let got = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+        .await
+        .expect("the idle consumer waits for its safety wakeup");
+    assert_eq!(got.as_deref(), Some("job"));
+    consumer.close().await.unwrap();
+    scheduler.close().await.unwrap();
+    worker.await.unwrap().unwrap();
+}
+
+/// On a cluster every partition's wake channel is a sharded channel subscribed on the node
+/// that owns its slot, and a job scheduled by another process on any partition, on any node,
+/// wakes an idle consumer: it is delivered long before the consumer's safety wakeup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_job_on_any_cluster_partition_wakes_an_idle_consumer() {
+    let cluster = crate::support::RedisCluster::start();
+    let open = |name: &'static str| {
+        let nodes = cluster.nodes.clone();
+        async move {
+            JobQueue::builder()
+                .partitions(3)
+                .safety_wakeup(NO_SAFETY_WAKEUP)
+                .redis_cluster(&nodes, name)
+                .await
+                .unwrap()
+        }
+    };
+    // One id per partition, found by where a probe queue stores them.
+    let probe = open("probe").await;
+    for i in 0..30 {
+        probe
+            .schedule(&format!("job-{i}"), Duration::from_secs(3600), "p")
+            .await
+            .unwrap();
+    }
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            let keys = cluster.cli(&["HKEYS", &format!("{{probe:{i}}}:meta")]);
+            keys.lines()
+                .next()
+                .expect("a job in every partition")
+                .to_owned()
+        })
+        .collect();
+    probe.close().await.unwrap();
+
+    let consumer = open("orders").await;
+    let scheduler = open("orders").await;
+    // Each channel is subscribed on its slot's owner (both handles subscribe); the bound
+    // only guards against a hang.
+    for i in 0..3 {
+        let channel = format!("{{orders:{i}}}:wake");
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while cluster.shard_subscribers(&channel) < 2 {
+                tokio::time::sleep(ms(10)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{channel} is not subscribed on its node"));
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = spawn_reporting_worker(consumer.clone(), 4, tx);
+    for id in &ids {
+        // Setup, not a bound: let the worker find nothing and go to sleep.
+        tokio::time::sleep(ms(100)).await;
+        scheduler.schedule(id, Duration::ZERO, "p").await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{id}: the idle consumer waits for its safety wakeup"));
+        assert_eq!(got.as_deref(), Some(id.as_str()));
+    }
+    consumer.close().await.unwrap();
+    scheduler.close().await.unwrap();
+    worker.await.unwrap().unwrap();
+}
