@@ -23,16 +23,27 @@
 //!   only delays a consumer until its safety wakeup (`Builder::safety_wakeup`, 5 s).
 //! - Concurrent schedules and acks are coalesced by a `Batcher` into one script call (up
 //!   to 512 jobs), claims take a batch per call: under load a job costs well under one
-//!   round trip. `schedule_many` too writes at most 512 jobs per script call, so no
-//!   script blocks the server for long.
+//!   round trip. `schedule_many` too writes at most 512 jobs per script call, and a claim
+//!   leases at most 512 per partition per call, whatever the prefetch or `run`'s
+//!   concurrency, so no script blocks the server for long.
 //! - Connection failures, timeouts (`redis_timeout`, on single servers and cluster nodes
 //!   alike) and transient server replies (`BUSY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`,
 //!   `MASTERDOWN`) are `Error::is_unavailable`; the connection manager reconnects.
 //! - A claim on a partitioned queue claims each partition on its own: one failing
 //!   partition never costs the leases taken on the others.
+//! - A claim that leased fewer jobs than asked for (and so saw nothing else due) leaves an
+//!   `Idle` note: nothing is due before its `until`, unless something changed since. Every
+//!   change that can make a job due earlier bumps `epoch` after its reply (schedule,
+//!   reschedule and retry from this process; a wake message or resubscription from
+//!   others); the note keeps the epoch read before its claim was sent. The next claim with
+//!   the same epoch, before `until` by the note's server time plus the local monotonic
+//!   time since, answers "nothing, next at `until`" without a round trip: the empty claim
+//!   `run` makes right after each short one costs nothing. It can only delay a claim by
+//!   that estimate, never deliver early: what is due is still decided by the server's
+//!   `TIME`.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -160,6 +171,19 @@ pub(crate) struct Redis {
     max_attempts: u32,
     closed: AtomicBool,
     subscriber: tokio::task::JoinHandle<()>,
+    /// Bumped after every change that may make a job due earlier (see the ground rules).
+    epoch: Arc<AtomicU64>,
+    idle: std::sync::Mutex<Option<Idle>>,
+}
+
+/// What the last short claim learnt: nothing due before `until` (server ns), as of
+/// `epoch`, when the server's clock read `now` and the local one `sent` (or later).
+#[derive(Clone, Copy)]
+struct Idle {
+    epoch: u64,
+    until: u64,
+    now: u64,
+    sent: std::time::Instant,
 }
 
 /// A job to schedule: id, due time, payload.
@@ -441,16 +465,20 @@ impl Redis {
             })
             .collect();
         let channels = parts.iter().map(|p| p.keys.wake.clone()).collect();
-        let wakeup = Arc::downgrade(&wakeup);
+        let epoch = Arc::new(AtomicU64::new(0));
+        let heard = Heard {
+            wakeup: Arc::downgrade(&wakeup),
+            epoch: epoch.clone(),
+        };
         let subscriber = tokio::spawn(match wake {
             Wake::Plain(client) => {
-                Box::pin(subscribe(client, channels, wakeup)) as BoxFuture<'static, ()>
+                Box::pin(subscribe(client, channels, heard)) as BoxFuture<'static, ()>
             }
             Wake::Cluster {
                 client,
                 pushes,
                 sharded,
-            } => Box::pin(subscribe_cluster(client, pushes, sharded, channels, wakeup)),
+            } => Box::pin(subscribe_cluster(client, pushes, sharded, channels, heard)),
         });
         Ok(Redis {
             name: name.to_owned(),
@@ -462,6 +490,8 @@ impl Redis {
             max_attempts: config.max_attempts,
             closed: AtomicBool::new(false),
             subscriber,
+            epoch,
+            idle: std::sync::Mutex::new(None),
         })
     }
 
@@ -470,6 +500,26 @@ impl Redis {
             return Err(Error::closed());
         }
         Ok(self.conn.clone())
+    }
+
+    /// Something may now be due earlier than an `Idle` note says.
+    fn changed(&self) {
+        self.epoch.fetch_add(1, SeqCst);
+    }
+
+    /// The answer of a claim that the last short claim already knows: nothing due yet.
+    fn known_idle(&self) -> Option<ClaimBatch> {
+        let idle = (*self.idle.lock().expect("idle note"))?;
+        if idle.epoch != self.epoch.load(SeqCst) {
+            return None;
+        }
+        let elapsed = u64::try_from(idle.sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let now = idle.now.saturating_add(elapsed);
+        (now < idle.until).then_some(ClaimBatch {
+            jobs: Vec::new(),
+            next_due: Some(idle.until),
+            now,
+        })
     }
 
     fn part(&self, id: &str) -> &Partition {
@@ -626,13 +676,35 @@ fn wake_due(payload: &Value) -> u64 {
     }
 }
 
+/// Where a subscriber reports what it heard: the consumers to wake, the epoch to bump.
+struct Heard {
+    wakeup: std::sync::Weak<Wakeup>,
+    epoch: Arc<AtomicU64>,
+}
+
+impl Heard {
+    /// A job may be due at `due` (0: maybe anything); false once the queue is gone.
+    fn due_at(&self, due: u64) -> bool {
+        let Some(wakeup) = self.wakeup.upgrade() else {
+            return false;
+        };
+        self.epoch.fetch_add(1, SeqCst);
+        wakeup.due_at(due);
+        true
+    }
+
+    fn gone(&self) -> bool {
+        self.wakeup.strong_count() == 0
+    }
+}
+
 /// Keeps a cluster's wake subscriptions and wakes this process's idle consumers.
 async fn subscribe_cluster(
     client: Box<::redis::cluster::ClusterClient>,
     mut pushes: tokio::sync::mpsc::UnboundedReceiver<::redis::PushInfo>,
     sharded: bool,
     channels: Vec<String>,
-    wakeup: std::sync::Weak<Wakeup>,
+    heard: Heard,
 ) {
     use ::redis::PushKind;
     let mut backoff = Duration::from_millis(50);
@@ -654,7 +726,7 @@ async fn subscribe_cluster(
             Ok(conn) => break conn,
             Err(err) => {
                 tracing::debug!(error = %err, "wheel-jobs: wake subscription failed; retrying");
-                if wakeup.strong_count() == 0 {
+                if heard.gone() {
                     return;
                 }
                 tokio::time::sleep(backoff).await;
@@ -663,23 +735,23 @@ async fn subscribe_cluster(
         }
     };
     while let Some(push) = pushes.recv().await {
-        let Some(wakeup) = wakeup.upgrade() else {
-            return;
-        };
-        match push.kind {
+        let alive = match push.kind {
             PushKind::SMessage | PushKind::Message => {
-                wakeup.due_at(push.data.get(1).map_or(0, wake_due));
+                heard.due_at(push.data.get(1).map_or(0, wake_due))
             }
             // A (re)subscription, say after a reconnect, a failover or a slot move:
             // whatever was published meanwhile is lost, so sleeping consumers look again.
-            PushKind::SSubscribe | PushKind::Subscribe => wakeup.due_at(0),
-            _ => {}
+            PushKind::SSubscribe | PushKind::Subscribe => heard.due_at(0),
+            _ => !heard.gone(),
+        };
+        if !alive {
+            return;
         }
     }
 }
 
 /// Listens on the queue's wake channel and wakes this process's idle consumers.
-async fn subscribe(client: Client, channels: Vec<String>, wakeup: std::sync::Weak<Wakeup>) {
+async fn subscribe(client: Client, channels: Vec<String>, heard: Heard) {
     use futures_core::Stream;
     let mut backoff = Duration::from_millis(50);
     loop {
@@ -688,26 +760,24 @@ async fn subscribe(client: Client, channels: Vec<String>, wakeup: std::sync::Wea
                 backoff = Duration::from_millis(50);
                 // Whatever was published while unsubscribed is lost: sleeping consumers
                 // look again rather than wait for their safety wakeup.
-                match wakeup.upgrade() {
-                    Some(wakeup) => wakeup.due_at(0),
-                    None => return,
+                if !heard.due_at(0) {
+                    return;
                 }
                 let mut messages = pubsub.on_message();
                 while let Some(msg) =
                     std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)).await
                 {
-                    let Some(wakeup) = wakeup.upgrade() else {
-                        return;
-                    };
                     let due = msg
                         .get_payload::<String>()
                         .ok()
                         .and_then(|s| score_ns(&s).ok());
-                    wakeup.due_at(due.unwrap_or(0));
+                    if !heard.due_at(due.unwrap_or(0)) {
+                        return;
+                    }
                 }
             }
         }
-        if wakeup.strong_count() == 0 {
+        if heard.gone() {
             return;
         }
         tokio::time::sleep(backoff).await;
@@ -724,7 +794,10 @@ impl Backend for Redis {
     ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
             self.conn()?;
-            self.part(&id).schedules.call((id, when, payload)).await
+            let scheduled = self.part(&id).schedules.call((id, when, payload)).await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            scheduled
         })
     }
 
@@ -760,7 +833,9 @@ impl Backend for Redis {
                     }
                     let answers =
                         schedule_jobs(self.conn()?, part.keys.clone(), self.scripts.clone(), chunk)
-                            .await?;
+                            .await;
+                    self.changed();
+                    let answers = answers?;
                     for (answer, i) in answers.into_iter().zip(positions.by_ref()) {
                         out[i] = answer;
                     }
@@ -798,7 +873,9 @@ impl Backend for Redis {
                 .arg(score)
                 .arg(&k.wake)
                 .arg(k.publish);
-            let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+            let reply = call.invoke_async(&mut conn).await;
+            self.changed();
+            let reply: Value = reply.map_err(redis_error)?;
             match reply {
                 Value::Nil => Ok(None),
                 other => Ok(Some(int(&other)?)),
@@ -853,22 +930,33 @@ impl Backend for Redis {
             // Each partition is claimed on its own: one that fails (its node down) must not
             // cost the leases already taken on the others, so their jobs are handed out and
             // the error is returned only when nothing was claimed.
+            if let Some(idle) = self.known_idle() {
+                return Ok(idle);
+            }
+            let epoch = self.epoch.load(SeqCst);
+            let sent = std::time::Instant::now();
             let n = self.parts.len();
             let first = self.next_claim.fetch_add(1, SeqCst);
             let mut jobs = Vec::new();
             let mut wait: Option<u64> = None;
             let mut now = 0;
             let mut failed: Option<Error> = None;
+            // Whether some partition may hold more due jobs than it gave.
+            let mut more = false;
             for i in 0..n {
                 let part = &self.parts[(first + i) % n];
-                let (claimed, part_now, next) = match self.claim_part(part, max - jobs.len()).await
-                {
+                // At most MAX_BATCH per script: a script blocks the whole server while it
+                // runs, and a reply that outlasts `redis_timeout` would strand the leases
+                // it took. A larger `max` (prefetch, `run`'s concurrency) just claims again.
+                let want = (max - jobs.len()).min(MAX_BATCH);
+                let (claimed, part_now, next) = match self.claim_part(part, want).await {
                     Ok(claim) => claim,
                     Err(err) => {
                         failed.get_or_insert(err);
                         continue;
                     }
                 };
+                more |= claimed.len() >= want;
                 jobs.extend(claimed);
                 now = part_now;
                 // Each partition's next due time against its own server's clock.
@@ -881,6 +969,7 @@ impl Backend for Redis {
                     break;
                 }
             }
+            let complete = failed.is_none();
             if let Some(err) = failed {
                 if jobs.is_empty() {
                     return Err(err);
@@ -889,9 +978,20 @@ impl Backend for Redis {
             }
             // Due order across the partitions claimed together (run_at, then id).
             jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
+            let next_due = wait.map(|w| now.saturating_add(w));
+            let note = match next_due {
+                Some(until) if complete && !more && jobs.len() < max => Some(Idle {
+                    epoch,
+                    until,
+                    now,
+                    sent,
+                }),
+                _ => None,
+            };
+            *self.idle.lock().expect("idle note") = note;
             Ok(ClaimBatch {
                 jobs,
-                next_due: wait.map(|w| now.saturating_add(w)),
+                next_due,
                 now,
             })
         })
@@ -921,7 +1021,9 @@ impl Backend for Redis {
                 .arg(self.max_attempts)
                 .arg(&k.wake)
                 .arg(k.publish);
-            let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+            let reply = call.invoke_async(&mut conn).await;
+            self.changed();
+            let reply: Value = reply.map_err(redis_error)?;
             let mut parts = array(reply)?.into_iter();
             let outcome = int(&parts.next().unwrap_or(Value::Nil))?;
             let run_at = text(parts.next().unwrap_or(Value::Nil))?;

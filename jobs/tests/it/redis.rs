@@ -410,6 +410,36 @@ async fn schedule_many_is_split_into_bounded_script_calls() {
     q.close().await.unwrap();
 }
 
+/// A claim leases at most 512 jobs per script call whatever the prefetch: a claim of
+/// thousands would block the server, and a reply that outlasts the timeout would strand
+/// every lease it took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_leases_a_bounded_batch_per_script_call() {
+    const N: usize = 1_300;
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.prefetch(5_000);
+    })
+    .await;
+    let jobs = (0..N).map(|i| (format!("job-{i}"), Duration::ZERO, "p"));
+    q.schedule_many(jobs).await.unwrap();
+    let mut consumer = q.consume();
+    let first = next(&mut consumer).await;
+    assert_eq!(
+        q.running().await.unwrap(),
+        512,
+        "one claim, one script call, 512 leases"
+    );
+    assert!(first.ack().await.unwrap());
+    let mut delivered = 1;
+    while delivered < N {
+        assert!(next(&mut consumer).await.ack().await.unwrap());
+        delivered += 1;
+    }
+    assert_eq!(q.pending().await.unwrap() + q.running().await.unwrap(), 0);
+    q.close().await.unwrap();
+}
+
 /// Waits until the queue `a` shares with `b` holds nothing pending or running, closes both
 /// handles and checks that every worker ended cleanly.
 async fn drain_and_close(
