@@ -176,8 +176,9 @@ async fn open_only(path: &str) {
     queue.close().await.unwrap();
 }
 
-/// Redis only: what the server has served so far: script calls, client reads.
-async fn script_calls() -> Option<[u64; 2]> {
+/// Redis only: what the server has served so far: script calls, client reads, and the
+/// microseconds it spent running commands (all of them: its busy time).
+async fn script_calls() -> Option<[u64; 3]> {
     #[cfg(feature = "redis")]
     if let Some(url) = REDIS.get().cloned().flatten() {
         let client = redis::Client::open(url).ok()?;
@@ -193,23 +194,33 @@ async fn script_calls() -> Option<[u64; 2]> {
                 .and_then(|rest| rest.trim().split(',').next()?.parse().ok())
                 .unwrap_or(0)
         };
+        // Commands run inside scripts are counted in their script's time too: sum the
+        // top-level ones only (scripts, and what this client sends besides).
+        let usec = |name: &str| -> u64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:")))
+                .and_then(|rest| rest.split("usec=").nth(1)?.split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        };
         return Some([
             field("cmdstat_evalsha:calls=") + field("cmdstat_eval:calls="),
             field("total_reads_processed:"),
+            usec("evalsha") + usec("eval"),
         ]);
     }
     None
 }
 
 /// " (per job: 0.12 script calls, …)" on Redis, nothing on the embedded store.
-async fn round_trips(before: Option<[u64; 2]>, jobs: usize) -> String {
+async fn round_trips(before: Option<[u64; 3]>, jobs: usize) -> String {
     match (before, script_calls().await) {
         (Some(b), Some(a)) => {
             let per = |i: usize| (a[i] - b[i]) as f64 / jobs as f64;
             format!(
-                " (per job: {:.3} script calls = client requests, {:.3} server reads)",
+                " (per job: {:.3} script calls = client requests, {:.3} server reads, {:.2} µs in scripts)",
                 per(0),
-                per(1)
+                per(1),
+                per(2)
             )
         }
         _ => String::new(),
