@@ -176,8 +176,27 @@ async fn open_only(path: &str) {
     queue.close().await.unwrap();
 }
 
+/// Redis only: the server's memory in use (`INFO memory` used_memory), in bytes.
+async fn used_memory() -> Option<u64> {
+    #[cfg(feature = "redis")]
+    if let Some(url) = REDIS.get().cloned().flatten() {
+        let client = redis::Client::open(url).ok()?;
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        return info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok());
+    }
+    None
+}
+
 /// Redis only: what the server has served so far: script calls, client reads, and the
-/// microseconds it spent running commands (all of them: its busy time).
+/// microseconds it spent in scripts.
 async fn script_calls() -> Option<[u64; 3]> {
     #[cfg(feature = "redis")]
     if let Some(url) = REDIS.get().cloned().flatten() {
@@ -242,6 +261,7 @@ async fn measure(dir: &std::path::Path, quick_repair: bool) {
         many / one
     );
     let queue = fresh(dir, "bulk.redb", quick_repair).await;
+    let memory = used_memory().await;
     let calls = script_calls().await;
     let start = Instant::now();
     load(&queue, 100_000, |_| {
@@ -253,6 +273,12 @@ async fn measure(dir: &std::path::Path, quick_repair: bool) {
         100_000.0 / start.elapsed().as_secs_f64(),
         round_trips(calls, 100_000).await
     );
+    if let (Some(before), Some(after)) = (memory, used_memory().await) {
+        println!(
+            "redis memory per pending job (16-byte payload, 12-byte id): {:.0} bytes",
+            after.saturating_sub(before) as f64 / 100_000.0
+        );
+    }
     queue.close().await.unwrap();
 
     let queue = fresh(dir, "due.redb", quick_repair).await;
