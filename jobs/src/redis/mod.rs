@@ -50,6 +50,11 @@ use std::time::Duration;
 use ::redis::aio::ConnectionManager;
 use ::redis::{Client, Script, Value};
 
+mod batcher;
+mod wake;
+
+use self::batcher::{Batcher, MAX_BATCH};
+use self::wake::{has_spublish, subscribe, subscribe_cluster, Heard, Wake};
 use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed};
 use crate::model::Retry;
 use crate::queue::{nanos, Config};
@@ -188,66 +193,6 @@ struct Idle {
 
 /// A job to schedule: id, due time, payload.
 type NewJob = (String, When, Vec<u8>);
-
-type Reply<T> = tokio::sync::oneshot::Sender<Result<T, Error>>;
-
-/// Coalesces concurrent calls into one script invocation: a task takes every request
-/// waiting (up to `MAX_BATCH`), runs them as one call and answers each. One round trip
-/// then serves many jobs under load, and a lone call pays one task hop.
-struct Batcher<Req, Resp> {
-    requests: tokio::sync::mpsc::UnboundedSender<(Req, Reply<Resp>)>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-const MAX_BATCH: usize = 512;
-
-impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
-    fn new<F, Fut>(run: F) -> Self
-    where
-        F: Fn(Vec<Req>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<Vec<Resp>, Error>> + Send,
-    {
-        let (requests, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Req, Reply<Resp>)>();
-        let task = tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < MAX_BATCH {
-                    match rx.try_recv() {
-                        Ok(next) => batch.push(next),
-                        Err(_) => break,
-                    }
-                }
-                let (reqs, replies): (Vec<Req>, Vec<Reply<Resp>>) = batch.into_iter().unzip();
-                let answers = match run(reqs).await {
-                    Ok(answers) if answers.len() == replies.len() => answers,
-                    Ok(_) => {
-                        let err = Error::storage("short batch reply from redis");
-                        replies
-                            .into_iter()
-                            .for_each(|r| drop(r.send(Err(err.clone()))));
-                        continue;
-                    }
-                    Err(err) => {
-                        replies
-                            .into_iter()
-                            .for_each(|r| drop(r.send(Err(err.clone()))));
-                        continue;
-                    }
-                };
-                for (reply, answer) in replies.into_iter().zip(answers) {
-                    let _ = reply.send(Ok(answer));
-                }
-            }
-        });
-        Batcher { requests, task }
-    }
-
-    async fn call(&self, req: Req) -> Result<Resp, Error> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.requests.send((req, tx)).map_err(|_| Error::closed())?;
-        rx.await.map_err(|_| Error::closed())?
-    }
-}
 
 impl fmt::Debug for Redis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -638,151 +583,6 @@ async fn ack_jobs(
     }
     let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
     array(reply)?.iter().map(|v| Ok(int(v)? == 1)).collect()
-}
-
-/// Where the wake messages come from.
-enum Wake {
-    /// A single server: one subscription, (re)made by `subscribe`.
-    Plain(Client),
-    /// A cluster: a RESP3 client whose pushes arrive on `pushes`; it subscribes each
-    /// partition's channel on the node owning its slot and resubscribes by itself.
-    Cluster {
-        client: Box<::redis::cluster::ClusterClient>,
-        pushes: tokio::sync::mpsc::UnboundedReceiver<::redis::PushInfo>,
-        sharded: bool,
-    },
-}
-
-/// Whether the cluster knows `SPUBLISH` (Redis ≥ 7). Without it, plain `PUBLISH`, which a
-/// cluster broadcasts to every node, so any node's subscription hears every partition.
-async fn has_spublish(conn: &mut ::redis::cluster_async::ClusterConnection) -> Result<bool, Error> {
-    let info: Value = ::redis::cmd("COMMAND")
-        .arg("INFO")
-        .arg("SPUBLISH")
-        .query_async(conn)
-        .await
-        .map_err(redis_error)?;
-    Ok(matches!(info, Value::Array(items) if items.first().is_some_and(|i| *i != Value::Nil)))
-}
-
-/// A wake message's payload (the new first due score) as ns; 0 (wake everyone) if garbled.
-fn wake_due(payload: &Value) -> u64 {
-    match payload {
-        Value::BulkString(b) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| score_ns(s).ok())
-            .unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// Where a subscriber reports what it heard: the consumers to wake, the epoch to bump.
-struct Heard {
-    wakeup: std::sync::Weak<Wakeup>,
-    epoch: Arc<AtomicU64>,
-}
-
-impl Heard {
-    /// A job may be due at `due` (0: maybe anything); false once the queue is gone.
-    fn due_at(&self, due: u64) -> bool {
-        let Some(wakeup) = self.wakeup.upgrade() else {
-            return false;
-        };
-        self.epoch.fetch_add(1, SeqCst);
-        wakeup.due_at(due);
-        true
-    }
-
-    fn gone(&self) -> bool {
-        self.wakeup.strong_count() == 0
-    }
-}
-
-/// Keeps a cluster's wake subscriptions and wakes this process's idle consumers.
-async fn subscribe_cluster(
-    client: Box<::redis::cluster::ClusterClient>,
-    mut pushes: tokio::sync::mpsc::UnboundedReceiver<::redis::PushInfo>,
-    sharded: bool,
-    channels: Vec<String>,
-    heard: Heard,
-) {
-    use ::redis::PushKind;
-    let mut backoff = Duration::from_millis(50);
-    // Held for as long as the task runs: dropping it would end the subscriptions.
-    let _conn = loop {
-        let subscribed = async {
-            let mut conn = client.get_async_connection().await?;
-            for channel in &channels {
-                // One call per channel: the partitions' channels hash to different slots.
-                if sharded {
-                    conn.ssubscribe(channel).await?;
-                } else {
-                    conn.subscribe(channel).await?;
-                }
-            }
-            Ok::<_, ::redis::RedisError>(conn)
-        };
-        match subscribed.await {
-            Ok(conn) => break conn,
-            Err(err) => {
-                tracing::debug!(error = %err, "wheel-jobs: wake subscription failed; retrying");
-                if heard.gone() {
-                    return;
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
-    };
-    while let Some(push) = pushes.recv().await {
-        let alive = match push.kind {
-            PushKind::SMessage | PushKind::Message => {
-                heard.due_at(push.data.get(1).map_or(0, wake_due))
-            }
-            // A (re)subscription, say after a reconnect, a failover or a slot move:
-            // whatever was published meanwhile is lost, so sleeping consumers look again.
-            PushKind::SSubscribe | PushKind::Subscribe => heard.due_at(0),
-            _ => !heard.gone(),
-        };
-        if !alive {
-            return;
-        }
-    }
-}
-
-/// Listens on the queue's wake channel and wakes this process's idle consumers.
-async fn subscribe(client: Client, channels: Vec<String>, heard: Heard) {
-    use futures_core::Stream;
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        if let Ok(mut pubsub) = client.get_async_pubsub().await {
-            if pubsub.subscribe(&channels).await.is_ok() {
-                backoff = Duration::from_millis(50);
-                // Whatever was published while unsubscribed is lost: sleeping consumers
-                // look again rather than wait for their safety wakeup.
-                if !heard.due_at(0) {
-                    return;
-                }
-                let mut messages = pubsub.on_message();
-                while let Some(msg) =
-                    std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)).await
-                {
-                    let due = msg
-                        .get_payload::<String>()
-                        .ok()
-                        .and_then(|s| score_ns(&s).ok());
-                    if !heard.due_at(due.unwrap_or(0)) {
-                        return;
-                    }
-                }
-            }
-        }
-        if heard.gone() {
-            return;
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
 }
 
 impl Backend for Redis {
