@@ -334,7 +334,7 @@ impl Builder {
     ///
     /// [`Error::is_locked`] if another process or handle has the store open,
     /// [`Error::is_storage`] if the file cannot be read or is not a job store,
-    /// [`Error::is_invalid_config`] for a zero lease, attempts or prefetch.
+    /// [`Error::is_invalid_config`] for a zero lease, attempts, prefetch or safety wakeup.
     pub async fn open(&self, path: impl AsRef<Path>) -> Result<JobQueue, Error> {
         let config = self.checked()?;
         let backend = Embedded::open(path.as_ref().to_path_buf(), &config).await?;
