@@ -561,3 +561,35 @@ async fn an_earlier_job_on_any_cluster_partition_wakes_an_idle_consumer() {
     scheduler.close().await.unwrap();
     worker.await.unwrap().unwrap();
 }
+
+/// A consumer that found nothing due before a job an hour away skips its claims until then
+/// (the backend's idle note), unless something changed: a job scheduled since, by another
+/// process or this one, voids the note and is delivered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_job_voids_a_consumers_note_that_nothing_is_due() {
+    let server = RedisServer::start();
+    let consumer = queue(&server, |b| {
+        b.safety_wakeup(NO_SAFETY_WAKEUP);
+    })
+    .await;
+    let elsewhere = queue(&server, |_| {}).await;
+    consumer
+        .schedule("later", Duration::from_secs(3600), "p")
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = spawn_reporting_worker(consumer.clone(), 4, tx);
+    for (who, id) in [(&elsewhere, "from-elsewhere"), (&consumer, "from-here")] {
+        // Setup, not a bound: let the worker claim nothing and note "nothing before an hour".
+        tokio::time::sleep(ms(200)).await;
+        who.schedule(id, Duration::ZERO, "p").await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{id}: the consumer trusted its stale note"));
+        assert_eq!(got.as_deref(), Some(id));
+    }
+    assert_eq!(consumer.pending().await.unwrap(), 1, "only `later` is left");
+    consumer.close().await.unwrap();
+    elsewhere.close().await.unwrap();
+    worker.await.unwrap().unwrap();
+}
