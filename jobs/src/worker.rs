@@ -10,6 +10,8 @@
 //! - One claim is in flight at a time and is never dropped half-way: a claim's reply is the
 //!   only record of the leases it took, so losing it would strand jobs until their lease
 //!   ends.
+//! - While a handler runs, its lease is renewed every third of a lease (`keep_leased`), the
+//!   handler polled meanwhile; so only a process that stopped renewing loses its jobs.
 //! - Ok acks; Err and panics (caught around every poll of the handler's future) retry with
 //!   the builder's backoff. Dropping the `run` future aborts the handlers; their jobs stay
 //!   leased and are redelivered when the lease ends.
@@ -118,7 +120,10 @@ async fn handle<F, Fut, E>(
     let (id, token, attempt) = (job.id.clone(), job.token, job.attempt);
     let delivery = Delivery::new(inner.clone(), job);
     let outcome = match catch_unwind(AssertUnwindSafe(|| handler(delivery))) {
-        Ok(future) => IN_HANDLER.scope((), CatchUnwind(Box::pin(future))).await,
+        Ok(future) => {
+            let run = IN_HANDLER.scope((), CatchUnwind(Box::pin(future)));
+            keep_leased(&inner, &id, token, run).await
+        }
         Err(panic) => Err(panic),
     };
     // The handler is done: its slot can take the next job while this one's ack commits.
@@ -147,6 +152,46 @@ async fn handle<F, Fut, E>(
     }
 }
 
+/// Polls a handler's `run` to its end, renewing its job's lease every third of a lease
+/// meanwhile (as BullMQ renews its locks), so a handler slower than one lease is not run a
+/// second time while it still works. A renewal that finds the lease gone (`false`: the
+/// job was delivered again or removed) stops the renewals and is logged; the handler goes
+/// on, and its ack will change nothing. A failed renewal is logged and tried again at the
+/// next third.
+async fn keep_leased<T>(inner: &Inner, id: &str, token: u64, run: impl Future<Output = T>) -> T {
+    let timer = inner
+        .config
+        .timer
+        .clone()
+        .unwrap_or_else(wheel_timer::default_timer);
+    let lease = inner.config.lease;
+    tokio::pin!(run);
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut run => return out,
+            () = timer.sleep(lease / 3) => {}
+        }
+        // The handler keeps running while the renewal commits.
+        let renew = inner.backend.extend(id.to_owned(), token, lease);
+        let renewed = tokio::select! {
+            biased;
+            out = &mut run => return out,
+            renewed = renew => renewed,
+        };
+        match renewed {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(job = %id, "wheel-jobs: the lease was lost while the handler ran; the job may run again elsewhere");
+                return run.await;
+            }
+            Err(err) => {
+                tracing::warn!(job = %id, error = %err, "wheel-jobs: renewing the lease failed; trying again");
+            }
+        }
+    }
+}
+
 impl JobQueue {
     /// Runs `handler` on due jobs, at most `concurrency` at a time, until the queue is closed.
     ///
@@ -157,7 +202,10 @@ impl JobQueue {
     /// harmlessly.
     ///
     /// Handlers run at least once per job (see [`Delivery`]): make them idempotent, keyed by
-    /// the job id.
+    /// the job id. While a handler runs, its lease is renewed every third of the
+    /// [`lease`](crate::Builder::lease), so a slow handler keeps its job; a job is delivered
+    /// again only once its process stops renewing (it died, hangs outside the runtime, or
+    /// cannot reach the store for two thirds of a lease).
     ///
     /// # Cancellation
     ///

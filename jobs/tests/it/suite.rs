@@ -6,6 +6,7 @@
 //! anything took, only about order, counts and "never before `run_at`".
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -47,6 +48,7 @@ macro_rules! run_behaviour_suite {
             pending_and_running_count_states,
             run_acks_and_retries_failures_and_panics,
             run_kills_after_max_attempts,
+            run_renews_the_lease_of_a_slow_handler,
             many_jobs_each_delivered_once,
             close_ends_consumers_and_calls,
             close_lets_running_handlers_finish_and_ack,
@@ -682,6 +684,52 @@ pub async fn run_kills_after_max_attempts(h: impl Harness) {
         }
         tokio::time::sleep(ms(5)).await;
     }
+    queue.close().await.unwrap();
+    running.await.unwrap().unwrap();
+}
+
+/// A handler running for three and a half leases keeps its job: `run` renews the lease, so
+/// the free slot beside it never gets the job a second time. (Without the renewals it did,
+/// at every lease's end.) Generous on purpose: a renewal may be up to two thirds of a lease
+/// late before the lease lapses.
+pub async fn run_renews_the_lease_of_a_slow_handler(h: impl Harness) {
+    let lease = Duration::from_secs(1);
+    let queue = open(&h, |b| {
+        b.lease(lease);
+    })
+    .await;
+    queue.schedule("slow", Duration::ZERO, "p").await.unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+    let worker = queue.clone();
+    let counted = runs.clone();
+    let running = tokio::spawn(async move {
+        worker
+            .run(2, move |job| {
+                let (counted, done_tx) = (counted.clone(), done_tx.clone());
+                async move {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(lease * 7 / 2).await;
+                    done_tx.send(job.attempt()).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+    });
+    assert_eq!(done.recv().await, Some(1));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "delivered again while it ran"
+    );
+    while queue.get("slow").await.unwrap().is_some() {
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "delivered again before its ack"
+    );
     queue.close().await.unwrap();
     running.await.unwrap().unwrap();
 }
