@@ -7,7 +7,7 @@
 //! [`Elapsed`](crate::Elapsed) (where tower's downcasts to
 //! `tower::timeout::error::Elapsed`), the inner service's errors pass through boxed, and
 //! `poll_ready` is the inner service's. A request still waiting when its timer is shut
-//! down fails with a boxed [`Error`](crate::Error) whose
+//! down fails with a boxed [`Error`] whose
 //! [`is_shutdown`](crate::Error::is_shutdown) is true (a bare wheel `Timeout` panics there
 //! instead, having no error to return).
 //!
