@@ -21,6 +21,15 @@ use crate::{model, Consumer, Error};
 /// The longest job id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
 
+/// The shortest lease: [`Builder::lease`] raises a shorter (non-zero) one to this.
+///
+/// A lease starts when the store reads the claim that takes it, and the claim is committed
+/// (fsync'd, maybe behind a batch of other writes) before its jobs are handed out. A
+/// consumer never hands out a job whose lease may have ended, so a lease shorter than a
+/// commit would be spent waiting for that commit: the job dropped, its attempt gone. One
+/// second is far above a commit's time even on a slow disk.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+
 /// When a job is due: a delay from now, or a wall-clock time.
 ///
 /// Both are stored as wall-clock time, so a job keeps its due time across restarts. A time
@@ -211,8 +220,9 @@ impl Builder {
         }
     }
 
-    /// How long a delivery is owned by its consumer before the job is delivered again.
-    /// Must be at least 1 ms.
+    /// How long a delivery is owned by its consumer before the job is delivered again
+    /// (default 30 s). A lease below [`MIN_LEASE`] (1 s) is raised to it; zero is refused
+    /// by `open` with [`Error::is_invalid_config`].
     pub fn lease(&mut self, lease: Duration) -> &mut Self {
         self.config.lease = lease;
         self
@@ -290,10 +300,10 @@ impl Builder {
         self.config.clone()
     }
 
-    fn checked(&self) -> Result<Config, Error> {
+    pub(crate) fn checked(&self) -> Result<Config, Error> {
         let c = &self.config;
-        if c.lease < Duration::from_millis(1) {
-            return Err(Error::invalid_config("the lease must be at least 1 ms"));
+        if c.lease.is_zero() {
+            return Err(Error::invalid_config("the lease must not be zero"));
         }
         if c.max_attempts == 0 {
             return Err(Error::invalid_config("max_attempts must be at least 1"));
@@ -304,7 +314,9 @@ impl Builder {
         if c.partitions == 0 {
             return Err(Error::invalid_config("partitions must be at least 1"));
         }
-        Ok(c.clone())
+        let mut c = c.clone();
+        c.lease = c.lease.max(MIN_LEASE);
+        Ok(c)
     }
 
     /// Opens the embedded store at `path`, creating it if missing.
