@@ -272,8 +272,13 @@ impl Store {
                 dead: get("dead")?,
             };
             let epoch = get("epoch")?;
+            let owner = match get("owner")? {
+                0 => model::mix(now() ^ u64::from(std::process::id()).rotate_left(32)) | 1,
+                owner => owner,
+            };
+            meta.insert("owner", owner).map_err(storage)?;
             if let Some(wal) = wal.as_mut() {
-                wal.replay(epoch, WAL_LIMIT, |changes| {
+                wal.replay(owner, epoch, WAL_LIMIT, |changes| {
                     for &(id, value) in changes {
                         let before = t.load(id)?.map(|(job, _)| job);
                         match value {

@@ -21,8 +21,10 @@
 //!   another epoch or out of sequence: old records left beyond the tail can never be read
 //!   as new ones. Opening always checkpoints (bumps the epoch) before the first append.
 //! - Layout of a record, little-endian: `len: u32` (of the body), `seq: u64` (0, 1, ... in
-//!   an epoch), `epoch: u64`, `check: u64` (over everything else), then the body: entries
-//!   of `id_len: u16, id, tag: u8` (0: deleted; 1: followed by `len: u32` and the record).
+//!   an epoch), `epoch: u64`, `owner: u64` (a random number the store drew when it was
+//!   created: a log left beside a deleted and recreated store is never replayed into it),
+//!   `check: u64` (over everything else), then the body: entries of `id_len: u16, id,
+//!   tag: u8` (0: deleted; 1: followed by `len: u32` and the record).
 //! - Any error writing or syncing the log stops the store (`mod.rs`): after a failed
 //!   fsync the file's state is unknown, so nothing more is answered from it.
 
@@ -34,7 +36,7 @@ use std::path::Path;
 use crate::model::mix;
 use crate::Error;
 
-const HEAD: usize = 4 + 8 + 8 + 8;
+const HEAD: usize = 4 + 8 + 8 + 8 + 8;
 
 /// The file grows by zeroed chunks of this size, so that an append rarely changes its size
 /// (an `fdatasync` that must also journal a new size or block costs several times more).
@@ -49,6 +51,8 @@ pub(crate) struct Wal {
     size: u64,
     /// The next record's sequence number in this epoch.
     seq: u64,
+    /// The store's random number, in every record.
+    owner: u64,
     /// A record being built (reused).
     buf: Vec<u8>,
 }
@@ -125,18 +129,22 @@ impl Wal {
             len: 0,
             size,
             seq: 0,
+            owner: 0,
             buf: Vec::new(),
         })
     }
 
-    /// Calls `apply` with the changes of every intact record of `epoch`, in order, from the
-    /// start of the file. Reads at most `limit` bytes of records.
+    /// Calls `apply` with the changes of every intact record of `owner` and `epoch`, in
+    /// order, from the start of the file, and writes as `owner` from then on. Reads at most
+    /// `limit` bytes of records.
     pub(crate) fn replay(
         &mut self,
+        owner: u64,
         epoch: u64,
         limit: u64,
         mut apply: impl FnMut(&[Change<'_>]) -> Result<(), Error>,
     ) -> Result<u64, Error> {
+        self.owner = owner;
         let unreadable =
             |err: io::Error| Error::storage(format!("cannot read the write-ahead log: {err}"));
         let size = self.file.metadata().map_err(unreadable)?.len().min(limit);
@@ -149,8 +157,14 @@ impl Wal {
             let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as usize;
             let seq = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes"));
             let rec_epoch = u64::from_le_bytes(head[12..20].try_into().expect("8 bytes"));
-            let check = u64::from_le_bytes(head[20..28].try_into().expect("8 bytes"));
-            if len == 0 || len > bytes.len() - at - HEAD || seq != records || rec_epoch != epoch {
+            let rec_owner = u64::from_le_bytes(head[20..28].try_into().expect("8 bytes"));
+            let check = u64::from_le_bytes(head[28..36].try_into().expect("8 bytes"));
+            if len == 0
+                || len > bytes.len() - at - HEAD
+                || seq != records
+                || rec_epoch != epoch
+                || rec_owner != owner
+            {
                 break;
             }
             let record = &bytes[at..at + HEAD + len];
@@ -180,10 +194,11 @@ impl Wal {
         self.buf.extend_from_slice(&len.to_le_bytes());
         self.buf.extend_from_slice(&self.seq.to_le_bytes());
         self.buf.extend_from_slice(&epoch.to_le_bytes());
+        self.buf.extend_from_slice(&self.owner.to_le_bytes());
         self.buf.extend_from_slice(&[0; 8]);
         self.buf.extend_from_slice(body);
         let check = checksum_of(&self.buf);
-        self.buf[20..28].copy_from_slice(&check.to_le_bytes());
+        self.buf[28..36].copy_from_slice(&check.to_le_bytes());
         let end = self.len + self.buf.len() as u64;
         if end > self.size {
             let size = end.div_ceil(GROW) * GROW;
@@ -210,13 +225,15 @@ impl Wal {
 /// The checksum of a whole record, its `check` field read as zero.
 fn checksum_of(record: &[u8]) -> u64 {
     let mut head = [0u8; HEAD];
-    head[..20].copy_from_slice(&record[..20]);
+    head[..28].copy_from_slice(&record[..28]);
     mix(checksum(&head) ^ checksum(&record[HEAD..]))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const OWNER: u64 = 0x0123_4567_89ab_cdef;
 
     fn body(changes: &[Change<'_>]) -> Vec<u8> {
         let mut body = Vec::new();
@@ -228,7 +245,7 @@ mod tests {
 
     fn replayed(wal: &mut Wal, epoch: u64) -> Vec<Vec<(String, Option<Vec<u8>>)>> {
         let mut out = Vec::new();
-        wal.replay(epoch, u64::MAX, |changes| {
+        wal.replay(OWNER, epoch, u64::MAX, |changes| {
             out.push(
                 changes
                     .iter()
@@ -246,6 +263,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("wal");
         let mut wal = Wal::open(&path).unwrap();
+        replayed(&mut wal, 7); // sets the owner
         let first = [("a", Some(&b"one"[..])), ("b", None)];
         let second = [("a", None)];
         wal.append(7, &body(&first), true).unwrap();
@@ -262,6 +280,11 @@ mod tests {
             replayed(&mut Wal::open(&path).unwrap(), 8).is_empty(),
             "another epoch"
         );
+        let records = Wal::open(&path)
+            .unwrap()
+            .replay(OWNER ^ 1, 7, u64::MAX, |_| Ok(()))
+            .unwrap();
+        assert_eq!(records, 0, "another store's log");
 
         // Tear the third record: the first two still replay.
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
@@ -272,6 +295,7 @@ mod tests {
         // A new epoch overwrites from the start; the old records behind it are never read,
         // even where a new record ends exactly where an old one began.
         let mut wal = Wal::open(&path).unwrap();
+        replayed(&mut wal, 8);
         wal.restart();
         wal.append(8, &body(&first), true).unwrap();
         let got = replayed(&mut Wal::open(&path).unwrap(), 8);
