@@ -261,11 +261,12 @@ impl Builder {
         self
     }
 
-    /// Whether every durable commit also saves the store's allocator state, so that the
-    /// first open after a crash or `kill -9` is near-instant whatever the store's size
-    /// (default `true`). Turned off, durable commits are several times cheaper (see the
-    /// README's figures) but that open walks the whole file to rebuild the state. Either
-    /// way nothing acknowledged is lost.
+    /// Whether every checkpoint of the embedded store (a durable redb commit, about once a
+    /// second while jobs change; the changes in between are made durable by the store's
+    /// write-ahead log) also saves the allocator state, so that the first open after a
+    /// crash or `kill -9` is near-instant whatever the store's size (default `true`).
+    /// Turned off, checkpoints are cheaper but that open walks the whole file to rebuild
+    /// the state. Either way nothing acknowledged is lost.
     pub fn quick_repair(&mut self, enabled: bool) -> &mut Self {
         self.config.quick_repair = enabled;
         self
