@@ -11,7 +11,8 @@
 //!   changed something is committed without fsync and its changes appended to the log,
 //!   `fdatasync`'d if any of them must be durable before it is answered
 //!   ([`Op::needs_fsync`]: all but extends and reads, so claims too). Every
-//!   `CHECKPOINT_EVERY`, or when the log would pass `WAL_LIMIT`, the batch is instead a
+//!   `CHECKPOINT_EVERY`, when the log would pass `WAL_LIMIT`, or for a batch whose record
+//!   would pass `LOG_AT_MOST` (a bulk load), the batch is instead a
 //!   checkpoint: committed with `Durability::Immediate` and quick repair unless the builder
 //!   turned it off (the allocator state is saved, so reopening after `kill -9` is
 //!   near-instant), bumping the epoch. Without a log (the model test) every such batch is
@@ -50,6 +51,11 @@ const WAL_LIMIT: u64 = 8 << 20;
 
 /// The longest between checkpoints while changes come in.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+/// A batch whose log record would be longer than this is a checkpoint instead (a bulk
+/// `schedule_many`): it rewrites so many pages that the record saves nothing, and the pages
+/// its commit frees could not be reused before the next checkpoint (the file would grow).
+const LOG_AT_MOST: usize = 256 << 10;
 
 /// One request to the store.
 #[derive(Debug)]
@@ -130,6 +136,8 @@ pub(crate) struct Store {
     /// Bumped by every checkpoint; log records of other epochs are stale.
     epoch: u64,
     last_checkpoint: Instant,
+    /// `CHECKPOINT_EVERY`, but the model test checkpoints at will.
+    checkpoint_every: Duration,
     broken: bool,
     counts: Counts,
     lease: Duration,
@@ -311,6 +319,7 @@ impl Store {
             wal,
             epoch,
             last_checkpoint: Instant::now(),
+            checkpoint_every: CHECKPOINT_EVERY,
             broken: false,
             counts,
             lease: config.lease,
@@ -392,8 +401,9 @@ impl Store {
         let checkpoint = match &self.wal {
             None => durable,
             Some(wal) => {
-                wal.len() + log.len() as u64 + 64 > WAL_LIMIT
-                    || self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY
+                log.len() > LOG_AT_MOST
+                    || wal.len() + log.len() as u64 + 64 > WAL_LIMIT
+                    || self.last_checkpoint.elapsed() >= self.checkpoint_every
             }
         };
         if checkpoint {

@@ -48,6 +48,8 @@ enum Step {
     RemoveDead(u8),
     PurgeDead(usize),
     Crash,
+    /// The next step's change is a checkpoint rather than a log record.
+    Checkpoint,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -66,6 +68,7 @@ fn step() -> impl Strategy<Value = Step> {
         id.clone().prop_map(Step::RemoveDead),
         (1..3usize).prop_map(Step::PurgeDead),
         Just(Step::Crash),
+        Just(Step::Checkpoint),
     ]
 }
 
@@ -316,6 +319,10 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 crashes += 1;
             }
             Step::Crash => {}
+            Step::Checkpoint => {
+                store.checkpoint_every = Duration::ZERO;
+                continue;
+            }
             Step::PurgeDead(limit) => {
                 let dead: Vec<String> = model
                     .iter()
@@ -361,6 +368,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
             });
             prop_assert_eq!(reply, Reply::Info(expect));
         }
+        store.checkpoint_every = CHECKPOINT_EVERY;
     }
     Ok(())
 }
