@@ -261,8 +261,8 @@ impl Builder {
         self
     }
 
-    /// Whether every checkpoint of the embedded store (a durable redb commit, about once a
-    /// second while jobs change; the changes in between are made durable by the store's
+    /// Whether every checkpoint of the embedded store (a durable redb commit, every 5 s
+    /// while jobs change; the changes in between are made durable by the store's
     /// write-ahead log) also saves the allocator state, so that the first open after a
     /// crash or `kill -9` is near-instant whatever the store's size (default `true`).
     /// Turned off, checkpoints are cheaper but that open walks the whole file to rebuild
