@@ -4,7 +4,9 @@
 //! `cargo bench --bench sleep`. Two-thread figures are wall time per operation per thread with
 //! both threads running at once (throughput = 2 / figure). `WHEEL_BENCH_CPU=1` makes the
 //! one-thread figures the bench thread's CPU time, steadier on a loaded machine. The
-//! `…_in_task` group repeats the one-thread case from inside a tokio task.
+//! `…_in_task` group repeats the one-thread case from inside a tokio task. The `…_2threads_cpu`
+//! group repeats the two-thread case timing each thread's CPU time (always, whatever
+//! `WHEEL_BENCH_CPU` says): per-thread ns/op comparable with the one-thread CPU figures.
 
 mod common;
 
@@ -72,6 +74,19 @@ fn two_threads(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let timer = timer.clone();
                 common::on_two_threads(&rt, iters, move |iters| run(op, &timer, iters))
+            })
+        });
+    }
+    group.finish();
+    // The same, timing each thread's CPU time: comparable with the one-thread figures (see
+    // `common::on_two_threads_cpu`), so a cache line both threads write per operation would
+    // show as a higher figure here than there.
+    let mut group = c.benchmark_group("sleep_create_poll_drop_2threads_cpu");
+    for (name, op) in OPS {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let timer = timer.clone();
+                common::on_two_threads_cpu(&rt, iters, move |iters| run(op, &timer, iters))
             })
         });
     }

@@ -9,6 +9,9 @@
 //!   pending (each timer on a fresh two-worker runtime of its own), with our driver's
 //!   wakeups per second over the same windows (`Timer::stats().driver_wakeups`; tokio has
 //!   no such counter);
+//! - create + first poll + drop of a never-firing 1 s sleep and timeout (the `sleep` and
+//!   `timeout` benches' work): thread CPU time per operation, medians of interleaved rounds
+//!   of 1M operations, on a plain thread and inside a task;
 //! - lateness of 10k and 100k concurrent tasks sleeping 10–60 ms on a two-worker multi-thread
 //!   runtime and the real clock: min / p50 / p99 / max, and how many woke early (must be 0
 //!   for ours). At 100k the tasks need more CPU than the 50 ms window holds on a small
@@ -23,6 +26,7 @@
 //! cargo run --release --example compare            # about two minutes
 //! cargo run --release --example compare -- --quick # about a minute
 //! cargo run --release --example compare -- --fresh # the fresh-timer rows only
+//! cargo run --release --example compare -- --create-poll-drop # those rows only, seconds
 //! ```
 //!
 //! It exits with status 1 if one of our invariants fails (an early wake-up, an allocation per
@@ -60,6 +64,9 @@ struct Args {
     /// Only the fresh-timer lateness rows (20 new timers against tokio's sleep).
     #[arg(long)]
     fresh: bool,
+    /// Only the create + first poll + drop rows (a few seconds).
+    #[arg(long)]
+    create_poll_drop: bool,
 }
 
 /// Resident set size, in bytes.
@@ -299,6 +306,117 @@ fn allocations(report: &mut Report) {
             ours_thread == 0.0 && ours_process == 0.0,
             format!("{name}: {ours_process} allocations per operation (must be 0)"),
         );
+    }
+}
+
+// ===== create + first poll + drop =====
+
+/// Operations per round of the create + first poll + drop section.
+const CPD_OPS: u64 = 1_000_000;
+
+/// Thread CPU time per operation of `CPD_OPS` runs of `op`, in ns. CPU time, not wall time:
+/// on a shared machine the wall clock also counts the slices another process ran in.
+fn cpu_ns_per_op(mut op: impl FnMut()) -> f64 {
+    let start = cpu_time::ThreadTime::now();
+    (0..CPD_OPS).for_each(|_| op());
+    start.elapsed().as_nanos() as f64 / CPD_OPS as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// ns per create + first poll + drop of a never-firing 1 s sleep or timeout, one thread,
+/// for each case: `rounds` rounds of 1M operations, the cases interleaved (each round starts
+/// with a different one), median per case. Cases are ours, then tokio's.
+fn cpd_medians(rounds: usize, cases: &mut [Box<dyn FnMut() -> f64 + '_>]) -> Vec<f64> {
+    let mut samples = vec![Vec::new(); cases.len()];
+    for round in 0..rounds {
+        for i in 0..cases.len() {
+            let case = (round + i) % cases.len();
+            samples[case].push(cases[case]());
+        }
+    }
+    samples.into_iter().map(median).collect()
+}
+
+/// [`cpd_medians`] of our sleep (`Timer`, free fn), tokio's, then the same for a timeout
+/// around a pending future, in the current runtime context.
+fn cpd_figures(timer: &wheel_timer::Timer, rounds: usize) -> Vec<f64> {
+    let delay = Duration::from_secs(1);
+    cpd_medians(
+        rounds,
+        &mut [
+            Box::new(move || cpu_ns_per_op(move || assert!(poll_noop(pin!(timer.sleep(delay)))))),
+            Box::new(move || {
+                cpu_ns_per_op(move || assert!(poll_noop(pin!(wheel_timer::sleep_wheel(delay)))))
+            }),
+            Box::new(move || {
+                cpu_ns_per_op(move || assert!(poll_noop(pin!(tokio::time::sleep(delay)))))
+            }),
+            Box::new(move || {
+                cpu_ns_per_op(move || {
+                    assert!(poll_noop(pin!(timer.timeout(delay, pending::<()>()))))
+                })
+            }),
+            Box::new(move || {
+                cpu_ns_per_op(move || {
+                    assert!(poll_noop(pin!(wheel_timer::timeout_wheel(
+                        delay,
+                        pending::<()>()
+                    ))))
+                })
+            }),
+            Box::new(move || {
+                cpu_ns_per_op(move || {
+                    assert!(poll_noop(pin!(tokio::time::timeout(
+                        delay,
+                        pending::<()>()
+                    ))))
+                })
+            }),
+        ],
+    )
+}
+
+/// The same figure as the `sleep` and `timeout` benches (same work, another harness), so a
+/// reader sees the ratio without criterion: on the calling thread (outside any task) and
+/// inside a task on a runtime worker.
+fn create_poll_drop(report: &mut Report, quick: bool) {
+    let rounds = if quick { 3 } else { 7 };
+    let rt = multi_thread();
+    let timer = {
+        let _enter = rt.enter();
+        wheel_timer::Timer::new()
+    };
+    for (place, in_task) in [("1 thread", false), ("1 thread, inside a task", true)] {
+        let f = if in_task {
+            // A task that never yields stays on its worker thread, whose CPU time is read.
+            let timer = timer.clone();
+            rt.block_on(rt.spawn(async move { cpd_figures(&timer, rounds) }))
+                .expect("measuring task panicked")
+        } else {
+            let _enter = rt.enter();
+            cpd_figures(&timer, rounds)
+        };
+        let metric = |what: &str| {
+            format!(
+                "create + first poll + drop, {what}, {place} (thread CPU, median of {rounds} \
+                 rounds of 1M): `Timer` / free fn"
+            )
+        };
+        for (what, ours, free, tokio) in [
+            ("sleep 1 s", f[0], f[1], f[2]),
+            ("timeout 1 s, pending future", f[3], f[4], f[5]),
+        ] {
+            report.row(
+                metric(what),
+                format!("{ours:.1} / {free:.1} ns"),
+                format!("{tokio:.1} ns"),
+                format!("{} / {}", ratio(tokio, ours), ratio(tokio, free)),
+            );
+        }
     }
 }
 
@@ -708,6 +826,7 @@ fn main() -> ExitCode {
     let Args {
         quick,
         fresh: fresh_only,
+        create_poll_drop: cpd_only,
     } = Args::parse();
     let started = Instant::now();
     let load_before = load_average();
@@ -715,17 +834,23 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     // Memory first: later sections leave freed heap behind that could hide new allocations
     // from RSS.
-    if !fresh_only {
+    if cpd_only {
+        create_poll_drop(&mut report, quick);
+    } else if !fresh_only {
         eprintln!("pending timers: CPU and memory…");
         pending_section(&mut report, quick);
         eprintln!("sizes and allocations…");
         sizes(&mut report);
         allocations(&mut report);
+        eprintln!("create + first poll + drop…");
+        create_poll_drop(&mut report, quick);
         eprintln!("lateness…");
         lateness_section(&mut report, quick);
     }
-    eprintln!("fresh timers…");
-    fresh_section(&mut report);
+    if !cpd_only {
+        eprintln!("fresh timers…");
+        fresh_section(&mut report);
+    }
     let steal_after = machine_steal();
     let steal = (steal_after.1 - steal_before.1) as f64
         / (steal_after.0 - steal_before.0).max(1) as f64

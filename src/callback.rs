@@ -218,11 +218,15 @@ impl Timer {
     /// Stops the timer: Netty's `stop()`. Returns the callback tasks that had not fired, now
     /// cancelled (their callbacks dropped, [`TimerTask::is_cancelled`] true); from here on
     /// every `schedule*` and `try_sleep*` call fails with [`Error::is_shutdown`] and the
-    /// driver task exits.
+    /// driver task exits. Unlike Netty's, the returned handles cannot run the work: they
+    /// tell which tasks (by [`TimerTask::deadline`]) were cut short, so keep what a task
+    /// needs to be redone elsewhere if it must survive a stop.
     ///
     /// Sleeps, timeouts and intervals still waiting are woken, and their next poll **panics**
     /// with a message starting `wheel-timer:` (so does the first poll of one created
-    /// afterwards): they can never complete, and a panic is louder than a hang. Stop polling
+    /// afterwards, unless its deadline has already passed: a sleep already due completes,
+    /// as it would have on a running timer): they can never complete, and a panic is louder
+    /// than a hang. Stop polling
     /// them (drop them, or select on a shutdown signal) before shutting the timer down. A
     /// sleep the driver had already fired, but that was not polled since, stays elapsed
     /// ([`Sleep::is_elapsed`](crate::Sleep::is_elapsed)) and completes at its next poll.
@@ -293,7 +297,8 @@ impl Timer {
     /// # Cancellation
     ///
     /// Dropping the returned [`TimerTask`] does not cancel the task; call
-    /// [`TimerTask::cancel`].
+    /// [`TimerTask::cancel`]. If the timer's runtime shuts down first, the task is cancelled
+    /// (its callback dropped unrun) and one `tracing::warn!` counts the tasks cancelled so.
     ///
     /// # Examples
     ///

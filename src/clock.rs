@@ -50,17 +50,19 @@ impl Clock {
 
     /// Nanoseconds from the start to `deadline`: 0 for earlier instants, saturated at
     /// [`MAX_NANOS`].
+    #[inline]
     pub(crate) fn nanos(&self, deadline: Instant) -> u64 {
         duration_nanos(deadline.saturating_duration_since(self.start))
     }
 
     /// Nanoseconds from the start to `duration` after `now`, saturated at [`MAX_NANOS`]: the
     /// deadline of a sleep or task made at `now`.
+    ///
+    /// One sum in `u128` and one saturation: this runs for every sleep and timeout.
     #[inline]
     pub(crate) fn nanos_after(&self, now: Instant, duration: std::time::Duration) -> u64 {
-        self.nanos(now)
-            .saturating_add(duration_nanos(duration))
-            .min(MAX_NANOS)
+        let sum = now.saturating_duration_since(self.start).as_nanos() + duration.as_nanos();
+        saturate(sum)
     }
 
     fn phase(&self) -> u64 {
@@ -374,11 +376,15 @@ fn clock_is_paused() -> bool {
 }
 
 /// `d` in nanoseconds, saturated at [`MAX_NANOS`].
+#[inline]
 pub(crate) fn duration_nanos(d: std::time::Duration) -> u64 {
-    d.as_secs()
-        .checked_mul(1_000_000_000)
-        .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
-        .map_or(MAX_NANOS, |ns| ns.min(MAX_NANOS))
+    saturate(d.as_nanos())
+}
+
+/// `nanos` saturated at [`MAX_NANOS`].
+#[inline]
+fn saturate(nanos: u128) -> u64 {
+    u64::try_from(nanos).map_or(MAX_NANOS, |n| n.min(MAX_NANOS))
 }
 
 /// Deadlines are kept as nanoseconds from the timer's start in 62 bits (146 years).

@@ -6,16 +6,24 @@
 //! runtime's threads.
 //!
 //! Naming the current runtime costs a clone of its handle (`Handle::try_current`, a reference
-//! count every thread of the runtime writes): tokio offers nothing cheaper. So the cache also
-//! remembers the task that last confirmed it: a task runs on one runtime for its whole life
-//! and task ids are never reused, so while the same task asks again the cached timer is its
-//! runtime's, found with one read of tokio's task id and no shared write. (Inside
-//! `block_in_place`, a future that a task runs on another runtime's `Handle::block_on` still
-//! counts as that task's and gets its runtime's timer, which that runtime keeps driving.) Entries whose timer stopped (its runtime was dropped, taking the driver
-//! task with it, or it was shut down) are replaced on the next miss, so a runtime built after
-//! another was dropped gets a fresh timer.
+//! count every thread of the runtime writes): tokio offers nothing cheaper, and a
+//! thread-local cache cannot be trusted without it outside a task (one thread can enter two
+//! runtimes in turn, and a timer of the wrong one might never be driven). So the cache also
+//! remembers the task that last confirmed it. Inside a task the answer is one read of
+//! tokio's task id and one thread-local, with no shared write (a few nanoseconds): a task
+//! runs on one runtime for its whole life and task ids are never reused (tokio draws them
+//! from a 64-bit counter), so while the same task asks again the cached timer is its
+//! runtime's. (Inside `block_in_place`, a future that a task runs on another runtime's
+//! `Handle::block_on` still counts as that task's and gets its runtime's timer, which that
+//! runtime keeps driving.) Outside a task every call names the runtime. Entries whose timer
+//! stopped (its runtime was dropped, taking the driver task with it, or it was shut down)
+//! are replaced on the next miss, so a runtime built after another was dropped gets a fresh
+//! timer.
+//!
+//! The cache is borrowed while the caller's closure runs, so the closure runs no user code:
+//! the timeout functions turn their `IntoFuture` into a future first.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::future::IntoFuture;
 use std::time::Duration;
 
@@ -27,35 +35,46 @@ use crate::{Sleep, Timeout, Timer};
 
 static REGISTRY: Mutex<Vec<(Id, Timer)>> = Mutex::new(Vec::new());
 
-thread_local! {
-    static CACHE: RefCell<Option<(Id, Timer)>> = const { RefCell::new(None) };
-    /// The task that last confirmed `CACHE` (see the module docs).
-    static CONFIRMED_BY: Cell<Option<tokio::task::Id>> = const { Cell::new(None) };
+/// The calling thread's last answer: one thread-local, so the fast path is one access.
+struct Cached {
+    runtime: Id,
+    /// The task that last confirmed `runtime` (see the module docs); `None` outside a task.
+    task: Option<tokio::task::Id>,
+    timer: Timer,
 }
 
-/// Runs `f` with the current runtime's default timer.
+thread_local! {
+    static CACHE: RefCell<Option<Cached>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with the current runtime's default timer. `f` must not run user code (it is
+/// called with the thread's cache borrowed): callers turn an `IntoFuture` into its future
+/// first.
 #[track_caller]
+#[inline]
 pub(crate) fn with_default<R>(f: impl FnOnce(&Timer) -> R) -> R {
     let task = tokio::task::try_id();
-    let mut f = Some(f);
-    if task.is_some() && CONFIRMED_BY.get() == task {
+    if task.is_some() {
+        let mut f = Some(f);
         let fast = CACHE.with(|cache| match &*cache.borrow() {
-            Some((_, timer)) if timer.is_running() => f.take().map(|f| f(timer)),
+            Some(cached) if cached.task == task && cached.timer.is_running() => {
+                f.take().map(|f| f(&cached.timer))
+            }
             _ => None,
         });
-        if let Some(out) = fast {
-            return out;
+        match fast {
+            Some(out) => out,
+            None => with_default_slow(task, f.expect("not called on the fast path")),
         }
+    } else {
+        with_default_slow(task, f)
     }
-    let f = f.expect("not called on the fast path");
-    let out = with_default_slow(f);
-    CONFIRMED_BY.set(task);
-    out
 }
 
-/// [`with_default`] naming the runtime through its handle.
+/// [`with_default`] naming the runtime through its handle; `task` (the current task, if
+/// any) is remembered as the one that confirmed the answer.
 #[track_caller]
-fn with_default_slow<R>(f: impl FnOnce(&Timer) -> R) -> R {
+fn with_default_slow<R>(task: Option<tokio::task::Id>, f: impl FnOnce(&Timer) -> R) -> R {
     let handle = match Handle::try_current() {
         Ok(handle) => handle,
         Err(_) => panic!(
@@ -63,19 +82,28 @@ fn with_default_slow<R>(f: impl FnOnce(&Timer) -> R) -> R {
         ),
     };
     let id = handle.id();
-    CACHE.with(|cache| {
-        if let Some((cached, timer)) = &*cache.borrow() {
-            if *cached == id && timer.is_running() {
-                return f(timer);
+    let (out, stale) = CACHE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        let stale = match &mut *cache {
+            Some(cached) if cached.runtime == id && cached.timer.is_running() => {
+                cached.task = task;
+                None
             }
-        }
-        let timer = lookup(&handle, id);
-        let out = f(&timer);
-        *cache.borrow_mut() = Some((id, timer));
-        out
-    })
+            slot => slot.replace(Cached {
+                runtime: id,
+                task,
+                timer: lookup(&handle, id),
+            }),
+        };
+        let cached = cache.as_ref().expect("filled above");
+        (f(&cached.timer), stale)
+    });
+    // The replaced timer is dropped with the cache released.
+    drop(stale);
+    out
 }
 
+#[track_caller]
 fn lookup(handle: &Handle, id: Id) -> Timer {
     let mut registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
     registry.retain(|(_, timer)| timer.is_running());
@@ -83,8 +111,9 @@ fn lookup(handle: &Handle, id: Id) -> Timer {
         return timer.clone();
     }
     let _enter = handle.enter();
-    let timer = Timer::build_default()
-        .expect("the default configuration is valid and a runtime is entered");
+    // The configuration is valid and a runtime is entered: only a runtime without its time
+    // driver is refused, which tokio's own sleeps would panic on too.
+    let timer = Timer::build_default().unwrap_or_else(|e| panic!("wheel-timer: {e}"));
     registry.push((id, timer.clone()));
     timer
 }
@@ -132,6 +161,7 @@ pub fn default_timer() -> Timer {
 /// # }
 /// ```
 #[track_caller]
+#[inline]
 pub fn sleep_wheel(duration: Duration) -> Sleep {
     with_default(|timer| timer.sleep(duration))
 }
@@ -153,6 +183,7 @@ pub fn sleep_wheel(duration: Duration) -> Sleep {
 /// # }
 /// ```
 #[track_caller]
+#[inline]
 pub fn sleep_wheel_until(deadline: Instant) -> Sleep {
     with_default(|timer| timer.sleep_until(deadline))
 }
@@ -175,7 +206,9 @@ pub fn sleep_wheel_until(deadline: Instant) -> Sleep {
 /// # }
 /// ```
 #[track_caller]
+#[inline]
 pub fn timeout_wheel<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F::IntoFuture> {
+    let future = future.into_future();
     with_default(|timer| timer.timeout(duration, future))
 }
 
@@ -198,6 +231,8 @@ pub fn timeout_wheel<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F:
 /// # }
 /// ```
 #[track_caller]
+#[inline]
 pub fn timeout_wheel_at<F: IntoFuture>(deadline: Instant, future: F) -> Timeout<F::IntoFuture> {
+    let future = future.into_future();
     with_default(|timer| timer.timeout_at(deadline, future))
 }

@@ -86,8 +86,9 @@ fn run_repeating(global: &Arc<Global>, fired: &Fired) {
         Err(payload) => {
             callback_panicked(global, &*payload, "a repeating timer callback");
             drop(f);
+            // Its re-arm was counted as scheduled: the ended series counts as cancelled.
             if task.end_series() {
-                global.remove_task(fired.shard, fired.key, task, false);
+                global.remove_task(fired.shard, fired.key, task, true);
             }
         }
     }

@@ -116,7 +116,17 @@ struct DriverGuard(Arc<Global>);
 
 impl Drop for DriverGuard {
     fn drop(&mut self) {
-        self.0.close(Closing::DriverGone, &mut Vec::new());
+        let mut cancelled = Vec::new();
+        self.0.close(Closing::DriverGone, &mut cancelled);
+        // Tasks nobody may be watching (a dropped `TimerTask` is the fire-and-forget idiom):
+        // say that they will never run rather than lose them without a trace.
+        if !cancelled.is_empty() {
+            tracing::warn!(
+                cancelled = cancelled.len(),
+                "wheel-timer: the runtime shut down with callbacks still scheduled; they are \
+                 cancelled and will never run"
+            );
+        }
     }
 }
 
@@ -175,12 +185,10 @@ pub(crate) fn waker_turn(global: &Arc<Global>, now: u64) {
 
 /// The tick the task turns to once its current sleep, armed for tick `armed`, fired: the
 /// current tick, or `armed` if that is later (only the task knows which registration fired;
-/// the [`TurnWaker`] turns to the clock alone). tokio fires a sleep only once its deadline has
-/// passed, except a deadline beyond its timer's range (about 2.2 years from the runtime's
-/// start), which it fires at the end of that range; the wheel then treats its own deadlines
-/// up to `armed` as reached, as tokio does with its own sleeps. Without this the driver
-/// would re-arm a sleep tokio fires at once, for ever (a busy loop, and a hang on a paused
-/// clock, whose auto-advance stops at that range).
+/// the [`TurnWaker`] turns to the clock alone). tokio fired the sleep, so its deadline has
+/// passed by tokio's reckoning even if the wheel's own clock reading still lags it; the wheel
+/// then treats its deadlines up to `armed` as reached. Without this the driver would re-arm a
+/// sleep tokio fires at once (a busy loop, and a hang on a paused clock).
 fn reached(global: &Global, armed: u64) -> u64 {
     global.clock.driver_tick().max(armed)
 }

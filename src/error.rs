@@ -23,7 +23,7 @@ pub struct Error {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Kind {
     InvalidConfig(&'static str),
-    NoRuntime,
+    NoRuntime { time_disabled: bool },
     Shutdown,
     AtCapacity,
 }
@@ -37,7 +37,17 @@ impl Error {
 
     pub(crate) fn no_runtime() -> Self {
         Error {
-            kind: Kind::NoRuntime,
+            kind: Kind::NoRuntime {
+                time_disabled: false,
+            },
+        }
+    }
+
+    pub(crate) fn time_disabled() -> Self {
+        Error {
+            kind: Kind::NoRuntime {
+                time_disabled: true,
+            },
         }
     }
 
@@ -69,7 +79,9 @@ impl Error {
         matches!(self.kind, Kind::InvalidConfig(_))
     }
 
-    /// The timer was built outside a tokio runtime, which it needs for its driver task.
+    /// The timer was built outside a tokio runtime, which it needs for its driver task, or
+    /// on a runtime built without its time driver (`enable_time` or `enable_all` on tokio's
+    /// runtime builder), which the driver waits on.
     ///
     /// # Examples
     ///
@@ -79,7 +91,7 @@ impl Error {
     /// assert!(err.is_no_runtime());
     /// ```
     pub fn is_no_runtime(&self) -> bool {
-        matches!(self.kind, Kind::NoRuntime)
+        matches!(self.kind, Kind::NoRuntime { .. })
     }
 
     /// The timer has been shut down (or its runtime is gone) and takes no new work.
@@ -124,9 +136,15 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             Kind::InvalidConfig(why) => write!(f, "invalid timer configuration: {why}"),
-            Kind::NoRuntime => {
-                f.write_str("a wheel-timer needs a tokio runtime context to start its driver")
-            }
+            Kind::NoRuntime {
+                time_disabled: false,
+            } => f.write_str("a wheel-timer needs a tokio runtime context to start its driver"),
+            Kind::NoRuntime {
+                time_disabled: true,
+            } => f.write_str(
+                "a wheel-timer needs a tokio runtime with its time driver: call `enable_time` \
+                 (or `enable_all`) on the runtime builder",
+            ),
             Kind::Shutdown => f.write_str("the timer has been shut down"),
             Kind::AtCapacity => f.write_str("the timer is at its maximum of pending timers"),
         }

@@ -38,6 +38,16 @@ use crate::Timer;
 /// (it needs no runtime to be created); [`WheelTimer::new`] a [`Timer`] of your own.
 /// [`now`](hyper::rt::Timer::now) is tokio's clock, so a paused runtime drives hyper's
 /// timeouts as it drives the wheel.
+///
+/// # Panics
+///
+/// hyper's sleeps are wheel sleeps, so after [`Timer::shutdown`] of the timer given to
+/// [`WheelTimer::new`] the next poll of one still waiting panics, as a [`Sleep`]'s does
+/// (hyper's `Sleep` has no error to return, and completing it would fire the timeout early):
+/// stop serving connections before shutting that timer down. The default timer cannot be
+/// shut down.
+///
+/// [`Sleep`]: crate::Sleep
 #[derive(Clone, Default)]
 pub struct WheelTimer {
     timer: Option<Timer>,

@@ -40,8 +40,8 @@
 //! Deadlines are [`tokio::time::Instant`]s, so `#[tokio::test(start_paused = true)]` and
 //! `tokio::time::advance` drive the wheel as they drive tokio's own timers: the wheel turns
 //! where tokio fires its own sleeps, so a sleep that `advance` makes due has been woken when
-//! `advance` returns, and auto-advance reaches even a `Duration::MAX` deadline (at the end of
-//! tokio's timer range, about 2.2 years, where tokio fires its own).
+//! `advance` returns, and auto-advance reaches even a `Duration::MAX` deadline (saturated
+//! 146 years out; tokio saturates its own at 30 years).
 //!
 //! Delayed work is a callback with a cancel handle ([`Timer::schedule`], Netty's
 //! `newTimeout`), periodic work an [`Interval`] or [`Timer::schedule_repeating`]:

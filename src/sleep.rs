@@ -77,6 +77,7 @@ fn waker_id(waker: &Waker) -> (usize, usize) {
 // ===== impl Sleep =====
 
 impl Sleep {
+    #[inline]
     pub(crate) fn new(handle: Arc<ShardHandle>, nanos: u64, past: bool) -> Sleep {
         Sleep {
             handle,
@@ -215,8 +216,9 @@ impl Sleep {
         Poll::Ready(Ok(()))
     }
 
+    /// The panic of a sleep polled after its timer closed.
     #[cold]
-    fn closed(&self) -> ! {
+    pub(crate) fn closed(&self) -> ! {
         if self.handle.global().closing() == Some(Closing::DriverGone) {
             panic!("wheel-timer: a Sleep was polled after its timer's driver stopped (its tokio runtime shut down)");
         }
@@ -261,14 +263,17 @@ impl Sleep {
 }
 
 impl Sleep {
-    /// Polls without spending tokio's coop budget (for `Timeout`, as tokio's own does when
-    /// its inner future spent the budget).
-    pub(crate) fn poll_elapsed(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        match self.poll_unless_closed(cx) {
-            Poll::Ready(Ok(())) => Poll::Ready(()),
-            Poll::Ready(Err(Closed)) => self.closed(),
-            Poll::Pending => Poll::Pending,
+    /// [`poll_unless_closed`](Self::poll_unless_closed) within tokio's cooperative budget, as
+    /// tokio's own `Sleep` takes part in it: a task looping on ready sleeps yields once its
+    /// budget is spent instead of starving its neighbours.
+    #[inline]
+    pub(crate) fn poll_budgeted(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let ready = self.poll_unless_closed(cx);
+        if ready.is_ready() {
+            coop.made_progress();
         }
+        ready
     }
 }
 
@@ -276,14 +281,12 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        // tokio's cooperative budget, as tokio's own `Sleep` takes part in it: a task looping
-        // on ready sleeps yields once its budget is spent instead of starving its neighbours.
-        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
-        let ready = self.get_mut().poll_elapsed(cx);
-        if ready.is_ready() {
-            coop.made_progress();
+        let this = self.get_mut();
+        match this.poll_budgeted(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(()),
+            Poll::Ready(Err(Closed)) => this.closed(),
+            Poll::Pending => Poll::Pending,
         }
-        ready
     }
 }
 

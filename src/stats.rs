@@ -46,7 +46,8 @@ pub struct Stats {
     /// executor, or skipped because the series' previous run was still going).
     pub fired: u64,
     /// Tasks cancelled, by [`TimerTask::cancel`](crate::TimerTask::cancel) or by
-    /// [`Timer::shutdown`]. Dropped sleeps are not counted.
+    /// [`Timer::shutdown`], and repeating series ended by a panicking run. Dropped sleeps
+    /// are not counted.
     pub cancelled: u64,
     /// Callbacks (and async tasks) that panicked; each was caught and reported with
     /// `tracing::warn!`.

@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
+use crate::sleep::Closed;
 use crate::{Elapsed, Sleep};
 
 pin_project! {
@@ -101,24 +102,36 @@ impl<F> Timeout<F> {
     }
 }
 
-impl<F: Future> Future for Timeout<F> {
-    type Output = Result<F::Output, Elapsed>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+impl<F: Future> Timeout<F> {
+    /// [`poll`](Future::poll), but a timer shut down under the deadline is `Err(Closed)`
+    /// rather than a panic (for adapters that have an error to return, such as tower's).
+    pub(crate) fn poll_unless_closed(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Result<F::Output, Elapsed>, Closed>> {
         let this = self.project();
         let had_budget = tokio::task::coop::has_budget_remaining();
         if let Poll::Ready(v) = this.future.poll(cx) {
-            return Poll::Ready(Ok(v));
+            return Poll::Ready(Ok(Ok(v)));
         }
         // As tokio's `Timeout`: if the inner future spent the last of the coop budget, the
         // deadline is still checked (unbudgeted), so a busy future cannot outlive it.
         let delay = if had_budget && !tokio::task::coop::has_budget_remaining() {
-            this.delay.poll_elapsed(cx)
+            this.delay.poll_unless_closed(cx)
         } else {
-            Pin::new(this.delay).poll(cx)
+            this.delay.poll_budgeted(cx)
         };
-        match delay {
-            Poll::Ready(()) => Poll::Ready(Err(Elapsed::new())),
+        delay.map(|closed| closed.map(|()| Err(Elapsed::new())))
+    }
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.as_mut().poll_unless_closed(cx) {
+            Poll::Ready(Ok(output)) => Poll::Ready(output),
+            Poll::Ready(Err(Closed)) => self.project().delay.closed(),
             Poll::Pending => Poll::Pending,
         }
     }

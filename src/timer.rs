@@ -115,7 +115,8 @@ impl Timer {
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime context. [`Builder::build`] reports that as an error instead.
+    /// Outside a tokio runtime context, or on a runtime without its time driver.
+    /// [`Builder::build`] reports those as errors instead.
     ///
     /// # Examples
     ///
@@ -131,9 +132,11 @@ impl Timer {
     pub fn new() -> Timer {
         match Builder::new().build() {
             Ok(timer) => timer,
-            Err(e) if e.is_no_runtime() => panic!(
-                "wheel-timer: Timer::new() must be called from inside a tokio runtime context"
-            ),
+            Err(e) if e.is_no_runtime() && tokio::runtime::Handle::try_current().is_err() => {
+                panic!(
+                    "wheel-timer: Timer::new() must be called from inside a tokio runtime context"
+                )
+            }
             Err(e) => panic!("wheel-timer: {e}"),
         }
     }
@@ -168,6 +171,7 @@ impl Timer {
     /// timer.sleep(std::time::Duration::from_millis(10)).await;
     /// # }
     /// ```
+    #[inline]
     pub fn sleep(&self, duration: Duration) -> Sleep {
         let nanos = self
             .inner
@@ -192,6 +196,7 @@ impl Timer {
     /// assert!(Instant::now() >= deadline);
     /// # }
     /// ```
+    #[inline]
     pub fn sleep_until(&self, deadline: Instant) -> Sleep {
         let past = deadline <= Instant::now();
         Sleep::new(
@@ -216,6 +221,7 @@ impl Timer {
     /// assert!(timer.timeout(Duration::from_millis(5), std::future::pending::<()>()).await.is_err());
     /// # }
     /// ```
+    #[inline]
     pub fn timeout<F: IntoFuture>(&self, duration: Duration, future: F) -> Timeout<F::IntoFuture> {
         Timeout::new(future.into_future(), self.sleep(duration))
     }
@@ -233,6 +239,7 @@ impl Timer {
     /// assert!(timer.timeout_at(deadline, std::future::pending::<()>()).await.is_err());
     /// # }
     /// ```
+    #[inline]
     pub fn timeout_at<F: IntoFuture>(
         &self,
         deadline: Instant,
@@ -373,11 +380,13 @@ impl Timer {
     }
 
     /// The calling thread's shard handle.
+    #[inline]
     pub(crate) fn shard_handle(&self) -> Arc<ShardHandle> {
         self.inner.handles[self.shard_index()].clone()
     }
 
     /// The calling thread's shard.
+    #[inline]
     pub(crate) fn shard_index(&self) -> usize {
         thread_slot() & (self.inner.handles.len() - 1)
     }
@@ -421,6 +430,7 @@ impl fmt::Debug for Timer {
 }
 
 /// A small per-thread number, handed out round-robin, that picks the thread's shard.
+#[inline]
 fn thread_slot() -> usize {
     static NEXT: global::AtomicUsize = global::AtomicUsize::new(0);
     thread_local! {
@@ -500,7 +510,8 @@ impl Builder {
     /// Bounds the timers the timer holds at once (default: unbounded), as Netty's
     /// `maxPendingTimeouts`: at `max` pending timers, [`Timer::schedule`] and its variants and
     /// [`Timer::try_sleep`] fail with [`Error::is_at_capacity`] instead of growing without
-    /// bound. Must be at least 1.
+    /// bound. Must be at least 1. Unbounded, the hard limit is 2^32 − 1 timers per shard
+    /// (some 160 GB of them); one more panics with a message saying so.
     ///
     /// What counts: every scheduled task (a repeating series once) until it fires or is
     /// cancelled (the slot is freed at once, not when the wheel comes round), and every
@@ -508,6 +519,13 @@ impl Builder {
     /// constructors ([`Timer::sleep`], [`Timer::timeout`], [`Timer::interval`]…) count but
     /// are never refused, so they may take the count above `max`; use [`Timer::try_sleep`]
     /// where a sleep should be refused. The count is exact even when cancels race fires.
+    /// Sleeps the crate keeps on this timer for you count too: one per [`IdleTracker`]
+    /// (its shutdown watch), per [`DelayQueue`] with entries, and up to two per standalone
+    /// [`IdleStream`]; leave room for them.
+    ///
+    /// [`IdleTracker`]: crate::IdleTracker
+    /// [`DelayQueue`]: crate::DelayQueue
+    /// [`IdleStream`]: crate::IdleStream
     ///
     /// # Examples
     ///
@@ -574,7 +592,8 @@ impl Builder {
     /// # Errors
     ///
     /// [`Error::is_invalid_config`] for a tick, slot or shard count out of range, or a zero
-    /// `max_pending`; [`Error::is_no_runtime`] outside a tokio runtime context.
+    /// `max_pending`; [`Error::is_no_runtime`] outside a tokio runtime context, or on a
+    /// runtime without its time driver (the driver task waits on tokio's time).
     ///
     /// # Examples
     ///
@@ -589,6 +608,9 @@ impl Builder {
     pub fn build(&self) -> Result<Timer, Error> {
         let (timer, driver) = self.build_unspawned()?;
         let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::no_runtime())?;
+        if !time_enabled() {
+            return Err(Error::time_disabled());
+        }
         driver.clock.settle_if_paused();
         handle.spawn(driver::task(driver));
         Ok(timer)
@@ -655,6 +677,13 @@ impl Default for Builder {
     fn default() -> Self {
         Builder::new()
     }
+}
+
+/// Whether the current runtime has its time driver. tokio offers no query, and creating one
+/// of its sleeps on a runtime without it panics; the driver task would panic the same way
+/// later, where nobody sees it, with every callback lost. So ask here, once per build.
+fn time_enabled() -> bool {
+    std::panic::catch_unwind(|| drop(tokio::time::sleep(Duration::ZERO))).is_ok()
 }
 
 #[cfg(all(test, not(wheel_loom)))]

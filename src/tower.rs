@@ -6,7 +6,10 @@
 //! `tower::timeout`'s: a late request fails with a boxed error that downcasts to
 //! [`Elapsed`](crate::Elapsed) (where tower's downcasts to
 //! `tower::timeout::error::Elapsed`), the inner service's errors pass through boxed, and
-//! `poll_ready` is the inner service's.
+//! `poll_ready` is the inner service's. A request still waiting when its timer is shut
+//! down fails with a boxed [`Error`](crate::Error) whose
+//! [`is_shutdown`](crate::Error::is_shutdown) is true (a bare wheel `Timeout` panics there
+//! instead, having no error to return).
 //!
 //! ```
 //! use std::time::Duration;
@@ -35,7 +38,8 @@ use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::Timer;
+use crate::sleep::Closed;
+use crate::{Error, Timer};
 
 /// The error type of [`Timeout`]: tower's `BoxError`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -217,10 +221,11 @@ where
     type Output = Result<T, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().inner.poll(cx) {
-            Poll::Ready(Ok(Ok(response))) => Poll::Ready(Ok(response)),
-            Poll::Ready(Ok(Err(error))) => Poll::Ready(Err(error.into())),
-            Poll::Ready(Err(elapsed)) => Poll::Ready(Err(Box::new(elapsed) as BoxError)),
+        match self.project().inner.poll_unless_closed(cx) {
+            Poll::Ready(Ok(Ok(Ok(response)))) => Poll::Ready(Ok(response)),
+            Poll::Ready(Ok(Ok(Err(error)))) => Poll::Ready(Err(error.into())),
+            Poll::Ready(Ok(Err(elapsed))) => Poll::Ready(Err(Box::new(elapsed) as BoxError)),
+            Poll::Ready(Err(Closed)) => Poll::Ready(Err(Box::new(Error::shutdown()) as BoxError)),
             Poll::Pending => Poll::Pending,
         }
     }

@@ -6,6 +6,13 @@
 //! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis+unix:///tmp/redis.sock
 //! ```
 //!
+//! `--concurrency N` sets the handlers `run` may run at once in the delivery and lateness
+//! phases (default 256 on the embedded store; 50 on Redis, BullMQ's concurrency in
+//! `jobs/bench/bullmq/bench.mjs`). On Redis each phase also prints, per job, what the
+//! server counted (`INFO`): script calls, which are all the requests this client sends
+//! (one command each, never pipelined; the few other commands are this harness's), and
+//! reads (requests that arrive together are one read).
+//!
 //! Prints, from one run: durable schedules per second with 1 and 64 concurrent schedulers
 //! (each `schedule` returns after its fsync'd group commit); deliveries + acks per second
 //! through `run` with 100k jobs already due; lateness after `run_at` (p50/p99/max) of 100k
@@ -89,8 +96,14 @@ async fn load(queue: &JobQueue, n: usize, at: impl Fn(usize) -> SystemTime) {
     }
 }
 
+/// Handlers at once in the delivery and lateness phases (`--concurrency`).
+static CONCURRENCY: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
 /// Runs a no-op worker until `n` jobs were handled and acked; returns the lateness of each.
-async fn drain(queue: &JobQueue, n: u64, concurrency: usize) -> (Duration, Vec<Duration>) {
+/// Waits on a local counter, not by asking the store, so the server counts only the
+/// worker's own requests.
+async fn drain(queue: &JobQueue, n: u64) -> (Duration, Vec<Duration>) {
+    let concurrency = *CONCURRENCY.get().expect("set in main");
     let lateness = Arc::new(Mutex::new(Vec::with_capacity(n as usize)));
     let handled = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -109,10 +122,11 @@ async fn drain(queue: &JobQueue, n: u64, concurrency: usize) -> (Duration, Vec<D
                 .await
         })
     };
-    while handled.load(Relaxed) < n
-        || queue.running().await.unwrap() > 0
-        || queue.pending().await.unwrap() > 0
-    {
+    while handled.load(Relaxed) < n {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // The last acks may still be in flight.
+    while queue.running().await.unwrap() > 0 || queue.pending().await.unwrap() > 0 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let took = start.elapsed();
@@ -163,35 +177,72 @@ async fn open_only(path: &str) {
     queue.close().await.unwrap();
 }
 
-/// Redis only: how many script calls (each one round trip) the server has served so far.
-async fn script_calls() -> Option<u64> {
+/// Redis only: the server's memory in use (`INFO memory` used_memory), in bytes.
+async fn used_memory() -> Option<u64> {
     #[cfg(feature = "redis")]
     if let Some(url) = REDIS.get().cloned().flatten() {
         let client = redis::Client::open(url).ok()?;
         let mut conn = client.get_multiplexed_async_connection().await.ok()?;
         let info: String = redis::cmd("INFO")
-            .arg("commandstats")
+            .arg("memory")
             .query_async(&mut conn)
             .await
             .ok()?;
-        let calls = |name: &str| -> u64 {
-            info.lines()
-                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-                .and_then(|rest| rest.split(',').next()?.parse().ok())
-                .unwrap_or(0)
-        };
-        return Some(calls("evalsha") + calls("eval"));
+        return info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok());
     }
     None
 }
 
-/// " (0.12 round trips per job)" on Redis, nothing on the embedded store.
-async fn round_trips(before: Option<u64>, jobs: usize) -> String {
+/// Redis only: what the server has served so far: script calls, client reads, and the
+/// microseconds it spent in scripts.
+async fn script_calls() -> Option<[u64; 3]> {
+    #[cfg(feature = "redis")]
+    if let Some(url) = REDIS.get().cloned().flatten() {
+        let client = redis::Client::open(url).ok()?;
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        let info: String = redis::cmd("INFO")
+            .arg("all")
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        let field = |prefix: &str| -> u64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .and_then(|rest| rest.trim().split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        // Commands run inside scripts are counted in their script's time too: sum the
+        // top-level ones only (scripts, and what this client sends besides).
+        let usec = |name: &str| -> u64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:")))
+                .and_then(|rest| rest.split("usec=").nth(1)?.split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        return Some([
+            field("cmdstat_evalsha:calls=") + field("cmdstat_eval:calls="),
+            field("total_reads_processed:"),
+            usec("evalsha") + usec("eval"),
+        ]);
+    }
+    None
+}
+
+/// " (per job: 0.12 script calls, …)" on Redis, nothing on the embedded store.
+async fn round_trips(before: Option<[u64; 3]>, jobs: usize) -> String {
     match (before, script_calls().await) {
-        (Some(b), Some(a)) => format!(
-            " ({:.3} script calls per job)",
-            (a - b) as f64 / jobs as f64
-        ),
+        (Some(b), Some(a)) => {
+            let per = |i: usize| (a[i] - b[i]) as f64 / jobs as f64;
+            format!(
+                " (per job: {:.3} script calls = client requests, {:.3} server reads, {:.2} µs in scripts)",
+                per(0),
+                per(1),
+                per(2)
+            )
+        }
         _ => String::new(),
     }
 }
@@ -211,24 +262,34 @@ async fn measure(dir: &std::path::Path, quick_repair: bool) {
         many / one
     );
     let queue = fresh(dir, "bulk.redb", quick_repair).await;
+    let memory = used_memory().await;
+    let calls = script_calls().await;
     let start = Instant::now();
     load(&queue, 100_000, |_| {
         SystemTime::now() + Duration::from_secs(3600)
     })
     .await;
     println!(
-        "schedule_many (10k per call): {:.0} jobs/s",
-        100_000.0 / start.elapsed().as_secs_f64()
+        "schedule_many (10k per call): {:.0} jobs/s{}",
+        100_000.0 / start.elapsed().as_secs_f64(),
+        round_trips(calls, 100_000).await
     );
+    if let (Some(before), Some(after)) = (memory, used_memory().await) {
+        println!(
+            "redis memory per pending job (16-byte payload, 12-byte id): {:.0} bytes",
+            after.saturating_sub(before) as f64 / 100_000.0
+        );
+    }
     queue.close().await.unwrap();
 
     let queue = fresh(dir, "due.redb", quick_repair).await;
     let past = SystemTime::now() - Duration::from_secs(1);
     load(&queue, 100_000, |_| past).await;
     let calls = script_calls().await;
-    let (took, _) = drain(&queue, 100_000, 256).await;
+    let (took, _) = drain(&queue, 100_000).await;
     println!(
-        "deliveries + acks/s (100k due, run(256), no-op handler): {:.0}{}",
+        "deliveries + acks/s (100k due, run({}), no-op handler): {:.0}{}",
+        CONCURRENCY.get().expect("set in main"),
         100_000.0 / took.as_secs_f64(),
         round_trips(calls, 100_000).await
     );
@@ -243,13 +304,15 @@ async fn measure(dir: &std::path::Path, quick_repair: bool) {
             SystemTime::now() < start,
             "loading took longer than the head start"
         );
-        let (_, mut late) = drain(&queue, jobs, 256).await;
+        let calls = script_calls().await;
+        let (_, mut late) = drain(&queue, jobs).await;
         late.sort();
         println!(
-            "lateness after run_at ({jobs} jobs due over 10 s): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            "lateness after run_at ({jobs} jobs due over 10 s): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms{}",
             percentile(&late, 0.5).as_secs_f64() * 1e3,
             percentile(&late, 0.99).as_secs_f64() * 1e3,
-            late.last().unwrap().as_secs_f64() * 1e3
+            late.last().unwrap().as_secs_f64() * 1e3,
+            round_trips(calls, jobs as usize).await
         );
         queue.close().await.unwrap();
     }
@@ -284,6 +347,12 @@ async fn main() {
         panic!("--redis needs `--features redis`");
     }
     REDIS.set(redis.clone()).unwrap();
+    let concurrency = match args.iter().position(|a| a == "--concurrency") {
+        Some(i) => args[i + 1].parse().expect("--concurrency N"),
+        None if redis.is_some() => 50,
+        None => 256,
+    };
+    CONCURRENCY.set(concurrency).unwrap();
     if redis.is_some() {
         println!("-- redis backend: {}", redis.as_deref().unwrap_or_default());
         return measure(dir.path(), false).await;

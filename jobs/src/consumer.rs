@@ -9,11 +9,12 @@
 //!   someone else's, so it is dropped (it comes again, to whoever claims it next). The
 //!   lease is at least `MIN_LEASE` (1 s), far above a claim's own commit time, so a claim's
 //!   jobs are not lost to the wait for that commit.
-//! - After a failed claim the next one waits a backoff (50 ms doubling, at most `MAX_IDLE`);
+//! - After a failed claim the next one waits a backoff (50 ms doubling, at most `MAX_BACKOFF`);
 //!   a `close` ends that wait at once, as it ends an idle one.
 //! - Idle, it arms **one** wheel-timer sleep for the next due time the claim reported (the
-//!   next `run_at` or lease end), capped at a safety wakeup of 3.75 to 5 s (`MAX_IDLE`,
-//!   jittered per sleep so idle consumers do not read the store in step) so a wall-clock
+//!   next `run_at` or lease end), capped at a safety wakeup (by default 3.75 to 5 s,
+//!   `Builder::safety_wakeup`, jittered per sleep so idle consumers do not read the store
+//!   in step) so a wall-clock
 //!   step forward or a lost Redis notification is noticed; a schedule of an earlier job in
 //!   this process wakes it through `wakeup.rs`.
 //!   There is no polling loop.
@@ -35,14 +36,14 @@ use crate::queue::{system_time, Inner};
 use crate::wakeup::Slot;
 use crate::Error;
 
-/// The longest an idle consumer sleeps before it reads the store's clock again.
-const MAX_IDLE: Duration = Duration::from_secs(5);
+/// The longest backoff after storage errors.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// The safety wakeup of an idle consumer: between 3/4 of [`MAX_IDLE`] and all of it, drawn
-/// from `seed`, so many idle consumers do not all read the store in step.
-fn safety_wait(seed: u64) -> Duration {
+/// The safety wakeup of an idle consumer: between 3/4 of `max` and all of it, drawn from
+/// `seed`, so many idle consumers do not all read the store in step.
+fn safety_wait(max: Duration, seed: u64) -> Duration {
     let share = u32::try_from(model::mix(seed) % 1024).expect("below 1024");
-    MAX_IDLE - (MAX_IDLE / 4 / 1024) * share
+    max - (max / 4 / 1024) * share
 }
 
 /// A stream of due jobs, from [`JobQueue::consume`](crate::JobQueue::consume).
@@ -120,7 +121,7 @@ pub(crate) async fn fetch(
     if errors > 0 {
         // `close` wakes this like an idle wait, so it never waits out a backoff.
         let backoff = Duration::from_millis(50).saturating_mul(1 << errors.min(7));
-        let sleep = timer.sleep(backoff.min(MAX_IDLE));
+        let sleep = timer.sleep(backoff.min(MAX_BACKOFF));
         tokio::pin!(sleep);
         loop {
             let notified = inner.wakeup.notify().notified();
@@ -162,7 +163,8 @@ pub(crate) async fn fetch(
         let next = batch.next_due.unwrap_or(u64::MAX);
         slot.set(next);
         let seed = batch.now ^ (Arc::as_ptr(&slot) as u64);
-        let wait = Duration::from_nanos(next.saturating_sub(batch.now)).min(safety_wait(seed));
+        let wait = Duration::from_nanos(next.saturating_sub(batch.now))
+            .min(safety_wait(inner.config.safety_wakeup, seed));
         tokio::select! {
             _ = timer.sleep(wait) => {}
             _ = &mut notified => {}
@@ -464,9 +466,10 @@ mod tests {
 
     #[test]
     fn the_safety_wakeup_is_jittered_within_its_bounds() {
-        let waits: Vec<Duration> = (0..1000u64).map(safety_wait).collect();
+        let max = Duration::from_secs(5);
+        let waits: Vec<Duration> = (0..1000u64).map(|s| safety_wait(max, s)).collect();
         for w in &waits {
-            assert!(*w <= MAX_IDLE && *w >= MAX_IDLE * 3 / 4, "{w:?}");
+            assert!(*w <= max && *w >= max * 3 / 4, "{w:?}");
         }
         let distinct: std::collections::HashSet<_> = waits.iter().collect();
         assert!(distinct.len() > 500, "spread: {}", distinct.len());

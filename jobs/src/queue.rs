@@ -164,6 +164,7 @@ pub(crate) struct Config {
     pub(crate) quick_repair: bool,
     pub(crate) partitions: usize,
     pub(crate) redis_timeout: Option<Duration>,
+    pub(crate) safety_wakeup: Duration,
     pub(crate) timer: Option<wheel_timer::Timer>,
 }
 
@@ -215,6 +216,7 @@ impl Builder {
                 quick_repair: true,
                 partitions: 1,
                 redis_timeout: Some(Duration::from_secs(1)),
+                safety_wakeup: Duration::from_secs(5),
                 timer: None,
             },
         }
@@ -289,6 +291,16 @@ impl Builder {
         self
     }
 
+    /// The longest an idle consumer sleeps before it reads the store again although nothing
+    /// told it a job is due (default 5 s; each sleep is drawn between 3/4 of this and all of
+    /// it, so idle consumers do not read the store in step). This wakeup only covers what no
+    /// notification reported: a wall-clock step, or a Redis wake message lost while a
+    /// subscription was down. Must be at least 1 ms.
+    pub fn safety_wakeup(&mut self, wakeup: Duration) -> &mut Self {
+        self.config.safety_wakeup = wakeup;
+        self
+    }
+
     /// The wheel that consumers arm their one timer on (default: the runtime's
     /// [`default_timer`](wheel_timer::default_timer)).
     pub fn timer(&mut self, timer: wheel_timer::Timer) -> &mut Self {
@@ -315,6 +327,11 @@ impl Builder {
         if c.partitions == 0 {
             return Err(Error::invalid_config("partitions must be at least 1"));
         }
+        if c.safety_wakeup < Duration::from_millis(1) {
+            return Err(Error::invalid_config(
+                "the safety wakeup must be at least 1 ms",
+            ));
+        }
         let mut c = c.clone();
         c.lease = c.lease.max(MIN_LEASE);
         Ok(c)
@@ -336,7 +353,7 @@ impl Builder {
     ///
     /// [`Error::is_locked`] if another process or handle has the store open,
     /// [`Error::is_storage`] if the file cannot be read or is not a job store,
-    /// [`Error::is_invalid_config`] for a zero lease, attempts or prefetch.
+    /// [`Error::is_invalid_config`] for a zero lease, attempts, prefetch or safety wakeup.
     pub async fn open(&self, path: impl AsRef<Path>) -> Result<JobQueue, Error> {
         let config = self.checked()?;
         let backend = Embedded::open(path.as_ref().to_path_buf(), &config).await?;

@@ -166,7 +166,7 @@ where
             panic!("wheel-timer: an IdleTracker must be built from inside a tokio runtime context");
         };
         let (tracker, expirations, shared) = self.unspawned(timer);
-        runtime.spawn(super::driver::run(shared, timer.clone()));
+        runtime.spawn(super::driver::task(shared, timer.clone()));
         (tracker, expirations)
     }
 }

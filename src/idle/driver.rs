@@ -205,11 +205,12 @@ impl<K, S> Shared<K, S> {
 
 // ===== the driver task =====
 
-/// Stops the tracker however the driver task ends (including being dropped with its
-/// runtime).
-struct Finish<'a, K, S>(&'a Shared<K, S>);
+/// Stops the tracker however the driver task ends, including being dropped with its
+/// runtime before it was ever polled: so it lives outside the `async` body (a future's
+/// captured values are dropped even when it never ran), as the timer's driver guard does.
+struct Finish<K, S>(Arc<Shared<K, S>>);
 
-impl<K, S> Drop for Finish<'_, K, S> {
+impl<K, S> Drop for Finish<K, S> {
     fn drop(&mut self) {
         self.0.finish();
     }
@@ -219,12 +220,20 @@ impl<K, S> Drop for Finish<'_, K, S> {
 /// tracker's timer) to publish an epoch and expire what is due; parks while nothing is
 /// tracked; exits once nothing can touch and nothing is left to expire (or nobody listens),
 /// or once its timer stops.
-pub(super) async fn run<K, S>(shared: Arc<Shared<K, S>>, timer: Timer)
+pub(super) fn task<K, S>(shared: Arc<Shared<K, S>>, timer: Timer) -> impl Future<Output = ()>
 where
     K: Hash + Eq + Send + Sync + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {
-    let finish = Finish(&shared);
+    let finish = Finish(shared);
+    async move { run(&finish.0, timer).await }
+}
+
+async fn run<K, S>(shared: &Shared<K, S>, timer: Timer)
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    S: BuildHasher + Send + Sync + 'static,
+{
     let mut scratch = Scratch::default();
     // Ticks are waited for with tokio's own timer, which wakes the runtime exactly at the
     // deadline (one wake-up per tracker tick); the timer's sleep, 146 years out, only tells
@@ -263,5 +272,4 @@ where
             break;
         }
     }
-    drop(finish);
 }

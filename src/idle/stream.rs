@@ -111,7 +111,8 @@ pub struct IdleStreamBuilder<'a> {
 // ===== impl IdleStreamBuilder =====
 
 impl IdleStreamBuilder<'_> {
-    /// Idle once nothing was received for `timeout` (rounded up to the timer's tick).
+    /// Idle once nothing was received for `timeout` (rounded up to the timer's tick). A zero
+    /// timeout makes the stream idle at once.
     pub fn read_idle(&mut self, timeout: Duration) -> &mut Self {
         self.timeouts[IdleKind::Read as usize] = Some(timeout);
         self
@@ -197,7 +198,10 @@ impl IdleStream<()> {
 impl<S> IdleStream<S> {
     /// A standalone stream, read idle after `idle_timeout` (rounded up to `timer`'s tick)
     /// without a byte received, failing once idle: `IdleStream::builder(timer)
-    /// .read_idle(idle_timeout).build(io)`. A timeout too large to represent never fires.
+    /// .read_idle(idle_timeout).build(io)`. A timeout too large to represent never fires; a
+    /// zero timeout makes the stream idle at once (an [`IdleTracker`]'s counts as one tick).
+    ///
+    /// [`IdleTracker`]: crate::IdleTracker
     ///
     /// Costs two wheel sleeps and one clock read per successful read or write; the sleeps are
     /// moved only when they fire, never per I/O. For many connections,

@@ -58,6 +58,12 @@ use crate::Timer;
 /// an error saying so, and later touches and registrations track nothing (`len()` stays
 /// 0). A stopped tracker never holds a key that cannot expire.
 ///
+/// Stopping is the tracker driver's work, so it follows
+/// [`Timer::shutdown`](crate::Timer::shutdown) at the driver's next turn rather than inside
+/// the call: until [`is_stopped`](Self::is_stopped) reads `true`, touches are still
+/// accepted and counted, and the stop then drops them with the rest. If the runtime ends
+/// before the driver ever ran, dropping its task stops the tracker all the same.
+///
 /// # Keys and hashing
 ///
 /// Keys are hashed with `S`, by default hashbrown's [`DefaultHashBuilder`] (foldhash,

@@ -185,3 +185,39 @@ async fn streams_fail_with_a_shutdown_error_once_their_timer_stops() {
         &later_alone.read_u8().await.expect_err("stopped")
     ));
 }
+
+/// A tracker whose runtime ended before its driver task ever ran used to stay running for
+/// ever: its stream and `idle()` hung and its keys were tracked with nothing to expire them.
+#[test]
+fn a_tracker_whose_driver_never_ran_stops_with_its_runtime() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let (timer, tracker, mut expirations) = rt.block_on(async {
+        let timer = Timer::new();
+        let (tracker, expirations) = IdleTracker::new(&timer, ms(10));
+        (timer, tracker, expirations)
+    });
+    // Drops both driver tasks before either was polled.
+    drop(rt);
+    assert!(timer.schedule(ms(1), || {}).unwrap_err().is_shutdown());
+    assert!(tracker.is_stopped());
+    tracker.touch(1u32);
+    let handle = tracker.register(2u32);
+    assert_eq!(tracker.len(), 0);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let hour = Duration::from_secs(3600);
+        let batch = timeout(hour, expirations.next_batch()).await;
+        assert!(batch.expect("the stream ended").is_none());
+        timeout(hour, handle.idle())
+            .await
+            .expect("idle() completed");
+    });
+}

@@ -82,6 +82,44 @@ async fn tasks_add_up() {
     assert_eq!(stats.scheduled, stats.fired + stats.cancelled);
 }
 
+/// A repeating series ended by a panicking run used to leave its last re-arm counted as
+/// scheduled but neither fired nor cancelled.
+#[tokio::test(start_paused = true)]
+async fn a_series_ended_by_a_panic_still_adds_up() {
+    let timer = Timer::builder().executor(|job| job()).build().unwrap();
+    let series = timer
+        .schedule_repeating(ms(10), || panic!("a failing series"))
+        .unwrap();
+    sleep(ms(50)).await;
+    settle().await;
+    assert!(series.is_expired());
+    let stats = timer.stats();
+    assert_eq!(stats.panicked, 1);
+    assert_eq!(stats.pending, 0);
+    assert_eq!(stats.scheduled, stats.fired + stats.cancelled);
+}
+
+/// Callbacks cut short by their runtime's shutdown used to vanish without a trace.
+#[test]
+fn a_runtime_dropped_with_callbacks_pending_warns() {
+    let warnings = Events::at(tracing::Level::WARN);
+    let _guard = tracing::subscriber::set_default(warnings.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let task = rt.block_on(async {
+        let timer = Timer::new();
+        drop(timer.schedule(ms(60_000), || {}).unwrap());
+        timer.schedule(ms(60_000), || {}).unwrap()
+    });
+    drop(rt);
+    assert!(task.is_cancelled());
+    let warnings = warnings.messages();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("cancelled=2"), "{warnings:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_idle_timer_does_not_wake_its_driver() {
     let timer = Timer::new();

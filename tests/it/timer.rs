@@ -27,6 +27,25 @@ fn build_outside_a_runtime_is_an_error() {
     assert!(!err.is_invalid_config());
 }
 
+/// A runtime without its time driver used to give a timer whose driver task panicked
+/// unseen: every callback was lost and every sleep blamed a shut-down runtime.
+#[test]
+fn a_runtime_without_time_is_refused_at_build() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let _enter = rt.enter();
+    let err = Timer::builder().build().unwrap_err();
+    assert!(err.is_no_runtime());
+    assert!(err.to_string().contains("enable_time"), "{err}");
+    let panic = std::panic::catch_unwind(Timer::new).unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("enable_time"), "{message}");
+    let panic = std::panic::catch_unwind(|| drop(sleep_wheel(ms(1)))).unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("enable_time"), "{message}");
+}
+
 #[tokio::test]
 #[allow(clippy::type_complexity)]
 async fn invalid_configurations_are_rejected() {

@@ -11,7 +11,7 @@ use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use wheel_timer::tower::{BoxError, Timeout, TimeoutLayer};
 use wheel_timer::{Elapsed, Timer};
 
-use crate::support::ms;
+use crate::support::{ms, poll_noop};
 
 /// A service that answers after `delay` (on tokio's own timer, so only the wheel times out).
 fn slow(delay: Duration) -> impl Service<u32, Response = u32, Error = Infallible> + Clone {
@@ -124,4 +124,24 @@ async fn with_timer_times_requests_on_that_timer() {
         .service(slow(ms(1)));
     assert_eq!(layered.oneshot(2).await.unwrap(), 2);
     assert_eq!(svc.get_ref().clone().oneshot(3).await.unwrap(), 3);
+}
+
+/// A request waiting on a timer that is shut down used to panic its task (the wheel
+/// `Timeout` under it panics there); it fails with the timer's shutdown error instead.
+#[tokio::test(start_paused = true)]
+async fn a_request_fails_with_a_shutdown_error_when_its_timer_stops() {
+    let timer = Timer::new();
+    let svc = Timeout::with_timer(&timer, slow(ms(1000)), ms(500));
+    let mut waiting = std::pin::pin!(svc.clone().oneshot(1));
+    assert!(poll_noop(waiting.as_mut()).is_pending());
+    assert_eq!(timer.pending(), 1, "the request is waiting on the wheel");
+    timer.shutdown();
+    let err = waiting.await.unwrap_err();
+    let err = err.downcast_ref::<wheel_timer::Error>().expect("{err}");
+    assert!(err.is_shutdown());
+    let err = svc.oneshot(2).await.unwrap_err();
+    assert!(err
+        .downcast_ref::<wheel_timer::Error>()
+        .unwrap()
+        .is_shutdown());
 }

@@ -2,45 +2,74 @@
 -- attempts) and report the server's time and the next due time.
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
--- KEYS[5] seq     string  lease token counter (INCR: a token is never handed out twice)
+-- KEYS[5] seq     string  lease token counter (INCRBY: a token is never handed out twice)
 -- KEYS[6] dead    zset    dead ids, score 0
--- ARGV[1] max jobs, ARGV[2] lease in microseconds, ARGV[3] max attempts
+-- ARGV[1] max jobs (at most 512), ARGV[2] lease in microseconds, ARGV[3] max attempts
 --
 -- Returns {now_us, next_due_us ("" if none), then per delivered job: id, payload, attempt,
 -- run_at_ns, token}. The range read has a LIMIT, so a claim's cost is bounded whatever the
 -- backlog. Atomic: two consumers never lease the same job, and "now" is the server's TIME,
--- so clients with skewed clocks neither deliver early nor late.
+-- so clients with skewed clocks neither deliver early nor late. One HMGET each for the
+-- states and payloads, one INCRBY for a block of tokens, then one write per structure.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 local out = {now, ''}
-for _, id in ipairs(ids) do
-  local meta = redis.call('HGET', KEYS[1], id)
-  local state, attempt, _, run_ns = string.match(meta, '^(%a):(%d+):(%d+):(%d+)$')
-  attempt = tonumber(attempt)
-  local from = (state == 'p') and 'pending' or 'leased'
-  if attempt >= max_attempts then
-    redis.call('HSET', KEYS[1], id, 'd:' .. attempt .. ':0:' .. run_ns)
-    redis.call('ZREM', KEYS[3], id)
-    redis.call('ZADD', KEYS[6], 0, id)
-    redis.call('HINCRBY', KEYS[4], from, -1)
-    redis.call('HINCRBY', KEYS[4], 'dead', 1)
-  else
-    attempt = attempt + 1
-    local token = redis.call('INCR', KEYS[5])
-    redis.call('HSET', KEYS[1], id, 'l:' .. attempt .. ':' .. token .. ':' .. run_ns)
-    redis.call('ZADD', KEYS[3], now + lease, id)
-    if from == 'pending' then
-      redis.call('HINCRBY', KEYS[4], 'pending', -1)
-      redis.call('HINCRBY', KEYS[4], 'leased', 1)
+if #ids > 0 then
+  local metas = redis.call('HMGET', KEYS[1], unpack(ids))
+  local jobs = {}
+  local leasing = 0
+  for i, id in ipairs(ids) do
+    local state, attempt, _, run_ns = string.match(metas[i], '^(%a):(%d+):(%d+):(%d+)$')
+    attempt = tonumber(attempt)
+    jobs[i] = {state, attempt, run_ns}
+    if attempt < max_attempts then leasing = leasing + 1 end
+  end
+  local token = 0
+  if leasing > 0 then token = redis.call('INCRBY', KEYS[5], leasing) - leasing end
+  local payloads = redis.call('HMGET', KEYS[2], unpack(ids))
+  local meta_writes = {}
+  local leases = {}
+  local died = {}
+  local died_scores = {}
+  local from_pending, died_pending, died_leased = 0, 0, 0
+  for i, id in ipairs(ids) do
+    local state, attempt, run_ns = jobs[i][1], jobs[i][2], jobs[i][3]
+    meta_writes[#meta_writes + 1] = id
+    if attempt >= max_attempts then
+      meta_writes[#meta_writes + 1] = 'd:' .. attempt .. ':0:' .. run_ns
+      died[#died + 1] = id
+      died_scores[#died_scores + 1] = 0
+      died_scores[#died_scores + 1] = id
+      if state == 'p' then died_pending = died_pending + 1 else died_leased = died_leased + 1 end
+    else
+      attempt = attempt + 1
+      token = token + 1
+      meta_writes[#meta_writes + 1] = 'l:' .. attempt .. ':' .. token .. ':' .. run_ns
+      leases[#leases + 1] = now + lease
+      leases[#leases + 1] = id
+      if state == 'p' then from_pending = from_pending + 1 end
+      out[#out + 1] = id
+      out[#out + 1] = payloads[i]
+      out[#out + 1] = attempt
+      out[#out + 1] = run_ns
+      out[#out + 1] = token
     end
-    out[#out + 1] = id
-    out[#out + 1] = redis.call('HGET', KEYS[2], id)
-    out[#out + 1] = attempt
-    out[#out + 1] = run_ns
-    out[#out + 1] = token
+  end
+  redis.call('HSET', KEYS[1], unpack(meta_writes))
+  if #leases > 0 then redis.call('ZADD', KEYS[3], unpack(leases)) end
+  if #died > 0 then
+    redis.call('ZREM', KEYS[3], unpack(died))
+    redis.call('ZADD', KEYS[6], unpack(died_scores))
+    redis.call('HINCRBY', KEYS[4], 'dead', #died)
+  end
+  if from_pending + died_pending > 0 then
+    redis.call('HINCRBY', KEYS[4], 'pending', -(from_pending + died_pending))
+  end
+  if from_pending - died_leased ~= 0 then
+    redis.call('HINCRBY', KEYS[4], 'leased', from_pending - died_leased)
   end
 end
 local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')

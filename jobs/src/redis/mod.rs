@@ -13,27 +13,48 @@
 //! - Time is the server's (`TIME` inside the scripts): `When::After` delays, lease ends and
 //!   "now" at a claim. A `When::At` is a wall-clock instant the caller chose; its score is
 //!   rounded up to the microsecond, so it is never delivered early.
-//! - A schedule, reschedule or retry that makes a job the first due one `PUBLISH`es its
-//!   score on `{name}:wake`; every `JobQueue` subscribes and wakes its idle consumers. A
-//!   lost message only delays a consumer until its safety wakeup (at most 5 s).
+//! - A schedule, reschedule or retry that makes a job the first due one publishes its
+//!   score on `{name}:wake`; every `JobQueue` subscribes and wakes its idle consumers. On a
+//!   cluster the message is sharded (`SPUBLISH`/`SSUBSCRIBE`, Redis ≥ 7): it stays on the
+//!   node that owns the partition's slot, and each partition's channel is subscribed on
+//!   that node (followed by the client across failovers and resharding), so no partition
+//!   depends on one node's subscription. Every (re)subscription wakes the idle consumers
+//!   too, since messages sent while it was down are lost; a message lost any other way
+//!   only delays a consumer until its safety wakeup (`Builder::safety_wakeup`, 5 s).
 //! - Concurrent schedules and acks are coalesced by a `Batcher` into one script call (up
 //!   to 512 jobs), claims take a batch per call: under load a job costs well under one
-//!   round trip. `schedule_many` too writes at most 512 jobs per script call, so no
-//!   script blocks the server for long.
+//!   round trip. `schedule_many` too writes at most 512 jobs per script call, and a claim
+//!   leases at most 512 per partition per call, whatever the prefetch or `run`'s
+//!   concurrency, so no script blocks the server for long.
 //! - Connection failures, timeouts (`redis_timeout`, on single servers and cluster nodes
 //!   alike) and transient server replies (`BUSY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`,
 //!   `MASTERDOWN`) are `Error::is_unavailable`; the connection manager reconnects.
 //! - A claim on a partitioned queue claims each partition on its own: one failing
 //!   partition never costs the leases taken on the others.
+//! - A claim that leased fewer jobs than asked for (and so saw nothing else due) leaves an
+//!   `Idle` note: nothing is due before its `until`, unless something changed since. Every
+//!   change that can make a job due earlier bumps `epoch` after its reply (schedule,
+//!   reschedule and retry from this process; a wake message or resubscription from
+//!   others); the note keeps the epoch read before its claim was sent. The next claim with
+//!   the same epoch, before `until` by the note's server time plus the local monotonic
+//!   time since, answers "nothing, next at `until`" without a round trip: the empty claim
+//!   `run` makes right after each short one costs nothing. It can only delay a claim by
+//!   that estimate, never deliver early: what is due is still decided by the server's
+//!   `TIME`.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
 use ::redis::{Client, Script, Value};
 
+mod batcher;
+mod wake;
+
+use self::batcher::{Batcher, MAX_BATCH};
+use self::wake::{has_spublish, subscribe, subscribe_cluster, Heard, Wake};
 use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed};
 use crate::model::Retry;
 use crate::queue::{nanos, Config};
@@ -80,10 +101,12 @@ struct Keys {
     seq: String,
     dead: String,
     wake: String,
+    /// `PUBLISH`, or `SPUBLISH` on a cluster that has it: how the scripts send on `wake`.
+    publish: &'static str,
 }
 
 impl Keys {
-    fn new(tag: &str) -> Keys {
+    fn new(tag: &str, publish: &'static str) -> Keys {
         Keys {
             meta: format!("{{{tag}}}:meta"),
             payload: format!("{{{tag}}}:payload"),
@@ -92,6 +115,7 @@ impl Keys {
             seq: format!("{{{tag}}}:seq"),
             dead: format!("{{{tag}}}:dead"),
             wake: format!("{{{tag}}}:wake"),
+            publish,
         }
     }
 }
@@ -152,70 +176,23 @@ pub(crate) struct Redis {
     max_attempts: u32,
     closed: AtomicBool,
     subscriber: tokio::task::JoinHandle<()>,
+    /// Bumped after every change that may make a job due earlier (see the ground rules).
+    epoch: Arc<AtomicU64>,
+    idle: std::sync::Mutex<Option<Idle>>,
+}
+
+/// What the last short claim learnt: nothing due before `until` (server ns), as of
+/// `epoch`, when the server's clock read `now` and the local one `sent` (or later).
+#[derive(Clone, Copy)]
+struct Idle {
+    epoch: u64,
+    until: u64,
+    now: u64,
+    sent: std::time::Instant,
 }
 
 /// A job to schedule: id, due time, payload.
 type NewJob = (String, When, Vec<u8>);
-
-type Reply<T> = tokio::sync::oneshot::Sender<Result<T, Error>>;
-
-/// Coalesces concurrent calls into one script invocation: a task takes every request
-/// waiting (up to `MAX_BATCH`), runs them as one call and answers each. One round trip
-/// then serves many jobs under load, and a lone call pays one task hop.
-struct Batcher<Req, Resp> {
-    requests: tokio::sync::mpsc::UnboundedSender<(Req, Reply<Resp>)>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-const MAX_BATCH: usize = 512;
-
-impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
-    fn new<F, Fut>(run: F) -> Self
-    where
-        F: Fn(Vec<Req>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<Vec<Resp>, Error>> + Send,
-    {
-        let (requests, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Req, Reply<Resp>)>();
-        let task = tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < MAX_BATCH {
-                    match rx.try_recv() {
-                        Ok(next) => batch.push(next),
-                        Err(_) => break,
-                    }
-                }
-                let (reqs, replies): (Vec<Req>, Vec<Reply<Resp>>) = batch.into_iter().unzip();
-                let answers = match run(reqs).await {
-                    Ok(answers) if answers.len() == replies.len() => answers,
-                    Ok(_) => {
-                        let err = Error::storage("short batch reply from redis");
-                        replies
-                            .into_iter()
-                            .for_each(|r| drop(r.send(Err(err.clone()))));
-                        continue;
-                    }
-                    Err(err) => {
-                        replies
-                            .into_iter()
-                            .for_each(|r| drop(r.send(Err(err.clone()))));
-                        continue;
-                    }
-                };
-                for (reply, answer) in replies.into_iter().zip(answers) {
-                    let _ = reply.send(Ok(answer));
-                }
-            }
-        });
-        Batcher { requests, task }
-    }
-
-    async fn call(&self, req: Req) -> Result<Resp, Error> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.requests.send((req, tx)).map_err(|_| Error::closed())?;
-        rx.await.map_err(|_| Error::closed())?
-    }
-}
 
 impl fmt::Debug for Redis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -352,48 +329,67 @@ impl Redis {
         }
         let bad_url =
             |e: ::redis::RedisError| Error::invalid_config_owned(format!("bad redis url: {e}"));
-        let (conn, pubsub_url) = match target {
+        let (conn, wake) = match target {
             Target::Server(url) => {
                 let client = Client::open(url).map_err(bad_url)?;
                 let manager = ::redis::aio::ConnectionManagerConfig::new()
                     .set_response_timeout(config.redis_timeout)
                     .set_connection_timeout(config.redis_timeout);
-                let conn = ConnectionManager::new_with_config(client, manager)
+                let conn = ConnectionManager::new_with_config(client.clone(), manager)
                     .await
                     .map_err(redis_error)?;
-                (Conn::Single(conn), url.to_owned())
+                (Conn::Single(conn), Wake::Plain(client))
             }
             Target::Cluster(urls) => {
-                let first = urls
-                    .first()
-                    .ok_or_else(|| Error::invalid_config("no cluster node given"))?;
-                let mut builder = ::redis::cluster::ClusterClient::builder(
-                    urls.iter().map(String::as_str).collect::<Vec<_>>(),
-                );
-                if let Some(timeout) = config.redis_timeout {
-                    // A node that stops answering fails the call (`is_unavailable`)
-                    // instead of hanging it.
-                    builder = builder
-                        .response_timeout(timeout)
-                        .connection_timeout(timeout);
+                if urls.is_empty() {
+                    return Err(Error::invalid_config("no cluster node given"));
                 }
-                let client = builder.build().map_err(bad_url)?;
-                (
-                    Conn::Cluster(client.get_async_connection().await.map_err(redis_error)?),
-                    first.clone(),
-                )
+                let builder = || {
+                    let mut builder = ::redis::cluster::ClusterClient::builder(
+                        urls.iter().map(String::as_str).collect::<Vec<_>>(),
+                    );
+                    if let Some(timeout) = config.redis_timeout {
+                        // A node that stops answering fails the call (`is_unavailable`)
+                        // instead of hanging it.
+                        builder = builder
+                            .response_timeout(timeout)
+                            .connection_timeout(timeout);
+                    }
+                    builder
+                };
+                let client = builder().build().map_err(bad_url)?;
+                let mut conn = client.get_async_connection().await.map_err(redis_error)?;
+                // Subscriptions need RESP3 pushes; the client routes each sharded channel
+                // to the node owning its slot and moves it when the slot moves.
+                let sharded = has_spublish(&mut conn).await?;
+                let (push, pushes) = tokio::sync::mpsc::unbounded_channel();
+                let subscriber = builder()
+                    .use_protocol(::redis::ProtocolVersion::RESP3)
+                    .push_sender(push)
+                    .build()
+                    .map_err(bad_url)?;
+                let wake = Wake::Cluster {
+                    client: Box::new(subscriber),
+                    pushes,
+                    sharded,
+                };
+                (Conn::Cluster(conn), wake)
             }
         };
-        let client = Client::open(pubsub_url.as_str()).map_err(bad_url)?;
+        let publish = match wake {
+            Wake::Cluster { sharded: true, .. } => "SPUBLISH",
+            _ => "PUBLISH",
+        };
         let scripts = Arc::new(Scripts::load());
         let n = config.partitions;
         let parts: Vec<Partition> = (0..n)
             .map(|i| {
-                let keys = Arc::new(Keys::new(&if n == 1 {
+                let tag = if n == 1 {
                     name.to_owned()
                 } else {
                     format!("{name}:{i}")
-                }));
+                };
+                let keys = Arc::new(Keys::new(&tag, publish));
                 let schedules = {
                     let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
                     Batcher::new(move |jobs| {
@@ -414,7 +410,21 @@ impl Redis {
             })
             .collect();
         let channels = parts.iter().map(|p| p.keys.wake.clone()).collect();
-        let subscriber = tokio::spawn(subscribe(client, channels, Arc::downgrade(&wakeup)));
+        let epoch = Arc::new(AtomicU64::new(0));
+        let heard = Heard {
+            wakeup: Arc::downgrade(&wakeup),
+            epoch: epoch.clone(),
+        };
+        let subscriber = tokio::spawn(match wake {
+            Wake::Plain(client) => {
+                Box::pin(subscribe(client, channels, heard)) as BoxFuture<'static, ()>
+            }
+            Wake::Cluster {
+                client,
+                pushes,
+                sharded,
+            } => Box::pin(subscribe_cluster(client, pushes, sharded, channels, heard)),
+        });
         Ok(Redis {
             name: name.to_owned(),
             conn,
@@ -425,6 +435,8 @@ impl Redis {
             max_attempts: config.max_attempts,
             closed: AtomicBool::new(false),
             subscriber,
+            epoch,
+            idle: std::sync::Mutex::new(None),
         })
     }
 
@@ -433,6 +445,26 @@ impl Redis {
             return Err(Error::closed());
         }
         Ok(self.conn.clone())
+    }
+
+    /// Something may now be due earlier than an `Idle` note says.
+    fn changed(&self) {
+        self.epoch.fetch_add(1, SeqCst);
+    }
+
+    /// The answer of a claim that the last short claim already knows: nothing due yet.
+    fn known_idle(&self) -> Option<ClaimBatch> {
+        let idle = (*self.idle.lock().expect("idle note"))?;
+        if idle.epoch != self.epoch.load(SeqCst) {
+            return None;
+        }
+        let elapsed = u64::try_from(idle.sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let now = idle.now.saturating_add(elapsed);
+        (now < idle.until).then_some(ClaimBatch {
+            jobs: Vec::new(),
+            next_due: Some(idle.until),
+            now,
+        })
     }
 
     fn part(&self, id: &str) -> &Partition {
@@ -508,7 +540,7 @@ async fn schedule_jobs(
         .key(&keys.payload)
         .key(&keys.due)
         .key(&keys.counts);
-    call.arg(&keys.wake);
+    call.arg(&keys.wake).arg(keys.publish);
     for (id, when, payload) in &jobs {
         let (mode, value, score) = when_args(*when);
         call.arg(id)
@@ -553,37 +585,6 @@ async fn ack_jobs(
     array(reply)?.iter().map(|v| Ok(int(v)? == 1)).collect()
 }
 
-/// Listens on the queue's wake channel and wakes this process's idle consumers.
-async fn subscribe(client: Client, channels: Vec<String>, wakeup: std::sync::Weak<Wakeup>) {
-    use futures_core::Stream;
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        if let Ok(mut pubsub) = client.get_async_pubsub().await {
-            if pubsub.subscribe(&channels).await.is_ok() {
-                backoff = Duration::from_millis(50);
-                let mut messages = pubsub.on_message();
-                while let Some(msg) =
-                    std::future::poll_fn(|cx| std::pin::Pin::new(&mut messages).poll_next(cx)).await
-                {
-                    let Some(wakeup) = wakeup.upgrade() else {
-                        return;
-                    };
-                    let due = msg
-                        .get_payload::<String>()
-                        .ok()
-                        .and_then(|s| score_ns(&s).ok());
-                    wakeup.due_at(due.unwrap_or(0));
-                }
-            }
-        }
-        if wakeup.strong_count() == 0 {
-            return;
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
-}
-
 impl Backend for Redis {
     fn schedule(
         &self,
@@ -593,7 +594,10 @@ impl Backend for Redis {
     ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
             self.conn()?;
-            self.part(&id).schedules.call((id, when, payload)).await
+            let scheduled = self.part(&id).schedules.call((id, when, payload)).await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            scheduled
         })
     }
 
@@ -629,7 +633,9 @@ impl Backend for Redis {
                     }
                     let answers =
                         schedule_jobs(self.conn()?, part.keys.clone(), self.scripts.clone(), chunk)
-                            .await?;
+                            .await;
+                    self.changed();
+                    let answers = answers?;
                     for (answer, i) in answers.into_iter().zip(positions.by_ref()) {
                         out[i] = answer;
                     }
@@ -661,8 +667,15 @@ impl Backend for Redis {
             let (mode, value, score) = when_args(when);
             let mut call = self.scripts.reschedule.prepare_invoke();
             call.key(&k.meta).key(&k.due);
-            call.arg(&id).arg(mode).arg(value).arg(score).arg(&k.wake);
-            let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+            call.arg(&id)
+                .arg(mode)
+                .arg(value)
+                .arg(score)
+                .arg(&k.wake)
+                .arg(k.publish);
+            let reply = call.invoke_async(&mut conn).await;
+            self.changed();
+            let reply: Value = reply.map_err(redis_error)?;
             match reply {
                 Value::Nil => Ok(None),
                 other => Ok(Some(int(&other)?)),
@@ -717,22 +730,33 @@ impl Backend for Redis {
             // Each partition is claimed on its own: one that fails (its node down) must not
             // cost the leases already taken on the others, so their jobs are handed out and
             // the error is returned only when nothing was claimed.
+            if let Some(idle) = self.known_idle() {
+                return Ok(idle);
+            }
+            let epoch = self.epoch.load(SeqCst);
+            let sent = std::time::Instant::now();
             let n = self.parts.len();
             let first = self.next_claim.fetch_add(1, SeqCst);
             let mut jobs = Vec::new();
             let mut wait: Option<u64> = None;
             let mut now = 0;
             let mut failed: Option<Error> = None;
+            // Whether some partition may hold more due jobs than it gave.
+            let mut more = false;
             for i in 0..n {
                 let part = &self.parts[(first + i) % n];
-                let (claimed, part_now, next) = match self.claim_part(part, max - jobs.len()).await
-                {
+                // At most MAX_BATCH per script: a script blocks the whole server while it
+                // runs, and a reply that outlasts `redis_timeout` would strand the leases
+                // it took. A larger `max` (prefetch, `run`'s concurrency) just claims again.
+                let want = (max - jobs.len()).min(MAX_BATCH);
+                let (claimed, part_now, next) = match self.claim_part(part, want).await {
                     Ok(claim) => claim,
                     Err(err) => {
                         failed.get_or_insert(err);
                         continue;
                     }
                 };
+                more |= claimed.len() >= want;
                 jobs.extend(claimed);
                 now = part_now;
                 // Each partition's next due time against its own server's clock.
@@ -745,6 +769,7 @@ impl Backend for Redis {
                     break;
                 }
             }
+            let complete = failed.is_none();
             if let Some(err) = failed {
                 if jobs.is_empty() {
                     return Err(err);
@@ -753,9 +778,20 @@ impl Backend for Redis {
             }
             // Due order across the partitions claimed together (run_at, then id).
             jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
+            let next_due = wait.map(|w| now.saturating_add(w));
+            let note = match next_due {
+                Some(until) if complete && !more && jobs.len() < max => Some(Idle {
+                    epoch,
+                    until,
+                    now,
+                    sent,
+                }),
+                _ => None,
+            };
+            *self.idle.lock().expect("idle note") = note;
             Ok(ClaimBatch {
                 jobs,
-                next_due: wait.map(|w| now.saturating_add(w)),
+                next_due,
                 now,
             })
         })
@@ -783,8 +819,11 @@ impl Backend for Redis {
                 .arg(token)
                 .arg(micros(after.min(MAX_AFTER)))
                 .arg(self.max_attempts)
-                .arg(&k.wake);
-            let reply: Value = call.invoke_async(&mut conn).await.map_err(redis_error)?;
+                .arg(&k.wake)
+                .arg(k.publish);
+            let reply = call.invoke_async(&mut conn).await;
+            self.changed();
+            let reply: Value = reply.map_err(redis_error)?;
             let mut parts = array(reply)?.into_iter();
             let outcome = int(&parts.next().unwrap_or(Value::Nil))?;
             let run_at = text(parts.next().unwrap_or(Value::Nil))?;

@@ -1,7 +1,8 @@
 -- reschedule.lua: move a pending job to a new due time.
 --
 -- KEYS[1] meta, KEYS[2] due (see schedule.lua)
--- ARGV[1] id, ARGV[2] mode ("at" | "after"), ARGV[3] ns | us, ARGV[4] score, ARGV[5] wake channel
+-- ARGV[1] id, ARGV[2] mode ("at" | "after"), ARGV[3] ns | us, ARGV[4] score, ARGV[5] wake channel,
+-- ARGV[6] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)
 --
 -- Returns the new run_at in ns (a string), or false if the job is not pending. Atomic, so a
 -- claim never sees the old due time after the move (the late-promotion bug of bullmq#2648).
@@ -21,6 +22,6 @@ redis.call('HSET', KEYS[1], ARGV[1], 'p:' .. attempt .. ':0:' .. run_ns)
 redis.call('ZADD', KEYS[2], score, ARGV[1])
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if tonumber(head[2]) >= score then
-  redis.call('PUBLISH', ARGV[5], string.format('%.0f', score))
+  redis.call(ARGV[6], ARGV[5], string.format('%.0f', score))
 end
 return run_ns

@@ -3,7 +3,7 @@
 --
 -- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead (see schedule.lua, claim.lua)
 -- ARGV[1] id, ARGV[2] token, ARGV[3] delay in microseconds, ARGV[4] max attempts,
--- ARGV[5] wake channel
+-- ARGV[5] wake channel, ARGV[6] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)
 --
 -- Returns {0, ""} for a stale token, {1, run_at_ns} when pending again, {2, ""} when dead.
 -- Atomic with claim and ack (token checked and state changed in one step).
@@ -27,6 +27,6 @@ redis.call('ZADD', KEYS[2], score, ARGV[1])
 redis.call('HINCRBY', KEYS[3], 'pending', 1)
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if tonumber(head[2]) >= score then
-  redis.call('PUBLISH', ARGV[5], string.format('%.0f', score))
+  redis.call(ARGV[6], ARGV[5], string.format('%.0f', score))
 end
 return {1, run_ns}

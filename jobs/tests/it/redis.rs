@@ -410,6 +410,36 @@ async fn schedule_many_is_split_into_bounded_script_calls() {
     q.close().await.unwrap();
 }
 
+/// A claim leases at most 512 jobs per script call whatever the prefetch: a claim of
+/// thousands would block the server, and a reply that outlasts the timeout would strand
+/// every lease it took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_leases_a_bounded_batch_per_script_call() {
+    const N: usize = 1_300;
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.prefetch(5_000);
+    })
+    .await;
+    let jobs = (0..N).map(|i| (format!("job-{i}"), Duration::ZERO, "p"));
+    q.schedule_many(jobs).await.unwrap();
+    let mut consumer = q.consume();
+    let first = next(&mut consumer).await;
+    assert_eq!(
+        q.running().await.unwrap(),
+        512,
+        "one claim, one script call, 512 leases"
+    );
+    assert!(first.ack().await.unwrap());
+    let mut delivered = 1;
+    while delivered < N {
+        assert!(next(&mut consumer).await.ack().await.unwrap());
+        delivered += 1;
+    }
+    assert_eq!(q.pending().await.unwrap() + q.running().await.unwrap(), 0);
+    q.close().await.unwrap();
+}
+
 /// Waits until the queue `a` shares with `b` holds nothing pending or running, closes both
 /// handles and checks that every worker ended cleanly.
 async fn drain_and_close(
@@ -425,4 +455,141 @@ async fn drain_and_close(
     for w in workers {
         w.await.unwrap().unwrap();
     }
+}
+
+/// A safety wakeup far beyond any bound below: a consumer that gets a job in time was woken
+/// by a notification, not by its safety wakeup.
+const NO_SAFETY_WAKEUP: Duration = Duration::from_secs(3600);
+
+/// A notification lost while the wake subscription was down (Redis restarted) must not
+/// strand an idle consumer until its safety wakeup: the resubscription wakes it to look
+/// again (the Redisson failure, redisson#5575).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_consumer_looks_again_after_its_wake_subscription_reconnects() {
+    let mut server = RedisServer::start();
+    let consumer = queue(&server, |b| {
+        b.safety_wakeup(NO_SAFETY_WAKEUP);
+    })
+    .await;
+    let scheduler = queue(&server, |_| {}).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = spawn_reporting_worker(consumer.clone(), 4, tx);
+    // Setup, not a bound: let the worker find nothing and go to sleep, and keep the server
+    // down long enough that the subscriber's reconnect backs off past the schedule below.
+    tokio::time::sleep(ms(200)).await;
+    server.kill();
+    tokio::time::sleep(ms(500)).await;
+    server.restart();
+    // Published before the consumer's process has subscribed again: nobody hears it.
+    let mut tries = 0;
+    while let Err(err) = scheduler.schedule("job", Duration::ZERO, "p").await {
+        assert!(err.is_unavailable() && tries < 1000, "{err}");
+        tries += 1;
+        tokio::time::sleep(ms(10)).await;
+    }
+    let got = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+        .await
+        .expect("the idle consumer waits for its safety wakeup");
+    assert_eq!(got.as_deref(), Some("job"));
+    consumer.close().await.unwrap();
+    scheduler.close().await.unwrap();
+    worker.await.unwrap().unwrap();
+}
+
+/// On a cluster every partition's wake channel is a sharded channel subscribed on the node
+/// that owns its slot, and a job scheduled by another process on any partition, on any node,
+/// wakes an idle consumer: it is delivered long before the consumer's safety wakeup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_job_on_any_cluster_partition_wakes_an_idle_consumer() {
+    let cluster = crate::support::RedisCluster::start();
+    let open = |name: &'static str| {
+        let nodes = cluster.nodes.clone();
+        async move {
+            JobQueue::builder()
+                .partitions(3)
+                .safety_wakeup(NO_SAFETY_WAKEUP)
+                .redis_cluster(&nodes, name)
+                .await
+                .unwrap()
+        }
+    };
+    // One id per partition, found by where a probe queue stores them.
+    let probe = open("probe").await;
+    for i in 0..30 {
+        probe
+            .schedule(&format!("job-{i}"), Duration::from_secs(3600), "p")
+            .await
+            .unwrap();
+    }
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            let keys = cluster.cli(&["HKEYS", &format!("{{probe:{i}}}:meta")]);
+            keys.lines()
+                .next()
+                .expect("a job in every partition")
+                .to_owned()
+        })
+        .collect();
+    probe.close().await.unwrap();
+
+    let consumer = open("orders").await;
+    let scheduler = open("orders").await;
+    // Each channel is subscribed on its slot's owner (both handles subscribe); the bound
+    // only guards against a hang.
+    for i in 0..3 {
+        let channel = format!("{{orders:{i}}}:wake");
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while cluster.shard_subscribers(&channel) < 2 {
+                tokio::time::sleep(ms(10)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{channel} is not subscribed on its node"));
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = spawn_reporting_worker(consumer.clone(), 4, tx);
+    for id in &ids {
+        // Setup, not a bound: let the worker find nothing and go to sleep.
+        tokio::time::sleep(ms(100)).await;
+        scheduler.schedule(id, Duration::ZERO, "p").await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{id}: the idle consumer waits for its safety wakeup"));
+        assert_eq!(got.as_deref(), Some(id.as_str()));
+    }
+    consumer.close().await.unwrap();
+    scheduler.close().await.unwrap();
+    worker.await.unwrap().unwrap();
+}
+
+/// A consumer that found nothing due before a job an hour away skips its claims until then
+/// (the backend's idle note), unless something changed: a job scheduled since, by another
+/// process or this one, voids the note and is delivered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_job_voids_a_consumers_note_that_nothing_is_due() {
+    let server = RedisServer::start();
+    let consumer = queue(&server, |b| {
+        b.safety_wakeup(NO_SAFETY_WAKEUP);
+    })
+    .await;
+    let elsewhere = queue(&server, |_| {}).await;
+    consumer
+        .schedule("later", Duration::from_secs(3600), "p")
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = spawn_reporting_worker(consumer.clone(), 4, tx);
+    for (who, id) in [(&elsewhere, "from-elsewhere"), (&consumer, "from-here")] {
+        // Setup, not a bound: let the worker claim nothing and note "nothing before an hour".
+        tokio::time::sleep(ms(200)).await;
+        who.schedule(id, Duration::ZERO, "p").await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{id}: the consumer trusted its stale note"));
+        assert_eq!(got.as_deref(), Some(id));
+    }
+    assert_eq!(consumer.pending().await.unwrap(), 1, "only `later` is left");
+    consumer.close().await.unwrap();
+    elsewhere.close().await.unwrap();
+    worker.await.unwrap().unwrap();
 }

@@ -129,6 +129,7 @@ pub async fn bad_input_is_refused(h: impl Harness) {
         JobQueue::builder().lease(Duration::ZERO).clone(),
         JobQueue::builder().max_attempts(0).clone(),
         JobQueue::builder().prefetch(0).clone(),
+        JobQueue::builder().safety_wakeup(Duration::ZERO).clone(),
     ] {
         let err = h.open(&bad).await.unwrap_err();
         assert!(err.is_invalid_config(), "{err}");

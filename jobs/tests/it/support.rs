@@ -284,6 +284,36 @@ impl RedisCluster {
 
 #[cfg(feature = "redis")]
 impl RedisCluster {
+    /// `redis-cli -c` on the first node (following redirections to the key's node).
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-c", "-u", &self.nodes[0]])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Subscribers of the sharded channel `channel`, summed over the nodes (only the node
+    /// owning its slot can have any).
+    pub fn shard_subscribers(&self, channel: &str) -> u64 {
+        self.nodes
+            .iter()
+            .map(|node| {
+                let out = std::process::Command::new("redis-cli")
+                    .args(["-u", node, "PUBSUB", "SHARDNUMSUB", channel])
+                    .output()
+                    .expect("redis-cli");
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                text.lines()
+                    .nth(1)
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
     /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) node `i`: a node that stops answering.
     pub fn signal(&self, i: usize, signal: &str) {
         let status = std::process::Command::new("kill")
