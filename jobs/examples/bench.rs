@@ -57,6 +57,7 @@ async fn fresh(dir: &std::path::Path, name: &str, quick_repair: bool) -> JobQueu
     }
     let path = dir.join(name);
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(dir.join(format!("{name}.wal")));
     JobQueue::builder()
         .quick_repair(quick_repair)
         .open(path)

@@ -6,7 +6,11 @@
 //!   per claim, leased from that moment. A buffered job is handed out only while its lease
 //!   lasts by the local monotonic clock, counted from just before the claim was sent (so
 //!   never later than the store's lease start): one whose lease passed may already be
-//!   someone else's, so it is dropped (it comes again, to whoever claims it next).
+//!   someone else's, so it is dropped (it comes again, to whoever claims it next). The
+//!   lease is at least `MIN_LEASE` (1 s), far above a claim's own commit time, so a claim's
+//!   jobs are not lost to the wait for that commit.
+//! - After a failed claim the next one waits a backoff (50 ms doubling, at most `MAX_BACKOFF`);
+//!   a `close` ends that wait at once, as it ends an idle one.
 //! - Idle, it arms **one** wheel-timer sleep for the next due time the claim reported (the
 //!   next `run_at` or lease end), capped at a safety wakeup (by default 3.75 to 5 s,
 //!   `Builder::safety_wakeup`, jittered per sleep so idle consumers do not read the store
@@ -115,8 +119,23 @@ pub(crate) async fn fetch(
         .clone()
         .unwrap_or_else(wheel_timer::default_timer);
     if errors > 0 {
+        // `close` wakes this like an idle wait, so it never waits out a backoff.
         let backoff = Duration::from_millis(50).saturating_mul(1 << errors.min(7));
-        timer.sleep(backoff.min(MAX_BACKOFF)).await;
+        let sleep = timer.sleep(backoff.min(MAX_BACKOFF));
+        tokio::pin!(sleep);
+        loop {
+            let notified = inner.wakeup.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if inner.drain.closing() {
+                slot.set(0);
+                return Err(Error::closed());
+            }
+            tokio::select! {
+                _ = &mut sleep => break,
+                _ = &mut notified => {}
+            }
+        }
     }
     loop {
         let notified = inner.wakeup.notify().notified();
@@ -330,6 +349,120 @@ pub(crate) fn backoff(first: Duration, max: Duration, attempt: u32, token: u64) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{Backend, ClaimBatch};
+    use crate::{JobInfo, JobQueue, Scheduled, When};
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+
+    /// A store that is never reachable: every claim fails with `is_unavailable`.
+    #[derive(Debug, Default)]
+    struct Unreachable {
+        claims: Arc<AtomicU64>,
+    }
+
+    fn down<'a, T: Send + 'a>() -> BoxFuture<'a, Result<T, Error>> {
+        Box::pin(async { Err(Error::unavailable("down")) })
+    }
+
+    impl Backend for Unreachable {
+        fn schedule(
+            &self,
+            _: String,
+            _: When,
+            _: Vec<u8>,
+        ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
+            down()
+        }
+        fn schedule_many(
+            &self,
+            _: Vec<(String, When, Vec<u8>)>,
+        ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
+            down()
+        }
+        fn cancel(&self, _: String) -> BoxFuture<'_, Result<bool, Error>> {
+            down()
+        }
+        fn reschedule(&self, _: String, _: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+            down()
+        }
+        fn get(&self, _: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>> {
+            down()
+        }
+        fn pending(&self) -> BoxFuture<'_, Result<u64, Error>> {
+            down()
+        }
+        fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
+            down()
+        }
+        fn claim(&self, _: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+            self.claims.fetch_add(1, SeqCst);
+            down()
+        }
+        fn ack(&self, _: String, _: u64) -> BoxFuture<'_, Result<bool, Error>> {
+            down()
+        }
+        fn retry(
+            &self,
+            _: String,
+            _: u64,
+            _: Duration,
+        ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+            down()
+        }
+        fn extend(&self, _: String, _: u64, _: Duration) -> BoxFuture<'_, Result<bool, Error>> {
+            down()
+        }
+        fn remove_dead(&self, _: String) -> BoxFuture<'_, Result<bool, Error>> {
+            down()
+        }
+        fn purge_dead(&self, _: usize) -> BoxFuture<'_, Result<u64, Error>> {
+            down()
+        }
+        fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// Regression: `close` used to wait out `run`'s backoff after failed claims (up to 5 s).
+    /// On a paused clock that wait would show as the clock jumping to the backoff's end.
+    #[tokio::test(start_paused = true)]
+    async fn close_ends_a_claim_backoff_at_once() {
+        let backend = Unreachable::default();
+        let claims = backend.claims.clone();
+        let config = JobQueue::builder().config();
+        let queue = JobQueue::with_backend(Box::new(backend), config, Arc::default());
+        let worker = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.run(1, |_| async { Ok::<(), Error>(()) }).await }
+        });
+        // Eight failed claims: the backoff is now at its cap.
+        while claims.load(SeqCst) < 8 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let before = tokio::time::Instant::now();
+        queue.close().await.unwrap();
+        assert_eq!(
+            before.elapsed(),
+            Duration::ZERO,
+            "close waited on the paused clock"
+        );
+        worker.await.unwrap().unwrap();
+        assert_eq!(claims.load(SeqCst), 8, "no claim after close");
+    }
+
+    /// A claim's wait for its own commit must not eat its lease: short leases are raised.
+    #[test]
+    fn short_leases_are_raised_to_the_minimum() {
+        for (asked, got) in [
+            (Duration::from_nanos(1), crate::MIN_LEASE),
+            (Duration::from_millis(300), crate::MIN_LEASE),
+            (Duration::from_secs(30), Duration::from_secs(30)),
+        ] {
+            let config = JobQueue::builder().lease(asked).checked().unwrap();
+            assert_eq!(config.lease, got, "{asked:?}");
+        }
+        let zero = JobQueue::builder().lease(Duration::ZERO).checked();
+        assert!(zero.unwrap_err().is_invalid_config());
+    }
 
     #[test]
     fn the_safety_wakeup_is_jittered_within_its_bounds() {

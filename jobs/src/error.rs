@@ -38,7 +38,7 @@ enum Kind {
     InvalidConfig(std::borrow::Cow<'static, str>),
     Locked,
     Storage(Arc<str>),
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "redis", test)), allow(dead_code))]
     Unavailable(Arc<str>),
     Closed,
 }
@@ -69,7 +69,7 @@ impl Error {
         }
     }
 
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", test))]
     pub(crate) fn unavailable(why: impl fmt::Display) -> Self {
         Error {
             kind: Kind::Unavailable(why.to_string().into()),

@@ -21,6 +21,15 @@ use crate::{model, Consumer, Error};
 /// The longest job id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
 
+/// The shortest lease: [`Builder::lease`] raises a shorter (non-zero) one to this.
+///
+/// A lease starts when the store reads the claim that takes it, and the claim is committed
+/// (fsync'd, maybe behind a batch of other writes) before its jobs are handed out. A
+/// consumer never hands out a job whose lease may have ended, so a lease shorter than a
+/// commit would be spent waiting for that commit: the job dropped, its attempt gone. One
+/// second is far above a commit's time even on a slow disk.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+
 /// When a job is due: a delay from now, or a wall-clock time.
 ///
 /// Both are stored as wall-clock time, so a job keeps its due time across restarts. A time
@@ -213,8 +222,9 @@ impl Builder {
         }
     }
 
-    /// How long a delivery is owned by its consumer before the job is delivered again.
-    /// Must be at least 1 ms.
+    /// How long a delivery is owned by its consumer before the job is delivered again
+    /// (default 30 s). A lease below [`MIN_LEASE`] (1 s) is raised to it; zero is refused
+    /// by `open` with [`Error::is_invalid_config`].
     pub fn lease(&mut self, lease: Duration) -> &mut Self {
         self.config.lease = lease;
         self
@@ -253,11 +263,12 @@ impl Builder {
         self
     }
 
-    /// Whether every durable commit also saves the store's allocator state, so that the
-    /// first open after a crash or `kill -9` is near-instant whatever the store's size
-    /// (default `true`). Turned off, durable commits are several times cheaper (see the
-    /// README's figures) but that open walks the whole file to rebuild the state. Either
-    /// way nothing acknowledged is lost.
+    /// Whether every checkpoint of the embedded store (a durable redb commit, every 5 s
+    /// while jobs change; the changes in between are made durable by the store's
+    /// write-ahead log) also saves the allocator state, so that the first open after a
+    /// crash or `kill -9` is near-instant whatever the store's size (default `true`).
+    /// Turned off, checkpoints are cheaper but that open walks the whole file to rebuild
+    /// the state. Either way nothing acknowledged is lost.
     pub fn quick_repair(&mut self, enabled: bool) -> &mut Self {
         self.config.quick_repair = enabled;
         self
@@ -302,10 +313,10 @@ impl Builder {
         self.config.clone()
     }
 
-    fn checked(&self) -> Result<Config, Error> {
+    pub(crate) fn checked(&self) -> Result<Config, Error> {
         let c = &self.config;
-        if c.lease < Duration::from_millis(1) {
-            return Err(Error::invalid_config("the lease must be at least 1 ms"));
+        if c.lease.is_zero() {
+            return Err(Error::invalid_config("the lease must not be zero"));
         }
         if c.max_attempts == 0 {
             return Err(Error::invalid_config("max_attempts must be at least 1"));
@@ -321,14 +332,22 @@ impl Builder {
                 "the safety wakeup must be at least 1 ms",
             ));
         }
-        Ok(c.clone())
+        let mut c = c.clone();
+        c.lease = c.lease.max(MIN_LEASE);
+        Ok(c)
     }
 
     /// Opens the embedded store at `path`, creating it if missing.
     ///
     /// Jobs that fell due while no process had the store open are delivered at once, and
     /// leases held by a process that died are redelivered once they expire. Opening reads
-    /// no jobs: its cost does not grow with their number.
+    /// no jobs: its cost does not grow with their number (after a crash it replays at most
+    /// 8 MiB of the write-ahead log).
+    ///
+    /// The store is two files: `path` and, beside it, `path` + `.wal`, its write-ahead log
+    /// (the latest changes may be only there until the next checkpoint). Copy, move or
+    /// delete them together; after a [`close`](JobQueue::close) the log holds nothing the
+    /// store needs.
     ///
     /// # Errors
     ///

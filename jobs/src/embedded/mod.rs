@@ -2,13 +2,14 @@
 //!
 //! # Ground rules
 //!
-//! - One thread owns the [`Store`] (and so the file). Every operation, reads included, is a
-//!   request on its channel; the thread takes every request waiting (up to `MAX_BATCH`) and
-//!   applies them in two transactions: first the extends and reads, committed without
-//!   fsync and answered at once; then everything else (schedules, claims, acks, ...), in
-//!   arrival order, with one fsync. That is the group commit: a `schedule` or a claim is
-//!   answered only after the commit that made it durable, and 64 concurrent callers share
-//!   each fsync instead of paying one each. A claim is durable before its jobs are handed
+//! - One thread owns the [`Store`] (and so the file and its write-ahead log, `wal.rs`).
+//!   Every operation, reads included, is a request on its channel; the thread takes every
+//!   request waiting (up to `MAX_BATCH`) and applies them in two transactions: first the
+//!   extends and reads, logged without fsync and answered at once; then everything else
+//!   (schedules, claims, acks, ...), in arrival order, made durable by one `fdatasync` of
+//!   one log record (or, at a checkpoint, by redb's own durable commit). That is the group
+//!   commit: a `schedule` or a claim is answered only after the fsync that made it durable,
+//!   and 64 concurrent callers share each fsync instead of paying one each. A claim is durable before its jobs are handed
 //!   out, so a crash never forgets a delivery (the attempt it spent counts). Moving the
 //!   extends and reads ahead of the rest of their batch is safe: they are concurrent with
 //!   it, so either order is one the callers could have seen.
@@ -17,9 +18,12 @@
 //!   thread stops: later calls fail with `is_closed` rather than trust a store in an unknown
 //!   state.
 //! - The file lock is held exactly as long as the thread runs: `close` waits for the thread
-//!   to drop the database before it answers, so the path can be reopened at once.
+//!   to checkpoint (so the next open has no log to replay) and drop the database before it
+//!   answers, so the path can be reopened at once. A store whose log could not be written
+//!   is `broken`: the thread stops like after a panic, and the next open replays the log.
 
 mod store;
+mod wal;
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -121,7 +125,13 @@ impl Embedded {
             .name("wheel-jobs-store".into())
             .spawn(move || {
                 let opened = open_database(&thread_path, cache_size).and_then(|db| {
-                    catch_unwind(AssertUnwindSafe(|| Store::open(db, &config)))
+                    // Opened only once redb holds the file lock: one process per log too.
+                    let mut wal_path = thread_path.clone().into_os_string();
+                    wal_path.push(".wal");
+                    let wal = wal::Wal::open(wal_path.as_ref()).map_err(|err| {
+                        Error::storage(format!("cannot open {wal_path:?}: {err}"))
+                    })?;
+                    catch_unwind(AssertUnwindSafe(|| Store::open(db, &config, Some(wal))))
                         .unwrap_or_else(|panic| Err(Error::storage(panic_message(&*panic))))
                 });
                 match opened {
@@ -159,6 +169,7 @@ impl Embedded {
 /// The writer thread's loop: batch, apply, commit, answer.
 fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
     let mut closing = Vec::new();
+    let mut panicked = false;
     while let Ok(first) = receiver.recv() {
         let mut ops = Vec::new();
         let mut replies = Vec::new();
@@ -181,17 +192,22 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
             .into_iter()
             .zip(replies)
             .partition(|(op, _)| !op.needs_fsync());
-        let failed = apply(&mut store, fast, shared) || apply(&mut store, slow, shared);
-        if failed || !closing.is_empty() {
+        panicked = apply(&mut store, fast, shared) || apply(&mut store, slow, shared);
+        if panicked || store.broken() || !closing.is_empty() {
             break;
         }
     }
     // Stop taking requests, then release the file before anyone hears the close is done.
     shared.closed.store(true, Relaxed);
     drop(receiver);
-    drop(store);
+    // After a panic the store's state is unknown: no checkpoint, the next open replays.
+    let closed = match panicked {
+        true => Ok(()),
+        false => catch_unwind(AssertUnwindSafe(|| store.close()))
+            .unwrap_or_else(|panic| Err(Error::storage(panic_message(&*panic)))),
+    };
     for done in closing {
-        let _ = done.send(Ok(()));
+        let _ = done.send(closed.clone());
     }
 }
 

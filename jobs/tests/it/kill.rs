@@ -385,7 +385,7 @@ fn a_redis_consumer_process_killed_mid_handler_has_its_jobs_redelivered() {
 /// SIGKILLs it: "the handler crashed the process").
 async fn deliver_then_hang(path: &Path) {
     let queue = JobQueue::builder()
-        .lease(ms(200))
+        .lease(wheel_jobs::MIN_LEASE)
         .max_attempts(2)
         .open(path)
         .await
@@ -425,8 +425,8 @@ fn a_job_that_kills_its_process_goes_dead_after_max_attempts() {
             }
         };
         assert_eq!(attempt, expected, "each crashed delivery spends an attempt");
-        // Let the 200 ms lease lapse, so the next delivery is a redelivery after it.
-        std::thread::sleep(ms(400));
+        // Let the lease lapse, so the next delivery is a redelivery after it.
+        std::thread::sleep(wheel_jobs::MIN_LEASE + ms(200));
         child.kill();
         rt.block_on(async {
             let queue = JobQueue::open(h.path()).await.unwrap();

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use wheel_jobs::{JobQueue, JobState, Scheduled, When};
+use wheel_jobs::{JobQueue, JobState, Scheduled, When, MIN_LEASE};
 
 use crate::support::{ms, next, spawn_reporting_worker, Harness};
 
@@ -55,6 +55,7 @@ macro_rules! run_behaviour_suite {
             close_inside_a_handler_does_not_wait_for_itself,
             schedule_many_larger_than_one_script_call,
             a_prefetched_job_whose_lease_ended_is_not_handed_out,
+            a_lease_below_the_minimum_is_raised,
         );
     };
 }
@@ -380,14 +381,17 @@ pub async fn stale_delivery_changes_nothing(h: impl Harness) {
 
 pub async fn extend_keeps_the_lease(h: impl Harness) {
     let queue = open(&h, |b| {
-        b.lease(ms(40));
+        b.lease(MIN_LEASE);
     })
     .await;
     queue.schedule("job", Duration::ZERO, "p").await.unwrap();
     let mut consumer = queue.consume();
     let held = next(&mut consumer).await;
     assert!(held.extend(Duration::from_secs(3600)).await.unwrap());
-    queue.schedule("marker", ms(120), "p").await.unwrap();
+    queue
+        .schedule("marker", MIN_LEASE + ms(200), "p")
+        .await
+        .unwrap();
     assert_eq!(
         next(&mut consumer).await.id(),
         "marker",
@@ -416,11 +420,8 @@ pub async fn retry_counts_the_attempt(h: impl Harness) {
 }
 
 pub async fn dead_after_max_attempts(h: impl Harness) {
-    // A lease well above one commit time: a prefetched delivery whose lease already ended
-    // (a claim whose fsync outlasted a tiny lease on a loaded machine) is dropped, which
-    // would spend the attempt without a delivery.
     let queue = open(&h, |b| {
-        b.lease(ms(300)).max_attempts(2);
+        b.lease(MIN_LEASE).max_attempts(2);
     })
     .await;
     queue.schedule("lapses", Duration::ZERO, "p").await.unwrap();
@@ -429,7 +430,10 @@ pub async fn dead_after_max_attempts(h: impl Harness) {
     assert_eq!(next(&mut consumer).await.attempt(), 2);
     // Its second lease ends before the marker is due; claims go in due order, so the
     // marker's delivery means the job's last lease was processed.
-    queue.schedule("marker", ms(600), "p").await.unwrap();
+    queue
+        .schedule("marker", MIN_LEASE + ms(300), "p")
+        .await
+        .unwrap();
     let marker = next(&mut consumer).await;
     assert_eq!(marker.id(), "marker");
     let info = queue.get("lapses").await.unwrap().unwrap();
@@ -899,7 +903,7 @@ pub async fn schedule_many_larger_than_one_script_call(h: impl Harness) {
 /// the lease has to pass.)
 pub async fn a_prefetched_job_whose_lease_ended_is_not_handed_out(h: impl Harness) {
     let q = open(&h, |b| {
-        b.lease(ms(100)).prefetch(4);
+        b.lease(MIN_LEASE).prefetch(4);
     })
     .await;
     q.schedule_many([("a", ms(0), "p"), ("b", ms(0), "p")])
@@ -909,7 +913,7 @@ pub async fn a_prefetched_job_whose_lease_ended_is_not_handed_out(h: impl Harnes
     let held = next(&mut first).await; // the other one waits in `first`'s buffer
     assert!(held.extend(Duration::from_secs(3600)).await.unwrap());
     let other = if held.id() == "a" { "b" } else { "a" };
-    tokio::time::sleep(ms(300)).await; // a slow handler: the buffered job's lease ends
+    tokio::time::sleep(MIN_LEASE + ms(200)).await; // a slow handler: the buffered job's lease ends
     let mut second = q.consume();
     let taken = next(&mut second).await;
     assert_eq!((taken.id(), taken.attempt()), (other, 2));
@@ -923,5 +927,24 @@ pub async fn a_prefetched_job_whose_lease_ended_is_not_handed_out(h: impl Harnes
     );
     assert!(after.ack().await.unwrap());
     assert!(held.ack().await.unwrap());
+    q.close().await.unwrap();
+}
+
+/// Regression: a lease shorter than the claim's own commit was spent waiting for it (the
+/// job dropped from the buffer, its attempt gone). Such leases are raised to `MIN_LEASE`.
+pub async fn a_lease_below_the_minimum_is_raised(h: impl Harness) {
+    let q = open(&h, |b| {
+        b.lease(Duration::from_micros(1));
+    })
+    .await;
+    q.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = q.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!(
+        (d.id(), d.attempt()),
+        ("job", 1),
+        "the first claim's delivery"
+    );
+    assert!(d.ack().await.unwrap(), "the lease outlived its commit");
     q.close().await.unwrap();
 }

@@ -1,7 +1,9 @@
 //! The store (tables, indexes, counts) against a trivially correct model of the whole queue:
 //! a map of jobs scanned linearly, with the rules written out plainly. Random operation
 //! sequences on an in-memory redb; every reply, the counts and every job compared after
-//! each step.
+//! each step. The same on a file store with its write-ahead log, where a `Crash` step
+//! copies the database and the log as they are on disk mid-run (what `kill -9` leaves),
+//! reopens the copy (replaying the log) and carries on with it against the same model.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -45,6 +47,9 @@ enum Step {
     Extend(u8, bool, u64),
     RemoveDead(u8),
     PurgeDead(usize),
+    Crash,
+    /// The next step's change is a checkpoint rather than a log record.
+    Checkpoint,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -62,6 +67,8 @@ fn step() -> impl Strategy<Value = Step> {
         (id.clone(), any::<bool>(), 0..30u64).prop_map(|(i, c, b)| Step::Extend(i, c, b)),
         id.clone().prop_map(Step::RemoveDead),
         (1..3usize).prop_map(Step::PurgeDead),
+        Just(Step::Crash),
+        Just(Step::Checkpoint),
     ]
 }
 
@@ -73,15 +80,40 @@ fn at(nanos: u64) -> When {
     When::At(UNIX_EPOCH + Duration::from_nanos(nanos))
 }
 
-fn store() -> Store {
-    let db = redb::Database::builder()
-        .create_with_backend(redb::backends::InMemoryBackend::new())
-        .expect("in-memory redb");
+fn config() -> Config {
     let mut builder = crate::JobQueue::builder();
     builder.max_attempts(MAX_ATTEMPTS);
     let mut config = builder.config();
     config.lease = Duration::from_nanos(LEASE);
-    Store::open(db, &config).expect("open")
+    config
+}
+
+fn store() -> Store {
+    let db = redb::Database::builder()
+        .create_with_backend(redb::backends::InMemoryBackend::new())
+        .expect("in-memory redb");
+    Store::open(db, &config(), None).expect("open")
+}
+
+/// The store at `dir/s{n}.redb` with its log `dir/s{n}.redb.wal`.
+fn file_store(dir: &std::path::Path, n: u32) -> Store {
+    let path = dir.join(format!("s{n}.redb"));
+    let db = redb::Database::builder().create(&path).expect("redb");
+    let wal = Wal::open(&dir.join(format!("s{n}.redb.wal"))).expect("wal");
+    Store::open(db, &config(), Some(wal)).expect("open")
+}
+
+/// What `kill -9` of store `n` would leave, opened as store `n + 1`.
+fn crash(store: Store, dir: &std::path::Path, n: u32) -> Store {
+    for ext in ["redb", "redb.wal"] {
+        std::fs::copy(
+            dir.join(format!("s{n}.{ext}")),
+            dir.join(format!("s{}.{ext}", n + 1)),
+        )
+        .expect("copy");
+    }
+    drop(store);
+    file_store(dir, n + 1)
 }
 
 fn one(store: &mut Store, op: Op, now: u64) -> Reply {
@@ -90,8 +122,14 @@ fn one(store: &mut Store, op: Op, now: u64) -> Reply {
     replies.pop().unwrap()
 }
 
-fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
-    let mut store = store();
+fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut crashes = 0;
+    let mut store = if on_file {
+        file_store(dir.path(), 0)
+    } else {
+        store()
+    };
     let mut model: BTreeMap<String, RefJob> = BTreeMap::new();
     let mut tokens: BTreeMap<String, u64> = BTreeMap::new();
     let mut now = 100u64;
@@ -276,6 +314,15 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                     Reply::Bool(dead)
                 );
             }
+            Step::Crash if on_file => {
+                store = crash(store, dir.path(), crashes);
+                crashes += 1;
+            }
+            Step::Crash => {}
+            Step::Checkpoint => {
+                store.checkpoint_every = Duration::ZERO;
+                continue;
+            }
             Step::PurgeDead(limit) => {
                 let dead: Vec<String> = model
                     .iter()
@@ -321,6 +368,7 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
             });
             prop_assert_eq!(reply, Reply::Info(expect));
         }
+        store.checkpoint_every = CHECKPOINT_EVERY;
     }
     Ok(())
 }
@@ -329,6 +377,15 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
     #[test]
     fn store_matches_model(steps in proptest::collection::vec(step(), 1..60)) {
-        run(steps)?;
+        run(steps, false)?;
+    }
+}
+
+proptest! {
+    // Each step is an fsync here.
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn a_file_store_survives_crashes_by_its_log(steps in proptest::collection::vec(step(), 1..60)) {
+        run(steps, true)?;
     }
 }
