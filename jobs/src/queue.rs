@@ -266,7 +266,9 @@ impl Builder {
     /// Whether every checkpoint of the embedded store (a durable redb commit, every 5 s
     /// while jobs change; the changes in between are made durable by the store's
     /// write-ahead log) also saves the allocator state, so that the first open after a
-    /// crash or `kill -9` is near-instant whatever the store's size (default `true`).
+    /// crash or `kill -9` does not walk the file (default `true`); it still replays the log,
+    /// at most 2 MiB of changes (measured ≈0.2–0.5 s on a 10M-job store, ≈0.3 s of it
+    /// redb's own recovery; a clean close leaves nothing to replay: a few ms).
     /// Turned off, checkpoints are cheaper but that open walks the whole file to rebuild
     /// the state. Either way nothing acknowledged is lost.
     pub fn quick_repair(&mut self, enabled: bool) -> &mut Self {

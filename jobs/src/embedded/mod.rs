@@ -28,7 +28,9 @@ mod wal;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -64,6 +66,10 @@ struct Shared {
     running: AtomicU64,
     /// Set when the thread stopped.
     closed: AtomicBool,
+    /// Why the thread stopped, if a failure stopped it (set before `closed`): every later
+    /// call gets this error, not `is_closed`, so a worker loop does not take a dead store
+    /// for a clean close.
+    failure: std::sync::Mutex<Option<Error>>,
 }
 
 impl fmt::Debug for Embedded {
@@ -106,6 +112,16 @@ fn open_database(path: &std::path::Path, cache_size: usize) -> Result<redb::Data
 }
 
 impl Shared {
+    /// The error for a call the thread can no longer answer: the failure that stopped it,
+    /// or `is_closed` after a close.
+    fn gone(&self) -> Error {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(Error::closed)
+    }
+
     fn publish(&self, counts: crate::model::Counts) {
         self.pending.store(counts.pending, Relaxed);
         self.running.store(counts.leased, Relaxed);
@@ -126,7 +142,11 @@ impl Embedded {
             .spawn(move || {
                 let opened = open_database(&thread_path, cache_size).and_then(|db| {
                     // Opened only once redb holds the file lock: one process per log too.
-                    let mut wal_path = thread_path.clone().into_os_string();
+                    // Beside the store's real path, so that a store opened through a
+                    // symbolic link after a crash still finds its log.
+                    let real =
+                        std::fs::canonicalize(&thread_path).unwrap_or_else(|_| thread_path.clone());
+                    let mut wal_path = real.into_os_string();
                     wal_path.push(".wal");
                     let wal = wal::Wal::open(wal_path.as_ref()).map_err(|err| {
                         Error::storage(format!("cannot open {wal_path:?}: {err}"))
@@ -161,8 +181,8 @@ impl Embedded {
         let (tx, rx) = oneshot::channel();
         self.requests
             .send(Request::Op(op, tx))
-            .map_err(|_| Error::closed())?;
-        rx.await.map_err(|_| Error::closed())?
+            .map_err(|_| self.shared.gone())?;
+        rx.await.map_err(|_| self.shared.gone())?
     }
 }
 
@@ -197,13 +217,23 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
             break;
         }
     }
+    // After a failure the store's state is unknown: no checkpoint, the next open replays
+    // the log. Every later call hears of it (set before the requests are dropped).
+    let failure = (panicked || store.broken()).then(|| {
+        Error::storage(
+            "the store stopped after a failure it cannot recover from in place (see the \
+             earlier error); reopen the queue, which replays its log",
+        )
+    });
+    if let Some(failure) = &failure {
+        *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure.clone());
+    }
     // Stop taking requests, then release the file before anyone hears the close is done.
-    shared.closed.store(true, Relaxed);
+    shared.closed.store(true, Release);
     drop(receiver);
-    // After a panic the store's state is unknown: no checkpoint, the next open replays.
-    let closed = match panicked {
-        true => Ok(()),
-        false => catch_unwind(AssertUnwindSafe(|| store.close()))
+    let closed = match failure {
+        Some(failure) => Err(failure),
+        None => catch_unwind(AssertUnwindSafe(|| store.close()))
             .unwrap_or_else(|panic| Err(Error::storage(panic_message(&*panic)))),
     };
     for done in closing {
@@ -293,8 +323,8 @@ impl Backend for Embedded {
     fn pending(&self) -> BoxFuture<'_, Result<u64, Error>> {
         Box::pin(async move {
             // The thread publishes the count after each commit; no request needed.
-            if self.shared.closed.load(Relaxed) {
-                return Err(Error::closed());
+            if self.shared.closed.load(Acquire) {
+                return Err(self.shared.gone());
             }
             Ok(self.shared.pending.load(Relaxed))
         })
@@ -302,8 +332,8 @@ impl Backend for Embedded {
 
     fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
         Box::pin(async move {
-            if self.shared.closed.load(Relaxed) {
-                return Err(Error::closed());
+            if self.shared.closed.load(Acquire) {
+                return Err(self.shared.gone());
             }
             Ok(self.shared.running.load(Relaxed))
         })
@@ -353,10 +383,15 @@ impl Backend for Embedded {
     fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
+            // Already stopped: fine after a close, the failure after a failure.
+            let stopped = || match self.shared.gone() {
+                err if err.is_closed() => Ok(()),
+                err => Err(err),
+            };
             if self.requests.send(Request::Close(tx)).is_err() {
-                return Ok(()); // already closed
+                return stopped();
             }
-            rx.await.unwrap_or(Ok(()))
+            rx.await.unwrap_or_else(|_| stopped())
         })
     }
 }

@@ -117,12 +117,19 @@ fn parse(mut body: &[u8]) -> Option<Vec<Change<'_>>> {
 impl Wal {
     /// Opens (creating if missing) the log at `path`.
     pub(crate) fn open(path: &Path) -> io::Result<Wal> {
+        let created = !path.try_exists()?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(path)?;
+        if created {
+            // A new file's name is durable only once its directory is synced: without it a
+            // crash could lose the file with records already answered.
+            let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+            File::open(dir.unwrap_or(Path::new(".")))?.sync_all()?;
+        }
         let size = file.metadata()?.len();
         Ok(Wal {
             file,
@@ -159,8 +166,9 @@ impl Wal {
             let rec_epoch = u64::from_le_bytes(head[12..20].try_into().expect("8 bytes"));
             let rec_owner = u64::from_le_bytes(head[20..28].try_into().expect("8 bytes"));
             let check = u64::from_le_bytes(head[28..36].try_into().expect("8 bytes"));
-            if len == 0
-                || len > bytes.len() - at - HEAD
+            // An empty body is a valid record (a batch whose changes logged nothing); zeroed
+            // space fails the owner and checksum tests.
+            if len > bytes.len() - at - HEAD
                 || seq != records
                 || rec_epoch != epoch
                 || rec_owner != owner

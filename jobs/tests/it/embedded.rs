@@ -165,3 +165,35 @@ async fn a_consumer_dropped_mid_claim_leaves_its_jobs_leased_until_the_lease_end
     assert!(d.ack().await.unwrap());
     q.close().await.unwrap();
 }
+
+/// A log that cannot be written (here `/dev/full`: every write fails with "no space left on
+/// device") stops the store. That used to look like a clean close: later calls failed with
+/// `is_closed`, `run` returned `Ok(())` and `close` too. Now every later call, `run` and
+/// `close` report the storage failure, and nothing hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_that_cannot_be_written_fails_every_later_call() {
+    let h = embedded();
+    std::os::unix::fs::symlink("/dev/full", h.dir.path().join("jobs.redb.wal")).unwrap();
+    let queue = JobQueue::open(h.path()).await.expect("nothing to replay");
+    let worker = queue.clone();
+    let running =
+        tokio::spawn(async move { worker.run(2, |_d| async { Ok::<(), String>(()) }).await });
+    let mut calls = Vec::new();
+    for i in 0..20 {
+        let queue = queue.clone();
+        calls.push(tokio::spawn(async move {
+            queue.schedule(&format!("j{i}"), Duration::ZERO, "p").await
+        }));
+    }
+    for call in calls {
+        let err = call
+            .await
+            .unwrap()
+            .expect_err("nothing could be made durable");
+        assert!(err.is_storage(), "{err}");
+    }
+    let err = running.await.unwrap().expect_err("run reports the failure");
+    assert!(err.is_storage(), "{err}");
+    assert!(queue.pending().await.unwrap_err().is_storage());
+    assert!(queue.close().await.unwrap_err().is_storage());
+}

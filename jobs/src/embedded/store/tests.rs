@@ -389,3 +389,43 @@ proptest! {
         run(steps, true)?;
     }
 }
+
+/// A changed batch that logged nothing (purging a dead-set id with no job, which only an
+/// inconsistent file holds) wrote a record with an empty body, and replay stopped there:
+/// every later acknowledged change was lost to a crash. An empty record is now read past.
+#[test]
+fn an_empty_record_hides_no_later_record() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = file_store(dir.path(), 0);
+    store.checkpoint_every = Duration::from_secs(3600);
+    {
+        let txn = store.db.begin_write().unwrap();
+        txn.open_table(DEAD).unwrap().insert("ghost", ()).unwrap();
+        txn.commit().unwrap();
+    }
+    let schedule = |id: &str| Op::Schedule {
+        id: id.to_owned(),
+        when: at(10),
+        payload: Vec::new(),
+    };
+    let now = 1_000_000;
+    one(&mut store, schedule("before"), now);
+    let logged = store.wal.as_ref().unwrap().len();
+    assert_eq!(
+        one(&mut store, Op::PurgeDead { limit: 10 }, now),
+        Reply::Count(1)
+    );
+    assert!(
+        store.wal.as_ref().unwrap().len() > logged,
+        "the purge was logged"
+    );
+    one(&mut store, schedule("after"), now);
+    let mut store = crash(store, dir.path(), 0);
+    for id in ["before", "after"] {
+        let reply = one(&mut store, Op::Get { id: id.to_owned() }, now);
+        assert!(
+            matches!(reply, Reply::Info(Some(_))),
+            "{id} lost: {reply:?}"
+        );
+    }
+}
