@@ -100,4 +100,6 @@ mod worker;
 
 pub use consumer::{Consumer, Delivery};
 pub use error::Error;
-pub use queue::{Builder, JobInfo, JobQueue, JobState, Scheduled, When, MAX_ID_LEN, MIN_LEASE};
+pub use queue::{
+    Builder, JobInfo, JobQueue, JobState, Scheduled, When, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE,
+};

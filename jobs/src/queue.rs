@@ -30,6 +30,10 @@ pub const MAX_ID_LEN: usize = 256;
 /// second is far above a commit's time even on a slow disk.
 pub const MIN_LEASE: Duration = Duration::from_secs(1);
 
+/// The largest [`Builder::max_payload`]: Redis's limit for one string, and well inside the
+/// embedded store's 4 GiB per value (and per log record).
+pub const MAX_PAYLOAD: usize = 512 << 20;
+
 /// When a job is due: a delay from now, or a wall-clock time.
 ///
 /// Both are stored as wall-clock time, so a job keeps its due time across restarts. A time
@@ -236,7 +240,9 @@ impl Builder {
         self
     }
 
-    /// The largest payload [`JobQueue::schedule`] accepts, in bytes.
+    /// The largest payload [`JobQueue::schedule`] accepts, in bytes; at most
+    /// [`MAX_PAYLOAD`](crate::MAX_PAYLOAD) (512 MiB), or `open` fails with
+    /// [`Error::is_invalid_config`].
     pub fn max_payload(&mut self, bytes: usize) -> &mut Self {
         self.config.max_payload = bytes;
         self
@@ -329,6 +335,9 @@ impl Builder {
         if c.partitions == 0 {
             return Err(Error::invalid_config("partitions must be at least 1"));
         }
+        if c.max_payload > MAX_PAYLOAD {
+            return Err(Error::invalid_config("max_payload must be at most 512 MiB"));
+        }
         if c.safety_wakeup < Duration::from_millis(1) {
             return Err(Error::invalid_config(
                 "the safety wakeup must be at least 1 ms",
@@ -344,7 +353,7 @@ impl Builder {
     /// Jobs that fell due while no process had the store open are delivered at once, and
     /// leases held by a process that died are redelivered once they expire. Opening reads
     /// no jobs: its cost does not grow with their number (after a crash it replays at most
-    /// 8 MiB of the write-ahead log).
+    /// 2 MiB of the write-ahead log).
     ///
     /// The store is two files: `path` and, beside it, `path` + `.wal`, its write-ahead log
     /// (the latest changes may be only there until the next checkpoint). Copy, move or

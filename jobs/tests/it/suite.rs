@@ -132,6 +132,9 @@ pub async fn bad_input_is_refused(h: impl Harness) {
         JobQueue::builder().max_attempts(0).clone(),
         JobQueue::builder().prefetch(0).clone(),
         JobQueue::builder().safety_wakeup(Duration::ZERO).clone(),
+        JobQueue::builder()
+            .max_payload(wheel_jobs::MAX_PAYLOAD + 1)
+            .clone(),
     ] {
         let err = h.open(&bad).await.unwrap_err();
         assert!(err.is_invalid_config(), "{err}");
