@@ -159,24 +159,8 @@ impl Wal {
         self.file.read_exact_at(&mut bytes, 0).map_err(unreadable)?;
         let mut at = 0usize;
         let mut records = 0u64;
-        while bytes.len() - at >= HEAD {
-            let head = &bytes[at..at + HEAD];
-            let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as usize;
-            let seq = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes"));
-            let rec_epoch = u64::from_le_bytes(head[12..20].try_into().expect("8 bytes"));
-            let rec_owner = u64::from_le_bytes(head[20..28].try_into().expect("8 bytes"));
-            let check = u64::from_le_bytes(head[28..36].try_into().expect("8 bytes"));
-            // An empty body is a valid record (a batch whose changes logged nothing); zeroed
-            // space fails the owner and checksum tests.
-            if len > bytes.len() - at - HEAD
-                || seq != records
-                || rec_epoch != epoch
-                || rec_owner != owner
-            {
-                break;
-            }
-            let record = &bytes[at..at + HEAD + len];
-            if checksum_of(record) != check {
+        while let Some(record) = intact(&bytes[at..], owner, epoch) {
+            if seq_of(record) != records {
                 break;
             }
             let Some(changes) = parse(&record[HEAD..]) else {
@@ -184,7 +168,16 @@ impl Wal {
             };
             apply(&changes)?;
             records += 1;
-            at += HEAD + len;
+            at += record.len();
+        }
+        // What stopped the replay is the tail a crash tore only if no intact record of this
+        // epoch lies beyond it (appends are sequential, and older epochs' leftovers fail the
+        // epoch test): one that does means damage in the middle of the log, which would drop
+        // acknowledged changes after it. Refuse that rather than open without them.
+        if (at + 1..bytes.len()).any(|from| intact(&bytes[from..], owner, epoch).is_some()) {
+            return Err(Error::storage(
+                "the write-ahead log is damaged: an intact record follows a corrupt one",
+            ));
         }
         Ok(records)
     }
@@ -228,6 +221,25 @@ impl Wal {
         self.len = 0;
         self.seq = 0;
     }
+}
+
+/// The record at the start of `bytes` if it is whole, of `owner` and `epoch`, and matches
+/// its checksum. (An empty body is a valid record: a batch whose changes logged nothing;
+/// zeroed space fails the owner and checksum tests.)
+fn intact(bytes: &[u8], owner: u64, epoch: u64) -> Option<&[u8]> {
+    let head = bytes.get(..HEAD)?;
+    let field = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8 bytes"));
+    if field(12) != epoch || field(20) != owner {
+        return None;
+    }
+    let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as usize;
+    let record = bytes.get(..HEAD.checked_add(len)?)?;
+    (checksum_of(record) == field(28)).then_some(record)
+}
+
+/// A record's sequence number in its epoch.
+fn seq_of(record: &[u8]) -> u64 {
+    u64::from_le_bytes(record[4..12].try_into().expect("8 bytes"))
 }
 
 /// The checksum of a whole record, its `check` field read as zero.
@@ -308,6 +320,32 @@ mod tests {
         wal.append(8, &body(&first), true).unwrap();
         let got = replayed(&mut Wal::open(&path).unwrap(), 8);
         assert_eq!(got.len(), 1, "old records of epoch 7 follow, out of epoch");
+    }
+
+    /// A record damaged in the middle of the log used to end the replay quietly, dropping
+    /// every acknowledged record after it; it is a storage error now.
+    #[test]
+    fn damage_before_an_intact_record_is_a_storage_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let mut wal = Wal::open(&path).unwrap();
+        replayed(&mut wal, 7);
+        wal.append(7, &body(&[("a", Some(&b"one"[..]))]), true)
+            .unwrap();
+        let second_at = wal.len();
+        wal.append(7, &body(&[("b", Some(&b"two"[..]))]), true)
+            .unwrap();
+        wal.append(7, &body(&[]), true).unwrap();
+        wal.append(7, &body(&[("c", None)]), true).unwrap();
+        assert_eq!(replayed(&mut Wal::open(&path).unwrap(), 7).len(), 4);
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&[0xff], second_at + HEAD as u64 + 1)
+            .unwrap();
+        let err = Wal::open(&path)
+            .unwrap()
+            .replay(OWNER, 7, u64::MAX, |_| Ok(()))
+            .unwrap_err();
+        assert!(err.is_storage(), "{err}");
     }
 
     #[test]
