@@ -165,8 +165,10 @@ struct Tables<'t> {
     jobs: Table<'t, &'static str, &'static [u8]>,
     due: Table<'t, (u64, &'static str), ()>,
     dead: Table<'t, &'static str, ()>,
-    /// The body of this batch's log record: every job's final value.
-    log: Vec<u8>,
+    /// The body of this batch's log record: every job's final value; `None` once it would
+    /// pass `LOG_AT_MOST` (the batch is then a checkpoint, and a bulk load does not build a
+    /// record it would throw away).
+    log: Option<Vec<u8>>,
 }
 
 impl<'t> Tables<'t> {
@@ -175,7 +177,7 @@ impl<'t> Tables<'t> {
             jobs: txn.open_table(JOBS).map_err(storage)?,
             due: txn.open_table(DUE).map_err(storage)?,
             dead: txn.open_table(DEAD).map_err(storage)?,
-            log: Vec::new(),
+            log: Some(Vec::new()),
         })
     }
 }
@@ -216,15 +218,24 @@ impl Tables<'_> {
             Some(job) => {
                 let record = job.encode(payload);
                 self.jobs.insert(id, record.as_slice()).map_err(storage)?;
-                wal::push_change(&mut self.log, id, Some(&record));
+                self.log_change(id, Some(&record));
             }
             None => {
                 self.jobs.remove(id).map_err(storage)?;
-                wal::push_change(&mut self.log, id, None);
+                self.log_change(id, None);
             }
         };
         counts.transition(before.map(|j| j.status), after.map(|j| j.status));
         Ok(())
+    }
+
+    fn log_change(&mut self, id: &str, value: Option<&[u8]>) {
+        if let Some(log) = &mut self.log {
+            wal::push_change(log, id, value);
+            if log.len() > LOG_AT_MOST {
+                self.log = None;
+            }
+        }
     }
 }
 
@@ -404,11 +415,11 @@ impl Store {
             txn.abort().map_err(storage)?;
             return Ok(replies);
         }
-        let checkpoint = match &self.wal {
-            None => durable,
-            Some(wal) => {
-                log.len() > LOG_AT_MOST
-                    || wal.len() + log.len() as u64 + 64 > WAL_LIMIT
+        let checkpoint = match (&self.wal, &log) {
+            (None, _) => durable,
+            (Some(_), None) => true,
+            (Some(wal), Some(log)) => {
+                wal.len() + log.len() as u64 + 64 > WAL_LIMIT
                     || self.last_checkpoint.elapsed() >= self.checkpoint_every
             }
         };
@@ -431,8 +442,8 @@ impl Store {
             }
         } else {
             txn.set_durability(Durability::None).map_err(storage)?;
-            if let Some(wal) = self.wal.as_mut() {
-                if let Err(err) = wal.append(self.epoch, &log, durable) {
+            if let (Some(wal), Some(log)) = (self.wal.as_mut(), &log) {
+                if let Err(err) = wal.append(self.epoch, log, durable) {
                     self.broken = true;
                     return Err(Error::storage(format!(
                         "cannot write the write-ahead log: {err}"
