@@ -105,6 +105,16 @@ impl fmt::Debug for Consumer {
 /// A [`fetch`] in flight.
 pub(crate) type Fetch = BoxFuture<'static, Result<(Vec<Claimed>, Instant), Error>>;
 
+/// `Err(closed)`, with no claim in flight, once `close` began: checked after a wait's
+/// wakeup is enabled, so a later `close` wakes that wait.
+fn stop_if_closing(inner: &Inner, slot: &Slot) -> Result<(), Error> {
+    if inner.drain.closing() {
+        slot.set(0);
+        return Err(Error::closed());
+    }
+    Ok(())
+}
+
 /// Claims up to `max` due jobs, sleeping on one wheel timer until some are due; with them,
 /// the local time just before the claim that leased them was sent.
 pub(crate) async fn fetch(
@@ -127,10 +137,7 @@ pub(crate) async fn fetch(
             let notified = inner.wakeup.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if inner.drain.closing() {
-                slot.set(0);
-                return Err(Error::closed());
-            }
+            stop_if_closing(&inner, &slot)?;
             tokio::select! {
                 _ = &mut sleep => break,
                 _ = &mut notified => {}
@@ -143,10 +150,7 @@ pub(crate) async fn fetch(
         notified.as_mut().enable();
         // After `enable`: a `close` that marked the queue closing before this read is seen
         // here, one after it wakes `notified`.
-        if inner.drain.closing() {
-            slot.set(0);
-            return Err(Error::closed());
-        }
+        stop_if_closing(&inner, &slot)?;
         slot.set(u64::MAX);
         let sent = Instant::now();
         let batch = match inner.backend.claim(max).await {
