@@ -273,8 +273,9 @@ impl Builder {
     /// while jobs change; the changes in between are made durable by the store's
     /// write-ahead log) also saves the allocator state, so that the first open after a
     /// crash or `kill -9` does not walk the file (default `true`); it still replays the log,
-    /// at most 2 MiB of changes (measured ≈0.2–0.5 s on a 10M-job store, ≈0.3 s of it
-    /// redb's own recovery; a clean close leaves nothing to replay: a few ms).
+    /// at most 2 MiB of changes (a full log of 36,000 schedules on a 10M-job store: 377 and
+    /// 343 ms in two runs, of which 257 and 241 ms are redb's own recovery; a clean close
+    /// leaves nothing to replay: about 1–9 ms).
     /// Turned off, checkpoints are cheaper but that open walks the whole file to rebuild
     /// the state. Either way nothing acknowledged is lost.
     pub fn quick_repair(&mut self, enabled: bool) -> &mut Self {
