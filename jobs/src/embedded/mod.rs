@@ -225,17 +225,19 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
              earlier error); reopen the queue, which replays its log",
         )
     });
-    if let Some(failure) = &failure {
-        *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure.clone());
-    }
-    // Stop taking requests, then release the file before anyone hears the close is done.
-    shared.closed.store(true, Release);
-    drop(receiver);
+    // Release the file (a checkpoint first, after a clean stop) before anyone hears that the
+    // thread stopped: the error advises a reopen, and a `close` promises one.
     let closed = match failure {
-        Some(failure) => Err(failure),
+        Some(failure) => {
+            *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure.clone());
+            let _ = catch_unwind(AssertUnwindSafe(|| drop(store)));
+            Err(failure)
+        }
         None => catch_unwind(AssertUnwindSafe(|| store.close()))
             .unwrap_or_else(|panic| Err(Error::storage(panic_message(&*panic)))),
     };
+    shared.closed.store(true, Release);
+    drop(receiver);
     for done in closing {
         let _ = done.send(closed.clone());
     }

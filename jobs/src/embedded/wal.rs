@@ -20,7 +20,13 @@
 //!   metadata). Replay reads from offset 0 and stops at the first record that is torn, of
 //!   another epoch or out of sequence: old records left beyond the tail can never be read
 //!   as new ones. Opening always checkpoints (bumps the epoch) before the first append.
-//! - Layout of a record, little-endian: `len: u32` (of the body), `seq: u64` (0, 1, ... in
+//! - Where replay stops is a crash's tail only if no intact *synced* record of the epoch
+//!   lies beyond it: a synced record's fsync made every record before it durable, so one
+//!   missing before it is damage, and opening refuses it (`is_storage`) rather than drop
+//!   the acknowledged changes after it. Unsynced records (extends) may be lost in any
+//!   order by a power cut, so an intact unsynced one beyond the stop proves nothing.
+//! - Layout of a record, little-endian: `len: u32` (of the body; its top bit set if the
+//!   record was fsync'd), `seq: u64` (0, 1, ... in
 //!   an epoch), `epoch: u64`, `owner: u64` (a random number the store drew when it was
 //!   created: a log left beside a deleted and recreated store is never replayed into it),
 //!   `check: u64` (over everything else), then the body: entries of `id_len: u16, id,
@@ -37,6 +43,9 @@ use crate::model::mix;
 use crate::Error;
 
 const HEAD: usize = 4 + 8 + 8 + 8 + 8;
+
+/// The top bit of a record's `len`: the record was fsync'd.
+const SYNCED: u32 = 1 << 31;
 
 /// The file grows by zeroed chunks of this size, so that an append rarely changes its size
 /// (an `fdatasync` that must also journal a new size or block costs several times more).
@@ -117,19 +126,17 @@ fn parse(mut body: &[u8]) -> Option<Vec<Change<'_>>> {
 impl Wal {
     /// Opens (creating if missing) the log at `path`.
     pub(crate) fn open(path: &Path) -> io::Result<Wal> {
-        let created = !path.try_exists()?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(path)?;
-        if created {
-            // A new file's name is durable only once its directory is synced: without it a
-            // crash could lose the file with records already answered.
-            let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
-            File::open(dir.unwrap_or(Path::new(".")))?.sync_all()?;
-        }
+        // A new file's name is durable only once its directory is synced: without it a
+        // crash could lose the file with records already answered. Every open syncs it (a
+        // crash may have come between a creation and its sync).
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+        File::open(dir.unwrap_or(Path::new(".")))?.sync_all()?;
         let size = file.metadata()?.len();
         Ok(Wal {
             file,
@@ -170,11 +177,11 @@ impl Wal {
             records += 1;
             at += record.len();
         }
-        // What stopped the replay is the tail a crash tore only if no intact record of this
-        // epoch lies beyond it (appends are sequential, and older epochs' leftovers fail the
-        // epoch test): one that does means damage in the middle of the log, which would drop
-        // acknowledged changes after it. Refuse that rather than open without them.
-        if (at + 1..bytes.len()).any(|from| intact(&bytes[from..], owner, epoch).is_some()) {
+        // What stopped the replay is a crash's tail unless an intact synced record of this
+        // epoch lies beyond it (see the ground rules).
+        let synced_beyond = (at + 1..bytes.len())
+            .any(|from| intact(&bytes[from..], owner, epoch).is_some_and(was_synced));
+        if synced_beyond {
             return Err(Error::storage(
                 "the write-ahead log is damaged: an intact record follows a corrupt one",
             ));
@@ -190,9 +197,13 @@ impl Wal {
     /// Writes one record with `body` (made by [`push_change`]) at the end of the current
     /// epoch's records, then `fdatasync`s the file if `sync`.
     pub(crate) fn append(&mut self, epoch: u64, body: &[u8], sync: bool) -> io::Result<()> {
-        let len = u32::try_from(body.len()).map_err(io::Error::other)?;
+        let len = u32::try_from(body.len())
+            .ok()
+            .filter(|len| len & SYNCED == 0)
+            .ok_or_else(|| io::Error::other("a write-ahead log record of 2 GiB or more"))?;
+        let flagged = if sync { len | SYNCED } else { len };
         self.buf.clear();
-        self.buf.extend_from_slice(&len.to_le_bytes());
+        self.buf.extend_from_slice(&flagged.to_le_bytes());
         self.buf.extend_from_slice(&self.seq.to_le_bytes());
         self.buf.extend_from_slice(&epoch.to_le_bytes());
         self.buf.extend_from_slice(&self.owner.to_le_bytes());
@@ -232,9 +243,14 @@ fn intact(bytes: &[u8], owner: u64, epoch: u64) -> Option<&[u8]> {
     if field(12) != epoch || field(20) != owner {
         return None;
     }
-    let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as usize;
+    let len = (u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) & !SYNCED) as usize;
     let record = bytes.get(..HEAD.checked_add(len)?)?;
     (checksum_of(record) == field(28)).then_some(record)
+}
+
+/// Whether a record was fsync'd when written.
+fn was_synced(record: &[u8]) -> bool {
+    u32::from_le_bytes(record[0..4].try_into().expect("4 bytes")) & SYNCED != 0
 }
 
 /// A record's sequence number in its epoch.
@@ -346,6 +362,27 @@ mod tests {
             .replay(OWNER, 7, u64::MAX, |_| Ok(()))
             .unwrap_err();
         assert!(err.is_storage(), "{err}");
+    }
+
+    /// Records written without fsync (extends) may be lost in any order by a power cut:
+    /// one lost before an intact unsynced record is a crash's tail, not damage.
+    #[test]
+    fn a_lost_unsynced_record_before_another_unsynced_one_is_a_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let mut wal = Wal::open(&path).unwrap();
+        replayed(&mut wal, 7);
+        wal.append(7, &body(&[("a", Some(&b"one"[..]))]), true)
+            .unwrap();
+        let second_at = wal.len();
+        wal.append(7, &body(&[("a", Some(&b"two"[..]))]), false)
+            .unwrap();
+        wal.append(7, &body(&[("a", Some(&b"three"[..]))]), false)
+            .unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.write_all_at(&[0; HEAD], second_at).unwrap();
+        let got = replayed(&mut Wal::open(&path).unwrap(), 7);
+        assert_eq!(got, [vec![("a".to_string(), Some(b"one".to_vec()))]]);
     }
 
     #[test]
