@@ -204,7 +204,7 @@ impl Stream for Consumer {
         loop {
             if let Some((job, lease_end)) = this.buffered.pop_front() {
                 if lease_end.is_none_or(|end| Instant::now() < end) {
-                    return Poll::Ready(Some(Ok(Delivery::new(this.inner.clone(), job))));
+                    return Poll::Ready(Some(Ok(Delivery::new(this.inner.clone(), job, None))));
                 }
                 // Its lease passed while it waited here: another consumer may hold it now.
                 tracing::debug!(job = %job.id, "wheel-jobs: dropping a prefetched job whose lease ended");
@@ -252,6 +252,21 @@ impl Stream for Consumer {
 pub struct Delivery {
     inner: Arc<Inner>,
     job: Claimed,
+    /// For a delivery of [`JobQueue::run`](crate::JobQueue::run): what the handler's own
+    /// calls tell the loop that renews its lease.
+    renewal: Option<Arc<Renewal>>,
+}
+
+/// What a `run` handler did with its own [`Delivery`], for the loop renewing its lease
+/// (`worker::keep_leased`): a renewal must never shorten a lease the handler extended, and
+/// there is nothing to renew once the handler acked or retried.
+#[derive(Debug, Default)]
+pub(crate) struct Renewal {
+    /// Where the handler's own latest `extend` put the lease's end, at the earliest
+    /// (measured from before the call, so never later than the store's).
+    pub(crate) extended_until: std::sync::Mutex<Option<Instant>>,
+    /// Set once the handler's own `ack` or `retry` was answered.
+    pub(crate) settled: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Delivery {
@@ -266,8 +281,21 @@ impl fmt::Debug for Delivery {
 }
 
 impl Delivery {
-    pub(crate) fn new(inner: Arc<Inner>, job: Claimed) -> Delivery {
-        Delivery { inner, job }
+    pub(crate) fn new(inner: Arc<Inner>, job: Claimed, renewal: Option<Arc<Renewal>>) -> Delivery {
+        Delivery {
+            inner,
+            job,
+            renewal,
+        }
+    }
+
+    fn settled<T>(&self, answer: Result<T, Error>) -> Result<T, Error> {
+        if let (Some(renewal), Ok(_)) = (&self.renewal, &answer) {
+            renewal
+                .settled
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        answer
     }
 
     /// The job's id.
@@ -297,10 +325,12 @@ impl Delivery {
     ///
     /// [`Error::is_storage`], [`Error::is_closed`]; the lease is then still held.
     pub async fn ack(&self) -> Result<bool, Error> {
-        self.inner
+        let answer = self
+            .inner
             .backend
             .ack(self.job.id.clone(), self.job.token)
-            .await
+            .await;
+        self.settled(answer)
     }
 
     /// Gives the job back, due again `after` from now: `true` if the lease was held. The
@@ -311,7 +341,8 @@ impl Delivery {
     ///
     /// [`Error::is_storage`], [`Error::is_closed`].
     pub async fn retry(&self, after: Duration) -> Result<bool, Error> {
-        retry(&self.inner, &self.job.id, self.job.token, after).await
+        let answer = retry(&self.inner, &self.job.id, self.job.token, after).await;
+        self.settled(answer)
     }
 
     /// Extends the lease to `by` from now: `true` if the lease was held.
@@ -320,10 +351,24 @@ impl Delivery {
     ///
     /// [`Error::is_storage`], [`Error::is_closed`].
     pub async fn extend(&self, by: Duration) -> Result<bool, Error> {
-        self.inner
+        let sent = Instant::now();
+        let answer = self
+            .inner
             .backend
             .extend(self.job.id.clone(), self.job.token, by)
-            .await
+            .await;
+        if let (Some(renewal), Ok(true)) = (&self.renewal, &answer) {
+            // The store sets the lease's end: the latest extend decides it. A sum too large
+            // to represent is a lease that never ends in practice.
+            let until = sent
+                .checked_add(by)
+                .unwrap_or_else(|| sent + Duration::from_secs(100 * 365 * 86_400));
+            *renewal
+                .extended_until
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(until);
+        }
+        answer
     }
 }
 

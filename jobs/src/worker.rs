@@ -28,12 +28,13 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::backend::Claimed;
-use crate::consumer::{backoff, fetch, retry, Fetch};
+use crate::consumer::{backoff, fetch, retry, Fetch, Renewal};
 use crate::queue::Inner;
 use crate::{Delivery, Error, JobQueue};
 
@@ -118,11 +119,12 @@ async fn handle<F, Fut, E>(
     E: fmt::Display + Send + 'static,
 {
     let (id, token, attempt) = (job.id.clone(), job.token, job.attempt);
-    let delivery = Delivery::new(inner.clone(), job);
+    let renewal = Arc::new(Renewal::default());
+    let delivery = Delivery::new(inner.clone(), job, Some(renewal.clone()));
     let outcome = match catch_unwind(AssertUnwindSafe(|| handler(delivery))) {
         Ok(future) => {
             let run = IN_HANDLER.scope((), CatchUnwind(Box::pin(future)));
-            keep_leased(&inner, &id, token, run).await
+            keep_leased(&inner, &id, token, &renewal, run).await
         }
         Err(panic) => Err(panic),
     };
@@ -154,11 +156,18 @@ async fn handle<F, Fut, E>(
 
 /// Polls a handler's `run` to its end, renewing its job's lease every third of a lease
 /// meanwhile (as BullMQ renews its locks), so a handler slower than one lease is not run a
-/// second time while it still works. A renewal that finds the lease gone (`false`: the
-/// job was delivered again or removed) stops the renewals and is logged; the handler goes
-/// on, and its ack will change nothing. A failed renewal is logged and tried again at the
-/// next third.
-async fn keep_leased<T>(inner: &Inner, id: &str, token: u64, run: impl Future<Output = T>) -> T {
+/// second time while it still works. A renewal never shortens a lease the handler extended
+/// itself, and stops once the handler acked or retried. A renewal that finds the lease gone
+/// (`false`: the job was delivered again or removed) stops the renewals and is logged; the
+/// handler goes on, and its ack will change nothing. An unreachable store is tried again at
+/// the next third; a closed or failed one ends the renewals.
+async fn keep_leased<T>(
+    inner: &Inner,
+    id: &str,
+    token: u64,
+    renewal: &Renewal,
+    run: impl Future<Output = T>,
+) -> T {
     let timer = inner
         .config
         .timer
@@ -172,6 +181,16 @@ async fn keep_leased<T>(inner: &Inner, id: &str, token: u64, run: impl Future<Ou
             out = &mut run => return out,
             () = timer.sleep(lease / 3) => {}
         }
+        if renewal.settled.load(SeqCst) {
+            return run.await;
+        }
+        let own = *renewal
+            .extended_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if own.is_some_and(|until| until > Instant::now() + lease) {
+            continue;
+        }
         // The handler keeps running while the renewal commits.
         let renew = inner.backend.extend(id.to_owned(), token, lease);
         let renewed = tokio::select! {
@@ -181,12 +200,18 @@ async fn keep_leased<T>(inner: &Inner, id: &str, token: u64, run: impl Future<Ou
         };
         match renewed {
             Ok(true) => {}
+            // Settled meanwhile by the handler's own ack or retry: nothing was lost.
+            Ok(false) if renewal.settled.load(SeqCst) => return run.await,
             Ok(false) => {
                 tracing::warn!(job = %id, "wheel-jobs: the lease was lost while the handler ran; the job may run again elsewhere");
                 return run.await;
             }
-            Err(err) => {
+            Err(err) if err.is_unavailable() => {
                 tracing::warn!(job = %id, error = %err, "wheel-jobs: renewing the lease failed; trying again");
+            }
+            Err(err) => {
+                tracing::debug!(job = %id, error = %err, "wheel-jobs: no more lease renewals");
+                return run.await;
             }
         }
     }

@@ -49,6 +49,7 @@ macro_rules! run_behaviour_suite {
             run_acks_and_retries_failures_and_panics,
             run_kills_after_max_attempts,
             run_renews_the_lease_of_a_slow_handler,
+            run_never_shortens_a_handlers_own_extend,
             many_jobs_each_delivered_once,
             close_ends_consumers_and_calls,
             close_lets_running_handlers_finish_and_ack,
@@ -739,6 +740,46 @@ pub async fn run_renews_the_lease_of_a_slow_handler(h: impl Harness) {
     );
     queue.close().await.unwrap();
     running.await.unwrap().unwrap();
+}
+
+/// A handler that extends its own lease far out keeps it even once its process stops
+/// renewing: `run`'s renewals used to set the lease back to one lease from now, so the job
+/// was delivered again a lease after the renewals stopped (here: the `run` aborted).
+pub async fn run_never_shortens_a_handlers_own_extend(h: impl Harness) {
+    let lease = Duration::from_secs(1);
+    let queue = open(&h, |b| {
+        b.lease(lease);
+    })
+    .await;
+    queue.schedule("long", Duration::ZERO, "p").await.unwrap();
+    let (extended_tx, extended) = tokio::sync::oneshot::channel();
+    let extended_tx = Mutex::new(Some(extended_tx));
+    let worker = queue.clone();
+    let running = tokio::spawn(async move {
+        worker
+            .run(1, move |job| {
+                let extended_tx = extended_tx.lock().unwrap().take();
+                async move {
+                    assert!(job.extend(Duration::from_secs(3600)).await.unwrap());
+                    // Past two renewal points (every third of a lease).
+                    tokio::time::sleep(lease * 5 / 6).await;
+                    if let Some(tx) = extended_tx {
+                        tx.send(()).unwrap();
+                    }
+                    std::future::pending::<Result<(), String>>().await
+                }
+            })
+            .await
+    });
+    extended.await.unwrap();
+    // The process stops renewing (its handler hangs on, leased).
+    running.abort();
+    let mut consumer = queue.consume();
+    let again = tokio::time::timeout(lease * 3, consumer.next()).await;
+    assert!(again.is_err(), "delivered again within three leases");
+    let info = queue.get("long").await.unwrap().unwrap();
+    assert_eq!((info.state(), info.attempt()), (JobState::Running, 1));
+    queue.close().await.unwrap();
 }
 
 pub async fn many_jobs_each_delivered_once(h: impl Harness) {
