@@ -163,9 +163,9 @@ impl Wake for TurnWaker {
     fn wake_by_ref(self: &WakeArc<Self>) {
         // The clock, never the tick the sleep was armed for: tokio may call this waker after
         // the task has already re-armed for a later tick (it wakes outside its lock), and a
-        // turn to that tick would fire its entries early. A deadline beyond tokio's range,
-        // which tokio fires before it is reached, is the task's to turn to (see `reached`):
-        // the task polls the current registration and knows its tick.
+        // turn to that tick would fire its entries early. Turning to the armed tick when the
+        // clock reading lags tokio's is the task's (see `reached`): it polls the current
+        // registration and knows its tick.
         waker_turn(&self.global, self.global.clock.driver_tick());
         // Taken, not cloned, under the lock; the task's next wait stores it again.
         let task = lock(&self.task).take();

@@ -593,7 +593,10 @@ impl Builder {
     ///
     /// [`Error::is_invalid_config`] for a tick, slot or shard count out of range, or a zero
     /// `max_pending`; [`Error::is_no_runtime`] outside a tokio runtime context, or on a
-    /// runtime without its time driver (the driver task waits on tokio's time).
+    /// runtime without its time driver (the driver task waits on tokio's time). tokio has
+    /// no query for that: `build` asks by creating one tokio sleep, which panics there; the
+    /// panic is caught, but a panic hook still sees it, and under `panic = "abort"` the
+    /// process aborts (as tokio's own `sleep` would on that runtime).
     ///
     /// # Examples
     ///
