@@ -294,6 +294,20 @@ mod tests {
         out
     }
 
+    /// A log at `path` of epoch 7 holding `records` (changes, synced); their offsets.
+    fn epoch_7_log(path: &Path, records: &[(&[Change<'_>], bool)]) -> Vec<u64> {
+        let mut wal = Wal::open(path).unwrap();
+        replayed(&mut wal, 7); // sets the owner
+        records
+            .iter()
+            .map(|(changes, sync)| {
+                let at = wal.len();
+                wal.append(7, &body(changes), *sync).unwrap();
+                at
+            })
+            .collect()
+    }
+
     #[test]
     fn records_replay_in_order_and_stop_at_a_torn_tail_or_an_old_epoch() {
         let dir = tempfile::tempdir().unwrap();
@@ -344,19 +358,18 @@ mod tests {
     fn damage_before_an_intact_record_is_a_storage_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("wal");
-        let mut wal = Wal::open(&path).unwrap();
-        replayed(&mut wal, 7);
-        wal.append(7, &body(&[("a", Some(&b"one"[..]))]), true)
-            .unwrap();
-        let second_at = wal.len();
-        wal.append(7, &body(&[("b", Some(&b"two"[..]))]), true)
-            .unwrap();
-        wal.append(7, &body(&[]), true).unwrap();
-        wal.append(7, &body(&[("c", None)]), true).unwrap();
+        let at = epoch_7_log(
+            &path,
+            &[
+                (&[("a", Some(&b"one"[..]))], true),
+                (&[("b", Some(&b"two"[..]))], true),
+                (&[], true),
+                (&[("c", None)], true),
+            ],
+        );
         assert_eq!(replayed(&mut Wal::open(&path).unwrap(), 7).len(), 4);
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        file.write_all_at(&[0xff], second_at + HEAD as u64 + 1)
-            .unwrap();
+        file.write_all_at(&[0xff], at[1] + HEAD as u64 + 1).unwrap();
         let err = Wal::open(&path)
             .unwrap()
             .replay(OWNER, 7, u64::MAX, |_| Ok(()))
@@ -370,17 +383,16 @@ mod tests {
     fn a_lost_unsynced_record_before_another_unsynced_one_is_a_tail() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("wal");
-        let mut wal = Wal::open(&path).unwrap();
-        replayed(&mut wal, 7);
-        wal.append(7, &body(&[("a", Some(&b"one"[..]))]), true)
-            .unwrap();
-        let second_at = wal.len();
-        wal.append(7, &body(&[("a", Some(&b"two"[..]))]), false)
-            .unwrap();
-        wal.append(7, &body(&[("a", Some(&b"three"[..]))]), false)
-            .unwrap();
+        let at = epoch_7_log(
+            &path,
+            &[
+                (&[("a", Some(&b"one"[..]))], true),
+                (&[("a", Some(&b"two"[..]))], false),
+                (&[("a", Some(&b"three"[..]))], false),
+            ],
+        );
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        file.write_all_at(&[0; HEAD], second_at).unwrap();
+        file.write_all_at(&[0; HEAD], at[1]).unwrap();
         let got = replayed(&mut Wal::open(&path).unwrap(), 7);
         assert_eq!(got, [vec![("a".to_string(), Some(b"one".to_vec()))]]);
     }
