@@ -64,11 +64,11 @@ struct Shared {
     pending: AtomicU64,
     /// Leased jobs as of the last commit.
     running: AtomicU64,
-    /// Set when the thread stopped.
+    /// Set when the thread stopped, or as soon as a failure is going to stop it.
     closed: AtomicBool,
-    /// Why the thread stopped, if a failure stopped it (set before `closed`): every later
-    /// call gets this error, not `is_closed`, so a worker loop does not take a dead store
-    /// for a clean close.
+    /// Why the thread stops, if a failure stops it (set before `closed`, and before the
+    /// failing batch is answered): every later call gets this error, not `is_closed`, so a
+    /// worker loop does not take a dead store for a clean close.
     failure: std::sync::Mutex<Option<Error>>,
 }
 
@@ -112,6 +112,20 @@ fn open_database(path: &std::path::Path, cache_size: usize) -> Result<redb::Data
 }
 
 impl Shared {
+    /// Records that the store cannot go on (idempotent): from here on every call, `pending`
+    /// and `running` included, gets the failure.
+    fn fail(&self) {
+        let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        failure.get_or_insert_with(|| {
+            Error::storage(
+                "the store stopped after a failure it cannot recover from in place (see the \
+                 earlier error); reopen the queue, which replays its log",
+            )
+        });
+        drop(failure);
+        self.closed.store(true, Release);
+    }
+
     /// The error for a call the thread can no longer answer: the failure that stopped it,
     /// or `is_closed` after a close.
     fn gone(&self) -> Error {
@@ -217,24 +231,17 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
             break;
         }
     }
-    // After a failure the store's state is unknown: no checkpoint, the next open replays
-    // the log. Every later call hears of it (set before the requests are dropped).
-    let failure = (panicked || store.broken()).then(|| {
-        Error::storage(
-            "the store stopped after a failure it cannot recover from in place (see the \
-             earlier error); reopen the queue, which replays its log",
-        )
-    });
-    // Release the file (a checkpoint first, after a clean stop) before anyone hears that the
-    // thread stopped: the error advises a reopen, and a `close` promises one.
-    let closed = match failure {
-        Some(failure) => {
-            *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure.clone());
-            let _ = catch_unwind(AssertUnwindSafe(|| drop(store)));
-            Err(failure)
-        }
-        None => catch_unwind(AssertUnwindSafe(|| store.close()))
-            .unwrap_or_else(|panic| Err(Error::storage(panic_message(&*panic)))),
+    // After a failure (published by `apply`) the store's state is unknown: no checkpoint,
+    // the next open replays the log. Either way the file is released (a checkpoint first,
+    // after a clean stop) before the requests still queued hear that the thread stopped:
+    // the failure advises a reopen, and a `close` promises one.
+    let closed = if panicked || store.broken() {
+        shared.fail();
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(store)));
+        Err(shared.gone())
+    } else {
+        catch_unwind(AssertUnwindSafe(|| store.close()))
+            .unwrap_or_else(|panic| Err(Error::storage(panic_message(&*panic))))
     };
     shared.closed.store(true, Release);
     drop(receiver);
@@ -268,6 +275,11 @@ fn apply(
             true,
         ),
     };
+    // A store that cannot go on says so to every later call before anyone hears of this
+    // batch's failure.
+    if panicked || store.broken() {
+        shared.fail();
+    }
     for reply in replies {
         let _ = reply.send(Err(answers.clone()));
     }
