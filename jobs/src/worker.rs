@@ -184,15 +184,18 @@ async fn keep_leased<T>(
         if renewal.settled.load(SeqCst) {
             return run.await;
         }
+        // To one lease from now, or to where the handler's own latest extend put it if that
+        // is later: re-asserted at every renewal, so a renewal that raced the handler's
+        // extend to the store (and landed second) is undone a third of a lease later.
         let own = *renewal
             .extended_until
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if own.is_some_and(|until| until > Instant::now() + lease) {
-            continue;
-        }
+        let by = own.map_or(lease, |until| {
+            until.saturating_duration_since(Instant::now()).max(lease)
+        });
         // The handler keeps running while the renewal commits.
-        let renew = inner.backend.extend(id.to_owned(), token, lease);
+        let renew = inner.backend.extend(id.to_owned(), token, by);
         let renewed = tokio::select! {
             biased;
             out = &mut run => return out,
