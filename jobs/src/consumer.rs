@@ -123,11 +123,7 @@ pub(crate) async fn fetch(
     max: usize,
     errors: u32,
 ) -> Result<(Vec<Claimed>, Instant), Error> {
-    let timer = inner
-        .config
-        .timer
-        .clone()
-        .unwrap_or_else(wheel_timer::default_timer);
+    let timer = inner.config.timer();
     if errors > 0 {
         // `close` wakes this like an idle wait, so it never waits out a backoff.
         let backoff = Duration::from_millis(50).saturating_mul(1 << errors.min(7));

@@ -205,6 +205,16 @@ impl Default for Builder {
     }
 }
 
+impl Config {
+    /// The wheel consumers and workers arm their timers on: the builder's, or the current
+    /// runtime's default timer.
+    pub(crate) fn timer(&self) -> wheel_timer::Timer {
+        self.timer
+            .clone()
+            .unwrap_or_else(wheel_timer::default_timer)
+    }
+}
+
 impl Builder {
     /// The defaults: 30 s leases, 5 attempts, 1 MiB payloads, retry backoff from 1 s doubling
     /// to 1 h, 64 jobs claimed at a time by [`JobQueue::consume`], a 64 MiB page cache.

@@ -168,11 +168,7 @@ async fn keep_leased<T>(
     renewal: &Renewal,
     run: impl Future<Output = T>,
 ) -> T {
-    let timer = inner
-        .config
-        .timer
-        .clone()
-        .unwrap_or_else(wheel_timer::default_timer);
+    let timer = inner.config.timer();
     let lease = inner.config.lease;
     tokio::pin!(run);
     loop {
