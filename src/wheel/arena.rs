@@ -21,19 +21,28 @@ pub(crate) const MAX_ENTRIES: usize = (u32::MAX - 1) as usize;
 /// Names one allocated entry. Stale keys (entry freed, slot maybe reused) never match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
-    index: u32,
-    generation: u32,
+    /// The generation in the high half, the index in the low half: one word, so that a key
+    /// is always stored and loaded whole (a key stored as two halves and loaded as one word,
+    /// as a struct copy does, stalls the load).
+    bits: u64,
 }
 
 impl Key {
     /// A key that never names a live entry, for owners that have not allocated yet.
-    pub(crate) const DANGLING: Key = Key {
-        index: NIL,
-        generation: 0,
-    };
+    pub(crate) const DANGLING: Key = Key::new(NIL, 0);
+
+    const fn new(index: u32, generation: u32) -> Key {
+        Key {
+            bits: (generation as u64) << 32 | index as u64,
+        }
+    }
 
     pub(crate) fn index(self) -> u32 {
-        self.index
+        self.bits as u32
+    }
+
+    fn generation(self) -> u32 {
+        (self.bits >> 32) as u32
     }
 }
 
@@ -157,10 +166,7 @@ impl<T> Arena<T> {
             (self.entries.len() - 1) as u32
         };
         self.live += 1;
-        Key {
-            index,
-            generation: self.entries[index as usize].generation,
-        }
+        Key::new(index, self.entries[index as usize].generation)
     }
 
     /// Frees a detached entry and returns its value.
@@ -180,17 +186,14 @@ impl<T> Arena<T> {
 
     /// The index of `key`'s entry if the key is live.
     pub(super) fn resolve(&self, key: Key) -> Option<u32> {
-        match self.entries.get(key.index as usize) {
-            Some(e) if e.generation == key.generation && e.bucket != FREE => Some(key.index),
+        match self.entries.get(key.index() as usize) {
+            Some(e) if e.generation == key.generation() && e.bucket != FREE => Some(key.index()),
             _ => None,
         }
     }
 
     pub(super) fn key_of(&self, index: u32) -> Key {
-        Key {
-            index,
-            generation: self.entries[index as usize].generation,
-        }
+        Key::new(index, self.entries[index as usize].generation)
     }
 
     pub(super) fn get(&self, index: u32) -> &Entry<T> {
@@ -209,6 +212,7 @@ impl<T> Arena<T> {
             .expect("an allocated entry holds a value")
     }
 
+    #[inline]
     pub(super) fn value_mut(&mut self, index: u32) -> &mut T {
         self.entries[index as usize]
             .value

@@ -293,6 +293,7 @@ impl<T> Wheel<T> {
         (level, slot as usize)
     }
 
+    #[inline]
     fn link(&mut self, index: u32) {
         let tick = self.arena.get(index).tick;
         let bucket = if tick <= self.elapsed {
@@ -308,6 +309,7 @@ impl<T> Wheel<T> {
         self.scheduled += 1;
     }
 
+    #[inline]
     fn unlink(&mut self, index: u32) {
         let bucket = self.arena.get(index).bucket;
         if bucket == DETACHED {
