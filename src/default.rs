@@ -82,19 +82,28 @@ fn with_default_slow<R>(task: Option<tokio::task::Id>, f: impl FnOnce(&Timer) ->
         ),
     };
     let id = handle.id();
+    // The hit is answered inside the access and returns the (small) result alone; a miss
+    // fills the cache in a second access.
+    let mut f = Some(f);
+    let hit = CACHE.with(|cache| match &mut *cache.borrow_mut() {
+        Some(cached) if cached.runtime == id && cached.timer.is_running() => {
+            cached.task = task;
+            f.take().map(|f| f(&cached.timer))
+        }
+        _ => None,
+    });
+    if let Some(out) = hit {
+        return out;
+    }
+    let f = f.expect("not called on a hit");
+    let timer = lookup(&handle, id);
     let (out, stale) = CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
-        let stale = match &mut *cache {
-            Some(cached) if cached.runtime == id && cached.timer.is_running() => {
-                cached.task = task;
-                None
-            }
-            slot => slot.replace(Cached {
-                runtime: id,
-                task,
-                timer: lookup(&handle, id),
-            }),
-        };
+        let stale = cache.replace(Cached {
+            runtime: id,
+            task,
+            timer,
+        });
         let cached = cache.as_ref().expect("filled above");
         (f(&cached.timer), stale)
     });
@@ -163,7 +172,7 @@ pub fn default_timer() -> Timer {
 #[track_caller]
 #[inline]
 pub fn sleep_wheel(duration: Duration) -> Sleep {
-    with_default(|timer| timer.sleep(duration))
+    Sleep::after(with_default(Timer::sleep_handle), duration)
 }
 
 /// Waits until `deadline`, on the current runtime's default timer: the wheel's drop-in for
@@ -185,7 +194,7 @@ pub fn sleep_wheel(duration: Duration) -> Sleep {
 #[track_caller]
 #[inline]
 pub fn sleep_wheel_until(deadline: Instant) -> Sleep {
-    with_default(|timer| timer.sleep_until(deadline))
+    Sleep::until(with_default(Timer::sleep_handle), deadline)
 }
 
 /// Requires `future` to complete within `duration`, on the current runtime's default timer:
@@ -209,7 +218,10 @@ pub fn sleep_wheel_until(deadline: Instant) -> Sleep {
 #[inline]
 pub fn timeout_wheel<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F::IntoFuture> {
     let future = future.into_future();
-    with_default(|timer| timer.timeout(duration, future))
+    Timeout::new(
+        future,
+        Sleep::after(with_default(Timer::sleep_handle), duration),
+    )
 }
 
 /// Requires `future` to complete by `deadline`, on the current runtime's default timer: the
@@ -234,5 +246,8 @@ pub fn timeout_wheel<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F:
 #[inline]
 pub fn timeout_wheel_at<F: IntoFuture>(deadline: Instant, future: F) -> Timeout<F::IntoFuture> {
     let future = future.into_future();
-    with_default(|timer| timer.timeout_at(deadline, future))
+    Timeout::new(
+        future,
+        Sleep::until(with_default(Timer::sleep_handle), deadline),
+    )
 }

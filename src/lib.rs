@@ -151,6 +151,7 @@ mod loom;
 mod loom_tests;
 mod shard;
 mod sleep;
+mod stash;
 mod stats;
 mod task;
 pub mod time;

@@ -2,8 +2,10 @@
 //!
 //! A sleep is registered lazily: creating one touches no lock; the first poll inserts an
 //! entry in the calling thread's shard; dropping a registered sleep removes it (O(1)); a
-//! completed sleep has already freed its entry, so dropping it touches no lock either.
-//! A re-poll with the same waker while the shard's `elapsed` is below the sleep's tick is
+//! completed sleep has already freed its entry, so dropping it touches no lock either. The
+//! dropped sleep's shard handle goes to the dropping thread's stash (`crate::stash`), where
+//! the thread's next sleep in that shard takes it instead of counting a new reference. A
+//! re-poll with the same waker while the shard's `elapsed` is below the sleep's tick is
 //! answered without the lock (see the driver's ground rules).
 //!
 //! A sleep from `Timer::try_sleep` is the exception: it registers when it is created (with no
@@ -22,6 +24,7 @@ use tokio::time::Instant;
 use crate::clock::MAX_NANOS;
 use crate::loom::Arc;
 use crate::shard::{Closing, Polled, Registered, ShardHandle};
+use crate::stash;
 use crate::wheel::Key;
 use crate::Error;
 
@@ -39,7 +42,7 @@ const PAST: u64 = 1 << 62;
 /// completes at its deadline, rounded up to the timer's tick.
 ///
 /// Never completes before its deadline; on a running driver, completes within one tick after
-/// it (plus scheduling delay). Dropping it cancels it.
+/// it (plus scheduling delay). Dropping it cancels it and drops the waker it stored.
 ///
 /// # Panics
 ///
@@ -60,15 +63,25 @@ const PAST: u64 = 1 << 62;
 /// # }
 /// ```
 #[must_use = "futures do nothing unless you `.await` or poll them"]
+// The field order is chosen for moves: a new sleep is written field by field, and a move
+// then reloads it 16 bytes at a time; a load that spans two smaller stores waits for both
+// to retire (a store-forwarding stall, several nanoseconds on the hot path). `waker` is
+// always `NONE` in a new sleep, written as one 16-byte store that the first reload matches.
+#[repr(C)]
 pub struct Sleep {
-    handle: Arc<ShardHandle>,
-    /// The wheel entry once registered, `Key::DANGLING` before and after.
-    key: Key,
+    /// Identity (data, vtable) of the waker stored in the entry; `NONE` when none is.
+    waker: (usize, usize),
+    /// `None` only while being dropped (the handle moves to the thread's stash).
+    handle: Option<Arc<ShardHandle>>,
     /// Deadline in nanoseconds from the timer's start, plus the `ELAPSED` and `PAST` bits.
     deadline: u64,
-    /// Identity (data, vtable) of the waker stored in the entry; `(0, 0)` when none is.
-    waker: (usize, usize),
+    /// The wheel entry once registered, `Key::DANGLING` before and after.
+    key: Key,
 }
+
+/// `waker` when no waker is stored. No waker has this identity (a vtable is never at
+/// address 0).
+const NONE: (usize, usize) = (0, 0);
 
 fn waker_id(waker: &Waker) -> (usize, usize) {
     (waker.data() as usize, waker.vtable() as *const _ as usize)
@@ -80,11 +93,33 @@ impl Sleep {
     #[inline]
     pub(crate) fn new(handle: Arc<ShardHandle>, nanos: u64, past: bool) -> Sleep {
         Sleep {
-            handle,
+            handle: Some(handle),
             key: Key::DANGLING,
             deadline: nanos.min(MAX_NANOS) | if past { PAST } else { 0 },
-            waker: (0, 0),
+            waker: NONE,
         }
+    }
+
+    /// A sleep of `duration` from now in `handle`'s shard.
+    #[inline]
+    pub(crate) fn after(handle: Arc<ShardHandle>, duration: std::time::Duration) -> Sleep {
+        let nanos = handle.global().clock.nanos_after(Instant::now(), duration);
+        Sleep::new(handle, nanos, duration.is_zero())
+    }
+
+    /// A sleep until `deadline` in `handle`'s shard.
+    #[inline]
+    pub(crate) fn until(handle: Arc<ShardHandle>, deadline: Instant) -> Sleep {
+        let past = deadline <= Instant::now();
+        let nanos = handle.global().clock.nanos(deadline);
+        Sleep::new(handle, nanos, past)
+    }
+
+    #[inline]
+    fn handle(&self) -> &ShardHandle {
+        self.handle
+            .as_deref()
+            .expect("a Sleep's handle is taken only by its drop")
     }
 
     /// A sleep registered at once (for `Timer::try_sleep`): its capacity was admitted by the
@@ -94,10 +129,10 @@ impl Sleep {
         let tick = handle.global().clock.tick_at_or_after(nanos);
         match handle.register(tick, None, true) {
             Registered::Scheduled(key) => Ok(Sleep {
-                handle,
+                handle: Some(handle),
                 key,
                 deadline: nanos,
-                waker: (0, 0),
+                waker: NONE,
             }),
             Registered::Due => Ok(Sleep::new(handle, nanos, true)),
             Registered::Closed => Err(Error::shutdown()),
@@ -121,7 +156,7 @@ impl Sleep {
     /// # }
     /// ```
     pub fn deadline(&self) -> Instant {
-        self.handle.global().clock.instant(self.nanos())
+        self.handle().global().clock.instant(self.nanos())
     }
 
     /// Whether the sleep has completed: it returned `Ready`, or its timer has fired it.
@@ -143,7 +178,7 @@ impl Sleep {
         if self.deadline & ELAPSED != 0 {
             return true;
         }
-        self.key != Key::DANGLING && self.handle.is_fired(self.key)
+        self.key != Key::DANGLING && self.handle().is_fired(self.key)
     }
 
     /// Moves the deadline, before or after completion. A registered sleep stays registered
@@ -165,7 +200,8 @@ impl Sleep {
     }
 
     pub(crate) fn reset_inner(&mut self, deadline: Instant) {
-        let clock = &self.handle.global().clock;
+        let handle = self.handle.as_deref().expect("not dropped");
+        let clock = &handle.global().clock;
         let nanos = clock.nanos(deadline);
         let past = deadline <= Instant::now();
         self.deadline = nanos | if past { PAST } else { 0 };
@@ -175,25 +211,24 @@ impl Sleep {
         let rescheduled = if past {
             None
         } else {
-            self.handle
-                .reschedule(self.key, clock.tick_at_or_after(nanos))
+            handle.reschedule(self.key, clock.tick_at_or_after(nanos))
         };
         match rescheduled {
             // Its waker was taken when it fired, so the next poll must store one.
-            Some(true) => self.waker = (0, 0),
+            Some(true) => self.waker = NONE,
             Some(false) => {}
             // Past, or the timer closed: ready (or reporting the closure) at the next poll.
             None => {
-                self.handle.deregister(self.key);
+                handle.deregister(self.key);
                 self.key = Key::DANGLING;
-                self.waker = (0, 0);
+                self.waker = NONE;
             }
         }
     }
 
     /// The timer's tick.
     pub(crate) fn tick_duration(&self) -> std::time::Duration {
-        std::time::Duration::from_nanos(self.handle.global().clock.tick_ns)
+        std::time::Duration::from_nanos(self.handle().global().clock.tick_ns)
     }
 
     /// `instant + duration`, saturating at the latest deadline the timer keeps.
@@ -204,7 +239,7 @@ impl Sleep {
     ) -> Instant {
         instant
             .checked_add(duration)
-            .unwrap_or_else(|| self.handle.global().clock.instant(MAX_NANOS))
+            .unwrap_or_else(|| self.handle().global().clock.instant(MAX_NANOS))
     }
 
     fn nanos(&self) -> u64 {
@@ -219,7 +254,7 @@ impl Sleep {
     /// The panic of a sleep polled after its timer closed.
     #[cold]
     pub(crate) fn closed(&self) -> ! {
-        if self.handle.global().closing() == Some(Closing::DriverGone) {
+        if self.handle().global().closing() == Some(Closing::DriverGone) {
             panic!("wheel-timer: a Sleep was polled after its timer's driver stopped (its tokio runtime shut down)");
         }
         panic!("wheel-timer: a Sleep was polled after its timer was shut down");
@@ -231,27 +266,28 @@ impl Sleep {
         if self.deadline & (ELAPSED | PAST) != 0 {
             return Self::complete(&mut self.deadline);
         }
-        let tick = self.handle.global().clock.tick_at_or_after(self.nanos());
+        let handle = self.handle.as_deref().expect("not dropped");
+        let tick = handle.global().clock.tick_at_or_after(self.nanos());
         if self.key != Key::DANGLING
             && self.waker == waker_id(cx.waker())
-            && self.handle.surely_pending(tick)
+            && handle.surely_pending(tick)
         {
             return Poll::Pending;
         }
         // Cloned before the shard is locked: a waker's clone is user code.
         let waker = cx.waker().clone();
         if self.key == Key::DANGLING {
-            match self.handle.register(tick, Some(waker), false) {
+            match handle.register(tick, Some(waker), false) {
                 Registered::Scheduled(key) => self.key = key,
                 Registered::Due => return Self::complete(&mut self.deadline),
                 Registered::Closed => return Poll::Ready(Err(Closed)),
             }
         } else {
-            match self.handle.poll_registered(self.key, waker) {
+            match handle.poll_registered(self.key, waker) {
                 Polled::Pending => {}
                 Polled::Fired => {
                     self.key = Key::DANGLING;
-                    self.waker = (0, 0);
+                    self.waker = NONE;
                     return Self::complete(&mut self.deadline);
                 }
                 Polled::Closed => return Poll::Ready(Err(Closed)),
@@ -292,8 +328,11 @@ impl Future for Sleep {
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        if self.key != Key::DANGLING {
-            self.handle.deregister(self.key);
+        if let Some(handle) = self.handle.take() {
+            if self.key != Key::DANGLING {
+                handle.deregister(self.key);
+            }
+            stash::put(handle);
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::clock::{self, Clock};
 use crate::driver;
 use crate::loom::{global, Arc};
 use crate::shard::{Global, Options, ShardHandle};
+use crate::stash;
 use crate::task::{Executor, ExecutorFn};
 use crate::{Error, Sleep, Timeout};
 
@@ -173,12 +174,7 @@ impl Timer {
     /// ```
     #[inline]
     pub fn sleep(&self, duration: Duration) -> Sleep {
-        let nanos = self
-            .inner
-            .global
-            .clock
-            .nanos_after(Instant::now(), duration);
-        Sleep::new(self.shard_handle(), nanos, duration.is_zero())
+        Sleep::after(self.sleep_handle(), duration)
     }
 
     /// A future that completes at `deadline` (rounded up to the next tick); a deadline that
@@ -198,12 +194,7 @@ impl Timer {
     /// ```
     #[inline]
     pub fn sleep_until(&self, deadline: Instant) -> Sleep {
-        let past = deadline <= Instant::now();
-        Sleep::new(
-            self.shard_handle(),
-            self.inner.global.clock.nanos(deadline),
-            past,
-        )
+        Sleep::until(self.sleep_handle(), deadline)
     }
 
     /// Runs `future` with a time limit: its output, or [`Elapsed`](crate::Elapsed) if
@@ -385,6 +376,13 @@ impl Timer {
         self.inner.handles[self.shard_index()].clone()
     }
 
+    /// The calling thread's shard handle for a new sleep: the one the thread's stash kept
+    /// from a dropped sleep, or a new reference.
+    #[inline]
+    pub(crate) fn sleep_handle(&self) -> Arc<ShardHandle> {
+        stash::take(&self.inner.handles[self.shard_index()])
+    }
+
     /// The calling thread's shard.
     #[inline]
     pub(crate) fn shard_index(&self) -> usize {
@@ -416,6 +414,10 @@ impl TimerInner {
 impl Drop for TimerInner {
     fn drop(&mut self) {
         INSTANCES.fetch_sub(1, global::Ordering::Relaxed);
+        // Threads stop keeping this timer's handles; this one lets go at once (see
+        // `crate::stash`).
+        self.global.orphan();
+        stash::forget(&self.global);
     }
 }
 

@@ -85,6 +85,9 @@ pub(crate) struct Global {
     /// Allocated task entries over every shard (see the ground rules on liveness).
     tasks: AtomicUsize,
     state: AtomicU8,
+    /// Set once the last `Timer` handle is gone: threads stop keeping this timer's handles
+    /// (see `crate::stash`), so that they do not keep its driver alive.
+    orphaned: AtomicU8,
     /// `Builder::max_pending`; `None` keeps the sleep path free of a shared counter.
     limit: Option<Limit>,
     /// Where fired callbacks run.
@@ -224,6 +227,7 @@ impl Global {
             live: AtomicUsize::new(0),
             tasks: AtomicUsize::new(0),
             state: AtomicU8::new(RUNNING),
+            orphaned: AtomicU8::new(0),
             limit: options.max_pending.map(|max| Limit {
                 max,
                 count: AtomicUsize::new(0),
@@ -254,6 +258,11 @@ impl Global {
     /// Whether the timer still takes work (not shut down, driver alive).
     pub(crate) fn is_running(&self) -> bool {
         self.state.load(Ordering::Acquire) == RUNNING
+    }
+
+    /// Marks the timer as having no `Timer` handle left (see `orphaned`).
+    pub(crate) fn orphan(&self) {
+        self.orphaned.store(1, Ordering::Release);
     }
 
     /// Why the timer closed; `None` while it runs.
@@ -673,6 +682,15 @@ impl ShardHandle {
         }
         // `waker`, if unused, is dropped here with no lock held.
         outcome
+    }
+
+    /// Whether a dropped sleep's handle may be kept for the thread's next sleep (see
+    /// `crate::stash`): the timer runs and some `Timer` handle is alive.
+    #[inline]
+    #[cfg_attr(all(test, wheel_loom), allow(dead_code))] // the loom builds keep nothing
+    pub(crate) fn keeps(&self) -> bool {
+        self.global.state.load(Ordering::Acquire) == RUNNING
+            && self.global.orphaned.load(Ordering::Acquire) == 0
     }
 
     /// Polls the sleep registered under `key`: frees it if the driver fired it, else stores

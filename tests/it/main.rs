@@ -13,6 +13,7 @@ mod idle_tcp;
 mod interval;
 mod shutdown;
 mod sleep;
+mod stash;
 mod stats;
 mod support;
 mod time;
