@@ -14,12 +14,12 @@
 //! that deadline).
 //!
 //! A kept reference keeps the timer's shared state and its driver task (parked: no wakeups)
-//! alive, at most one timer per thread, until the thread drops a sleep of another running
-//! timer, or exits. A timer is no longer kept once it stops running or its last `Timer`
-//! handle is dropped (`ShardHandle::keeps`); dropping the last `Timer` handle, or a sleep of
-//! a timer that is no longer kept, also releases the dropping thread's stash of that timer
-//! ([`forget`]). So a thread that did not race the last handle's drop never delays the
-//! driver's exit.
+//! alive, at most one timer per thread. A timer is no longer kept once it stops running or
+//! its last `Timer` handle is dropped (`ShardHandle::keeps`); dropping the last `Timer`
+//! handle, or a sleep of a timer that is no longer kept, also releases the dropping thread's
+//! stash of that timer ([`forget`]). A thread whose stash holds the timer when its last
+//! `Timer` handle is dropped elsewhere keeps it until that thread drops a sleep of a running
+//! timer or of that timer, or exits.
 //!
 //! [`take`] runs no user code (a stash of another shard is left in place), so the default
 //! timer's cache may stay borrowed around it; releasing a reference may notify the driver.
