@@ -19,7 +19,7 @@ pub(super) const DETACHED: u32 = u32::MAX - 1;
 pub(crate) const MAX_ENTRIES: usize = (u32::MAX - 1) as usize;
 
 /// Names one allocated entry. Stale keys (entry freed, slot maybe reused) never match.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
     /// The generation in the high half, the index in the low half: one word, so that a key
     /// is always stored and loaded whole (a key stored as two halves and loaded as one word,
@@ -43,6 +43,15 @@ impl Key {
 
     fn generation(self) -> u32 {
         (self.bits >> 32) as u32
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Key")
+            .field("index", &self.index())
+            .field("generation", &self.generation())
+            .finish()
     }
 }
 

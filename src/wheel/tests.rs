@@ -1096,3 +1096,12 @@ fn shrink_when_empty_frees_everything_and_keeps_keys_stale() {
     assert_eq!(wheel.try_remove(old), None);
     assert_eq!(wheel.try_remove(new), Some(2));
 }
+
+#[test]
+fn key_debug_names_index_and_generation() {
+    let mut wheel = Wheel::new(8);
+    let first = wheel.insert(5, 0u64);
+    wheel.try_remove(first);
+    let second = wheel.insert(5, 0u64);
+    assert_eq!(format!("{second:?}"), "Key { index: 0, generation: 1 }");
+}
