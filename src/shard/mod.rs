@@ -25,9 +25,10 @@
 //!   ([`Global::begin_turn`]); afterwards it only `fetch_min`s the scan's result in
 //!   ([`Global::end_turn`]). So an entry is either seen by the scan or its scheduler sees a
 //!   `next_wake` above its tick and notifies (the notify permit is kept).
-//! - Liveness: every [`ShardHandle`] (held by `Timer` handles and by sleeps) counts in
-//!   `live`, and every allocated callback task in `tasks`; the driver exits once both are
-//!   zero, so a scheduled task keeps it alive after every handle is gone. Whoever brings
+//! - Liveness: every [`ShardHandle`] (held by `Timer` handles, sleeps and the threads'
+//!   stashes, see `crate::stash`) counts in `live`, and every allocated callback task in
+//!   `tasks`; the driver exits once both are zero, so a scheduled task keeps it alive after
+//!   every handle is gone. Whoever brings
 //!   either count to zero notifies it; both counts and the driver's check are `SeqCst`, so
 //!   of two threads bringing them to zero at once, one sees the other's zero.
 //! - Counters: per-shard plain counters are bumped under the lock their operation already
@@ -175,7 +176,8 @@ struct ShardCore {
 /// A counted reference to one shard of one timer; sleeps and `Timer` handles hold these.
 ///
 /// Aligned to two cache lines so the reference counts of different shards' handles, which
-/// different threads bump on every sleep, never share a line.
+/// threads bump when a sleep cannot take its handle from their stash (`crate::stash`),
+/// never share a line.
 #[derive(Debug)]
 #[repr(align(128))]
 pub(crate) struct ShardHandle {
