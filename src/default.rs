@@ -21,7 +21,8 @@
 //! timer.
 //!
 //! The cache is borrowed while the caller's closure runs, so the closure runs no user code:
-//! the timeout functions turn their `IntoFuture` into a future first.
+//! the sleep and timeout functions only take the thread's shard handle in it
+//! (`Timer::sleep_handle`) and build their futures after.
 
 use std::cell::RefCell;
 use std::future::IntoFuture;
@@ -48,8 +49,7 @@ thread_local! {
 }
 
 /// Runs `f` with the current runtime's default timer. `f` must not run user code (it is
-/// called with the thread's cache borrowed): callers turn an `IntoFuture` into its future
-/// first.
+/// called with the thread's cache borrowed).
 #[track_caller]
 #[inline]
 pub(crate) fn with_default<R>(f: impl FnOnce(&Timer) -> R) -> R {

@@ -40,20 +40,26 @@ mod imp {
         static STASH: Cell<Option<Arc<ShardHandle>>> = const { Cell::new(None) };
     }
 
-    /// `want` itself if the thread's stash holds it, else a new reference to it.
+    /// The stashed handle if `wanted` accepts it; otherwise the stash is left as it was.
+    /// Runs no user code.
     #[inline]
-    pub(crate) fn take(want: &Arc<ShardHandle>) -> Arc<ShardHandle> {
-        let kept = STASH
+    fn take_if(wanted: impl FnOnce(&Arc<ShardHandle>) -> bool) -> Option<Arc<ShardHandle>> {
+        STASH
             .try_with(|stash| match stash.take() {
-                Some(handle) if Arc::ptr_eq(&handle, want) => Some(handle),
+                Some(handle) if wanted(&handle) => Some(handle),
                 other => {
                     stash.set(other);
                     None
                 }
             })
             .ok()
-            .flatten();
-        kept.unwrap_or_else(|| want.clone())
+            .flatten()
+    }
+
+    /// `want` itself if the thread's stash holds it, else a new reference to it.
+    #[inline]
+    pub(crate) fn take(want: &Arc<ShardHandle>) -> Arc<ShardHandle> {
+        take_if(|handle| Arc::ptr_eq(handle, want)).unwrap_or_else(|| want.clone())
     }
 
     /// Keeps a dropped sleep's `handle` for the thread's next sleep, releasing the one the
@@ -73,17 +79,7 @@ mod imp {
 
     /// Releases the calling thread's stash if it holds a handle of `global`'s timer.
     pub(crate) fn forget(global: &Global) {
-        let kept = STASH
-            .try_with(|stash| match stash.take() {
-                Some(handle) if std::ptr::eq(&**handle.global(), global) => Some(handle),
-                other => {
-                    stash.set(other);
-                    None
-                }
-            })
-            .ok()
-            .flatten();
-        drop(kept);
+        drop(take_if(|handle| std::ptr::eq(&**handle.global(), global)));
     }
 }
 
