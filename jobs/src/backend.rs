@@ -7,8 +7,11 @@
 //!   the server's), so clients with skewed clocks never deliver early.
 //! - Every method is one atomic step of the state machine in [`crate::model`]: it happens
 //!   entirely or not at all, and a returned `Ok` means it is durable.
-//! - Validation of ids and payload sizes happens above, in [`crate::queue`], once for all
-//!   backends.
+//! - Validation of ids and payload sizes happens above, in the front (`queue.rs`), once for
+//!   all backends.
+//! - A backend imports only the modules below this one (`error`, `job`, `config`, `model`,
+//!   `wakeup`) and this trait; nothing above names a backend but the builder's `open`,
+//!   `redis` and `redis_cluster`.
 //! - Futures are boxed so `JobQueue` can hold any backend behind one `Arc<dyn Backend>`; one
 //!   allocation per call is noise beside a store round trip.
 
@@ -17,8 +20,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use crate::error::Error;
+use crate::job::{JobInfo, Scheduled, When};
 use crate::model::Retry;
-use crate::{Error, JobInfo, Scheduled, When};
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -31,10 +31,11 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_core::Stream;
 
 use crate::backend::{BoxFuture, Claimed};
+use crate::error::Error;
+use crate::job::system_time;
 use crate::model::{self, Retry};
-use crate::queue::{system_time, Inner};
+use crate::shared::Shared;
 use crate::wakeup::Slot;
-use crate::Error;
 
 /// The longest backoff after storage errors.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -84,7 +85,7 @@ fn safety_wait(max: Duration, seed: u64) -> Duration {
 /// ```
 #[must_use = "streams do nothing unless polled"]
 pub struct Consumer {
-    inner: Arc<Inner>,
+    inner: Arc<Shared>,
     slot: Arc<Slot>,
     /// Claimed jobs and when their lease ends on the local clock (`None`: beyond it).
     buffered: VecDeque<(Claimed, Option<Instant>)>,
@@ -107,7 +108,7 @@ pub(crate) type Fetch = BoxFuture<'static, Result<(Vec<Claimed>, Instant), Error
 
 /// `Err(closed)`, with no claim in flight, once `close` began: checked after a wait's
 /// wakeup is enabled, so a later `close` wakes that wait.
-fn stop_if_closing(inner: &Inner, slot: &Slot) -> Result<(), Error> {
+fn stop_if_closing(inner: &Shared, slot: &Slot) -> Result<(), Error> {
     if inner.drain.closing() {
         slot.set(0);
         return Err(Error::closed());
@@ -118,7 +119,7 @@ fn stop_if_closing(inner: &Inner, slot: &Slot) -> Result<(), Error> {
 /// Claims up to `max` due jobs, sleeping on one wheel timer until some are due; with them,
 /// the local time just before the claim that leased them was sent.
 pub(crate) async fn fetch(
-    inner: Arc<Inner>,
+    inner: Arc<Shared>,
     slot: Arc<Slot>,
     max: usize,
     errors: u32,
@@ -173,7 +174,7 @@ pub(crate) async fn fetch(
 }
 
 impl Consumer {
-    pub(crate) fn new(inner: Arc<Inner>) -> Consumer {
+    pub(crate) fn new(inner: Arc<Shared>) -> Consumer {
         let slot = Arc::new(inner.wakeup.register());
         Consumer {
             inner,
@@ -246,7 +247,7 @@ impl Stream for Consumer {
 /// lease). For exactly-once *effects*, make the handler idempotent, keyed by
 /// [`id`](Self::id): an ack after the lease was lost returns `false` and changes nothing.
 pub struct Delivery {
-    inner: Arc<Inner>,
+    inner: Arc<Shared>,
     job: Claimed,
     /// For a delivery of [`JobQueue::run`](crate::JobQueue::run): what the handler's own
     /// calls tell the loop that renews its lease.
@@ -277,7 +278,7 @@ impl fmt::Debug for Delivery {
 }
 
 impl Delivery {
-    pub(crate) fn new(inner: Arc<Inner>, job: Claimed, renewal: Option<Arc<Renewal>>) -> Delivery {
+    pub(crate) fn new(inner: Arc<Shared>, job: Claimed, renewal: Option<Arc<Renewal>>) -> Delivery {
         Delivery {
             inner,
             job,
@@ -369,7 +370,7 @@ impl Delivery {
 }
 
 pub(crate) async fn retry(
-    inner: &Inner,
+    inner: &Shared,
     id: &str,
     token: u64,
     after: Duration,

@@ -163,3 +163,15 @@ impl fmt::Debug for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// The message a panic carried (`panic!("...")` gives a `&str` or a `String`), or
+/// "a panic" for any other payload.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic".to_owned()
+    }
+}

@@ -87,19 +87,26 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
+// Layers, bottom up (a module imports only from the layers below it; docs/ARCHITECTURE.md,
+// "wheel-jobs"): error, job, config, model, wakeup → backend → embedded, redis → shared →
+// consumer → worker → queue → builder.
 mod backend;
+mod builder;
+mod config;
 mod consumer;
 mod embedded;
 mod error;
+mod job;
 mod model;
 mod queue;
 #[cfg(feature = "redis")]
 mod redis;
+mod shared;
 mod wakeup;
 mod worker;
 
+pub use builder::Builder;
 pub use consumer::{Consumer, Delivery};
 pub use error::Error;
-pub use queue::{
-    Builder, JobInfo, JobQueue, JobState, Scheduled, When, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE,
-};
+pub use job::{JobInfo, JobState, Scheduled, When, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE};
+pub use queue::JobQueue;

@@ -1,4 +1,4 @@
-//! [`JobQueue::run`]: the worker loop on top of the consumer.
+//! The loop behind [`JobQueue::run`](crate::JobQueue::run): the worker on top of the consumer.
 //!
 //! # Ground rules
 //!
@@ -15,7 +15,7 @@
 //! - Ok acks; Err and panics (caught around every poll of the handler's future) retry with
 //!   the builder's backoff. Dropping the `run` future aborts the handlers; their jobs stay
 //!   leased and are redelivered when the lease ends.
-//! - `close` drains (`Drain`): it marks the queue closing, which stops every claim (a
+//! - `close` drains (`shared.rs`'s `Drain`): it marks the queue closing, which stops every claim (a
 //!   `fetch` checks the mark after enabling its wakeup, and `close` wakes them all), then
 //!   waits until every `run` loop has joined its handlers, so their acks commit before the
 //!   store closes. A `close` from inside a handler skips the wait (it would wait for itself).
@@ -25,72 +25,18 @@ use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::backend::Claimed;
-use crate::consumer::{backoff, fetch, retry, Fetch, Renewal};
-use crate::queue::Inner;
-use crate::{Delivery, Error, JobQueue};
-
-tokio::task_local! {
-    /// Set while a handler of `run` is polled: a `close` from there must not wait for it.
-    static IN_HANDLER: ();
-}
-
-/// How `close` lets the running handlers finish first.
-#[derive(Debug, Default)]
-pub(crate) struct Drain {
-    closing: AtomicBool,
-    runs: AtomicUsize,
-    idle: Notify,
-}
-
-/// One `run` loop, counted while it lives (dropped futures included).
-struct Running(Arc<Inner>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.drain.runs.fetch_sub(1, SeqCst);
-        self.0.drain.idle.notify_waiters();
-    }
-}
-
-impl Drain {
-    /// Whether `close` began: no more claims.
-    pub(crate) fn closing(&self) -> bool {
-        self.closing.load(SeqCst)
-    }
-
-    fn enter(inner: &Arc<Inner>) -> Option<Running> {
-        inner.drain.runs.fetch_add(1, SeqCst);
-        let running = Running(inner.clone());
-        (!inner.drain.closing()).then_some(running)
-    }
-
-    /// Stops the claims and waits until every `run` loop joined its handlers.
-    pub(crate) async fn close(&self, wakeup: &crate::wakeup::Wakeup) {
-        self.closing.store(true, SeqCst);
-        wakeup.wake_all();
-        if IN_HANDLER.try_with(|_| ()).is_ok() {
-            return;
-        }
-        loop {
-            let idle = self.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.runs.load(SeqCst) == 0 {
-                return;
-            }
-            idle.await;
-        }
-    }
-}
+use crate::consumer::{backoff, fetch, retry, Delivery, Fetch, Renewal};
+use crate::error::{panic_message, Error};
+use crate::shared::{in_handler, Drain, Shared};
 
 /// Runs `future`, turning a panic in any of its polls into `Err`.
 struct CatchUnwind<F>(Pin<Box<F>>);
@@ -109,7 +55,7 @@ impl<F: Future> Future for CatchUnwind<F> {
 }
 
 async fn handle<F, Fut, E>(
-    inner: Arc<Inner>,
+    inner: Arc<Shared>,
     handler: Arc<F>,
     job: Claimed,
     slot: OwnedSemaphorePermit,
@@ -123,7 +69,7 @@ async fn handle<F, Fut, E>(
     let delivery = Delivery::new(inner.clone(), job, Some(renewal.clone()));
     let outcome = match catch_unwind(AssertUnwindSafe(|| handler(delivery))) {
         Ok(future) => {
-            let run = IN_HANDLER.scope((), CatchUnwind(Box::pin(future)));
+            let run = in_handler(CatchUnwind(Box::pin(future)));
             keep_leased(&inner, &id, token, &renewal, run).await
         }
         Err(panic) => Err(panic),
@@ -138,13 +84,7 @@ async fn handle<F, Fut, E>(
             return;
         }
         Ok(Err(err)) => err.to_string(),
-        Err(panic) => match panic.downcast::<&str>() {
-            Ok(s) => format!("panicked: {s}"),
-            Err(panic) => match panic.downcast::<String>() {
-                Ok(s) => format!("panicked: {s}"),
-                Err(_) => "panicked".to_owned(),
-            },
-        },
+        Err(panic) => format!("panicked: {}", panic_message(&*panic)),
     };
     let (first, max) = inner.config.backoff;
     let after = backoff(first, max, attempt, token);
@@ -162,7 +102,7 @@ async fn handle<F, Fut, E>(
 /// handler goes on, and its ack will change nothing. An unreachable store is tried again at
 /// the next third; a closed or failed one ends the renewals.
 async fn keep_leased<T>(
-    inner: &Inner,
+    inner: &Shared,
     id: &str,
     token: u64,
     renewal: &Renewal,
@@ -216,139 +156,69 @@ async fn keep_leased<T>(
     }
 }
 
-impl JobQueue {
-    /// Runs `handler` on due jobs, at most `concurrency` at a time, until the queue is closed.
-    ///
-    /// `Ok(())` acks the job; `Err` or a panic retries it after the builder's
-    /// [`backoff`](crate::Builder::backoff) (attempt `n` waits `first · 2^(n−1)`), and the
-    /// job is dead after [`max_attempts`](crate::Builder::max_attempts). A handler may also
-    /// ack, retry or extend its [`Delivery`] itself; the loop's own ack then returns `false`
-    /// harmlessly.
-    ///
-    /// Handlers run at least once per job (see [`Delivery`]): make them idempotent, keyed by
-    /// the job id. While a handler runs, its lease is renewed every third of the
-    /// [`lease`](crate::Builder::lease), so a slow handler keeps its job; a job is delivered
-    /// again only once its process stops renewing (it died, hangs outside the runtime, or
-    /// cannot reach the store for two thirds of a lease).
-    ///
-    /// # Cancellation
-    ///
-    /// Dropping the future aborts the running handlers; their jobs stay leased and are
-    /// redelivered when the lease ends.
-    ///
-    /// # Shutdown
-    ///
-    /// [`close`](JobQueue::close) drains: `run` stops claiming, lets the running handlers
-    /// finish and their acks (or retries) commit, and returns `Ok(())`; only then does the
-    /// store close. A `run` started once `close` began returns `Ok(())` at once.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), wheel_jobs::Error> {
-    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-run-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir).unwrap();
-    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
-    /// queue.schedule("rate:order-7", Duration::from_millis(10), "5").await?;
-    /// let (done, mut ran) = tokio::sync::mpsc::unbounded_channel();
-    /// let worker = queue.clone();
-    /// tokio::spawn(async move {
-    ///     worker.run(8, move |job| {
-    ///         let done = done.clone();
-    ///         async move {
-    ///             done.send(job.id().to_owned()).ok();
-    ///             Ok::<(), std::io::Error>(())
-    ///         }
-    ///     }).await
-    /// });
-    /// assert_eq!(ran.recv().await.as_deref(), Some("rate:order-7"));
-    /// # queue.close().await?;
-    /// # std::fs::remove_dir_all(&dir).unwrap();
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// Returns `Ok(())` once the queue is closed and the running handlers finished, or the
-    /// first storage error a claim meets ([`Error::is_storage`]). An unreachable store
-    /// ([`Error::is_unavailable`]) is retried with a backoff, not returned.
-    ///
-    /// # Panics
-    ///
-    /// Panics if `concurrency` is 0.
-    #[track_caller]
-    pub fn run<F, Fut, E>(
-        &self,
-        concurrency: usize,
-        handler: F,
-    ) -> impl Future<Output = Result<(), Error>> + Send
-    where
-        F: Fn(Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: fmt::Display + Send + 'static,
-    {
-        assert!(
-            concurrency > 0,
-            "wheel-jobs: run needs a concurrency of at least 1"
-        );
-        let inner = self.inner.clone();
-        async move {
-            let Some(_running) = Drain::enter(&inner) else {
-                return Ok(());
-            };
-            let handler = Arc::new(handler);
-            let slot = Arc::new(inner.wakeup.register());
-            let permits = Arc::new(Semaphore::new(concurrency));
-            let mut tasks = JoinSet::new();
-            let mut claim: Option<Fetch> = None;
-            let mut held: Vec<OwnedSemaphorePermit> = Vec::new();
-            let mut unavailable = 0;
-            loop {
-                if claim.is_none() && tasks.len() < 2 * concurrency {
-                    while let Ok(permit) = permits.clone().try_acquire_owned() {
-                        held.push(permit);
-                    }
-                    if !held.is_empty() {
-                        let fetching = fetch(inner.clone(), slot.clone(), held.len(), unavailable);
-                        claim = Some(Box::pin(fetching));
-                    }
+/// The loop behind [`JobQueue::run`](crate::JobQueue::run) (see its docs), on `inner`'s
+/// store; `concurrency` is at least 1.
+pub(crate) async fn run<F, Fut, E>(
+    inner: Arc<Shared>,
+    concurrency: usize,
+    handler: F,
+) -> Result<(), Error>
+where
+    F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    let Some(_running) = Drain::enter(&inner) else {
+        return Ok(());
+    };
+    let handler = Arc::new(handler);
+    let slot = Arc::new(inner.wakeup.register());
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let mut tasks = JoinSet::new();
+    let mut claim: Option<Fetch> = None;
+    let mut held: Vec<OwnedSemaphorePermit> = Vec::new();
+    let mut unavailable = 0;
+    loop {
+        if claim.is_none() && tasks.len() < 2 * concurrency {
+            while let Ok(permit) = permits.clone().try_acquire_owned() {
+                held.push(permit);
+            }
+            if !held.is_empty() {
+                let fetching = fetch(inner.clone(), slot.clone(), held.len(), unavailable);
+                claim = Some(Box::pin(fetching));
+            }
+        }
+        tokio::select! {
+            permit = permits.clone().acquire_owned(), if claim.is_none() && tasks.len() < 2 * concurrency => {
+                held.push(permit.expect("the semaphore is never closed"));
+            }
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                if let Err(err) = done {
+                    tracing::error!(error = %err, "wheel-jobs: a handler task failed");
                 }
-                tokio::select! {
-                    permit = permits.clone().acquire_owned(), if claim.is_none() && tasks.len() < 2 * concurrency => {
-                        held.push(permit.expect("the semaphore is never closed"));
-                    }
-                    Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                        if let Err(err) = done {
-                            tracing::error!(error = %err, "wheel-jobs: a handler task failed");
+            }
+            claimed = async { claim.as_mut().expect("a claim in flight").await }, if claim.is_some() => {
+                claim = None;
+                match claimed {
+                    Ok((jobs, _)) => {
+                        unavailable = 0;
+                        for job in jobs {
+                            let permit = held.pop().expect("a permit per claimed job");
+                            tasks.spawn(handle(inner.clone(), handler.clone(), job, permit));
                         }
+                        held.clear(); // fewer jobs than permits: give the rest back
                     }
-                    claimed = async { claim.as_mut().expect("a claim in flight").await }, if claim.is_some() => {
-                        claim = None;
-                        match claimed {
-                            Ok((jobs, _)) => {
-                                unavailable = 0;
-                                for job in jobs {
-                                    let permit = held.pop().expect("a permit per claimed job");
-                                    tasks.spawn(handle(inner.clone(), handler.clone(), job, permit));
-                                }
-                                held.clear(); // fewer jobs than permits: give the rest back
-                            }
-                            Err(err) if err.is_closed() => {
-                                while tasks.join_next().await.is_some() {}
-                                return Ok(());
-                            }
-                            Err(err) if err.is_unavailable() => {
-                                // The next claim backs off (fetch sleeps on its error count).
-                                tracing::warn!(error = %err, "wheel-jobs: store unavailable; retrying");
-                                held.clear();
-                                unavailable += 1;
-                            }
-                            Err(err) => return Err(err),
-                        }
+                    Err(err) if err.is_closed() => {
+                        while tasks.join_next().await.is_some() {}
+                        return Ok(());
                     }
+                    Err(err) if err.is_unavailable() => {
+                        // The next claim backs off (fetch sleeps on its error count).
+                        tracing::warn!(error = %err, "wheel-jobs: store unavailable; retrying");
+                        held.clear();
+                        unavailable += 1;
+                    }
+                    Err(err) => return Err(err),
                 }
             }
         }

@@ -22,6 +22,7 @@
 //!   answers, so the path can be reopened at once. A store whose log could not be written
 //!   is `broken`: the thread stops like after a panic, and the next open replays the log.
 
+mod record;
 mod store;
 mod wal;
 
@@ -38,9 +39,10 @@ use redb::DatabaseError;
 use tokio::sync::oneshot;
 
 use crate::backend::{Backend, BoxFuture, ClaimBatch};
-use crate::model::Retry;
-use crate::queue::Config;
-use crate::{Error, JobInfo, Scheduled, When};
+use crate::config::Config;
+use crate::error::{panic_message, Error};
+use crate::job::{JobInfo, Scheduled, When};
+use crate::model::{Counts, Retry};
 use store::{Op, Reply, Store};
 
 /// Requests applied in one transaction at most: bounds a commit's size and latency.
@@ -77,16 +79,6 @@ impl fmt::Debug for Embedded {
         f.debug_struct("Embedded")
             .field("path", &self.path)
             .finish()
-    }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic".to_owned()
     }
 }
 
@@ -136,7 +128,7 @@ impl Shared {
             .unwrap_or_else(Error::closed)
     }
 
-    fn publish(&self, counts: crate::model::Counts) {
+    fn publish(&self, counts: Counts) {
         self.pending.store(counts.pending, Relaxed);
         self.running.store(counts.leased, Relaxed);
     }

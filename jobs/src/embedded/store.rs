@@ -33,9 +33,10 @@ use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, Table, Ta
 
 use super::wal::{self, Wal};
 use crate::backend::{ClaimBatch, Claimed};
+use crate::config::Config;
+use crate::error::Error;
+use crate::job::{add, nanos, JobInfo, JobState, Scheduled, When};
 use crate::model::{self, Claim, Counts, Job, Retry, Status};
-use crate::queue::{nanos, Config, When};
-use crate::{Error, JobInfo, JobState, Scheduled};
 
 const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
 const DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
@@ -502,11 +503,8 @@ impl Store {
                 None => (Reply::Moved(None), false),
             },
             Op::Get { id } => {
-                let info = t.load(&id)?.map(|(job, payload)| JobInfo {
-                    state: state(job.status),
-                    run_at: job.run_at,
-                    attempt: job.attempt,
-                    payload,
+                let info = t.load(&id)?.map(|(job, payload)| {
+                    JobInfo::new(state(job.status), job.run_at, job.attempt, payload)
                 });
                 (Reply::Info(info), false)
             }
@@ -522,7 +520,7 @@ impl Store {
                 _ => (Reply::Bool(false), false),
             },
             Op::Retry { id, token, after } => {
-                let run_at = model::add(now, after);
+                let run_at = add(now, after);
                 match t.load(&id)? {
                     Some((before, payload)) => {
                         let mut job = before;
@@ -538,7 +536,7 @@ impl Store {
             Op::Extend { id, token, by } => match t.load(&id)? {
                 Some((before, payload)) => {
                     let mut job = before;
-                    let extended = job.extend(token, model::add(now, by));
+                    let extended = job.extend(token, add(now, by));
                     if extended {
                         t.set(counts, &id, Some(before), Some(job), &payload)?;
                     }
@@ -595,7 +593,7 @@ impl Store {
             due
         };
         let changed = !due.is_empty();
-        let until = model::add(now, self.lease);
+        let until = add(now, self.lease);
         let mut jobs = Vec::with_capacity(due.len());
         for (at, id) in due {
             let Some((before, payload)) = t.load(&id)? else {

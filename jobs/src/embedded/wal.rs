@@ -39,8 +39,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use crate::error::Error;
 use crate::model::mix;
-use crate::Error;
 
 const HEAD: usize = 4 + 8 + 8 + 8 + 8;
 

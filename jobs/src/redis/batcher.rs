@@ -1,6 +1,6 @@
 //! [`Batcher`]: concurrent calls coalesced into one script call.
 
-use crate::Error;
+use crate::error::Error;
 
 pub(super) type Reply<T> = tokio::sync::oneshot::Sender<Result<T, Error>>;
 

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use ::redis::{Client, Value};
 
-use super::{redis_error, score_ns};
+use super::reply::{redis_error, score_ns};
+use crate::error::Error;
 use crate::wakeup::Wakeup;
-use crate::Error;
 
 /// Where the wake messages come from.
 pub(super) enum Wake {

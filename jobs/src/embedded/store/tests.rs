@@ -354,17 +354,15 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
         let gets = (0..5).map(|i| Op::Get { id: name(i) }).collect();
         let replies = store.apply_at(gets, now).expect("gets");
         for (i, reply) in (0..5).zip(replies) {
-            let expect = model.get(&name(i)).map(|j| JobInfo {
-                state: if j.dead {
+            let expect = model.get(&name(i)).map(|j| {
+                let state = if j.dead {
                     JobState::Dead
                 } else if j.holder.is_some() {
                     JobState::Running
                 } else {
                     JobState::Pending
-                },
-                run_at: j.run_at,
-                attempt: j.attempt,
-                payload: j.payload.clone(),
+                };
+                JobInfo::new(state, j.run_at, j.attempt, j.payload.clone())
             });
             prop_assert_eq!(reply, Reply::Info(expect));
         }

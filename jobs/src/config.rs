@@ -1,0 +1,87 @@
+//! [`Config`]: what [`Builder`](crate::Builder) produces, checked once before a queue opens.
+//!
+//! # Ground rules
+//!
+//! - A `Config` that exists has passed [`Config::checked`]: a non-zero lease (raised to
+//!   [`MIN_LEASE`]), attempts, prefetch and partitions, a payload limit within
+//!   [`MAX_PAYLOAD`], a safety wakeup of at least 1 ms. Everything below the front reads it
+//!   without re-checking.
+//! - Backends read only their own fields (the embedded store its cache and checkpoint
+//!   settings, Redis its partitions and timeout) and the state machine's (lease,
+//!   attempts).
+
+use std::time::Duration;
+
+use crate::job::{MAX_PAYLOAD, MIN_LEASE};
+use crate::Error;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) lease: Duration,
+    pub(crate) max_attempts: u32,
+    pub(crate) max_payload: usize,
+    pub(crate) backoff: (Duration, Duration),
+    pub(crate) prefetch: usize,
+    pub(crate) cache_size: usize,
+    pub(crate) quick_repair: bool,
+    pub(crate) partitions: usize,
+    pub(crate) redis_timeout: Option<Duration>,
+    pub(crate) safety_wakeup: Duration,
+    pub(crate) timer: Option<wheel_timer::Timer>,
+}
+
+impl Default for Config {
+    /// The builder's defaults: see [`Builder::new`](crate::Builder::new).
+    fn default() -> Config {
+        Config {
+            lease: Duration::from_secs(30),
+            max_attempts: 5,
+            max_payload: 1 << 20,
+            backoff: (Duration::from_secs(1), Duration::from_secs(3600)),
+            prefetch: 64,
+            cache_size: 64 << 20,
+            quick_repair: true,
+            partitions: 1,
+            redis_timeout: Some(Duration::from_secs(1)),
+            safety_wakeup: Duration::from_secs(5),
+            timer: None,
+        }
+    }
+}
+
+impl Config {
+    /// The wheel consumers and workers arm their timers on: the builder's, or the current
+    /// runtime's default timer.
+    pub(crate) fn timer(&self) -> wheel_timer::Timer {
+        self.timer
+            .clone()
+            .unwrap_or_else(wheel_timer::default_timer)
+    }
+
+    /// This configuration as a queue uses it, or why it cannot be used.
+    pub(crate) fn checked(&self) -> Result<Config, Error> {
+        if self.lease.is_zero() {
+            return Err(Error::invalid_config("the lease must not be zero"));
+        }
+        if self.max_attempts == 0 {
+            return Err(Error::invalid_config("max_attempts must be at least 1"));
+        }
+        if self.prefetch == 0 {
+            return Err(Error::invalid_config("prefetch must be at least 1"));
+        }
+        if self.partitions == 0 {
+            return Err(Error::invalid_config("partitions must be at least 1"));
+        }
+        if self.max_payload > MAX_PAYLOAD {
+            return Err(Error::invalid_config("max_payload must be at most 512 MiB"));
+        }
+        if self.safety_wakeup < Duration::from_millis(1) {
+            return Err(Error::invalid_config(
+                "the safety wakeup must be at least 1 ms",
+            ));
+        }
+        let mut c = self.clone();
+        c.lease = c.lease.max(MIN_LEASE);
+        Ok(c)
+    }
+}

@@ -1,0 +1,201 @@
+//! The job's values: what the queue's calls take and return ([`When`], [`Scheduled`],
+//! [`JobState`], [`JobInfo`]), the limits on ids and payloads and their validation, and
+//! wall-clock conversion.
+//!
+//! # Ground rules
+//!
+//! - The bottom of the crate: imports nothing of it but [`Error`], so every layer above (backends, consumers, the front) shares these values
+//!   without reaching up.
+//! - Stored times are wall-clock nanoseconds since the Unix epoch in a `u64`, saturating:
+//!   0 before 1970, `u64::MAX` after 2554 ([`nanos`], [`system_time`], [`add`]).
+//! - Ids are 1 to [`MAX_ID_LEN`] bytes and payloads at most the queue's `max_payload`
+//!   ([`check_id`], [`check_payload`]); the front checks them once for every backend.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::Error;
+
+/// The longest job id, in bytes.
+pub const MAX_ID_LEN: usize = 256;
+
+/// The shortest lease: [`Builder::lease`](crate::Builder::lease) raises a shorter (non-zero) one to this.
+///
+/// A lease starts when the store reads the claim that takes it, and the claim is committed
+/// (fsync'd, maybe behind a batch of other writes) before its jobs are handed out. A
+/// consumer never hands out a job whose lease may have ended, so a lease shorter than a
+/// commit would be spent waiting for that commit: the job dropped, its attempt gone. One
+/// second is far above a commit's time even on a slow disk.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+
+/// The largest [`Builder::max_payload`](crate::Builder::max_payload): Redis's limit for one string, and well inside the
+/// embedded store's 4 GiB per value (and per log record).
+pub const MAX_PAYLOAD: usize = 512 << 20;
+
+/// When a job is due: a delay from now, or a wall-clock time.
+///
+/// Both are stored as wall-clock time, so a job keeps its due time across restarts. A time
+/// in the past means "due at once"; `Duration::MAX` and times beyond the year 2554 saturate
+/// there (nanoseconds since the Unix epoch in a `u64`), which is as good as never.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use wheel_jobs::When;
+///
+/// let in_two_days: When = Duration::from_secs(48 * 3600).into();
+/// let at_eight: When = (SystemTime::now() + Duration::from_secs(60)).into();
+/// assert_ne!(in_two_days, at_eight);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// This long after the store's clock reads the request.
+    After(Duration),
+    /// At this wall-clock time.
+    At(SystemTime),
+}
+
+impl From<Duration> for When {
+    fn from(delay: Duration) -> When {
+        When::After(delay)
+    }
+}
+
+impl From<SystemTime> for When {
+    fn from(at: SystemTime) -> When {
+        When::At(at)
+    }
+}
+
+impl When {
+    /// Nanoseconds since the Unix epoch, given the store's `now` in the same unit.
+    pub(crate) fn resolve(self, now: u64) -> u64 {
+        match self {
+            When::After(delay) => add(now, delay),
+            When::At(at) => nanos(at),
+        }
+    }
+}
+
+/// Wall-clock nanoseconds since the Unix epoch, saturating (0 before 1970, `u64::MAX` after 2554).
+pub(crate) fn nanos(at: SystemTime) -> u64 {
+    match at.duration_since(UNIX_EPOCH) {
+        Ok(since) => u64::try_from(since.as_nanos()).unwrap_or(u64::MAX),
+        Err(_) => 0,
+    }
+}
+
+pub(crate) fn system_time(nanos: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(nanos)
+}
+
+/// `start + by` in nanoseconds, saturating at `u64::MAX` (the year 2554).
+pub(crate) fn add(start: u64, by: std::time::Duration) -> u64 {
+    start.saturating_add(u64::try_from(by.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// What [`JobQueue::schedule`](crate::JobQueue::schedule) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheduled {
+    /// A new job was stored.
+    Created,
+    /// A job with this id is already pending, running or dead; it was left unchanged. A
+    /// schedule retried after a timeout or a crash is therefore safe.
+    Exists,
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// Waiting for its `run_at` (or for a retry).
+    Pending,
+    /// Delivered to a consumer, under a lease.
+    Running,
+    /// Out of attempts; kept until [`JobQueue::remove_dead`](crate::JobQueue::remove_dead) or
+    /// [`JobQueue::purge_dead`](crate::JobQueue::purge_dead).
+    Dead,
+}
+
+/// A snapshot of one job, from [`JobQueue::get`](crate::JobQueue::get).
+#[derive(Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    state: JobState,
+    run_at: u64,
+    attempt: u32,
+    payload: Vec<u8>,
+}
+
+impl JobInfo {
+    /// A snapshot as a backend read it: `run_at` in wall-clock nanoseconds.
+    pub(crate) fn new(state: JobState, run_at: u64, attempt: u32, payload: Vec<u8>) -> JobInfo {
+        JobInfo {
+            state,
+            run_at,
+            attempt,
+            payload,
+        }
+    }
+
+    /// Pending, running or dead.
+    pub fn state(&self) -> JobState {
+        self.state
+    }
+
+    /// When the job is (or was last) due.
+    pub fn run_at(&self) -> SystemTime {
+        system_time(self.run_at)
+    }
+
+    /// Deliveries so far: 0 before the first.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The job's payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+}
+
+impl fmt::Debug for JobInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobInfo")
+            .field("state", &self.state)
+            .field("run_at", &self.run_at())
+            .field("attempt", &self.attempt)
+            .field("payload_len", &self.payload.len())
+            .finish()
+    }
+}
+
+/// `Ok` if `id` is a valid job id: 1 to [`MAX_ID_LEN`] bytes.
+pub(crate) fn check_id(id: &str) -> Result<(), Error> {
+    if id.is_empty() || id.len() > MAX_ID_LEN {
+        return Err(Error::invalid_id(id.len()));
+    }
+    Ok(())
+}
+
+/// `Ok` if `payload` fits in `max` bytes.
+pub(crate) fn check_payload(payload: &[u8], max: usize) -> Result<(), Error> {
+    if payload.len() > max {
+        return Err(Error::payload_too_large(payload.len(), max));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_saturates() {
+        assert_eq!(add(5, std::time::Duration::MAX), u64::MAX);
+        assert_eq!(
+            add(u64::MAX - 1, std::time::Duration::from_nanos(5)),
+            u64::MAX
+        );
+        assert_eq!(add(5, std::time::Duration::from_nanos(5)), 10);
+    }
+}

@@ -1,0 +1,252 @@
+//! [`Redis`] as a [`Backend`]: each call routed to its partition and run as its script;
+//! claims across partitions.
+//!
+//! # Ground rules
+//!
+//! - A call that may have committed although it failed (a timeout after the script ran)
+//!   still bumps the epoch (`Redis::changed`), so no `Idle` note outlives a change.
+//! - A claim takes each partition on its own, in rotation: one failing partition never
+//!   costs the leases taken on the others; its error is returned only when nothing was
+//!   claimed.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use super::batcher::MAX_BATCH;
+use super::keys::partition_of;
+use super::scripts::NewJob;
+use super::{Idle, Redis};
+use crate::backend::{Backend, BoxFuture, ClaimBatch};
+use crate::error::Error;
+use crate::job::{JobInfo, Scheduled, When};
+use crate::model::Retry;
+
+impl Backend for Redis {
+    fn schedule(
+        &self,
+        id: String,
+        when: When,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
+        Box::pin(async move {
+            self.conn()?;
+            let scheduled = self.part(&id).schedules.call((id, when, payload)).await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            scheduled
+        })
+    }
+
+    fn schedule_many(
+        &self,
+        jobs: Vec<(String, When, Vec<u8>)>,
+    ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
+        Box::pin(async move {
+            let n = jobs.len();
+            // Group by partition, one call each, answers back in the callers' order.
+            let mut groups: Vec<(Vec<usize>, Vec<NewJob>)> = (0..self.parts.len())
+                .map(|_| (Vec::new(), Vec::new()))
+                .collect();
+            for (i, job) in jobs.into_iter().enumerate() {
+                let p = partition_of(&job.0, self.parts.len());
+                groups[p].0.push(i);
+                groups[p].1.push(job);
+            }
+            let mut out = vec![(Scheduled::Exists, 0); n];
+            for (part, (positions, jobs)) in self.parts.iter().zip(groups) {
+                if jobs.is_empty() {
+                    continue;
+                }
+                // At most MAX_BATCH jobs per script: a script blocks the whole server
+                // while it runs, so one huge batch would stall every other client (and
+                // outlast `redis_timeout`, failing a call that did commit).
+                let mut jobs = jobs.into_iter();
+                let mut positions = positions.into_iter();
+                loop {
+                    let chunk: Vec<NewJob> = jobs.by_ref().take(MAX_BATCH).collect();
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    let mut conn = self.conn()?;
+                    let answers = self.scripts.schedule(&mut conn, &part.keys, &chunk).await;
+                    self.changed();
+                    let answers = answers?;
+                    for (answer, i) in answers.into_iter().zip(positions.by_ref()) {
+                        out[i] = answer;
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let keys = &self.part(&id).keys;
+            self.scripts.cancel(&mut conn, keys, &id).await
+        })
+    }
+
+    fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let keys = &self.part(&id).keys;
+            let moved = self.scripts.reschedule(&mut conn, keys, &id, when).await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            moved
+        })
+    }
+
+    fn get(&self, id: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let keys = &self.part(&id).keys;
+            self.scripts.get(&mut conn, keys, &id).await
+        })
+    }
+
+    fn pending(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(self.count("pending"))
+    }
+
+    fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(self.count("leased"))
+    }
+
+    fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+        Box::pin(async move {
+            // Partitions in rotation, so every one is served; stop once `max` jobs came.
+            // Each partition is claimed on its own: one that fails (its node down) must not
+            // cost the leases already taken on the others, so their jobs are handed out and
+            // the error is returned only when nothing was claimed.
+            if let Some(idle) = self.known_idle() {
+                return Ok(idle);
+            }
+            let epoch = self.epoch.load(SeqCst);
+            let sent = std::time::Instant::now();
+            let n = self.parts.len();
+            let first = self.next_claim.fetch_add(1, SeqCst);
+            let mut jobs = Vec::new();
+            let mut wait: Option<u64> = None;
+            let mut now = 0;
+            let mut failed: Option<Error> = None;
+            // Whether some partition may hold more due jobs than it gave.
+            let mut more = false;
+            for i in 0..n {
+                let part = &self.parts[(first + i) % n];
+                // At most MAX_BATCH per script: a script blocks the whole server while it
+                // runs, and a reply that outlasts `redis_timeout` would strand the leases
+                // it took. A larger `max` (prefetch, `run`'s concurrency) just claims again.
+                let want = (max - jobs.len()).min(MAX_BATCH);
+                let (claimed, part_now, next) = match self.claim_part(part, want).await {
+                    Ok(claim) => claim,
+                    Err(err) => {
+                        failed.get_or_insert(err);
+                        continue;
+                    }
+                };
+                more |= claimed.len() >= want;
+                jobs.extend(claimed);
+                now = part_now;
+                // Each partition's next due time against its own server's clock.
+                if let Some(next) = next {
+                    let w = next.saturating_sub(part_now);
+                    wait = Some(wait.map_or(w, |x| x.min(w)));
+                }
+                if jobs.len() >= max {
+                    wait = Some(0);
+                    break;
+                }
+            }
+            let complete = failed.is_none();
+            if let Some(err) = failed {
+                if jobs.is_empty() {
+                    return Err(err);
+                }
+                tracing::warn!(error = %err, claimed = jobs.len(), "wheel-jobs: a partition failed to claim; delivering what the others gave");
+            }
+            // Due order across the partitions claimed together (run_at, then id).
+            jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
+            let next_due = wait.map(|w| now.saturating_add(w));
+            let note = match next_due {
+                Some(until) if complete && !more && jobs.len() < max => Some(Idle {
+                    epoch,
+                    until,
+                    now,
+                    sent,
+                }),
+                _ => None,
+            };
+            *self.idle.lock().expect("idle note") = note;
+            Ok(ClaimBatch {
+                jobs,
+                next_due,
+                now,
+            })
+        })
+    }
+
+    fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            self.conn()?;
+            self.part(&id).acks.call((id, token)).await
+        })
+    }
+
+    fn retry(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let keys = &self.part(&id).keys;
+            let retried = (self.scripts)
+                .retry(&mut conn, keys, &id, token, after, self.max_attempts)
+                .await;
+            self.changed();
+            retried
+        })
+    }
+
+    fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let keys = &self.part(&id).keys;
+            self.scripts.extend(&mut conn, keys, &id, token, by).await
+        })
+    }
+
+    fn remove_dead(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let keys = &self.part(&id).keys;
+            self.scripts.remove_dead(&mut conn, keys, &id).await
+        })
+    }
+
+    fn purge_dead(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move {
+            let mut removed = 0;
+            for part in &self.parts {
+                let mut conn = self.conn()?;
+                removed += self
+                    .scripts
+                    .purge_dead(&mut conn, &part.keys, limit)
+                    .await?;
+            }
+            Ok(removed)
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            self.closed.store(true, SeqCst);
+            self.subscriber.abort();
+            Ok(())
+        })
+    }
+}

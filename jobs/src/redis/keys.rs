@@ -1,0 +1,58 @@
+//! Key names: every key and channel of a queue partition, computed once at open, and which
+//! partition an id belongs to.
+//!
+//! # Ground rules
+//!
+//! - A partition's keys share the hash tag `{tag}` (`{name}`, or `{name:i}` with
+//!   partitions), so every script touches one cluster slot.
+//! - Every process routes an id to the same partition ([`partition_of`], a stable hash):
+//!   a queue must be opened with the same number of partitions everywhere.
+
+/// One partition's keys and wake channel.
+pub(super) struct Keys {
+    pub(super) meta: String,
+    pub(super) payload: String,
+    pub(super) due: String,
+    pub(super) counts: String,
+    pub(super) seq: String,
+    pub(super) dead: String,
+    pub(super) wake: String,
+    /// `PUBLISH`, or `SPUBLISH` on a cluster that has it: how the scripts send on `wake`.
+    pub(super) publish: &'static str,
+}
+
+impl Keys {
+    pub(super) fn new(tag: &str, publish: &'static str) -> Keys {
+        Keys {
+            meta: format!("{{{tag}}}:meta"),
+            payload: format!("{{{tag}}}:payload"),
+            due: format!("{{{tag}}}:due"),
+            counts: format!("{{{tag}}}:counts"),
+            seq: format!("{{{tag}}}:seq"),
+            dead: format!("{{{tag}}}:dead"),
+            wake: format!("{{{tag}}}:wake"),
+            publish,
+        }
+    }
+}
+
+/// The hash tag of partition `i` of `n` of the queue `name`.
+pub(super) fn tag(name: &str, i: usize, n: usize) -> String {
+    if n == 1 {
+        name.to_owned()
+    } else {
+        format!("{name}:{i}")
+    }
+}
+
+/// The partition (of `n`) that holds the job `id`.
+pub(super) fn partition_of(id: &str, n: usize) -> usize {
+    (fnv(id) % n as u64) as usize
+}
+
+/// A stable hash (FNV-1a): every process must route an id to the same partition.
+fn fnv(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}

@@ -1,0 +1,337 @@
+//! The Lua scripts (`lua/*.lua`, each headed by its keys, arguments, return value and why it
+//! is atomic) and one typed function per script.
+//!
+//! # Ground rules
+//!
+//! - Each function here owns its script's KEYS and ARGV order and decodes its reply: call
+//!   sites never build a key list by hand, so a script and its caller change together, in
+//!   this file.
+//! - Times cross the boundary as the scripts want them: delays in microseconds, due scores
+//!   in microseconds rounded up (never early), run_at in nanoseconds. Delays past
+//!   [`MAX_AFTER`] are stored as the saturation point (Lua's doubles are exact only below
+//!   2^53 microseconds).
+
+use std::time::Duration;
+
+use ::redis::{Script, Value};
+
+use super::conn::Conn;
+use super::keys::Keys;
+use super::reply::{array, bytes, int, redis_error, score_ns, text};
+use crate::backend::Claimed;
+use crate::error::Error;
+use crate::job::{nanos, JobInfo, JobState, Scheduled, When};
+use crate::model::Retry;
+
+/// Delays past this are stored as `When::At` the saturation point: Lua's doubles hold
+/// microseconds exactly only below 2^53 (year 2255).
+const MAX_AFTER: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// A job to schedule: id, due time, payload.
+pub(super) type NewJob = (String, When, Vec<u8>);
+
+/// What one partition's claim returned: the jobs, the server's now and the next due time,
+/// in that server's nanoseconds.
+pub(super) type PartClaim = (Vec<Claimed>, u64, Option<u64>);
+
+pub(super) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The script arguments for a due time: mode, value, score.
+fn when_args(when: When) -> (&'static str, String, String) {
+    match when {
+        When::After(d) if d <= MAX_AFTER => ("after", micros(d).to_string(), String::new()),
+        When::After(_) => at_args(u64::MAX),
+        When::At(t) => at_args(nanos(t)),
+    }
+}
+
+fn at_args(ns: u64) -> (&'static str, String, String) {
+    ("at", ns.to_string(), ns.div_ceil(1000).to_string())
+}
+
+/// Every script of the backend, loaded once per queue handle.
+pub(super) struct Scripts {
+    schedule: Script,
+    cancel: Script,
+    reschedule: Script,
+    get: Script,
+    claim: Script,
+    ack: Script,
+    retry: Script,
+    extend: Script,
+    remove_dead: Script,
+}
+
+impl Scripts {
+    pub(super) fn load() -> Scripts {
+        Scripts {
+            schedule: Script::new(include_str!("lua/schedule.lua")),
+            cancel: Script::new(include_str!("lua/cancel.lua")),
+            reschedule: Script::new(include_str!("lua/reschedule.lua")),
+            get: Script::new(include_str!("lua/get.lua")),
+            claim: Script::new(include_str!("lua/claim.lua")),
+            ack: Script::new(include_str!("lua/ack.lua")),
+            retry: Script::new(include_str!("lua/retry.lua")),
+            extend: Script::new(include_str!("lua/extend.lua")),
+            remove_dead: Script::new(include_str!("lua/remove_dead.lua")),
+        }
+    }
+
+    /// `schedule.lua`: creates each job unless its id exists; the outcomes and run_ats in
+    /// order.
+    pub(super) async fn schedule(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        jobs: &[NewJob],
+    ) -> Result<Vec<(Scheduled, u64)>, Error> {
+        let mut call = self.schedule.prepare_invoke();
+        call.key(&k.meta).key(&k.payload).key(&k.due).key(&k.counts);
+        call.arg(&k.wake).arg(k.publish);
+        for (id, when, payload) in jobs {
+            let (mode, value, score) = when_args(*when);
+            call.arg(id)
+                .arg(mode)
+                .arg(value)
+                .arg(score)
+                .arg(payload.as_slice());
+        }
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        array(reply)?
+            .into_iter()
+            .map(|pair| {
+                let pair = array(pair)?;
+                let [created, run_at] = pair.as_slice() else {
+                    return Err(Error::storage("short schedule reply"));
+                };
+                let outcome = if int(created)? == 1 {
+                    Scheduled::Created
+                } else {
+                    Scheduled::Exists
+                };
+                Ok((outcome, int(run_at)?))
+            })
+            .collect()
+    }
+
+    /// `ack.lua`: deletes each job whose lease is held with its token; one answer each.
+    pub(super) async fn ack(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        acks: &[(String, u64)],
+    ) -> Result<Vec<bool>, Error> {
+        let mut call = self.ack.prepare_invoke();
+        call.key(&k.meta).key(&k.payload).key(&k.due).key(&k.counts);
+        for (id, token) in acks {
+            call.arg(id).arg(token);
+        }
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        array(reply)?.iter().map(|v| Ok(int(v)? == 1)).collect()
+    }
+
+    /// `cancel.lua`: removes a pending job.
+    pub(super) async fn cancel(&self, conn: &mut Conn, k: &Keys, id: &str) -> Result<bool, Error> {
+        let mut call = self.cancel.prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.due)
+            .key(&k.counts)
+            .arg(id);
+        let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(removed == 1)
+    }
+
+    /// `reschedule.lua`: moves a pending job; its new run_at if it moved.
+    pub(super) async fn reschedule(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+        when: When,
+    ) -> Result<Option<u64>, Error> {
+        let (mode, value, score) = when_args(when);
+        let mut call = self.reschedule.prepare_invoke();
+        call.key(&k.meta).key(&k.due);
+        call.arg(id)
+            .arg(mode)
+            .arg(value)
+            .arg(score)
+            .arg(&k.wake)
+            .arg(k.publish);
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        match reply {
+            Value::Nil => Ok(None),
+            other => Ok(Some(int(&other)?)),
+        }
+    }
+
+    /// `get.lua`: a job's state, run_at, attempt and payload.
+    pub(super) async fn get(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+    ) -> Result<Option<JobInfo>, Error> {
+        let mut call = self.get.prepare_invoke();
+        call.key(&k.meta).key(&k.payload).arg(id);
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        if reply == Value::Nil {
+            return Ok(None);
+        }
+        let mut parts = array(reply)?.into_iter();
+        let meta = text(parts.next().unwrap_or(Value::Nil))?;
+        let payload = bytes(parts.next().unwrap_or(Value::Nil))?;
+        let corrupt = || Error::storage(format!("corrupt job record {meta:?}"));
+        let fields: Vec<&str> = meta.split(':').collect();
+        let [state, attempt, _, run_at] = fields.as_slice() else {
+            return Err(corrupt());
+        };
+        let state = match *state {
+            "p" => JobState::Pending,
+            "l" => JobState::Running,
+            "d" => JobState::Dead,
+            _ => return Err(corrupt()),
+        };
+        Ok(Some(JobInfo::new(
+            state,
+            run_at.parse().map_err(|_| corrupt())?,
+            attempt.parse().map_err(|_| corrupt())?,
+            payload,
+        )))
+    }
+
+    /// `claim.lua`: leases up to `max` due jobs of one partition.
+    pub(super) async fn claim(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        max: usize,
+        lease_us: u64,
+        max_attempts: u32,
+    ) -> Result<PartClaim, Error> {
+        let mut call = self.claim.prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.seq)
+            .key(&k.dead);
+        call.arg(max).arg(lease_us).arg(max_attempts);
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        let mut items = array(reply)?.into_iter();
+        let now_us = int(&items.next().unwrap_or(Value::Nil))?;
+        let next = text(items.next().unwrap_or(Value::Nil))?;
+        let next_due = if next.is_empty() {
+            None
+        } else {
+            Some(score_ns(&next)?)
+        };
+        let rest: Vec<Value> = items.collect();
+        let mut jobs = Vec::with_capacity(rest.len() / 5);
+        for chunk in rest.chunks(5) {
+            let [id, payload, attempt, run_at, token] = chunk else {
+                return Err(Error::storage("short claim reply"));
+            };
+            jobs.push(Claimed {
+                id: text(id.clone())?,
+                payload: bytes(payload.clone())?,
+                attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
+                run_at: int(run_at)?,
+                token: int(token)?,
+            });
+        }
+        Ok((jobs, now_us.saturating_mul(1000), next_due))
+    }
+
+    /// `retry.lua`: gives a leased job back to run `after` from now, or kills it.
+    pub(super) async fn retry(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+        token: u64,
+        after: Duration,
+        max_attempts: u32,
+    ) -> Result<(Retry, u64), Error> {
+        let mut call = self.retry.prepare_invoke();
+        call.key(&k.meta).key(&k.due).key(&k.counts).key(&k.dead);
+        call.arg(id)
+            .arg(token)
+            .arg(micros(after.min(MAX_AFTER)))
+            .arg(max_attempts)
+            .arg(&k.wake)
+            .arg(k.publish);
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        let mut parts = array(reply)?.into_iter();
+        let outcome = int(&parts.next().unwrap_or(Value::Nil))?;
+        let run_at = text(parts.next().unwrap_or(Value::Nil))?;
+        Ok(match outcome {
+            1 => (
+                Retry::Pending,
+                run_at.parse().map_err(|_| Error::storage("bad run_at"))?,
+            ),
+            2 => (Retry::Died, 0),
+            _ => (Retry::Stale, 0),
+        })
+    }
+
+    /// `extend.lua`: moves a held lease's end to `by` from now.
+    pub(super) async fn extend(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+        token: u64,
+        by: Duration,
+    ) -> Result<bool, Error> {
+        let mut call = self.extend.prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.due)
+            .arg(id)
+            .arg(token)
+            .arg(micros(by.min(MAX_AFTER)));
+        let done: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(done == 1)
+    }
+
+    /// `remove_dead.lua` by id: deletes a dead job.
+    pub(super) async fn remove_dead(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+    ) -> Result<bool, Error> {
+        Ok(self.remove_dead_call(conn, k, "id", id).await? == 1)
+    }
+
+    /// `remove_dead.lua` by limit: deletes up to `limit` dead jobs; how many.
+    pub(super) async fn purge_dead(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        limit: usize,
+    ) -> Result<u64, Error> {
+        self.remove_dead_call(conn, k, "limit", &limit.to_string())
+            .await
+    }
+
+    async fn remove_dead_call(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        mode: &str,
+        arg: &str,
+    ) -> Result<u64, Error> {
+        let mut call = self.remove_dead.prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.dead)
+            .key(&k.counts)
+            .arg(mode)
+            .arg(arg);
+        call.invoke_async(conn).await.map_err(redis_error)
+    }
+}
