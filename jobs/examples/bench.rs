@@ -25,7 +25,33 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use clap::Parser;
 use wheel_jobs::JobQueue;
+
+/// Throughput and lateness of the job store (see the module docs for what each phase does).
+#[derive(Parser, Debug)]
+#[command(name = "bench")]
+struct Args {
+    /// Also build a store of 10M pending jobs and time opening it (minutes, ~1 GB of disk).
+    #[arg(long)]
+    big: bool,
+    /// Measure on the Redis server at this URL instead of the embedded store (needs
+    /// `--features redis`).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// Handlers `run` may run at once [default: 256 embedded, 50 on Redis].
+    #[arg(long, value_name = "N")]
+    concurrency: Option<usize>,
+    /// Measure one quick_repair mode only (for interleaved A/B runs) [default: both].
+    #[arg(long, value_name = "BOOL")]
+    quick_repair: Option<bool>,
+    /// Internal: open the big store at PATH in this (child) process and report.
+    #[arg(long, value_name = "PATH", hide = true)]
+    open: Option<String>,
+    /// Internal: schedule into PATH from 64 tasks until killed.
+    #[arg(long, value_name = "PATH", hide = true)]
+    crash: Option<String>,
+}
 
 fn rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -320,18 +346,18 @@ async fn measure(dir: &std::path::Path, quick_repair: bool) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--open") {
-        return open_only(&args[i + 1]).await;
+    let args = Args::parse();
+    if let Some(path) = &args.open {
+        return open_only(path).await;
     }
-    if let Some(i) = args.iter().position(|a| a == "--crash") {
+    if let Some(path) = &args.crash {
         // Schedule from 64 tasks until SIGKILLed by the parent.
-        let queue = JobQueue::open(&args[i + 1]).await.expect("open");
+        let queue = JobQueue::open(path).await.expect("open");
         println!("ready");
         schedules(&queue, 64, usize::MAX / 128).await;
         return;
     }
-    let big = args.iter().any(|a| a == "--big");
+    let big = args.big;
     let dir =
         tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into())).unwrap();
 
@@ -339,16 +365,13 @@ async fn main() {
         "this disk: fsync of a 4 KiB write, median of 200: {:.2} ms",
         fsync_ms(dir.path())
     );
-    let redis = args
-        .iter()
-        .position(|a| a == "--redis")
-        .map(|i| args[i + 1].clone());
+    let redis = args.redis.clone();
     if redis.is_some() && cfg!(not(feature = "redis")) {
         panic!("--redis needs `--features redis`");
     }
     REDIS.set(redis.clone()).unwrap();
-    let concurrency = match args.iter().position(|a| a == "--concurrency") {
-        Some(i) => args[i + 1].parse().expect("--concurrency N"),
+    let concurrency = match args.concurrency {
+        Some(n) => n,
         None if redis.is_some() => 50,
         None => 256,
     };
@@ -357,9 +380,8 @@ async fn main() {
         println!("-- redis backend: {}", redis.as_deref().unwrap_or_default());
         return measure(dir.path(), false).await;
     }
-    // `--quick-repair true|false` measures one mode only (for interleaved A/B runs).
-    let modes = match args.iter().position(|a| a == "--quick-repair") {
-        Some(i) => vec![args[i + 1] == "true"],
+    let modes = match args.quick_repair {
+        Some(mode) => vec![mode],
         None => vec![true, false],
     };
     for quick_repair in modes {

@@ -26,7 +26,17 @@ use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use clap::Parser;
 use wheel_jobs::{JobQueue, Scheduled};
+
+/// The order auto-rating scenario with a worker killed midway (see the module docs).
+#[derive(Parser, Debug)]
+#[command(name = "jobs")]
+struct Args {
+    /// Internal: run as the worker process on the store in DIR.
+    #[arg(long, value_name = "DIR", hide = true)]
+    worker: Option<PathBuf>,
+}
 
 const ORDERS: usize = 3_000;
 const SPREAD: Duration = Duration::from_secs(8);
@@ -142,9 +152,8 @@ fn spawn_worker(dir: &Path) -> std::io::Result<Child> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--worker") {
-        return worker(Path::new(&args[2])).await;
+    if let Some(dir) = Args::parse().worker {
+        return worker(&dir).await;
     }
 
     let dir = tempfile::tempdir()?;
