@@ -30,7 +30,10 @@ pub struct Error {
 
 #[derive(Clone)]
 enum Kind {
-    InvalidId(usize),
+    InvalidId {
+        len: usize,
+        max: usize,
+    },
     PayloadTooLarge {
         len: usize,
         max: usize,
@@ -44,9 +47,9 @@ enum Kind {
 }
 
 impl Error {
-    pub(crate) fn invalid_id(len: usize) -> Self {
+    pub(crate) fn invalid_id(len: usize, max: usize) -> Self {
         Error {
-            kind: Kind::InvalidId(len),
+            kind: Kind::InvalidId { len, max },
         }
     }
 
@@ -92,7 +95,7 @@ impl Error {
 
     /// The job id is empty or longer than [`MAX_ID_LEN`](crate::MAX_ID_LEN) (256) bytes.
     pub fn is_invalid_id(&self) -> bool {
-        matches!(self.kind, Kind::InvalidId(_))
+        matches!(self.kind, Kind::InvalidId { .. })
     }
 
     /// The payload is longer than the queue's
@@ -136,13 +139,9 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            Kind::InvalidId(0) => f.write_str("invalid job id: empty"),
-            Kind::InvalidId(len) => {
-                write!(
-                    f,
-                    "invalid job id: {len} bytes, the limit is {}",
-                    crate::MAX_ID_LEN
-                )
+            Kind::InvalidId { len: 0, .. } => f.write_str("invalid job id: empty"),
+            Kind::InvalidId { len, max } => {
+                write!(f, "invalid job id: {len} bytes, the limit is {max}")
             }
             Kind::PayloadTooLarge { len, max } => {
                 write!(f, "payload too large: {len} bytes, the limit is {max}")
