@@ -12,7 +12,7 @@
 //! - A backend imports only the modules below this one (`error`, `job`, `config`, `model`,
 //!   `wakeup`) and this trait; nothing above names a backend but the builder's `open`,
 //!   `redis` and `redis_cluster`.
-//! - Futures are boxed so `JobQueue` can hold any backend behind one `Arc<dyn Backend>`; one
+//! - Futures are boxed so a queue can hold any backend as one `Box<dyn Backend>`; one
 //!   allocation per call is noise beside a store round trip.
 
 use std::fmt;

@@ -213,8 +213,8 @@ impl JobQueue {
     }
 
     /// How many jobs are delivered and not yet acked or given back (state
-    /// [`JobState::Running`](crate::JobState::Running)), including those whose lease lapsed and that wait for
-    /// redelivery. O(1).
+    /// [`JobState::Running`](crate::JobState::Running)), including those whose lease lapsed
+    /// and that wait for redelivery. O(1).
     ///
     /// # Errors
     ///

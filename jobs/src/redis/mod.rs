@@ -3,9 +3,9 @@
 //! # Ground rules
 //!
 //! - Every state change is one Lua script (`lua/*.lua`, each headed by its keys, arguments,
-//!   return value and why it is atomic; `scripts.rs` holds one typed call per script). The state machine is
-//!   `model.rs`'s, written out in Lua: states `p`/`l`/`d`, attempts counted at claim,
-//!   tokens checked by ack, retry and extend, dead after `max_attempts`.
+//!   return value and why it is atomic; `scripts.rs` holds one typed call per script). The
+//!   state machine is `model.rs`'s, written out in Lua: states `p`/`l`/`d`, attempts
+//!   counted at claim, tokens checked by ack, retry and extend, dead after `max_attempts`.
 //! - Keys of one queue share the hash tag `{name}`, so every script touches one cluster slot.
 //!   The due index is a sorted set of **ids** (scored by due microseconds: run_at when
 //!   pending, lease end when leased); payloads live in their own hash, so cancel by id is
@@ -41,7 +41,6 @@
 //!   `run` makes right after each short one costs nothing. It can only delay a claim by
 //!   that estimate, never deliver early: what is due is still decided by the server's
 //!   `TIME`.
-
 //!
 //! # Files
 //!
