@@ -44,6 +44,7 @@ enum Kind {
     #[cfg_attr(not(any(feature = "redis", test)), allow(dead_code))]
     Unavailable(Arc<str>),
     Closed,
+    InvalidRecurrence(std::borrow::Cow<'static, str>),
 }
 
 impl Error {
@@ -93,6 +94,12 @@ impl Error {
         Error { kind: Kind::Closed }
     }
 
+    pub(crate) fn invalid_recurrence(why: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        Error {
+            kind: Kind::InvalidRecurrence(why.into()),
+        }
+    }
+
     /// The job id is empty or longer than [`MAX_ID_LEN`](crate::MAX_ID_LEN) (256) bytes.
     pub fn is_invalid_id(&self) -> bool {
         matches!(self.kind, Kind::InvalidId { .. })
@@ -134,6 +141,13 @@ impl Error {
     pub fn is_closed(&self) -> bool {
         matches!(self.kind, Kind::Closed)
     }
+
+    /// A [`Recurrence`](crate::Recurrence) could not be built or has no further occurrence:
+    /// an invalid cron expression, an unknown time zone, a zero interval, a zone given to an
+    /// interval, or text that is not a recurrence's text form.
+    pub fn is_invalid_recurrence(&self) -> bool {
+        matches!(self.kind, Kind::InvalidRecurrence(_))
+    }
 }
 
 impl fmt::Display for Error {
@@ -151,6 +165,7 @@ impl fmt::Display for Error {
             Kind::Storage(why) => write!(f, "job store failure: {why}"),
             Kind::Unavailable(why) => write!(f, "job store unavailable: {why}"),
             Kind::Closed => f.write_str("the job queue is closed"),
+            Kind::InvalidRecurrence(why) => write!(f, "invalid recurrence: {why}"),
         }
     }
 }

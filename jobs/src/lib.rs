@@ -99,6 +99,7 @@ mod error;
 mod job;
 mod model;
 mod queue;
+mod recurrence;
 #[cfg(feature = "redis")]
 mod redis;
 mod shared;
@@ -110,3 +111,4 @@ pub use consumer::{Consumer, Delivery};
 pub use error::Error;
 pub use job::{JobInfo, JobState, Scheduled, When, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE};
 pub use queue::JobQueue;
+pub use recurrence::Recurrence;
