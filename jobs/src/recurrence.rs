@@ -29,7 +29,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use croner::parser::{CronParser, Year};
 use croner::Cron;
@@ -38,6 +38,7 @@ use jiff::tz::{AmbiguousOffset, TimeZone};
 use jiff::Timestamp;
 
 use crate::error::Error;
+use crate::job::{nanos, system_time};
 
 /// When the occurrences of a recurring series fall: a cron expression on a zone's wall
 /// clock, or a fixed interval.
@@ -62,7 +63,7 @@ use crate::error::Error;
 /// # Examples
 ///
 /// ```
-/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+/// use std::time::{Duration, SystemTime};
 /// use wheel_jobs::Recurrence;
 ///
 /// # fn main() -> Result<(), wheel_jobs::Error> {
@@ -335,19 +336,6 @@ fn timestamp(nanos: u64) -> Timestamp {
 
 fn nanos_of(at: Timestamp) -> Option<u64> {
     u64::try_from(at.as_nanosecond()).ok()
-}
-
-/// Wall-clock nanoseconds since the Unix epoch, saturating (0 before 1970, `u64::MAX` after
-/// 2554).
-fn nanos(at: SystemTime) -> u64 {
-    match at.duration_since(UNIX_EPOCH) {
-        Ok(since) => u64::try_from(since.as_nanos()).unwrap_or(u64::MAX),
-        Err(_) => 0,
-    }
-}
-
-fn system_time(nanos: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_nanos(nanos)
 }
 
 // ===== impl Display, FromStr, Debug, PartialEq =====
