@@ -45,6 +45,7 @@ enum Kind {
     Unavailable(Arc<str>),
     Closed,
     InvalidRecurrence(std::borrow::Cow<'static, str>),
+    InvalidSeriesName(usize),
 }
 
 impl Error {
@@ -94,15 +95,23 @@ impl Error {
         Error { kind: Kind::Closed }
     }
 
+    pub(crate) fn invalid_series_name(len: usize) -> Self {
+        Error {
+            kind: Kind::InvalidSeriesName(len),
+        }
+    }
+
     pub(crate) fn invalid_recurrence(why: impl Into<std::borrow::Cow<'static, str>>) -> Self {
         Error {
             kind: Kind::InvalidRecurrence(why.into()),
         }
     }
 
-    /// The job id is empty or longer than [`MAX_ID_LEN`](crate::MAX_ID_LEN) (256) bytes.
+    /// The job id is empty or longer than [`MAX_ID_LEN`](crate::MAX_ID_LEN) (256) bytes, or
+    /// a recurring series' name is empty, holds `@` or is longer than 225 bytes (room for
+    /// its occurrences' `@<time>` suffix).
     pub fn is_invalid_id(&self) -> bool {
-        matches!(self.kind, Kind::InvalidId { .. })
+        matches!(self.kind, Kind::InvalidId { .. } | Kind::InvalidSeriesName(_))
     }
 
     /// The payload is longer than the queue's
@@ -166,6 +175,11 @@ impl fmt::Display for Error {
             Kind::Unavailable(why) => write!(f, "job store unavailable: {why}"),
             Kind::Closed => f.write_str("the job queue is closed"),
             Kind::InvalidRecurrence(why) => write!(f, "invalid recurrence: {why}"),
+            Kind::InvalidSeriesName(len) => write!(
+                f,
+                "invalid series name: it must be 1 to {} bytes ({len} given) without '@'",
+                crate::series::MAX_NAME_LEN
+            ),
         }
     }
 }

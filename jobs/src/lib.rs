@@ -102,6 +102,7 @@ mod queue;
 mod recurrence;
 #[cfg(feature = "redis")]
 mod redis;
+mod series;
 mod shared;
 mod wakeup;
 mod worker;
@@ -112,3 +113,4 @@ pub use error::Error;
 pub use job::{JobInfo, JobState, Scheduled, When, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE};
 pub use queue::JobQueue;
 pub use recurrence::Recurrence;
+pub use series::{CatchUp, Recurring, RecurringInfo};

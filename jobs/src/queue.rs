@@ -362,3 +362,5 @@ impl JobQueue {
         result
     }
 }
+
+mod recurring;

@@ -273,7 +273,6 @@ impl Recurrence {
     }
 
     /// The last occurrence at or before `at`, if any is at or after the epoch.
-    #[cfg_attr(not(test), allow(dead_code))] // until the stores' catch-up uses it
     pub(crate) fn last_at_or_before_nanos(&self, at: u64) -> Option<u64> {
         match &self.rule {
             Rule::Every { nanos } => Some(at / nanos * nanos),
@@ -327,6 +326,18 @@ fn fold_end(zone: &TimeZone, at: Timestamp) -> Option<DateTime> {
         .next()?
         .timestamp();
     Some(before.to_datetime(change))
+}
+
+/// `nanos` as an RFC 3339 UTC time, with as many fraction digits as it needs
+/// (`2026-12-01T12:00:00Z`, `2026-12-01T12:00:00.5Z`): the suffix of an occurrence's id.
+pub(crate) fn utc_text(nanos: u64) -> String {
+    timestamp(nanos).to_string()
+}
+
+/// The nanoseconds of an RFC 3339 time, if it is one within the stores' range.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn parse_utc_text(text: &str) -> Option<u64> {
+    nanos_of(text.parse::<Timestamp>().ok()?)
 }
 
 fn timestamp(nanos: u64) -> Timestamp {
