@@ -56,6 +56,7 @@ mod conn;
 mod keys;
 mod reply;
 mod scripts;
+mod series;
 mod wake;
 
 use std::fmt;
@@ -68,7 +69,7 @@ use self::keys::{partition_of, tag, Keys};
 use self::reply::redis_error;
 use self::scripts::{micros, NewJob, PartClaim, Scripts};
 use self::wake::{subscribe, subscribe_cluster, Heard, Wake};
-use crate::backend::{BoxFuture, ClaimBatch};
+use crate::backend::{BoxFuture, ClaimBatch, Claimed};
 use crate::config::Config;
 use crate::error::Error;
 use crate::job::Scheduled;
@@ -97,6 +98,7 @@ pub(crate) struct Redis {
     /// Bumped after every change that may make a job due earlier (see the ground rules).
     epoch: Arc<AtomicU64>,
     idle: std::sync::Mutex<Option<Idle>>,
+    rules: series::Rules,
 }
 
 /// What the last short claim learnt: nothing due before `until` (server ns), as of
@@ -201,6 +203,7 @@ impl Redis {
             subscriber,
             epoch,
             idle: std::sync::Mutex::new(None),
+            rules: series::Rules::default(),
         })
     }
 
@@ -251,10 +254,21 @@ impl Redis {
     }
 
     /// Claims from one partition: the jobs, and (server now, next due) in that server's ns.
-    async fn claim_part(&self, part: &Partition, max: usize) -> Result<PartClaim, Error> {
+    /// Then gives the recurring series the claim noted their next occurrences.
+    async fn claim_part(
+        &self,
+        part: &Partition,
+        max: usize,
+    ) -> Result<(Vec<Claimed>, u64, Option<u64>), Error> {
         let mut conn = self.conn()?;
-        self.scripts
+        let (jobs, now, next, notes): PartClaim = self
+            .scripts
             .claim(&mut conn, &part.keys, max, self.lease_us, self.max_attempts)
-            .await
+            .await?;
+        let dry = notes.iter().any(|note| note.dry);
+        self.fill_series(part, now, notes).await;
+        // A dry head waits for its fill: look again at once.
+        let next = if dry { Some(now) } else { next };
+        Ok((jobs, now, next))
     }
 }
