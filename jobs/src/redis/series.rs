@@ -40,9 +40,9 @@ impl Rules {
         if let Some(rule) = rules.get(text) {
             return Ok(rule.clone());
         }
-        let rule: Recurrence = text.parse().map_err(|err| {
-            Error::storage(format!("a stored recurrence does not parse: {err}"))
-        })?;
+        let rule: Recurrence = text
+            .parse()
+            .map_err(|err| Error::storage(format!("a stored recurrence does not parse: {err}")))?;
         // Bounded: texts of replaced series are dropped now and then.
         if rules.len() >= 1024 {
             rules.clear();
@@ -93,7 +93,15 @@ impl Redis {
         let keys = &self.part(name).keys;
         let text = rule.to_string();
         let set = (self.scripts)
-            .recurring_set(&mut conn, keys, name, &text, catch_up.runs(), payload, &times)
+            .recurring_set(
+                &mut conn,
+                keys,
+                name,
+                &text,
+                catch_up.runs(),
+                payload,
+                &times,
+            )
             .await;
         self.changed();
         set

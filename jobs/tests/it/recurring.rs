@@ -38,6 +38,7 @@ macro_rules! run_recurring_suite {
             recurring_catch_up_none,
             recurring_catch_up_all_up_to_max,
             recurring_catch_up_all,
+            recurring_catch_up_after_a_downtime_of_twenty_occurrences,
             recurring_an_at_in_the_name_of_a_job_is_no_series,
         );
     };
@@ -74,10 +75,19 @@ fn check_occurrence(d: &Delivery, name: &str, period: Duration) {
 
 /// The next `n` deliveries of `name`, each acked.
 async fn take(consumer: &mut wheel_jobs::Consumer, name: &str, n: usize) -> Vec<SystemTime> {
+    take_every(consumer, name, n, P).await
+}
+
+async fn take_every(
+    consumer: &mut wheel_jobs::Consumer,
+    name: &str,
+    n: usize,
+    period: Duration,
+) -> Vec<SystemTime> {
     let mut times = Vec::new();
     for _ in 0..n {
         let d = next(consumer).await;
-        check_occurrence(&d, name, P);
+        check_occurrence(&d, name, period);
         times.push(d.run_at());
         assert!(d.ack().await.unwrap());
     }
@@ -86,8 +96,17 @@ async fn take(consumer: &mut wheel_jobs::Consumer, name: &str, n: usize) -> Vec<
 
 #[track_caller]
 fn check_consecutive(times: &[SystemTime]) {
+    check_steps(times, P);
+}
+
+#[track_caller]
+fn check_steps(times: &[SystemTime], period: Duration) {
     for pair in times.windows(2) {
-        assert_eq!(pair[1].duration_since(pair[0]).unwrap(), P, "{times:?}");
+        assert_eq!(
+            pair[1].duration_since(pair[0]).unwrap(),
+            period,
+            "{times:?}"
+        );
     }
 }
 
@@ -377,6 +396,62 @@ pub async fn recurring_catch_up_all(h: impl Harness) {
     // Every missed occurrence (at least three), from the one after the last run.
     assert_eq!(times[0], ran + P, "{times:?}");
     assert!(times[2] < reopened, "{reopened:?} {times:?}");
+}
+
+/// Longer than a Redis series' list of upcoming occurrences (16): the claim cannot decide
+/// from the list, and the catch-up is decided in Rust with the server's time.
+pub async fn recurring_catch_up_after_a_downtime_of_twenty_occurrences(h: impl Harness) {
+    const Q: Duration = Duration::from_millis(100);
+    let queue = open(&h).await;
+    for (name, catch_up) in [
+        ("latest", CatchUp::Latest),
+        ("none", CatchUp::None),
+        ("all", CatchUp::All { max: 100 }),
+    ] {
+        queue
+            .schedule_recurring_with(name, every(Q), name, catch_up)
+            .await
+            .unwrap();
+    }
+    let mut consumer = queue.consume();
+    let mut ran = std::collections::HashMap::new();
+    while ran.len() < 3 {
+        let d = next(&mut consumer).await;
+        ran.entry(d.payload().to_vec()).or_insert(d.run_at());
+        assert!(d.ack().await.unwrap());
+    }
+    drop(consumer);
+    queue.close().await.unwrap();
+    tokio::time::sleep(Q * 20).await;
+    let reopened = SystemTime::now();
+    let queue = open(&h).await;
+    let mut consumer = queue.consume();
+    let mut times: std::collections::HashMap<Vec<u8>, Vec<SystemTime>> = Default::default();
+    // "all" delivers its 20 missed ones and the others theirs; then two more each.
+    while times.get(&b"all"[..]).map_or(0, Vec::len) < 22
+        || times.get(&b"latest"[..]).map_or(0, Vec::len) < 2
+        || times.get(&b"none"[..]).map_or(0, Vec::len) < 2
+    {
+        let d = next(&mut consumer).await;
+        let name = std::str::from_utf8(d.payload()).unwrap().to_owned();
+        check_occurrence(&d, &name, Q);
+        times
+            .entry(d.payload().to_vec())
+            .or_default()
+            .push(d.run_at());
+        assert!(d.ack().await.unwrap());
+    }
+    queue.close().await.unwrap();
+    let all = &times[&b"all"[..]];
+    check_steps(all, Q);
+    assert_eq!(all[0], ran[&b"all"[..]] + Q);
+    let latest = &times[&b"latest"[..]];
+    check_steps(latest, Q);
+    assert!(latest[0] + Q > reopened, "{reopened:?} {latest:?}");
+    assert!(latest[0] > ran[&b"latest"[..]] + 10 * Q);
+    let none = &times[&b"none"[..]];
+    check_steps(none, Q);
+    assert!(none[0] >= reopened, "{reopened:?} {none:?}");
 }
 
 pub async fn recurring_an_at_in_the_name_of_a_job_is_no_series(h: impl Harness) {
