@@ -45,7 +45,10 @@ enum Kind {
     Unavailable(Arc<str>),
     Closed,
     InvalidRecurrence(std::borrow::Cow<'static, str>),
-    InvalidSeriesName(usize),
+    InvalidSeriesName {
+        len: usize,
+        max: usize,
+    },
 }
 
 impl Error {
@@ -95,9 +98,9 @@ impl Error {
         Error { kind: Kind::Closed }
     }
 
-    pub(crate) fn invalid_series_name(len: usize) -> Self {
+    pub(crate) fn invalid_series_name(len: usize, max: usize) -> Self {
         Error {
-            kind: Kind::InvalidSeriesName(len),
+            kind: Kind::InvalidSeriesName { len, max },
         }
     }
 
@@ -111,7 +114,10 @@ impl Error {
     /// a recurring series' name is empty, holds `@` or is longer than 225 bytes (room for
     /// its occurrences' `@<time>` suffix).
     pub fn is_invalid_id(&self) -> bool {
-        matches!(self.kind, Kind::InvalidId { .. } | Kind::InvalidSeriesName(_))
+        matches!(
+            self.kind,
+            Kind::InvalidId { .. } | Kind::InvalidSeriesName { .. }
+        )
     }
 
     /// The payload is longer than the queue's
@@ -175,10 +181,9 @@ impl fmt::Display for Error {
             Kind::Unavailable(why) => write!(f, "job store unavailable: {why}"),
             Kind::Closed => f.write_str("the job queue is closed"),
             Kind::InvalidRecurrence(why) => write!(f, "invalid recurrence: {why}"),
-            Kind::InvalidSeriesName(len) => write!(
+            Kind::InvalidSeriesName { len, max } => write!(
                 f,
-                "invalid series name: it must be 1 to {} bytes ({len} given) without '@'",
-                crate::series::MAX_NAME_LEN
+                "invalid series name: it must be 1 to {max} bytes ({len} given) without '@'"
             ),
         }
     }

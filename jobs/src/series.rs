@@ -162,7 +162,7 @@ impl RecurringInfo {
 /// `@`.
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {
     if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('@') {
-        return Err(Error::invalid_series_name(name.len()));
+        return Err(Error::invalid_series_name(name.len(), MAX_NAME_LEN));
     }
     Ok(())
 }
