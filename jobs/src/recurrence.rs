@@ -63,7 +63,7 @@ use crate::job::{nanos, system_time};
 /// # Examples
 ///
 /// ```
-/// use std::time::{Duration, SystemTime};
+/// use std::time::{Duration, UNIX_EPOCH};
 /// use wheel_jobs::Recurrence;
 ///
 /// # fn main() -> Result<(), wheel_jobs::Error> {

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use ::redis::{Script, Value};
+use ::redis::{Script, ScriptInvocation, Value};
 
 use super::conn::Conn;
 use super::keys::Keys;
@@ -62,6 +62,21 @@ fn entries(times: &[u64]) -> String {
         out.push_str(&format!("{at}={}", utc_text(*at)));
     }
     out
+}
+
+/// The keys every script that changes a series takes first, in `series.lua`'s order:
+/// meta, payload, due, counts, series, series_payload, series_next.
+fn series_keys<'a, 'b>(
+    call: &'b mut ScriptInvocation<'a>,
+    k: &Keys,
+) -> &'b mut ScriptInvocation<'a> {
+    call.key(&k.meta)
+        .key(&k.payload)
+        .key(&k.due)
+        .key(&k.counts)
+        .key(&k.series)
+        .key(&k.series_payload)
+        .key(&k.series_next)
 }
 
 /// A series record's time field: empty for none.
@@ -348,14 +363,7 @@ impl Scripts {
         times: &[u64],
     ) -> Result<(Recurring, Option<u64>), Error> {
         let mut call = self.recurring_set.prepare_invoke();
-        call.key(&k.meta)
-            .key(&k.payload)
-            .key(&k.due)
-            .key(&k.counts)
-            .key(&k.seq)
-            .key(&k.series)
-            .key(&k.series_payload)
-            .key(&k.series_next);
+        series_keys(&mut call, k).key(&k.seq);
         call.arg(name)
             .arg(rule)
             .arg(runs)
@@ -385,13 +393,7 @@ impl Scripts {
         times: &[u64],
     ) -> Result<bool, Error> {
         let mut call = self.recurring_fill.prepare_invoke();
-        call.key(&k.meta)
-            .key(&k.payload)
-            .key(&k.due)
-            .key(&k.counts)
-            .key(&k.series)
-            .key(&k.series_payload)
-            .key(&k.series_next);
+        series_keys(&mut call, k);
         let head = note.head.map(|h| h.to_string()).unwrap_or_default();
         call.arg(&note.name)
             .arg(&note.version)
@@ -409,14 +411,7 @@ impl Scripts {
         name: &str,
     ) -> Result<bool, Error> {
         let mut call = self.recurring_cancel.prepare_invoke();
-        call.key(&k.meta)
-            .key(&k.payload)
-            .key(&k.due)
-            .key(&k.counts)
-            .key(&k.series)
-            .key(&k.series_payload)
-            .key(&k.series_next)
-            .arg(name);
+        series_keys(&mut call, k).arg(name);
         let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(removed == 1)
     }
