@@ -205,6 +205,16 @@ pub(super) fn list(t: &Tables<'_>, rules: &mut Rules) -> Result<Vec<RecurringInf
     Ok(out)
 }
 
+/// Whether `id` is the pending occurrence of its series (which `cancel` leaves alone: the
+/// series would have none).
+pub(super) fn is_head(t: &Tables<'_>, id: &str) -> Result<bool, Error> {
+    let Some(name) = series::series_of(id) else {
+        return Ok(false);
+    };
+    let head = t.load_series(name)?.and_then(|record| record.head);
+    Ok(head.is_some_and(|head| occurrence_id(name, head) == id))
+}
+
 /// The first claim of the pending job `id` at `now`: if it is the head of its series,
 /// moves the head by [`series::on_due`]. Returns whether to deliver it; `false` means it
 /// was superseded and is deleted.

@@ -554,7 +554,7 @@ impl Store {
                 (Reply::ScheduledMany(outcomes), changed)
             }
             Op::Cancel { id } => match t.load(&id)? {
-                Some((job, _)) if job.cancel() => {
+                Some((job, _)) if job.cancel() && !series::is_head(t, &id)? => {
                     t.set(counts, &id, Some(job), None, &[])?;
                     (Reply::Bool(true), true)
                 }

@@ -224,6 +224,7 @@ impl Scripts {
             .key(&k.payload)
             .key(&k.due)
             .key(&k.counts)
+            .key(&k.series)
             .arg(id);
         let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(removed == 1)

@@ -191,8 +191,14 @@ pub async fn recurring_cancel_stops_it_and_a_running_occurrence_finishes(h: impl
         .schedule_recurring("tick", every(P), "t")
         .await
         .unwrap();
+    // Its pending occurrence is the series': `cancel` leaves it.
+    let next_run = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let head = format!("tick@{}", jiff::Timestamp::try_from(next_run).unwrap());
+    assert_eq!(queue.get(&head).await.unwrap().unwrap().run_at(), next_run);
+    assert!(!queue.cancel(&head).await.unwrap());
     let mut consumer = queue.consume();
     let d = next(&mut consumer).await;
+    assert_eq!(d.id(), head);
     assert!(queue.cancel_recurring("tick").await.unwrap());
     assert!(!queue.cancel_recurring("tick").await.unwrap());
     // The pending occurrence is gone; the running one is untouched and acks.
