@@ -34,7 +34,9 @@ pub(crate) const MAX_NAME_LEN: usize = MAX_ID_LEN - 31;
 ///
 /// An occurrence claimed late while its successor is still in the future always runs,
 /// whatever the policy: it is the current one, just late. The policies differ once later
-/// occurrences have come due too. Each occurrence that runs has its own time as
+/// occurrences have come due too, whatever the reason: every process down, or consumers a
+/// whole period behind (a backlog), so `Latest` and `None` also shed load; `All` runs every
+/// occurrence up to `max` behind. Each occurrence that runs has its own time as
 /// [`run_at`](crate::Delivery::run_at), so a handler can tell a late run from an on-time one.
 ///
 /// # Examples
