@@ -77,6 +77,10 @@ use crate::wakeup::Wakeup;
 
 pub(crate) use self::conn::Target;
 
+/// How long a claim waits before looking again at a series whose list ran out and could
+/// not be refilled (nanoseconds).
+const DRY_RETRY: u64 = 1_000_000_000;
+
 /// One partition of a queue: its own keys (its own hash tag, so its own cluster slot) and
 /// its own schedule and ack batchers.
 struct Partition {
@@ -265,10 +269,14 @@ impl Redis {
             .scripts
             .claim(&mut conn, &part.keys, max, self.lease_us, self.max_attempts)
             .await?;
-        let dry = notes.iter().any(|note| note.dry);
-        self.fill_series(part, now, notes).await;
-        // A dry head waits for its fill: look again at once.
-        let next = if dry { Some(now) } else { next };
+        // A dry head given its list may be due: look again at once. One whose fill failed
+        // stays due, undelivered: look again in a second, not in a loop of claims against
+        // a failing fill.
+        let next = match self.fill_series(part, now, notes).await {
+            (_, true) => Some(next.unwrap_or(now).max(now.saturating_add(DRY_RETRY))),
+            (true, false) => Some(now),
+            (false, false) => next,
+        };
         Ok((jobs, now, next))
     }
 }

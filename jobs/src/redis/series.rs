@@ -133,14 +133,27 @@ impl Redis {
         Ok(out)
     }
 
-    /// Acts on a claim's notes (`now`: the claim's server time). Failures are logged, not
-    /// returned: the claim's jobs are leased already, and the next claim notes it again.
-    pub(super) async fn fill_series(&self, part: &Partition, now: u64, notes: Vec<SeriesNote>) {
+    /// Acts on a claim's notes (`now`: the claim's server time); returns (a dry head was
+    /// given its list: it may be due at once, a dry head's fill failed). Failures are
+    /// logged, not returned: the claim's jobs are leased already, and the next claim notes
+    /// it again.
+    pub(super) async fn fill_series(
+        &self,
+        part: &Partition,
+        now: u64,
+        notes: Vec<SeriesNote>,
+    ) -> (bool, bool) {
+        let (mut moved, mut failed) = (false, false);
         for note in notes {
-            if let Err(err) = self.fill_one(part, now, &note).await {
-                tracing::warn!(series = %note.name, error = %err, "wheel-jobs: could not give a recurring series its next occurrences; the next claim tries again");
+            match self.fill_one(part, now, &note).await {
+                Ok(()) => moved |= note.dry,
+                Err(err) => {
+                    failed |= note.dry;
+                    tracing::warn!(series = %note.name, error = %err, "wheel-jobs: could not give a recurring series its next occurrences; the next claim tries again")
+                }
             }
         }
+        (moved, failed)
     }
 
     async fn fill_one(&self, part: &Partition, now: u64, note: &SeriesNote) -> Result<(), Error> {
