@@ -23,6 +23,8 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::job::{JobInfo, Scheduled, When};
 use crate::model::Retry;
+use crate::recurrence::Recurrence;
+use crate::series::{CatchUp, Recurring, RecurringInfo};
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -100,4 +102,21 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Finishes the work already accepted and releases the store.
     fn close(&self) -> BoxFuture<'_, Result<(), Error>>;
+
+    /// Creates the series `name`, or replaces its recurrence, payload and catch-up policy
+    /// and its pending occurrence, in one atomic step (`series.rs` has the rules); the
+    /// outcome and the new head's time (`None`: the recurrence has no occurrence left).
+    fn schedule_recurring(
+        &self,
+        name: String,
+        rule: Recurrence,
+        payload: Vec<u8>,
+        catch_up: CatchUp,
+    ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>>;
+
+    /// Deletes the series and its pending occurrence; `true` if it existed.
+    fn cancel_recurring(&self, name: String) -> BoxFuture<'_, Result<bool, Error>>;
+
+    /// Every series, in name order.
+    fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<RecurringInfo>, Error>>;
 }

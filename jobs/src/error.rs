@@ -44,6 +44,11 @@ enum Kind {
     #[cfg_attr(not(any(feature = "redis", test)), allow(dead_code))]
     Unavailable(Arc<str>),
     Closed,
+    InvalidRecurrence(std::borrow::Cow<'static, str>),
+    InvalidSeriesName {
+        len: usize,
+        max: usize,
+    },
 }
 
 impl Error {
@@ -93,9 +98,26 @@ impl Error {
         Error { kind: Kind::Closed }
     }
 
-    /// The job id is empty or longer than [`MAX_ID_LEN`](crate::MAX_ID_LEN) (256) bytes.
+    pub(crate) fn invalid_series_name(len: usize, max: usize) -> Self {
+        Error {
+            kind: Kind::InvalidSeriesName { len, max },
+        }
+    }
+
+    pub(crate) fn invalid_recurrence(why: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        Error {
+            kind: Kind::InvalidRecurrence(why.into()),
+        }
+    }
+
+    /// The job id is empty or longer than [`MAX_ID_LEN`](crate::MAX_ID_LEN) (256) bytes, or
+    /// a recurring series' name is empty, holds `@` or is longer than 225 bytes (room for
+    /// its occurrences' `@<time>` suffix).
     pub fn is_invalid_id(&self) -> bool {
-        matches!(self.kind, Kind::InvalidId { .. })
+        matches!(
+            self.kind,
+            Kind::InvalidId { .. } | Kind::InvalidSeriesName { .. }
+        )
     }
 
     /// The payload is longer than the queue's
@@ -134,6 +156,13 @@ impl Error {
     pub fn is_closed(&self) -> bool {
         matches!(self.kind, Kind::Closed)
     }
+
+    /// A [`Recurrence`](crate::Recurrence) could not be built or has no further occurrence:
+    /// an invalid cron expression, an unknown time zone, a zero interval, a zone given to an
+    /// interval, or text that is not a recurrence's text form.
+    pub fn is_invalid_recurrence(&self) -> bool {
+        matches!(self.kind, Kind::InvalidRecurrence(_))
+    }
 }
 
 impl fmt::Display for Error {
@@ -151,6 +180,11 @@ impl fmt::Display for Error {
             Kind::Storage(why) => write!(f, "job store failure: {why}"),
             Kind::Unavailable(why) => write!(f, "job store unavailable: {why}"),
             Kind::Closed => f.write_str("the job queue is closed"),
+            Kind::InvalidRecurrence(why) => write!(f, "invalid recurrence: {why}"),
+            Kind::InvalidSeriesName { len, max } => write!(
+                f,
+                "invalid series name: it must be 1 to {max} bytes ({len} given) without '@'"
+            ),
         }
     }
 }

@@ -40,6 +40,13 @@
 //! Lower level, [`JobQueue::consume`] is a stream of [`Delivery`]s to
 //! [`ack`](Delivery::ack), [`retry`](Delivery::retry) or [`extend`](Delivery::extend) by hand.
 //!
+//! Recurring work ("the digest at 20:00 Shanghai time, every day") is a series:
+//! [`JobQueue::schedule_recurring`] with a [`Recurrence`] (a cron expression in a zone, or an
+//! interval). Its occurrences are ordinary jobs, and the claim that first takes one creates
+//! the next in the same atomic step, so no process runs a scheduler and a crash neither
+//! loses the series nor duplicates an occurrence; [`CatchUp`] says what runs after a
+//! downtime.
+//!
 //! # Guarantees
 //!
 //! - **Durable schedules.** [`JobQueue::schedule`] returns once the job is fsync'd.
@@ -99,8 +106,10 @@ mod error;
 mod job;
 mod model;
 mod queue;
+mod recurrence;
 #[cfg(feature = "redis")]
 mod redis;
+mod series;
 mod shared;
 mod wakeup;
 mod worker;
@@ -110,3 +119,5 @@ pub use consumer::{Consumer, Delivery};
 pub use error::Error;
 pub use job::{JobInfo, JobState, Scheduled, When, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE};
 pub use queue::JobQueue;
+pub use recurrence::Recurrence;
+pub use series::{CatchUp, Recurring, RecurringInfo};

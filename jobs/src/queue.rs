@@ -160,7 +160,9 @@ impl JobQueue {
     }
 
     /// Removes a pending job: `true` if it was pending, and then it is never delivered.
-    /// A running or dead job, or an unknown id, gives `false` and nothing changes.
+    /// A running or dead job, or an unknown id, gives `false` and nothing changes; so does
+    /// the pending occurrence of a recurring series (its series would have none:
+    /// [`cancel_recurring`](Self::cancel_recurring) removes both).
     ///
     /// # Errors
     ///
@@ -362,3 +364,5 @@ impl JobQueue {
         result
     }
 }
+
+mod recurring;

@@ -4,10 +4,13 @@
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
 -- KEYS[5] seq     string  lease token counter (INCRBY: a token is never handed out twice)
 -- KEYS[6] dead    zset    dead ids, score 0
+-- KEYS[7] series, KEYS[8] series_payload, KEYS[9] series_next (see series.lua, prepended)
 -- ARGV[1] max jobs (at most 512), ARGV[2] lease in microseconds, ARGV[3] max attempts
 --
--- Returns {now_us, next_due_us ("" if none), then per delivered job: id, payload, attempt,
--- run_at_ns, token}. The range read has a LIMIT, so a claim's cost is bounded whatever the
+-- Returns {now_us, next_due_us ("" if none), notes, then per delivered job: id, payload,
+-- attempt, run_at_ns, token}; notes are series.lua's {name, 'low' | 'dry', version,
+-- head_ns, runs, rule}. The first claim of a recurring series' head creates its next
+-- occurrence here (series_due), so claiming one and creating the next are one step. The range read has a LIMIT, so a claim's cost is bounded whatever the
 -- backlog. Atomic: two consumers never lease the same job, and "now" is the server's TIME,
 -- so clients with skewed clocks neither deliver early nor late. One HMGET each for the
 -- states and payloads, one INCRBY for a block of tokens, then one write per structure.
@@ -16,7 +19,10 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-local out = {now, ''}
+local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4],
+           series = KEYS[7], series_payload = KEYS[8], series_next = KEYS[9]}
+local notes = {}
+local out = {now, '', notes}
 if #ids > 0 then
   local metas = redis.call('HMGET', KEYS[1], unpack(ids))
   local jobs = {}
@@ -37,8 +43,10 @@ if #ids > 0 then
   local from_pending, died_pending, died_leased = 0, 0, 0
   for i, id in ipairs(ids) do
     local state, attempt, run_ns = jobs[i][1], jobs[i][2], jobs[i][3]
-    meta_writes[#meta_writes + 1] = id
-    if attempt >= max_attempts then
+    if attempt == 0 and string.find(id, '@', 1, true) and not series_due(S, id, now, notes) then
+      -- A series' head that was superseded (deleted) or awaits its list: not delivered.
+    elseif attempt >= max_attempts then
+      meta_writes[#meta_writes + 1] = id
       meta_writes[#meta_writes + 1] = 'd:' .. attempt .. ':0:' .. run_ns
       died[#died + 1] = id
       died_scores[#died_scores + 1] = 0
@@ -47,6 +55,7 @@ if #ids > 0 then
     else
       attempt = attempt + 1
       token = token + 1
+      meta_writes[#meta_writes + 1] = id
       meta_writes[#meta_writes + 1] = 'l:' .. attempt .. ':' .. token .. ':' .. run_ns
       leases[#leases + 1] = now + lease
       leases[#leases + 1] = id
@@ -58,7 +67,7 @@ if #ids > 0 then
       out[#out + 1] = token
     end
   end
-  redis.call('HSET', KEYS[1], unpack(meta_writes))
+  if #meta_writes > 0 then redis.call('HSET', KEYS[1], unpack(meta_writes)) end
   if #leases > 0 then redis.call('ZADD', KEYS[3], unpack(leases)) end
   if #died > 0 then
     redis.call('ZREM', KEYS[3], unpack(died))
