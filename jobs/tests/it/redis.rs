@@ -3,6 +3,8 @@
 run_behaviour_suite!(crate::support::redis());
 run_recurring_suite!(crate::support::redis());
 
+mod outage;
+
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 

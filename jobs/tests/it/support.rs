@@ -144,6 +144,11 @@ impl RedisServer {
         let _ = std::fs::remove_file(self.socket());
     }
 
+    /// Sends `signal` (`-STOP`, `-CONT`) to the running server.
+    pub fn signal(&self, signal: &str) {
+        send_signal(self.child.as_ref().expect("a running server"), signal);
+    }
+
     pub fn url(&self) -> String {
         format!("redis+unix://{}", self.socket().display())
     }
@@ -316,12 +321,18 @@ impl RedisCluster {
 
     /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) node `i`: a node that stops answering.
     pub fn signal(&self, i: usize, signal: &str) {
-        let status = std::process::Command::new("kill")
-            .args([signal, &self.children[i].id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
+        send_signal(&self.children[i], signal);
     }
+}
+
+/// `kill -<signal>` of a child process.
+#[cfg(feature = "redis")]
+fn send_signal(child: &std::process::Child, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} failed");
 }
 
 #[cfg(feature = "redis")]
