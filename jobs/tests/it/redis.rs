@@ -169,6 +169,11 @@ mod partitioned {
     run_recurring_suite!(crate::support::redis_partitioned());
 }
 
+/// The whole suite again, partitioned, as a user limited by ACL to what a queue needs.
+mod acl {
+    run_behaviour_suite!(crate::support::redis_acl_partitioned());
+}
+
 /// A queue in 3 partitions on a 3-master cluster: the partitions land on different nodes,
 /// and two competing queues deliver every job exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,17 +255,6 @@ async fn a_skewed_client_clock_still_delivers_by_the_server_time() {
     q.close().await.unwrap();
 }
 
-fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .arg("-s")
-        .arg(server.dir.path().join("redis.sock"))
-        .args(args)
-        .output()
-        .expect("redis-cli");
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// One partition failing its claims (here its due index is not a sorted set: a WRONGTYPE
 /// error, standing for a node that is down) must not cost the leases already taken on the
 /// others: every job of the healthy partitions is delivered, on its first attempt.
@@ -278,10 +272,10 @@ async fn a_failing_partition_does_not_cost_the_jobs_of_the_others() {
             .await
             .unwrap();
     }
-    let broken: usize = redis_cli(&server, &["ZCARD", "{q:2}:due"]).parse().unwrap();
+    let broken: usize = server.cli(&["ZCARD", "{q:2}:due"]).parse().unwrap();
     assert!(broken > 0 && broken < JOBS, "jobs on every side: {broken}");
-    redis_cli(&server, &["DEL", "{q:2}:due"]);
-    redis_cli(&server, &["SET", "{q:2}:due", "x"]);
+    server.cli(&["DEL", "{q:2}:due"]);
+    server.cli(&["SET", "{q:2}:due", "x"]);
     let healthy = JOBS - broken;
     let mut consumer = q.consume();
     let mut delivered = HashSet::new();
@@ -384,7 +378,8 @@ async fn a_frozen_cluster_node_times_out_as_unavailable() {
 
 /// Script calls the server ran so far (`EVAL` and `EVALSHA`).
 fn script_calls(server: &RedisServer) -> u64 {
-    redis_cli(server, &["INFO", "commandstats"])
+    server
+        .cli(&["INFO", "commandstats"])
         .lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
         .filter_map(|l| {
