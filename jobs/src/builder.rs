@@ -130,7 +130,11 @@ impl Builder {
 
     /// Redis only (a server, or each node of a cluster): how long a connection attempt or a
     /// call may take before it fails with [`Error::is_unavailable`] (default 1 s; `None`: no
-    /// limit). These timeouts run on tokio's clock, so a test on a paused clock wants `None`.
+    /// limit). While the server is down or unreachable every call fails within this bound
+    /// (plus the runtime's delay in getting round to the timed-out task, a few milliseconds
+    /// on an idle machine), and calls succeed again as soon as it is back. A call that
+    /// writes several script calls (`schedule_many` in chunks of 512) bounds each of them.
+    /// These timeouts run on tokio's clock, so a test on a paused clock wants `None`.
     pub fn redis_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
         self.config.redis_timeout = timeout;
         self

@@ -128,6 +128,7 @@ impl Backend for Redis {
             }
             let epoch = self.epoch.load(SeqCst);
             let sent = std::time::Instant::now();
+            let deadline = self.timeout.map(|t| tokio::time::Instant::now() + t);
             let n = self.parts.len();
             let first = self.next_claim.fetch_add(1, SeqCst);
             let mut jobs = Vec::new();
@@ -142,7 +143,7 @@ impl Backend for Redis {
                 // runs, and a reply that outlasts `redis_timeout` would strand the leases
                 // it took. A larger `max` (prefetch, `run`'s concurrency) just claims again.
                 let want = (max - jobs.len()).min(MAX_BATCH);
-                let (claimed, part_now, next) = match self.claim_part(part, want).await {
+                let (claimed, part_now, next) = match self.claim_part(part, want, deadline).await {
                     Ok(claim) => claim,
                     Err(err) => {
                         failed.get_or_insert(err);

@@ -5,10 +5,15 @@
 //! - One multiplexed connection per queue handle (a `ConnectionManager` on a server, which
 //!   reconnects by itself; a cluster connection, which follows slot moves), cloned into
 //!   every call: calls pipeline on it instead of opening connections.
-//! - `redis_timeout` bounds connecting and every call on a server and on each cluster node:
-//!   a server that stops answering fails calls with `is_unavailable` instead of hanging them.
+//! - `redis_timeout` bounds every request ([`Conn`] wraps each in a tokio timeout, on top
+//!   of the client's own connection and response timeouts): a server that is down, stops
+//!   answering or is being reconnected to fails the request with `is_unavailable` within
+//!   `redis_timeout`, whatever the client's reconnect logic is doing.
 //! - The wake subscription needs its own connection (`wake.rs`); this module builds what it
 //!   subscribes with, so that every kind of target is set up in one place.
+
+use std::future::Future;
+use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
 use ::redis::{Client, Value};
@@ -18,11 +23,42 @@ use super::wake::{has_spublish, Wake};
 use crate::config::Config;
 use crate::error::Error;
 
-/// One server, or a cluster (scripts are routed by their keys' slot).
+/// The connection every call of a queue handle shares: one server or a cluster, each
+/// request bounded by `redis_timeout`.
 #[derive(Clone)]
-pub(super) enum Conn {
+pub(super) struct Conn {
+    link: Link,
+    timeout: Option<Duration>,
+}
+
+/// One server (scripts go to it), or a cluster (scripts are routed by their keys' slot).
+#[derive(Clone)]
+enum Link {
     Single(ConnectionManager),
     Cluster(::redis::cluster_async::ClusterConnection),
+}
+
+/// The error of a request that outlived `redis_timeout`: a timeout, so `is_unavailable`.
+fn timed_out(timeout: Duration) -> ::redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer from redis within {timeout:?} (redis_timeout)"),
+    )
+    .into()
+}
+
+/// `request` within `timeout`. Dropping a request in flight is safe: the multiplexed
+/// connection discards its late reply.
+async fn bounded<T>(
+    timeout: Option<Duration>,
+    request: impl Future<Output = ::redis::RedisResult<T>>,
+) -> ::redis::RedisResult<T> {
+    match timeout {
+        Some(t) => tokio::time::timeout(t, request)
+            .await
+            .unwrap_or_else(|_| Err(timed_out(t))),
+        None => request.await,
+    }
 }
 
 impl ::redis::aio::ConnectionLike for Conn {
@@ -30,10 +66,13 @@ impl ::redis::aio::ConnectionLike for Conn {
         &'a mut self,
         cmd: &'a ::redis::Cmd,
     ) -> ::redis::RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match &mut self.link {
+                Link::Single(c) => bounded(timeout, c.req_packed_command(cmd)).await,
+                Link::Cluster(c) => bounded(timeout, c.req_packed_command(cmd)).await,
+            }
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -42,16 +81,23 @@ impl ::redis::aio::ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> ::redis::RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match &mut self.link {
+                Link::Single(c) => {
+                    bounded(timeout, c.req_packed_commands(pipeline, offset, count)).await
+                }
+                Link::Cluster(c) => {
+                    bounded(timeout, c.req_packed_commands(pipeline, offset, count)).await
+                }
+            }
+        })
     }
 
     fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
+        match &self.link {
+            Link::Single(c) => c.get_db(),
+            Link::Cluster(c) => c.get_db(),
         }
     }
 }
@@ -71,16 +117,22 @@ pub(crate) enum Target<'a> {
 pub(super) async fn connect(target: Target<'_>, config: &Config) -> Result<(Conn, Wake), Error> {
     let bad_url =
         |e: ::redis::RedisError| Error::invalid_config_owned(format!("bad redis url: {e}"));
-    Ok(match target {
+    let (link, wake) = match target {
         Target::Server(url) => {
             let client = Client::open(url).map_err(bad_url)?;
+            // One connection attempt per reconnect, no backoff of its own: every call is
+            // bounded by `redis_timeout` (`Conn`), and while the server is down each call
+            // fails at once and starts the next attempt, so calls succeed again as soon as
+            // it is back. (With the manager's default six retries, a call made during an
+            // outage waited out the whole backoff, seconds past `redis_timeout`.)
             let manager = ::redis::aio::ConnectionManagerConfig::new()
+                .set_number_of_retries(0)
                 .set_response_timeout(config.redis_timeout)
                 .set_connection_timeout(config.redis_timeout);
             let conn = ConnectionManager::new_with_config(client.clone(), manager)
                 .await
                 .map_err(redis_error)?;
-            (Conn::Single(conn), Wake::Plain(client))
+            (Link::Single(conn), Wake::Plain(client))
         }
         Target::Cluster(urls) => {
             if urls.is_empty() {
@@ -115,7 +167,12 @@ pub(super) async fn connect(target: Target<'_>, config: &Config) -> Result<(Conn
                 pushes,
                 sharded,
             };
-            (Conn::Cluster(conn), wake)
+            (Link::Cluster(conn), wake)
         }
-    })
+    };
+    let conn = Conn {
+        link,
+        timeout: config.redis_timeout,
+    };
+    Ok((conn, wake))
 }

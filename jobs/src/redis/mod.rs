@@ -29,6 +29,9 @@
 //! - Connection failures, timeouts (`redis_timeout`, on single servers and cluster nodes
 //!   alike) and transient server replies (`BUSY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`,
 //!   `MASTERDOWN`) are `Error::is_unavailable`; the connection manager reconnects.
+//!   `redis_timeout` bounds every request, a batched call's wait for its batch, and a
+//!   claim across all its partitions, so no call outlives it by more than scheduling
+//!   delay, whatever the client's reconnect logic is doing.
 //! - A claim on a partitioned queue claims each partition on its own: one failing
 //!   partition never costs the leases taken on the others.
 //! - A claim that leased fewer jobs than asked for (and so saw nothing else due) leaves an
@@ -97,6 +100,8 @@ pub(crate) struct Redis {
     next_claim: AtomicUsize,
     lease_us: u64,
     max_attempts: u32,
+    /// `redis_timeout`: each request's bound, and a whole claim's across partitions.
+    timeout: Option<std::time::Duration>,
     closed: AtomicBool,
     subscriber: tokio::task::JoinHandle<()>,
     /// Bumped after every change that may make a job due earlier (see the ground rules).
@@ -158,7 +163,7 @@ impl Redis {
                 let keys = Arc::new(Keys::new(&tag(name, i, n), publish));
                 let schedules = {
                     let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
-                    Batcher::new(move |jobs: Vec<NewJob>| {
+                    Batcher::new(config.redis_timeout, move |jobs: Vec<NewJob>| {
                         let (mut conn, keys, scripts) =
                             (conn.clone(), keys.clone(), scripts.clone());
                         async move { scripts.schedule(&mut conn, &keys, &jobs).await }
@@ -166,7 +171,7 @@ impl Redis {
                 };
                 let acks = {
                     let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
-                    Batcher::new(move |acks: Vec<(String, u64)>| {
+                    Batcher::new(config.redis_timeout, move |acks: Vec<(String, u64)>| {
                         let (mut conn, keys, scripts) =
                             (conn.clone(), keys.clone(), scripts.clone());
                         async move { scripts.ack(&mut conn, &keys, &acks).await }
@@ -203,6 +208,7 @@ impl Redis {
             next_claim: AtomicUsize::new(0),
             lease_us: micros(config.lease),
             max_attempts: config.max_attempts,
+            timeout: config.redis_timeout,
             closed: AtomicBool::new(false),
             subscriber,
             epoch,
@@ -258,17 +264,30 @@ impl Redis {
     }
 
     /// Claims from one partition: the jobs, and (server now, next due) in that server's ns.
-    /// Then gives the recurring series the claim noted their next occurrences.
+    /// Then gives the recurring series the claim noted their next occurrences. Fails
+    /// with `is_unavailable` once `deadline` passes (the claim's `redis_timeout`, so
+    /// partitions claimed one after the other cannot add up their timeouts).
     async fn claim_part(
         &self,
         part: &Partition,
         max: usize,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<(Vec<Claimed>, u64, Option<u64>), Error> {
         let mut conn = self.conn()?;
-        let (jobs, now, next, notes): PartClaim = self
-            .scripts
-            .claim(&mut conn, &part.keys, max, self.lease_us, self.max_attempts)
-            .await?;
+        let claim =
+            self.scripts
+                .claim(&mut conn, &part.keys, max, self.lease_us, self.max_attempts);
+        let claimed: Result<PartClaim, Error> = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, claim)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::unavailable(
+                        "the claim ran out of redis_timeout before this partition",
+                    ))
+                }),
+            None => claim.await,
+        };
+        let (jobs, now, next, notes) = claimed?;
         // A dry head given its list may be due: look again at once. One whose fill failed
         // stays due, undelivered: look again in a second, not in a loop of claims against
         // a failing fill.
