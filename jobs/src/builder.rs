@@ -140,6 +140,38 @@ impl Builder {
         self
     }
 
+    /// Redis only (a server or Sentinel's primary): every call that changes state
+    /// (schedule, claim, ack, retry, extend, cancel, reschedule, removals) answers only
+    /// once `replicas` replicas hold it, by `WAIT replicas timeout` on the same connection;
+    /// if fewer acknowledged it within `timeout`, the call fails with
+    /// [`Error::is_unavailable`] (the write is on the primary and may or may not survive a
+    /// failover; schedules are idempotent, so retrying is safe). A failover to a replica
+    /// that acknowledged loses nothing acknowledged. One `WAIT` serves a whole batch of
+    /// concurrent schedules or acks. Default: off (`replicas` 0), and replication is
+    /// asynchronous: a failover can lose the last writes the old primary acknowledged.
+    ///
+    /// A call's bound becomes `redis_timeout` plus `timeout`. `open` fails with
+    /// [`Error::is_invalid_config`] for a `timeout` under 1 ms (`WAIT 0` would wait
+    /// forever) and on a cluster, where it is not supported.
+    pub fn min_replicas(&mut self, replicas: u32, timeout: Duration) -> &mut Self {
+        self.config.min_replicas = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
+    /// Redis over TLS (`rediss://` URLs; feature `redis-tls`): check the server's
+    /// certificate against the CA certificates in `pem` (PEM, one or more) instead of the
+    /// system's trusted roots. The certificate is always checked, name included: a server
+    /// whose certificate no trusted CA signed fails `open` at once with
+    /// [`Error::is_unauthorized`]. Applies to servers, sentinels and cluster nodes alike.
+    ///
+    /// TLS uses rustls with its `ring` provider; a program that enables another rustls
+    /// provider too must install one with `rustls::crypto::CryptoProvider::install_default`.
+    #[cfg(feature = "redis-tls")]
+    pub fn redis_tls_ca(&mut self, pem: impl Into<Vec<u8>>) -> &mut Self {
+        self.config.tls_ca = Some(pem.into().into());
+        self
+    }
+
     /// The longest an idle consumer sleeps before it reads the store again although nothing
     /// told it a job is due (default 5 s; each sleep is drawn between 3/4 of this and all of
     /// it, so idle consumers do not read the store in step). This wakeup only covers what no
@@ -194,22 +226,54 @@ impl Builder {
     }
 
     /// Opens the queue `name` on the Redis server at `url` (`redis://host:port`,
-    /// `redis+unix:///path/to/redis.sock`), with the same API and guarantees as the embedded
+    /// `rediss://host:port` for TLS with the `redis-tls` feature,
+    /// `redis+unix:///path/to/redis.sock`; a user and password go in the URL,
+    /// `redis://user:password@host:port`), with the same API and guarantees as the embedded
     /// store, shared by every process that opens the same name. Requires the `redis` feature.
     ///
     /// Every state change is one Lua script run with the server's clock; see the crate docs.
     ///
     /// # Errors
     ///
-    /// [`Error::is_unavailable`] if the server cannot be reached, [`Error::is_invalid_config`]
-    /// for a bad URL, an empty name or one with braces (they delimit the cluster hash tag).
+    /// [`Error::is_unavailable`] if the server cannot be reached within
+    /// [`redis_timeout`](Self::redis_timeout), [`Error::is_unauthorized`] at once if it
+    /// refuses the user or password or we refuse its TLS certificate,
+    /// [`Error::is_invalid_config`] for a bad URL, an empty name or one with braces (they
+    /// delimit the cluster hash tag).
     #[cfg(feature = "redis")]
     pub async fn redis(&self, url: &str, name: &str) -> Result<JobQueue, Error> {
-        let config = self.checked()?;
-        let wakeup: Arc<Wakeup> = Arc::default();
-        let target = crate::redis::Target::Server(url);
-        let backend = crate::redis::Redis::open(target, name, &config, wakeup.clone()).await?;
-        Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))
+        self.open_redis(crate::redis::Target::Server(url), name)
+            .await
+    }
+
+    /// [`redis`](Self::redis) on the primary that Redis Sentinel names for `master_name`,
+    /// given some sentinels' URLs (`redis://host:26379`). After a failover, the first call
+    /// that meets the old primary gone or demoted (`READONLY`) fails with
+    /// [`Error::is_unavailable`] and the connection moves to the primary the sentinels
+    /// name; [`JobQueue::run`](crate::JobQueue::run) carries on by itself. The data nodes
+    /// are reached like the sentinels: TLS if the first URL is `rediss://`, with its user
+    /// and password. Requires the `redis` feature.
+    ///
+    /// Replication is asynchronous: a write acknowledged by the old primary but not yet
+    /// copied to the replica that takes over is lost, unless
+    /// [`min_replicas`](Self::min_replicas) made the call wait for replicas.
+    ///
+    /// # Errors
+    ///
+    /// As [`redis`](Self::redis); [`Error::is_unavailable`] too if no sentinel names a
+    /// reachable primary for `master_name`.
+    #[cfg(feature = "redis")]
+    pub async fn redis_sentinel(
+        &self,
+        sentinels: &[String],
+        master_name: &str,
+        name: &str,
+    ) -> Result<JobQueue, Error> {
+        let target = crate::redis::Target::Sentinel {
+            sentinels,
+            master: master_name,
+        };
+        self.open_redis(target, name).await
     }
 
     /// [`redis`](Self::redis) on a Redis Cluster, given some of its nodes' URLs. The keys of
@@ -222,9 +286,18 @@ impl Builder {
     /// As [`redis`](Self::redis).
     #[cfg(feature = "redis")]
     pub async fn redis_cluster(&self, nodes: &[String], name: &str) -> Result<JobQueue, Error> {
+        self.open_redis(crate::redis::Target::Cluster(nodes), name)
+            .await
+    }
+
+    #[cfg(feature = "redis")]
+    async fn open_redis(
+        &self,
+        target: crate::redis::Target<'_>,
+        name: &str,
+    ) -> Result<JobQueue, Error> {
         let config = self.checked()?;
         let wakeup: Arc<Wakeup> = Arc::default();
-        let target = crate::redis::Target::Cluster(nodes);
         let backend = crate::redis::Redis::open(target, name, &config, wakeup.clone()).await?;
         Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))
     }

@@ -69,7 +69,7 @@ impl Backend for Redis {
                     if chunk.is_empty() {
                         break;
                     }
-                    let mut conn = self.conn()?;
+                    let mut conn = self.writer()?;
                     let answers = self.scripts.schedule(&mut conn, &part.keys, &chunk).await;
                     self.changed();
                     let answers = answers?;
@@ -84,7 +84,7 @@ impl Backend for Redis {
 
     fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
+            let mut conn = self.writer()?;
             let keys = &self.part(&id).keys;
             self.scripts.cancel(&mut conn, keys, &id).await
         })
@@ -92,7 +92,7 @@ impl Backend for Redis {
 
     fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
+            let mut conn = self.writer()?;
             let keys = &self.part(&id).keys;
             let moved = self.scripts.reschedule(&mut conn, keys, &id, when).await;
             // Even a failed call may have committed (a timeout after the script ran).
@@ -205,7 +205,7 @@ impl Backend for Redis {
         after: Duration,
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
+            let mut conn = self.writer()?;
             let keys = &self.part(&id).keys;
             let retried = (self.scripts)
                 .retry(&mut conn, keys, &id, token, after, self.max_attempts)
@@ -217,7 +217,7 @@ impl Backend for Redis {
 
     fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
+            let mut conn = self.writer()?;
             let keys = &self.part(&id).keys;
             self.scripts.extend(&mut conn, keys, &id, token, by).await
         })
@@ -225,7 +225,7 @@ impl Backend for Redis {
 
     fn remove_dead(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
+            let mut conn = self.writer()?;
             let keys = &self.part(&id).keys;
             self.scripts.remove_dead(&mut conn, keys, &id).await
         })
@@ -235,7 +235,7 @@ impl Backend for Redis {
         Box::pin(async move {
             let mut removed = 0;
             for part in &self.parts {
-                let mut conn = self.conn()?;
+                let mut conn = self.writer()?;
                 removed += self
                     .scripts
                     .purge_dead(&mut conn, &part.keys, limit)

@@ -57,6 +57,7 @@ mod backend;
 mod batcher;
 mod conn;
 mod keys;
+mod primary;
 mod reply;
 mod scripts;
 mod series;
@@ -162,7 +163,7 @@ impl Redis {
             .map(|i| {
                 let keys = Arc::new(Keys::new(&tag(name, i, n), publish));
                 let schedules = {
-                    let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
+                    let (conn, keys, scripts) = (conn.writes(), keys.clone(), scripts.clone());
                     Batcher::new(config.redis_timeout, move |jobs: Vec<NewJob>| {
                         let (mut conn, keys, scripts) =
                             (conn.clone(), keys.clone(), scripts.clone());
@@ -170,7 +171,7 @@ impl Redis {
                     })
                 };
                 let acks = {
-                    let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
+                    let (conn, keys, scripts) = (conn.writes(), keys.clone(), scripts.clone());
                     Batcher::new(config.redis_timeout, move |acks: Vec<(String, u64)>| {
                         let (mut conn, keys, scripts) =
                             (conn.clone(), keys.clone(), scripts.clone());
@@ -191,8 +192,8 @@ impl Redis {
             epoch: epoch.clone(),
         };
         let subscriber = tokio::spawn(match wake {
-            Wake::Plain(client) => {
-                Box::pin(subscribe(client, channels, heard)) as BoxFuture<'static, ()>
+            Wake::Plain(primary) => {
+                Box::pin(subscribe(primary, channels, heard)) as BoxFuture<'static, ()>
             }
             Wake::Cluster {
                 client,
@@ -200,7 +201,7 @@ impl Redis {
                 sharded,
             } => Box::pin(subscribe_cluster(client, pushes, sharded, channels, heard)),
         });
-        Ok(Redis {
+        let redis = Redis {
             name: name.to_owned(),
             conn,
             scripts,
@@ -214,7 +215,12 @@ impl Redis {
             epoch,
             idle: std::sync::Mutex::new(None),
             rules: series::Rules::default(),
-        })
+        };
+        // One read of every partition: credentials the server accepts only per command
+        // (no password where it wants one) and an ACL that denies the queue's keys fail
+        // `open`, not the first call.
+        redis.count("pending").await?;
+        Ok(redis)
     }
 
     fn conn(&self) -> Result<Conn, Error> {
@@ -222,6 +228,11 @@ impl Redis {
             return Err(Error::closed());
         }
         Ok(self.conn.clone())
+    }
+
+    /// [`conn`](Self::conn) for a call that changes state: it waits for `min_replicas`.
+    fn writer(&self) -> Result<Conn, Error> {
+        Ok(self.conn()?.writes())
     }
 
     /// Something may now be due earlier than an `Idle` note says.

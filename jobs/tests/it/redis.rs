@@ -4,6 +4,7 @@ run_behaviour_suite!(crate::support::redis());
 run_recurring_suite!(crate::support::redis());
 
 mod outage;
+mod security;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

@@ -172,10 +172,11 @@ impl RedisServer {
             if let Ok(mut s) = std::os::unix::net::UnixStream::connect(self.socket()) {
                 use std::io::{Read, Write};
                 let mut reply = [0u8; 64];
-                // Still loading the append-only file answers -LOADING: wait for +PONG.
+                // Still loading the append-only file answers -LOADING: wait for +PONG, or
+                // -NOAUTH from a server whose default user needs a password.
+                let up = |r: &[u8]| r.starts_with(b"+PONG") || r.starts_with(b"-NOAUTH");
                 if s.write_all(b"PING\r\n").is_ok()
-                    && s.read(&mut reply)
-                        .is_ok_and(|n| reply[..n].starts_with(b"+PONG"))
+                    && s.read(&mut reply).is_ok_and(|n| up(&reply[..n]))
                 {
                     return;
                 }
@@ -294,6 +295,23 @@ pub fn queue_acl(name: &str) -> Vec<String> {
     rule
 }
 
+/// [`queue_acl`] and what a cluster client needs besides: the slot map, and the sharded
+/// wake channels.
+#[cfg(feature = "redis")]
+pub fn cluster_acl(name: &str) -> Vec<String> {
+    let mut rule = queue_acl(name);
+    rule.extend(
+        [
+            "+cluster|slots",
+            "+command|info",
+            "+spublish",
+            "+ssubscribe",
+        ]
+        .map(str::to_owned),
+    );
+    rule
+}
+
 /// The Redis backend on 3 partitions, connecting (over TCP) as a user allowed only
 /// [`queue_acl`] for the queue `test`.
 #[cfg(feature = "redis")]
@@ -343,24 +361,52 @@ pub struct RedisCluster {
     _dir: tempfile::TempDir,
     children: Vec<std::process::Child>,
     pub nodes: Vec<String>,
+    /// `redis-cli`'s TLS arguments for the nodes (none without TLS).
+    cli_tls: Vec<String>,
 }
 
 #[cfg(feature = "redis")]
 impl RedisCluster {
     pub fn start() -> RedisCluster {
+        RedisCluster::start_with(&[], None)
+    }
+
+    /// With `args` on every node, and TLS only (client, bus and `redis-cli`) if `tls`:
+    /// then the nodes' URLs are `rediss://`.
+    pub fn start_with(args: &[&str], tls: Option<&TestCa>) -> RedisCluster {
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut children = Vec::new();
         let mut addrs = Vec::new();
+        let tls_args: Vec<String> = tls.map_or_else(Vec::new, |ca| {
+            [
+                "--tls-cluster",
+                "yes",
+                "--tls-replication",
+                "yes",
+                "--tls-cert-file",
+                &ca.file("server.crt"),
+                "--tls-key-file",
+                &ca.file("server.key"),
+                "--tls-ca-cert-file",
+                &ca.file("ca.crt"),
+                "--tls-auth-clients",
+                "no",
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        });
         for i in 0..3 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = free_port().to_string();
             let node_dir = dir.path().join(format!("node{i}"));
             std::fs::create_dir(&node_dir).unwrap();
-            let child = std::process::Command::new("redis-server")
-                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            let mut command = std::process::Command::new("redis-server");
+            command.args(["--bind", "127.0.0.1"]);
+            if tls.is_some() {
+                command.args(["--port", "0", "--tls-port", &port]);
+            } else {
+                command.args(["--port", &port]);
+            }
+            let child = command
                 .args([
                     "--cluster-enabled",
                     "yes",
@@ -369,6 +415,8 @@ impl RedisCluster {
                     "--appendonly",
                     "no",
                 ])
+                .args(&tls_args)
+                .args(args)
                 .arg("--dir")
                 .arg(&node_dir)
                 .stdout(std::process::Stdio::null())
@@ -377,10 +425,15 @@ impl RedisCluster {
             children.push(child);
             addrs.push(format!("127.0.0.1:{port}"));
         }
+        let scheme = if tls.is_some() { "rediss" } else { "redis" };
+        let cli_tls: Vec<String> = tls.map_or_else(Vec::new, |ca| {
+            vec!["--tls".to_owned(), "--cacert".to_owned(), ca.file("ca.crt")]
+        });
         let cluster = RedisCluster {
             _dir: dir,
             children,
-            nodes: addrs.iter().map(|a| format!("redis://{a}")).collect(),
+            nodes: addrs.iter().map(|a| format!("{scheme}://{a}")).collect(),
+            cli_tls: cli_tls.clone(),
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         for addr in &addrs {
@@ -393,6 +446,7 @@ impl RedisCluster {
             }
         }
         let status = std::process::Command::new("redis-cli")
+            .args(&cli_tls)
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
@@ -405,6 +459,7 @@ impl RedisCluster {
             let (host, port) = addr.split_once(':').unwrap();
             loop {
                 let out = std::process::Command::new("redis-cli")
+                    .args(&cli_tls)
                     .args(["-h", host, "-p", port, "cluster", "info"])
                     .output()
                     .expect("redis-cli");
@@ -427,6 +482,7 @@ impl RedisCluster {
     /// `redis-cli -c` on the first node (following redirections to the key's node).
     pub fn cli(&self, args: &[&str]) -> String {
         let out = std::process::Command::new("redis-cli")
+            .args(&self.cli_tls)
             .args(["-c", "-u", &self.nodes[0]])
             .args(args)
             .output()
@@ -524,7 +580,11 @@ impl TestCa {
             .distinguished_name
             .push(DnType::CommonName, "localhost");
         server.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        // Cluster nodes present it as a client too, on the cluster bus.
+        server.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
         let server_key = KeyPair::generate().expect("server key");
         let server_cert = server
             .signed_by(&server_key, &issuer)
