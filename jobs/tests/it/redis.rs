@@ -3,6 +3,7 @@
 run_behaviour_suite!(crate::support::redis());
 run_recurring_suite!(crate::support::redis());
 
+mod failover;
 mod outage;
 mod security;
 
