@@ -78,8 +78,11 @@
 //! `partitions`) puts the same queue on a Redis server shared by many processes: each
 //! state change is one Lua script using the server's clock, the due index holds ids only,
 //! concurrent schedules and acks share one call, and schedules of earlier jobs wake idle
-//! consumers over pub/sub. An unreachable server gives [`Error::is_unavailable`], and
-//! [`JobQueue::run`] retries by itself.
+//! consumers over pub/sub. An unreachable server gives [`Error::is_unavailable`] within
+//! `redis_timeout`, and [`JobQueue::run`] retries by itself. `Builder::redis_sentinel`
+//! follows failovers, `Builder::min_replicas` waits for replicas, and the `redis-tls`
+//! feature adds `rediss://` URLs (rustls); refused credentials, ACLs or certificates give
+//! [`Error::is_unauthorized`].
 //!
 //! # Performance
 //!

@@ -76,6 +76,7 @@ pub struct RedisServer {
     /// A TCP port on 127.0.0.1 it listens on too (`on_port`), kept across restarts.
     pub port: Option<u16>,
     /// Its TLS port on 127.0.0.1 (`start_tls`), kept across restarts.
+    #[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
     pub tls_port: Option<u16>,
     /// A sentinel's configuration file (which it rewrites): the server runs as a sentinel.
     sentinel_conf: Option<std::path::PathBuf>,
@@ -117,6 +118,7 @@ impl RedisServer {
 
     /// No persistence; TLS on a free port of 127.0.0.1 with `ca`'s server certificate, for
     /// clients without certificates of their own. The unix socket stays plain.
+    #[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
     pub fn start_tls(ca: &TestCa) -> RedisServer {
         let port = free_port();
         let mut server = RedisServer::start_with(&[
@@ -230,7 +232,8 @@ impl Drop for RedisServer {
 /// The Redis backend: a queue on a fresh server, in one or several partitions.
 #[cfg(feature = "redis")]
 pub struct RedisHarness {
-    pub server: RedisServer,
+    /// Kept for its lifetime: the server stops when the harness is dropped.
+    _server: RedisServer,
     partitions: usize,
     url: String,
 }
@@ -240,7 +243,7 @@ impl RedisHarness {
     fn on(server: RedisServer, partitions: usize) -> RedisHarness {
         RedisHarness {
             url: server.url(),
-            server,
+            _server: server,
             partitions,
         }
     }
@@ -297,7 +300,7 @@ pub fn queue_acl(name: &str) -> Vec<String> {
 
 /// [`queue_acl`] and what a cluster client needs besides: the slot map, and the sharded
 /// wake channels.
-#[cfg(feature = "redis")]
+#[cfg(feature = "redis-tls")]
 pub fn cluster_acl(name: &str) -> Vec<String> {
     let mut rule = queue_acl(name);
     rule.extend(
@@ -332,7 +335,7 @@ pub fn redis_acl_partitioned() -> RedisHarness {
     let port = server.port.expect("a TCP port");
     RedisHarness {
         url: format!("redis://worker:secret@127.0.0.1:{port}"),
-        server,
+        _server: server,
         partitions: 3,
     }
 }
@@ -549,6 +552,7 @@ pub fn free_port() -> u16 {
 /// `localhost` and 127.0.0.1, as PEM files (`ca.crt`, `server.crt`, `server.key`) in a
 /// temporary directory.
 #[cfg(feature = "redis")]
+#[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
 pub struct TestCa {
     pub dir: tempfile::TempDir,
     /// The CA certificate, PEM: what a client trusts.
@@ -556,6 +560,7 @@ pub struct TestCa {
 }
 
 #[cfg(feature = "redis")]
+#[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
 impl TestCa {
     pub fn new() -> TestCa {
         use rcgen::{

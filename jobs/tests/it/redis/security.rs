@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use wheel_jobs::{Error, JobQueue, Scheduled};
+use wheel_jobs::{Error, JobQueue};
 
-use crate::support::{ms, queue_acl, spawn_reporting_worker, RedisServer};
+use crate::support::{queue_acl, spawn_reporting_worker, RedisServer};
 
 /// A guard against the hang these tests are about, not a bound on anything.
 const HANG: Duration = Duration::from_secs(30);
@@ -83,7 +83,8 @@ async fn an_acl_that_denies_the_queue_fails_open_and_stops_run() {
 #[cfg(feature = "redis-tls")]
 mod tls {
     use super::*;
-    use crate::support::{RedisCluster, TestCa};
+    use crate::support::{ms, RedisCluster, TestCa};
+    use wheel_jobs::Scheduled;
 
     /// A queue over TLS works end to end, the wake subscription included: an idle
     /// consumer is woken by another handle's schedule long before its safety wakeup.
