@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use wheel_jobs::{Delivery, JobQueue, Scheduled};
 
-use crate::support::{ms, next, spawn_reporting_worker, RedisServer};
+use crate::support::{ms, next, spawn_reporting_worker, RedisServer, DURABLE};
 
 async fn queue(server: &RedisServer, configure: impl FnOnce(&mut wheel_jobs::Builder)) -> JobQueue {
     let mut builder = JobQueue::builder();
@@ -101,14 +101,7 @@ async fn a_dropped_consumers_jobs_go_to_the_other_after_the_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_schedules_survive_a_redis_kill_9_and_workers_resume() {
-    let mut server = RedisServer::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-    ]);
+    let mut server = RedisServer::start_with(&DURABLE);
     let q = queue(&server, |_| {}).await;
     // A worker that runs across the crash.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();

@@ -67,6 +67,18 @@ pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// Persistence that loses nothing the server acknowledged: it fsyncs its append-only
+/// file before it answers.
+#[cfg(feature = "redis")]
+pub const DURABLE: [&str; 6] = [
+    "--save",
+    "",
+    "--appendonly",
+    "yes",
+    "--appendfsync",
+    "always",
+];
+
 /// A `redis-server` of our own on a unix socket in a temporary directory, SIGKILLed on drop.
 #[cfg(feature = "redis")]
 pub struct RedisServer {
@@ -120,25 +132,13 @@ impl RedisServer {
     /// clients without certificates of their own. The unix socket stays plain.
     #[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
     pub fn start_tls(ca: &TestCa) -> RedisServer {
-        let port = free_port();
-        let mut server = RedisServer::start_with(&[
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--bind",
-            "127.0.0.1",
-            "--tls-port",
-            &port.to_string(),
-            "--tls-cert-file",
-            &ca.file("server.crt"),
-            "--tls-key-file",
-            &ca.file("server.key"),
-            "--tls-ca-cert-file",
-            &ca.file("ca.crt"),
-            "--tls-auth-clients",
-            "no",
-        ]);
+        let port = free_port().to_string();
+        let mut args = vec!["--save", "", "--appendonly", "no", "--bind", "127.0.0.1"];
+        args.extend(["--tls-port", &port]);
+        let tls = ca.server_args();
+        args.extend(tls.iter().map(String::as_str));
+        let mut server = RedisServer::start_with(&args);
+        let port = port.parse().expect("a port");
         server.tls_port = Some(port);
         server
     }
@@ -381,22 +381,11 @@ impl RedisCluster {
         let mut children = Vec::new();
         let mut addrs = Vec::new();
         let tls_args: Vec<String> = tls.map_or_else(Vec::new, |ca| {
-            [
-                "--tls-cluster",
-                "yes",
-                "--tls-replication",
-                "yes",
-                "--tls-cert-file",
-                &ca.file("server.crt"),
-                "--tls-key-file",
-                &ca.file("server.key"),
-                "--tls-ca-cert-file",
-                &ca.file("ca.crt"),
-                "--tls-auth-clients",
-                "no",
-            ]
-            .map(str::to_owned)
-            .to_vec()
+            let mut args = ["--tls-cluster", "yes", "--tls-replication", "yes"]
+                .map(str::to_owned)
+                .to_vec();
+            args.extend(ca.server_args());
+            args
         });
         for i in 0..3 {
             let port = free_port().to_string();
@@ -609,6 +598,21 @@ impl TestCa {
         }
     }
 
+    /// The redis-server arguments for serving TLS with its certificate, to clients
+    /// without certificates of their own.
+    pub fn server_args(&self) -> Vec<String> {
+        vec![
+            "--tls-cert-file".to_owned(),
+            self.file("server.crt"),
+            "--tls-key-file".to_owned(),
+            self.file("server.key"),
+            "--tls-ca-cert-file".to_owned(),
+            self.file("ca.crt"),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ]
+    }
+
     /// The path of one of its files, as a redis-server argument.
     pub fn file(&self, name: &str) -> String {
         self.dir.path().join(name).display().to_string()
@@ -631,14 +635,7 @@ impl SentinelSet {
     pub const MASTER: &str = "jobs-primary";
 
     pub fn start() -> SentinelSet {
-        let persistent = [
-            "--save",
-            "",
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-        ];
+        let persistent = DURABLE;
         let primary = RedisServer::on_port(&persistent);
         let primary_port = primary.port.expect("a TCP port").to_string();
         let mut replica_args = persistent.to_vec();

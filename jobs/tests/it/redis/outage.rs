@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use wheel_jobs::{Error, JobQueue, JobState, Scheduled};
 
-use crate::support::{ms, RedisServer};
+use crate::support::{ms, RedisServer, DURABLE};
 
 /// The queue's `redis_timeout` in this test.
 const TIMEOUT: Duration = Duration::from_millis(500);
@@ -208,14 +208,7 @@ async fn every_call_fails_in_time_while_redis_is_frozen_and_succeeds_after_it_re
 /// job lost here was lost by the client.
 async fn outage(outage: Outage) {
     const DUE_NOW: usize = 20_000;
-    let mut server = RedisServer::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-    ]);
+    let mut server = RedisServer::start_with(&DURABLE);
     let q = JobQueue::builder()
         .redis_timeout(Some(TIMEOUT))
         .prefetch(1)
