@@ -260,8 +260,9 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// As [`redis`](Self::redis); [`Error::is_unavailable`] too if no sentinel names a
-    /// reachable primary for `master_name`.
+    /// As [`redis`](Self::redis); [`Error::is_invalid_config`] if no sentinel knows
+    /// `master_name`, [`Error::is_unavailable`] if none can be reached or the primary they
+    /// name cannot.
     #[cfg(feature = "redis")]
     pub async fn redis_sentinel(
         &self,

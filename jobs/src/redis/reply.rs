@@ -36,7 +36,10 @@ const REFUSED: [&str; 3] = ["WRONGPASS", "NOAUTH", "NOPERM"];
 
 pub(super) fn redis_error(err: ::redis::RedisError) -> Error {
     let code = err.code();
-    if err.kind() == ::redis::ErrorKind::AuthenticationFailed
+    if err.kind() == ::redis::ErrorKind::MasterNameNotFoundBySentinel {
+        // Every sentinel answered and none watches that name: a wrong master name.
+        Error::invalid_config_owned(format!("no sentinel knows the master name: {err}"))
+    } else if err.kind() == ::redis::ErrorKind::AuthenticationFailed
         || code.is_some_and(|code| REFUSED.contains(&code))
         || untrusted_certificate(&err)
     {

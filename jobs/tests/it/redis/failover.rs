@@ -44,6 +44,11 @@ async fn scheduler(q: JobQueue, task: usize, stop: Arc<AtomicBool>) -> (Vec<Stri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_follows_failovers_and_no_acknowledged_schedule_is_lost() {
     let mut set = SentinelSet::start();
+    let unknown = JobQueue::builder()
+        .redis_sentinel(&set.sentinel_urls(), "no-such-master", "orders")
+        .await
+        .unwrap_err();
+    assert!(unknown.is_invalid_config(), "{unknown}");
     let q = JobQueue::builder()
         .min_replicas(1, Duration::from_secs(1))
         .redis_sentinel(&set.sentinel_urls(), SentinelSet::MASTER, "orders")
