@@ -140,15 +140,18 @@ impl Builder {
         self
     }
 
-    /// Redis only (a server or Sentinel's primary): every call that changes state
-    /// (schedule, claim, ack, retry, extend, cancel, reschedule, removals) answers only
-    /// once `replicas` replicas hold it, by `WAIT replicas timeout` on the same connection;
+    /// Redis only (a server or Sentinel's primary): every call whose change a failover
+    /// could lose (schedule, ack, retry, cancel, reschedule, removals) answers only once
+    /// `replicas` replicas hold it, by `WAIT replicas timeout` on the same connection;
     /// if fewer acknowledged it within `timeout`, the call fails with
     /// [`Error::is_unavailable`] (the write is on the primary and may or may not survive a
     /// failover; schedules are idempotent, so retrying is safe). A failover to a replica
     /// that acknowledged loses nothing acknowledged. One `WAIT` serves a whole batch of
-    /// concurrent schedules or acks. Default: off (`replicas` 0), and replication is
-    /// asynchronous: a failover can lose the last writes the old primary acknowledged.
+    /// concurrent schedules or acks. Claims and lease extensions do not wait: one lost in
+    /// a failover only delivers a job again (at-least-once allows it), while a claim that
+    /// failed its `WAIT` would strand its leases until they end. Default: off (`replicas`
+    /// 0), and replication is asynchronous: a failover can lose the last writes the old
+    /// primary acknowledged.
     ///
     /// A call's bound becomes `redis_timeout` plus `timeout`. `open` fails with
     /// [`Error::is_invalid_config`] for a `timeout` under 1 ms (`WAIT 0` would wait

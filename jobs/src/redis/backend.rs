@@ -217,7 +217,7 @@ impl Backend for Redis {
 
     fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let mut conn = self.writer()?;
+            let mut conn = self.conn()?;
             let keys = &self.part(&id).keys;
             self.scripts.extend(&mut conn, keys, &id, token, by).await
         })

@@ -38,7 +38,8 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    /// This connection for state-changing calls: with `min_replicas`, each request is
+    /// This connection for calls whose change must survive a failover: with
+    /// `min_replicas`, each request is
     /// sent in one pipeline with `WAIT n timeout` (so on the same connection, and `WAIT`
     /// counts this write), and a reply that fewer replicas acknowledged fails with
     /// `NOREPLICAS` (`is_unavailable`: the write is on the primary, maybe not on a replica).

@@ -230,7 +230,9 @@ impl Redis {
         Ok(self.conn.clone())
     }
 
-    /// [`conn`](Self::conn) for a call that changes state: it waits for `min_replicas`.
+    /// [`conn`](Self::conn) for a call whose loss in a failover would lose or undo an
+    /// answered change (not claims and lease extensions, which at worst deliver a job
+    /// again): it waits for `min_replicas`.
     fn writer(&self) -> Result<Conn, Error> {
         Ok(self.conn()?.writes())
     }
@@ -284,6 +286,8 @@ impl Redis {
         max: usize,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<(Vec<Claimed>, u64, Option<u64>), Error> {
+        // Not `writer`: a claim that failed its `WAIT` would strand the leases it took
+        // until they end, while one lost in a failover only delivers its jobs again.
         let mut conn = self.conn()?;
         let claim =
             self.scripts
