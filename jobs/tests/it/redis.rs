@@ -167,6 +167,7 @@ mod partitioned {
 /// The whole suite again, partitioned, as a user limited by ACL to what a queue needs.
 mod acl {
     run_behaviour_suite!(crate::support::redis_acl_partitioned());
+    run_recurring_suite!(crate::support::redis_acl_partitioned());
 }
 
 /// A queue in 3 partitions on a 3-master cluster: the partitions land on different nodes,

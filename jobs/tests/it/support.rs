@@ -278,6 +278,7 @@ pub fn queue_acl(name: &str) -> Vec<String> {
             "+evalsha",
             "+script|load",
             "+hget",
+            "+hgetall",
             "+subscribe",
             "+ping",
             // What the scripts call.
@@ -286,6 +287,7 @@ pub fn queue_acl(name: &str) -> Vec<String> {
             "+hset",
             "+hdel",
             "+hincrby",
+            "+incr",
             "+incrby",
             "+zadd",
             "+zrange",
