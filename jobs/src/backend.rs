@@ -100,4 +100,14 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Finishes the work already accepted and releases the store.
     fn close(&self) -> BoxFuture<'_, Result<(), Error>>;
+
+    /// [`retry`](Self::retry) that also records `error` (already capped) as the job's last
+    /// error, kept whether the job is pending again or dead.
+    fn fail(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: String,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>>;
 }

@@ -32,7 +32,7 @@ use futures_core::Stream;
 
 use crate::backend::{BoxFuture, Claimed};
 use crate::error::Error;
-use crate::job::system_time;
+use crate::job::{capped_error, system_time};
 use crate::model::{self, Retry};
 use crate::shared::Shared;
 use crate::wakeup::Slot;
@@ -338,7 +338,43 @@ impl Delivery {
     ///
     /// [`Error::is_storage`], [`Error::is_closed`].
     pub async fn retry(&self, after: Duration) -> Result<bool, Error> {
-        let answer = retry(&self.inner, &self.job.id, self.job.token, after).await;
+        let answer = retry(&self.inner, &self.job.id, self.job.token, after, None).await;
+        self.settled(answer)
+    }
+
+    /// [`retry`](Self::retry) because the attempt failed: `error` (its `Display`, cut to
+    /// [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes) becomes the job's
+    /// [`last_error`](crate::JobInfo::last_error), kept whether the job is pending again or,
+    /// after its last attempt, dead. `true` if the lease was held; nothing is recorded
+    /// otherwise. [`JobQueue::run`](crate::JobQueue::run) fails a handler's `Err` and panics
+    /// this way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-fail-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// queue.schedule("charge:7", Duration::ZERO, "").await?;
+    /// let delivery = queue.consume().next().await.expect("open queue")?;
+    /// assert!(delivery.fail(Duration::from_secs(60), "card declined").await?);
+    /// let job = queue.get("charge:7").await?.expect("pending again");
+    /// assert_eq!(job.last_error(), Some("card declined"));
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_closed`].
+    pub async fn fail(&self, after: Duration, error: impl fmt::Display) -> Result<bool, Error> {
+        let error = Some(capped_error(error));
+        let answer = retry(&self.inner, &self.job.id, self.job.token, after, error).await;
         self.settled(answer)
     }
 
@@ -369,13 +405,24 @@ impl Delivery {
     }
 }
 
+/// Gives a leased job back (a retry, or with an `error` a failure); `true` if the lease was
+/// held.
 pub(crate) async fn retry(
     inner: &Shared,
     id: &str,
     token: u64,
     after: Duration,
+    error: Option<String>,
 ) -> Result<bool, Error> {
-    let (outcome, run_at) = inner.backend.retry(id.to_owned(), token, after).await?;
+    let (outcome, run_at) = match error {
+        None => inner.backend.retry(id.to_owned(), token, after).await?,
+        Some(error) => {
+            inner
+                .backend
+                .fail(id.to_owned(), token, after, error)
+                .await?
+        }
+    };
     if outcome == Retry::Pending {
         inner.wakeup.due_at(run_at);
     }
@@ -465,6 +512,15 @@ mod tests {
         }
         fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
             Box::pin(async { Ok(()) })
+        }
+        fn fail(
+            &self,
+            _: String,
+            _: u64,
+            _: Duration,
+            _: String,
+        ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+            down()
         }
     }
 

@@ -108,5 +108,7 @@ mod worker;
 pub use builder::Builder;
 pub use consumer::{Consumer, Delivery};
 pub use error::Error;
-pub use job::{JobInfo, JobState, Scheduled, When, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE};
+pub use job::{
+    JobInfo, JobState, Scheduled, When, MAX_ERROR_LEN, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE,
+};
 pub use queue::JobQueue;

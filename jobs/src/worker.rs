@@ -12,8 +12,9 @@
 //!   ends.
 //! - While a handler runs, its lease is renewed every third of a lease (`keep_leased`), the
 //!   handler polled meanwhile; so only a process that stopped renewing loses its jobs.
-//! - Ok acks; Err and panics (caught around every poll of the handler's future) retry with
-//!   the builder's backoff. Dropping the `run` future aborts the handlers; their jobs stay
+//! - Ok acks; Err and panics (caught around every poll of the handler's future) fail the
+//!   delivery with the builder's backoff, the error's text (or `panicked: <message>`) kept
+//!   as the job's last error. Dropping the `run` future aborts the handlers; their jobs stay
 //!   leased and are redelivered when the lease ends.
 //! - `close` drains (`shared.rs`'s `Drain`): it marks the queue closing, which stops every claim (a
 //!   `fetch` checks the mark after enabling its wakeup, and `close` wakes them all), then
@@ -36,6 +37,7 @@ use tokio::task::JoinSet;
 use crate::backend::Claimed;
 use crate::consumer::{backoff, fetch, retry, Delivery, Fetch, Renewal};
 use crate::error::{panic_message, Error};
+use crate::job::capped_error;
 use crate::shared::{in_handler, Drain, Shared};
 
 /// Runs `future`, turning a panic in any of its polls into `Err`.
@@ -83,13 +85,13 @@ async fn handle<F, Fut, E>(
             }
             return;
         }
-        Ok(Err(err)) => err.to_string(),
-        Err(panic) => format!("panicked: {}", panic_message(&*panic)),
+        Ok(Err(err)) => capped_error(err),
+        Err(panic) => capped_error(format_args!("panicked: {}", panic_message(&*panic))),
     };
     let (first, max) = inner.config.backoff;
     let after = backoff(first, max, attempt, token);
     tracing::warn!(job = %id, attempt, error = %failure, retry_in = ?after, "wheel-jobs: job failed");
-    if let Err(err) = retry(&inner, &id, token, after).await {
+    if let Err(err) = retry(&inner, &id, token, after, Some(failure)).await {
         tracing::warn!(job = %id, attempt, error = %err, "wheel-jobs: retry failed; the job runs again when its lease ends");
     }
 }

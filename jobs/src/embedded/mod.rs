@@ -364,7 +364,13 @@ impl Backend for Embedded {
         after: Duration,
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
         Box::pin(async move {
-            expect_reply!(self.call(Op::Retry { id, token, after }).await?, Reply::Retried(r, at) => (r, at))
+            let op = Op::Retry {
+                id,
+                token,
+                after,
+                error: None,
+            };
+            expect_reply!(self.call(op).await?, Reply::Retried(r, at) => (r, at))
         })
     }
 
@@ -398,6 +404,24 @@ impl Backend for Embedded {
                 return stopped();
             }
             rx.await.unwrap_or_else(|_| stopped())
+        })
+    }
+
+    fn fail(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: String,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+        Box::pin(async move {
+            let op = Op::Retry {
+                id,
+                token,
+                after,
+                error: Some(error),
+            };
+            expect_reply!(self.call(op).await?, Reply::Retried(r, at) => (r, at))
         })
     }
 }

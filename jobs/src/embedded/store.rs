@@ -31,6 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, Table, TableDefinition};
 
+use super::record::Record;
 use super::wal::{self, Wal};
 use crate::backend::{ClaimBatch, Claimed};
 use crate::config::Config;
@@ -44,8 +45,10 @@ const DEAD: TableDefinition<'_, &str, ()> = TableDefinition::new("dead");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 
 /// 2: changes since the last checkpoint may be in the write-ahead log (format 1 had none,
-/// and code that knows only 1 must not open a store whose log it would ignore).
-const FORMAT: u64 = 2;
+/// and code that knows only 1 must not open a store whose log it would ignore). 3: records
+/// of version 2 (`record.rs`: the last error, the death time), which code that knows only
+/// version 1 cannot read. Formats 1 and 2 are upgraded on open (`Store::open`).
+const FORMAT: u64 = 3;
 
 /// The longest the write-ahead log grows before a checkpoint: bounds replay at open. A
 /// review measured 0.72–1.2 s for the first open of a 10M-job store after `kill -9` with
@@ -92,10 +95,12 @@ pub(crate) enum Op {
         id: String,
         token: u64,
     },
+    /// A retry, or with an `error` a failure (the job's last error is then replaced).
     Retry {
         id: String,
         token: u64,
         after: Duration,
+        error: Option<String>,
     },
     Extend {
         id: String,
@@ -183,13 +188,51 @@ impl<'t> Tables<'t> {
     }
 }
 
+/// A job read from `jobs`, owned.
+struct Stored {
+    job: Job,
+    error: Option<String>,
+    payload: Vec<u8>,
+}
+
+impl Stored {
+    /// The record of this job in state `job`, its error and payload unchanged.
+    fn with(&self, job: Job) -> Record<'_> {
+        Record {
+            job,
+            error: self.error.as_deref(),
+            payload: &self.payload,
+        }
+    }
+
+    fn info(self, id: String) -> JobInfo {
+        let Stored {
+            job,
+            error,
+            payload,
+        } = self;
+        JobInfo::new(
+            id,
+            state(job.status),
+            job.run_at,
+            job.attempt,
+            error,
+            payload,
+        )
+    }
+}
+
 impl Tables<'_> {
-    fn load(&self, id: &str) -> Result<Option<(Job, Vec<u8>)>, Error> {
-        let Some(record) = self.jobs.get(id).map_err(storage)? else {
+    fn load(&self, id: &str) -> Result<Option<Stored>, Error> {
+        let Some(value) = self.jobs.get(id).map_err(storage)? else {
             return Ok(None);
         };
-        let (job, payload) = Job::decode(record.value()).map_err(storage)?;
-        Ok(Some((job, payload.to_vec())))
+        let record = Record::decode(value.value()).map_err(storage)?;
+        Ok(Some(Stored {
+            job: record.job,
+            error: record.error.map(str::to_owned),
+            payload: record.payload.to_vec(),
+        }))
     }
 
     /// Stores `after` (or deletes the job for `None`) in place of `before`, keeping the due
@@ -199,34 +242,34 @@ impl Tables<'_> {
         counts: &mut Counts,
         id: &str,
         before: Option<Job>,
-        after: Option<Job>,
-        payload: &[u8],
+        after: Option<Record<'_>>,
     ) -> Result<(), Error> {
+        let after_job = after.map(|r| r.job);
         if let Some(due) = before.and_then(|j| j.due()) {
             self.due.remove((due, id)).map_err(storage)?;
         }
-        if let Some(due) = after.and_then(|j| j.due()) {
+        if let Some(due) = after_job.and_then(|j| j.due()) {
             self.due.insert((due, id), ()).map_err(storage)?;
         }
-        let was_dead = before.is_some_and(|j| j.status == Status::Dead);
-        let is_dead = after.is_some_and(|j| j.status == Status::Dead);
+        let dead = |job: Option<Job>| job.is_some_and(|j| matches!(j.status, Status::Dead { .. }));
+        let (was_dead, is_dead) = (dead(before), dead(after_job));
         if was_dead && !is_dead {
             self.dead.remove(id).map_err(storage)?;
         } else if is_dead && !was_dead {
             self.dead.insert(id, ()).map_err(storage)?;
         }
         match after {
-            Some(job) => {
-                let record = job.encode(payload);
-                self.jobs.insert(id, record.as_slice()).map_err(storage)?;
-                self.log_change(id, Some(&record));
+            Some(record) => {
+                let value = record.encode();
+                self.jobs.insert(id, value.as_slice()).map_err(storage)?;
+                self.log_change(id, Some(&value));
             }
             None => {
                 self.jobs.remove(id).map_err(storage)?;
                 self.log_change(id, None);
             }
         };
-        counts.transition(before.map(|j| j.status), after.map(|j| j.status));
+        counts.transition(before.map(|j| j.status), after_job.map(|j| j.status));
         Ok(())
     }
 
@@ -248,11 +291,16 @@ fn schedule(
     when: When,
     payload: &[u8],
 ) -> Result<(Scheduled, u64), Error> {
-    if let Some((job, _)) = t.load(id)? {
-        return Ok((Scheduled::Exists, job.run_at));
+    if let Some(stored) = t.load(id)? {
+        return Ok((Scheduled::Exists, stored.job.run_at));
     }
     let job = Job::new(when.resolve(now));
-    t.set(counts, id, None, Some(job), payload)?;
+    let record = Record {
+        job,
+        error: None,
+        payload,
+    };
+    t.set(counts, id, None, Some(record))?;
     Ok((Scheduled::Created, job.run_at))
 }
 
@@ -260,7 +308,7 @@ fn state(status: Status) -> JobState {
     match status {
         Status::Pending => JobState::Pending,
         Status::Leased { .. } => JobState::Running,
-        Status::Dead => JobState::Dead,
+        Status::Dead { .. } => JobState::Dead,
     }
 }
 
@@ -281,7 +329,7 @@ impl Store {
             let mut t = Tables::open(&txn)?;
             let format = meta.get("format").map_err(storage)?.map(|v| v.value());
             match format {
-                Some(1 | FORMAT) => {}
+                Some(1..=FORMAT) => {}
                 None if t.jobs.is_empty().map_err(storage)? => {}
                 other => {
                     return Err(Error::storage(format!(
@@ -306,14 +354,9 @@ impl Store {
             if let Some(wal) = wal.as_mut() {
                 wal.replay(owner, epoch, WAL_LIMIT, |changes| {
                     for &(id, value) in changes {
-                        let before = t.load(id)?.map(|(job, _)| job);
-                        match value {
-                            Some(record) => {
-                                let (job, payload) = Job::decode(record).map_err(storage)?;
-                                t.set(&mut counts, id, before, Some(job), payload)?;
-                            }
-                            None => t.set(&mut counts, id, before, None, &[])?,
-                        }
+                        let before = t.load(id)?.map(|stored| stored.job);
+                        let after = value.map(Record::decode).transpose().map_err(storage)?;
+                        t.set(&mut counts, id, before, after)?;
                     }
                     Ok(())
                 })?;
@@ -484,17 +527,17 @@ impl Store {
                 (Reply::ScheduledMany(outcomes), changed)
             }
             Op::Cancel { id } => match t.load(&id)? {
-                Some((job, _)) if job.cancel() => {
-                    t.set(counts, &id, Some(job), None, &[])?;
+                Some(stored) if stored.job.cancel() => {
+                    t.set(counts, &id, Some(stored.job), None)?;
                     (Reply::Bool(true), true)
                 }
                 _ => (Reply::Bool(false), false),
             },
             Op::Reschedule { id, when } => match t.load(&id)? {
-                Some((before, payload)) => {
-                    let mut job = before;
+                Some(stored) => {
+                    let mut job = stored.job;
                     if job.reschedule(when.resolve(now)) {
-                        t.set(counts, &id, Some(before), Some(job), &payload)?;
+                        t.set(counts, &id, Some(stored.job), Some(stored.with(job)))?;
                         (Reply::Moved(Some(job.run_at)), true)
                     } else {
                         (Reply::Moved(None), false)
@@ -503,9 +546,7 @@ impl Store {
                 None => (Reply::Moved(None), false),
             },
             Op::Get { id } => {
-                let info = t.load(&id)?.map(|(job, payload)| {
-                    JobInfo::new(state(job.status), job.run_at, job.attempt, payload)
-                });
+                let info = t.load(&id)?.map(|stored| stored.info(id));
                 (Reply::Info(info), false)
             }
             Op::Claim { max } => {
@@ -513,20 +554,29 @@ impl Store {
                 (Reply::Claimed(batch), changed)
             }
             Op::Ack { id, token } => match t.load(&id)? {
-                Some((job, _)) if job.ack(token) => {
-                    t.set(counts, &id, Some(job), None, &[])?;
+                Some(stored) if stored.job.ack(token) => {
+                    t.set(counts, &id, Some(stored.job), None)?;
                     (Reply::Bool(true), true)
                 }
                 _ => (Reply::Bool(false), false),
             },
-            Op::Retry { id, token, after } => {
+            Op::Retry {
+                id,
+                token,
+                after,
+                error,
+            } => {
                 let run_at = add(now, after);
                 match t.load(&id)? {
-                    Some((before, payload)) => {
-                        let mut job = before;
-                        let outcome = job.retry(token, run_at, self.max_attempts);
+                    Some(stored) => {
+                        let mut job = stored.job;
+                        let outcome = job.retry(token, now, run_at, self.max_attempts);
                         if outcome != Retry::Stale {
-                            t.set(counts, &id, Some(before), Some(job), &payload)?;
+                            let mut record = stored.with(job);
+                            if error.is_some() {
+                                record.error = error.as_deref();
+                            }
+                            t.set(counts, &id, Some(stored.job), Some(record))?;
                         }
                         (Reply::Retried(outcome, run_at), outcome != Retry::Stale)
                     }
@@ -534,19 +584,19 @@ impl Store {
                 }
             }
             Op::Extend { id, token, by } => match t.load(&id)? {
-                Some((before, payload)) => {
-                    let mut job = before;
+                Some(stored) => {
+                    let mut job = stored.job;
                     let extended = job.extend(token, add(now, by));
                     if extended {
-                        t.set(counts, &id, Some(before), Some(job), &payload)?;
+                        t.set(counts, &id, Some(stored.job), Some(stored.with(job)))?;
                     }
                     (Reply::Bool(extended), extended)
                 }
                 None => (Reply::Bool(false), false),
             },
             Op::RemoveDead { id } => match t.load(&id)? {
-                Some((job, _)) if job.status == Status::Dead => {
-                    t.set(counts, &id, Some(job), None, &[])?;
+                Some(stored) if matches!(stored.job.status, Status::Dead { .. }) => {
+                    t.set(counts, &id, Some(stored.job), None)?;
                     (Reply::Bool(true), true)
                 }
                 _ => (Reply::Bool(false), false),
@@ -560,8 +610,8 @@ impl Store {
                     ids
                 };
                 for id in &ids {
-                    if let Some((job, _)) = t.load(id)? {
-                        t.set(counts, id, Some(job), None, &[])?;
+                    if let Some(stored) = t.load(id)? {
+                        t.set(counts, id, Some(stored.job), None)?;
                     } else {
                         t.dead.remove(id.as_str()).map_err(storage)?;
                     }
@@ -596,30 +646,32 @@ impl Store {
         let until = add(now, self.lease);
         let mut jobs = Vec::with_capacity(due.len());
         for (at, id) in due {
-            let Some((before, payload)) = t.load(&id)? else {
+            let Some(stored) = t.load(&id)? else {
                 return Err(Error::storage(format!(
                     "due index names a missing job {id:?} at {at}"
                 )));
             };
-            let mut job = before;
+            let mut job = stored.job;
             let token = self.token();
-            match job.claim(now, until, token, self.max_attempts) {
-                Claim::Deliver => {
-                    t.set(counts, &id, Some(before), Some(job), &payload)?;
-                    jobs.push(Claimed {
-                        id,
-                        payload,
-                        attempt: job.attempt,
-                        run_at: job.run_at,
-                        token,
-                    });
-                }
-                Claim::Died => t.set(counts, &id, Some(before), Some(job), &payload)?,
-                Claim::NotDue => {
-                    return Err(Error::storage(format!(
-                        "due index disagrees with job {id:?}"
-                    )));
-                }
+            let outcome = job.claim(now, until, token, self.max_attempts);
+            if outcome == Claim::NotDue {
+                return Err(Error::storage(format!(
+                    "due index disagrees with job {id:?}"
+                )));
+            }
+            let mut record = stored.with(job);
+            if let Some(error) = stored.job.claim_error() {
+                record.error = Some(error);
+            }
+            t.set(counts, &id, Some(stored.job), Some(record))?;
+            if outcome == Claim::Deliver {
+                jobs.push(Claimed {
+                    id,
+                    payload: stored.payload,
+                    attempt: job.attempt,
+                    run_at: job.run_at,
+                    token,
+                });
             }
         }
         let next_due = t

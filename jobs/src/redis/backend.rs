@@ -205,7 +205,7 @@ impl Backend for Redis {
             let mut conn = self.conn()?;
             let keys = &self.part(&id).keys;
             let retried = (self.scripts)
-                .retry(&mut conn, keys, &id, token, after, self.max_attempts)
+                .retry(&mut conn, keys, &id, token, after, self.max_attempts, None)
                 .await;
             self.changed();
             retried
@@ -247,6 +247,25 @@ impl Backend for Redis {
             self.closed.store(true, SeqCst);
             self.subscriber.abort();
             Ok(())
+        })
+    }
+
+    fn fail(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: String,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let keys = &self.part(&id).keys;
+            let error = Some(error.as_str());
+            let failed = (self.scripts)
+                .retry(&mut conn, keys, &id, token, after, self.max_attempts, error)
+                .await;
+            self.changed();
+            failed
         })
     }
 }

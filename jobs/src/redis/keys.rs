@@ -16,6 +16,7 @@ pub(super) struct Keys {
     pub(super) counts: String,
     pub(super) seq: String,
     pub(super) dead: String,
+    pub(super) errors: String,
     pub(super) wake: String,
     /// `PUBLISH`, or `SPUBLISH` on a cluster that has it: how the scripts send on `wake`.
     pub(super) publish: &'static str,
@@ -30,6 +31,7 @@ impl Keys {
             counts: format!("{{{tag}}}:counts"),
             seq: format!("{{{tag}}}:seq"),
             dead: format!("{{{tag}}}:dead"),
+            errors: format!("{{{tag}}}:errors"),
             wake: format!("{{{tag}}}:wake"),
             publish,
         }

@@ -124,7 +124,11 @@ impl Scripts {
         acks: &[(String, u64)],
     ) -> Result<Vec<bool>, Error> {
         let mut call = self.ack.prepare_invoke();
-        call.key(&k.meta).key(&k.payload).key(&k.due).key(&k.counts);
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.errors);
         for (id, token) in acks {
             call.arg(id).arg(token);
         }
@@ -139,6 +143,7 @@ impl Scripts {
             .key(&k.payload)
             .key(&k.due)
             .key(&k.counts)
+            .key(&k.errors)
             .arg(id);
         let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(removed == 1)
@@ -168,7 +173,7 @@ impl Scripts {
         }
     }
 
-    /// `get.lua`: a job's state, run_at, attempt and payload.
+    /// `get.lua`: a job's state, run_at, attempt, last error and payload.
     pub(super) async fn get(
         &self,
         conn: &mut Conn,
@@ -176,31 +181,15 @@ impl Scripts {
         id: &str,
     ) -> Result<Option<JobInfo>, Error> {
         let mut call = self.get.prepare_invoke();
-        call.key(&k.meta).key(&k.payload).arg(id);
+        call.key(&k.meta).key(&k.payload).key(&k.errors).arg(id);
         let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
         if reply == Value::Nil {
             return Ok(None);
         }
         let mut parts = array(reply)?.into_iter();
-        let meta = text(parts.next().unwrap_or(Value::Nil))?;
-        let payload = bytes(parts.next().unwrap_or(Value::Nil))?;
-        let corrupt = || Error::storage(format!("corrupt job record {meta:?}"));
-        let fields: Vec<&str> = meta.split(':').collect();
-        let [state, attempt, _, run_at] = fields.as_slice() else {
-            return Err(corrupt());
-        };
-        let state = match *state {
-            "p" => JobState::Pending,
-            "l" => JobState::Running,
-            "d" => JobState::Dead,
-            _ => return Err(corrupt()),
-        };
-        Ok(Some(JobInfo::new(
-            state,
-            run_at.parse().map_err(|_| corrupt())?,
-            attempt.parse().map_err(|_| corrupt())?,
-            payload,
-        )))
+        let mut next = || parts.next().unwrap_or(Value::Nil);
+        let (meta, payload, error) = (next(), next(), next());
+        job_info(id.to_owned(), meta, error, payload).map(Some)
     }
 
     /// `claim.lua`: leases up to `max` due jobs of one partition.
@@ -218,7 +207,8 @@ impl Scripts {
             .key(&k.due)
             .key(&k.counts)
             .key(&k.seq)
-            .key(&k.dead);
+            .key(&k.dead)
+            .key(&k.errors);
         call.arg(max).arg(lease_us).arg(max_attempts);
         let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
         let mut items = array(reply)?.into_iter();
@@ -246,7 +236,9 @@ impl Scripts {
         Ok((jobs, now_us.saturating_mul(1000), next_due))
     }
 
-    /// `retry.lua`: gives a leased job back to run `after` from now, or kills it.
+    /// `retry.lua`: gives a leased job back to run `after` from now, or kills it; with an
+    /// `error` (a failure) that becomes the job's last error.
+    #[allow(clippy::too_many_arguments)] // the script's own arguments, each named once here
     pub(super) async fn retry(
         &self,
         conn: &mut Conn,
@@ -255,15 +247,23 @@ impl Scripts {
         token: u64,
         after: Duration,
         max_attempts: u32,
+        error: Option<&str>,
     ) -> Result<(Retry, u64), Error> {
         let mut call = self.retry.prepare_invoke();
-        call.key(&k.meta).key(&k.due).key(&k.counts).key(&k.dead);
+        call.key(&k.meta)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.dead)
+            .key(&k.errors);
         call.arg(id)
             .arg(token)
             .arg(micros(after.min(MAX_AFTER)))
             .arg(max_attempts)
             .arg(&k.wake)
             .arg(k.publish);
+        if let Some(error) = error {
+            call.arg(error);
+        }
         let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
         let mut parts = array(reply)?.into_iter();
         let outcome = int(&parts.next().unwrap_or(Value::Nil))?;
@@ -330,8 +330,38 @@ impl Scripts {
             .key(&k.payload)
             .key(&k.dead)
             .key(&k.counts)
+            .key(&k.errors)
             .arg(mode)
             .arg(arg);
         call.invoke_async(conn).await.map_err(redis_error)
     }
+}
+
+/// A job from its `meta` string (`state:attempt:token:run_at_ns`), its last error (`Nil` if
+/// none) and its payload, as the scripts return them.
+fn job_info(id: String, meta: Value, error: Value, payload: Value) -> Result<JobInfo, Error> {
+    let meta = text(meta)?;
+    let corrupt = || Error::storage(format!("corrupt job record {meta:?}"));
+    let fields: Vec<&str> = meta.split(':').collect();
+    let [state, attempt, _, run_at] = fields.as_slice() else {
+        return Err(corrupt());
+    };
+    let state = match *state {
+        "p" => JobState::Pending,
+        "l" => JobState::Running,
+        "d" => JobState::Dead,
+        _ => return Err(corrupt()),
+    };
+    let error = match error {
+        Value::Nil => None,
+        other => Some(text(other)?),
+    };
+    Ok(JobInfo::new(
+        id,
+        state,
+        run_at.parse().map_err(|_| corrupt())?,
+        attempt.parse().map_err(|_| corrupt())?,
+        error,
+        bytes(payload)?,
+    ))
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use wheel_jobs::{JobQueue, JobState, Scheduled, When, MIN_LEASE};
+use wheel_jobs::{JobQueue, JobState, Scheduled, When, MAX_ERROR_LEN, MIN_LEASE};
 
 use crate::support::{ms, next, spawn_reporting_worker, Harness};
 
@@ -57,6 +57,9 @@ macro_rules! run_behaviour_suite {
             schedule_many_larger_than_one_script_call,
             a_prefetched_job_whose_lease_ended_is_not_handed_out,
             a_lease_below_the_minimum_is_raised,
+            fail_keeps_the_error_with_the_job,
+            run_records_errors_and_panics,
+            an_ended_lease_is_the_last_error,
         );
     };
 }
@@ -991,4 +994,135 @@ pub async fn a_lease_below_the_minimum_is_raised(h: impl Harness) {
     );
     assert!(d.ack().await.unwrap(), "the lease outlived its commit");
     q.close().await.unwrap();
+}
+
+pub async fn fail_keeps_the_error_with_the_job(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(2);
+    })
+    .await;
+    queue.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    let first = next(&mut consumer).await;
+    assert!(first.fail(ms(0), "card declined").await.unwrap());
+    let info = queue.get("job").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state(), info.attempt(), info.last_error()),
+        (JobState::Pending, 1, Some("card declined"))
+    );
+    assert!(
+        !first.fail(ms(0), "stale").await.unwrap(),
+        "a stale delivery records nothing"
+    );
+    let second = next(&mut consumer).await;
+    assert_eq!(
+        queue.get("job").await.unwrap().unwrap().last_error(),
+        Some("card declined"),
+        "kept while it runs again"
+    );
+    // The last attempt: dead, with this attempt's error, cut to the cap.
+    let long = "é".repeat(MAX_ERROR_LEN);
+    assert!(second.fail(ms(0), &long).await.unwrap());
+    let info = queue.get("job").await.unwrap().unwrap();
+    assert_eq!(info.state(), JobState::Dead);
+    let kept = info.last_error().unwrap();
+    assert!(
+        kept.len() <= MAX_ERROR_LEN && kept.ends_with('…'),
+        "{}",
+        kept.len()
+    );
+    assert!(long.starts_with(kept.trim_end_matches('…')));
+
+    // A plain retry is not a failure: the previous error stays.
+    queue.schedule("other", Duration::ZERO, "p").await.unwrap();
+    let d = next(&mut consumer).await;
+    assert!(d.fail(ms(0), "first").await.unwrap());
+    let d = next(&mut consumer).await;
+    assert!(d.retry(Duration::from_secs(3600)).await.unwrap());
+    assert_eq!(
+        queue.get("other").await.unwrap().unwrap().last_error(),
+        Some("first")
+    );
+    queue.close().await.unwrap();
+}
+
+pub async fn run_records_errors_and_panics(h: impl Harness) {
+    // A backoff of an hour: each job fails once and waits, pending, with its error.
+    let queue = open(&h, |b| {
+        b.backoff(Duration::from_secs(3600), Duration::from_secs(3600));
+    })
+    .await;
+    for id in ["errs", "panics", "ok"] {
+        queue.schedule(id, Duration::ZERO, id).await.unwrap();
+    }
+    let worker = queue.clone();
+    let running = tokio::spawn(async move {
+        worker
+            .run(3, |job| async move {
+                match job.id() {
+                    "errs" => Err(format!("no stock for {}", job.id())),
+                    "panics" => panic!("index out of bounds"),
+                    _ => Ok(()),
+                }
+            })
+            .await
+    });
+    let expect = [
+        ("errs", "no stock for errs"),
+        ("panics", "panicked: index out of bounds"),
+    ];
+    for (id, error) in expect {
+        // The failure commits after the handler returns: wait until the store has it.
+        let info = loop {
+            match queue.get(id).await.unwrap() {
+                Some(info) if info.last_error().is_some() => break info,
+                _ => tokio::time::sleep(ms(5)).await,
+            }
+        };
+        assert_eq!(
+            (info.state(), info.attempt(), info.last_error()),
+            (JobState::Pending, 1, Some(error))
+        );
+    }
+    while queue.get("ok").await.unwrap().is_some() {
+        tokio::time::sleep(ms(5)).await;
+    }
+    queue.close().await.unwrap();
+    running.await.unwrap().expect("run ends cleanly on close");
+}
+
+pub async fn an_ended_lease_is_the_last_error(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.lease(MIN_LEASE).max_attempts(2);
+    })
+    .await;
+    queue.schedule("lapses", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    let first = next(&mut consumer).await;
+    assert_eq!(
+        queue.get("lapses").await.unwrap().unwrap().last_error(),
+        None,
+        "a first delivery has no error"
+    );
+    drop(first);
+    let second = next(&mut consumer).await; // its lease ended: delivered again
+    assert_eq!(second.attempt(), 2);
+    let info = queue.get("lapses").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state(), info.last_error()),
+        (JobState::Running, Some("lease expired"))
+    );
+    drop(second);
+    // The marker is due after the second lease ends, and claims go in due order.
+    queue
+        .schedule("marker", MIN_LEASE + ms(300), "p")
+        .await
+        .unwrap();
+    assert_eq!(next(&mut consumer).await.id(), "marker");
+    let info = queue.get("lapses").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state(), info.last_error()),
+        (JobState::Dead, Some("lease expired"))
+    );
+    queue.close().await.unwrap();
 }

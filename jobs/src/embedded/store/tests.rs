@@ -21,6 +21,7 @@ struct RefJob {
     attempt: u32,
     holder: Option<(u64, u64)>,
     dead: bool,
+    error: Option<String>,
     payload: Vec<u8>,
 }
 
@@ -44,6 +45,8 @@ enum Step {
     Claim(usize),
     Ack(u8, bool),
     Retry(u8, bool, u64),
+    /// A retry with an error (`Delivery::fail`).
+    Fail(u8, bool, u64),
     Extend(u8, bool, u64),
     RemoveDead(u8),
     PurgeDead(usize),
@@ -64,6 +67,7 @@ fn step() -> impl Strategy<Value = Step> {
         (1..4usize).prop_map(Step::Claim),
         (id.clone(), any::<bool>()).prop_map(|(i, c)| Step::Ack(i, c)),
         (id.clone(), any::<bool>(), 0..20u64).prop_map(|(i, c, a)| Step::Retry(i, c, a)),
+        (id.clone(), any::<bool>(), 0..20u64).prop_map(|(i, c, a)| Step::Fail(i, c, a)),
         (id.clone(), any::<bool>(), 0..30u64).prop_map(|(i, c, b)| Step::Extend(i, c, b)),
         id.clone().prop_map(Step::RemoveDead),
         (1..3usize).prop_map(Step::PurgeDead),
@@ -177,6 +181,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                                 attempt: 0,
                                 holder: None,
                                 dead: false,
+                                error: None,
                                 payload,
                             },
                         );
@@ -224,6 +229,9 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 let mut delivered = Vec::new();
                 for (_, id) in due.into_iter().take(max) {
                     let job = model.get_mut(&id).unwrap();
+                    if job.holder.is_some() {
+                        job.error = Some(model::LEASE_EXPIRED.to_owned());
+                    }
                     if job.attempt >= MAX_ATTEMPTS {
                         job.dead = true;
                         job.holder = None;
@@ -258,12 +266,16 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     Reply::Bool(valid)
                 );
             }
-            Step::Retry(i, current, after) => {
+            Step::Retry(i, current, after) | Step::Fail(i, current, after) => {
                 let id = name(i);
                 let token = token_for(&id, current);
+                let error = matches!(step, Step::Fail(..)).then(|| format!("failed at {now}"));
                 let outcome = if holds(&model, &id, token) {
                     let job = model.get_mut(&id).unwrap();
                     job.holder = None;
+                    if error.is_some() {
+                        job.error.clone_from(&error);
+                    }
                     if job.attempt >= MAX_ATTEMPTS {
                         job.dead = true;
                         Retry::Died
@@ -280,6 +292,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                         id,
                         token,
                         after: Duration::from_nanos(after),
+                        error,
                     },
                     now,
                 );
@@ -362,7 +375,14 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 } else {
                     JobState::Pending
                 };
-                JobInfo::new(state, j.run_at, j.attempt, j.payload.clone())
+                JobInfo::new(
+                    name(i),
+                    state,
+                    j.run_at,
+                    j.attempt,
+                    j.error.clone(),
+                    j.payload.clone(),
+                )
             });
             prop_assert_eq!(reply, Reply::Info(expect));
         }

@@ -4,6 +4,8 @@
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
 -- KEYS[5] seq     string  lease token counter (INCRBY: a token is never handed out twice)
 -- KEYS[6] dead    zset    dead ids, score 0
+-- KEYS[7] errors  hash    id -> the job's last error (a failure's message, or "lease
+--                         expired", which a claim records for a job whose lease ended)
 -- ARGV[1] max jobs (at most 512), ARGV[2] lease in microseconds, ARGV[3] max attempts
 --
 -- Returns {now_us, next_due_us ("" if none), then per delivered job: id, payload, attempt,
@@ -34,10 +36,15 @@ if #ids > 0 then
   local leases = {}
   local died = {}
   local died_scores = {}
+  local expired = {}
   local from_pending, died_pending, died_leased = 0, 0, 0
   for i, id in ipairs(ids) do
     local state, attempt, run_ns = jobs[i][1], jobs[i][2], jobs[i][3]
     meta_writes[#meta_writes + 1] = id
+    if state == 'l' then
+      expired[#expired + 1] = id
+      expired[#expired + 1] = 'lease expired'
+    end
     if attempt >= max_attempts then
       meta_writes[#meta_writes + 1] = 'd:' .. attempt .. ':0:' .. run_ns
       died[#died + 1] = id
@@ -59,6 +66,7 @@ if #ids > 0 then
     end
   end
   redis.call('HSET', KEYS[1], unpack(meta_writes))
+  if #expired > 0 then redis.call('HSET', KEYS[7], unpack(expired)) end
   if #leases > 0 then redis.call('ZADD', KEYS[3], unpack(leases)) end
   if #died > 0 then
     redis.call('ZREM', KEYS[3], unpack(died))

@@ -1,9 +1,11 @@
 -- retry.lua: give a leased job back to run again after a delay, or kill it if that was its
 -- last attempt.
 --
--- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead (see schedule.lua, claim.lua)
+-- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead, KEYS[5] errors (see schedule.lua,
+-- claim.lua)
 -- ARGV[1] id, ARGV[2] token, ARGV[3] delay in microseconds, ARGV[4] max attempts,
--- ARGV[5] wake channel, ARGV[6] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)
+-- ARGV[5] wake channel, ARGV[6] 'PUBLISH' | 'SPUBLISH' (see schedule.lua), ARGV[7] (a
+-- failure only) the job's new last error, at most 4 KiB; without it the last error stays
 --
 -- Returns {0, ""} for a stale token, {1, run_at_ns} when pending again, {2, ""} when dead.
 -- Atomic with claim and ack (token checked and state changed in one step).
@@ -11,6 +13,7 @@ local meta = redis.call('HGET', KEYS[1], ARGV[1])
 if not meta then return {0, ''} end
 local state, attempt, token, run_ns = string.match(meta, '^(%a):(%d+):(%d+):(%d+)$')
 if state ~= 'l' or token ~= ARGV[2] then return {0, ''} end
+if ARGV[7] then redis.call('HSET', KEYS[5], ARGV[1], ARGV[7]) end
 redis.call('HINCRBY', KEYS[3], 'leased', -1)
 if tonumber(attempt) >= tonumber(ARGV[4]) then
   redis.call('HSET', KEYS[1], ARGV[1], 'd:' .. attempt .. ':0:' .. run_ns)
