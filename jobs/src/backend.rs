@@ -21,7 +21,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::job::{JobInfo, Scheduled, When};
+use crate::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -110,4 +110,19 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         after: Duration,
         error: String,
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>>;
+
+    /// The per-state counters, whether claims are paused, and the earliest pending `run_at`
+    /// (the head of the due index past any running entries before it): never a scan.
+    fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>>;
+
+    /// Up to `limit` jobs in `state`, in that state's list order, after the position `after`
+    /// (a job's `listed_at` and id; `model.rs`), each with its own position: pending and
+    /// running by `(run_at, id)`, dead by `(death time, id)` descending. A range read of one
+    /// index: O(limit), plus for pending jobs the running entries the due index interleaves.
+    fn list(
+        &self,
+        state: JobState,
+        after: Option<(u64, String)>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>>;
 }

@@ -522,6 +522,17 @@ mod tests {
         ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
             down()
         }
+        fn counts(&self) -> BoxFuture<'_, Result<crate::job::Counts, Error>> {
+            down()
+        }
+        fn list(
+            &self,
+            _: crate::JobState,
+            _: Option<(u64, String)>,
+            _: usize,
+        ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
+            down()
+        }
     }
 
     /// Regression: `close` used to wait out `run`'s backoff after failed claims (up to 5 s).

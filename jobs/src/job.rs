@@ -1,5 +1,5 @@
 //! The job's values: what the queue's calls take and return ([`When`], [`Scheduled`],
-//! [`JobState`], [`JobInfo`]), the limits on ids and payloads and their validation, and
+//! [`JobState`], [`JobInfo`], [`Counts`]), the limits on ids and payloads and their validation, and
 //! wall-clock conversion.
 //!
 //! # Ground rules
@@ -198,6 +198,48 @@ impl fmt::Debug for JobInfo {
             .field("last_error", &self.last_error)
             .field("payload_len", &self.payload.len())
             .finish()
+    }
+}
+
+/// How many jobs a queue holds in each state, whether it is paused, and when its next
+/// pending job is due, from [`JobQueue::counts`](crate::JobQueue::counts).
+///
+/// The counts come from counters the store keeps beside the jobs (updated by every change),
+/// never from a scan. On a partitioned Redis queue they are summed over the partitions, each
+/// read on its own, so under load the sum may mix moments a few microseconds apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Jobs waiting for their `run_at` (or for a retry), due ones included.
+    pub pending: u64,
+    /// Jobs delivered and not yet acked, retried or failed (see
+    /// [`JobQueue::running`](crate::JobQueue::running)).
+    pub running: u64,
+    /// Jobs out of attempts, kept until removed or revived.
+    pub dead: u64,
+    /// Whether consumers are stopped from claiming ([`JobQueue::pause`](crate::JobQueue::pause)).
+    pub paused: bool,
+    /// The earliest `run_at` of a pending job (in the past if jobs are due and not yet
+    /// claimed, say while paused); `None` if nothing is pending.
+    pub next_due: Option<SystemTime>,
+}
+
+impl Counts {
+    /// A snapshot as a backend read it: `next_due` in wall-clock nanoseconds.
+    pub(crate) fn new(
+        pending: u64,
+        running: u64,
+        dead: u64,
+        paused: bool,
+        next_due: Option<u64>,
+    ) -> Counts {
+        Counts {
+            pending,
+            running,
+            dead,
+            paused,
+            next_due: next_due.map(system_time),
+        }
     }
 }
 

@@ -97,6 +97,7 @@ mod consumer;
 mod embedded;
 mod error;
 mod job;
+mod list;
 mod model;
 mod queue;
 #[cfg(feature = "redis")]
@@ -109,6 +110,7 @@ pub use builder::Builder;
 pub use consumer::{Consumer, Delivery};
 pub use error::Error;
 pub use job::{
-    JobInfo, JobState, Scheduled, When, MAX_ERROR_LEN, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE,
+    Counts, JobInfo, JobState, Scheduled, When, MAX_ERROR_LEN, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE,
 };
+pub use list::{Cursor, ListOptions, Page};
 pub use queue::JobQueue;

@@ -18,7 +18,8 @@ use crate::backend::Backend;
 use crate::config::Config;
 use crate::consumer::{Consumer, Delivery};
 use crate::error::Error;
-use crate::job::{check_id, check_payload, JobInfo, Scheduled, When};
+use crate::job::{check_id, check_payload, Counts, JobInfo, JobState, Scheduled, When};
+use crate::list::{ListOptions, Page};
 use crate::shared::Shared;
 use crate::wakeup::Wakeup;
 use crate::worker;
@@ -221,6 +222,90 @@ impl JobQueue {
     /// [`Error::is_storage`], [`Error::is_closed`].
     pub async fn running(&self) -> Result<u64, Error> {
         self.inner.backend.running().await
+    }
+
+    /// How many jobs are pending, running and dead, whether the queue is paused, and when
+    /// the next pending job is due.
+    ///
+    /// The numbers come from counters the store keeps beside the jobs, never from a scan:
+    /// O(1) whatever the queue's size (the next due time reads the head of the due index,
+    /// past the running jobs' lease ends before it). On Redis one script call per partition.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-counts-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// queue.schedule("rate:order-42", Duration::from_secs(60), "5 stars").await?;
+    /// let counts = queue.counts().await?;
+    /// assert_eq!((counts.pending, counts.running, counts.dead), (1, 0, 0));
+    /// assert!(!counts.paused);
+    /// assert!(counts.next_due.is_some());
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`].
+    pub async fn counts(&self) -> Result<Counts, Error> {
+        self.inner.backend.counts().await
+    }
+
+    /// A page of the jobs in `state`: pending and running ones oldest due first (by
+    /// `run_at`, then id), dead ones most recently dead first. Resume with the page's
+    /// [`cursor`](Page::cursor) in [`ListOptions::after`]: the next page starts right after
+    /// the last job shown, so jobs added or removed between pages never make a listing show
+    /// a job twice or skip one that did not move.
+    ///
+    /// Each page costs O(limit): a range read of the state's index (on Redis, per
+    /// partition, merged), never a scan. A pending page also passes over the running jobs'
+    /// entries that the due index holds among the pending ones (at most the running jobs).
+    /// Pages carry the jobs' payloads: keep the limit modest for large payloads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wheel_jobs::{JobState, ListOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-list-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// for i in 0..5 {
+    ///     queue.schedule(&format!("job-{i}"), Duration::from_secs(60 + i), "").await?;
+    /// }
+    /// let page = queue.list(JobState::Pending, ListOptions::new().limit(3)).await?;
+    /// let ids: Vec<&str> = page.jobs().iter().map(|job| job.id()).collect();
+    /// assert_eq!(ids, ["job-0", "job-1", "job-2"]);
+    /// let cursor = page.cursor().expect("more jobs follow");
+    /// let rest = queue.list(JobState::Pending, ListOptions::new().limit(3).after(cursor)).await?;
+    /// assert_eq!(rest.jobs().len(), 2);
+    /// assert!(rest.cursor().is_none());
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`] for a limit of 0 or above
+    /// [`ListOptions::MAX_LIMIT`] (1,000), or a cursor from another state's list;
+    /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`].
+    pub async fn list(&self, state: JobState, options: &ListOptions) -> Result<Page, Error> {
+        let (limit, after) = options.checked(state)?;
+        let after = after.map(|(at, id)| (at, id.to_owned()));
+        // One more than the page: whether a next page exists.
+        let jobs = self.inner.backend.list(state, after, limit + 1).await?;
+        Ok(Page::new(state, limit, jobs))
     }
 
     /// Deletes a dead job: `true` if `id` was dead. Dead jobs stay until this call or

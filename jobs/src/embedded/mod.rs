@@ -41,7 +41,7 @@ use tokio::sync::oneshot;
 use crate::backend::{Backend, BoxFuture, ClaimBatch};
 use crate::config::Config;
 use crate::error::{panic_message, Error};
-use crate::job::{JobInfo, Scheduled, When};
+use crate::job::{self, JobInfo, JobState, Scheduled, When};
 use crate::model::{Counts, Retry};
 use store::{Op, Reply, Store};
 
@@ -422,6 +422,26 @@ impl Backend for Embedded {
                 error: Some(error),
             };
             expect_reply!(self.call(op).await?, Reply::Retried(r, at) => (r, at))
+        })
+    }
+
+    fn counts(&self) -> BoxFuture<'_, Result<job::Counts, Error>> {
+        Box::pin(async move { expect_reply!(self.call(Op::Counts).await?, Reply::Counts(c) => c) })
+    }
+
+    fn list(
+        &self,
+        state: JobState,
+        after: Option<(u64, String)>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
+        Box::pin(async move {
+            let op = Op::List {
+                state,
+                after,
+                limit,
+            };
+            expect_reply!(self.call(op).await?, Reply::Listed(jobs) => jobs)
         })
     }
 }

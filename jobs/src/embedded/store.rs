@@ -2,10 +2,12 @@
 //!
 //! # Ground rules
 //!
-//! - Four tables: `jobs` (id → record: the [`Job`] header and the payload), `due`
-//!   ((due nanos, id) → (), the due index of `model.rs`; it holds both pending run_ats and
-//!   lease ends, so it is also the lease table), `dead` (id → (), so dead jobs can be purged
-//!   without a scan), `meta` (format version and the per-state [`Counts`]).
+//! - Six tables: `jobs` (id → record: the [`Job`] header, the last error and the payload,
+//!   `record.rs`), `due` ((due nanos, id) → (), the due index of `model.rs`; it holds both
+//!   pending run_ats and lease ends, so it is also the lease table), `running` ((run_at, id)
+//!   → (): the running jobs, to list them), `died` ((death time, id) → (): the dead jobs, to
+//!   list them newest first and purge them without a scan), `meta` (format version, the
+//!   per-state [`Counts`], the log's epoch and owner number).
 //! - Only the writer thread (`mod.rs`) calls [`Store::apply`]; a batch is one redb write
 //!   transaction. With a write-ahead log (`wal.rs`, always on a file store) a batch that
 //!   changed something is committed without fsync and its changes appended to the log,
@@ -22,10 +24,13 @@
 //!   checkpoints. A failure to write the log, or a commit failing after its record was
 //!   written, leaves memory and disk disagreeing: the store is then [`broken`](Store::broken)
 //!   and the writer thread stops.
-//! - Every read of the due index is a bounded range (`take(max)`, `first()`): no operation
-//!   walks the whole queue, and opening reads only `meta`.
-//! - A transition always goes through [`Job`]; this file only keeps the index, the counts
-//!   and the dead set in step with it (`set`).
+//! - Every read of an index is a bounded range (`take(max)`, `first()`, a page): no
+//!   operation walks the whole queue, and opening reads only `meta` (and, once, what the
+//!   upgrade from format 2 reads: `upgrade`). Listing pending jobs and finding the next
+//!   pending one read the due index and skip its running entries: at most the running jobs.
+//! - A transition always goes through [`Job`]; this file only keeps the indexes and the
+//!   counts in step with it (`set`, the one writer of `jobs`, `due`, `running`, `died` and
+//!   the counts).
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -36,11 +41,14 @@ use super::wal::{self, Wal};
 use crate::backend::{ClaimBatch, Claimed};
 use crate::config::Config;
 use crate::error::Error;
-use crate::job::{add, nanos, JobInfo, JobState, Scheduled, When};
+use crate::job::{self, add, nanos, JobInfo, JobState, Scheduled, When};
 use crate::model::{self, Claim, Counts, Job, Retry, Status};
 
 const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
 const DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
+const RUNNING: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("running");
+const DIED: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("died");
+/// Format 2's dead set (id → ()): read once by the upgrade to format 3, then deleted.
 const DEAD: TableDefinition<'_, &str, ()> = TableDefinition::new("dead");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 
@@ -110,6 +118,14 @@ pub(crate) enum Op {
     RemoveDead {
         id: String,
     },
+    /// The per-state counts and the next pending job's due time.
+    Counts,
+    /// Up to `limit` jobs in `state`, in its list's order, after the position `after`.
+    List {
+        state: JobState,
+        after: Option<(u64, String)>,
+        limit: usize,
+    },
     PurgeDead {
         limit: usize,
     },
@@ -125,7 +141,10 @@ impl Op {
     /// already ran). An extend need not be: lost in a crash, the lease reverts to its
     /// durable end, and the holder died with the process anyway.
     pub(crate) fn needs_fsync(&self) -> bool {
-        !matches!(self, Op::Extend { .. } | Op::Get { .. })
+        !matches!(
+            self,
+            Op::Extend { .. } | Op::Get { .. } | Op::Counts | Op::List { .. }
+        )
     }
 }
 
@@ -140,6 +159,8 @@ pub(crate) enum Reply {
     Claimed(ClaimBatch),
     Retried(Retry, u64),
     Count(u64),
+    Counts(job::Counts),
+    Listed(Vec<(u64, JobInfo)>),
 }
 
 pub(crate) struct Store {
@@ -170,7 +191,8 @@ fn now() -> u64 {
 struct Tables<'t> {
     jobs: Table<'t, &'static str, &'static [u8]>,
     due: Table<'t, (u64, &'static str), ()>,
-    dead: Table<'t, &'static str, ()>,
+    running: Table<'t, (u64, &'static str), ()>,
+    died: Table<'t, (u64, &'static str), ()>,
     /// The body of this batch's log record: every job's final value; `None` once it would
     /// pass `LOG_AT_MOST` (the batch is then a checkpoint, and a bulk load does not build a
     /// record it would throw away).
@@ -182,7 +204,8 @@ impl<'t> Tables<'t> {
         Ok(Tables {
             jobs: txn.open_table(JOBS).map_err(storage)?,
             due: txn.open_table(DUE).map_err(storage)?,
-            dead: txn.open_table(DEAD).map_err(storage)?,
+            running: txn.open_table(RUNNING).map_err(storage)?,
+            died: txn.open_table(DIED).map_err(storage)?,
             log: Some(Vec::new()),
         })
     }
@@ -236,7 +259,7 @@ impl Tables<'_> {
     }
 
     /// Stores `after` (or deletes the job for `None`) in place of `before`, keeping the due
-    /// index, the dead set and the counts in step.
+    /// index, the running and dead indexes and the counts in step.
     fn set(
         &mut self,
         counts: &mut Counts,
@@ -245,19 +268,18 @@ impl Tables<'_> {
         after: Option<Record<'_>>,
     ) -> Result<(), Error> {
         let after_job = after.map(|r| r.job);
-        if let Some(due) = before.and_then(|j| j.due()) {
-            self.due.remove((due, id)).map_err(storage)?;
-        }
-        if let Some(due) = after_job.and_then(|j| j.due()) {
-            self.due.insert((due, id), ()).map_err(storage)?;
-        }
-        let dead = |job: Option<Job>| job.is_some_and(|j| matches!(j.status, Status::Dead { .. }));
-        let (was_dead, is_dead) = (dead(before), dead(after_job));
-        if was_dead && !is_dead {
-            self.dead.remove(id).map_err(storage)?;
-        } else if is_dead && !was_dead {
-            self.dead.insert(id, ()).map_err(storage)?;
-        }
+        let running = |job: Option<Job>| {
+            job.filter(|j| matches!(j.status, Status::Leased { .. }))
+                .map(|j| j.listed_at())
+        };
+        let died = |job: Option<Job>| {
+            job.filter(|j| matches!(j.status, Status::Dead { .. }))
+                .map(|j| j.listed_at())
+        };
+        let due = |job: Option<Job>| job.and_then(|j| j.due());
+        rekey(&mut self.due, id, due(before), due(after_job))?;
+        rekey(&mut self.running, id, running(before), running(after_job))?;
+        rekey(&mut self.died, id, died(before), died(after_job))?;
         match after {
             Some(record) => {
                 let value = record.encode();
@@ -283,6 +305,69 @@ impl Tables<'_> {
     }
 }
 
+/// Brings a store of format 1 or 2 to format 3 inside the open transaction, before its log
+/// is replayed (the log's records then keep the new indexes in step like any change):
+/// - the dead set (id → ()) becomes the `died` index ((death time, id) → ()): one read per
+///   dead job, once; a job dead before the upgrade reads as dead since its `run_at`
+///   (`record.rs`), so no record is rewritten;
+/// - the `running` index is filled from the due index, read from its head until all
+///   `running` jobs (the counter) were found: a store's leases end within a lease (plus
+///   extends) of its last process stopping, so they come after only the backlog due before
+///   that; after a clean `close` of a `run`-only program there are none and nothing is read.
+fn upgrade(txn: &redb::WriteTransaction, t: &mut Tables<'_>, running: u64) -> Result<(), Error> {
+    {
+        let dead = txn.open_table(DEAD).map_err(storage)?;
+        for entry in dead.iter().map_err(storage)? {
+            let (key, _) = entry.map_err(storage)?;
+            let id = key.value();
+            if let Some(stored) = t.load(id)? {
+                t.died
+                    .insert((stored.job.listed_at(), id), ())
+                    .map_err(storage)?;
+            }
+        }
+    }
+    txn.delete_table(DEAD).map_err(storage)?;
+    let mut found = 0;
+    let mut keys = Vec::new();
+    for entry in t.due.iter().map_err(storage)? {
+        if found == running {
+            break;
+        }
+        let (key, _) = entry.map_err(storage)?;
+        let (_, id) = key.value();
+        if let Some(stored) = t.load(id)? {
+            if let Status::Leased { .. } = stored.job.status {
+                keys.push((stored.job.listed_at(), id.to_owned()));
+                found += 1;
+            }
+        }
+    }
+    for (at, id) in keys {
+        t.running.insert((at, id.as_str()), ()).map_err(storage)?;
+    }
+    Ok(())
+}
+
+/// Moves `id`'s key in `index` from `before` to `after` (`None`: no key); nothing if equal.
+fn rekey(
+    index: &mut Table<'_, (u64, &'static str), ()>,
+    id: &str,
+    before: Option<u64>,
+    after: Option<u64>,
+) -> Result<(), Error> {
+    if before == after {
+        return Ok(());
+    }
+    if let Some(at) = before {
+        index.remove((at, id)).map_err(storage)?;
+    }
+    if let Some(at) = after {
+        index.insert((at, id), ()).map_err(storage)?;
+    }
+    Ok(())
+}
+
 fn schedule(
     t: &mut Tables<'_>,
     counts: &mut Counts,
@@ -302,6 +387,59 @@ fn schedule(
     };
     t.set(counts, id, None, Some(record))?;
     Ok((Scheduled::Created, job.run_at))
+}
+
+/// The earliest `run_at` of a pending job: the first pending key of the due index, past the
+/// running jobs' lease ends before it (at most the running jobs).
+fn next_pending(t: &Tables<'_>) -> Result<Option<u64>, Error> {
+    for entry in t.due.iter().map_err(storage)? {
+        let (key, _) = entry.map_err(storage)?;
+        let (at, id) = key.value();
+        let Some(stored) = t.load(id)? else {
+            return Err(Error::storage(format!(
+                "due index names a missing job {id:?}"
+            )));
+        };
+        if stored.job.status == Status::Pending {
+            return Ok(Some(at));
+        }
+    }
+    Ok(None)
+}
+
+/// Up to `limit` jobs in `state` after the position `after`, each with its position: pending
+/// jobs from the due index (its running entries skipped: at most the running jobs), running
+/// ones from their index, both by `(run_at, id)`; dead ones by `(died_at, id)` descending.
+fn list(
+    t: &Tables<'_>,
+    state: JobState,
+    after: Option<(u64, &str)>,
+    limit: usize,
+) -> Result<Vec<(u64, JobInfo)>, Error> {
+    use std::ops::Bound::{Excluded, Unbounded};
+    let start = after.map_or(Unbounded, Excluded);
+    let keys: Box<dyn Iterator<Item = _>> = match state {
+        JobState::Pending => Box::new(t.due.range((start, Unbounded)).map_err(storage)?),
+        JobState::Running => Box::new(t.running.range((start, Unbounded)).map_err(storage)?),
+        JobState::Dead => Box::new(t.died.range((Unbounded, start)).map_err(storage)?.rev()),
+    };
+    let mut out = Vec::with_capacity(limit.min(1024));
+    for entry in keys {
+        if out.len() == limit {
+            break;
+        }
+        let (key, _) = entry.map_err(storage)?;
+        let (at, id) = key.value();
+        let Some(stored) = t.load(id)? else {
+            return Err(Error::storage(format!(
+                "an index names a missing job {id:?}"
+            )));
+        };
+        if self::state(stored.job.status) == state {
+            out.push((at, stored.info(id.to_owned())));
+        }
+    }
+    Ok(out)
 }
 
 fn state(status: Status) -> JobState {
@@ -345,6 +483,9 @@ impl Store {
                 leased: get("leased")?,
                 dead: get("dead")?,
             };
+            if matches!(format, Some(1 | 2)) {
+                upgrade(&txn, &mut t, counts.leased)?;
+            }
             let epoch = get("epoch")?;
             let owner = match get("owner")? {
                 0 => model::mix(now() ^ u64::from(std::process::id()).rotate_left(32)) | 1,
@@ -602,21 +743,40 @@ impl Store {
                 _ => (Reply::Bool(false), false),
             },
             Op::PurgeDead { limit } => {
-                let ids = {
-                    let mut ids = Vec::new();
-                    for entry in t.dead.iter().map_err(storage)?.take(limit) {
-                        ids.push(entry.map_err(storage)?.0.value().to_owned());
+                // Oldest deaths first.
+                let keys = {
+                    let mut keys = Vec::new();
+                    for entry in t.died.iter().map_err(storage)?.take(limit) {
+                        let (key, _) = entry.map_err(storage)?;
+                        let (at, id) = key.value();
+                        keys.push((at, id.to_owned()));
                     }
-                    ids
+                    keys
                 };
-                for id in &ids {
+                for (at, id) in &keys {
                     if let Some(stored) = t.load(id)? {
                         t.set(counts, id, Some(stored.job), None)?;
                     } else {
-                        t.dead.remove(id.as_str()).map_err(storage)?;
+                        t.died.remove((*at, id.as_str())).map_err(storage)?;
                     }
                 }
-                (Reply::Count(ids.len() as u64), !ids.is_empty())
+                (Reply::Count(keys.len() as u64), !keys.is_empty())
+            }
+            Op::Counts => {
+                let next_due = next_pending(t)?;
+                let (p, r, d) = (counts.pending, counts.leased, counts.dead);
+                (
+                    Reply::Counts(job::Counts::new(p, r, d, false, next_due)),
+                    false,
+                )
+            }
+            Op::List {
+                state,
+                after,
+                limit,
+            } => {
+                let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
+                (Reply::Listed(list(t, state, after, limit)?), false)
             }
         })
     }

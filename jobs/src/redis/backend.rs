@@ -18,7 +18,7 @@ use super::scripts::NewJob;
 use super::{Idle, Redis};
 use crate::backend::{Backend, BoxFuture, ClaimBatch};
 use crate::error::Error;
-use crate::job::{JobInfo, Scheduled, When};
+use crate::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
 
 impl Backend for Redis {
@@ -266,6 +266,49 @@ impl Backend for Redis {
                 .await;
             self.changed();
             failed
+        })
+    }
+
+    fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>> {
+        Box::pin(async move {
+            let mut total = Counts::new(0, 0, 0, false, None);
+            for part in &self.parts {
+                let mut conn = self.conn()?;
+                let c = self.scripts.counts(&mut conn, &part.keys).await?;
+                total.pending += c.pending;
+                total.running += c.running;
+                total.dead += c.dead;
+                // A pause or resume that failed half-way shows as paused: retry it.
+                total.paused |= c.paused;
+                total.next_due = total.next_due.into_iter().chain(c.next_due).min();
+            }
+            Ok(total)
+        })
+    }
+
+    fn list(
+        &self,
+        state: JobState,
+        after: Option<(u64, String)>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
+        Box::pin(async move {
+            // Each partition's page after the position, merged: O(partitions × limit).
+            let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
+            let mut jobs = Vec::new();
+            for part in &self.parts {
+                let mut conn = self.conn()?;
+                let page = (self.scripts)
+                    .list(&mut conn, &part.keys, state, after, limit)
+                    .await?;
+                jobs.extend(page);
+            }
+            jobs.sort_by(|(x, a), (y, b)| (x, a.id()).cmp(&(y, b.id())));
+            if state == JobState::Dead {
+                jobs.reverse();
+            }
+            jobs.truncate(limit);
+            Ok(jobs)
         })
     }
 }

@@ -17,6 +17,7 @@ pub(super) struct Keys {
     pub(super) seq: String,
     pub(super) dead: String,
     pub(super) errors: String,
+    pub(super) running: String,
     pub(super) wake: String,
     /// `PUBLISH`, or `SPUBLISH` on a cluster that has it: how the scripts send on `wake`.
     pub(super) publish: &'static str,
@@ -32,6 +33,7 @@ impl Keys {
             seq: format!("{{{tag}}}:seq"),
             dead: format!("{{{tag}}}:dead"),
             errors: format!("{{{tag}}}:errors"),
+            running: format!("{{{tag}}}:running"),
             wake: format!("{{{tag}}}:wake"),
             publish,
         }

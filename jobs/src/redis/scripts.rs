@@ -20,7 +20,7 @@ use super::keys::Keys;
 use super::reply::{array, bytes, int, redis_error, score_ns, text};
 use crate::backend::Claimed;
 use crate::error::Error;
-use crate::job::{nanos, JobInfo, JobState, Scheduled, When};
+use crate::job::{nanos, Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
 
 /// Delays past this are stored as `When::At` the saturation point: Lua's doubles hold
@@ -62,6 +62,8 @@ pub(super) struct Scripts {
     retry: Script,
     extend: Script,
     remove_dead: Script,
+    counts: Script,
+    list: Script,
 }
 
 impl Scripts {
@@ -76,6 +78,8 @@ impl Scripts {
             retry: Script::new(include_str!("lua/retry.lua")),
             extend: Script::new(include_str!("lua/extend.lua")),
             remove_dead: Script::new(include_str!("lua/remove_dead.lua")),
+            counts: Script::new(include_str!("lua/counts.lua")),
+            list: Script::new(include_str!("lua/list.lua")),
         }
     }
 
@@ -128,7 +132,8 @@ impl Scripts {
             .key(&k.payload)
             .key(&k.due)
             .key(&k.counts)
-            .key(&k.errors);
+            .key(&k.errors)
+            .key(&k.running);
         for (id, token) in acks {
             call.arg(id).arg(token);
         }
@@ -208,7 +213,8 @@ impl Scripts {
             .key(&k.counts)
             .key(&k.seq)
             .key(&k.dead)
-            .key(&k.errors);
+            .key(&k.errors)
+            .key(&k.running);
         call.arg(max).arg(lease_us).arg(max_attempts);
         let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
         let mut items = array(reply)?.into_iter();
@@ -254,7 +260,8 @@ impl Scripts {
             .key(&k.due)
             .key(&k.counts)
             .key(&k.dead)
-            .key(&k.errors);
+            .key(&k.errors)
+            .key(&k.running);
         call.arg(id)
             .arg(token)
             .arg(micros(after.min(MAX_AFTER)))
@@ -334,6 +341,74 @@ impl Scripts {
             .arg(mode)
             .arg(arg);
         call.invoke_async(conn).await.map_err(redis_error)
+    }
+}
+
+impl Scripts {
+    /// `counts.lua`: one partition's counters, paused flag and next pending run_at.
+    pub(super) async fn counts(&self, conn: &mut Conn, k: &Keys) -> Result<Counts, Error> {
+        let mut call = self.counts.prepare_invoke();
+        call.key(&k.meta).key(&k.due).key(&k.counts);
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        let items = array(reply)?;
+        let [pending, running, dead, paused, next] = items.as_slice() else {
+            return Err(Error::storage("short counts reply"));
+        };
+        let next = text(next.clone())?;
+        let next_due = if next.is_empty() {
+            None
+        } else {
+            Some(next.parse().map_err(|_| Error::storage("bad run_at"))?)
+        };
+        Ok(Counts::new(
+            int(pending)?,
+            int(running)?,
+            int(dead)?,
+            int(paused)? == 1,
+            next_due,
+        ))
+    }
+
+    /// `list.lua`: up to `limit` jobs of one partition in `state` after the position
+    /// `after` (nanoseconds and id; the scores are microseconds), each with its position in
+    /// nanoseconds (its score × 1000: converting back gives the score exactly).
+    pub(super) async fn list(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        state: JobState,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Vec<(u64, JobInfo)>, Error> {
+        let (mode, index) = match state {
+            JobState::Pending => ("pending", &k.due),
+            JobState::Running => ("running", &k.running),
+            JobState::Dead => ("dead", &k.dead),
+        };
+        let mut call = self.list.prepare_invoke();
+        call.key(&k.meta).key(&k.payload).key(&k.errors).key(index);
+        call.arg(mode).arg(limit);
+        match after {
+            Some((at, id)) => call.arg(at.div_ceil(1000)).arg(id),
+            None => call.arg("").arg(""),
+        };
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        let items = array(reply)?;
+        let mut jobs = Vec::with_capacity(items.len() / 5);
+        for chunk in items.chunks(5) {
+            let [id, score, meta, error, payload] = chunk else {
+                return Err(Error::storage("short list reply"));
+            };
+            let at = score_ns(&text(score.clone())?)?;
+            let info = job_info(
+                text(id.clone())?,
+                meta.clone(),
+                error.clone(),
+                payload.clone(),
+            )?;
+            jobs.push((at, info));
+        }
+        Ok(jobs)
     }
 }
 

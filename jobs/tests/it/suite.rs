@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use wheel_jobs::{JobQueue, JobState, Scheduled, When, MAX_ERROR_LEN, MIN_LEASE};
+use wheel_jobs::{
+    Cursor, JobQueue, JobState, ListOptions, Scheduled, When, MAX_ERROR_LEN, MIN_LEASE,
+};
 
 use crate::support::{ms, next, spawn_reporting_worker, Harness};
 
@@ -60,6 +62,11 @@ macro_rules! run_behaviour_suite {
             fail_keeps_the_error_with_the_job,
             run_records_errors_and_panics,
             an_ended_lease_is_the_last_error,
+            counts_follow_the_states,
+            list_pages_through_inserts_and_deletes,
+            list_pages_through_equal_due_times,
+            list_running_and_dead_jobs,
+            list_refuses_bad_limits_and_cursors,
         );
     };
 }
@@ -1124,5 +1131,255 @@ pub async fn an_ended_lease_is_the_last_error(h: impl Harness) {
         (info.state(), info.last_error()),
         (JobState::Dead, Some("lease expired"))
     );
+    queue.close().await.unwrap();
+}
+
+/// Every job of `state`, read `limit` at a time; ids in order.
+async fn list_all(queue: &JobQueue, state: JobState, limit: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut options = ListOptions::new();
+    options.limit(limit);
+    loop {
+        let page = queue.list(state, &options).await.unwrap();
+        assert!(page.jobs().len() <= limit);
+        ids.extend(page.jobs().iter().map(|j| j.id().to_owned()));
+        match page.cursor() {
+            Some(cursor) => options.after(cursor),
+            None => return ids,
+        };
+    }
+}
+
+pub async fn counts_follow_the_states(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(1);
+    })
+    .await;
+    let c = queue.counts().await.unwrap();
+    assert_eq!(
+        (c.pending, c.running, c.dead, c.paused, c.next_due),
+        (0, 0, 0, false, None)
+    );
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    queue.schedule("later", later, "p").await.unwrap();
+    for id in ["runs", "dies"] {
+        queue.schedule(id, Duration::ZERO, "p").await.unwrap();
+    }
+    let mut consumer = queue.consume();
+    let (a, b) = (next(&mut consumer).await, next(&mut consumer).await);
+    let dies = if a.id() == "dies" { a } else { b };
+    assert!(dies.fail(ms(0), "no").await.unwrap()); // its only attempt: dead
+    let c = queue.counts().await.unwrap();
+    assert_eq!((c.pending, c.running, c.dead), (1, 1, 1));
+    assert_eq!(
+        c.next_due,
+        Some(later),
+        "the pending job's run_at, not the running job's lease end"
+    );
+    assert_eq!(c.pending, queue.pending().await.unwrap());
+    assert_eq!(c.running, queue.running().await.unwrap());
+    queue.close().await.unwrap();
+}
+
+pub async fn list_pages_through_inserts_and_deletes(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let base = SystemTime::now() + Duration::from_secs(3600);
+    let at = |i: u64| base + Duration::from_secs(i);
+    for i in 0..10 {
+        queue
+            .schedule(&format!("j{i}"), at(10 * i), "p")
+            .await
+            .unwrap();
+    }
+    let mut options = ListOptions::new();
+    options.limit(3);
+    let mut seen: Vec<String> = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = queue.list(JobState::Pending, &options).await.unwrap();
+        for job in page.jobs() {
+            assert_eq!(job.state(), JobState::Pending);
+            assert_eq!(job.payload(), b"p");
+            seen.push(job.id().to_owned());
+        }
+        pages += 1;
+        if pages == 1 {
+            // Between pages: a job before the cursor (not shown: the listing is past it),
+            // one after it (shown), one not yet shown cancelled, one shown cancelled.
+            queue.schedule("before", at(1), "p").await.unwrap();
+            queue.schedule("after", at(55), "p").await.unwrap();
+            assert!(queue.cancel("j7").await.unwrap());
+            assert!(queue.cancel("j0").await.unwrap());
+        }
+        match page.cursor() {
+            Some(cursor) => options.after(cursor),
+            None => break,
+        };
+    }
+    let expect = [
+        "j0", "j1", "j2", "j3", "j4", "j5", "after", "j6", "j8", "j9",
+    ];
+    assert_eq!(seen, expect, "each job once, in due order, none skipped");
+    queue.close().await.unwrap();
+}
+
+pub async fn list_pages_through_equal_due_times(h: impl Harness) {
+    // One due time for many jobs (a batch scheduled together): pages must still resume
+    // exactly after their last job.
+    let queue = open(&h, |_| {}).await;
+    let at = SystemTime::now() + Duration::from_secs(3600);
+    let ids: Vec<String> = (0..23).map(|i| format!("same-{i:02}")).collect();
+    queue
+        .schedule_many(ids.iter().map(|id| (id.clone(), at, "p")))
+        .await
+        .unwrap();
+    for limit in [1, 2, 5, 23, 1000] {
+        assert_eq!(
+            list_all(&queue, JobState::Pending, limit).await,
+            ids,
+            "limit {limit}"
+        );
+    }
+    // A page ending inside the group, then jobs of that group removed and added around
+    // the cursor.
+    let page = queue
+        .list(JobState::Pending, ListOptions::new().limit(10))
+        .await
+        .unwrap();
+    let cursor = page.cursor().unwrap().clone();
+    assert!(
+        queue.cancel("same-09").await.unwrap(),
+        "the cursor's own job"
+    );
+    assert!(queue.cancel("same-15").await.unwrap());
+    queue.schedule("same-09a", at, "p").await.unwrap();
+    queue.schedule("same-00a", at, "p").await.unwrap();
+    let rest = queue
+        .list(
+            JobState::Pending,
+            ListOptions::new().limit(1000).after(&cursor),
+        )
+        .await
+        .unwrap();
+    let got: Vec<&str> = rest.jobs().iter().map(|j| j.id()).collect();
+    let mut expect: Vec<&str> = ids[10..].iter().map(String::as_str).collect();
+    expect.retain(|id| *id != "same-15");
+    expect.insert(0, "same-09a");
+    assert_eq!(got, expect);
+    queue.close().await.unwrap();
+}
+
+pub async fn list_running_and_dead_jobs(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(1);
+    })
+    .await;
+    let now = SystemTime::now();
+    for (i, id) in ["r0", "r1", "r2", "d1", "d2", "d3"].into_iter().enumerate() {
+        let at = now - Duration::from_secs(100 - i as u64);
+        queue.schedule(id, at, id).await.unwrap();
+    }
+    queue
+        .schedule("later", Duration::from_secs(3600), "p")
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(next(&mut consumer).await);
+    }
+    held.sort_by(|a, b| a.id().cmp(b.id()));
+    // d1, d2, d3 die one after the other (their only attempt fails).
+    for d in held.drain(..3) {
+        assert!(d.fail(ms(0), format!("{} failed", d.id())).await.unwrap());
+    }
+    assert_eq!(
+        list_all(&queue, JobState::Running, 2).await,
+        ["r0", "r1", "r2"]
+    );
+    let dead = queue
+        .list(JobState::Dead, ListOptions::new().limit(2))
+        .await
+        .unwrap();
+    let first: Vec<(&str, Option<&str>)> = dead
+        .jobs()
+        .iter()
+        .map(|j| (j.id(), j.last_error()))
+        .collect();
+    assert_eq!(
+        first,
+        [("d3", Some("d3 failed")), ("d2", Some("d2 failed"))],
+        "most recently dead first"
+    );
+    assert_eq!(
+        list_all(&queue, JobState::Dead, 2).await,
+        ["d3", "d2", "d1"]
+    );
+    assert_eq!(list_all(&queue, JobState::Pending, 2).await, ["later"]);
+    for r in held {
+        assert!(r.ack().await.unwrap());
+    }
+    assert!(list_all(&queue, JobState::Running, 2).await.is_empty());
+    queue.close().await.unwrap();
+}
+
+pub async fn list_refuses_bad_limits_and_cursors(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    for id in ["a", "b"] {
+        queue
+            .schedule(id, Duration::from_secs(60), "p")
+            .await
+            .unwrap();
+    }
+    for limit in [0, ListOptions::MAX_LIMIT + 1] {
+        let err = queue
+            .list(JobState::Pending, ListOptions::new().limit(limit))
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "limit {limit}: {err}");
+    }
+    let full = queue
+        .list(
+            JobState::Pending,
+            ListOptions::new().limit(ListOptions::MAX_LIMIT),
+        )
+        .await
+        .unwrap();
+    assert_eq!(full.jobs().len(), 2);
+    let page = queue
+        .list(JobState::Pending, ListOptions::new().limit(1))
+        .await
+        .unwrap();
+    let cursor = page.cursor().unwrap();
+    for other in [JobState::Running, JobState::Dead] {
+        let err = queue
+            .list(other, ListOptions::new().after(cursor))
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+    }
+    // Its text form round-trips; garbage and a tampered cursor do not parse.
+    let text = cursor.to_string();
+    let parsed: Cursor = text.parse().unwrap();
+    let rest = queue
+        .list(JobState::Pending, ListOptions::new().after(&parsed))
+        .await
+        .unwrap();
+    assert_eq!(
+        rest.jobs().iter().map(|j| j.id()).collect::<Vec<_>>(),
+        ["b"]
+    );
+    let mut tampered = text.into_bytes();
+    let last = tampered.len() - 1;
+    tampered[last] = if tampered[last] == b'0' { b'1' } else { b'0' };
+    for garbage in [
+        "",
+        "zz",
+        "not a cursor",
+        std::str::from_utf8(&tampered).unwrap(),
+    ] {
+        let err = garbage.parse::<Cursor>().unwrap_err();
+        assert!(err.is_invalid_input(), "{garbage:?}: {err}");
+    }
     queue.close().await.unwrap();
 }

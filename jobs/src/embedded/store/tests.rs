@@ -21,6 +21,7 @@ struct RefJob {
     attempt: u32,
     holder: Option<(u64, u64)>,
     dead: bool,
+    died_at: u64,
     error: Option<String>,
     payload: Vec<u8>,
 }
@@ -181,6 +182,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                                 attempt: 0,
                                 holder: None,
                                 dead: false,
+                                died_at: 0,
                                 error: None,
                                 payload,
                             },
@@ -234,6 +236,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     }
                     if job.attempt >= MAX_ATTEMPTS {
                         job.dead = true;
+                        job.died_at = now;
                         job.holder = None;
                     } else {
                         job.attempt += 1;
@@ -278,6 +281,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     }
                     if job.attempt >= MAX_ATTEMPTS {
                         job.dead = true;
+                        job.died_at = now;
                         Retry::Died
                     } else {
                         job.run_at = now + after;
@@ -337,12 +341,14 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 continue;
             }
             Step::PurgeDead(limit) => {
-                let dead: Vec<String> = model
+                // Oldest deaths first.
+                let mut dead: Vec<(u64, String)> = model
                     .iter()
                     .filter(|(_, j)| j.dead)
-                    .map(|(id, _)| id.clone())
-                    .take(limit)
+                    .map(|(id, j)| (j.died_at, id.clone()))
                     .collect();
+                dead.sort();
+                let dead: Vec<String> = dead.into_iter().take(limit).map(|(_, id)| id).collect();
                 for id in &dead {
                     model.remove(id);
                 }
@@ -386,7 +392,78 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
             });
             prop_assert_eq!(reply, Reply::Info(expect));
         }
+        check_counts_and_lists(&mut store, &model, now)?;
         store.checkpoint_every = CHECKPOINT_EVERY;
+    }
+    Ok(())
+}
+
+fn state_of(j: &RefJob) -> JobState {
+    if j.dead {
+        JobState::Dead
+    } else if j.holder.is_some() {
+        JobState::Running
+    } else {
+        JobState::Pending
+    }
+}
+
+/// `counts` and every state's list, read two jobs a page, against the model.
+fn check_counts_and_lists(
+    store: &mut Store,
+    model: &BTreeMap<String, RefJob>,
+    now: u64,
+) -> Result<(), TestCaseError> {
+    let next_due = model
+        .values()
+        .filter(|j| state_of(j) == JobState::Pending)
+        .map(|j| j.run_at)
+        .min();
+    let expect = job::Counts::new(
+        model
+            .values()
+            .filter(|j| state_of(j) == JobState::Pending)
+            .count() as u64,
+        model
+            .values()
+            .filter(|j| state_of(j) == JobState::Running)
+            .count() as u64,
+        model.values().filter(|j| j.dead).count() as u64,
+        false,
+        next_due,
+    );
+    prop_assert_eq!(one(store, Op::Counts, now), Reply::Counts(expect));
+    for state in [JobState::Pending, JobState::Running, JobState::Dead] {
+        let mut expect: Vec<(u64, String)> = model
+            .iter()
+            .filter(|(_, j)| state_of(j) == state)
+            .map(|(id, j)| (if j.dead { j.died_at } else { j.run_at }, id.clone()))
+            .collect();
+        expect.sort();
+        if state == JobState::Dead {
+            expect.reverse();
+        }
+        let mut got = Vec::new();
+        let mut after = None;
+        loop {
+            let op = Op::List {
+                state,
+                after: after.clone(),
+                limit: 2,
+            };
+            let Reply::Listed(page) = one(store, op, now) else {
+                return Err(TestCaseError::fail("list reply"));
+            };
+            for (at, info) in &page {
+                prop_assert_eq!(info.state(), state);
+                got.push((*at, info.id().to_owned()));
+            }
+            match page.last() {
+                Some((at, info)) if page.len() == 2 => after = Some((*at, info.id().to_owned())),
+                _ => break,
+            }
+        }
+        prop_assert_eq!(got, expect, "{:?} list", state);
     }
     Ok(())
 }
@@ -418,7 +495,10 @@ fn an_empty_record_hides_no_later_record() {
     store.checkpoint_every = Duration::from_secs(3600);
     {
         let txn = store.db.begin_write().unwrap();
-        txn.open_table(DEAD).unwrap().insert("ghost", ()).unwrap();
+        txn.open_table(DIED)
+            .unwrap()
+            .insert((0, "ghost"), ())
+            .unwrap();
         txn.commit().unwrap();
     }
     let schedule = |id: &str| Op::Schedule {
@@ -446,4 +526,114 @@ fn an_empty_record_hides_no_later_record() {
             "{id} lost: {reply:?}"
         );
     }
+}
+
+/// A store written before format 3 (version 1 records, the `dead` set, no `running` index)
+/// opens as format 3: its dead jobs listed newest first (dead since their run_at), its
+/// running job found, its counts kept, and it goes on working.
+#[test]
+fn a_format_2_store_is_upgraded_on_open() {
+    use crate::embedded::record::encode_v1;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("old.redb");
+    let leased = Job {
+        run_at: 40,
+        attempt: 1,
+        status: Status::Leased {
+            token: 9,
+            until: 1_000,
+        },
+    };
+    let dead = |run_at| Job {
+        run_at,
+        attempt: MAX_ATTEMPTS,
+        status: Status::Dead { at: 0 },
+    };
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(META).unwrap();
+            for (key, value) in [("format", 2), ("pending", 2), ("leased", 1), ("dead", 2)] {
+                meta.insert(key, value).unwrap();
+            }
+            let mut jobs = txn.open_table(JOBS).unwrap();
+            let mut due = txn.open_table(DUE).unwrap();
+            let mut dead_set = txn.open_table(DEAD).unwrap();
+            for (id, job) in [
+                ("p1", Job::new(50)),
+                ("p2", Job::new(2_000)),
+                ("r", leased),
+                ("d1", dead(10)),
+                ("d2", dead(30)),
+            ] {
+                jobs.insert(id, encode_v1(&job, id.as_bytes()).as_slice())
+                    .unwrap();
+                match job.due() {
+                    Some(at) => due.insert((at, id), ()).unwrap(),
+                    None => dead_set.insert(id, ()).unwrap(),
+                };
+            }
+        }
+        txn.commit().unwrap();
+    }
+    let db = redb::Database::create(&path).unwrap();
+    let wal = Wal::open(&dir.path().join("old.redb.wal")).unwrap();
+    let mut store = Store::open(db, &config(), Some(wal)).expect("upgraded");
+    let now = 1_500;
+    assert_eq!(
+        one(&mut store, Op::Counts, now),
+        Reply::Counts(job::Counts::new(2, 1, 2, false, Some(50)))
+    );
+    let list = |store: &mut Store, state| match one(
+        store,
+        Op::List {
+            state,
+            after: None,
+            limit: 10,
+        },
+        now,
+    ) {
+        Reply::Listed(page) => page
+            .into_iter()
+            .map(|(at, info)| (at, info.id().to_owned()))
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    let ids = |v: &[(u64, &str)]| -> Vec<(u64, String)> {
+        v.iter().map(|(at, id)| (*at, id.to_string())).collect()
+    };
+    assert_eq!(
+        list(&mut store, JobState::Dead),
+        ids(&[(30, "d2"), (10, "d1")])
+    );
+    assert_eq!(list(&mut store, JobState::Running), ids(&[(40, "r")]));
+    assert_eq!(
+        list(&mut store, JobState::Pending),
+        ids(&[(50, "p1"), (2_000, "p2")])
+    );
+    {
+        let txn = redb::ReadableDatabase::begin_read(&store.db).unwrap();
+        let meta = txn.open_table(META).unwrap();
+        assert_eq!(meta.get("format").unwrap().unwrap().value(), FORMAT);
+        assert!(txn.open_table(DEAD).is_err(), "the old dead set is gone");
+    }
+    // It goes on: the running job's lease ended, so a claim redelivers it (with that as its
+    // error), and a purge takes the dead jobs from the new index.
+    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, now) else {
+        panic!("claim reply");
+    };
+    let ids: Vec<&str> = batch.jobs.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["p1", "r"]);
+    let Reply::Info(Some(info)) = one(&mut store, Op::Get { id: "r".into() }, now) else {
+        panic!("get reply");
+    };
+    assert_eq!(
+        (info.attempt(), info.last_error()),
+        (2, Some("lease expired"))
+    );
+    assert_eq!(
+        one(&mut store, Op::PurgeDead { limit: 10 }, now),
+        Reply::Count(2)
+    );
 }

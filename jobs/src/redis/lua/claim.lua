@@ -3,9 +3,12 @@
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
 -- KEYS[5] seq     string  lease token counter (INCRBY: a token is never handed out twice)
--- KEYS[6] dead    zset    dead ids, score 0
+-- KEYS[6] dead    zset    dead ids scored by the death time in microseconds (server TIME;
+--                         0 for jobs that died before this score was kept: the oldest)
 -- KEYS[7] errors  hash    id -> the job's last error (a failure's message, or "lease
 --                         expired", which a claim records for a job whose lease ended)
+-- KEYS[8] running zset    running ids scored by their run_at in microseconds (the due
+--                         score they had when claimed; it does not change while they run)
 -- ARGV[1] max jobs (at most 512), ARGV[2] lease in microseconds, ARGV[3] max attempts
 --
 -- Returns {now_us, next_due_us ("" if none), then per delivered job: id, payload, attempt,
@@ -17,7 +20,13 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
-local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local range = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+  tonumber(ARGV[1]))
+local ids, scores = {}, {}
+for i = 1, #range, 2 do
+  ids[#ids + 1] = range[i]
+  scores[#scores + 1] = range[i + 1]
+end
 local out = {now, ''}
 if #ids > 0 then
   local metas = redis.call('HMGET', KEYS[1], unpack(ids))
@@ -37,6 +46,8 @@ if #ids > 0 then
   local died = {}
   local died_scores = {}
   local expired = {}
+  local started = {}
+  local stopped = {}
   local from_pending, died_pending, died_leased = 0, 0, 0
   for i, id in ipairs(ids) do
     local state, attempt, run_ns = jobs[i][1], jobs[i][2], jobs[i][3]
@@ -48,16 +59,25 @@ if #ids > 0 then
     if attempt >= max_attempts then
       meta_writes[#meta_writes + 1] = 'd:' .. attempt .. ':0:' .. run_ns
       died[#died + 1] = id
-      died_scores[#died_scores + 1] = 0
+      died_scores[#died_scores + 1] = now
       died_scores[#died_scores + 1] = id
-      if state == 'p' then died_pending = died_pending + 1 else died_leased = died_leased + 1 end
+      if state == 'p' then
+        died_pending = died_pending + 1
+      else
+        died_leased = died_leased + 1
+        stopped[#stopped + 1] = id
+      end
     else
       attempt = attempt + 1
       token = token + 1
       meta_writes[#meta_writes + 1] = 'l:' .. attempt .. ':' .. token .. ':' .. run_ns
       leases[#leases + 1] = now + lease
       leases[#leases + 1] = id
-      if state == 'p' then from_pending = from_pending + 1 end
+      if state == 'p' then
+        from_pending = from_pending + 1
+        started[#started + 1] = scores[i]
+        started[#started + 1] = id
+      end
       out[#out + 1] = id
       out[#out + 1] = payloads[i]
       out[#out + 1] = attempt
@@ -68,6 +88,8 @@ if #ids > 0 then
   redis.call('HSET', KEYS[1], unpack(meta_writes))
   if #expired > 0 then redis.call('HSET', KEYS[7], unpack(expired)) end
   if #leases > 0 then redis.call('ZADD', KEYS[3], unpack(leases)) end
+  if #started > 0 then redis.call('ZADD', KEYS[8], unpack(started)) end
+  if #stopped > 0 then redis.call('ZREM', KEYS[8], unpack(stopped)) end
   if #died > 0 then
     redis.call('ZREM', KEYS[3], unpack(died))
     redis.call('ZADD', KEYS[6], unpack(died_scores))
