@@ -125,4 +125,16 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         after: Option<(u64, String)>,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>>;
+
+    /// Makes a dead job pending again at `when`, its attempts counted from 0 and its last
+    /// error kept; `Some(run_at)` if it was dead.
+    fn revive(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>>;
+
+    /// [`revive`](Self::revive) for up to `limit` dead jobs, oldest deaths first: how many,
+    /// and the earliest run_at they were given (`None` if none).
+    fn revive_dead(
+        &self,
+        limit: usize,
+        when: When,
+    ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>>;
 }

@@ -533,6 +533,16 @@ mod tests {
         ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
             down()
         }
+        fn revive(&self, _: String, _: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+            down()
+        }
+        fn revive_dead(
+            &self,
+            _: usize,
+            _: When,
+        ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>> {
+            down()
+        }
     }
 
     /// Regression: `close` used to wait out `run`'s backoff after failed claims (up to 5 s).

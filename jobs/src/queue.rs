@@ -308,6 +308,80 @@ impl JobQueue {
         Ok(Page::new(state, limit, jobs))
     }
 
+    /// Sends a dead job back: pending again at `when`, its attempts counted from 0 (so it
+    /// gets [`max_attempts`](crate::Builder::max_attempts) more deliveries), its
+    /// [`last_error`](JobInfo::last_error) kept until a new failure replaces it. `true` if the
+    /// job was dead; a pending, running or unknown job gives `false` and nothing changes.
+    /// Wakes idle consumers like a schedule.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wheel_jobs::JobState;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-revive-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::builder().max_attempts(1).open(dir.join("jobs.redb")).await?;
+    /// queue.schedule("email:welcome-7", Duration::ZERO, "").await?;
+    /// let delivery = queue.consume().next().await.expect("open queue")?;
+    /// delivery.fail(Duration::ZERO, "smtp down").await?; // its only attempt: dead
+    /// assert_eq!(queue.get("email:welcome-7").await?.unwrap().state(), JobState::Dead);
+    ///
+    /// assert!(queue.revive("email:welcome-7", Duration::ZERO).await?);
+    /// let job = queue.get("email:welcome-7").await?.unwrap();
+    /// assert_eq!((job.state(), job.attempt(), job.last_error()), (JobState::Pending, 0, Some("smtp down")));
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_id`], [`Error::is_storage`], [`Error::is_unavailable`],
+    /// [`Error::is_closed`].
+    pub async fn revive(&self, id: &str, when: impl Into<When>) -> Result<bool, Error> {
+        check_id(id)?;
+        match self
+            .inner
+            .backend
+            .revive(id.to_owned(), when.into())
+            .await?
+        {
+            Some(run_at) => {
+                self.inner.wakeup.due_at(run_at);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// [`revive`](Self::revive) every dead job, oldest deaths first, a bounded batch per
+    /// commit (per script call on Redis); returns how many. Jobs that die while it runs may
+    /// be revived too.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`]. Batches
+    /// committed before the error stay revived.
+    pub async fn revive_all_dead(&self, when: impl Into<When>) -> Result<u64, Error> {
+        const BATCH: usize = 10_000;
+        let when = when.into();
+        let mut total = 0;
+        loop {
+            let (revived, run_at) = self.inner.backend.revive_dead(BATCH, when).await?;
+            if let Some(run_at) = run_at {
+                self.inner.wakeup.due_at(run_at);
+            }
+            total += revived;
+            if revived < BATCH as u64 {
+                return Ok(total);
+            }
+        }
+    }
+
     /// Deletes a dead job: `true` if `id` was dead. Dead jobs stay until this call or
     /// [`purge_dead`](Self::purge_dead), for inspection with [`get`](Self::get).
     ///

@@ -444,4 +444,21 @@ impl Backend for Embedded {
             expect_reply!(self.call(op).await?, Reply::Listed(jobs) => jobs)
         })
     }
+
+    fn revive(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::Revive { id, when }).await?, Reply::Moved(m) => m)
+        })
+    }
+
+    fn revive_dead(
+        &self,
+        limit: usize,
+        when: When,
+    ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>> {
+        Box::pin(async move {
+            let op = Op::ReviveDead { limit, when };
+            expect_reply!(self.call(op).await?, Reply::Revived(n, at) => (n, (n > 0).then_some(at)))
+        })
+    }
 }

@@ -120,6 +120,16 @@ pub(crate) enum Op {
     },
     /// The per-state counts and the next pending job's due time.
     Counts,
+    /// Makes a dead job pending again.
+    Revive {
+        id: String,
+        when: When,
+    },
+    /// Makes up to `limit` dead jobs pending again, oldest deaths first.
+    ReviveDead {
+        limit: usize,
+        when: When,
+    },
     /// Up to `limit` jobs in `state`, in its list's order, after the position `after`.
     List {
         state: JobState,
@@ -160,6 +170,8 @@ pub(crate) enum Reply {
     Retried(Retry, u64),
     Count(u64),
     Counts(job::Counts),
+    /// How many jobs a `ReviveDead` revived, and their run_at.
+    Revived(u64, u64),
     Listed(Vec<(u64, JobInfo)>),
 }
 
@@ -761,6 +773,43 @@ impl Store {
                     }
                 }
                 (Reply::Count(keys.len() as u64), !keys.is_empty())
+            }
+            Op::Revive { id, when } => match t.load(&id)? {
+                Some(stored) => {
+                    let mut job = stored.job;
+                    if job.revive(when.resolve(now)) {
+                        t.set(counts, &id, Some(stored.job), Some(stored.with(job)))?;
+                        (Reply::Moved(Some(job.run_at)), true)
+                    } else {
+                        (Reply::Moved(None), false)
+                    }
+                }
+                None => (Reply::Moved(None), false),
+            },
+            Op::ReviveDead { limit, when } => {
+                let run_at = when.resolve(now);
+                let ids = {
+                    let mut ids = Vec::new();
+                    for entry in t.died.iter().map_err(storage)?.take(limit) {
+                        let (key, _) = entry.map_err(storage)?;
+                        ids.push(key.value().1.to_owned());
+                    }
+                    ids
+                };
+                let mut revived = 0;
+                for id in &ids {
+                    let Some(stored) = t.load(id)? else {
+                        return Err(Error::storage(format!(
+                            "the dead index names a missing job {id:?}"
+                        )));
+                    };
+                    let mut job = stored.job;
+                    if job.revive(run_at) {
+                        t.set(counts, id, Some(stored.job), Some(stored.with(job)))?;
+                        revived += 1;
+                    }
+                }
+                (Reply::Revived(revived, run_at), revived > 0)
             }
             Op::Counts => {
                 let next_due = next_pending(t)?;

@@ -311,4 +311,51 @@ impl Backend for Redis {
             Ok(jobs)
         })
     }
+
+    fn revive(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            let keys = &self.part(&id).keys;
+            let revived = self.scripts.revive(&mut conn, keys, &id, when).await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            revived
+        })
+    }
+
+    fn revive_dead(
+        &self,
+        limit: usize,
+        when: When,
+    ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>> {
+        Box::pin(async move {
+            // Each partition in script calls of at most MAX_BATCH jobs (a script blocks the
+            // server while it runs), until it has no more dead jobs or `limit` were revived.
+            let mut total = 0;
+            let mut earliest: Option<u64> = None;
+            for part in &self.parts {
+                loop {
+                    let want = (limit - total as usize).min(MAX_BATCH);
+                    if want == 0 {
+                        break;
+                    }
+                    let mut conn = self.conn()?;
+                    let revived = self
+                        .scripts
+                        .revive_dead(&mut conn, &part.keys, want, when)
+                        .await;
+                    self.changed();
+                    let (n, run_at) = revived?;
+                    if n > 0 {
+                        total += n;
+                        earliest = Some(earliest.map_or(run_at, |e| e.min(run_at)));
+                    }
+                    if n < want as u64 {
+                        break;
+                    }
+                }
+            }
+            Ok((total, earliest))
+        })
+    }
 }

@@ -64,6 +64,7 @@ pub(super) struct Scripts {
     remove_dead: Script,
     counts: Script,
     list: Script,
+    revive: Script,
 }
 
 impl Scripts {
@@ -80,6 +81,7 @@ impl Scripts {
             remove_dead: Script::new(include_str!("lua/remove_dead.lua")),
             counts: Script::new(include_str!("lua/counts.lua")),
             list: Script::new(include_str!("lua/list.lua")),
+            revive: Script::new(include_str!("lua/revive.lua")),
         }
     }
 
@@ -409,6 +411,61 @@ impl Scripts {
             jobs.push((at, info));
         }
         Ok(jobs)
+    }
+}
+
+impl Scripts {
+    /// `revive.lua` by id: makes a dead job pending at `when`; its run_at if it was dead.
+    pub(super) async fn revive(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+        when: When,
+    ) -> Result<Option<u64>, Error> {
+        let (n, run_at) = self.revive_call(conn, k, "id", id, when).await?;
+        Ok((n == 1).then_some(run_at))
+    }
+
+    /// `revive.lua` by limit: up to `limit` (at most 512) dead jobs pending at `when`,
+    /// oldest deaths first; how many, and their run_at.
+    pub(super) async fn revive_dead(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        limit: usize,
+        when: When,
+    ) -> Result<(u64, u64), Error> {
+        self.revive_call(conn, k, "limit", &limit.to_string(), when)
+            .await
+    }
+
+    async fn revive_call(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        mode: &str,
+        arg: &str,
+        when: When,
+    ) -> Result<(u64, u64), Error> {
+        let (when_mode, value, score) = when_args(when);
+        let mut call = self.revive.prepare_invoke();
+        call.key(&k.meta).key(&k.due).key(&k.counts).key(&k.dead);
+        call.arg(mode)
+            .arg(arg)
+            .arg(when_mode)
+            .arg(value)
+            .arg(score)
+            .arg(&k.wake)
+            .arg(k.publish);
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        let items = array(reply)?;
+        let [n, run_at] = items.as_slice() else {
+            return Err(Error::storage("short revive reply"));
+        };
+        let n = int(n)?;
+        let run_at = if n == 0 { 0 } else { int(run_at)? };
+        Ok((n, run_at))
     }
 }
 

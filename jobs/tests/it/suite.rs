@@ -67,6 +67,8 @@ macro_rules! run_behaviour_suite {
             list_pages_through_equal_due_times,
             list_running_and_dead_jobs,
             list_refuses_bad_limits_and_cursors,
+            revive_sends_a_dead_job_back,
+            revive_all_dead_sends_every_dead_job_back,
         );
     };
 }
@@ -1380,6 +1382,92 @@ pub async fn list_refuses_bad_limits_and_cursors(h: impl Harness) {
     ] {
         let err = garbage.parse::<Cursor>().unwrap_err();
         assert!(err.is_invalid_input(), "{garbage:?}: {err}");
+    }
+    queue.close().await.unwrap();
+}
+
+/// Kills each of `ids` (scheduled due now) by failing its only attempt.
+async fn kill(queue: &JobQueue, ids: &[&str]) {
+    for id in ids {
+        queue.schedule(id, Duration::ZERO, *id).await.unwrap();
+    }
+    let mut consumer = queue.consume();
+    for _ in ids {
+        let d = next(&mut consumer).await;
+        assert!(d.fail(ms(0), format!("{} broke", d.id())).await.unwrap());
+    }
+    for id in ids {
+        assert_eq!(
+            queue.get(id).await.unwrap().unwrap().state(),
+            JobState::Dead
+        );
+    }
+}
+
+pub async fn revive_sends_a_dead_job_back(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(1);
+    })
+    .await;
+    kill(&queue, &["dead"]).await;
+    queue
+        .schedule("pending", Duration::from_secs(3600), "p")
+        .await
+        .unwrap();
+    assert!(!queue.revive("pending", Duration::ZERO).await.unwrap());
+    assert!(!queue.revive("unknown", Duration::ZERO).await.unwrap());
+    assert!(queue
+        .revive("", Duration::ZERO)
+        .await
+        .unwrap_err()
+        .is_invalid_id());
+    assert!(queue.revive("dead", Duration::ZERO).await.unwrap());
+    let info = queue.get("dead").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state(), info.attempt(), info.last_error()),
+        (JobState::Pending, 0, Some("dead broke")),
+        "attempts from zero, the error kept"
+    );
+    let mut consumer = queue.consume();
+    let again = next(&mut consumer).await;
+    assert_eq!(
+        (again.id(), again.attempt()),
+        ("dead", 1),
+        "delivered again"
+    );
+    let running = queue.get("dead").await.unwrap().unwrap();
+    assert_eq!(
+        (running.state(), running.last_error()),
+        (JobState::Running, Some("dead broke"))
+    );
+    assert!(
+        !queue.revive("dead", Duration::ZERO).await.unwrap(),
+        "a running job is not revived"
+    );
+    assert!(again.ack().await.unwrap());
+    let c = queue.counts().await.unwrap();
+    assert_eq!((c.pending, c.running, c.dead), (1, 0, 0));
+    queue.close().await.unwrap();
+}
+
+pub async fn revive_all_dead_sends_every_dead_job_back(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(1);
+    })
+    .await;
+    let ids = ["d0", "d1", "d2", "d3", "d4"];
+    kill(&queue, &ids).await;
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    assert_eq!(queue.revive_all_dead(later).await.unwrap(), 5);
+    assert_eq!(queue.revive_all_dead(later).await.unwrap(), 0);
+    let c = queue.counts().await.unwrap();
+    assert_eq!((c.pending, c.dead, c.next_due), (5, 0, Some(later)));
+    let mut pending = list_all(&queue, JobState::Pending, 10).await;
+    pending.sort();
+    assert_eq!(pending, ids);
+    for id in ids {
+        let info = queue.get(id).await.unwrap().unwrap();
+        assert_eq!((info.attempt(), info.run_at()), (0, later));
     }
     queue.close().await.unwrap();
 }

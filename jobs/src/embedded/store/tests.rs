@@ -51,6 +51,8 @@ enum Step {
     Extend(u8, bool, u64),
     RemoveDead(u8),
     PurgeDead(usize),
+    Revive(u8, u64),
+    ReviveDead(usize, u64),
     Crash,
     /// The next step's change is a checkpoint rather than a log record.
     Checkpoint,
@@ -72,6 +74,8 @@ fn step() -> impl Strategy<Value = Step> {
         (id.clone(), any::<bool>(), 0..30u64).prop_map(|(i, c, b)| Step::Extend(i, c, b)),
         id.clone().prop_map(Step::RemoveDead),
         (1..3usize).prop_map(Step::PurgeDead),
+        (id.clone(), 0..60u64).prop_map(|(i, at)| Step::Revive(i, at)),
+        (1..3usize, 0..60u64).prop_map(|(n, at)| Step::ReviveDead(n, at)),
         Just(Step::Crash),
         Just(Step::Checkpoint),
     ]
@@ -329,6 +333,38 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 prop_assert_eq!(
                     one(&mut store, Op::RemoveDead { id }, now),
                     Reply::Bool(dead)
+                );
+            }
+            Step::Revive(i, t) => {
+                let id = name(i);
+                let expect = match model.get_mut(&id) {
+                    Some(job) if job.dead => {
+                        (job.dead, job.attempt, job.run_at) = (false, 0, t);
+                        Some(t)
+                    }
+                    _ => None,
+                };
+                prop_assert_eq!(
+                    one(&mut store, Op::Revive { id, when: at(t) }, now),
+                    Reply::Moved(expect)
+                );
+            }
+            Step::ReviveDead(limit, t) => {
+                // Oldest deaths first.
+                let mut dead: Vec<(u64, String)> = model
+                    .iter()
+                    .filter(|(_, j)| j.dead)
+                    .map(|(id, j)| (j.died_at, id.clone()))
+                    .collect();
+                dead.sort();
+                dead.truncate(limit);
+                for (_, id) in &dead {
+                    let job = model.get_mut(id).unwrap();
+                    (job.dead, job.attempt, job.run_at) = (false, 0, t);
+                }
+                prop_assert_eq!(
+                    one(&mut store, Op::ReviveDead { limit, when: at(t) }, now),
+                    Reply::Revived(dead.len() as u64, t)
                 );
             }
             Step::Crash if on_file => {
