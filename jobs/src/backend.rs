@@ -137,4 +137,9 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         limit: usize,
         when: When,
     ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>>;
+
+    /// Stops every claim of the queue, in any process, until the same call with `false`;
+    /// durable once it returns. A claim while paused leases nothing and reports nothing due.
+    /// Unpausing tells other processes' idle consumers (the local ones the front wakes).
+    fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), Error>>;
 }

@@ -543,6 +543,9 @@ mod tests {
         ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>> {
             down()
         }
+        fn set_paused(&self, _: bool) -> BoxFuture<'_, Result<(), Error>> {
+            down()
+        }
     }
 
     /// Regression: `close` used to wait out `run`'s backoff after failed claims (up to 5 s).

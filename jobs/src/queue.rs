@@ -382,6 +382,59 @@ impl JobQueue {
         }
     }
 
+    /// Stops every consumer of the queue from claiming jobs, in this process and (on Redis)
+    /// every other, until [`resume`](Self::resume); durable, so a reopened queue stays
+    /// paused. Schedules, cancels, reschedules, revives and the acks, retries and extends of
+    /// deliveries already handed out go on. Idempotent.
+    ///
+    /// Once it returns no claim leases anything. Jobs a [`Consumer`] claimed before (its
+    /// prefetch buffer) are still handed out; [`run`](Self::run) claims only as many jobs as
+    /// it has free handlers, so at most the claim it had in flight completes. Paused
+    /// consumers sleep without reading the store, but for their safety wakeup
+    /// ([`Builder::safety_wakeup`](crate::Builder::safety_wakeup)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-pause-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// queue.pause().await?;
+    /// queue.schedule("report", Duration::ZERO, "").await?; // stored, not delivered
+    /// assert!(queue.counts().await?.paused);
+    /// queue.resume().await?; // idle consumers look again at once
+    /// let delivery = queue.consume().next().await.expect("open queue")?;
+    /// assert_eq!(delivery.id(), "report");
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`]. On a
+    /// partitioned Redis queue a failure may leave some partitions paused: call it again.
+    pub async fn pause(&self) -> Result<(), Error> {
+        self.inner.backend.set_paused(true).await
+    }
+
+    /// Lets consumers claim again after [`pause`](Self::pause), and wakes the idle ones at
+    /// once: in this process directly, in others (on Redis) by a wake message. Idempotent.
+    ///
+    /// # Errors
+    ///
+    /// As [`pause`](Self::pause).
+    pub async fn resume(&self) -> Result<(), Error> {
+        self.inner.backend.set_paused(false).await?;
+        // Every sleeping consumer waits for a time after 0: all of them look again.
+        self.inner.wakeup.due_at(0);
+        Ok(())
+    }
+
     /// Deletes a dead job: `true` if `id` was dead. Dead jobs stay until this call or
     /// [`purge_dead`](Self::purge_dead), for inspection with [`get`](Self::get).
     ///

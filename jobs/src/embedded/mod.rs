@@ -461,4 +461,10 @@ impl Backend for Embedded {
             expect_reply!(self.call(op).await?, Reply::Revived(n, at) => (n, (n > 0).then_some(at)))
         })
     }
+
+    fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::Pause { paused }).await?, Reply::Bool(_) => ())
+        })
+    }
 }

@@ -130,6 +130,10 @@ pub(crate) enum Op {
         limit: usize,
         when: When,
     },
+    /// Stops (or lets again) every claim; durable: the batch is a checkpoint.
+    Pause {
+        paused: bool,
+    },
     /// Up to `limit` jobs in `state`, in its list's order, after the position `after`.
     List {
         state: JobState,
@@ -185,6 +189,8 @@ pub(crate) struct Store {
     checkpoint_every: Duration,
     broken: bool,
     counts: Counts,
+    /// Whether claims are stopped (`meta.paused`), as of the last commit.
+    paused: bool,
     lease: Duration,
     max_attempts: u32,
     quick_repair: bool,
@@ -207,8 +213,11 @@ struct Tables<'t> {
     died: Table<'t, (u64, &'static str), ()>,
     /// The body of this batch's log record: every job's final value; `None` once it would
     /// pass `LOG_AT_MOST` (the batch is then a checkpoint, and a bulk load does not build a
-    /// record it would throw away).
+    /// record it would throw away), or for a batch that pauses or resumes (the log holds
+    /// jobs only, so the flag is made durable by a checkpoint).
     log: Option<Vec<u8>>,
+    /// Whether claims are stopped, as this batch leaves it.
+    paused: bool,
 }
 
 impl<'t> Tables<'t> {
@@ -219,6 +228,7 @@ impl<'t> Tables<'t> {
             running: txn.open_table(RUNNING).map_err(storage)?,
             died: txn.open_table(DIED).map_err(storage)?,
             log: Some(Vec::new()),
+            paused: false,
         })
     }
 }
@@ -474,7 +484,7 @@ impl Store {
     ) -> Result<Store, Error> {
         let mut txn = db.begin_write().map_err(storage)?;
         txn.set_quick_repair(config.quick_repair);
-        let (counts, epoch) = {
+        let (counts, epoch, paused) = {
             let mut meta = txn.open_table(META).map_err(storage)?;
             let mut t = Tables::open(&txn)?;
             let format = meta.get("format").map_err(storage)?.map(|v| v.value());
@@ -499,6 +509,7 @@ impl Store {
                 upgrade(&txn, &mut t, counts.leased)?;
             }
             let epoch = get("epoch")?;
+            let paused = get("paused")? == 1;
             let owner = match get("owner")? {
                 0 => model::mix(now() ^ u64::from(std::process::id()).rotate_left(32)) | 1,
                 owner => owner,
@@ -521,7 +532,7 @@ impl Store {
             meta.insert("pending", counts.pending).map_err(storage)?;
             meta.insert("leased", counts.leased).map_err(storage)?;
             meta.insert("dead", counts.dead).map_err(storage)?;
-            (counts, epoch)
+            (counts, epoch, paused)
         };
         txn.commit().map_err(storage)?;
         if let Some(wal) = wal.as_mut() {
@@ -536,6 +547,7 @@ impl Store {
             checkpoint_every: CHECKPOINT_EVERY,
             broken: false,
             counts,
+            paused,
             lease: config.lease,
             max_attempts: config.max_attempts,
             quick_repair: config.quick_repair,
@@ -591,8 +603,9 @@ impl Store {
         let mut dirty = false;
         let mut durable = false;
         let mut replies = Vec::with_capacity(ops.len());
-        let log = {
+        let (log, paused) = {
             let mut t = Tables::open(&txn)?;
+            t.paused = self.paused;
             for op in ops {
                 let needs_fsync = op.needs_fsync();
                 let (reply, changed) = self.op(&mut t, &mut counts, now, op)?;
@@ -605,8 +618,10 @@ impl Store {
                 meta.insert("pending", counts.pending).map_err(storage)?;
                 meta.insert("leased", counts.leased).map_err(storage)?;
                 meta.insert("dead", counts.dead).map_err(storage)?;
+                meta.insert("paused", u64::from(t.paused))
+                    .map_err(storage)?;
             }
-            t.log
+            (t.log, t.paused)
         };
         if !dirty {
             txn.abort().map_err(storage)?;
@@ -653,6 +668,7 @@ impl Store {
             }
         }
         self.counts = counts;
+        self.paused = paused;
         Ok(replies)
     }
 
@@ -811,13 +827,19 @@ impl Store {
                 }
                 (Reply::Revived(revived, run_at), revived > 0)
             }
+            Op::Pause { paused } => {
+                let changed = t.paused != paused;
+                if changed {
+                    t.paused = paused;
+                    t.log = None;
+                }
+                (Reply::Bool(changed), changed)
+            }
             Op::Counts => {
                 let next_due = next_pending(t)?;
                 let (p, r, d) = (counts.pending, counts.leased, counts.dead);
-                (
-                    Reply::Counts(job::Counts::new(p, r, d, false, next_due)),
-                    false,
-                )
+                let c = job::Counts::new(p, r, d, t.paused, next_due);
+                (Reply::Counts(c), false)
             }
             Op::List {
                 state,
@@ -838,6 +860,15 @@ impl Store {
         now: u64,
         max: usize,
     ) -> Result<(ClaimBatch, bool), Error> {
+        if t.paused {
+            // Nothing is due until a resume, which wakes the consumers itself.
+            let batch = ClaimBatch {
+                jobs: Vec::new(),
+                next_due: None,
+                now,
+            };
+            return Ok((batch, false));
+        }
         let due: Vec<(u64, String)> = {
             let mut due = Vec::new();
             let range = t

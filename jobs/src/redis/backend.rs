@@ -358,4 +358,17 @@ impl Backend for Redis {
             Ok((total, earliest))
         })
     }
+
+    fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            // Every partition: its claims read only their own slot's flag.
+            for part in &self.parts {
+                let mut conn = self.conn()?;
+                let set = self.scripts.pause(&mut conn, &part.keys, paused).await;
+                self.changed();
+                set?;
+            }
+            Ok(())
+        })
+    }
 }

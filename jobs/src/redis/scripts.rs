@@ -65,6 +65,7 @@ pub(super) struct Scripts {
     counts: Script,
     list: Script,
     revive: Script,
+    pause: Script,
 }
 
 impl Scripts {
@@ -82,6 +83,7 @@ impl Scripts {
             counts: Script::new(include_str!("lua/counts.lua")),
             list: Script::new(include_str!("lua/list.lua")),
             revive: Script::new(include_str!("lua/revive.lua")),
+            pause: Script::new(include_str!("lua/pause.lua")),
         }
     }
 
@@ -466,6 +468,19 @@ impl Scripts {
         let n = int(n)?;
         let run_at = if n == 0 { 0 } else { int(run_at)? };
         Ok((n, run_at))
+    }
+}
+
+impl Scripts {
+    /// `pause.lua`: stops (or lets again) one partition's claims; a resume publishes a wake.
+    pub(super) async fn pause(&self, conn: &mut Conn, k: &Keys, paused: bool) -> Result<(), Error> {
+        let mut call = self.pause.prepare_invoke();
+        call.key(&k.counts)
+            .arg(if paused { "1" } else { "0" })
+            .arg(&k.wake)
+            .arg(k.publish);
+        let _changed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(())
     }
 }
 

@@ -69,6 +69,7 @@ macro_rules! run_behaviour_suite {
             list_refuses_bad_limits_and_cursors,
             revive_sends_a_dead_job_back,
             revive_all_dead_sends_every_dead_job_back,
+            pause_stops_claims_across_a_reopen_and_resume_wakes_consumers,
         );
     };
 }
@@ -1469,5 +1470,75 @@ pub async fn revive_all_dead_sends_every_dead_job_back(h: impl Harness) {
         let info = queue.get(id).await.unwrap().unwrap();
         assert_eq!((info.attempt(), info.run_at()), (0, later));
     }
+    queue.close().await.unwrap();
+}
+
+/// A wheel of one-hour ticks: a consumer sleeping on it wakes during a test only if told to.
+pub fn hour_ticks() -> wheel_timer::Timer {
+    wheel_timer::Timer::builder()
+        .tick(Duration::from_secs(3600))
+        .build()
+        .unwrap()
+}
+
+/// Spawns a consumer of `queue` waiting for one delivery, and returns once it has claimed
+/// and found nothing (it sleeps on `timer`); the task yields the delivered id.
+pub async fn idle_consumer(
+    queue: &JobQueue,
+    timer: &wheel_timer::Timer,
+) -> tokio::task::JoinHandle<String> {
+    let mut consumer = queue.consume();
+    let waiting = tokio::spawn(async move { next(&mut consumer).await.id().to_owned() });
+    while timer.pending() == 0 {
+        tokio::task::yield_now().await;
+    }
+    waiting
+}
+
+pub async fn pause_stops_claims_across_a_reopen_and_resume_wakes_consumers(h: impl Harness) {
+    let timer = hour_ticks();
+    let configure = |b: &mut wheel_jobs::Builder| {
+        b.timer(timer.clone());
+    };
+    let queue = open(&h, configure).await;
+    queue.schedule("held", Duration::ZERO, "p").await.unwrap();
+    queue
+        .schedule("cancelled", Duration::from_secs(60), "p")
+        .await
+        .unwrap();
+    let held = next(&mut queue.consume()).await;
+    queue.pause().await.unwrap();
+    queue.pause().await.unwrap(); // idempotent
+    assert!(queue.counts().await.unwrap().paused);
+    // Everything but claims goes on.
+    assert_eq!(
+        queue.schedule("waits", Duration::ZERO, "p").await.unwrap(),
+        Scheduled::Created
+    );
+    assert!(queue.cancel("cancelled").await.unwrap());
+    assert!(held.extend(Duration::from_secs(60)).await.unwrap());
+    assert!(held.ack().await.unwrap());
+    // A consumer claims, finds nothing to lease, and sleeps.
+    let waiting = idle_consumer(&queue, &timer).await;
+    let info = queue.get("waits").await.unwrap().unwrap();
+    assert_eq!((info.state(), info.attempt()), (JobState::Pending, 0));
+    waiting.abort();
+    queue.close().await.unwrap();
+
+    let queue = open(&h, configure).await;
+    let c = queue.counts().await.unwrap();
+    assert!(c.paused, "durable across a reopen");
+    assert_eq!((c.pending, c.running), (1, 0));
+    assert!(
+        c.next_due.unwrap() <= SystemTime::now(),
+        "due, waiting for the resume"
+    );
+    let waiting = idle_consumer(&queue, &timer).await;
+    queue.resume().await.unwrap();
+    // Its sleep lasts an hour: only the resume's wakeup brings the job now; the bound only
+    // turns a missing wakeup into a failure.
+    let woken = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+    assert_eq!(woken.expect("resume wakes the consumer").unwrap(), "waits");
+    assert!(!queue.counts().await.unwrap().paused);
     queue.close().await.unwrap();
 }

@@ -53,6 +53,7 @@ enum Step {
     PurgeDead(usize),
     Revive(u8, u64),
     ReviveDead(usize, u64),
+    Pause(bool),
     Crash,
     /// The next step's change is a checkpoint rather than a log record.
     Checkpoint,
@@ -76,6 +77,7 @@ fn step() -> impl Strategy<Value = Step> {
         (1..3usize).prop_map(Step::PurgeDead),
         (id.clone(), 0..60u64).prop_map(|(i, at)| Step::Revive(i, at)),
         (1..3usize, 0..60u64).prop_map(|(n, at)| Step::ReviveDead(n, at)),
+        any::<bool>().prop_map(Step::Pause),
         Just(Step::Crash),
         Just(Step::Checkpoint),
     ]
@@ -142,6 +144,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
     let mut model: BTreeMap<String, RefJob> = BTreeMap::new();
     let mut tokens: BTreeMap<String, u64> = BTreeMap::new();
     let mut now = 100u64;
+    let mut paused = false;
     for step in steps {
         let token_for = |id: &str, current: bool| {
             let token = tokens.get(id).copied().unwrap_or(0);
@@ -227,6 +230,17 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 let Reply::Claimed(batch) = one(&mut store, Op::Claim { max }, now) else {
                     return Err(TestCaseError::fail("claim reply"));
                 };
+                if paused {
+                    prop_assert_eq!(
+                        batch,
+                        ClaimBatch {
+                            jobs: Vec::new(),
+                            next_due: None,
+                            now
+                        }
+                    );
+                    continue;
+                }
                 let mut due: Vec<(u64, String)> = model
                     .iter()
                     .filter_map(|(id, j)| j.due().filter(|d| *d <= now).map(|d| (d, id.clone())))
@@ -367,6 +381,14 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     Reply::Revived(dead.len() as u64, t)
                 );
             }
+            Step::Pause(p) => {
+                let changed = paused != p;
+                paused = p;
+                prop_assert_eq!(
+                    one(&mut store, Op::Pause { paused: p }, now),
+                    Reply::Bool(changed)
+                );
+            }
             Step::Crash if on_file => {
                 store = crash(store, dir.path(), crashes);
                 crashes += 1;
@@ -428,7 +450,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
             });
             prop_assert_eq!(reply, Reply::Info(expect));
         }
-        check_counts_and_lists(&mut store, &model, now)?;
+        check_counts_and_lists(&mut store, &model, paused, now)?;
         store.checkpoint_every = CHECKPOINT_EVERY;
     }
     Ok(())
@@ -448,6 +470,7 @@ fn state_of(j: &RefJob) -> JobState {
 fn check_counts_and_lists(
     store: &mut Store,
     model: &BTreeMap<String, RefJob>,
+    paused: bool,
     now: u64,
 ) -> Result<(), TestCaseError> {
     let next_due = model
@@ -465,7 +488,7 @@ fn check_counts_and_lists(
             .filter(|j| state_of(j) == JobState::Running)
             .count() as u64,
         model.values().filter(|j| j.dead).count() as u64,
-        false,
+        paused,
         next_due,
     );
     prop_assert_eq!(one(store, Op::Counts, now), Reply::Counts(expect));

@@ -1,7 +1,8 @@
 -- claim.lua: lease up to ARGV[1] due jobs (redelivering expired leases, killing jobs out of
 -- attempts) and report the server's time and the next due time.
 --
--- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
+-- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua; its field
+-- `paused`, set by pause.lua, stops every claim: nothing leased, nothing reported due)
 -- KEYS[5] seq     string  lease token counter (INCRBY: a token is never handed out twice)
 -- KEYS[6] dead    zset    dead ids scored by the death time in microseconds (server TIME;
 --                         0 for jobs that died before this score was kept: the oldest)
@@ -20,6 +21,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
+if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, ''} end
 local range = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
   tonumber(ARGV[1]))
 local ids, scores = {}, {}
