@@ -103,6 +103,8 @@ mod queue;
 #[cfg(feature = "redis")]
 mod redis;
 mod shared;
+#[cfg(feature = "serde")]
+mod typed;
 mod wakeup;
 mod worker;
 
@@ -114,3 +116,5 @@ pub use job::{
 };
 pub use list::{Cursor, ListOptions, Page};
 pub use queue::JobQueue;
+#[cfg(feature = "serde")]
+pub use typed::{TypedDelivery, TypedQueue};
