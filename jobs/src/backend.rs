@@ -45,6 +45,8 @@ pub(crate) struct ClaimBatch {
     pub(crate) next_due: Option<u64>,
     /// The backend's clock at the claim, nanoseconds since the Unix epoch.
     pub(crate) now: u64,
+    /// Jobs the claim killed (their last lease had ended): for the metrics.
+    pub(crate) died: u64,
 }
 
 /// A store of jobs. See the module docs for the rules every implementation follows.

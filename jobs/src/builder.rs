@@ -179,7 +179,10 @@ impl Builder {
     /// [`Error::is_storage`] if the file cannot be read or is not a job store,
     /// [`Error::is_invalid_config`] for a zero lease, attempts, prefetch or safety wakeup.
     pub async fn open(&self, path: impl AsRef<Path>) -> Result<JobQueue, Error> {
-        let config = self.checked()?;
+        let mut config = self.checked()?;
+        if let Some(stem) = path.as_ref().file_stem() {
+            config.name = stem.to_string_lossy().into_owned();
+        }
         let backend = Embedded::open(path.as_ref().to_path_buf(), &config).await?;
         Ok(JobQueue::with_backend(
             Box::new(backend),
@@ -200,7 +203,8 @@ impl Builder {
     /// for a bad URL, an empty name or one with braces (they delimit the cluster hash tag).
     #[cfg(feature = "redis")]
     pub async fn redis(&self, url: &str, name: &str) -> Result<JobQueue, Error> {
-        let config = self.checked()?;
+        let mut config = self.checked()?;
+        config.name = name.to_owned();
         let wakeup: Arc<Wakeup> = Arc::default();
         let target = crate::redis::Target::Server(url);
         let backend = crate::redis::Redis::open(target, name, &config, wakeup.clone()).await?;
@@ -217,7 +221,8 @@ impl Builder {
     /// As [`redis`](Self::redis).
     #[cfg(feature = "redis")]
     pub async fn redis_cluster(&self, nodes: &[String], name: &str) -> Result<JobQueue, Error> {
-        let config = self.checked()?;
+        let mut config = self.checked()?;
+        config.name = name.to_owned();
         let wakeup: Arc<Wakeup> = Arc::default();
         let target = crate::redis::Target::Cluster(nodes);
         let backend = crate::redis::Redis::open(target, name, &config, wakeup.clone()).await?;

@@ -28,6 +28,9 @@ pub(crate) struct Config {
     pub(crate) redis_timeout: Option<Duration>,
     pub(crate) safety_wakeup: Duration,
     pub(crate) timer: Option<wheel_timer::Timer>,
+    /// What the queue is called in its metrics' `queue` label (`metrics.rs`): the Redis
+    /// queue's name, or the embedded store's file name without its extension.
+    pub(crate) name: String,
 }
 
 impl Default for Config {
@@ -45,6 +48,7 @@ impl Default for Config {
             redis_timeout: Some(Duration::from_secs(1)),
             safety_wakeup: Duration::from_secs(5),
             timer: None,
+            name: "jobs".to_owned(),
         }
     }
 }

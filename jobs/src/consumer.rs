@@ -157,6 +157,11 @@ pub(crate) async fn fetch(
                 return Err(err);
             }
         };
+        inner.metrics.died(batch.died);
+        for job in &batch.jobs {
+            let late = batch.now.saturating_sub(job.run_at);
+            inner.metrics.delivered(Duration::from_nanos(late));
+        }
         if !batch.jobs.is_empty() {
             slot.set(0);
             return Ok((batch.jobs, sent));
@@ -322,11 +327,7 @@ impl Delivery {
     ///
     /// [`Error::is_storage`], [`Error::is_closed`]; the lease is then still held.
     pub async fn ack(&self) -> Result<bool, Error> {
-        let answer = self
-            .inner
-            .backend
-            .ack(self.job.id.clone(), self.job.token)
-            .await;
+        let answer = ack(&self.inner, &self.job.id, self.job.token).await;
         self.settled(answer)
     }
 
@@ -405,6 +406,15 @@ impl Delivery {
     }
 }
 
+/// Acks a leased job; `true` if the lease was held.
+pub(crate) async fn ack(inner: &Shared, id: &str, token: u64) -> Result<bool, Error> {
+    let acked = inner.backend.ack(id.to_owned(), token).await?;
+    if acked {
+        inner.metrics.acked();
+    }
+    Ok(acked)
+}
+
 /// Gives a leased job back (a retry, or with an `error` a failure); `true` if the lease was
 /// held.
 pub(crate) async fn retry(
@@ -414,6 +424,7 @@ pub(crate) async fn retry(
     after: Duration,
     error: Option<String>,
 ) -> Result<bool, Error> {
+    let failed = error.is_some();
     let (outcome, run_at) = match error {
         None => inner.backend.retry(id.to_owned(), token, after).await?,
         Some(error) => {
@@ -423,6 +434,9 @@ pub(crate) async fn retry(
                 .await?
         }
     };
+    if outcome != Retry::Stale {
+        inner.metrics.settled(failed, outcome == Retry::Died);
+    }
     if outcome == Retry::Pending {
         inner.wakeup.due_at(run_at);
     }

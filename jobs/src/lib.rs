@@ -98,6 +98,7 @@ mod embedded;
 mod error;
 mod job;
 mod list;
+mod metrics;
 mod model;
 mod queue;
 #[cfg(feature = "redis")]

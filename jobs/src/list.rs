@@ -19,6 +19,9 @@ use std::str::FromStr;
 use crate::error::Error;
 use crate::job::{JobInfo, JobState, MAX_ID_LEN};
 
+/// A job's place in its state's list: its time key (nanoseconds) and its id.
+pub(crate) type Position<'a> = (u64, &'a str);
+
 /// Which jobs [`JobQueue::list`](crate::JobQueue::list) returns: how many, and from where.
 ///
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +62,7 @@ impl ListOptions {
     }
 
     /// The limit and the position to start after, checked for a listing of `state`.
-    pub(crate) fn checked(&self, state: JobState) -> Result<(usize, Option<(u64, &str)>), Error> {
+    pub(crate) fn checked(&self, state: JobState) -> Result<(usize, Option<Position<'_>>), Error> {
         if self.limit == 0 || self.limit > Self::MAX_LIMIT {
             return Err(Error::invalid_input(format!(
                 "a page holds 1 to {} jobs, not {}",
@@ -228,7 +231,7 @@ impl FromStr for Cursor {
     /// [`Error::is_invalid_input`] for anything but the text of a cursor.
     fn from_str(text: &str) -> Result<Cursor, Error> {
         let garbage = || Error::invalid_input("not a job list cursor");
-        if text.len() % 2 != 0 || text.len() > 2 * (1 + 1 + 8 + MAX_ID_LEN + 4) {
+        if !text.len().is_multiple_of(2) || text.len() > 2 * (1 + 1 + 8 + MAX_ID_LEN + 4) {
             return Err(garbage());
         }
         let bytes = (0..text.len())

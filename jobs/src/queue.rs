@@ -48,9 +48,12 @@ impl JobQueue {
         config: Config,
         wakeup: Arc<Wakeup>,
     ) -> JobQueue {
-        JobQueue {
-            inner: Arc::new(Shared::new(backend, config, wakeup)),
+        let inner = Arc::new(Shared::new(backend, config, wakeup));
+        #[cfg(feature = "metrics")]
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(refresh_gauges(Arc::downgrade(&inner)));
         }
+        JobQueue { inner }
     }
 
     /// Stores a job `id` with `payload`, due `when`. Returns once the job is durable
@@ -99,6 +102,7 @@ impl JobQueue {
             .schedule(id.to_owned(), when.into(), payload)
             .await?;
         if outcome == Scheduled::Created {
+            self.inner.metrics.scheduled(1);
             self.inner.wakeup.due_at(run_at);
         }
         Ok(outcome)
@@ -154,6 +158,7 @@ impl JobQueue {
         }
         let outcomes = self.inner.backend.schedule_many(batch).await?;
         let created = outcomes.iter().filter(|(o, _)| *o == Scheduled::Created);
+        self.inner.metrics.scheduled(created.clone().count() as u64);
         if let Some(earliest) = created.map(|(_, at)| *at).min() {
             self.inner.wakeup.due_at(earliest);
         }
@@ -255,7 +260,9 @@ impl JobQueue {
     ///
     /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`].
     pub async fn counts(&self) -> Result<Counts, Error> {
-        self.inner.backend.counts().await
+        let counts = self.inner.backend.counts().await?;
+        self.inner.metrics.counts(&counts);
+        Ok(counts)
     }
 
     /// A page of the jobs in `state`: pending and running ones oldest due first (by
@@ -351,6 +358,7 @@ impl JobQueue {
             .await?
         {
             Some(run_at) => {
+                self.inner.metrics.revived(1);
                 self.inner.wakeup.due_at(run_at);
                 Ok(true)
             }
@@ -375,6 +383,7 @@ impl JobQueue {
             if let Some(run_at) = run_at {
                 self.inner.wakeup.due_at(run_at);
             }
+            self.inner.metrics.revived(revived);
             total += revived;
             if revived < BATCH as u64 {
                 return Ok(total);
@@ -572,5 +581,27 @@ impl JobQueue {
         let result = self.inner.backend.close().await;
         self.inner.wakeup.wake_all();
         result
+    }
+}
+
+/// How often a queue's gauges are read from its store's counters (`metrics.rs`).
+#[cfg(feature = "metrics")]
+const GAUGES_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sets the queue's gauges from its counters every [`GAUGES_EVERY`] until the queue closes
+/// or every handle is dropped; a failed read just waits for the next.
+#[cfg(feature = "metrics")]
+async fn refresh_gauges(queue: std::sync::Weak<Shared>) {
+    loop {
+        let Some(inner) = queue.upgrade().filter(|q| !q.drain.closing()) else {
+            return;
+        };
+        if let Ok(counts) = inner.backend.counts().await {
+            inner.metrics.counts(&counts);
+        }
+        let timer = inner.config.timer();
+        // Not holding the queue while asleep: dropping every handle ends this task.
+        drop(inner);
+        timer.sleep(GAUGES_EVERY).await;
     }
 }

@@ -866,6 +866,7 @@ impl Store {
                 jobs: Vec::new(),
                 next_due: None,
                 now,
+                died: 0,
             };
             return Ok((batch, false));
         }
@@ -885,6 +886,7 @@ impl Store {
         let changed = !due.is_empty();
         let until = add(now, self.lease);
         let mut jobs = Vec::with_capacity(due.len());
+        let mut died = 0;
         for (at, id) in due {
             let Some(stored) = t.load(&id)? else {
                 return Err(Error::storage(format!(
@@ -904,6 +906,7 @@ impl Store {
                 record.error = Some(error);
             }
             t.set(counts, &id, Some(stored.job), Some(record))?;
+            died += u64::from(outcome == Claim::Died);
             if outcome == Claim::Deliver {
                 jobs.push(Claimed {
                     id,
@@ -924,6 +927,7 @@ impl Store {
                 jobs,
                 next_due,
                 now,
+                died,
             },
             changed,
         ))

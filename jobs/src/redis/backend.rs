@@ -132,6 +132,7 @@ impl Backend for Redis {
             let mut wait: Option<u64> = None;
             let mut now = 0;
             let mut failed: Option<Error> = None;
+            let mut died = 0;
             // Whether some partition may hold more due jobs than it gave.
             let mut more = false;
             for i in 0..n {
@@ -140,7 +141,7 @@ impl Backend for Redis {
                 // runs, and a reply that outlasts `redis_timeout` would strand the leases
                 // it took. A larger `max` (prefetch, `run`'s concurrency) just claims again.
                 let want = (max - jobs.len()).min(MAX_BATCH);
-                let (claimed, part_now, next) = match self.claim_part(part, want).await {
+                let (claimed, part_now, next, part_died) = match self.claim_part(part, want).await {
                     Ok(claim) => claim,
                     Err(err) => {
                         failed.get_or_insert(err);
@@ -148,6 +149,7 @@ impl Backend for Redis {
                     }
                 };
                 more |= claimed.len() >= want;
+                died += part_died;
                 jobs.extend(claimed);
                 now = part_now;
                 // Each partition's next due time against its own server's clock.
@@ -184,6 +186,7 @@ impl Backend for Redis {
                 jobs,
                 next_due,
                 now,
+                died,
             })
         })
     }

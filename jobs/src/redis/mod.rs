@@ -229,6 +229,7 @@ impl Redis {
             jobs: Vec::new(),
             next_due: Some(idle.until),
             now,
+            died: 0,
         })
     }
 

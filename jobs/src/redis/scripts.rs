@@ -31,8 +31,8 @@ const MAX_AFTER: Duration = Duration::from_secs(100 * 365 * 86_400);
 pub(super) type NewJob = (String, When, Vec<u8>);
 
 /// What one partition's claim returned: the jobs, the server's now and the next due time,
-/// in that server's nanoseconds.
-pub(super) type PartClaim = (Vec<Claimed>, u64, Option<u64>);
+/// in that server's nanoseconds, and how many jobs it killed.
+pub(super) type PartClaim = (Vec<Claimed>, u64, Option<u64>, u64);
 
 pub(super) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
@@ -229,6 +229,7 @@ impl Scripts {
         } else {
             Some(score_ns(&next)?)
         };
+        let died = int(&items.next().unwrap_or(Value::Nil))?;
         let rest: Vec<Value> = items.collect();
         let mut jobs = Vec::with_capacity(rest.len() / 5);
         for chunk in rest.chunks(5) {
@@ -243,7 +244,7 @@ impl Scripts {
                 token: int(token)?,
             });
         }
-        Ok((jobs, now_us.saturating_mul(1000), next_due))
+        Ok((jobs, now_us.saturating_mul(1000), next_due, died))
     }
 
     /// `retry.lua`: gives a leased job back to run `after` from now, or kills it; with an

@@ -9,5 +9,7 @@ mod support;
 mod suite;
 mod embedded;
 mod kill;
+#[cfg(feature = "metrics")]
+mod metrics;
 #[cfg(feature = "redis")]
 mod redis;

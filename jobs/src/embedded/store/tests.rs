@@ -236,7 +236,8 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                         ClaimBatch {
                             jobs: Vec::new(),
                             next_due: None,
-                            now
+                            now,
+                            died: 0,
                         }
                     );
                     continue;
@@ -247,6 +248,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     .collect();
                 due.sort();
                 let mut delivered = Vec::new();
+                let mut died = 0;
                 for (_, id) in due.into_iter().take(max) {
                     let job = model.get_mut(&id).unwrap();
                     if job.holder.is_some() {
@@ -256,6 +258,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                         job.dead = true;
                         job.died_at = now;
                         job.holder = None;
+                        died += 1;
                     } else {
                         job.attempt += 1;
                         delivered.push((id.clone(), job.attempt, job.run_at, job.payload.clone()));
@@ -273,6 +276,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     prop_assert_ne!(old, Some(claimed.token), "a claim hands out a fresh token");
                 }
                 prop_assert_eq!(batch.now, now);
+                prop_assert_eq!(batch.died, died);
                 prop_assert_eq!(batch.next_due, model.values().filter_map(RefJob::due).min());
             }
             Step::Ack(i, current) => {

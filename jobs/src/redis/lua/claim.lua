@@ -12,8 +12,8 @@
 --                         score they had when claimed; it does not change while they run)
 -- ARGV[1] max jobs (at most 512), ARGV[2] lease in microseconds, ARGV[3] max attempts
 --
--- Returns {now_us, next_due_us ("" if none), then per delivered job: id, payload, attempt,
--- run_at_ns, token}. The range read has a LIMIT, so a claim's cost is bounded whatever the
+-- Returns {now_us, next_due_us ("" if none), how many jobs it killed, then per delivered
+-- job: id, payload, attempt, run_at_ns, token}. The range read has a LIMIT, so a claim's cost is bounded whatever the
 -- backlog. Atomic: two consumers never lease the same job, and "now" is the server's TIME,
 -- so clients with skewed clocks neither deliver early nor late. One HMGET each for the
 -- states and payloads, one INCRBY for a block of tokens, then one write per structure.
@@ -21,7 +21,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
-if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, ''} end
+if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, '', 0} end
 local range = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
   tonumber(ARGV[1]))
 local ids, scores = {}, {}
@@ -29,7 +29,7 @@ for i = 1, #range, 2 do
   ids[#ids + 1] = range[i]
   scores[#scores + 1] = range[i + 1]
 end
-local out = {now, ''}
+local out = {now, '', 0}
 if #ids > 0 then
   local metas = redis.call('HMGET', KEYS[1], unpack(ids))
   local jobs = {}
@@ -92,6 +92,7 @@ if #ids > 0 then
   if #leases > 0 then redis.call('ZADD', KEYS[3], unpack(leases)) end
   if #started > 0 then redis.call('ZADD', KEYS[8], unpack(started)) end
   if #stopped > 0 then redis.call('ZREM', KEYS[8], unpack(stopped)) end
+  out[3] = #died
   if #died > 0 then
     redis.call('ZREM', KEYS[3], unpack(died))
     redis.call('ZADD', KEYS[6], unpack(died_scores))
