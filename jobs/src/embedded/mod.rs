@@ -287,6 +287,25 @@ macro_rules! expect_reply {
     };
 }
 
+impl Embedded {
+    /// A retry, or with an `error` a failure: one `Op::Retry`.
+    async fn give_back(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: Option<String>,
+    ) -> Result<(Retry, u64), Error> {
+        let op = Op::Retry {
+            id,
+            token,
+            after,
+            error,
+        };
+        expect_reply!(self.call(op).await?, Reply::Retried(r, at) => (r, at))
+    }
+}
+
 impl Backend for Embedded {
     fn schedule(
         &self,
@@ -363,15 +382,7 @@ impl Backend for Embedded {
         token: u64,
         after: Duration,
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
-        Box::pin(async move {
-            let op = Op::Retry {
-                id,
-                token,
-                after,
-                error: None,
-            };
-            expect_reply!(self.call(op).await?, Reply::Retried(r, at) => (r, at))
-        })
+        Box::pin(self.give_back(id, token, after, None))
     }
 
     fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
@@ -414,15 +425,7 @@ impl Backend for Embedded {
         after: Duration,
         error: String,
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
-        Box::pin(async move {
-            let op = Op::Retry {
-                id,
-                token,
-                after,
-                error: Some(error),
-            };
-            expect_reply!(self.call(op).await?, Reply::Retried(r, at) => (r, at))
-        })
+        Box::pin(self.give_back(id, token, after, Some(error)))
     }
 
     fn counts(&self) -> BoxFuture<'_, Result<job::Counts, Error>> {

@@ -21,6 +21,34 @@ use crate::error::Error;
 use crate::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
 
+impl Redis {
+    /// `retry.lua`: a retry, or with an `error` a failure.
+    async fn give_back(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: Option<String>,
+    ) -> Result<(Retry, u64), Error> {
+        let mut conn = self.conn()?;
+        let keys = &self.part(&id).keys;
+        let given = (self.scripts)
+            .retry(
+                &mut conn,
+                keys,
+                &id,
+                token,
+                after,
+                self.max_attempts,
+                error.as_deref(),
+            )
+            .await;
+        // Even a failed call may have committed (a timeout after the script ran).
+        self.changed();
+        given
+    }
+}
+
 impl Backend for Redis {
     fn schedule(
         &self,
@@ -204,15 +232,7 @@ impl Backend for Redis {
         token: u64,
         after: Duration,
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
-        Box::pin(async move {
-            let mut conn = self.conn()?;
-            let keys = &self.part(&id).keys;
-            let retried = (self.scripts)
-                .retry(&mut conn, keys, &id, token, after, self.max_attempts, None)
-                .await;
-            self.changed();
-            retried
-        })
+        Box::pin(self.give_back(id, token, after, None))
     }
 
     fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
@@ -260,16 +280,7 @@ impl Backend for Redis {
         after: Duration,
         error: String,
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
-        Box::pin(async move {
-            let mut conn = self.conn()?;
-            let keys = &self.part(&id).keys;
-            let error = Some(error.as_str());
-            let failed = (self.scripts)
-                .retry(&mut conn, keys, &id, token, after, self.max_attempts, error)
-                .await;
-            self.changed();
-            failed
-        })
+        Box::pin(self.give_back(id, token, after, Some(error)))
     }
 
     fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>> {
