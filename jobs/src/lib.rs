@@ -40,6 +40,19 @@
 //! Lower level, [`JobQueue::consume`] is a stream of [`Delivery`]s to
 //! [`ack`](Delivery::ack), [`retry`](Delivery::retry) or [`extend`](Delivery::extend) by hand.
 //!
+//! # Operating a queue
+//!
+//! [`JobQueue::counts`] reads the jobs per state, the paused flag and the next due time from
+//! counters the store keeps (never a scan); [`JobQueue::list`] returns a page of one state's
+//! jobs (pending and running by due time, dead ones most recently dead first), resumable
+//! with its [`Cursor`]; [`JobInfo::last_error`] says why a job's last attempt failed
+//! ([`Delivery::fail`], a `run` handler's `Err` or panic, or "lease expired");
+//! [`JobQueue::revive`] sends a dead job back; [`JobQueue::pause`] stops every claim, in
+//! every process, until [`JobQueue::resume`]. With the `serde` feature,
+//! `JobQueue::typed::<T>()` schedules and runs `T`s stored as JSON; with `metrics`, a queue
+//! reports counters, gauges and histograms through the `metrics` facade (names in the
+//! README), and `run` wraps each handler in a `tracing` span with the job's id and attempt.
+//!
 //! # Guarantees
 //!
 //! - **Durable schedules.** [`JobQueue::schedule`] returns once the job is fsync'd.
@@ -54,7 +67,7 @@
 //!   [`max_attempts`](Builder::max_attempts) deliveries the job is [`JobState::Dead`].
 //!   Exactly-once *effects* need handlers that are idempotent, keyed by the job id.
 //! - **Bounded store and memory.** Acked jobs are deleted; dead ones stay until
-//!   [`JobQueue::remove_dead`] / [`JobQueue::purge_dead`]. Nothing loads the queue into
+//!   [`JobQueue::remove_dead`] / [`JobQueue::purge_dead`] (or [`JobQueue::revive`]). Nothing loads the queue into
 //!   memory: pending jobs live in an on-disk B-tree ordered by due time behind a bounded page
 //!   cache, and opening reads a few counters whatever the queue's size.
 //! - **No polling loop.** An idle consumer arms one wheel-timer sleep for the next due job

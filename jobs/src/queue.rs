@@ -475,11 +475,14 @@ impl JobQueue {
 
     /// Runs `handler` on due jobs, at most `concurrency` at a time, until the queue is closed.
     ///
-    /// `Ok(())` acks the job; `Err` or a panic retries it after the builder's
-    /// [`backoff`](crate::Builder::backoff) (attempt `n` waits `first · 2^(n−1)`), and the
-    /// job is dead after [`max_attempts`](crate::Builder::max_attempts). A handler may also
-    /// ack, retry or extend its [`Delivery`] itself; the loop's own ack then returns `false`
-    /// harmlessly.
+    /// `Ok(())` acks the job; `Err` or a panic [fails](Delivery::fail) it: retried after the
+    /// builder's [`backoff`](crate::Builder::backoff) (attempt `n` waits `first · 2^(n−1)`),
+    /// with the error's text (or `panicked: <message>`) as its
+    /// [`last_error`](JobInfo::last_error), and dead after
+    /// [`max_attempts`](crate::Builder::max_attempts). A handler may also ack, retry, fail or
+    /// extend its [`Delivery`] itself; the loop's own ack then returns `false` harmlessly.
+    /// Each handler runs in a `tracing` span `wheel_jobs.job` with fields `job` (the id) and
+    /// `attempt`.
     ///
     /// Handlers run at least once per job (see [`Delivery`]): make them idempotent, keyed by
     /// the job id. While a handler runs, its lease is renewed every third of the
