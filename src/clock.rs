@@ -224,12 +224,19 @@ impl Clock {
 
     /// On a paused clock a probe must not wait for time, which moves only when told (and
     /// its sleeps must not make auto-advance jump): each round's sleeps lie in the past,
-    /// `PAUSED_PROBES + 1` of them over `[lo, lo + width]` (the first round over the last
+    /// `PAUSED_PROBES + 1` of them from `lo`, `step` apart (the first round over the last
     /// millisecond). tokio fires at its next park, without moving the clock, exactly those at
     /// or before the last grid point it processed, so each round narrows the grid point
     /// 32-fold, down to the nanosecond. The first sleep lies at or before that point and
-    /// fires too, which tells a round that tokio has processed; if they all fire (the clock
-    /// was advanced meanwhile), the round starts over from now.
+    /// fires too, which tells a round that tokio has processed.
+    ///
+    /// `step` rounds up, so the sleeps reach at least `lo + width`: a narrowing round's
+    /// interval `[lo, lo + width)` holds the grid point, so its last sleep lies beyond it and
+    /// fires only if the clock was advanced meanwhile; then the probe starts over from now.
+    /// Rounded down (976 ns apart over 31,250 ns, 30 over 976), the sleeps stopped short of
+    /// the interval's end, all of them fired at about one clock offset in sixty, and the
+    /// probe started over from the same clock forever (a livelock inside `Builder::build`
+    /// or the driver task).
     fn arm_paused(&self, probe: &mut GridProbe, lo: Option<Instant>, width: u64) {
         probe.armed_at = None;
         let lo = lo.unwrap_or_else(|| {
@@ -238,7 +245,7 @@ impl Clock {
             now.checked_sub(std::time::Duration::from_nanos(width))
                 .unwrap_or(now)
         });
-        let step = (width / PAUSED_PROBES).max(1);
+        let step = width.div_ceil(PAUSED_PROBES).max(1);
         probe.paused = Some(lo);
         probe.step = step;
         probe.sleeps.clear();

@@ -12,7 +12,13 @@
 //! the ratings the workers wrote:
 //!
 //! - every order not cancelled was rated exactly once, and no cancelled order was;
-//! - the store is empty (every job acked, none dead).
+//! - the store holds nothing but the next occurrence of the daily digest (every order job
+//!   acked, none dead).
+//!
+//! Beside the one-off ratings, the shop sends a daily digest at 20:00 Shanghai time: a
+//! recurring series (`schedule_recurring`) whose one pending occurrence survives the kill
+//! like any job; the example prints when it runs next. Whichever worker claims an
+//! occurrence creates the next one in the same step, so no process runs a scheduler.
 //!
 //! Delivery is at-least-once: jobs the killed worker had leased but not acked are delivered
 //! again once their lease (2 s here) ends. The handler is idempotent, keyed by the job id
@@ -27,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
-use wheel_jobs::{JobQueue, Scheduled};
+use wheel_jobs::{JobQueue, Recurrence, Scheduled};
 
 /// The order auto-rating scenario with a worker killed midway (see the module docs).
 #[derive(Parser, Debug)]
@@ -41,6 +47,7 @@ struct Args {
 const ORDERS: usize = 3_000;
 const SPREAD: Duration = Duration::from_secs(8);
 const LEASE: Duration = Duration::from_secs(2);
+const DIGEST: &str = "digest";
 
 fn order_id(n: usize) -> String {
     format!("rate:order-{n:05}")
@@ -81,6 +88,11 @@ async fn worker(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
                 .run(32, move |job| {
                     let (rated, log) = (rated.clone(), log.clone());
                     async move {
+                        if job.id().starts_with("digest@") {
+                            // Only if the run happens to span 20:00 in Shanghai.
+                            println!("\nsending the daily digest of {:?}", job.run_at());
+                            return Ok(());
+                        }
                         let late = SystemTime::now()
                             .duration_since(job.run_at())
                             .unwrap_or_default();
@@ -104,7 +116,9 @@ async fn worker(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
                 .await
         })
     };
-    while queue.pending().await? > 0 || queue.running().await? > 0 {
+    // Done when nothing is left but the series' own pending occurrences.
+    let series = queue.list_recurring().await?.len() as u64;
+    while queue.pending().await? > series || queue.running().await? > 0 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     queue.close().await?;
@@ -141,6 +155,19 @@ fn read_log(path: &Path) -> Log {
         }
     }
     log
+}
+
+/// A wall-clock time in RFC 3339 UTC.
+fn utc(at: Option<SystemTime>) -> String {
+    let Some(at) = at else {
+        return "never".to_owned();
+    };
+    let nanos = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    jiff::Timestamp::from_nanosecond(nanos as i128)
+        .map_or_else(|_| format!("{at:?}"), |t| t.to_string())
 }
 
 fn spawn_worker(dir: &Path) -> std::io::Result<Child> {
@@ -191,6 +218,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "scheduled {ORDERS} auto-ratings due over {SPREAD:?}; {} customers rated first (cancelled)",
         cancelled.len()
     );
+    // The daily digest: one series, one pending occurrence at a time, in the shop's zone.
+    let evening = Recurrence::cron("0 20 * * *")?.in_tz("Asia/Shanghai")?;
+    queue
+        .schedule_recurring(DIGEST, evening, "yesterday's orders")
+        .await?;
+    for series in queue.list_recurring().await? {
+        println!(
+            "recurring {:?}: {}, next run {}",
+            series.name(),
+            series.recurrence(),
+            utc(series.next_run())
+        );
+    }
     queue.close().await?;
 
     let log_path = dir_path.join("ratings.log");
@@ -228,6 +268,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let log = read_log(&log_path);
     let queue = JobQueue::open(dir_path.join("jobs.redb")).await?;
     let (pending, running) = (queue.pending().await?, queue.running().await?);
+    let digest = queue.list_recurring().await?;
     let mut left = 0;
     let mut failures = Vec::new();
     for n in 0..ORDERS {
@@ -272,8 +313,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         pct(0.99),
         pct(1.0)
     );
-    if pending + running > 0 || left > 0 {
-        failures.push("the store is not empty".to_owned());
+    match digest.as_slice() {
+        [series] => println!(
+            "  the digest series survived the kill: next run {}",
+            utc(series.next_run())
+        ),
+        other => failures.push(format!("the digest series is gone: {other:?}")),
+    }
+    if pending != 1 || running > 0 || left > 0 {
+        failures.push("the store holds more than the digest's next occurrence".to_owned());
     }
     if killed_at.is_none() {
         failures.push("the worker was never killed".to_owned());

@@ -12,7 +12,7 @@
 //! - A backend imports only the modules below this one (`error`, `job`, `config`, `model`,
 //!   `wakeup`) and this trait; nothing above names a backend but the builder's `open`,
 //!   `redis` and `redis_cluster`.
-//! - Futures are boxed so `JobQueue` can hold any backend behind one `Arc<dyn Backend>`; one
+//! - Futures are boxed so a queue can hold any backend as one `Box<dyn Backend>`; one
 //!   allocation per call is noise beside a store round trip.
 
 use std::fmt;
@@ -23,6 +23,8 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
+use crate::recurrence::Recurrence;
+use crate::series::{CatchUp, Recurring, RecurringInfo};
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -103,6 +105,22 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Finishes the work already accepted and releases the store.
     fn close(&self) -> BoxFuture<'_, Result<(), Error>>;
 
+    /// Creates the series `name`, or replaces its recurrence, payload and catch-up policy
+    /// and its pending occurrence, in one atomic step (`series.rs` has the rules); the
+    /// outcome and the new head's time (`None`: the recurrence has no occurrence left).
+    fn schedule_recurring(
+        &self,
+        name: String,
+        rule: Recurrence,
+        payload: Vec<u8>,
+        catch_up: CatchUp,
+    ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>>;
+
+    /// Deletes the series and its pending occurrence; `true` if it existed.
+    fn cancel_recurring(&self, name: String) -> BoxFuture<'_, Result<bool, Error>>;
+
+    /// Every series, in name order.
+    fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<RecurringInfo>, Error>>;
     /// [`retry`](Self::retry) that also records `error` (already capped) as the job's last
     /// error, kept whether the job is pending again or dead.
     fn fail(

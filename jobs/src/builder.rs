@@ -62,14 +62,15 @@ impl Builder {
     }
 
     /// How long a delivery is owned by its consumer before the job is delivered again
-    /// (default 30 s). A lease below [`MIN_LEASE`](crate::MIN_LEASE) (1 s) is raised to it; zero is refused
-    /// by `open` with [`Error::is_invalid_config`].
+    /// (default 30 s). A lease below [`MIN_LEASE`](crate::MIN_LEASE) (1 s) is raised to it;
+    /// zero is refused by `open` with [`Error::is_invalid_config`].
     pub fn lease(&mut self, lease: Duration) -> &mut Self {
         self.config.lease = lease;
         self
     }
 
-    /// Deliveries before a job is dead (kept, state [`JobState::Dead`](crate::JobState::Dead)). At least 1.
+    /// Deliveries before a job is dead (kept, state
+    /// [`JobState::Dead`](crate::JobState::Dead)). At least 1.
     pub fn max_attempts(&mut self, attempts: u32) -> &mut Self {
         self.config.max_attempts = attempts;
         self

@@ -527,6 +527,21 @@ mod tests {
         fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
             Box::pin(async { Ok(()) })
         }
+        fn schedule_recurring(
+            &self,
+            _: String,
+            _: crate::Recurrence,
+            _: Vec<u8>,
+            _: crate::CatchUp,
+        ) -> BoxFuture<'_, Result<(crate::Recurring, Option<u64>), Error>> {
+            down()
+        }
+        fn cancel_recurring(&self, _: String) -> BoxFuture<'_, Result<bool, Error>> {
+            down()
+        }
+        fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<crate::RecurringInfo>, Error>> {
+            down()
+        }
         fn fail(
             &self,
             _: String,

@@ -30,7 +30,10 @@ pub struct Error {
 
 #[derive(Clone)]
 enum Kind {
-    InvalidId(usize),
+    InvalidId {
+        len: usize,
+        max: usize,
+    },
     PayloadTooLarge {
         len: usize,
         max: usize,
@@ -42,12 +45,17 @@ enum Kind {
     #[cfg_attr(not(any(feature = "redis", test)), allow(dead_code))]
     Unavailable(Arc<str>),
     Closed,
+    InvalidRecurrence(std::borrow::Cow<'static, str>),
+    InvalidSeriesName {
+        len: usize,
+        max: usize,
+    },
 }
 
 impl Error {
-    pub(crate) fn invalid_id(len: usize) -> Self {
+    pub(crate) fn invalid_id(len: usize, max: usize) -> Self {
         Error {
-            kind: Kind::InvalidId(len),
+            kind: Kind::InvalidId { len, max },
         }
     }
 
@@ -97,9 +105,26 @@ impl Error {
         Error { kind: Kind::Closed }
     }
 
-    /// The job id is empty or longer than [`MAX_ID_LEN`](crate::MAX_ID_LEN) (256) bytes.
+    pub(crate) fn invalid_series_name(len: usize, max: usize) -> Self {
+        Error {
+            kind: Kind::InvalidSeriesName { len, max },
+        }
+    }
+
+    pub(crate) fn invalid_recurrence(why: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        Error {
+            kind: Kind::InvalidRecurrence(why.into()),
+        }
+    }
+
+    /// The job id is empty or longer than [`MAX_ID_LEN`](crate::MAX_ID_LEN) (256) bytes, or
+    /// a recurring series' name is empty, holds `@` or is longer than 225 bytes (room for
+    /// its occurrences' `@<time>` suffix).
     pub fn is_invalid_id(&self) -> bool {
-        matches!(self.kind, Kind::InvalidId(_))
+        matches!(
+            self.kind,
+            Kind::InvalidId { .. } | Kind::InvalidSeriesName { .. }
+        )
     }
 
     /// The payload is longer than the queue's
@@ -145,18 +170,21 @@ impl Error {
     pub fn is_closed(&self) -> bool {
         matches!(self.kind, Kind::Closed)
     }
+
+    /// A [`Recurrence`](crate::Recurrence) could not be built or has no further occurrence:
+    /// an invalid cron expression, an unknown time zone, a zero interval, a zone given to an
+    /// interval, or text that is not a recurrence's text form.
+    pub fn is_invalid_recurrence(&self) -> bool {
+        matches!(self.kind, Kind::InvalidRecurrence(_))
+    }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            Kind::InvalidId(0) => f.write_str("invalid job id: empty"),
-            Kind::InvalidId(len) => {
-                write!(
-                    f,
-                    "invalid job id: {len} bytes, the limit is {}",
-                    crate::MAX_ID_LEN
-                )
+            Kind::InvalidId { len: 0, .. } => f.write_str("invalid job id: empty"),
+            Kind::InvalidId { len, max } => {
+                write!(f, "invalid job id: {len} bytes, the limit is {max}")
             }
             Kind::PayloadTooLarge { len, max } => {
                 write!(f, "payload too large: {len} bytes, the limit is {max}")
@@ -167,6 +195,11 @@ impl fmt::Display for Error {
             Kind::Storage(why) => write!(f, "job store failure: {why}"),
             Kind::Unavailable(why) => write!(f, "job store unavailable: {why}"),
             Kind::Closed => f.write_str("the job queue is closed"),
+            Kind::InvalidRecurrence(why) => write!(f, "invalid recurrence: {why}"),
+            Kind::InvalidSeriesName { len, max } => write!(
+                f,
+                "invalid series name: it must be 1 to {max} bytes ({len} given) without '@'"
+            ),
         }
     }
 }

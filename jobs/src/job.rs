@@ -4,8 +4,8 @@
 //!
 //! # Ground rules
 //!
-//! - The bottom of the crate: imports nothing of it but [`Error`], so every layer above (backends, consumers, the front) shares these values
-//!   without reaching up.
+//! - The bottom of the crate: imports nothing of it but [`Error`], so every layer above
+//!   (backends, consumers, the front) shares these values without reaching up.
 //! - Stored times are wall-clock nanoseconds since the Unix epoch in a `u64`, saturating:
 //!   0 before 1970, `u64::MAX` after 2554 ([`nanos`], [`system_time`], [`add`]).
 //! - Ids are 1 to [`MAX_ID_LEN`] bytes and payloads at most the queue's `max_payload`
@@ -22,7 +22,8 @@ use crate::error::Error;
 /// The longest job id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
 
-/// The shortest lease: [`Builder::lease`](crate::Builder::lease) raises a shorter (non-zero) one to this.
+/// The shortest lease: [`Builder::lease`](crate::Builder::lease) raises a shorter
+/// (non-zero) one to this.
 ///
 /// A lease starts when the store reads the claim that takes it, and the claim is committed
 /// (fsync'd, maybe behind a batch of other writes) before its jobs are handed out. A
@@ -31,8 +32,8 @@ pub const MAX_ID_LEN: usize = 256;
 /// second is far above a commit's time even on a slow disk.
 pub const MIN_LEASE: Duration = Duration::from_secs(1);
 
-/// The largest [`Builder::max_payload`](crate::Builder::max_payload): Redis's limit for one string, and well inside the
-/// embedded store's 4 GiB per value (and per log record).
+/// The largest [`Builder::max_payload`](crate::Builder::max_payload): Redis's limit for one
+/// string, and well inside the embedded store's 4 GiB per value (and per log record).
 pub const MAX_PAYLOAD: usize = 512 << 20;
 
 /// When a job is due: a delay from now, or a wall-clock time.
@@ -293,7 +294,7 @@ pub(crate) fn capped_error(error: impl fmt::Display) -> String {
 /// `Ok` if `id` is a valid job id: 1 to [`MAX_ID_LEN`] bytes.
 pub(crate) fn check_id(id: &str) -> Result<(), Error> {
     if id.is_empty() || id.len() > MAX_ID_LEN {
-        return Err(Error::invalid_id(id.len()));
+        return Err(Error::invalid_id(id.len(), MAX_ID_LEN));
     }
     Ok(())
 }

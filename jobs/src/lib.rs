@@ -40,6 +40,13 @@
 //! Lower level, [`JobQueue::consume`] is a stream of [`Delivery`]s to
 //! [`ack`](Delivery::ack), [`retry`](Delivery::retry) or [`extend`](Delivery::extend) by hand.
 //!
+//! Recurring work ("the digest at 20:00 Shanghai time, every day") is a series:
+//! [`JobQueue::schedule_recurring`] with a [`Recurrence`] (a cron expression in a zone, or an
+//! interval). Its occurrences are ordinary jobs, and the claim that first takes one creates
+//! the next in the same atomic step, so no process runs a scheduler and a crash neither
+//! loses the series nor duplicates an occurrence; [`CatchUp`] says what runs after a
+//! downtime.
+//!
 //! # Operating a queue
 //!
 //! [`JobQueue::counts`] reads the jobs per state, the paused flag and the next due time from
@@ -114,8 +121,10 @@ mod list;
 mod metrics;
 mod model;
 mod queue;
+mod recurrence;
 #[cfg(feature = "redis")]
 mod redis;
+mod series;
 mod shared;
 #[cfg(feature = "serde")]
 mod typed;
@@ -130,5 +139,7 @@ pub use job::{
 };
 pub use list::{Cursor, ListOptions, Page};
 pub use queue::JobQueue;
+pub use recurrence::Recurrence;
+pub use series::{CatchUp, Recurring, RecurringInfo};
 #[cfg(feature = "serde")]
 pub use typed::{TypedDelivery, TypedQueue};

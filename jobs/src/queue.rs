@@ -166,7 +166,9 @@ impl JobQueue {
     }
 
     /// Removes a pending job: `true` if it was pending, and then it is never delivered.
-    /// A running or dead job, or an unknown id, gives `false` and nothing changes.
+    /// A running or dead job, or an unknown id, gives `false` and nothing changes; so does
+    /// the pending occurrence of a recurring series (its series would have none:
+    /// [`cancel_recurring`](Self::cancel_recurring) removes both).
     ///
     /// # Errors
     ///
@@ -219,8 +221,8 @@ impl JobQueue {
     }
 
     /// How many jobs are delivered and not yet acked or given back (state
-    /// [`JobState::Running`](crate::JobState::Running)), including those whose lease lapsed and that wait for
-    /// redelivery. O(1).
+    /// [`JobState::Running`](crate::JobState::Running)), including those whose lease lapsed
+    /// and that wait for redelivery. O(1).
     ///
     /// # Errors
     ///
@@ -586,6 +588,8 @@ impl JobQueue {
         result
     }
 }
+
+mod recurring;
 
 /// How often a queue's gauges are read from its store's counters (`metrics.rs`).
 #[cfg(feature = "metrics")]

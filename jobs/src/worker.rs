@@ -16,10 +16,11 @@
 //!   delivery with the builder's backoff, the error's text (or `panicked: <message>`) kept
 //!   as the job's last error. Dropping the `run` future aborts the handlers; their jobs stay
 //!   leased and are redelivered when the lease ends.
-//! - `close` drains (`shared.rs`'s `Drain`): it marks the queue closing, which stops every claim (a
-//!   `fetch` checks the mark after enabling its wakeup, and `close` wakes them all), then
-//!   waits until every `run` loop has joined its handlers, so their acks commit before the
-//!   store closes. A `close` from inside a handler skips the wait (it would wait for itself).
+//! - `close` drains (`shared.rs`'s `Drain`): it marks the queue closing, which stops every
+//!   claim (a `fetch` checks the mark after enabling its wakeup, and `close` wakes them
+//!   all), then waits until every `run` loop has joined its handlers, so their acks commit
+//!   before the store closes. A `close` from inside a handler skips the wait (it would wait
+//!   for itself).
 
 use std::any::Any;
 use std::fmt;

@@ -11,6 +11,7 @@ mod idle_modes;
 mod idle_stop;
 mod idle_tcp;
 mod interval;
+mod paused_clock;
 mod shutdown;
 mod sleep;
 mod stash;

@@ -23,6 +23,7 @@
 //!   is `broken`: the thread stops like after a panic, and the next open replays the log.
 
 mod record;
+mod series;
 mod store;
 mod wal;
 
@@ -43,6 +44,8 @@ use crate::config::Config;
 use crate::error::{panic_message, Error};
 use crate::job::{self, JobInfo, JobState, Scheduled, When};
 use crate::model::{Counts, Retry};
+use crate::recurrence::Recurrence;
+use crate::series::{CatchUp, Recurring, RecurringInfo};
 use store::{Op, Reply, Store};
 
 /// Requests applied in one transaction at most: bounds a commit's size and latency.
@@ -400,6 +403,36 @@ impl Backend for Embedded {
     fn purge_dead(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
         Box::pin(async move {
             expect_reply!(self.call(Op::PurgeDead { limit }).await?, Reply::Count(n) => n)
+        })
+    }
+
+    fn schedule_recurring(
+        &self,
+        name: String,
+        rule: Recurrence,
+        payload: Vec<u8>,
+        catch_up: CatchUp,
+    ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
+        Box::pin(async move {
+            let op = Op::SetRecurring {
+                name,
+                rule,
+                payload,
+                catch_up,
+            };
+            expect_reply!(self.call(op).await?, Reply::Recurring(r, head) => (r, head))
+        })
+    }
+
+    fn cancel_recurring(&self, name: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::CancelRecurring { name }).await?, Reply::Bool(b) => b)
+        })
+    }
+
+    fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<RecurringInfo>, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::ListRecurring).await?, Reply::RecurringList(l) => l)
         })
     }
 

@@ -2,12 +2,13 @@
 //!
 //! # Ground rules
 //!
-//! - Six tables: `jobs` (id → record: the [`Job`] header, the last error and the payload,
-//!   `record.rs`), `due` ((due nanos, id) → (), the due index of `model.rs`; it holds both
-//!   pending run_ats and lease ends, so it is also the lease table), `running` ((run_at, id)
-//!   → (): the running jobs, to list them), `died` ((death time, id) → (): the dead jobs, to
-//!   list them newest first and purge them without a scan), `meta` (format version, the
-//!   per-state [`Counts`], the log's epoch and owner number).
+//! - Seven tables: `jobs` (id → record: the [`Job`] header, the last error and the
+//!   payload, `record.rs`), `due` ((due nanos, id) → (), the due index of `model.rs`; it
+//!   holds both pending run_ats and lease ends, so it is also the lease table), `running`
+//!   ((run_at, id) → (): the running jobs, to list them), `died` ((death time, id) → (): the
+//!   dead jobs, to list them newest first and purge them without a scan), `series` (name →
+//!   a recurring series' record, `series.rs`), `meta` (format version, the per-state
+//!   [`Counts`], the paused flag, the log's epoch and owner number).
 //! - Only the writer thread (`mod.rs`) calls [`Store::apply`]; a batch is one redb write
 //!   transaction. With a write-ahead log (`wal.rs`, always on a file store) a batch that
 //!   changed something is committed without fsync and its changes appended to the log,
@@ -26,7 +27,7 @@
 //!   and the writer thread stops.
 //! - Every read of an index is a bounded range (`take(max)`, `first()`, a page): no
 //!   operation walks the whole queue, and opening reads only `meta` (and, once, what the
-//!   upgrade from format 2 reads: `upgrade`). Listing pending jobs and finding the next
+//!   upgrade from an older format reads: `upgrade`). Listing pending jobs and finding the next
 //!   pending one read the due index and skip its running entries: at most the running jobs.
 //! - A transition always goes through [`Job`]; this file only keeps the indexes and the
 //!   counts in step with it (`set`, the one writer of `jobs`, `due`, `running`, `died` and
@@ -37,26 +38,34 @@ use std::time::{Duration, Instant, SystemTime};
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, Table, TableDefinition};
 
 use super::record::Record;
+use super::series::{self, Rules};
 use super::wal::{self, Wal};
 use crate::backend::{ClaimBatch, Claimed};
 use crate::config::Config;
 use crate::error::Error;
 use crate::job::{self, add, nanos, JobInfo, JobState, Scheduled, When};
 use crate::model::{self, Claim, Counts, Job, Retry, Status};
+use crate::recurrence::Recurrence;
+use crate::series::{CatchUp, Recurring, RecurringInfo};
 
 const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
 const DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
 const RUNNING: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("running");
 const DIED: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("died");
-/// Format 2's dead set (id → ()): read once by the upgrade to format 3, then deleted.
+/// The dead set (id → ()) of formats 1 to 3: read once by the upgrade to format 4, then
+/// deleted.
 const DEAD: TableDefinition<'_, &str, ()> = TableDefinition::new("dead");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+const SERIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("series");
 
 /// 2: changes since the last checkpoint may be in the write-ahead log (format 1 had none,
-/// and code that knows only 1 must not open a store whose log it would ignore). 3: records
-/// of version 2 (`record.rs`: the last error, the death time), which code that knows only
-/// version 1 cannot read. Formats 1 and 2 are upgraded on open (`Store::open`).
-const FORMAT: u64 = 3;
+/// and code that knows only 1 must not open a store whose log it would ignore).
+/// 3: the `series` table, and series entries in the log, which code that knows only 2
+/// would drop (the table is created empty by the upgrade).
+/// 4: job records of version 2 (`record.rs`: the last error, the death time), which code
+/// that knows only version 1 cannot read, and the `running` and `died` indexes in place of
+/// the dead set. Formats 1 to 3 are upgraded on open (`upgrade`).
+const FORMAT: u64 = 4;
 
 /// The longest the write-ahead log grows before a checkpoint: bounds replay at open. A
 /// review measured 0.72–1.2 s for the first open of a 10M-job store after `kill -9` with
@@ -134,6 +143,16 @@ pub(crate) enum Op {
     Pause {
         paused: bool,
     },
+    SetRecurring {
+        name: String,
+        rule: Recurrence,
+        payload: Vec<u8>,
+        catch_up: CatchUp,
+    },
+    CancelRecurring {
+        name: String,
+    },
+    ListRecurring,
     /// Up to `limit` jobs in `state`, in its list's order, after the position `after`.
     List {
         state: JobState,
@@ -157,7 +176,7 @@ impl Op {
     pub(crate) fn needs_fsync(&self) -> bool {
         !matches!(
             self,
-            Op::Extend { .. } | Op::Get { .. } | Op::Counts | Op::List { .. }
+            Op::Extend { .. } | Op::Get { .. } | Op::Counts | Op::List { .. } | Op::ListRecurring
         )
     }
 }
@@ -177,6 +196,8 @@ pub(crate) enum Reply {
     /// How many jobs a `ReviveDead` revived, and their run_at.
     Revived(u64, u64),
     Listed(Vec<(u64, JobInfo)>),
+    Recurring(Recurring, Option<u64>),
+    RecurringList(Vec<RecurringInfo>),
 }
 
 pub(crate) struct Store {
@@ -196,6 +217,7 @@ pub(crate) struct Store {
     quick_repair: bool,
     seed: u64,
     issued: u64,
+    rules: Rules,
 }
 
 fn storage(err: impl std::fmt::Display) -> Error {
@@ -206,11 +228,12 @@ fn now() -> u64 {
     nanos(SystemTime::now())
 }
 
-struct Tables<'t> {
+pub(super) struct Tables<'t> {
     jobs: Table<'t, &'static str, &'static [u8]>,
     due: Table<'t, (u64, &'static str), ()>,
     running: Table<'t, (u64, &'static str), ()>,
     died: Table<'t, (u64, &'static str), ()>,
+    series: Table<'t, &'static str, &'static [u8]>,
     /// The body of this batch's log record: every job's final value; `None` once it would
     /// pass `LOG_AT_MOST` (the batch is then a checkpoint, and a bulk load does not build a
     /// record it would throw away), or for a batch that pauses or resumes (the log holds
@@ -227,6 +250,7 @@ impl<'t> Tables<'t> {
             due: txn.open_table(DUE).map_err(storage)?,
             running: txn.open_table(RUNNING).map_err(storage)?,
             died: txn.open_table(DIED).map_err(storage)?,
+            series: txn.open_table(SERIES).map_err(storage)?,
             log: Some(Vec::new()),
             paused: false,
         })
@@ -234,8 +258,8 @@ impl<'t> Tables<'t> {
 }
 
 /// A job read from `jobs`, owned.
-struct Stored {
-    job: Job,
+pub(super) struct Stored {
+    pub(super) job: Job,
     error: Option<String>,
     payload: Vec<u8>,
 }
@@ -268,7 +292,7 @@ impl Stored {
 }
 
 impl Tables<'_> {
-    fn load(&self, id: &str) -> Result<Option<Stored>, Error> {
+    pub(super) fn load(&self, id: &str) -> Result<Option<Stored>, Error> {
         let Some(value) = self.jobs.get(id).map_err(storage)? else {
             return Ok(None);
         };
@@ -282,7 +306,7 @@ impl Tables<'_> {
 
     /// Stores `after` (or deletes the job for `None`) in place of `before`, keeping the due
     /// index, the running and dead indexes and the counts in step.
-    fn set(
+    pub(super) fn set(
         &mut self,
         counts: &mut Counts,
         id: &str,
@@ -325,9 +349,53 @@ impl Tables<'_> {
             }
         }
     }
+
+    pub(super) fn load_series(&self, name: &str) -> Result<Option<series::Record>, Error> {
+        match self.series.get(name).map_err(storage)? {
+            Some(bytes) => Ok(Some(series::Record::decode(bytes.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every series, in name order.
+    pub(super) fn all_series(&self) -> Result<Vec<(String, series::Record)>, Error> {
+        let mut out = Vec::new();
+        for entry in self.series.iter().map_err(storage)? {
+            let (name, bytes) = entry.map_err(storage)?;
+            out.push((
+                name.value().to_owned(),
+                series::Record::decode(bytes.value())?,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Stores (or for `None` deletes) a series' record, logged like a job's.
+    pub(super) fn set_series(
+        &mut self,
+        name: &str,
+        record: Option<&series::Record>,
+    ) -> Result<(), Error> {
+        self.put_series(name, record.map(series::Record::encode).as_deref())
+    }
+
+    fn put_series(&mut self, name: &str, bytes: Option<&[u8]>) -> Result<(), Error> {
+        match bytes {
+            Some(bytes) => self.series.insert(name, bytes).map(drop),
+            None => self.series.remove(name).map(drop),
+        }
+        .map_err(storage)?;
+        if let Some(log) = &mut self.log {
+            wal::push_series_change(log, name, bytes);
+            if log.len() > LOG_AT_MOST {
+                self.log = None;
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Brings a store of format 1 or 2 to format 3 inside the open transaction, before its log
+/// Brings a store of format 1, 2 or 3 to format 4 inside the open transaction, before its log
 /// is replayed (the log's records then keep the new indexes in step like any change):
 /// - the dead set (id → ()) becomes the `died` index ((death time, id) → ()): one read per
 ///   dead job, once; a job dead before the upgrade reads as dead since its `run_at`
@@ -505,7 +573,7 @@ impl Store {
                 leased: get("leased")?,
                 dead: get("dead")?,
             };
-            if matches!(format, Some(1 | 2)) {
+            if matches!(format, Some(1..=3)) {
                 upgrade(&txn, &mut t, counts.leased)?;
             }
             let epoch = get("epoch")?;
@@ -517,7 +585,10 @@ impl Store {
             meta.insert("owner", owner).map_err(storage)?;
             if let Some(wal) = wal.as_mut() {
                 wal.replay(owner, epoch, WAL_LIMIT, |changes| {
-                    for &(id, value) in changes {
+                    for &(name, value) in &changes.series {
+                        t.put_series(name, value)?;
+                    }
+                    for &(id, value) in &changes.jobs {
                         let before = t.load(id)?.map(|stored| stored.job);
                         let after = value.map(Record::decode).transpose().map_err(storage)?;
                         t.set(&mut counts, id, before, after)?;
@@ -553,6 +624,7 @@ impl Store {
             quick_repair: config.quick_repair,
             seed: model::mix(seed),
             issued: 0,
+            rules: Rules::default(),
         })
     }
 
@@ -696,7 +768,7 @@ impl Store {
                 (Reply::ScheduledMany(outcomes), changed)
             }
             Op::Cancel { id } => match t.load(&id)? {
-                Some(stored) if stored.job.cancel() => {
+                Some(stored) if stored.job.cancel() && !series::is_head(t, &id)? => {
                     t.set(counts, &id, Some(stored.job), None)?;
                     (Reply::Bool(true), true)
                 }
@@ -827,6 +899,23 @@ impl Store {
                 }
                 (Reply::Revived(revived, run_at), revived > 0)
             }
+            Op::SetRecurring {
+                name,
+                rule,
+                payload,
+                catch_up,
+            } => {
+                let (outcome, head) = series::set(t, counts, now, &name, &rule, payload, catch_up)?;
+                (Reply::Recurring(outcome, head), true)
+            }
+            Op::CancelRecurring { name } => {
+                let removed = series::cancel(t, counts, &name)?;
+                (Reply::Bool(removed), removed)
+            }
+            Op::ListRecurring => (
+                Reply::RecurringList(series::list(t, &mut self.rules)?),
+                false,
+            ),
             Op::Pause { paused } => {
                 let changed = t.paused != paused;
                 if changed {
@@ -893,6 +982,15 @@ impl Store {
                     "due index names a missing job {id:?} at {at}"
                 )));
             };
+            // The first claim of a series' head moves the series in this transaction.
+            let before = stored.job;
+            let first = before.attempt == 0 && before.status == Status::Pending;
+            if first
+                && id.contains('@')
+                && !series::on_first_claim(t, counts, &mut self.rules, now, &id, before)?
+            {
+                continue;
+            }
             let mut job = stored.job;
             let token = self.token();
             let outcome = job.claim(now, until, token, self.max_attempts);

@@ -30,7 +30,8 @@
 //!   an epoch), `epoch: u64`, `owner: u64` (a random number the store drew when it was
 //!   created: a log left beside a deleted and recreated store is never replayed into it),
 //!   `check: u64` (over everything else), then the body: entries of `id_len: u16, id,
-//!   tag: u8` (0: deleted; 1: followed by `len: u32` and the record).
+//!   tag: u8` (0: deleted; 1: followed by `len: u32` and the record; 2 and 3 the same for
+//!   a recurring series' record, keyed by its name: store format 3).
 //! - Any error writing or syncing the log stops the store (`mod.rs`): after a failed
 //!   fsync the file's state is unknown, so nothing more is answered from it.
 
@@ -80,15 +81,25 @@ fn checksum(bytes: &[u8]) -> u64 {
     mix(h ^ u64::from_le_bytes(tail))
 }
 
-/// Appends one entry to a record body.
+/// Appends one job's entry to a record body.
 pub(crate) fn push_change(body: &mut Vec<u8>, id: &str, value: Option<&[u8]>) {
+    push_entry(body, id, value, 0);
+}
+
+/// Appends one recurring series' entry to a record body.
+pub(crate) fn push_series_change(body: &mut Vec<u8>, name: &str, value: Option<&[u8]>) {
+    push_entry(body, name, value, 2);
+}
+
+/// An entry: its key, then tag `deleted` (and nothing) or `deleted + 1` and the value.
+fn push_entry(body: &mut Vec<u8>, id: &str, value: Option<&[u8]>, deleted: u8) {
     let id_len = u16::try_from(id.len()).expect("ids are at most 256 bytes");
     body.extend_from_slice(&id_len.to_le_bytes());
     body.extend_from_slice(id.as_bytes());
     match value {
-        None => body.push(0),
+        None => body.push(deleted),
         Some(value) => {
-            body.push(1);
+            body.push(deleted + 1);
             let len = u32::try_from(value.len()).expect("records are below 4 GiB");
             body.extend_from_slice(&len.to_le_bytes());
             body.extend_from_slice(value);
@@ -96,8 +107,15 @@ pub(crate) fn push_change(body: &mut Vec<u8>, id: &str, value: Option<&[u8]>) {
     }
 }
 
+/// A record's changes: to jobs, and to recurring series.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Changes<'a> {
+    pub(crate) jobs: Vec<Change<'a>>,
+    pub(crate) series: Vec<Change<'a>>,
+}
+
 /// The entries of a record body; `None` if it does not parse to its end.
-fn parse(mut body: &[u8]) -> Option<Vec<Change<'_>>> {
+fn parse(mut body: &[u8]) -> Option<Changes<'_>> {
     fn take<'a>(body: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
         if body.len() < n {
             return None;
@@ -106,19 +124,24 @@ fn parse(mut body: &[u8]) -> Option<Vec<Change<'_>>> {
         *body = rest;
         Some(head)
     }
-    let mut changes = Vec::new();
+    let mut changes = Changes::default();
     while !body.is_empty() {
         let id_len = u16::from_le_bytes(take(&mut body, 2)?.try_into().ok()?);
         let id = std::str::from_utf8(take(&mut body, id_len.into())?).ok()?;
-        let value = match take(&mut body, 1)?[0] {
-            0 => None,
-            1 => {
+        let tag = take(&mut body, 1)?[0];
+        let value = match tag {
+            0 | 2 => None,
+            1 | 3 => {
                 let len = u32::from_le_bytes(take(&mut body, 4)?.try_into().ok()?);
                 Some(take(&mut body, usize::try_from(len).ok()?)?)
             }
             _ => return None,
         };
-        changes.push((id, value));
+        if tag < 2 {
+            changes.jobs.push((id, value));
+        } else {
+            changes.series.push((id, value));
+        }
     }
     Some(changes)
 }
@@ -156,7 +179,7 @@ impl Wal {
         owner: u64,
         epoch: u64,
         limit: u64,
-        mut apply: impl FnMut(&[Change<'_>]) -> Result<(), Error>,
+        mut apply: impl FnMut(&Changes<'_>) -> Result<(), Error>,
     ) -> Result<u64, Error> {
         self.owner = owner;
         let unreadable =
@@ -284,6 +307,7 @@ mod tests {
         wal.replay(OWNER, epoch, u64::MAX, |changes| {
             out.push(
                 changes
+                    .jobs
                     .iter()
                     .map(|(id, v)| (id.to_string(), v.map(<[u8]>::to_vec)))
                     .collect(),
@@ -395,6 +419,36 @@ mod tests {
         file.write_all_at(&[0; HEAD], at[1]).unwrap();
         let got = replayed(&mut Wal::open(&path).unwrap(), 7);
         assert_eq!(got, [vec![("a".to_string(), Some(b"one".to_vec()))]]);
+    }
+
+    /// Series entries (store format 3) replay beside the jobs' in the same record.
+    #[test]
+    fn series_entries_replay_apart_from_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let mut wal = Wal::open(&path).unwrap();
+        replayed(&mut wal, 7);
+        let mut record = body(&[("digest@2026-12-01T12:00:00Z", Some(&b"job"[..]))]);
+        push_series_change(&mut record, "digest", Some(b"series"));
+        push_series_change(&mut record, "old", None);
+        wal.append(7, &record, true).unwrap();
+        let mut seen = Vec::new();
+        Wal::open(&path)
+            .unwrap()
+            .replay(OWNER, 7, u64::MAX, |changes| {
+                seen.push(format!("{changes:?}"));
+                assert_eq!(
+                    changes.jobs,
+                    [("digest@2026-12-01T12:00:00Z", Some(&b"job"[..]))]
+                );
+                assert_eq!(
+                    changes.series,
+                    [("digest", Some(&b"series"[..])), ("old", None)]
+                );
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seen.len(), 1);
     }
 
     #[test]

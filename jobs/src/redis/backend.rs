@@ -20,6 +20,8 @@ use crate::backend::{Backend, BoxFuture, ClaimBatch};
 use crate::error::Error;
 use crate::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
+use crate::recurrence::Recurrence;
+use crate::series::{CatchUp, Recurring, RecurringInfo};
 
 impl Redis {
     /// `retry.lua`: a retry, or with an `error` a failure.
@@ -263,6 +265,24 @@ impl Backend for Redis {
             }
             Ok(removed)
         })
+    }
+
+    fn schedule_recurring(
+        &self,
+        name: String,
+        rule: Recurrence,
+        payload: Vec<u8>,
+        catch_up: CatchUp,
+    ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
+        Box::pin(async move { self.set_series(&name, &rule, &payload, catch_up).await })
+    }
+
+    fn cancel_recurring(&self, name: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move { self.cancel_series(&name).await })
+    }
+
+    fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<RecurringInfo>, Error>> {
+        Box::pin(self.list_series())
     }
 
     fn close(&self) -> BoxFuture<'_, Result<(), Error>> {

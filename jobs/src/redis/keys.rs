@@ -16,6 +16,11 @@ pub(super) struct Keys {
     pub(super) counts: String,
     pub(super) seq: String,
     pub(super) dead: String,
+    /// Recurring series (`lua/series.lua`): name → record, name → payload, name → the
+    /// upcoming occurrences after the head.
+    pub(super) series: String,
+    pub(super) series_payload: String,
+    pub(super) series_next: String,
     pub(super) errors: String,
     pub(super) running: String,
     pub(super) wake: String,
@@ -32,6 +37,9 @@ impl Keys {
             counts: format!("{{{tag}}}:counts"),
             seq: format!("{{{tag}}}:seq"),
             dead: format!("{{{tag}}}:dead"),
+            series: format!("{{{tag}}}:series"),
+            series_payload: format!("{{{tag}}}:series_payload"),
+            series_next: format!("{{{tag}}}:series_next"),
             errors: format!("{{{tag}}}:errors"),
             running: format!("{{{tag}}}:running"),
             wake: format!("{{{tag}}}:wake"),
@@ -49,9 +57,12 @@ pub(super) fn tag(name: &str, i: usize, n: usize) -> String {
     }
 }
 
-/// The partition (of `n`) that holds the job `id`.
+/// The partition (of `n`) that holds the job `id`. An occurrence of a recurring series
+/// (`name@<RFC 3339 UTC time>`) lives with its series, on the partition of `name`: the
+/// claim that takes it creates the next one in the same script.
 pub(super) fn partition_of(id: &str, n: usize) -> usize {
-    (fnv(id) % n as u64) as usize
+    let key = crate::series::occurrence_series(id).unwrap_or(id);
+    (fnv(key) % n as u64) as usize
 }
 
 /// A stable hash (FNV-1a): every process must route an id to the same partition.

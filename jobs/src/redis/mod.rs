@@ -3,9 +3,9 @@
 //! # Ground rules
 //!
 //! - Every state change is one Lua script (`lua/*.lua`, each headed by its keys, arguments,
-//!   return value and why it is atomic; `scripts.rs` holds one typed call per script). The state machine is
-//!   `model.rs`'s, written out in Lua: states `p`/`l`/`d`, attempts counted at claim,
-//!   tokens checked by ack, retry and extend, dead after `max_attempts`.
+//!   return value and why it is atomic; `scripts.rs` holds one typed call per script). The
+//!   state machine is `model.rs`'s, written out in Lua: states `p`/`l`/`d`, attempts
+//!   counted at claim, tokens checked by ack, retry and extend, dead after `max_attempts`.
 //! - Keys of one queue share the hash tag `{name}`, so every script touches one cluster slot.
 //!   The due index is a sorted set of **ids** (scored by due microseconds: run_at when
 //!   pending, lease end when leased); payloads live in their own hash, so cancel by id is
@@ -41,7 +41,6 @@
 //!   `run` makes right after each short one costs nothing. It can only delay a claim by
 //!   that estimate, never deliver early: what is due is still decided by the server's
 //!   `TIME`.
-
 //!
 //! # Files
 //!
@@ -57,6 +56,7 @@ mod conn;
 mod keys;
 mod reply;
 mod scripts;
+mod series;
 mod wake;
 
 use std::fmt;
@@ -69,13 +69,17 @@ use self::keys::{partition_of, tag, Keys};
 use self::reply::redis_error;
 use self::scripts::{micros, NewJob, PartClaim, Scripts};
 use self::wake::{subscribe, subscribe_cluster, Heard, Wake};
-use crate::backend::{BoxFuture, ClaimBatch};
+use crate::backend::{BoxFuture, ClaimBatch, Claimed};
 use crate::config::Config;
 use crate::error::Error;
 use crate::job::Scheduled;
 use crate::wakeup::Wakeup;
 
 pub(crate) use self::conn::Target;
+
+/// How long a claim waits before looking again at a series whose list ran out and could
+/// not be refilled (nanoseconds).
+const DRY_RETRY: u64 = 1_000_000_000;
 
 /// One partition of a queue: its own keys (its own hash tag, so its own cluster slot) and
 /// its own schedule and ack batchers.
@@ -98,6 +102,7 @@ pub(crate) struct Redis {
     /// Bumped after every change that may make a job due earlier (see the ground rules).
     epoch: Arc<AtomicU64>,
     idle: std::sync::Mutex<Option<Idle>>,
+    rules: series::Rules,
 }
 
 /// What the last short claim learnt: nothing due before `until` (server ns), as of
@@ -202,6 +207,7 @@ impl Redis {
             subscriber,
             epoch,
             idle: std::sync::Mutex::new(None),
+            rules: series::Rules::default(),
         })
     }
 
@@ -252,11 +258,27 @@ impl Redis {
         Ok(total)
     }
 
-    /// Claims from one partition: the jobs, and (server now, next due) in that server's ns.
-    async fn claim_part(&self, part: &Partition, max: usize) -> Result<PartClaim, Error> {
+    /// Claims from one partition: the jobs, (server now, next due) in that server's ns, and
+    /// how many jobs it killed.
+    /// Then gives the recurring series the claim noted their next occurrences.
+    async fn claim_part(
+        &self,
+        part: &Partition,
+        max: usize,
+    ) -> Result<(Vec<Claimed>, u64, Option<u64>, u64), Error> {
         let mut conn = self.conn()?;
-        self.scripts
+        let (jobs, now, next, notes, died): PartClaim = self
+            .scripts
             .claim(&mut conn, &part.keys, max, self.lease_us, self.max_attempts)
-            .await
+            .await?;
+        // A dry head given its list may be due: look again at once. One whose fill failed
+        // stays due, undelivered: look again in a second, not in a loop of claims against
+        // a failing fill.
+        let next = match self.fill_series(part, now, notes).await {
+            (_, true) => Some(next.unwrap_or(now).max(now.saturating_add(DRY_RETRY))),
+            (true, false) => Some(now),
+            (false, false) => next,
+        };
+        Ok((jobs, now, next, died))
     }
 }

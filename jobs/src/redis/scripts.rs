@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use ::redis::{Script, Value};
+use ::redis::{Script, ScriptInvocation, Value};
 
 use super::conn::Conn;
 use super::keys::Keys;
@@ -22,6 +22,8 @@ use crate::backend::Claimed;
 use crate::error::Error;
 use crate::job::{nanos, Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
+use crate::recurrence::utc_text;
+use crate::series::Recurring;
 
 /// Delays past this are stored as `When::At` the saturation point: Lua's doubles hold
 /// microseconds exactly only below 2^53 (year 2255).
@@ -31,8 +33,76 @@ const MAX_AFTER: Duration = Duration::from_secs(100 * 365 * 86_400);
 pub(super) type NewJob = (String, When, Vec<u8>);
 
 /// What one partition's claim returned: the jobs, the server's now and the next due time,
-/// in that server's nanoseconds, and how many jobs it killed.
-pub(super) type PartClaim = (Vec<Claimed>, u64, Option<u64>, u64);
+/// in that server's nanoseconds, the series whose lists need Rust, and how many jobs it
+/// killed.
+pub(super) type PartClaim = (Vec<Claimed>, u64, Option<u64>, Vec<SeriesNote>, u64);
+
+/// A claim's note about a recurring series (`lua/series.lua`): its list of upcoming
+/// occurrences runs low, or ran out before the claim's time (`dry`: the head waits for
+/// Rust to decide the catch-up).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct SeriesNote {
+    pub(super) name: String,
+    pub(super) dry: bool,
+    pub(super) version: String,
+    pub(super) head: Option<u64>,
+    pub(super) runs: u32,
+    pub(super) rule: String,
+}
+
+/// One series as `series.lua` stores it: (version, runs, head_ns, last_ns, rule).
+pub(super) type SeriesRecord = (u32, Option<u64>, Option<u64>, String);
+
+/// Occurrences as the series scripts take them: `ns=text,...`.
+fn entries(times: &[u64]) -> String {
+    let mut out = String::new();
+    for (i, at) in times.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!("{at}={}", utc_text(*at)));
+    }
+    out
+}
+
+/// The keys every script that changes a series takes first, in `series.lua`'s order:
+/// meta, payload, due, counts, series, series_payload, series_next.
+fn series_keys<'a, 'b>(
+    call: &'b mut ScriptInvocation<'a>,
+    k: &Keys,
+) -> &'b mut ScriptInvocation<'a> {
+    call.key(&k.meta)
+        .key(&k.payload)
+        .key(&k.due)
+        .key(&k.counts)
+        .key(&k.series)
+        .key(&k.series_payload)
+        .key(&k.series_next)
+}
+
+/// A series record's time field: empty for none.
+fn opt_ns(field: &str) -> Result<Option<u64>, Error> {
+    if field.is_empty() {
+        return Ok(None);
+    }
+    field
+        .parse()
+        .map(Some)
+        .map_err(|_| Error::storage(format!("corrupt series time {field:?}")))
+}
+
+/// Decodes a record of `{tag}:series`.
+pub(super) fn series_record(text: &str) -> Result<SeriesRecord, Error> {
+    let corrupt = || Error::storage(format!("corrupt series record {text:?}"));
+    let mut fields = text.splitn(6, '|');
+    let mut field = || fields.next().ok_or_else(corrupt);
+    let _version = field()?;
+    let runs = field()?.parse().map_err(|_| corrupt())?;
+    let head = opt_ns(field()?)?;
+    let _head_text = field()?;
+    let last = opt_ns(field()?)?;
+    Ok((runs, head, last, field()?.to_owned()))
+}
 
 pub(super) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
@@ -62,10 +132,23 @@ pub(super) struct Scripts {
     retry: Script,
     extend: Script,
     remove_dead: Script,
+    recurring_set: Script,
+    recurring_fill: Script,
+    recurring_cancel: Script,
     counts: Script,
     list: Script,
     revive: Script,
     pause: Script,
+}
+
+/// A script that changes recurring series: `lua/series.lua`'s functions, then its body.
+macro_rules! series_script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("lua/series.lua"),
+            include_str!(concat!("lua/", $file))
+        ))
+    };
 }
 
 impl Scripts {
@@ -75,11 +158,14 @@ impl Scripts {
             cancel: Script::new(include_str!("lua/cancel.lua")),
             reschedule: Script::new(include_str!("lua/reschedule.lua")),
             get: Script::new(include_str!("lua/get.lua")),
-            claim: Script::new(include_str!("lua/claim.lua")),
+            claim: series_script!("claim.lua"),
             ack: Script::new(include_str!("lua/ack.lua")),
             retry: Script::new(include_str!("lua/retry.lua")),
             extend: Script::new(include_str!("lua/extend.lua")),
             remove_dead: Script::new(include_str!("lua/remove_dead.lua")),
+            recurring_set: series_script!("recurring_set.lua"),
+            recurring_fill: series_script!("recurring_fill.lua"),
+            recurring_cancel: series_script!("recurring_cancel.lua"),
             counts: Script::new(include_str!("lua/counts.lua")),
             list: Script::new(include_str!("lua/list.lua")),
             revive: Script::new(include_str!("lua/revive.lua")),
@@ -152,6 +238,7 @@ impl Scripts {
             .key(&k.payload)
             .key(&k.due)
             .key(&k.counts)
+            .key(&k.series)
             .key(&k.errors)
             .arg(id);
         let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
@@ -217,6 +304,9 @@ impl Scripts {
             .key(&k.counts)
             .key(&k.seq)
             .key(&k.dead)
+            .key(&k.series)
+            .key(&k.series_payload)
+            .key(&k.series_next)
             .key(&k.errors)
             .key(&k.running);
         call.arg(max).arg(lease_us).arg(max_attempts);
@@ -229,6 +319,21 @@ impl Scripts {
         } else {
             Some(score_ns(&next)?)
         };
+        let mut notes = Vec::new();
+        for note in array(items.next().unwrap_or(Value::Array(Vec::new())))? {
+            let fields = array(note)?;
+            let [name, kind, version, head, runs, rule] = fields.as_slice() else {
+                return Err(Error::storage("short series note in a claim reply"));
+            };
+            notes.push(SeriesNote {
+                name: text(name.clone())?,
+                dry: text(kind.clone())? == "dry",
+                version: text(version.clone())?,
+                head: opt_ns(&text(head.clone())?)?,
+                runs: u32::try_from(int(runs)?).unwrap_or(u32::MAX),
+                rule: text(rule.clone())?,
+            });
+        }
         let died = int(&items.next().unwrap_or(Value::Nil))?;
         let rest: Vec<Value> = items.collect();
         let mut jobs = Vec::with_capacity(rest.len() / 5);
@@ -244,7 +349,74 @@ impl Scripts {
                 token: int(token)?,
             });
         }
-        Ok((jobs, now_us.saturating_mul(1000), next_due, died))
+        Ok((jobs, now_us.saturating_mul(1000), next_due, notes, died))
+    }
+
+    /// `recurring_set.lua`: creates or replaces a series; `times` are its first occurrences
+    /// after the server's time, the head first. The outcome and the head's time.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn recurring_set(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        name: &str,
+        rule: &str,
+        runs: u32,
+        payload: &[u8],
+        times: &[u64],
+    ) -> Result<(Recurring, Option<u64>), Error> {
+        let mut call = self.recurring_set.prepare_invoke();
+        series_keys(&mut call, k).key(&k.seq);
+        call.arg(name)
+            .arg(rule)
+            .arg(runs)
+            .arg(payload)
+            .arg(entries(times))
+            .arg(&k.wake)
+            .arg(k.publish);
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        let mut parts = array(reply)?.into_iter();
+        let created = int(&parts.next().unwrap_or(Value::Nil))? == 1;
+        let head = opt_ns(&text(parts.next().unwrap_or(Value::Nil))?)?;
+        let outcome = if created {
+            Recurring::Created
+        } else {
+            Recurring::Updated
+        };
+        Ok((outcome, head))
+    }
+
+    /// `recurring_fill.lua`: the head at `times[0]` and its next occurrences, if the series
+    /// is still at `version` with the head `head`; whether it applied.
+    pub(super) async fn recurring_fill(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        note: &SeriesNote,
+        times: &[u64],
+    ) -> Result<bool, Error> {
+        let mut call = self.recurring_fill.prepare_invoke();
+        series_keys(&mut call, k);
+        let head = note.head.map(|h| h.to_string()).unwrap_or_default();
+        call.arg(&note.name)
+            .arg(&note.version)
+            .arg(head)
+            .arg(entries(times));
+        let applied: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(applied == 1)
+    }
+
+    /// `recurring_cancel.lua`: deletes a series and its pending occurrence.
+    pub(super) async fn recurring_cancel(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        name: &str,
+    ) -> Result<bool, Error> {
+        let mut call = self.recurring_cancel.prepare_invoke();
+        series_keys(&mut call, k).arg(name);
+        let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(removed == 1)
     }
 
     /// `retry.lua`: gives a leased job back to run `after` from now, or kills it; with an

@@ -8,6 +8,7 @@ use wheel_jobs::{JobQueue, JobState, Scheduled};
 use crate::support::{embedded, ms, next};
 
 run_behaviour_suite!(crate::support::embedded());
+run_recurring_suite!(crate::support::embedded());
 
 #[tokio::test]
 async fn jobs_survive_a_reopen_and_past_due_ones_come_at_once() {

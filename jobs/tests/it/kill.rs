@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
-use wheel_jobs::JobQueue;
+use wheel_jobs::{JobQueue, JobState};
 
 use crate::support::{embedded, ms};
 
@@ -457,6 +457,147 @@ fn a_job_that_kills_its_process_goes_dead_after_max_attempts() {
         let info = queue.get("poison").await.unwrap().expect("kept as dead");
         assert_eq!(info.state(), wheel_jobs::JobState::Dead);
         assert_eq!(info.attempt(), 2);
+        queue.close().await.unwrap();
+    });
+}
+
+const EVERY: Duration = Duration::from_millis(200);
+
+/// Child: takes one occurrence of the series "tick", prints it, then hangs in its handler.
+async fn take_occurrence_then_hang(queue: JobQueue) {
+    println!("\nready");
+    let mut consumer = queue.consume();
+    let d = consumer.next().await.unwrap().unwrap();
+    println!("start {} {}", d.id(), d.attempt());
+    std::future::pending::<()>().await;
+}
+
+/// Parent: the id of the occurrence the child hangs in, once it has, after killing it.
+fn kill_in_occurrence(mut child: Killed, lines: mpsc::Receiver<String>) -> String {
+    let hung = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("child output");
+        if let Some(rest) = line.strip_prefix("start ") {
+            assert!(rest.ends_with(" 1"), "{rest}");
+            break rest.split(' ').next().unwrap().to_owned();
+        }
+    };
+    child.kill();
+    hung
+}
+
+/// Parent, after the kill: the killed occurrence is still leased and its successor exists
+/// once (the claim made it in the same step); then the killed one comes back with
+/// attempt 2 and every other occurrence once.
+async fn check_series_after_kill(queue: &JobQueue, hung: &str) {
+    let info = queue
+        .get(hung)
+        .await
+        .unwrap()
+        .expect("the killed occurrence");
+    assert_eq!((info.state(), info.attempt()), (JobState::Running, 1));
+    assert_eq!(
+        queue.pending().await.unwrap(),
+        1,
+        "exactly one next occurrence"
+    );
+    let series = &queue.list_recurring().await.unwrap()[0];
+    assert_eq!(series.last_run(), Some(info.run_at()));
+    let next_run = series.next_run().unwrap();
+    assert_eq!(next_run, info.run_at() + EVERY);
+    let mut consumer = queue.consume();
+    let mut seen = HashSet::new();
+    let mut redelivered = false;
+    while !redelivered || seen.len() < 3 {
+        let d = crate::support::next(&mut consumer).await;
+        if d.id() == hung {
+            assert_eq!(
+                d.attempt(),
+                2,
+                "redelivered after the dead consumer's lease"
+            );
+            redelivered = true;
+        } else {
+            assert_eq!(d.attempt(), 1, "{}", d.id());
+            assert!(
+                d.run_at() >= next_run,
+                "{} before the killed one's successor",
+                d.id()
+            );
+            assert!(seen.insert(d.id().to_owned()), "{} delivered twice", d.id());
+        }
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(queue.pending().await.unwrap(), 1);
+}
+
+#[test]
+fn a_recurring_occurrence_killed_mid_handler_comes_back_and_its_successor_exists_once() {
+    const TEST: &str =
+        "kill::a_recurring_occurrence_killed_mid_handler_comes_back_and_its_successor_exists_once";
+    if let Some((_, path)) = child_role() {
+        runtime().block_on(async {
+            let queue = JobQueue::builder()
+                .lease(wheel_jobs::MIN_LEASE)
+                .prefetch(1)
+                .open(&path)
+                .await
+                .unwrap();
+            take_occurrence_then_hang(queue).await
+        });
+        return;
+    }
+    let h = embedded();
+    let rt = runtime();
+    rt.block_on(async {
+        let queue = JobQueue::open(h.path()).await.unwrap();
+        let every = wheel_jobs::Recurrence::every(EVERY).unwrap();
+        queue.schedule_recurring("tick", every, "t").await.unwrap();
+        queue.close().await.unwrap();
+    });
+    let (child, lines) = spawn_child(TEST, "consume", &h.path());
+    let hung = kill_in_occurrence(child, lines);
+    rt.block_on(async {
+        let queue = JobQueue::open(h.path()).await.unwrap();
+        check_series_after_kill(&queue, &hung).await;
+        queue.close().await.unwrap();
+    });
+}
+
+/// The same on Redis, the parent's queue open on the server the whole time.
+#[cfg(feature = "redis")]
+#[test]
+fn a_recurring_occurrence_killed_mid_handler_on_redis_comes_back_and_its_successor_exists_once() {
+    const TEST: &str = "kill::a_recurring_occurrence_killed_mid_handler_on_redis_comes_back_and_its_successor_exists_once";
+    if let Some((_, url)) = child_role() {
+        runtime().block_on(async {
+            let queue = JobQueue::builder()
+                .lease(wheel_jobs::MIN_LEASE)
+                .prefetch(1)
+                .redis(url.to_str().unwrap(), "series")
+                .await
+                .unwrap();
+            take_occurrence_then_hang(queue).await
+        });
+        return;
+    }
+    let server = crate::support::RedisServer::start();
+    let rt = runtime();
+    let queue = rt.block_on(async {
+        let queue = JobQueue::builder()
+            .lease(wheel_jobs::MIN_LEASE)
+            .redis(&server.url(), "series")
+            .await
+            .unwrap();
+        let every = wheel_jobs::Recurrence::every(EVERY).unwrap();
+        queue.schedule_recurring("tick", every, "t").await.unwrap();
+        queue
+    });
+    let (child, lines) = spawn_child(TEST, "consume", std::path::Path::new(&server.url()));
+    let hung = kill_in_occurrence(child, lines);
+    rt.block_on(async {
+        check_series_after_kill(&queue, &hung).await;
         queue.close().await.unwrap();
     });
 }

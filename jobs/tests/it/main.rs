@@ -7,6 +7,8 @@
 mod support;
 #[macro_use]
 mod suite;
+#[macro_use]
+mod recurring;
 mod embedded;
 mod kill;
 #[cfg(feature = "metrics")]

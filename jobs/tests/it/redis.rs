@@ -1,6 +1,7 @@
 //! The behavioural suite on Redis (feature `redis`), each test on a `redis-server` of its own.
 
 run_behaviour_suite!(crate::support::redis());
+run_recurring_suite!(crate::support::redis());
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -163,6 +164,7 @@ async fn acknowledged_schedules_survive_a_redis_kill_9_and_workers_resume() {
 /// The whole suite again with each queue split into 3 partitions on one server.
 mod partitioned {
     run_behaviour_suite!(crate::support::redis_partitioned());
+    run_recurring_suite!(crate::support::redis_partitioned());
 }
 
 /// A queue in 3 partitions on a 3-master cluster: the partitions land on different nodes,

@@ -591,11 +591,11 @@ fn an_empty_record_hides_no_later_record() {
     }
 }
 
-/// A store written before format 3 (version 1 records, the `dead` set, no `running` index)
-/// opens as format 3: its dead jobs listed newest first (dead since their run_at), its
+/// A store written before format 4 (version 1 records, the `dead` set, no `running` index)
+/// opens as format 4: its dead jobs listed newest first (dead since their run_at), its
 /// running job found, its counts kept, and it goes on working.
 #[test]
-fn a_format_2_store_is_upgraded_on_open() {
+fn a_format_2_store_gets_its_running_and_dead_indexes_on_open() {
     use crate::embedded::record::encode_v1;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("old.redb");
@@ -699,4 +699,130 @@ fn a_format_2_store_is_upgraded_on_open() {
         one(&mut store, Op::PurgeDead { limit: 10 }, now),
         Reply::Count(2)
     );
+}
+
+// ===== recurring series =====
+
+fn set_every_10(name: &str) -> Op {
+    Op::SetRecurring {
+        name: name.to_owned(),
+        rule: Recurrence::every(Duration::from_nanos(10)).unwrap(),
+        payload: b"s".to_vec(),
+        catch_up: CatchUp::Latest,
+    }
+}
+
+fn list(store: &mut Store, now: u64) -> Vec<RecurringInfo> {
+    match one(store, Op::ListRecurring, now) {
+        Reply::RecurringList(list) => list,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A store written by the format before series (2: jobs, due, dead, meta; no `series`
+/// table), built here table by table through redb, opens, keeps its jobs, and is format 3
+/// from then on.
+#[test]
+fn a_store_of_format_2_upgrades_on_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("s0.redb");
+    {
+        let db = redb::Database::builder().create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let jobs: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
+            let due: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
+            let dead: TableDefinition<'_, &str, ()> = TableDefinition::new("dead");
+            let meta: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+            let record = crate::embedded::record::encode_v1(&Job::new(5), b"old");
+            txn.open_table(jobs)
+                .unwrap()
+                .insert("a", record.as_slice())
+                .unwrap();
+            txn.open_table(due).unwrap().insert((5, "a"), ()).unwrap();
+            txn.open_table(dead).unwrap();
+            let mut meta = txn.open_table(meta).unwrap();
+            for (key, value) in [("format", 2), ("pending", 1), ("epoch", 3), ("owner", 7)] {
+                meta.insert(key, value).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+    let mut store = file_store(dir.path(), 0);
+    assert_eq!(store.counts().pending, 1);
+    let reply = one(&mut store, Op::Get { id: "a".into() }, 100);
+    assert_eq!(
+        reply,
+        Reply::Info(Some(JobInfo::new(
+            "a".into(),
+            JobState::Pending,
+            5,
+            0,
+            None,
+            b"old".to_vec()
+        )))
+    );
+    assert!(list(&mut store, 100).is_empty());
+    one(&mut store, set_every_10("s"), 100);
+    let format = {
+        let txn = store.db.begin_write().unwrap();
+        let meta = txn.open_table(META).unwrap();
+        let format = meta.get("format").unwrap().unwrap().value();
+        drop(meta);
+        txn.abort().unwrap();
+        format
+    };
+    assert_eq!(format, FORMAT);
+    drop(store);
+    let mut store = file_store(dir.path(), 0);
+    assert_eq!(list(&mut store, 100).len(), 1, "the series is stored");
+
+    // A format from the future is refused, not misread.
+    drop(store);
+    {
+        let db = redb::Database::builder().create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META)
+            .unwrap()
+            .insert("format", FORMAT + 1)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let db = redb::Database::builder().create(&path).unwrap();
+    let err = Store::open(db, &config(), None).err().expect("refused");
+    assert!(err.is_storage(), "{err}");
+}
+
+/// A series' changes are in the log records of their batch: a crash before any checkpoint
+/// keeps the series, its moved head and the claimed occurrence together.
+#[test]
+fn series_changes_survive_a_crash_by_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = file_store(dir.path(), 0);
+    store.checkpoint_every = Duration::from_secs(3600);
+    assert_eq!(
+        one(&mut store, set_every_10("s"), 100),
+        Reply::Recurring(Recurring::Created, Some(110))
+    );
+    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, 112) else {
+        panic!("a claim");
+    };
+    assert_eq!(batch.jobs.len(), 1);
+    assert_eq!(batch.jobs[0].run_at, 110);
+    let before = list(&mut store, 112);
+    let mut store = crash(store, dir.path(), 0);
+    assert_eq!(list(&mut store, 112), before);
+    assert_eq!(
+        before[0].next_run(),
+        Some(UNIX_EPOCH + Duration::from_nanos(120))
+    );
+    assert_eq!(store.counts().pending, 1);
+    assert_eq!(store.counts().leased, 1);
+    assert_eq!(
+        one(&mut store, Op::CancelRecurring { name: "s".into() }, 112),
+        Reply::Bool(true)
+    );
+    assert_eq!(store.counts().pending, 0);
+    let mut store = crash(store, dir.path(), 1);
+    assert!(list(&mut store, 112).is_empty());
 }

@@ -1,0 +1,292 @@
+//! The embedded store's recurring series: the `series` table's record, and each series step
+//! inside a batch's transaction (`crate::series` has the rules).
+//!
+//! # Ground rules
+//!
+//! - `series` maps a name to its record: the catch-up policy, the head's time, the last
+//!   delivered occurrence's time, the recurrence's text form and the payload. The head is
+//!   an ordinary job in `jobs` (`name@time`), written through `Tables::set` like any other.
+//! - Every step (set, cancel, the first claim of a head) runs inside the batch's one write
+//!   transaction, and its series change goes into the same log record as its job changes:
+//!   a crash keeps both or neither.
+//! - A layout change bumps `VERSION` (and the store's `FORMAT` in `store.rs`).
+
+use std::collections::HashMap;
+
+use super::record;
+use super::store::Tables;
+use crate::error::Error;
+use crate::model::{Counts, Job, Status};
+use crate::recurrence::Recurrence;
+use crate::series::{self, occurrence_id, CatchUp, Recurring, RecurringInfo, Step};
+
+const VERSION: u8 = 1;
+const HEADER: usize = 1 + 4 + 1 + 8 + 1 + 8 + 4;
+
+/// One series as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Record {
+    /// [`CatchUp::runs`].
+    pub(super) runs: u32,
+    pub(super) head: Option<u64>,
+    pub(super) last: Option<u64>,
+    /// The recurrence's text form.
+    pub(super) rule: String,
+    pub(super) payload: Vec<u8>,
+}
+
+fn corrupt() -> Error {
+    Error::storage("a recurring series record is corrupt")
+}
+
+impl Record {
+    /// A fixed little-endian header (version, runs, head, last, the rule's length), the
+    /// rule, the payload.
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER + self.rule.len() + self.payload.len());
+        out.push(VERSION);
+        out.extend_from_slice(&self.runs.to_le_bytes());
+        for time in [self.head, self.last] {
+            out.push(u8::from(time.is_some()));
+            out.extend_from_slice(&time.unwrap_or(0).to_le_bytes());
+        }
+        let rule_len = u32::try_from(self.rule.len()).expect("a recurrence's text is short");
+        out.extend_from_slice(&rule_len.to_le_bytes());
+        out.extend_from_slice(self.rule.as_bytes());
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    pub(super) fn decode(bytes: &[u8]) -> Result<Record, Error> {
+        if bytes.len() < HEADER || bytes[0] != VERSION {
+            return Err(corrupt());
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
+        let time_at = |at: usize| match bytes[at] {
+            0 => Ok(None),
+            1 => Ok(Some(u64_at(at + 1))),
+            _ => Err(corrupt()),
+        };
+        let runs = u32::from_le_bytes(bytes[1..5].try_into().expect("4 bytes"));
+        let (head, last) = (time_at(5)?, time_at(14)?);
+        let rule_len = u32::from_le_bytes(bytes[23..27].try_into().expect("4 bytes"));
+        let rule_end = HEADER
+            .checked_add(usize::try_from(rule_len).map_err(|_| corrupt())?)
+            .filter(|&end| end <= bytes.len())
+            .ok_or_else(corrupt)?;
+        let rule = std::str::from_utf8(&bytes[HEADER..rule_end]).map_err(|_| corrupt())?;
+        Ok(Record {
+            runs,
+            head,
+            last,
+            rule: rule.to_owned(),
+            payload: bytes[rule_end..].to_vec(),
+        })
+    }
+}
+
+/// Parsed recurrences by text form, so a claim does not parse its series' rule each time.
+#[derive(Debug, Default)]
+pub(super) struct Rules(HashMap<String, Recurrence>);
+
+impl Rules {
+    fn get(&mut self, text: &str) -> Result<&Recurrence, Error> {
+        if !self.0.contains_key(text) {
+            // Bounded: texts of replaced series are dropped now and then.
+            if self.0.len() >= 1024 {
+                self.0.clear();
+            }
+            let rule = text.parse().map_err(|err| {
+                Error::storage(format!("a stored recurrence does not parse: {err}"))
+            })?;
+            self.0.insert(text.to_owned(), rule);
+        }
+        Ok(&self.0[text])
+    }
+}
+
+/// Makes the occurrence at `at` (or the first after it whose id is free) the head of
+/// `name`: creates its job with `payload`, or adopts a pending job of that id. Returns the
+/// head's time, `None` if the recurrence has none left.
+fn place_head(
+    t: &mut Tables<'_>,
+    counts: &mut Counts,
+    rule: &Recurrence,
+    name: &str,
+    mut at: Option<u64>,
+    payload: &[u8],
+) -> Result<Option<u64>, Error> {
+    while let Some(time) = at {
+        let id = occurrence_id(name, time);
+        match t.load(&id)? {
+            None => {
+                let job = record::Record {
+                    job: Job::new(time),
+                    error: None,
+                    payload,
+                };
+                t.set(counts, &id, None, Some(job))?;
+                return Ok(Some(time));
+            }
+            Some(stored) if stored.job.status == Status::Pending => return Ok(Some(time)),
+            // Delivered already (an occurrence moved earlier by hand): never twice.
+            Some(_) => at = rule.next_after_nanos(time),
+        }
+    }
+    Ok(None)
+}
+
+/// Deletes the head job of a series if it is still pending.
+fn drop_head(
+    t: &mut Tables<'_>,
+    counts: &mut Counts,
+    name: &str,
+    head: Option<u64>,
+) -> Result<(), Error> {
+    let Some(head) = head else { return Ok(()) };
+    let id = occurrence_id(name, head);
+    if let Some(stored) = t.load(&id)? {
+        if stored.job.status == Status::Pending {
+            t.set(counts, &id, Some(stored.job), None)?;
+        }
+    }
+    Ok(())
+}
+
+/// `schedule_recurring`: creates or replaces the series and its head, the first occurrence
+/// after `now`.
+pub(super) fn set(
+    t: &mut Tables<'_>,
+    counts: &mut Counts,
+    now: u64,
+    name: &str,
+    rule: &Recurrence,
+    payload: Vec<u8>,
+    catch_up: CatchUp,
+) -> Result<(Recurring, Option<u64>), Error> {
+    let old = t.load_series(name)?;
+    let outcome = match &old {
+        Some(old) => {
+            drop_head(t, counts, name, old.head)?;
+            Recurring::Updated
+        }
+        None => Recurring::Created,
+    };
+    let head = place_head(t, counts, rule, name, rule.next_after_nanos(now), &payload)?;
+    let record = Record {
+        runs: catch_up.runs(),
+        head,
+        last: old.and_then(|old| old.last),
+        rule: rule.to_string(),
+        payload,
+    };
+    t.set_series(name, Some(&record))?;
+    Ok((outcome, head))
+}
+
+/// `cancel_recurring`: deletes the series and its pending head.
+pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Counts, name: &str) -> Result<bool, Error> {
+    let Some(old) = t.load_series(name)? else {
+        return Ok(false);
+    };
+    drop_head(t, counts, name, old.head)?;
+    t.set_series(name, None)?;
+    Ok(true)
+}
+
+/// `list_recurring`: every series, in name order.
+pub(super) fn list(t: &Tables<'_>, rules: &mut Rules) -> Result<Vec<RecurringInfo>, Error> {
+    let mut out = Vec::new();
+    for (name, record) in t.all_series()? {
+        let rule = rules.get(&record.rule)?.clone();
+        let catch_up = CatchUp::from_runs(record.runs);
+        out.push(RecurringInfo::new(
+            name,
+            rule,
+            catch_up,
+            record.head,
+            record.last,
+        ));
+    }
+    Ok(out)
+}
+
+/// Whether `id` is the pending occurrence of its series (which `cancel` leaves alone: the
+/// series would have none).
+pub(super) fn is_head(t: &Tables<'_>, id: &str) -> Result<bool, Error> {
+    let Some(name) = series::series_of(id) else {
+        return Ok(false);
+    };
+    let head = t.load_series(name)?.and_then(|record| record.head);
+    Ok(head.is_some_and(|head| occurrence_id(name, head) == id))
+}
+
+/// The first claim of the pending job `id` at `now`: if it is the head of its series,
+/// moves the head by [`series::on_due`]. Returns whether to deliver it; `false` means it
+/// was superseded and is deleted.
+pub(super) fn on_first_claim(
+    t: &mut Tables<'_>,
+    counts: &mut Counts,
+    rules: &mut Rules,
+    now: u64,
+    id: &str,
+    job: Job,
+) -> Result<bool, Error> {
+    let Some(name) = series::series_of(id) else {
+        return Ok(true);
+    };
+    let Some(mut record) = t.load_series(name)? else {
+        return Ok(true);
+    };
+    let Some(head) = record.head.filter(|&h| occurrence_id(name, h) == id) else {
+        // Not this series' head: an ordinary job with an `@` in its id.
+        return Ok(true);
+    };
+    let rule = rules.get(&record.rule)?.clone();
+    let step = series::on_due(&rule, CatchUp::from_runs(record.runs), head, now);
+    let (deliver, next) = match step {
+        Step::Deliver { next } => {
+            record.last = Some(head);
+            (true, next)
+        }
+        Step::Skip { to } => {
+            t.set(counts, id, Some(job), None)?;
+            (false, to)
+        }
+    };
+    record.head = place_head(t, counts, &rule, name, next, &record.payload)?;
+    t.set_series(name, Some(&record))?;
+    Ok(deliver)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_garbage_is_corrupt() {
+        let record = Record {
+            runs: 3,
+            head: Some(42),
+            last: None,
+            rule: "0 20 * * * in Asia/Shanghai".into(),
+            payload: b"digest".to_vec(),
+        };
+        assert_eq!(Record::decode(&record.encode()).unwrap(), record);
+        let empty = Record {
+            runs: 0,
+            head: None,
+            last: Some(7),
+            rule: String::new(),
+            payload: Vec::new(),
+        };
+        assert_eq!(Record::decode(&empty.encode()).unwrap(), empty);
+        assert!(Record::decode(&[]).unwrap_err().is_storage());
+        let mut long_rule = record.encode();
+        long_rule[23..27].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Record::decode(&long_rule).unwrap_err().is_storage());
+        let mut bad_flag = record.encode();
+        bad_flag[5] = 2;
+        assert!(Record::decode(&bad_flag).unwrap_err().is_storage());
+    }
+}

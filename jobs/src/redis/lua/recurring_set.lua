@@ -1,0 +1,32 @@
+-- recurring_set.lua: create a recurring series, or replace its recurrence, payload, catch-up
+-- policy and pending occurrence (series.lua, prepended, has the record's layout).
+--
+-- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
+-- KEYS[5] series, KEYS[6] series_payload, KEYS[7] series_next (see series.lua, prepended)
+-- KEYS[8] seq (the version counter, shared with lease tokens: every value is new)
+-- ARGV[1] name, ARGV[2] the recurrence's text, ARGV[3] runs (catch-up), ARGV[4] payload,
+-- ARGV[5] "ns=text,..." the first occurrences after the server time Rust read, the head
+-- first, ARGV[6] wake channel, ARGV[7] 'PUBLISH' | 'SPUBLISH' (as schedule.lua)
+--
+-- Returns {created (1|0), head_ns ("" if none)}. Atomic: the old head goes and the new one
+-- comes in one step, so no claim ever sees the series with two pending occurrences or none.
+local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4],
+           series = KEYS[5], series_payload = KEYS[6], series_next = KEYS[7]}
+local name = ARGV[1]
+local old = series_get(S, name)
+local s = {version = redis.call('INCR', KEYS[8]), runs = ARGV[3], last_ns = '', rule = ARGV[2]}
+if old then
+  if old.head_text ~= '' then series_drop(S, name .. '@' .. old.head_text) end
+  s.last_ns = old.last_ns
+end
+redis.call('HSET', S.series_payload, name, ARGV[4])
+local score = series_place(S, name, s, series_list(ARGV[5]), 1, ARGV[4])
+if score then
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if tonumber(head[2]) >= score then
+    redis.call(ARGV[7], ARGV[6], string.format('%.0f', score))
+  end
+end
+local created = 1
+if old then created = 0 end
+return {created, s.head_ns}

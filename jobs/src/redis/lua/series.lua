@@ -1,0 +1,126 @@
+-- series.lua: recurring series, the rules of jobs/src/series.rs written out in Lua. Not a
+-- script of its own: its functions are prepended to claim.lua, recurring_set.lua,
+-- recurring_fill.lua and recurring_cancel.lua, which pass their keys in a table S (meta,
+-- payload, due, counts: see schedule.lua; series, series_payload, series_next below).
+--
+-- S.series         hash  name -> "version|runs|head_ns|head_text|last_ns|rule" (head empty
+--                        when the recurrence has no occurrence left, last_ns empty before
+--                        the first delivery; version from the seq counter, new at every
+--                        set, so a fill computed for an older series never applies)
+-- S.series_payload hash  name -> payload of every occurrence
+-- S.series_next    hash  name -> "ns=text,ns=text,..." the occurrences after the head, in
+--                        order, computed in Rust (Lua knows no cron nor zones) by set and
+--                        fill; the claim of the head pops from it.
+--
+-- The head is an ordinary pending job, id name .. '@' .. head_text, run_at head_ns.
+
+local SERIES_LOW = 8
+
+-- ceil(ns / 1000) from the decimal text, exactly (ns does not fit a double).
+local function series_score(ns)
+  local us = tonumber(string.sub(ns, 1, -4))
+  if string.sub(ns, -3) ~= '000' then us = us + 1 end
+  return us
+end
+
+local function series_get(S, name)
+  local rec = redis.call('HGET', S.series, name)
+  if not rec then return nil end
+  local version, runs, head_ns, head_text, last_ns, rule =
+    string.match(rec, '^(%d+)|(%d+)|(%d*)|([^|]*)|(%d*)|(.*)$')
+  return {version = version, runs = tonumber(runs), head_ns = head_ns,
+          head_text = head_text, last_ns = last_ns, rule = rule}
+end
+
+local function series_put(S, name, s)
+  redis.call('HSET', S.series, name, s.version .. '|' .. s.runs .. '|' .. s.head_ns .. '|' ..
+    s.head_text .. '|' .. s.last_ns .. '|' .. s.rule)
+end
+
+local function series_list(text)
+  local list = {}
+  for ns, t in string.gmatch(text or '', '(%d+)=([^,]+)') do list[#list + 1] = {ns, t} end
+  return list
+end
+
+-- Deletes the job `id` if it is pending (a series' head that is replaced or cancelled).
+local function series_drop(S, id)
+  local meta = redis.call('HGET', S.meta, id)
+  if meta and string.sub(meta, 1, 1) == 'p' then
+    redis.call('HDEL', S.meta, id)
+    redis.call('HDEL', S.payload, id)
+    redis.call('ZREM', S.due, id)
+    redis.call('HINCRBY', S.counts, 'pending', -1)
+  end
+end
+
+-- Makes the first entry of `list` from `from` whose id is free (or a pending job's) the
+-- head of `s`: creates its job with `payload`. Writes the rest of the list after it and
+-- the record. Returns the head's score, or nil if the list held none (head left empty).
+local function series_place(S, name, s, list, from, payload)
+  local i = from
+  while i <= #list do
+    local id = name .. '@' .. list[i][2]
+    local meta = redis.call('HGET', S.meta, id)
+    if not meta then
+      redis.call('HSET', S.meta, id, 'p:0:0:' .. list[i][1])
+      redis.call('HSET', S.payload, id, payload)
+      redis.call('ZADD', S.due, series_score(list[i][1]), id)
+      redis.call('HINCRBY', S.counts, 'pending', 1)
+      break
+    end
+    -- An occurrence delivered already (moved earlier by hand) is never made twice.
+    if string.sub(meta, 1, 1) == 'p' then break end
+    i = i + 1
+  end
+  local rest = {}
+  for j = i + 1, #list do rest[#rest + 1] = list[j][1] .. '=' .. list[j][2] end
+  redis.call('HSET', S.series_next, name, table.concat(rest, ','))
+  if i <= #list then
+    s.head_ns, s.head_text = list[i][1], list[i][2]
+  else
+    s.head_ns, s.head_text = '', ''
+  end
+  series_put(S, name, s)
+  if i <= #list then return series_score(list[i][1]) end
+  return nil
+end
+
+-- The first claim of the pending job `id` at `now` (microseconds): if it is the head of its
+-- series, moves the head by series.rs's `on_due`, its later occurrences read from the list.
+-- Returns true to deliver the job, false if it was skipped (superseded: deleted) or the
+-- list ran out before `now` (left pending, for Rust to decide: noted in `notes`). Also
+-- notes a list running low, for Rust to top up.
+local function series_due(S, id, now, notes)
+  local name = string.match(id, '^([^@]+)@')
+  if not name then return true end
+  local s = series_get(S, name)
+  if not s or s.head_text == '' or name .. '@' .. s.head_text ~= id then return true end
+  local list = series_list(redis.call('HGET', S.series_next, name))
+  local due = 0
+  while due < #list and series_score(list[due + 1][1]) <= now do due = due + 1 end
+  if due == #list then
+    notes[#notes + 1] = {name, 'dry', s.version, s.head_ns, s.runs, s.rule}
+    return false
+  end
+  -- `due` later occurrences are due too; the head and they are the missed ones.
+  local deliver, to = true, 1
+  if due > 0 and s.runs == 0 then
+    -- None: the first at or after now.
+    deliver, to = false, due + 1
+    if list[due][1] == string.format('%.0f', now) .. '000' then to = due end
+  elseif due + 1 > s.runs and due > 0 then
+    -- More than `runs` due: the oldest of the `runs` most recent.
+    deliver, to = false, due + 1 - s.runs
+  end
+  if deliver then
+    s.last_ns = s.head_ns
+  else
+    series_drop(S, id)
+  end
+  series_place(S, name, s, list, to, redis.call('HGET', S.series_payload, name))
+  if #list - to < SERIES_LOW then
+    notes[#notes + 1] = {name, 'low', s.version, s.head_ns, s.runs, s.rule}
+  end
+  return deliver
+end

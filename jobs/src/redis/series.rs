@@ -1,0 +1,200 @@
+//! Recurring series on Redis: the Rust half of `lua/series.lua`.
+//!
+//! # Ground rules
+//!
+//! - The scripts move a series' head atomically with the claim that first takes it
+//!   (`claim.lua`), reading its next occurrences from a list computed here: Lua knows no
+//!   cron and no time zones, Rust knows both. A list holds the occurrences after the head,
+//!   at least `LIST` of them and enough to pass the server's time when it was computed.
+//! - A claim notes a list running low (the head stays; a fill gives it a new list) or run
+//!   out before the claim's time (`dry`: after a downtime longer than the list; the head is
+//!   left pending and Rust decides its catch-up with `series::on_due` and the claim's
+//!   server time, then a fill moves the head). A fill applies only if the series is still
+//!   at the version and head its note saw: two claimers computing the same fill, or a fill
+//!   racing a `schedule_recurring`, change nothing twice. A fill that fails or is lost (a
+//!   kill) is noted again by the next claim; nothing depends on it but how soon a dry head
+//!   runs.
+//! - Times are the server's: the first occurrence follows the server's `TIME`.
+
+use std::collections::HashMap;
+
+use ::redis::cmd;
+
+use super::reply::redis_error;
+use super::scripts::{series_record, SeriesNote};
+use super::{Partition, Redis};
+use crate::error::Error;
+use crate::recurrence::Recurrence;
+use crate::series::{on_due, CatchUp, Recurring, RecurringInfo, Step};
+
+/// Occurrences a list holds after its head, at least; a claim notes it low below 8.
+const LIST: usize = 16;
+
+/// Parsed recurrences by text form, so a note does not parse its rule each time.
+#[derive(Debug, Default)]
+pub(super) struct Rules(std::sync::Mutex<HashMap<String, Recurrence>>);
+
+impl Rules {
+    fn get(&self, text: &str) -> Result<Recurrence, Error> {
+        let mut rules = self.0.lock().expect("rules");
+        if let Some(rule) = rules.get(text) {
+            return Ok(rule.clone());
+        }
+        let rule: Recurrence = text
+            .parse()
+            .map_err(|err| Error::storage(format!("a stored recurrence does not parse: {err}")))?;
+        // Bounded: texts of replaced series are dropped now and then.
+        if rules.len() >= 1024 {
+            rules.clear();
+        }
+        rules.insert(text.to_owned(), rule.clone());
+        Ok(rule)
+    }
+}
+
+/// `head` and the occurrences after it: at least `LIST`, and past `now`.
+fn upcoming(rule: &Recurrence, head: Option<u64>, now: u64) -> Vec<u64> {
+    let mut times: Vec<u64> = head.into_iter().collect();
+    while let Some(&last) = times.last() {
+        if times.len() > LIST && last > now {
+            break;
+        }
+        match rule.next_after_nanos(last) {
+            Some(next) => times.push(next),
+            None => break,
+        }
+    }
+    times
+}
+
+impl Redis {
+    /// The server's clock, nanoseconds since the epoch.
+    async fn server_now(&self) -> Result<u64, Error> {
+        let mut conn = self.conn()?;
+        let (secs, micros): (u64, u64) = cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_error)?;
+        Ok(secs
+            .saturating_mul(1_000_000_000)
+            .saturating_add(micros * 1000))
+    }
+
+    pub(super) async fn set_series(
+        &self,
+        name: &str,
+        rule: &Recurrence,
+        payload: &[u8],
+        catch_up: CatchUp,
+    ) -> Result<(Recurring, Option<u64>), Error> {
+        let now = self.server_now().await?;
+        let times = upcoming(rule, rule.next_after_nanos(now), now);
+        let mut conn = self.conn()?;
+        let keys = &self.part(name).keys;
+        let text = rule.to_string();
+        let set = (self.scripts)
+            .recurring_set(
+                &mut conn,
+                keys,
+                name,
+                &text,
+                catch_up.runs(),
+                payload,
+                &times,
+            )
+            .await;
+        self.changed();
+        set
+    }
+
+    pub(super) async fn cancel_series(&self, name: &str) -> Result<bool, Error> {
+        let mut conn = self.conn()?;
+        let keys = &self.part(name).keys;
+        self.scripts.recurring_cancel(&mut conn, keys, name).await
+    }
+
+    pub(super) async fn list_series(&self) -> Result<Vec<RecurringInfo>, Error> {
+        let mut out = Vec::new();
+        for part in &self.parts {
+            let mut conn = self.conn()?;
+            let all: Vec<(String, String)> = cmd("HGETALL")
+                .arg(&part.keys.series)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_error)?;
+            for (name, record) in all {
+                let (runs, head, last, rule) = series_record(&record)?;
+                let rule = self.rules.get(&rule)?;
+                let catch_up = CatchUp::from_runs(runs);
+                out.push(RecurringInfo::new(name, rule, catch_up, head, last));
+            }
+        }
+        out.sort_by(|a, b| a.name().cmp(b.name()));
+        Ok(out)
+    }
+
+    /// Acts on a claim's notes (`now`: the claim's server time); returns (a dry head was
+    /// given its list: it may be due at once, a dry head's fill failed). Failures are
+    /// logged, not returned: the claim's jobs are leased already, and the next claim notes
+    /// it again.
+    pub(super) async fn fill_series(
+        &self,
+        part: &Partition,
+        now: u64,
+        notes: Vec<SeriesNote>,
+    ) -> (bool, bool) {
+        let (mut moved, mut failed) = (false, false);
+        for note in notes {
+            match self.fill_one(part, now, &note).await {
+                Ok(()) => moved |= note.dry,
+                Err(err) => {
+                    failed |= note.dry;
+                    tracing::warn!(series = %note.name, error = %err, "wheel-jobs: could not give a recurring series its next occurrences; the next claim tries again")
+                }
+            }
+        }
+        (moved, failed)
+    }
+
+    async fn fill_one(&self, part: &Partition, now: u64, note: &SeriesNote) -> Result<(), Error> {
+        let rule = self.rules.get(&note.rule)?;
+        let head = if note.dry {
+            let catch_up = CatchUp::from_runs(note.runs);
+            match note.head.map(|head| on_due(&rule, catch_up, head, now)) {
+                Some(Step::Deliver { .. }) => note.head,
+                Some(Step::Skip { to }) => to,
+                None => rule.next_after_nanos(now),
+            }
+        } else {
+            note.head
+        };
+        let times = upcoming(&rule, head, now);
+        let mut conn = self.conn()?;
+        (self.scripts)
+            .recurring_fill(&mut conn, &part.keys, note, &times)
+            .await?;
+        // A moved head may be due at once.
+        self.changed();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_list_reaches_past_now_and_holds_enough() {
+        let second = 1_000_000_000;
+        let rule = Recurrence::every(Duration::from_secs(1)).unwrap();
+        let list = upcoming(&rule, Some(10 * second), 10 * second);
+        assert_eq!(list.len(), LIST + 1);
+        assert_eq!(list[0], 10 * second);
+        assert_eq!(list[LIST], (10 + LIST as u64) * second);
+        // After a downtime the list runs past the server's time.
+        let list = upcoming(&rule, Some(10 * second), 100 * second);
+        assert_eq!(*list.last().unwrap(), 101 * second);
+        assert!(upcoming(&rule, None, 0).is_empty());
+    }
+}

@@ -1,0 +1,338 @@
+//! Recurring series: what a series is ([`RecurringInfo`], [`CatchUp`], [`Recurring`]), the
+//! names of its occurrences, and the one rule a store applies when an occurrence falls due.
+//! Pure: no I/O, time handed in.
+//!
+//! # Ground rules
+//!
+//! - A series `name` has at most one **head**: its one pending occurrence, an ordinary job
+//!   whose id is [`occurrence_id`]`(name, time)` (`digest@2026-12-01T12:00:00Z`), due at
+//!   its own time. Times only grow along a series, so no occurrence id is made twice.
+//! - The head moves only in the atomic step that claims it for the first time (the same
+//!   store transaction embedded, the same script on Redis), by [`on_due`]: that step
+//!   creates the next head, so a live series always has exactly one pending occurrence
+//!   and no kill can lose or duplicate one. A redelivery (attempt 2 and on) of an
+//!   occurrence moves nothing: its successor already exists. Updating or cancelling the
+//!   series replaces or removes the head; an occurrence already delivered runs on.
+//! - Catch-up is decided at that claim from the occurrences `M` in `[head, now]`: one of
+//!   them runs as usual; when later ones have come due too (the queue was not consumed
+//!   across several), the policy picks which run (module [`CatchUp`]).
+//! - Names are valid ids without `@`, short enough for the longest suffix
+//!   ([`MAX_NAME_LEN`]), so an occurrence id always names its series before its first `@`.
+
+use std::time::SystemTime;
+
+use crate::error::Error;
+use crate::job::{system_time, MAX_ID_LEN};
+use crate::recurrence::{utc_text, Recurrence};
+
+/// The longest series name, in bytes: an occurrence id (`name@` and an RFC 3339 UTC time
+/// with nanoseconds, 30 bytes) must fit [`MAX_ID_LEN`].
+pub(crate) const MAX_NAME_LEN: usize = MAX_ID_LEN - 31;
+
+/// What to do about occurrences that fell due while nothing consumed the queue (every
+/// process down, or the queue closed), decided when the oldest of them is claimed.
+///
+/// An occurrence claimed late while its successor is still in the future always runs,
+/// whatever the policy: it is the current one, just late. The policies differ once later
+/// occurrences have come due too, whatever the reason: every process down, or consumers a
+/// whole period behind (a backlog), so `Latest` and `None` also shed load; `All` runs every
+/// occurrence up to `max` behind. Each occurrence that runs has its own time as
+/// [`run_at`](crate::Delivery::run_at), so a handler can tell a late run from an on-time one.
+///
+/// # Examples
+///
+/// ```
+/// use wheel_jobs::CatchUp;
+///
+/// assert_eq!(CatchUp::default(), CatchUp::Latest);
+/// assert_eq!(CatchUp::All { max: 1 }.normalized(), CatchUp::Latest);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CatchUp {
+    /// Run once, for the most recent missed occurrence, then go on on schedule.
+    #[default]
+    Latest,
+    /// Run none of them: skip to the first occurrence at or after the claim.
+    None,
+    /// Run each missed occurrence, the `max` most recent if more were missed, oldest first.
+    /// `All { max: 0 }` is [`None`](CatchUp::None) and `All { max: 1 }` is
+    /// [`Latest`](CatchUp::Latest).
+    All {
+        /// The most missed occurrences to run.
+        max: u32,
+    },
+}
+
+impl CatchUp {
+    /// How many of the missed occurrences run: `None` 0, `Latest` 1, `All` its `max`.
+    pub(crate) fn runs(self) -> u32 {
+        match self {
+            CatchUp::None => 0,
+            CatchUp::Latest => 1,
+            CatchUp::All { max } => max,
+        }
+    }
+
+    /// The policy that runs `runs` missed occurrences.
+    pub(crate) fn from_runs(runs: u32) -> CatchUp {
+        match runs {
+            0 => CatchUp::None,
+            1 => CatchUp::Latest,
+            max => CatchUp::All { max },
+        }
+    }
+
+    /// The same policy in its simplest spelling (`All { max: 0 }` is `None`,
+    /// `All { max: 1 }` is `Latest`), as [`RecurringInfo::catch_up`] reports it.
+    pub fn normalized(self) -> CatchUp {
+        CatchUp::from_runs(self.runs())
+    }
+}
+
+/// What [`JobQueue::schedule_recurring`](crate::JobQueue::schedule_recurring) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recurring {
+    /// A new series was stored, with its first occurrence.
+    Created,
+    /// A series of that name existed: its recurrence, payload and catch-up policy were
+    /// replaced, and its pending occurrence with the first one of the new recurrence.
+    Updated,
+}
+
+/// A snapshot of one series, from [`JobQueue::list_recurring`](crate::JobQueue::list_recurring).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecurringInfo {
+    name: String,
+    recurrence: Recurrence,
+    catch_up: CatchUp,
+    next_run: Option<u64>,
+    last_run: Option<u64>,
+}
+
+impl RecurringInfo {
+    /// A snapshot as a backend read it, times in wall-clock nanoseconds.
+    pub(crate) fn new(
+        name: String,
+        recurrence: Recurrence,
+        catch_up: CatchUp,
+        next_run: Option<u64>,
+        last_run: Option<u64>,
+    ) -> RecurringInfo {
+        RecurringInfo {
+            name,
+            recurrence,
+            catch_up: catch_up.normalized(),
+            next_run,
+            last_run,
+        }
+    }
+
+    /// The series' name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// When its occurrences fall; its text form is [`Display`](std::fmt::Display)ed.
+    pub fn recurrence(&self) -> &Recurrence {
+        &self.recurrence
+    }
+
+    /// The zone a cron recurrence is read in (see [`Recurrence::tz`]).
+    pub fn tz(&self) -> Option<&str> {
+        self.recurrence.tz()
+    }
+
+    /// The catch-up policy, [`normalized`](CatchUp::normalized).
+    pub fn catch_up(&self) -> CatchUp {
+        self.catch_up
+    }
+
+    /// The time of the pending occurrence (its job id is `name@` that time), or `None` if
+    /// the recurrence has no occurrence left in the stores' range.
+    pub fn next_run(&self) -> Option<SystemTime> {
+        self.next_run.map(system_time)
+    }
+
+    /// The time of the last occurrence delivered (first delivery; a retry does not move
+    /// it), or `None` before the first.
+    pub fn last_run(&self) -> Option<SystemTime> {
+        self.last_run.map(system_time)
+    }
+}
+
+/// `Ok` if `name` can name a series: a valid id of at most [`MAX_NAME_LEN`] bytes, without
+/// `@`.
+pub(crate) fn check_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('@') {
+        return Err(Error::invalid_series_name(name.len(), MAX_NAME_LEN));
+    }
+    Ok(())
+}
+
+/// The job id of the occurrence of series `name` at `at` (nanoseconds since the epoch).
+pub(crate) fn occurrence_id(name: &str, at: u64) -> String {
+    format!("{name}@{}", utc_text(at))
+}
+
+/// The series an occurrence id names (the text before its first `@`), if it has one.
+pub(crate) fn series_of(id: &str) -> Option<&str> {
+    id.split_once('@').map(|(name, _)| name)
+}
+
+/// The series an occurrence id names, if `id` has exactly an occurrence id's form:
+/// `name@` and a time as [`occurrence_id`] writes it. Redis routes such ids by `name`.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) fn occurrence_series(id: &str) -> Option<&str> {
+    let (name, time) = id.split_once('@')?;
+    let at = crate::recurrence::parse_utc_text(time)?;
+    (utc_text(at) == time).then_some(name)
+}
+
+/// What the first claim of a head occurrence does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Deliver it; the next head is at `next` (`None`: the recurrence has no more).
+    Deliver { next: Option<u64> },
+    /// Do not deliver it (a later occurrence superseded it): delete it, and the head is at
+    /// `to` instead.
+    Skip { to: Option<u64> },
+}
+
+/// The rule of the ground rules: the head at `head` is claimed for the first time at
+/// `now`, under `catch_up`.
+pub(crate) fn on_due(rule: &Recurrence, catch_up: CatchUp, head: u64, now: u64) -> Step {
+    let next = rule.next_after_nanos(head);
+    let Some(second) = next.filter(|&n| n <= now) else {
+        // Only the head is due: it runs, late or not.
+        return Step::Deliver { next };
+    };
+    let runs = catch_up.runs();
+    if runs == 0 {
+        // The first occurrence at or after `now`: one falling due this instant is on time.
+        return Step::Skip {
+            to: rule.next_after_nanos(now.saturating_sub(1)),
+        };
+    }
+    // Count the due occurrences `[head, now]`, up to `runs + 1`.
+    let (mut due, mut at) = (2u64, second);
+    while due <= u64::from(runs) {
+        match rule.next_after_nanos(at) {
+            Some(later) if later <= now => (due, at) = (due + 1, later),
+            _ => return Step::Deliver { next },
+        }
+    }
+    // More than `runs` are due: the head moves to the oldest of the `runs` most recent.
+    let mut to = rule.last_at_or_before_nanos(now);
+    for _ in 1..runs {
+        to = to.and_then(|t| rule.last_at_or_before_nanos(t.checked_sub(1)?));
+    }
+    Step::Skip { to }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const S: u64 = 1_000_000_000;
+
+    #[track_caller]
+    fn check(catch_up: CatchUp, head: u64, now: u64, expect: Step) {
+        let every_10s = Recurrence::every(Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            on_due(&every_10s, catch_up, head * S, now * S),
+            expect,
+            "{catch_up:?}, head {head} s, now {now} s"
+        );
+    }
+
+    fn deliver(next: u64) -> Step {
+        Step::Deliver {
+            next: Some(next * S),
+        }
+    }
+
+    fn skip(to: u64) -> Step {
+        Step::Skip { to: Some(to * S) }
+    }
+
+    #[test]
+    fn catch_up_table() {
+        for policy in [
+            CatchUp::None,
+            CatchUp::Latest,
+            CatchUp::All { max: 3 },
+            CatchUp::All { max: 0 },
+        ] {
+            // On time, or late while the next is still ahead: it runs.
+            check(policy, 100, 100, deliver(110));
+            check(policy, 100, 109, deliver(110));
+        }
+        // 100, 110, 120, 130 due at 135.
+        check(CatchUp::None, 100, 135, skip(140));
+        check(CatchUp::All { max: 0 }, 100, 135, skip(140));
+        check(CatchUp::Latest, 100, 135, skip(130));
+        check(CatchUp::All { max: 1 }, 100, 135, skip(130));
+        check(CatchUp::All { max: 2 }, 100, 135, skip(120));
+        check(CatchUp::All { max: 3 }, 100, 135, skip(110));
+        check(CatchUp::All { max: 4 }, 100, 135, deliver(110));
+        check(CatchUp::All { max: 99 }, 100, 135, deliver(110));
+        // The claim of the new head after a skip: it is the only one due, or within `max`.
+        check(CatchUp::Latest, 130, 135, deliver(140));
+        check(CatchUp::All { max: 2 }, 120, 135, deliver(130));
+        check(CatchUp::All { max: 2 }, 130, 135, deliver(140));
+        // Exactly at the next occurrence's time, it is due too.
+        check(CatchUp::None, 100, 110, skip(110));
+        check(CatchUp::Latest, 100, 110, skip(110));
+    }
+
+    #[test]
+    fn the_end_of_the_range_ends_the_series() {
+        let every_10s = Recurrence::every(Duration::from_secs(10)).unwrap();
+        let last = u64::MAX / (10 * S) * (10 * S);
+        assert_eq!(
+            on_due(&every_10s, CatchUp::Latest, last, u64::MAX),
+            Step::Deliver { next: None }
+        );
+        assert_eq!(
+            on_due(&every_10s, CatchUp::None, last - 10 * S, u64::MAX),
+            Step::Skip { to: None }
+        );
+    }
+
+    #[test]
+    fn names_and_ids() {
+        assert!(check_name("digest").is_ok());
+        assert!(check_name(&"n".repeat(MAX_NAME_LEN)).is_ok());
+        for bad in ["", "a@b", &"n".repeat(MAX_NAME_LEN + 1)] {
+            let err = check_name(bad).unwrap_err();
+            assert!(err.is_invalid_id(), "{bad:?}: {err}");
+        }
+        let at = 1_796_126_400 * S; // 2026-12-01T12:00:00Z
+        assert_eq!(occurrence_id("digest", at), "digest@2026-12-01T12:00:00Z");
+        assert_eq!(
+            occurrence_id("digest", at + 5 * S / 10),
+            "digest@2026-12-01T12:00:00.5Z"
+        );
+        let longest = occurrence_id(&"n".repeat(MAX_NAME_LEN), u64::MAX - 1);
+        assert_eq!(longest.len(), MAX_ID_LEN, "{longest}");
+        assert_eq!(series_of("digest@2026-12-01T12:00:00Z"), Some("digest"));
+        assert_eq!(series_of("plain"), None);
+        assert_eq!(
+            occurrence_series("digest@2026-12-01T12:00:00Z"),
+            Some("digest")
+        );
+        assert_eq!(
+            occurrence_series("digest@2026-12-01T12:00:00.5Z"),
+            Some("digest")
+        );
+        for other in [
+            "user@example.com",
+            "digest@2026-12-01T12:00:00+00:00",
+            "digest@2026-12-01T12:00:00.500Z",
+            "digest@2026-12-01",
+        ] {
+            assert_eq!(occurrence_series(other), None, "{other}");
+        }
+    }
+}

@@ -1,0 +1,513 @@
+//! Recurring series, written once for every backend like `suite.rs`:
+//! `run_recurring_suite!(harness)` turns each `pub async fn` into a test.
+//!
+//! Series use short intervals (`every` 150–200 ms) on the real clock and a closed queue for
+//! downtime; no assertion is about how long anything took, only about which occurrences
+//! were delivered, in what order, how many are pending, and "never before `run_at`".
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use wheel_jobs::{CatchUp, Delivery, JobQueue, JobState, Recurrence, Recurring};
+
+use crate::support::{ms, next, Harness};
+
+macro_rules! recurring_tests {
+    ($harness:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                crate::recurring::$name($harness).await
+            }
+        )*
+    };
+}
+
+/// Every test of this file against the harness `$harness` (an expression making a fresh one).
+macro_rules! run_recurring_suite {
+    ($harness:expr) => {
+        recurring_tests!($harness;
+            recurring_bad_input_stores_nothing,
+            recurring_runs_on_schedule_one_pending_at_a_time,
+            recurring_cancel_stops_it_and_a_running_occurrence_finishes,
+            recurring_update_replaces_it,
+            recurring_two_consumers_get_each_occurrence_once,
+            recurring_a_failed_occurrence_retries_and_the_series_goes_on,
+            recurring_survives_a_reopen,
+            recurring_catch_up_latest,
+            recurring_catch_up_none,
+            recurring_catch_up_all_up_to_max,
+            recurring_catch_up_all,
+            recurring_catch_up_after_a_downtime_of_twenty_occurrences,
+            recurring_an_at_in_the_name_of_a_job_is_no_series,
+        );
+    };
+}
+
+const P: Duration = Duration::from_millis(200);
+
+async fn open(h: &impl Harness) -> JobQueue {
+    h.open(&JobQueue::builder()).await.expect("open")
+}
+
+fn every(period: Duration) -> Recurrence {
+    Recurrence::every(period).unwrap()
+}
+
+/// The occurrence time an id names (`name@<RFC 3339>`).
+#[track_caller]
+fn time_of(id: &str) -> SystemTime {
+    let (_, text) = id.split_once('@').expect("an occurrence id");
+    let at: jiff::Timestamp = text.parse().expect("an RFC 3339 time");
+    UNIX_EPOCH + Duration::from_nanos(u64::try_from(at.as_nanosecond()).unwrap())
+}
+
+/// Checks a delivered occurrence of `name`: its id names its `run_at`, on the interval's
+/// grid, first delivery.
+#[track_caller]
+fn check_occurrence(d: &Delivery, name: &str, period: Duration) {
+    assert!(d.id().starts_with(&format!("{name}@")), "{}", d.id());
+    assert_eq!(time_of(d.id()), d.run_at(), "{}", d.id());
+    let since = d.run_at().duration_since(UNIX_EPOCH).unwrap();
+    assert_eq!(since.as_nanos() % period.as_nanos(), 0, "{}", d.id());
+    assert_eq!(d.attempt(), 1, "{}", d.id());
+}
+
+/// The next `n` deliveries of `name`, each acked.
+async fn take(consumer: &mut wheel_jobs::Consumer, name: &str, n: usize) -> Vec<SystemTime> {
+    take_every(consumer, name, n, P).await
+}
+
+async fn take_every(
+    consumer: &mut wheel_jobs::Consumer,
+    name: &str,
+    n: usize,
+    period: Duration,
+) -> Vec<SystemTime> {
+    let mut times = Vec::new();
+    for _ in 0..n {
+        let d = next(consumer).await;
+        check_occurrence(&d, name, period);
+        times.push(d.run_at());
+        assert!(d.ack().await.unwrap());
+    }
+    times
+}
+
+#[track_caller]
+fn check_consecutive(times: &[SystemTime]) {
+    check_steps(times, P);
+}
+
+/// Strictly later each time: a consumer that falls behind by a whole period may see
+/// `Latest` or `None` skip an occurrence, which is their rule.
+#[track_caller]
+fn check_increasing(times: &[SystemTime]) {
+    for pair in times.windows(2) {
+        assert!(pair[1] > pair[0], "{times:?}");
+    }
+}
+
+#[track_caller]
+fn check_steps(times: &[SystemTime], period: Duration) {
+    for pair in times.windows(2) {
+        assert_eq!(
+            pair[1].duration_since(pair[0]).unwrap(),
+            period,
+            "{times:?}"
+        );
+    }
+}
+
+pub async fn recurring_bad_input_stores_nothing(h: impl Harness) {
+    let queue = open(&h).await;
+    let hourly = every(Duration::from_secs(3600));
+    for name in ["", "a@b", &"n".repeat(226)] {
+        let err = queue
+            .schedule_recurring(name, hourly.clone(), "p")
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_id(), "{name:?}: {err}");
+    }
+    assert!(queue
+        .schedule_recurring(&"n".repeat(225), hourly.clone(), "p")
+        .await
+        .is_ok());
+    assert!(queue.cancel_recurring(&"n".repeat(225)).await.unwrap());
+    let big = vec![0u8; (1 << 20) + 1];
+    let err = queue
+        .schedule_recurring("big", hourly.clone(), big)
+        .await
+        .unwrap_err();
+    assert!(err.is_payload_too_large(), "{err}");
+    assert!(queue
+        .cancel_recurring("a@b")
+        .await
+        .unwrap_err()
+        .is_invalid_id());
+    assert!(!queue.cancel_recurring("none").await.unwrap());
+    assert!(queue.list_recurring().await.unwrap().is_empty());
+    assert_eq!(queue.pending().await.unwrap(), 0);
+    queue.close().await.unwrap();
+}
+
+pub async fn recurring_runs_on_schedule_one_pending_at_a_time(h: impl Harness) {
+    let queue = open(&h).await;
+    let before = SystemTime::now();
+    // `All`, so that a consumer falling a period behind on a loaded machine still sees
+    // every occurrence (`Latest` would rightly skip one).
+    let all = CatchUp::All { max: 100 };
+    assert_eq!(
+        queue
+            .schedule_recurring_with("tick", every(P), "t", all)
+            .await
+            .unwrap(),
+        Recurring::Created
+    );
+    let listed = queue.list_recurring().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    let info = &listed[0];
+    assert_eq!(info.name(), "tick");
+    assert_eq!(info.recurrence().to_string(), "every 200ms");
+    assert_eq!((info.tz(), info.catch_up()), (None, all));
+    assert_eq!(info.last_run(), None);
+    let first = info.next_run().unwrap();
+    assert!(first > before && first <= before + P, "{first:?}");
+    assert_eq!(queue.pending().await.unwrap(), 1);
+
+    let mut consumer = queue.consume();
+    let mut times = Vec::new();
+    for _ in 0..4 {
+        let d = next(&mut consumer).await;
+        check_occurrence(&d, "tick", P);
+        assert_eq!(d.payload(), b"t");
+        // The next occurrence was created by the claim: one pending, this one running.
+        assert_eq!(queue.pending().await.unwrap(), 1);
+        assert_eq!(queue.running().await.unwrap(), 1);
+        let info = &queue.list_recurring().await.unwrap()[0];
+        assert_eq!(info.last_run(), Some(d.run_at()));
+        assert_eq!(info.next_run(), Some(d.run_at() + P));
+        let pending = queue.get(d.id()).await.unwrap().unwrap();
+        assert_eq!(pending.state(), JobState::Running);
+        times.push(d.run_at());
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(times[0], first);
+    check_consecutive(&times);
+    queue.close().await.unwrap();
+}
+
+pub async fn recurring_cancel_stops_it_and_a_running_occurrence_finishes(h: impl Harness) {
+    let queue = open(&h).await;
+    queue
+        .schedule_recurring("tick", every(P), "t")
+        .await
+        .unwrap();
+    // Its pending occurrence is the series': `cancel` leaves it.
+    let next_run = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let head = format!("tick@{}", jiff::Timestamp::try_from(next_run).unwrap());
+    assert_eq!(queue.get(&head).await.unwrap().unwrap().run_at(), next_run);
+    assert!(!queue.cancel(&head).await.unwrap());
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), head);
+    assert!(queue.cancel_recurring("tick").await.unwrap());
+    assert!(!queue.cancel_recurring("tick").await.unwrap());
+    // The pending occurrence is gone; the running one is untouched and acks.
+    assert_eq!(queue.pending().await.unwrap(), 0);
+    assert_eq!(queue.running().await.unwrap(), 1);
+    assert!(queue.list_recurring().await.unwrap().is_empty());
+    assert!(d.ack().await.unwrap());
+    assert_eq!(queue.running().await.unwrap(), 0);
+    assert_eq!(
+        queue.pending().await.unwrap(),
+        0,
+        "nothing can come any more"
+    );
+    queue.close().await.unwrap();
+}
+
+pub async fn recurring_update_replaces_it(h: impl Harness) {
+    let queue = open(&h).await;
+    let hourly = Recurrence::cron("0 * * * *").unwrap();
+    queue
+        .schedule_recurring_with("job", hourly, "old", CatchUp::None)
+        .await
+        .unwrap();
+    assert_eq!(
+        queue
+            .schedule_recurring("job", every(P), "new")
+            .await
+            .unwrap(),
+        Recurring::Updated
+    );
+    assert_eq!(queue.pending().await.unwrap(), 1, "the old occurrence went");
+    let listed = queue.list_recurring().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].recurrence(), &every(P));
+    assert_eq!(listed[0].catch_up(), CatchUp::Latest);
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    check_occurrence(&d, "job", P);
+    assert_eq!(d.payload(), b"new");
+    assert!(d.ack().await.unwrap());
+    queue.close().await.unwrap();
+}
+
+pub async fn recurring_two_consumers_get_each_occurrence_once(h: impl Harness) {
+    let queue = open(&h).await;
+    let all = CatchUp::All { max: 100 };
+    queue
+        .schedule_recurring_with("shared", every(P), "s", all)
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let (queue, tx) = (queue.clone(), tx.clone());
+        workers.push(tokio::spawn(async move {
+            queue
+                .run(4, move |d| {
+                    let tx = tx.clone();
+                    async move {
+                        assert!(SystemTime::now() >= d.run_at());
+                        tx.send((d.id().to_owned(), d.run_at(), d.attempt()))
+                            .unwrap();
+                        Ok::<(), String>(())
+                    }
+                })
+                .await
+        }));
+    }
+    let mut seen = HashSet::new();
+    let mut times = Vec::new();
+    while times.len() < 6 {
+        let (id, run_at, attempt) = rx.recv().await.unwrap();
+        assert_eq!(attempt, 1);
+        assert!(seen.insert(id), "delivered twice");
+        times.push(run_at);
+    }
+    times.sort();
+    check_consecutive(&times);
+    queue.close().await.unwrap();
+    for worker in workers {
+        worker.await.unwrap().unwrap();
+    }
+}
+
+pub async fn recurring_a_failed_occurrence_retries_and_the_series_goes_on(h: impl Harness) {
+    let queue = h
+        .open(JobQueue::builder().backoff(ms(1), ms(1)))
+        .await
+        .unwrap();
+    queue
+        .schedule_recurring("flaky", every(P), "f")
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    let (first, time) = (d.id().to_owned(), d.run_at());
+    assert!(d.retry(ms(1)).await.unwrap());
+    // The retry is the same occurrence, attempt 2; it does not move the series again.
+    let again = loop {
+        let d = next(&mut consumer).await;
+        if d.id() == first {
+            break d;
+        }
+        // A later occurrence may fall due before the retry comes back.
+        assert!(d.run_at() > time, "{}", d.id());
+        assert!(d.ack().await.unwrap());
+    };
+    assert_eq!(again.attempt(), 2);
+    assert!(again.ack().await.unwrap());
+    assert_eq!(queue.pending().await.unwrap(), 1);
+    queue.close().await.unwrap();
+}
+
+pub async fn recurring_survives_a_reopen(h: impl Harness) {
+    let queue = open(&h).await;
+    let daily = Recurrence::cron("0 20 * * *")
+        .unwrap()
+        .in_tz("Asia/Shanghai")
+        .unwrap();
+    queue
+        .schedule_recurring_with("digest", daily.clone(), "d", CatchUp::All { max: 3 })
+        .await
+        .unwrap();
+    let before = queue.list_recurring().await.unwrap();
+    queue.close().await.unwrap();
+    let queue = open(&h).await;
+    let after = queue.list_recurring().await.unwrap();
+    assert_eq!(before, after);
+    assert_eq!(after[0].tz(), Some("Asia/Shanghai"));
+    assert_eq!(after[0].catch_up(), CatchUp::All { max: 3 });
+    let next_run = after[0].next_run().unwrap();
+    assert_eq!(daily.next_after(SystemTime::now()), Some(next_run));
+    let id = format!(
+        "digest@{}",
+        jiff::Timestamp::from_nanosecond(
+            next_run.duration_since(UNIX_EPOCH).unwrap().as_nanos() as i128
+        )
+        .unwrap()
+    );
+    let job = queue
+        .get(&id)
+        .await
+        .unwrap()
+        .expect("the pending occurrence");
+    assert_eq!((job.state(), job.run_at()), (JobState::Pending, next_run));
+    queue.close().await.unwrap();
+}
+
+/// Schedules `name` every `P` under `catch_up`, lets one occurrence run, closes the queue
+/// across more than three occurrences, reopens it and returns (the time it reopened, the
+/// last occurrence delivered before the downtime, the first `n` deliveries after it).
+async fn downtime(
+    h: &impl Harness,
+    name: &str,
+    catch_up: CatchUp,
+    n: usize,
+) -> (SystemTime, SystemTime, Vec<SystemTime>) {
+    let queue = open(h).await;
+    queue
+        .schedule_recurring_with(name, every(P), "c", catch_up)
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let ran = take(&mut consumer, name, 1).await[0];
+    drop(consumer);
+    queue.close().await.unwrap();
+    tokio::time::sleep(P * 7 / 2).await;
+    let reopened = SystemTime::now();
+    let queue = open(h).await;
+    let mut consumer = queue.consume();
+    let times = take(&mut consumer, name, n).await;
+    match catch_up {
+        // Every occurrence runs, however far behind the consumer is.
+        CatchUp::All { max: 100 } => check_consecutive(&times),
+        _ => check_increasing(&times),
+    }
+    queue.close().await.unwrap();
+    (reopened, ran, times)
+}
+
+pub async fn recurring_catch_up_latest(h: impl Harness) {
+    let (reopened, ran, times) = downtime(&h, "latest", CatchUp::Latest, 2).await;
+    // One run, for the most recent occurrence due at the claim, which came after the reopen.
+    assert!(times[0] > ran + 2 * P, "{ran:?} {times:?}");
+    assert!(times[0] + P > reopened, "{reopened:?} {times:?}");
+}
+
+pub async fn recurring_catch_up_none(h: impl Harness) {
+    let (reopened, ran, times) = downtime(&h, "none", CatchUp::None, 2).await;
+    assert!(times[0] > ran + 3 * P, "{ran:?} {times:?}");
+    assert!(
+        times[0] >= reopened,
+        "nothing missed runs: {reopened:?} {times:?}"
+    );
+}
+
+pub async fn recurring_catch_up_all_up_to_max(h: impl Harness) {
+    let (reopened, ran, times) = downtime(&h, "two", CatchUp::All { max: 2 }, 3).await;
+    // The two most recent due at the claim, then on: the oldest missed ones are skipped.
+    assert!(times[0] > ran + P, "{ran:?} {times:?}");
+    assert!(times[0] + 2 * P > reopened, "{reopened:?} {times:?}");
+}
+
+pub async fn recurring_catch_up_all(h: impl Harness) {
+    let (reopened, ran, times) = downtime(&h, "all", CatchUp::All { max: 100 }, 4).await;
+    // Every missed occurrence (at least three), from the one after the last run.
+    assert_eq!(times[0], ran + P, "{times:?}");
+    assert!(times[2] < reopened, "{reopened:?} {times:?}");
+}
+
+/// Longer than a Redis series' list of upcoming occurrences (16): the claim cannot decide
+/// from the list, and the catch-up is decided in Rust with the server's time.
+pub async fn recurring_catch_up_after_a_downtime_of_twenty_occurrences(h: impl Harness) {
+    const Q: Duration = Duration::from_millis(100);
+    let queue = open(&h).await;
+    for (name, catch_up) in [
+        ("latest", CatchUp::Latest),
+        ("none", CatchUp::None),
+        ("all", CatchUp::All { max: 100 }),
+    ] {
+        queue
+            .schedule_recurring_with(name, every(Q), name, catch_up)
+            .await
+            .unwrap();
+    }
+    let mut consumer = queue.consume();
+    let mut ran = std::collections::HashMap::new();
+    while ran.len() < 3 {
+        let d = next(&mut consumer).await;
+        ran.entry(d.payload().to_vec()).or_insert(d.run_at());
+        assert!(d.ack().await.unwrap());
+    }
+    drop(consumer);
+    queue.close().await.unwrap();
+    tokio::time::sleep(Q * 20).await;
+    let reopened = SystemTime::now();
+    let queue = open(&h).await;
+    let mut consumer = queue.consume();
+    let mut times: std::collections::HashMap<Vec<u8>, Vec<SystemTime>> = Default::default();
+    // "all" delivers its 20 missed ones and the others theirs; then two more each.
+    while times.get(&b"all"[..]).map_or(0, Vec::len) < 22
+        || times.get(&b"latest"[..]).map_or(0, Vec::len) < 2
+        || times.get(&b"none"[..]).map_or(0, Vec::len) < 2
+    {
+        let d = next(&mut consumer).await;
+        let name = std::str::from_utf8(d.payload()).unwrap().to_owned();
+        check_occurrence(&d, &name, Q);
+        times
+            .entry(d.payload().to_vec())
+            .or_default()
+            .push(d.run_at());
+        assert!(d.ack().await.unwrap());
+    }
+    queue.close().await.unwrap();
+    let all = &times[&b"all"[..]];
+    check_steps(all, Q);
+    assert_eq!(all[0], ran[&b"all"[..]] + Q);
+    let latest = &times[&b"latest"[..]];
+    check_increasing(latest);
+    assert!(latest[0] + Q > reopened, "{reopened:?} {latest:?}");
+    assert!(latest[0] > ran[&b"latest"[..]] + 10 * Q);
+    let none = &times[&b"none"[..]];
+    check_increasing(none);
+    assert!(none[0] >= reopened, "{reopened:?} {none:?}");
+}
+
+pub async fn recurring_an_at_in_the_name_of_a_job_is_no_series(h: impl Harness) {
+    let queue = open(&h).await;
+    queue
+        .schedule_recurring("mail", every(P), "m")
+        .await
+        .unwrap();
+    // An ordinary job whose id looks like an occurrence of another time: delivered as is,
+    // and it does not move the series.
+    let id = "mail@2001-01-01T00:00:00Z";
+    queue.schedule(id, Duration::ZERO, "x").await.unwrap();
+    queue
+        .schedule("user@example.com", Duration::ZERO, "y")
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let mut ordinary = HashSet::new();
+    let mut series = 0;
+    while ordinary.len() < 2 || series < 1 {
+        let d = next(&mut consumer).await;
+        if d.payload() == b"m" {
+            check_occurrence(&d, "mail", P);
+            series += 1;
+        } else {
+            assert!(ordinary.insert(d.id().to_owned()));
+        }
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(
+        queue.pending().await.unwrap(),
+        1,
+        "the series' next occurrence"
+    );
+    queue.close().await.unwrap();
+}
