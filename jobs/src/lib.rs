@@ -51,7 +51,8 @@
 //!
 //! [`JobQueue::counts`] reads the jobs per state, the paused flag and the next due time from
 //! counters the store keeps (never a scan); [`JobQueue::list`] returns a page of one state's
-//! jobs (pending and running by due time, dead ones most recently dead first), resumable
+//! jobs (pending ones by due time, running ones by lease end, dead ones most recently dead
+//! first), resumable
 //! with its [`Cursor`]; [`JobInfo::last_error`] says why a job's last attempt failed
 //! ([`Delivery::fail`], a `run` handler's `Err` or panic, or "lease expired");
 //! [`JobQueue::revive`] sends a dead job back; [`JobQueue::pause`] stops every claim, in
