@@ -5,6 +5,7 @@
 //! cargo run --release -p wheel-jobs --example bench -- --big   # adds the 10M-job store (minutes, ~1 GB of disk)
 //! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis+unix:///tmp/redis.sock
 //! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis://127.0.0.1:6379 --min-replicas 1
+//! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis+unix:///tmp/redis.sock --big   # adds 1M pending jobs
 //! ```
 //!
 //! `--min-replicas N` (with `--redis`, a primary with N replicas) measures only schedules/s,
@@ -21,7 +22,10 @@
 //! (each `schedule` returns after its fsync'd group commit); deliveries + acks per second
 //! through `run` with 100k jobs already due; lateness after `run_at` (p50/p99/max) of 100k
 //! jobs due over 10 s; and with `--big`, the time to open a store of 10M pending jobs and
-//! the process's RSS after opening it and consuming its first due job. Targets (issue 12):
+//! the process's RSS after opening it and consuming its first due job, then the latency
+//! (p50/p99 of 2,000 calls one after another) of `get`, `counts` and a 50-job `list` page
+//! (the first, and one resumed from a cursor) on that store; on Redis, the same latencies
+//! with 1M pending jobs. Targets (issue 12):
 //! ≥ 50,000 schedules/s with 64 schedulers, ≥ 50,000 deliveries + acks/s, p99 lateness
 //! ≤ 10 ms, open ≤ 1 s.
 
@@ -59,6 +63,9 @@ struct Args {
     /// Internal: schedule into PATH from 64 tasks until killed.
     #[arg(long, value_name = "PATH", hide = true)]
     crash: Option<String>,
+    /// Internal: time get, counts and list on the big store at PATH in this process.
+    #[arg(long, value_name = "PATH", hide = true)]
+    operate: Option<String>,
 }
 
 fn rss_kib() -> u64 {
@@ -243,6 +250,72 @@ async fn open_only(path: &str) {
     queue.close().await.unwrap();
 }
 
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// p50/p99 of `calls` runs of `call`, one after another, in µs (after a tenth as many to
+/// warm the caches).
+async fn latency<F, Fut>(calls: usize, mut call: F) -> (f64, f64)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for i in 0..calls / 10 {
+        call(i).await;
+    }
+    let mut took = Vec::with_capacity(calls);
+    for i in 0..calls {
+        let start = Instant::now();
+        call(i).await;
+        took.push(start.elapsed());
+    }
+    took.sort();
+    (
+        micros(percentile(&took, 0.5)),
+        micros(percentile(&took, 0.99)),
+    )
+}
+
+/// What operating a queue of about `jobs` pending jobs (ids `job-00000000`… as `load` makes
+/// them) costs: p50/p99 of `get`, `counts` and a 50-job page of `list`, first and resumed.
+async fn operate(queue: &JobQueue, jobs: usize, what: &str) {
+    use wheel_jobs::{JobState, ListOptions};
+    const CALLS: usize = 2_000;
+    let get = latency(CALLS, |i| async move {
+        // Spread over the whole store (a multiplicative hash of the call number).
+        let n = (i as u64).wrapping_mul(2_654_435_761) % jobs as u64;
+        queue.get(&format!("job-{n:08}")).await.unwrap();
+    })
+    .await;
+    let counts = latency(CALLS, |_| async {
+        queue.counts().await.unwrap();
+    })
+    .await;
+    let mut first_page = ListOptions::new();
+    first_page.limit(50);
+    let first = latency(CALLS, |_| async {
+        let page = queue.list(JobState::Pending, &first_page).await.unwrap();
+        assert_eq!(page.jobs().len(), 50);
+    })
+    .await;
+    let page = queue.list(JobState::Pending, &first_page).await.unwrap();
+    let mut next_page = first_page.clone();
+    next_page.after(page.cursor().expect("more than 50 jobs"));
+    let resumed = latency(CALLS, |_| async {
+        let page = queue.list(JobState::Pending, &next_page).await.unwrap();
+        assert_eq!(page.jobs().len(), 50);
+    })
+    .await;
+    let pending = queue.counts().await.unwrap().pending;
+    println!(
+        "{what} ({pending} pending), p50 / p99 of {CALLS} calls in a row: get {:.0} / {:.0} µs, \
+         counts {:.0} / {:.0} µs, list 50 (first page) {:.0} / {:.0} µs, list 50 (after a \
+         cursor) {:.0} / {:.0} µs",
+        get.0, get.1, counts.0, counts.1, first.0, first.1, resumed.0, resumed.1
+    );
+}
+
 /// Redis only: the server's memory in use (`INFO memory` used_memory), in bytes.
 async fn used_memory() -> Option<u64> {
     #[cfg(feature = "redis")]
@@ -390,6 +463,11 @@ async fn main() {
     if let Some(path) = &args.open {
         return open_only(path).await;
     }
+    if let Some(path) = &args.operate {
+        let queue = JobQueue::open(path).await.expect("open");
+        operate(&queue, 10_000_000, "10M jobs (embedded)").await;
+        return queue.close().await.unwrap();
+    }
     if let Some(path) = &args.crash {
         // Schedule from 64 tasks until SIGKILLed by the parent.
         let queue = JobQueue::open(path).await.expect("open");
@@ -422,7 +500,20 @@ async fn main() {
         if let (Some(url), Some(replicas)) = (&redis, args.min_replicas) {
             return replicated(url, replicas).await;
         }
-        return measure(dir.path(), false).await;
+        measure(dir.path(), false).await;
+        if big {
+            const BIG: usize = 1_000_000;
+            let queue = fresh(dir.path(), "big", false).await;
+            let now = SystemTime::now();
+            // Due over 30 days from an hour from now: none is claimed meanwhile.
+            load(&queue, BIG, |i| {
+                now + Duration::from_secs(3600 + (i as u64 * 2_654_435_761) % (30 * 86_400))
+            })
+            .await;
+            operate(&queue, BIG, "1M jobs (redis)").await;
+            queue.close().await.unwrap();
+        }
+        return;
     }
     let modes = match args.quick_repair {
         Some(mode) => vec![mode],
@@ -463,6 +554,13 @@ async fn main() {
                 String::from_utf8_lossy(&out.stdout)
             );
         }
+        // Before the crash below adds jobs. (Each `--open` above claimed a prefetch of the
+        // jobs already due and acked one: they are running until their lease ends.)
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--operate", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        print!("{}", String::from_utf8_lossy(&out.stdout));
         // Then a writer SIGKILLed in the middle of its commits, and the first open after it.
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--crash", path.to_str().unwrap()])

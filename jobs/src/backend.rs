@@ -21,7 +21,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::job::{JobInfo, Scheduled, When};
+use crate::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
 use crate::recurrence::Recurrence;
 use crate::series::{CatchUp, Recurring, RecurringInfo};
@@ -47,6 +47,8 @@ pub(crate) struct ClaimBatch {
     pub(crate) next_due: Option<u64>,
     /// The backend's clock at the claim, nanoseconds since the Unix epoch.
     pub(crate) now: u64,
+    /// Jobs the claim killed (their last lease had ended): for the metrics.
+    pub(crate) died: u64,
 }
 
 /// A store of jobs. See the module docs for the rules every implementation follows.
@@ -119,4 +121,47 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Every series, in name order.
     fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<RecurringInfo>, Error>>;
+    /// [`retry`](Self::retry) that also records `error` (already capped) as the job's last
+    /// error, kept whether the job is pending again or dead.
+    fn fail(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: String,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>>;
+
+    /// The per-state counters, whether claims are paused, and the earliest pending `run_at`
+    /// (on Redis the head of the due index past the running entries before it, at most the
+    /// running jobs): never a scan.
+    fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>>;
+
+    /// Up to `limit` jobs in `state`, in that state's list order, after the position `after`
+    /// (a job's `listed_at` and id; `model.rs`), each with its own position: pending and
+    /// by `(run_at, id)`, running by `(lease end, id)`, dead by `(death time, id)`
+    /// descending. A range read of one index: O(limit), plus on Redis, for pending jobs, the
+    /// running entries its due index interleaves.
+    fn list(
+        &self,
+        state: JobState,
+        after: Option<(u64, String)>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>>;
+
+    /// Makes a dead job pending again at `when`, its attempts counted from 0 and its last
+    /// error kept; `Some(run_at)` if it was dead.
+    fn revive(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>>;
+
+    /// [`revive`](Self::revive) for up to `limit` dead jobs, oldest deaths first: how many,
+    /// and the earliest run_at they were given (`None` if none).
+    fn revive_dead(
+        &self,
+        limit: usize,
+        when: When,
+    ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>>;
+
+    /// Stops every claim of the queue, in any process, until the same call with `false`;
+    /// durable once it returns. A claim while paused leases nothing and reports nothing due.
+    /// Unpausing tells other processes' idle consumers (the local ones the front wakes).
+    fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), Error>>;
 }

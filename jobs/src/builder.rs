@@ -219,7 +219,10 @@ impl Builder {
     /// [`Error::is_storage`] if the file cannot be read or is not a job store,
     /// [`Error::is_invalid_config`] for a zero lease, attempts, prefetch or safety wakeup.
     pub async fn open(&self, path: impl AsRef<Path>) -> Result<JobQueue, Error> {
-        let config = self.checked()?;
+        let mut config = self.checked()?;
+        if let Some(stem) = path.as_ref().file_stem() {
+            config.name = stem.to_string_lossy().into_owned();
+        }
         let backend = Embedded::open(path.as_ref().to_path_buf(), &config).await?;
         Ok(JobQueue::with_backend(
             Box::new(backend),
@@ -300,7 +303,8 @@ impl Builder {
         target: crate::redis::Target<'_>,
         name: &str,
     ) -> Result<JobQueue, Error> {
-        let config = self.checked()?;
+        let mut config = self.checked()?;
+        config.name = name.to_owned();
         let wakeup: Arc<Wakeup> = Arc::default();
         let backend = crate::redis::Redis::open(target, name, &config, wakeup.clone()).await?;
         Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))

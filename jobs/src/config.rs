@@ -33,6 +33,9 @@ pub(crate) struct Config {
     pub(crate) tls_ca: Option<std::sync::Arc<[u8]>>,
     pub(crate) safety_wakeup: Duration,
     pub(crate) timer: Option<wheel_timer::Timer>,
+    /// What the queue is called in its metrics' `queue` label (`metrics.rs`): the Redis
+    /// queue's name, or the embedded store's file name without its extension.
+    pub(crate) name: String,
 }
 
 impl Default for Config {
@@ -53,6 +56,7 @@ impl Default for Config {
             tls_ca: None,
             safety_wakeup: Duration::from_secs(5),
             timer: None,
+            name: "jobs".to_owned(),
         }
     }
 }

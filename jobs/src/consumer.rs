@@ -32,7 +32,7 @@ use futures_core::Stream;
 
 use crate::backend::{BoxFuture, Claimed};
 use crate::error::Error;
-use crate::job::system_time;
+use crate::job::{capped_error, system_time};
 use crate::model::{self, Retry};
 use crate::shared::Shared;
 use crate::wakeup::Slot;
@@ -157,6 +157,11 @@ pub(crate) async fn fetch(
                 return Err(err);
             }
         };
+        inner.metrics.died(batch.died);
+        for job in &batch.jobs {
+            let late = batch.now.saturating_sub(job.run_at);
+            inner.metrics.delivered(Duration::from_nanos(late));
+        }
         if !batch.jobs.is_empty() {
             slot.set(0);
             return Ok((batch.jobs, sent));
@@ -322,11 +327,7 @@ impl Delivery {
     ///
     /// [`Error::is_storage`], [`Error::is_closed`]; the lease is then still held.
     pub async fn ack(&self) -> Result<bool, Error> {
-        let answer = self
-            .inner
-            .backend
-            .ack(self.job.id.clone(), self.job.token)
-            .await;
+        let answer = ack(&self.inner, &self.job.id, self.job.token).await;
         self.settled(answer)
     }
 
@@ -338,7 +339,43 @@ impl Delivery {
     ///
     /// [`Error::is_storage`], [`Error::is_closed`].
     pub async fn retry(&self, after: Duration) -> Result<bool, Error> {
-        let answer = retry(&self.inner, &self.job.id, self.job.token, after).await;
+        let answer = retry(&self.inner, &self.job.id, self.job.token, after, None).await;
+        self.settled(answer)
+    }
+
+    /// [`retry`](Self::retry) because the attempt failed: `error` (its `Display`, cut to
+    /// [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes) becomes the job's
+    /// [`last_error`](crate::JobInfo::last_error), kept whether the job is pending again or,
+    /// after its last attempt, dead. `true` if the lease was held; nothing is recorded
+    /// otherwise. [`JobQueue::run`](crate::JobQueue::run) fails a handler's `Err` and panics
+    /// this way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-fail-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// queue.schedule("charge:7", Duration::ZERO, "").await?;
+    /// let delivery = queue.consume().next().await.expect("open queue")?;
+    /// assert!(delivery.fail(Duration::from_secs(60), "card declined").await?);
+    /// let job = queue.get("charge:7").await?.expect("pending again");
+    /// assert_eq!(job.last_error(), Some("card declined"));
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_closed`].
+    pub async fn fail(&self, after: Duration, error: impl fmt::Display) -> Result<bool, Error> {
+        let error = Some(capped_error(error));
+        let answer = retry(&self.inner, &self.job.id, self.job.token, after, error).await;
         self.settled(answer)
     }
 
@@ -369,13 +406,37 @@ impl Delivery {
     }
 }
 
+/// Acks a leased job; `true` if the lease was held.
+pub(crate) async fn ack(inner: &Shared, id: &str, token: u64) -> Result<bool, Error> {
+    let acked = inner.backend.ack(id.to_owned(), token).await?;
+    if acked {
+        inner.metrics.acked();
+    }
+    Ok(acked)
+}
+
+/// Gives a leased job back (a retry, or with an `error` a failure); `true` if the lease was
+/// held.
 pub(crate) async fn retry(
     inner: &Shared,
     id: &str,
     token: u64,
     after: Duration,
+    error: Option<String>,
 ) -> Result<bool, Error> {
-    let (outcome, run_at) = inner.backend.retry(id.to_owned(), token, after).await?;
+    let failed = error.is_some();
+    let (outcome, run_at) = match error {
+        None => inner.backend.retry(id.to_owned(), token, after).await?,
+        Some(error) => {
+            inner
+                .backend
+                .fail(id.to_owned(), token, after, error)
+                .await?
+        }
+    };
+    if outcome != Retry::Stale {
+        inner.metrics.settled(failed, outcome == Retry::Died);
+    }
     if outcome == Retry::Pending {
         inner.wakeup.due_at(run_at);
     }
@@ -479,6 +540,39 @@ mod tests {
             down()
         }
         fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<crate::RecurringInfo>, Error>> {
+            down()
+        }
+        fn fail(
+            &self,
+            _: String,
+            _: u64,
+            _: Duration,
+            _: String,
+        ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+            down()
+        }
+        fn counts(&self) -> BoxFuture<'_, Result<crate::job::Counts, Error>> {
+            down()
+        }
+        fn list(
+            &self,
+            _: crate::JobState,
+            _: Option<(u64, String)>,
+            _: usize,
+        ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
+            down()
+        }
+        fn revive(&self, _: String, _: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+            down()
+        }
+        fn revive_dead(
+            &self,
+            _: usize,
+            _: When,
+        ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>> {
+            down()
+        }
+        fn set_paused(&self, _: bool) -> BoxFuture<'_, Result<(), Error>> {
             down()
         }
     }

@@ -39,6 +39,7 @@ enum Kind {
         max: usize,
     },
     InvalidConfig(std::borrow::Cow<'static, str>),
+    InvalidInput(std::borrow::Cow<'static, str>),
     Locked,
     Storage(Arc<str>),
     #[cfg_attr(not(any(feature = "redis", test)), allow(dead_code))]
@@ -76,6 +77,12 @@ impl Error {
     pub(crate) fn invalid_config_owned(why: String) -> Self {
         Error {
             kind: Kind::InvalidConfig(why.into()),
+        }
+    }
+
+    pub(crate) fn invalid_input(why: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        Error {
+            kind: Kind::InvalidInput(why.into()),
         }
     }
 
@@ -140,6 +147,13 @@ impl Error {
         matches!(self.kind, Kind::InvalidConfig(_))
     }
 
+    /// A call's other input was refused: a page limit out of range or a cursor that is
+    /// garbage or belongs to another state's list ([`JobQueue::list`](crate::JobQueue::list)),
+    /// or a typed payload that does not encode. Nothing was read or changed.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self.kind, Kind::InvalidInput(_))
+    }
+
     /// The store is held by another process or another open [`JobQueue`](crate::JobQueue)
     /// handle in this one.
     pub fn is_locked(&self) -> bool {
@@ -196,6 +210,7 @@ impl fmt::Display for Error {
                 write!(f, "payload too large: {len} bytes, the limit is {max}")
             }
             Kind::InvalidConfig(why) => write!(f, "invalid job queue configuration: {why}"),
+            Kind::InvalidInput(why) => write!(f, "invalid input: {why}"),
             Kind::Locked => f.write_str("the job store is locked by another process or handle"),
             Kind::Storage(why) => write!(f, "job store failure: {why}"),
             Kind::Unavailable(why) => write!(f, "job store unavailable: {why}"),

@@ -1,5 +1,5 @@
 //! The job's values: what the queue's calls take and return ([`When`], [`Scheduled`],
-//! [`JobState`], [`JobInfo`]), the limits on ids and payloads and their validation, and
+//! [`JobState`], [`JobInfo`], [`Counts`]), the limits on ids and payloads and their validation, and
 //! wall-clock conversion.
 //!
 //! # Ground rules
@@ -10,6 +10,9 @@
 //!   0 before 1970, `u64::MAX` after 2554 ([`nanos`], [`system_time`], [`add`]).
 //! - Ids are 1 to [`MAX_ID_LEN`] bytes and payloads at most the queue's `max_payload`
 //!   ([`check_id`], [`check_payload`]); the front checks them once for every backend.
+//! - A job's last error is at most [`MAX_ERROR_LEN`] bytes ([`capped_error`]), cut by the
+//!   front before any backend sees it: a failure costs one bounded string, whatever the
+//!   handler's error.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -118,24 +121,41 @@ pub enum JobState {
     Dead,
 }
 
-/// A snapshot of one job, from [`JobQueue::get`](crate::JobQueue::get).
+/// A snapshot of one job, from [`JobQueue::get`](crate::JobQueue::get) or a page of
+/// [`JobQueue::list`](crate::JobQueue::list).
 #[derive(Clone, PartialEq, Eq)]
 pub struct JobInfo {
+    id: String,
     state: JobState,
     run_at: u64,
     attempt: u32,
+    last_error: Option<String>,
     payload: Vec<u8>,
 }
 
 impl JobInfo {
     /// A snapshot as a backend read it: `run_at` in wall-clock nanoseconds.
-    pub(crate) fn new(state: JobState, run_at: u64, attempt: u32, payload: Vec<u8>) -> JobInfo {
+    pub(crate) fn new(
+        id: String,
+        state: JobState,
+        run_at: u64,
+        attempt: u32,
+        last_error: Option<String>,
+        payload: Vec<u8>,
+    ) -> JobInfo {
         JobInfo {
+            id,
             state,
             run_at,
             attempt,
+            last_error,
             payload,
         }
+    }
+
+    /// The job's id.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// Pending, running or dead.
@@ -148,9 +168,19 @@ impl JobInfo {
         system_time(self.run_at)
     }
 
-    /// Deliveries so far: 0 before the first.
+    /// Deliveries so far: 0 before the first (and again after a
+    /// [`revive`](crate::JobQueue::revive)).
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// Why the last failed attempt failed: the error given to
+    /// [`Delivery::fail`](crate::Delivery::fail) (so a `run` handler's `Err` or panic
+    /// message), or `"lease expired"` if a delivery's lease ended before it was settled.
+    /// At most [`MAX_ERROR_LEN`] bytes. Kept while the job is pending again, running again
+    /// or dead, and after a revive; `None` if no attempt failed.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
     }
 
     /// The job's payload.
@@ -162,12 +192,103 @@ impl JobInfo {
 impl fmt::Debug for JobInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("JobInfo")
+            .field("id", &self.id)
             .field("state", &self.state)
             .field("run_at", &self.run_at())
             .field("attempt", &self.attempt)
+            .field("last_error", &self.last_error)
             .field("payload_len", &self.payload.len())
             .finish()
     }
+}
+
+/// How many jobs a queue holds in each state, whether it is paused, and when its next
+/// pending job is due, from [`JobQueue::counts`](crate::JobQueue::counts).
+///
+/// The counts come from counters the store keeps beside the jobs (updated by every change),
+/// never from a scan. On a partitioned Redis queue they are summed over the partitions, each
+/// read on its own, so under load the sum may mix moments a few microseconds apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Jobs waiting for their `run_at` (or for a retry), due ones included.
+    pub pending: u64,
+    /// Jobs delivered and not yet acked, retried or failed (see
+    /// [`JobQueue::running`](crate::JobQueue::running)).
+    pub running: u64,
+    /// Jobs out of attempts, kept until removed or revived.
+    pub dead: u64,
+    /// Whether consumers are stopped from claiming ([`JobQueue::pause`](crate::JobQueue::pause)).
+    pub paused: bool,
+    /// The earliest `run_at` of a pending job (in the past if jobs are due and not yet
+    /// claimed, say while paused); `None` if nothing is pending.
+    pub next_due: Option<SystemTime>,
+}
+
+impl Counts {
+    /// A snapshot as a backend read it: `next_due` in wall-clock nanoseconds.
+    pub(crate) fn new(
+        pending: u64,
+        running: u64,
+        dead: u64,
+        paused: bool,
+        next_due: Option<u64>,
+    ) -> Counts {
+        Counts {
+            pending,
+            running,
+            dead,
+            paused,
+            next_due: next_due.map(system_time),
+        }
+    }
+}
+
+/// The longest [`JobInfo::last_error`] kept, in bytes: a longer message is cut at a character
+/// boundary and ends with `…`.
+pub const MAX_ERROR_LEN: usize = 4096;
+
+/// `error`'s text, cut to at most [`MAX_ERROR_LEN`] bytes at a character boundary (ending in
+/// `…` when cut). A huge `Display` is never built whole: writing stops at the cap.
+pub(crate) fn capped_error(error: impl fmt::Display) -> String {
+    use fmt::Write;
+    struct Capped {
+        text: String,
+        cut: bool,
+    }
+    impl Write for Capped {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let room = MAX_ERROR_LEN - self.text.len();
+            if s.len() <= room {
+                self.text.push_str(s);
+                return Ok(());
+            }
+            let mut end = room;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.text.push_str(&s[..end]);
+            self.cut = true;
+            // Stops the formatting: nothing more fits.
+            Err(fmt::Error)
+        }
+    }
+    let mut out = Capped {
+        text: String::new(),
+        cut: false,
+    };
+    // An `Err` here is the stop above, or the `Display` failing: either way keep the text.
+    let _ = write!(out, "{error}");
+    let Capped { mut text, cut } = out;
+    if cut {
+        let mut end = text.len().min(MAX_ERROR_LEN - '…'.len_utf8());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }
 
 /// `Ok` if `id` is a valid job id: 1 to [`MAX_ID_LEN`] bytes.
@@ -189,6 +310,36 @@ pub(crate) fn check_payload(payload: &[u8], max: usize) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_are_capped_at_a_char_boundary() {
+        assert_eq!(capped_error("boom"), "boom");
+        assert_eq!(capped_error(""), "");
+        let exact = "x".repeat(MAX_ERROR_LEN);
+        assert_eq!(capped_error(&exact), exact);
+        for long in [
+            "x".repeat(MAX_ERROR_LEN + 1),
+            "é".repeat(MAX_ERROR_LEN),
+            "日本".repeat(5000),
+        ] {
+            let capped = capped_error(&long);
+            assert!(capped.len() <= MAX_ERROR_LEN, "{}", capped.len());
+            assert!(capped.ends_with('…'));
+            assert!(long.starts_with(capped.trim_end_matches('…')));
+        }
+        /// A `Display` writing far more than the cap, in small pieces.
+        struct Chatty;
+        impl fmt::Display for Chatty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                for _ in 0..1_000_000 {
+                    f.write_str("ab")?;
+                }
+                Ok(())
+            }
+        }
+        let capped = capped_error(Chatty);
+        assert!(capped.len() <= MAX_ERROR_LEN && capped.ends_with('…'));
+    }
 
     #[test]
     fn time_saturates() {

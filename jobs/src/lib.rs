@@ -47,6 +47,20 @@
 //! loses the series nor duplicates an occurrence; [`CatchUp`] says what runs after a
 //! downtime.
 //!
+//! # Operating a queue
+//!
+//! [`JobQueue::counts`] reads the jobs per state, the paused flag and the next due time from
+//! counters the store keeps (never a scan); [`JobQueue::list`] returns a page of one state's
+//! jobs (pending ones by due time, running ones by lease end, dead ones most recently dead
+//! first), resumable
+//! with its [`Cursor`]; [`JobInfo::last_error`] says why a job's last attempt failed
+//! ([`Delivery::fail`], a `run` handler's `Err` or panic, or "lease expired");
+//! [`JobQueue::revive`] sends a dead job back; [`JobQueue::pause`] stops every claim, in
+//! every process, until [`JobQueue::resume`]. With the `serde` feature,
+//! `JobQueue::typed::<T>()` schedules and runs `T`s stored as JSON; with `metrics`, a queue
+//! reports counters, gauges and histograms through the `metrics` facade (names in the
+//! README), and `run` wraps each handler in a `tracing` span with the job's id and attempt.
+//!
 //! # Guarantees
 //!
 //! - **Durable schedules.** [`JobQueue::schedule`] returns once the job is fsync'd.
@@ -61,7 +75,7 @@
 //!   [`max_attempts`](Builder::max_attempts) deliveries the job is [`JobState::Dead`].
 //!   Exactly-once *effects* need handlers that are idempotent, keyed by the job id.
 //! - **Bounded store and memory.** Acked jobs are deleted; dead ones stay until
-//!   [`JobQueue::remove_dead`] / [`JobQueue::purge_dead`]. Nothing loads the queue into
+//!   [`JobQueue::remove_dead`] / [`JobQueue::purge_dead`] (or [`JobQueue::revive`]). Nothing loads the queue into
 //!   memory: pending jobs live in an on-disk B-tree ordered by due time behind a bounded page
 //!   cache, and opening reads a few counters whatever the queue's size.
 //! - **No polling loop.** An idle consumer arms one wheel-timer sleep for the next due job
@@ -107,6 +121,8 @@ mod consumer;
 mod embedded;
 mod error;
 mod job;
+mod list;
+mod metrics;
 mod model;
 mod queue;
 mod recurrence;
@@ -114,13 +130,20 @@ mod recurrence;
 mod redis;
 mod series;
 mod shared;
+#[cfg(feature = "serde")]
+mod typed;
 mod wakeup;
 mod worker;
 
 pub use builder::Builder;
 pub use consumer::{Consumer, Delivery};
 pub use error::Error;
-pub use job::{JobInfo, JobState, Scheduled, When, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE};
+pub use job::{
+    Counts, JobInfo, JobState, Scheduled, When, MAX_ERROR_LEN, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE,
+};
+pub use list::{Cursor, ListOptions, Page};
 pub use queue::JobQueue;
 pub use recurrence::Recurrence;
 pub use series::{CatchUp, Recurring, RecurringInfo};
+#[cfg(feature = "serde")]
+pub use typed::{TypedDelivery, TypedQueue};

@@ -5,12 +5,14 @@
 //! - Time is wall-clock nanoseconds since the Unix epoch (`u64`), read by the *backend* (the
 //!   embedded store's process, later Redis's server) and passed in. Nothing here reads a clock.
 //! - A job is `Pending` (waiting for `run_at`), `Leased` (delivered; owned by the holder of
-//!   `token` until `until`) or `Dead` (out of attempts, kept for inspection).
-//! - Every stored job that is not dead has exactly one entry in the **due index**, keyed
-//!   `(due, id)` where [`Job::due`] is `run_at` when pending and the lease's end when leased.
-//!   One ordered index therefore serves both "which jobs are due" and "which leases expired",
-//!   and the next wakeup is its first key. Backends keep the index by replacing the key
-//!   `before.due()` with `after.due()` around every transition.
+//!   `token` until `until`) or `Dead` (out of attempts since `at`, kept for inspection until
+//!   removed or revived).
+//! - Every stored job that is not dead has exactly one key of due work, `(due, id)` where
+//!   [`Job::due`] is `run_at` when pending and the lease's end when leased: when the job next
+//!   needs the store. Backends keep these keys ordered, so "which jobs are due" and "which
+//!   leases expired" are range reads and the next wakeup is the first key (the embedded
+//!   store keeps pending and running keys in two tables, Redis in one sorted set), and they
+//!   replace the key `before.due()` with `after.due()` around every transition.
 //! - `attempt` counts deliveries: 0 until the first claim, incremented by each claim, never
 //!   reset. A claim of a job whose `attempt` already reached `max_attempts` (its last lease
 //!   expired, or a retry) kills it instead of delivering it.
@@ -18,13 +20,27 @@
 //!   with that token, even after `until` (nobody else has it until it is claimed again, and a
 //!   claim changes the token). After a redelivery the old token is stale forever.
 //! - Backends count jobs per state ([`Counts`]) so `pending()` and opening cost O(1).
+//! - A job's place in its state's list is [`Job::listed_at`]: its due key while pending
+//!   (`run_at`) or running (the lease's end: the jobs a stalled process would lose first
+//!   come first), the death time once dead. Each state's jobs are a range of an index on
+//!   that key, so listing them is a range read.
+//! - Failures leave a last error with the job (data beside it, not state): the backend
+//!   records the error a `fail` carries, and a claim that takes a job from an ended lease
+//!   records [`Job::claim_error`], whether it redelivers the job or kills it. A revive
+//!   keeps the error and starts the attempts again from 0.
 
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Status {
     Pending,
-    Leased { token: u64, until: u64 },
-    Dead,
+    Leased {
+        token: u64,
+        until: u64,
+    },
+    /// Dead since `at`.
+    Dead {
+        at: u64,
+    },
 }
 
 /// One stored job, without its id and payload.
@@ -74,8 +90,24 @@ impl Job {
         match self.status {
             Status::Pending => Some(self.run_at),
             Status::Leased { until, .. } => Some(until),
-            Status::Dead => None,
+            Status::Dead { .. } => None,
         }
+    }
+
+    /// Its key in its state's list: its due key while pending or running (`run_at`, the
+    /// lease's end), the death time once dead.
+    pub(crate) fn listed_at(&self) -> u64 {
+        match self.status {
+            Status::Pending => self.run_at,
+            Status::Leased { until, .. } => until,
+            Status::Dead { at } => at,
+        }
+    }
+
+    /// The last error a claim records for this due job: [`LEASE_EXPIRED`] if it is taken
+    /// from a lease that ended (to be delivered again or killed), else none.
+    pub(crate) fn claim_error(&self) -> Option<&'static str> {
+        matches!(self.status, Status::Leased { .. }).then_some(LEASE_EXPIRED)
     }
 
     /// Claims the job at `now` for a lease ending at `until` under `token`.
@@ -85,7 +117,7 @@ impl Job {
             _ => return Claim::NotDue,
         }
         if self.attempt >= max_attempts {
-            self.status = Status::Dead;
+            self.status = Status::Dead { at: now };
             return Claim::Died;
         }
         self.attempt += 1;
@@ -102,13 +134,14 @@ impl Job {
         self.holds(token)
     }
 
-    /// Gives the job back to run again at `run_at`, or kills it if that was its last attempt.
-    pub(crate) fn retry(&mut self, token: u64, run_at: u64, max_attempts: u32) -> Retry {
+    /// Gives the job back at `now` to run again at `run_at`, or kills it if that was its last
+    /// attempt.
+    pub(crate) fn retry(&mut self, token: u64, now: u64, run_at: u64, max_attempts: u32) -> Retry {
         if !self.holds(token) {
             return Retry::Stale;
         }
         if self.attempt >= max_attempts {
-            self.status = Status::Dead;
+            self.status = Status::Dead { at: now };
             Retry::Died
         } else {
             self.run_at = run_at;
@@ -139,7 +172,20 @@ impl Job {
         self.run_at = run_at;
         true
     }
+
+    /// Makes a dead job pending again at `run_at`, its attempts counted from 0; `false` (and
+    /// nothing changes) for a job that is not dead.
+    pub(crate) fn revive(&mut self, run_at: u64) -> bool {
+        if !matches!(self.status, Status::Dead { .. }) {
+            return false;
+        }
+        *self = Job::new(run_at);
+        true
+    }
 }
+
+/// The last error of a job whose lease ended before it was acked, retried or failed.
+pub(crate) const LEASE_EXPIRED: &str = "lease expired";
 
 // ===== impl Counts =====
 
@@ -156,7 +202,7 @@ impl Counts {
         match status {
             Status::Pending => &mut self.pending,
             Status::Leased { .. } => &mut self.leased,
-            Status::Dead => &mut self.dead,
+            Status::Dead { .. } => &mut self.dead,
         }
     }
 

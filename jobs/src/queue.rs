@@ -18,7 +18,8 @@ use crate::backend::Backend;
 use crate::config::Config;
 use crate::consumer::{Consumer, Delivery};
 use crate::error::Error;
-use crate::job::{check_id, check_payload, JobInfo, Scheduled, When};
+use crate::job::{check_id, check_payload, Counts, JobInfo, JobState, Scheduled, When};
+use crate::list::{ListOptions, Page};
 use crate::shared::Shared;
 use crate::wakeup::Wakeup;
 use crate::worker;
@@ -47,9 +48,12 @@ impl JobQueue {
         config: Config,
         wakeup: Arc<Wakeup>,
     ) -> JobQueue {
-        JobQueue {
-            inner: Arc::new(Shared::new(backend, config, wakeup)),
+        let inner = Arc::new(Shared::new(backend, config, wakeup));
+        #[cfg(feature = "metrics")]
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(refresh_gauges(Arc::downgrade(&inner)));
         }
+        JobQueue { inner }
     }
 
     /// Stores a job `id` with `payload`, due `when`. Returns once the job is durable
@@ -98,6 +102,7 @@ impl JobQueue {
             .schedule(id.to_owned(), when.into(), payload)
             .await?;
         if outcome == Scheduled::Created {
+            self.inner.metrics.scheduled(1);
             self.inner.wakeup.due_at(run_at);
         }
         Ok(outcome)
@@ -153,6 +158,7 @@ impl JobQueue {
         }
         let outcomes = self.inner.backend.schedule_many(batch).await?;
         let created = outcomes.iter().filter(|(o, _)| *o == Scheduled::Created);
+        self.inner.metrics.scheduled(created.clone().count() as u64);
         if let Some(earliest) = created.map(|(_, at)| *at).min() {
             self.inner.wakeup.due_at(earliest);
         }
@@ -225,6 +231,224 @@ impl JobQueue {
         self.inner.backend.running().await
     }
 
+    /// How many jobs are pending, running and dead, whether the queue is paused, and when
+    /// the next pending job is due.
+    ///
+    /// The numbers come from counters the store keeps beside the jobs, never from a scan:
+    /// O(1) whatever the queue's size (the next due time reads the head of the due index,
+    /// past the running jobs' lease ends before it). On Redis one script call per partition.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-counts-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// queue.schedule("rate:order-42", Duration::from_secs(60), "5 stars").await?;
+    /// let counts = queue.counts().await?;
+    /// assert_eq!((counts.pending, counts.running, counts.dead), (1, 0, 0));
+    /// assert!(!counts.paused);
+    /// assert!(counts.next_due.is_some());
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`].
+    pub async fn counts(&self) -> Result<Counts, Error> {
+        let counts = self.inner.backend.counts().await?;
+        self.inner.metrics.counts(&counts);
+        Ok(counts)
+    }
+
+    /// A page of the jobs in `state`, each state in the order of its next step: pending
+    /// jobs oldest due first (by `run_at`, then id), running ones by the end of their lease
+    /// (the jobs a stalled process would lose first come first), dead ones most recently
+    /// dead first. Resume with the page's [`cursor`](Page::cursor) in
+    /// [`ListOptions::after`]: the next page starts right after the last job shown, so jobs
+    /// added or removed between pages never make a listing show a job twice or skip one that
+    /// did not move (a running job whose lease was renewed has moved).
+    ///
+    /// Each page costs O(limit): a range read of the state's index (on Redis, per
+    /// partition, merged), never a scan; on Redis a pending page also passes over the
+    /// running jobs' entries its due index holds among the pending ones (at most the
+    /// running jobs). Pages carry the jobs' payloads: keep the limit modest for large
+    /// payloads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wheel_jobs::{JobState, ListOptions};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-list-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// for i in 0..5 {
+    ///     queue.schedule(&format!("job-{i}"), Duration::from_secs(60 + i), "").await?;
+    /// }
+    /// let page = queue.list(JobState::Pending, ListOptions::new().limit(3)).await?;
+    /// let ids: Vec<&str> = page.jobs().iter().map(|job| job.id()).collect();
+    /// assert_eq!(ids, ["job-0", "job-1", "job-2"]);
+    /// let cursor = page.cursor().expect("more jobs follow");
+    /// let rest = queue.list(JobState::Pending, ListOptions::new().limit(3).after(cursor)).await?;
+    /// assert_eq!(rest.jobs().len(), 2);
+    /// assert!(rest.cursor().is_none());
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`] for a limit of 0 or above
+    /// [`ListOptions::MAX_LIMIT`] (1,000), or a cursor from another state's list;
+    /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`].
+    pub async fn list(&self, state: JobState, options: &ListOptions) -> Result<Page, Error> {
+        let (limit, after) = options.checked(state)?;
+        let after = after.map(|(at, id)| (at, id.to_owned()));
+        // One more than the page: whether a next page exists.
+        let jobs = self.inner.backend.list(state, after, limit + 1).await?;
+        Ok(Page::new(state, limit, jobs))
+    }
+
+    /// Sends a dead job back: pending again at `when`, its attempts counted from 0 (so it
+    /// gets [`max_attempts`](crate::Builder::max_attempts) more deliveries), its
+    /// [`last_error`](JobInfo::last_error) kept until a new failure replaces it. `true` if the
+    /// job was dead; a pending, running or unknown job gives `false` and nothing changes.
+    /// Wakes idle consumers like a schedule.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wheel_jobs::JobState;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-revive-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::builder().max_attempts(1).open(dir.join("jobs.redb")).await?;
+    /// queue.schedule("email:welcome-7", Duration::ZERO, "").await?;
+    /// let delivery = queue.consume().next().await.expect("open queue")?;
+    /// delivery.fail(Duration::ZERO, "smtp down").await?; // its only attempt: dead
+    /// assert_eq!(queue.get("email:welcome-7").await?.unwrap().state(), JobState::Dead);
+    ///
+    /// assert!(queue.revive("email:welcome-7", Duration::ZERO).await?);
+    /// let job = queue.get("email:welcome-7").await?.unwrap();
+    /// assert_eq!((job.state(), job.attempt(), job.last_error()), (JobState::Pending, 0, Some("smtp down")));
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_id`], [`Error::is_storage`], [`Error::is_unavailable`],
+    /// [`Error::is_closed`].
+    pub async fn revive(&self, id: &str, when: impl Into<When>) -> Result<bool, Error> {
+        check_id(id)?;
+        match self
+            .inner
+            .backend
+            .revive(id.to_owned(), when.into())
+            .await?
+        {
+            Some(run_at) => {
+                self.inner.metrics.revived(1);
+                self.inner.wakeup.due_at(run_at);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// [`revive`](Self::revive) every dead job, oldest deaths first, a bounded batch per
+    /// commit (per script call on Redis); returns how many. Jobs that die while it runs may
+    /// be revived too.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`]. Batches
+    /// committed before the error stay revived.
+    pub async fn revive_all_dead(&self, when: impl Into<When>) -> Result<u64, Error> {
+        const BATCH: usize = 10_000;
+        let when = when.into();
+        let mut total = 0;
+        loop {
+            let (revived, run_at) = self.inner.backend.revive_dead(BATCH, when).await?;
+            if let Some(run_at) = run_at {
+                self.inner.wakeup.due_at(run_at);
+            }
+            self.inner.metrics.revived(revived);
+            total += revived;
+            if revived < BATCH as u64 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Stops every consumer of the queue from claiming jobs, in this process and (on Redis)
+    /// every other, until [`resume`](Self::resume); durable, so a reopened queue stays
+    /// paused. Schedules, cancels, reschedules, revives and the acks, retries and extends of
+    /// deliveries already handed out go on. Idempotent.
+    ///
+    /// Once it returns no claim leases anything. Jobs a [`Consumer`] claimed before (its
+    /// prefetch buffer) are still handed out; [`run`](Self::run) claims only as many jobs as
+    /// it has free handlers, so at most the claim it had in flight completes. Paused
+    /// consumers sleep without reading the store, but for their safety wakeup
+    /// ([`Builder::safety_wakeup`](crate::Builder::safety_wakeup)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-pause-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// queue.pause().await?;
+    /// queue.schedule("report", Duration::ZERO, "").await?; // stored, not delivered
+    /// assert!(queue.counts().await?.paused);
+    /// queue.resume().await?; // idle consumers look again at once
+    /// let delivery = queue.consume().next().await.expect("open queue")?;
+    /// assert_eq!(delivery.id(), "report");
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`]. On a
+    /// partitioned Redis queue a failure may leave some partitions paused: call it again.
+    pub async fn pause(&self) -> Result<(), Error> {
+        self.inner.backend.set_paused(true).await
+    }
+
+    /// Lets consumers claim again after [`pause`](Self::pause), and wakes the idle ones at
+    /// once: in this process directly, in others (on Redis) by a wake message. Idempotent.
+    ///
+    /// # Errors
+    ///
+    /// As [`pause`](Self::pause).
+    pub async fn resume(&self) -> Result<(), Error> {
+        self.inner.backend.set_paused(false).await?;
+        // Every sleeping consumer waits for a time after 0: all of them look again.
+        self.inner.wakeup.due_at(0);
+        Ok(())
+    }
+
     /// Deletes a dead job: `true` if `id` was dead. Dead jobs stay until this call or
     /// [`purge_dead`](Self::purge_dead), for inspection with [`get`](Self::get).
     ///
@@ -256,11 +480,14 @@ impl JobQueue {
 
     /// Runs `handler` on due jobs, at most `concurrency` at a time, until the queue is closed.
     ///
-    /// `Ok(())` acks the job; `Err` or a panic retries it after the builder's
-    /// [`backoff`](crate::Builder::backoff) (attempt `n` waits `first · 2^(n−1)`), and the
-    /// job is dead after [`max_attempts`](crate::Builder::max_attempts). A handler may also
-    /// ack, retry or extend its [`Delivery`] itself; the loop's own ack then returns `false`
-    /// harmlessly.
+    /// `Ok(())` acks the job; `Err` or a panic [fails](Delivery::fail) it: retried after the
+    /// builder's [`backoff`](crate::Builder::backoff) (attempt `n` waits `first · 2^(n−1)`),
+    /// with the error's text (or `panicked: <message>`) as its
+    /// [`last_error`](JobInfo::last_error), and dead after
+    /// [`max_attempts`](crate::Builder::max_attempts). A handler may also ack, retry, fail or
+    /// extend its [`Delivery`] itself; the loop's own ack then returns `false` harmlessly.
+    /// Each handler runs in a `tracing` span `wheel_jobs.job` with fields `job` (the id) and
+    /// `attempt`.
     ///
     /// Handlers run at least once per job (see [`Delivery`]): make them idempotent, keyed by
     /// the job id. While a handler runs, its lease is renewed every third of the
@@ -366,3 +593,25 @@ impl JobQueue {
 }
 
 mod recurring;
+
+/// How often a queue's gauges are read from its store's counters (`metrics.rs`).
+#[cfg(feature = "metrics")]
+const GAUGES_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sets the queue's gauges from its counters every [`GAUGES_EVERY`] until the queue closes
+/// or every handle is dropped; a failed read just waits for the next.
+#[cfg(feature = "metrics")]
+async fn refresh_gauges(queue: std::sync::Weak<Shared>) {
+    loop {
+        let Some(inner) = queue.upgrade().filter(|q| !q.drain.closing()) else {
+            return;
+        };
+        if let Ok(counts) = inner.backend.counts().await {
+            inner.metrics.counts(&counts);
+        }
+        let timer = inner.config.timer();
+        // Not holding the queue while asleep: dropping every handle ends this task.
+        drop(inner);
+        timer.sleep(GAUGES_EVERY).await;
+    }
+}

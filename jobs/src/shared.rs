@@ -4,7 +4,8 @@
 //! # Ground rules
 //!
 //! - One `Shared` per opened queue, behind an `Arc`: the backend (the only way to the
-//!   store), the checked [`Config`], the local [`Wakeup`] of idle consumers, and the drain.
+//!   store), the checked [`Config`], the local [`Wakeup`] of idle consumers, the drain,
+//!   and the queue's [`Metrics`] handles (no-ops without the `metrics` feature).
 //!   The front (`queue.rs`), the consumer and the worker reach the store only through it.
 //! - `Drain`: `close` marks the queue closing, which stops every claim (a fetch checks the
 //!   mark after enabling its wakeup, and `close` wakes them all), then waits until every
@@ -20,6 +21,7 @@ use tokio::sync::Notify;
 
 use crate::backend::Backend;
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::wakeup::Wakeup;
 
 /// The state one queue's handles share.
@@ -29,11 +31,13 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) wakeup: Arc<Wakeup>,
     pub(crate) drain: Drain,
+    pub(crate) metrics: Metrics,
 }
 
 impl Shared {
     pub(crate) fn new(backend: Box<dyn Backend>, config: Config, wakeup: Arc<Wakeup>) -> Shared {
         Shared {
+            metrics: Metrics::new(&config.name),
             backend,
             config,
             wakeup,

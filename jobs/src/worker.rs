@@ -12,8 +12,9 @@
 //!   ends.
 //! - While a handler runs, its lease is renewed every third of a lease (`keep_leased`), the
 //!   handler polled meanwhile; so only a process that stopped renewing loses its jobs.
-//! - Ok acks; Err and panics (caught around every poll of the handler's future) retry with
-//!   the builder's backoff. Dropping the `run` future aborts the handlers; their jobs stay
+//! - Ok acks; Err and panics (caught around every poll of the handler's future) fail the
+//!   delivery with the builder's backoff, the error's text (or `panicked: <message>`) kept
+//!   as the job's last error. Dropping the `run` future aborts the handlers; their jobs stay
 //!   leased and are redelivered when the lease ends.
 //! - `close` drains (`shared.rs`'s `Drain`): it marks the queue closing, which stops every
 //!   claim (a `fetch` checks the mark after enabling its wakeup, and `close` wakes them
@@ -33,10 +34,12 @@ use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use crate::backend::Claimed;
-use crate::consumer::{backoff, fetch, retry, Delivery, Fetch, Renewal};
+use crate::consumer::{ack, backoff, fetch, retry, Delivery, Fetch, Renewal};
 use crate::error::{panic_message, Error};
+use crate::job::capped_error;
 use crate::shared::{in_handler, Drain, Shared};
 
 /// Runs `future`, turning a panic in any of its polls into `Err`.
@@ -68,6 +71,7 @@ async fn handle<F, Fut, E>(
     let (id, token, attempt) = (job.id.clone(), job.token, job.attempt);
     let renewal = Arc::new(Renewal::default());
     let delivery = Delivery::new(inner.clone(), job, Some(renewal.clone()));
+    let started = Instant::now();
     let outcome = match catch_unwind(AssertUnwindSafe(|| handler(delivery))) {
         Ok(future) => {
             let run = in_handler(CatchUnwind(Box::pin(future)));
@@ -75,22 +79,23 @@ async fn handle<F, Fut, E>(
         }
         Err(panic) => Err(panic),
     };
+    inner.metrics.handled(started.elapsed());
     // The handler is done: its slot can take the next job while this one's ack commits.
     drop(slot);
     let failure = match outcome {
         Ok(Ok(())) => {
-            if let Err(err) = inner.backend.ack(id.clone(), token).await {
+            if let Err(err) = ack(&inner, &id, token).await {
                 tracing::warn!(job = %id, attempt, error = %err, "wheel-jobs: ack failed; the job will run again");
             }
             return;
         }
-        Ok(Err(err)) => err.to_string(),
-        Err(panic) => format!("panicked: {}", panic_message(&*panic)),
+        Ok(Err(err)) => capped_error(err),
+        Err(panic) => capped_error(format_args!("panicked: {}", panic_message(&*panic))),
     };
     let (first, max) = inner.config.backoff;
     let after = backoff(first, max, attempt, token);
     tracing::warn!(job = %id, attempt, error = %failure, retry_in = ?after, "wheel-jobs: job failed");
-    if let Err(err) = retry(&inner, &id, token, after).await {
+    if let Err(err) = retry(&inner, &id, token, after, Some(failure)).await {
         tracing::warn!(job = %id, attempt, error = %err, "wheel-jobs: retry failed; the job runs again when its lease ends");
     }
 }
@@ -205,7 +210,10 @@ where
                         unavailable = 0;
                         for job in jobs {
                             let permit = held.pop().expect("a permit per claimed job");
-                            tasks.spawn(handle(inner.clone(), handler.clone(), job, permit));
+                            // Everything the handler (and its ack or failure) logs names the job.
+                            let span = tracing::info_span!("wheel_jobs.job", job = %job.id, attempt = job.attempt);
+                            let handled = handle(inner.clone(), handler.clone(), job, permit);
+                            tasks.spawn(handled.instrument(span));
                         }
                         held.clear(); // fewer jobs than permits: give the rest back
                     }
@@ -223,5 +231,85 @@ where
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fmt::Write;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    /// Writes down every span created: its name and fields.
+    #[derive(Default)]
+    struct Spans {
+        seen: Arc<Mutex<Vec<String>>>,
+        ids: AtomicU64,
+    }
+
+    struct Fields<'a>(&'a mut String);
+
+    impl Visit for Fields<'_> {
+        fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+
+    impl Subscriber for Spans {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, span: &Attributes<'_>) -> Id {
+            let mut text = span.metadata().name().to_owned();
+            span.record(&mut Fields(&mut text));
+            self.seen.lock().unwrap().push(text);
+            Id::from_u64(self.ids.fetch_add(1, SeqCst) + 1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, _: &Event<'_>) {}
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn run_wraps_each_handler_in_a_span_naming_the_job() {
+        let spans = Spans::default();
+        let seen = spans.seen.clone();
+        // This thread only: the runtime and its tasks run here.
+        let _guard = tracing::subscriber::set_default(spans);
+        let dir = tempfile::tempdir().unwrap();
+        let queue = crate::JobQueue::open(dir.path().join("jobs.redb"))
+            .await
+            .unwrap();
+        queue.schedule("job-7", Duration::ZERO, "p").await.unwrap();
+        let (done, mut ran) = tokio::sync::mpsc::unbounded_channel();
+        let worker = queue.clone();
+        let running = tokio::spawn(async move {
+            worker
+                .run(1, move |job| {
+                    let done = done.clone();
+                    async move {
+                        done.send(job.id().to_owned()).unwrap();
+                        Ok::<(), String>(())
+                    }
+                })
+                .await
+        });
+        assert_eq!(ran.recv().await.as_deref(), Some("job-7"));
+        queue.close().await.unwrap();
+        running.await.unwrap().unwrap();
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen.iter()
+                .any(|s| s == "wheel_jobs.job job=job-7 attempt=1"),
+            "{seen:?}"
+        );
     }
 }

@@ -44,7 +44,7 @@ use tokio::sync::oneshot;
 use crate::backend::{Backend, BoxFuture, ClaimBatch};
 use crate::config::Config;
 use crate::error::{panic_message, Error};
-use crate::job::{JobInfo, Scheduled, When};
+use crate::job::{self, JobInfo, JobState, Scheduled, When};
 use crate::model::{Counts, Retry};
 use crate::recurrence::Recurrence;
 use crate::series::{CatchUp, Recurring, RecurringInfo};
@@ -306,6 +306,25 @@ macro_rules! expect_reply {
     };
 }
 
+impl Embedded {
+    /// A retry, or with an `error` a failure: one `Op::Retry`.
+    async fn give_back(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: Option<String>,
+    ) -> Result<(Retry, u64), Error> {
+        let op = Op::Retry {
+            id,
+            token,
+            after,
+            error,
+        };
+        expect_reply!(self.call(op).await?, Reply::Retried(r, at) => (r, at))
+    }
+}
+
 impl Backend for Embedded {
     fn schedule(
         &self,
@@ -382,9 +401,7 @@ impl Backend for Embedded {
         token: u64,
         after: Duration,
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
-        Box::pin(async move {
-            expect_reply!(self.call(Op::Retry { id, token, after }).await?, Reply::Retried(r, at) => (r, at))
-        })
+        Box::pin(self.give_back(id, token, after, None))
     }
 
     fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
@@ -447,6 +464,59 @@ impl Backend for Embedded {
                 return stopped();
             }
             rx.await.unwrap_or_else(|_| stopped())
+        })
+    }
+
+    fn fail(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: String,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+        Box::pin(self.give_back(id, token, after, Some(error)))
+    }
+
+    fn counts(&self) -> BoxFuture<'_, Result<job::Counts, Error>> {
+        Box::pin(async move { expect_reply!(self.call(Op::Counts).await?, Reply::Counts(c) => c) })
+    }
+
+    fn list(
+        &self,
+        state: JobState,
+        after: Option<(u64, String)>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
+        Box::pin(async move {
+            let op = Op::List {
+                state,
+                after,
+                limit,
+            };
+            expect_reply!(self.call(op).await?, Reply::Listed(jobs) => jobs)
+        })
+    }
+
+    fn revive(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::Revive { id, when }).await?, Reply::Moved(m) => m)
+        })
+    }
+
+    fn revive_dead(
+        &self,
+        limit: usize,
+        when: When,
+    ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>> {
+        Box::pin(async move {
+            let op = Op::ReviveDead { limit, when };
+            expect_reply!(self.call(op).await?, Reply::Revived(n, at) => (n, (n > 0).then_some(at)))
+        })
+    }
+
+    fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::Pause { paused }).await?, Reply::Bool(_) => ())
         })
     }
 }

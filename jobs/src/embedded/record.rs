@@ -1,19 +1,27 @@
 //! The embedded store's record of one job: a fixed little-endian header (version, state,
-//! attempt, run_at, token, lease end), then the payload. The write-ahead log (`wal.rs`)
-//! carries the same records.
+//! attempt, run_at, token, lease end or death time), the last error, then the payload. The
+//! write-ahead log (`wal.rs`) carries the same records.
 //!
 //! # Ground rules
 //!
 //! - A record that does not decode is [`Corrupt`]: the file is damaged or not a job store;
 //!   nothing guesses at its fields.
-//! - A change of layout bumps `VERSION` (and the store's `FORMAT` in `store.rs`).
+//! - A change of layout bumps `VERSION` (and the store's `FORMAT` in `store.rs`), and the
+//!   decoder keeps reading every older version, so an upgraded store rewrites no record:
+//!   version 1 had no last error, and its dead jobs no death time (they read as dead since
+//!   their `run_at`).
+//! - Layout of version 2: `version: u8, state: u8, attempt: u32, run_at: u64, token: u64,
+//!   time: u64` (the lease's end while running, the death time when dead, else 0), `error:
+//!   u16` (0: none; `n + 1`: `n` bytes of UTF-8 follow), then the payload to the end.
 
 use std::fmt;
 
 use crate::model::{Job, Status};
 
-const VERSION: u8 = 1;
-const HEADER: usize = 1 + 1 + 4 + 8 + 8 + 8;
+const VERSION: u8 = 2;
+/// Version 1's header: version 2 adds the error's length after it.
+const HEADER_V1: usize = 1 + 1 + 4 + 8 + 8 + 8;
+const HEADER: usize = HEADER_V1 + 2;
 
 /// A stored record that cannot be decoded: the file is corrupt or not a job store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,28 +33,47 @@ impl fmt::Display for Corrupt {
     }
 }
 
-impl Job {
-    /// The stored form: a fixed little-endian header, then the payload.
-    pub(crate) fn encode(&self, payload: &[u8]) -> Vec<u8> {
-        let (state, token, until) = match self.status {
+/// One job as stored: its state, its last error and its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Record<'a> {
+    pub(crate) job: Job,
+    pub(crate) error: Option<&'a str>,
+    pub(crate) payload: &'a [u8],
+}
+
+impl<'a> Record<'a> {
+    /// The stored form (the current version).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let (state, token, time) = match self.job.status {
             Status::Pending => (0u8, 0, 0),
             Status::Leased { token, until } => (1, token, until),
-            Status::Dead => (2, 0, 0),
+            Status::Dead { at } => (2, 0, at),
         };
-        let mut out = Vec::with_capacity(HEADER + payload.len());
+        let error = self.error.unwrap_or_default();
+        // Errors are capped at 4 KiB above (`job::capped_error`); a longer one could only
+        // come from a bug, and is cut rather than stored with a wrong length.
+        let error_len = error.len().min(usize::from(u16::MAX) - 1);
+        let tag = match self.error {
+            None => 0,
+            Some(_) => u16::try_from(error_len + 1).expect("below u16::MAX"),
+        };
+        let mut out = Vec::with_capacity(HEADER + error_len + self.payload.len());
         out.push(VERSION);
         out.push(state);
-        out.extend_from_slice(&self.attempt.to_le_bytes());
-        out.extend_from_slice(&self.run_at.to_le_bytes());
+        out.extend_from_slice(&self.job.attempt.to_le_bytes());
+        out.extend_from_slice(&self.job.run_at.to_le_bytes());
         out.extend_from_slice(&token.to_le_bytes());
-        out.extend_from_slice(&until.to_le_bytes());
-        out.extend_from_slice(payload);
+        out.extend_from_slice(&time.to_le_bytes());
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(&error.as_bytes()[..error_len]);
+        out.extend_from_slice(self.payload);
         out
     }
 
-    /// The job and its payload from a stored record.
-    pub(crate) fn decode(bytes: &[u8]) -> Result<(Job, &[u8]), Corrupt> {
-        if bytes.len() < HEADER || bytes[0] != VERSION {
+    /// A record of any version from its stored form.
+    pub(crate) fn decode(bytes: &'a [u8]) -> Result<Record<'a>, Corrupt> {
+        let version = *bytes.first().ok_or(Corrupt)?;
+        if !(1..=VERSION).contains(&version) || bytes.len() < HEADER_V1 {
             return Err(Corrupt);
         }
         let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
@@ -58,30 +85,147 @@ impl Job {
                 token: u64_at(14),
                 until: u64_at(22),
             },
-            2 => Status::Dead,
+            // Version 1 did not keep the death time: its last due time stands in for it.
+            2 if version == 1 => Status::Dead { at: run_at },
+            2 => Status::Dead { at: u64_at(22) },
             _ => return Err(Corrupt),
         };
-        Ok((
-            Job {
-                run_at,
-                attempt,
-                status,
-            },
-            &bytes[HEADER..],
-        ))
+        let job = Job {
+            run_at,
+            attempt,
+            status,
+        };
+        if version == 1 {
+            return Ok(Record {
+                job,
+                error: None,
+                payload: &bytes[HEADER_V1..],
+            });
+        }
+        let tag = u16::from_le_bytes(
+            bytes
+                .get(HEADER_V1..HEADER)
+                .ok_or(Corrupt)?
+                .try_into()
+                .expect("2 bytes"),
+        );
+        let (error, payload) = match usize::from(tag).checked_sub(1) {
+            None => (None, &bytes[HEADER..]),
+            Some(len) => {
+                let error = bytes.get(HEADER..HEADER + len).ok_or(Corrupt)?;
+                let error = std::str::from_utf8(error).map_err(|_| Corrupt)?;
+                (Some(error), &bytes[HEADER + len..])
+            }
+        };
+        Ok(Record {
+            job,
+            error,
+            payload,
+        })
     }
+}
+
+/// The version 1 encoder, kept to test that stores written before version 2 still open.
+#[cfg(test)]
+pub(crate) fn encode_v1(job: &Job, payload: &[u8]) -> Vec<u8> {
+    let (state, token, until) = match job.status {
+        Status::Pending => (0u8, 0, 0),
+        Status::Leased { token, until } => (1, token, until),
+        Status::Dead { .. } => (2, 0, 0),
+    };
+    let mut out = vec![1, state];
+    out.extend_from_slice(&job.attempt.to_le_bytes());
+    out.extend_from_slice(&job.run_at.to_le_bytes());
+    out.extend_from_slice(&token.to_le_bytes());
+    out.extend_from_slice(&until.to_le_bytes());
+    out.extend_from_slice(payload);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn job() -> impl Strategy<Value = Job> {
+        let status = prop_oneof![
+            Just(Status::Pending),
+            (any::<u64>(), any::<u64>()).prop_map(|(token, until)| Status::Leased { token, until }),
+            any::<u64>().prop_map(|at| Status::Dead { at }),
+        ];
+        (any::<u64>(), any::<u32>(), status).prop_map(|(run_at, attempt, status)| Job {
+            run_at,
+            attempt,
+            status,
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn every_record_round_trips(
+            job in job(),
+            error in proptest::option::of(".{0,40}"),
+            payload in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let record = Record { job, error: error.as_deref(), payload: &payload };
+            let encoded = record.encode();
+            prop_assert_eq!(Record::decode(&encoded), Ok(record));
+        }
+    }
 
     #[test]
     fn decode_rejects_garbage() {
-        assert_eq!(Job::decode(&[]), Err(Corrupt));
-        assert_eq!(Job::decode(&[9; 40]), Err(Corrupt));
-        let mut bad_state = Job::new(1).encode(b"");
+        assert_eq!(Record::decode(&[]), Err(Corrupt));
+        assert_eq!(Record::decode(&[9; 40]), Err(Corrupt));
+        let record = |error| Record {
+            job: Job::new(1),
+            error,
+            payload: b"",
+        };
+        let mut bad_state = record(None).encode();
         bad_state[1] = 3;
-        assert_eq!(Job::decode(&bad_state), Err(Corrupt));
+        assert_eq!(Record::decode(&bad_state), Err(Corrupt));
+        let mut short_error = record(Some("boom")).encode();
+        short_error.pop();
+        assert_eq!(Record::decode(&short_error), Err(Corrupt));
+        let mut not_utf8 = record(Some("é")).encode();
+        not_utf8[HEADER] = 0xff;
+        assert_eq!(Record::decode(&not_utf8), Err(Corrupt));
+        assert_eq!(
+            Record::decode(&record(None).encode()[..HEADER - 1]),
+            Err(Corrupt)
+        );
+    }
+
+    #[test]
+    fn version_1_records_still_decode() {
+        let dead = Job {
+            run_at: 7,
+            attempt: 3,
+            status: Status::Dead { at: 12 },
+        };
+        let encoded = encode_v1(&dead, b"p");
+        let decoded = Record::decode(&encoded).unwrap();
+        let dead_since_run_at = Job {
+            status: Status::Dead { at: 7 },
+            ..dead
+        };
+        assert_eq!(
+            decoded,
+            Record {
+                job: dead_since_run_at,
+                error: None,
+                payload: b"p"
+            }
+        );
+        let leased = Job {
+            run_at: 7,
+            attempt: 1,
+            status: Status::Leased { token: 5, until: 9 },
+        };
+        assert_eq!(
+            Record::decode(&encode_v1(&leased, b"")).unwrap().job,
+            leased
+        );
     }
 }

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use super::record;
 use super::store::Tables;
 use crate::error::Error;
 use crate::model::{Counts, Job, Status};
@@ -119,10 +120,15 @@ fn place_head(
         let id = occurrence_id(name, time);
         match t.load(&id)? {
             None => {
-                t.set(counts, &id, None, Some(Job::new(time)), payload)?;
+                let job = record::Record {
+                    job: Job::new(time),
+                    error: None,
+                    payload,
+                };
+                t.set(counts, &id, None, Some(job))?;
                 return Ok(Some(time));
             }
-            Some((job, _)) if job.status == Status::Pending => return Ok(Some(time)),
+            Some(stored) if stored.job.status == Status::Pending => return Ok(Some(time)),
             // Delivered already (an occurrence moved earlier by hand): never twice.
             Some(_) => at = rule.next_after_nanos(time),
         }
@@ -139,9 +145,9 @@ fn drop_head(
 ) -> Result<(), Error> {
     let Some(head) = head else { return Ok(()) };
     let id = occurrence_id(name, head);
-    if let Some((job, _)) = t.load(&id)? {
-        if job.status == Status::Pending {
-            t.set(counts, &id, Some(job), None, &[])?;
+    if let Some(stored) = t.load(&id)? {
+        if stored.job.status == Status::Pending {
+            t.set(counts, &id, Some(stored.job), None)?;
         }
     }
     Ok(())
@@ -244,7 +250,7 @@ pub(super) fn on_first_claim(
             (true, next)
         }
         Step::Skip { to } => {
-            t.set(counts, id, Some(job), None, &[])?;
+            t.set(counts, id, Some(job), None)?;
             (false, to)
         }
     };

@@ -2,11 +2,16 @@
 //!
 //! # Ground rules
 //!
-//! - Five tables: `jobs` (id → record: the [`Job`] header and the payload), `due`
-//!   ((due nanos, id) → (), the due index of `model.rs`; it holds both pending run_ats and
-//!   lease ends, so it is also the lease table), `dead` (id → (), so dead jobs can be purged
-//!   without a scan), `series` (name → a recurring series' record, `series.rs`), `meta`
-//!   (format version and the per-state [`Counts`]).
+//! - Seven tables: `jobs` (id → record: the [`Job`] header, the last error and the
+//!   payload, `record.rs`), `due` ((run_at, id) → (): the pending jobs' keys of due work,
+//!   `model.rs`), `running` ((lease end, id) → (): the running jobs' keys, so it is the lease
+//!   table), `died` ((death time, id) → (): the dead jobs, to list them newest first and
+//!   purge them without a scan), `series` (name → a recurring series' record,
+//!   `series.rs`), `meta` (format version, the per-state [`Counts`], the paused flag, the
+//!   log's epoch and owner number). A claim reads `due` and `running` up to "now" and takes
+//!   the first keys of both, so what is due and which leases ended are one ordered read,
+//!   and a job moving between them costs the one remove and one insert a single index
+//!   would; each state's list is a plain range of its own table.
 //! - Only the writer thread (`mod.rs`) calls [`Store::apply`]; a batch is one redb write
 //!   transaction. With a write-ahead log (`wal.rs`, always on a file store) a batch that
 //!   changed something is committed without fsync and its changes appended to the log,
@@ -23,27 +28,34 @@
 //!   checkpoints. A failure to write the log, or a commit failing after its record was
 //!   written, leaves memory and disk disagreeing: the store is then [`broken`](Store::broken)
 //!   and the writer thread stops.
-//! - Every read of the due index is a bounded range (`take(max)`, `first()`): no operation
-//!   walks the whole queue, and opening reads only `meta`.
-//! - A transition always goes through [`Job`]; this file only keeps the index, the counts
-//!   and the dead set in step with it (`set`).
+//! - Every read of an index is a bounded range (`take(max)`, `first()`, a page): no
+//!   operation walks the whole queue, and opening reads only `meta` (and, once, what the
+//!   upgrade from an older format reads: `upgrade`).
+//! - A transition always goes through [`Job`]; this file only keeps the indexes and the
+//!   counts in step with it (`set`, the one writer of `jobs`, `due`, `running`, `died` and
+//!   the counts).
 
 use std::time::{Duration, Instant, SystemTime};
 
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, Table, TableDefinition};
 
+use super::record::Record;
 use super::series::{self, Rules};
 use super::wal::{self, Wal};
 use crate::backend::{ClaimBatch, Claimed};
 use crate::config::Config;
 use crate::error::Error;
-use crate::job::{add, nanos, JobInfo, JobState, Scheduled, When};
+use crate::job::{self, add, nanos, JobInfo, JobState, Scheduled, When};
 use crate::model::{self, Claim, Counts, Job, Retry, Status};
 use crate::recurrence::Recurrence;
 use crate::series::{CatchUp, Recurring, RecurringInfo};
 
 const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
 const DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
+const RUNNING: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("running");
+const DIED: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("died");
+/// The dead set (id → ()) of formats 1 to 3: read once by the upgrade to format 4, then
+/// deleted.
 const DEAD: TableDefinition<'_, &str, ()> = TableDefinition::new("dead");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 const SERIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("series");
@@ -51,8 +63,11 @@ const SERIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("series");
 /// 2: changes since the last checkpoint may be in the write-ahead log (format 1 had none,
 /// and code that knows only 1 must not open a store whose log it would ignore).
 /// 3: the `series` table, and series entries in the log, which code that knows only 2
-/// would drop. A store of format 1 or 2 is upgraded on open (the table is created empty).
-const FORMAT: u64 = 3;
+/// would drop (the table is created empty by the upgrade).
+/// 4: job records of version 2 (`record.rs`: the last error, the death time), which code
+/// that knows only version 1 cannot read, and the `running` and `died` indexes in place of
+/// the dead set. Formats 1 to 3 are upgraded on open (`upgrade`).
+const FORMAT: u64 = 4;
 
 /// The longest the write-ahead log grows before a checkpoint: bounds replay at open. A
 /// review measured 0.72–1.2 s for the first open of a 10M-job store after `kill -9` with
@@ -99,10 +114,12 @@ pub(crate) enum Op {
         id: String,
         token: u64,
     },
+    /// A retry, or with an `error` a failure (the job's last error is then replaced).
     Retry {
         id: String,
         token: u64,
         after: Duration,
+        error: Option<String>,
     },
     Extend {
         id: String,
@@ -112,8 +129,21 @@ pub(crate) enum Op {
     RemoveDead {
         id: String,
     },
-    PurgeDead {
+    /// The per-state counts and the next pending job's due time.
+    Counts,
+    /// Makes a dead job pending again.
+    Revive {
+        id: String,
+        when: When,
+    },
+    /// Makes up to `limit` dead jobs pending again, oldest deaths first.
+    ReviveDead {
         limit: usize,
+        when: When,
+    },
+    /// Stops (or lets again) every claim; durable: the batch is a checkpoint.
+    Pause {
+        paused: bool,
     },
     SetRecurring {
         name: String,
@@ -125,6 +155,15 @@ pub(crate) enum Op {
         name: String,
     },
     ListRecurring,
+    /// Up to `limit` jobs in `state`, in its list's order, after the position `after`.
+    List {
+        state: JobState,
+        after: Option<(u64, String)>,
+        limit: usize,
+    },
+    PurgeDead {
+        limit: usize,
+    },
 }
 
 impl Op {
@@ -137,7 +176,10 @@ impl Op {
     /// already ran). An extend need not be: lost in a crash, the lease reverts to its
     /// durable end, and the holder died with the process anyway.
     pub(crate) fn needs_fsync(&self) -> bool {
-        !matches!(self, Op::Extend { .. } | Op::Get { .. } | Op::ListRecurring)
+        !matches!(
+            self,
+            Op::Extend { .. } | Op::Get { .. } | Op::Counts | Op::List { .. } | Op::ListRecurring
+        )
     }
 }
 
@@ -152,6 +194,10 @@ pub(crate) enum Reply {
     Claimed(ClaimBatch),
     Retried(Retry, u64),
     Count(u64),
+    Counts(job::Counts),
+    /// How many jobs a `ReviveDead` revived, and their run_at.
+    Revived(u64, u64),
+    Listed(Vec<(u64, JobInfo)>),
     Recurring(Recurring, Option<u64>),
     RecurringList(Vec<RecurringInfo>),
 }
@@ -166,6 +212,8 @@ pub(crate) struct Store {
     checkpoint_every: Duration,
     broken: bool,
     counts: Counts,
+    /// Whether claims are stopped (`meta.paused`), as of the last commit.
+    paused: bool,
     lease: Duration,
     max_attempts: u32,
     quick_repair: bool,
@@ -185,12 +233,16 @@ fn now() -> u64 {
 pub(super) struct Tables<'t> {
     jobs: Table<'t, &'static str, &'static [u8]>,
     due: Table<'t, (u64, &'static str), ()>,
-    dead: Table<'t, &'static str, ()>,
+    running: Table<'t, (u64, &'static str), ()>,
+    died: Table<'t, (u64, &'static str), ()>,
     series: Table<'t, &'static str, &'static [u8]>,
     /// The body of this batch's log record: every job's final value; `None` once it would
     /// pass `LOG_AT_MOST` (the batch is then a checkpoint, and a bulk load does not build a
-    /// record it would throw away).
+    /// record it would throw away), or for a batch that pauses or resumes (the log holds
+    /// jobs only, so the flag is made durable by a checkpoint).
     log: Option<Vec<u8>>,
+    /// Whether claims are stopped, as this batch leaves it.
+    paused: bool,
 }
 
 impl<'t> Tables<'t> {
@@ -198,57 +250,94 @@ impl<'t> Tables<'t> {
         Ok(Tables {
             jobs: txn.open_table(JOBS).map_err(storage)?,
             due: txn.open_table(DUE).map_err(storage)?,
-            dead: txn.open_table(DEAD).map_err(storage)?,
+            running: txn.open_table(RUNNING).map_err(storage)?,
+            died: txn.open_table(DIED).map_err(storage)?,
             series: txn.open_table(SERIES).map_err(storage)?,
             log: Some(Vec::new()),
+            paused: false,
         })
     }
 }
 
+/// A job read from `jobs`, owned.
+pub(super) struct Stored {
+    pub(super) job: Job,
+    error: Option<String>,
+    payload: Vec<u8>,
+}
+
+impl Stored {
+    /// The record of this job in state `job`, its error and payload unchanged.
+    fn with(&self, job: Job) -> Record<'_> {
+        Record {
+            job,
+            error: self.error.as_deref(),
+            payload: &self.payload,
+        }
+    }
+
+    fn info(self, id: String) -> JobInfo {
+        let Stored {
+            job,
+            error,
+            payload,
+        } = self;
+        JobInfo::new(
+            id,
+            state(job.status),
+            job.run_at,
+            job.attempt,
+            error,
+            payload,
+        )
+    }
+}
+
 impl Tables<'_> {
-    pub(super) fn load(&self, id: &str) -> Result<Option<(Job, Vec<u8>)>, Error> {
-        let Some(record) = self.jobs.get(id).map_err(storage)? else {
+    pub(super) fn load(&self, id: &str) -> Result<Option<Stored>, Error> {
+        let Some(value) = self.jobs.get(id).map_err(storage)? else {
             return Ok(None);
         };
-        let (job, payload) = Job::decode(record.value()).map_err(storage)?;
-        Ok(Some((job, payload.to_vec())))
+        let record = Record::decode(value.value()).map_err(storage)?;
+        Ok(Some(Stored {
+            job: record.job,
+            error: record.error.map(str::to_owned),
+            payload: record.payload.to_vec(),
+        }))
     }
 
     /// Stores `after` (or deletes the job for `None`) in place of `before`, keeping the due
-    /// index, the dead set and the counts in step.
+    /// index, the running and dead indexes and the counts in step.
     pub(super) fn set(
         &mut self,
         counts: &mut Counts,
         id: &str,
         before: Option<Job>,
-        after: Option<Job>,
-        payload: &[u8],
+        after: Option<Record<'_>>,
     ) -> Result<(), Error> {
-        if let Some(due) = before.and_then(|j| j.due()) {
-            self.due.remove((due, id)).map_err(storage)?;
-        }
-        if let Some(due) = after.and_then(|j| j.due()) {
-            self.due.insert((due, id), ()).map_err(storage)?;
-        }
-        let was_dead = before.is_some_and(|j| j.status == Status::Dead);
-        let is_dead = after.is_some_and(|j| j.status == Status::Dead);
-        if was_dead && !is_dead {
-            self.dead.remove(id).map_err(storage)?;
-        } else if is_dead && !was_dead {
-            self.dead.insert(id, ()).map_err(storage)?;
-        }
+        let after_job = after.map(|r| r.job);
+        // Each state's table holds its jobs' `listed_at` keys: run_at, lease end, death time.
+        let key = |job: Option<Job>, state: fn(&Status) -> bool| {
+            job.filter(|j| state(&j.status)).map(|j| j.listed_at())
+        };
+        let due = |job| key(job, |s| *s == Status::Pending);
+        let running = |job| key(job, |s| matches!(s, Status::Leased { .. }));
+        let died = |job| key(job, |s| matches!(s, Status::Dead { .. }));
+        rekey(&mut self.due, id, due(before), due(after_job))?;
+        rekey(&mut self.running, id, running(before), running(after_job))?;
+        rekey(&mut self.died, id, died(before), died(after_job))?;
         match after {
-            Some(job) => {
-                let record = job.encode(payload);
-                self.jobs.insert(id, record.as_slice()).map_err(storage)?;
-                self.log_change(id, Some(&record));
+            Some(record) => {
+                let value = record.encode();
+                self.jobs.insert(id, value.as_slice()).map_err(storage)?;
+                self.log_change(id, Some(&value));
             }
             None => {
                 self.jobs.remove(id).map_err(storage)?;
                 self.log_change(id, None);
             }
         };
-        counts.transition(before.map(|j| j.status), after.map(|j| j.status));
+        counts.transition(before.map(|j| j.status), after_job.map(|j| j.status));
         Ok(())
     }
 
@@ -306,6 +395,71 @@ impl Tables<'_> {
     }
 }
 
+/// Brings a store of format 1, 2 or 3 to format 4 inside the open transaction, before its log
+/// is replayed (the log's records then keep the new indexes in step like any change):
+/// - the dead set (id → ()) becomes the `died` index ((death time, id) → ()): one read per
+///   dead job, once; a job dead before the upgrade reads as dead since its `run_at`
+///   (`record.rs`), so no record is rewritten;
+/// - the running jobs' keys (lease ends) move from `due`, which held both states before,
+///   to `running`: `due` is read from its head until all running jobs (the counter) were
+///   found; a store's leases end within a lease (plus extends) of its last process
+///   stopping, so they come after only the backlog due before that; after a clean `close`
+///   of a `run`-only program there are none and nothing is read.
+fn upgrade(txn: &redb::WriteTransaction, t: &mut Tables<'_>, running: u64) -> Result<(), Error> {
+    {
+        let dead = txn.open_table(DEAD).map_err(storage)?;
+        for entry in dead.iter().map_err(storage)? {
+            let (key, _) = entry.map_err(storage)?;
+            let id = key.value();
+            if let Some(stored) = t.load(id)? {
+                t.died
+                    .insert((stored.job.listed_at(), id), ())
+                    .map_err(storage)?;
+            }
+        }
+    }
+    txn.delete_table(DEAD).map_err(storage)?;
+    let mut found = 0;
+    let mut keys = Vec::new();
+    for entry in t.due.iter().map_err(storage)? {
+        if found == running {
+            break;
+        }
+        let (key, _) = entry.map_err(storage)?;
+        let (_, id) = key.value();
+        if let Some(stored) = t.load(id)? {
+            if let Status::Leased { .. } = stored.job.status {
+                keys.push((stored.job.listed_at(), id.to_owned()));
+                found += 1;
+            }
+        }
+    }
+    for (at, id) in keys {
+        t.due.remove((at, id.as_str())).map_err(storage)?;
+        t.running.insert((at, id.as_str()), ()).map_err(storage)?;
+    }
+    Ok(())
+}
+
+/// Moves `id`'s key in `index` from `before` to `after` (`None`: no key); nothing if equal.
+fn rekey(
+    index: &mut Table<'_, (u64, &'static str), ()>,
+    id: &str,
+    before: Option<u64>,
+    after: Option<u64>,
+) -> Result<(), Error> {
+    if before == after {
+        return Ok(());
+    }
+    if let Some(at) = before {
+        index.remove((at, id)).map_err(storage)?;
+    }
+    if let Some(at) = after {
+        index.insert((at, id), ()).map_err(storage)?;
+    }
+    Ok(())
+}
+
 fn schedule(
     t: &mut Tables<'_>,
     counts: &mut Counts,
@@ -314,19 +468,67 @@ fn schedule(
     when: When,
     payload: &[u8],
 ) -> Result<(Scheduled, u64), Error> {
-    if let Some((job, _)) = t.load(id)? {
-        return Ok((Scheduled::Exists, job.run_at));
+    if let Some(stored) = t.load(id)? {
+        return Ok((Scheduled::Exists, stored.job.run_at));
     }
     let job = Job::new(when.resolve(now));
-    t.set(counts, id, None, Some(job), payload)?;
+    let record = Record {
+        job,
+        error: None,
+        payload,
+    };
+    t.set(counts, id, None, Some(record))?;
     Ok((Scheduled::Created, job.run_at))
+}
+
+/// The earliest `run_at` of a pending job: the first key of `due`.
+fn next_pending(t: &Tables<'_>) -> Result<Option<u64>, Error> {
+    Ok(t.due
+        .first()
+        .map_err(storage)?
+        .map(|(key, _)| key.value().0))
+}
+
+/// Up to `limit` jobs in `state` after the position `after`, each with its position: a range
+/// of the state's table, pending by `(run_at, id)`, running by `(lease end, id)`, dead by
+/// `(death time, id)` descending.
+fn list(
+    t: &Tables<'_>,
+    state: JobState,
+    after: Option<(u64, &str)>,
+    limit: usize,
+) -> Result<Vec<(u64, JobInfo)>, Error> {
+    use std::ops::Bound::{Excluded, Unbounded};
+    let start = after.map_or(Unbounded, Excluded);
+    let keys: Box<dyn Iterator<Item = _>> = match state {
+        JobState::Pending => Box::new(t.due.range((start, Unbounded)).map_err(storage)?),
+        JobState::Running => Box::new(t.running.range((start, Unbounded)).map_err(storage)?),
+        JobState::Dead => Box::new(t.died.range((Unbounded, start)).map_err(storage)?.rev()),
+    };
+    let mut out = Vec::with_capacity(limit.min(1024));
+    for entry in keys {
+        if out.len() == limit {
+            break;
+        }
+        let (key, _) = entry.map_err(storage)?;
+        let (at, id) = key.value();
+        let Some(stored) = t.load(id)? else {
+            return Err(Error::storage(format!(
+                "an index names a missing job {id:?}"
+            )));
+        };
+        if self::state(stored.job.status) == state {
+            out.push((at, stored.info(id.to_owned())));
+        }
+    }
+    Ok(out)
 }
 
 fn state(status: Status) -> JobState {
     match status {
         Status::Pending => JobState::Pending,
         Status::Leased { .. } => JobState::Running,
-        Status::Dead => JobState::Dead,
+        Status::Dead { .. } => JobState::Dead,
     }
 }
 
@@ -342,7 +544,7 @@ impl Store {
     ) -> Result<Store, Error> {
         let mut txn = db.begin_write().map_err(storage)?;
         txn.set_quick_repair(config.quick_repair);
-        let (counts, epoch) = {
+        let (counts, epoch, paused) = {
             let mut meta = txn.open_table(META).map_err(storage)?;
             let mut t = Tables::open(&txn)?;
             let format = meta.get("format").map_err(storage)?.map(|v| v.value());
@@ -363,7 +565,11 @@ impl Store {
                 leased: get("leased")?,
                 dead: get("dead")?,
             };
+            if matches!(format, Some(1..=3)) {
+                upgrade(&txn, &mut t, counts.leased)?;
+            }
             let epoch = get("epoch")?;
+            let paused = get("paused")? == 1;
             let owner = match get("owner")? {
                 0 => model::mix(now() ^ u64::from(std::process::id()).rotate_left(32)) | 1,
                 owner => owner,
@@ -375,14 +581,9 @@ impl Store {
                         t.put_series(name, value)?;
                     }
                     for &(id, value) in &changes.jobs {
-                        let before = t.load(id)?.map(|(job, _)| job);
-                        match value {
-                            Some(record) => {
-                                let (job, payload) = Job::decode(record).map_err(storage)?;
-                                t.set(&mut counts, id, before, Some(job), payload)?;
-                            }
-                            None => t.set(&mut counts, id, before, None, &[])?,
-                        }
+                        let before = t.load(id)?.map(|stored| stored.job);
+                        let after = value.map(Record::decode).transpose().map_err(storage)?;
+                        t.set(&mut counts, id, before, after)?;
                     }
                     Ok(())
                 })?;
@@ -394,7 +595,7 @@ impl Store {
             meta.insert("pending", counts.pending).map_err(storage)?;
             meta.insert("leased", counts.leased).map_err(storage)?;
             meta.insert("dead", counts.dead).map_err(storage)?;
-            (counts, epoch)
+            (counts, epoch, paused)
         };
         txn.commit().map_err(storage)?;
         if let Some(wal) = wal.as_mut() {
@@ -409,6 +610,7 @@ impl Store {
             checkpoint_every: CHECKPOINT_EVERY,
             broken: false,
             counts,
+            paused,
             lease: config.lease,
             max_attempts: config.max_attempts,
             quick_repair: config.quick_repair,
@@ -465,8 +667,9 @@ impl Store {
         let mut dirty = false;
         let mut durable = false;
         let mut replies = Vec::with_capacity(ops.len());
-        let log = {
+        let (log, paused) = {
             let mut t = Tables::open(&txn)?;
+            t.paused = self.paused;
             for op in ops {
                 let needs_fsync = op.needs_fsync();
                 let (reply, changed) = self.op(&mut t, &mut counts, now, op)?;
@@ -479,8 +682,10 @@ impl Store {
                 meta.insert("pending", counts.pending).map_err(storage)?;
                 meta.insert("leased", counts.leased).map_err(storage)?;
                 meta.insert("dead", counts.dead).map_err(storage)?;
+                meta.insert("paused", u64::from(t.paused))
+                    .map_err(storage)?;
             }
-            t.log
+            (t.log, t.paused)
         };
         if !dirty {
             txn.abort().map_err(storage)?;
@@ -527,6 +732,7 @@ impl Store {
             }
         }
         self.counts = counts;
+        self.paused = paused;
         Ok(replies)
     }
 
@@ -554,17 +760,17 @@ impl Store {
                 (Reply::ScheduledMany(outcomes), changed)
             }
             Op::Cancel { id } => match t.load(&id)? {
-                Some((job, _)) if job.cancel() && !series::is_head(t, &id)? => {
-                    t.set(counts, &id, Some(job), None, &[])?;
+                Some(stored) if stored.job.cancel() && !series::is_head(t, &id)? => {
+                    t.set(counts, &id, Some(stored.job), None)?;
                     (Reply::Bool(true), true)
                 }
                 _ => (Reply::Bool(false), false),
             },
             Op::Reschedule { id, when } => match t.load(&id)? {
-                Some((before, payload)) => {
-                    let mut job = before;
+                Some(stored) => {
+                    let mut job = stored.job;
                     if job.reschedule(when.resolve(now)) {
-                        t.set(counts, &id, Some(before), Some(job), &payload)?;
+                        t.set(counts, &id, Some(stored.job), Some(stored.with(job)))?;
                         (Reply::Moved(Some(job.run_at)), true)
                     } else {
                         (Reply::Moved(None), false)
@@ -573,9 +779,7 @@ impl Store {
                 None => (Reply::Moved(None), false),
             },
             Op::Get { id } => {
-                let info = t.load(&id)?.map(|(job, payload)| {
-                    JobInfo::new(state(job.status), job.run_at, job.attempt, payload)
-                });
+                let info = t.load(&id)?.map(|stored| stored.info(id));
                 (Reply::Info(info), false)
             }
             Op::Claim { max } => {
@@ -583,20 +787,29 @@ impl Store {
                 (Reply::Claimed(batch), changed)
             }
             Op::Ack { id, token } => match t.load(&id)? {
-                Some((job, _)) if job.ack(token) => {
-                    t.set(counts, &id, Some(job), None, &[])?;
+                Some(stored) if stored.job.ack(token) => {
+                    t.set(counts, &id, Some(stored.job), None)?;
                     (Reply::Bool(true), true)
                 }
                 _ => (Reply::Bool(false), false),
             },
-            Op::Retry { id, token, after } => {
+            Op::Retry {
+                id,
+                token,
+                after,
+                error,
+            } => {
                 let run_at = add(now, after);
                 match t.load(&id)? {
-                    Some((before, payload)) => {
-                        let mut job = before;
-                        let outcome = job.retry(token, run_at, self.max_attempts);
+                    Some(stored) => {
+                        let mut job = stored.job;
+                        let outcome = job.retry(token, now, run_at, self.max_attempts);
                         if outcome != Retry::Stale {
-                            t.set(counts, &id, Some(before), Some(job), &payload)?;
+                            let mut record = stored.with(job);
+                            if error.is_some() {
+                                record.error = error.as_deref();
+                            }
+                            t.set(counts, &id, Some(stored.job), Some(record))?;
                         }
                         (Reply::Retried(outcome, run_at), outcome != Retry::Stale)
                     }
@@ -604,39 +817,79 @@ impl Store {
                 }
             }
             Op::Extend { id, token, by } => match t.load(&id)? {
-                Some((before, payload)) => {
-                    let mut job = before;
+                Some(stored) => {
+                    let mut job = stored.job;
                     let extended = job.extend(token, add(now, by));
                     if extended {
-                        t.set(counts, &id, Some(before), Some(job), &payload)?;
+                        t.set(counts, &id, Some(stored.job), Some(stored.with(job)))?;
                     }
                     (Reply::Bool(extended), extended)
                 }
                 None => (Reply::Bool(false), false),
             },
             Op::RemoveDead { id } => match t.load(&id)? {
-                Some((job, _)) if job.status == Status::Dead => {
-                    t.set(counts, &id, Some(job), None, &[])?;
+                Some(stored) if matches!(stored.job.status, Status::Dead { .. }) => {
+                    t.set(counts, &id, Some(stored.job), None)?;
                     (Reply::Bool(true), true)
                 }
                 _ => (Reply::Bool(false), false),
             },
             Op::PurgeDead { limit } => {
+                // Oldest deaths first.
+                let keys = {
+                    let mut keys = Vec::new();
+                    for entry in t.died.iter().map_err(storage)?.take(limit) {
+                        let (key, _) = entry.map_err(storage)?;
+                        let (at, id) = key.value();
+                        keys.push((at, id.to_owned()));
+                    }
+                    keys
+                };
+                for (at, id) in &keys {
+                    if let Some(stored) = t.load(id)? {
+                        t.set(counts, id, Some(stored.job), None)?;
+                    } else {
+                        t.died.remove((*at, id.as_str())).map_err(storage)?;
+                    }
+                }
+                (Reply::Count(keys.len() as u64), !keys.is_empty())
+            }
+            Op::Revive { id, when } => match t.load(&id)? {
+                Some(stored) => {
+                    let mut job = stored.job;
+                    if job.revive(when.resolve(now)) {
+                        t.set(counts, &id, Some(stored.job), Some(stored.with(job)))?;
+                        (Reply::Moved(Some(job.run_at)), true)
+                    } else {
+                        (Reply::Moved(None), false)
+                    }
+                }
+                None => (Reply::Moved(None), false),
+            },
+            Op::ReviveDead { limit, when } => {
+                let run_at = when.resolve(now);
                 let ids = {
                     let mut ids = Vec::new();
-                    for entry in t.dead.iter().map_err(storage)?.take(limit) {
-                        ids.push(entry.map_err(storage)?.0.value().to_owned());
+                    for entry in t.died.iter().map_err(storage)?.take(limit) {
+                        let (key, _) = entry.map_err(storage)?;
+                        ids.push(key.value().1.to_owned());
                     }
                     ids
                 };
+                let mut revived = 0;
                 for id in &ids {
-                    if let Some((job, _)) = t.load(id)? {
-                        t.set(counts, id, Some(job), None, &[])?;
-                    } else {
-                        t.dead.remove(id.as_str()).map_err(storage)?;
+                    let Some(stored) = t.load(id)? else {
+                        return Err(Error::storage(format!(
+                            "the dead index names a missing job {id:?}"
+                        )));
+                    };
+                    let mut job = stored.job;
+                    if job.revive(run_at) {
+                        t.set(counts, id, Some(stored.job), Some(stored.with(job)))?;
+                        revived += 1;
                     }
                 }
-                (Reply::Count(ids.len() as u64), !ids.is_empty())
+                (Reply::Revived(revived, run_at), revived > 0)
             }
             Op::SetRecurring {
                 name,
@@ -655,6 +908,28 @@ impl Store {
                 Reply::RecurringList(series::list(t, &mut self.rules)?),
                 false,
             ),
+            Op::Pause { paused } => {
+                let changed = t.paused != paused;
+                if changed {
+                    t.paused = paused;
+                    t.log = None;
+                }
+                (Reply::Bool(changed), changed)
+            }
+            Op::Counts => {
+                let next_due = next_pending(t)?;
+                let (p, r, d) = (counts.pending, counts.leased, counts.dead);
+                let c = job::Counts::new(p, r, d, t.paused, next_due);
+                (Reply::Counts(c), false)
+            }
+            Op::List {
+                state,
+                after,
+                limit,
+            } => {
+                let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
+                (Reply::Listed(list(t, state, after, limit)?), false)
+            }
         })
     }
 
@@ -666,29 +941,45 @@ impl Store {
         now: u64,
         max: usize,
     ) -> Result<(ClaimBatch, bool), Error> {
+        if t.paused {
+            // Nothing is due until a resume, which wakes the consumers itself.
+            let batch = ClaimBatch {
+                jobs: Vec::new(),
+                next_due: None,
+                now,
+                died: 0,
+            };
+            return Ok((batch, false));
+        }
+        // The first `max` keys up to now of pending run_ats and lease ends together.
         let due: Vec<(u64, String)> = {
             let mut due = Vec::new();
-            let range = t
-                .due
-                .range(..(now.saturating_add(1), ""))
-                .map_err(storage)?;
-            for entry in range.take(max) {
-                let (key, _) = entry.map_err(storage)?;
-                let (at, id) = key.value();
-                due.push((at, id.to_owned()));
+            for index in [&t.due, &t.running] {
+                let range = index
+                    .range(..(now.saturating_add(1), ""))
+                    .map_err(storage)?;
+                for entry in range.take(max) {
+                    let (key, _) = entry.map_err(storage)?;
+                    let (at, id) = key.value();
+                    due.push((at, id.to_owned()));
+                }
             }
+            due.sort_unstable();
+            due.truncate(max);
             due
         };
         let changed = !due.is_empty();
         let until = add(now, self.lease);
         let mut jobs = Vec::with_capacity(due.len());
+        let mut died = 0;
         for (at, id) in due {
-            let Some((before, payload)) = t.load(&id)? else {
+            let Some(stored) = t.load(&id)? else {
                 return Err(Error::storage(format!(
                     "due index names a missing job {id:?} at {at}"
                 )));
             };
             // The first claim of a series' head moves the series in this transaction.
+            let before = stored.job;
             let first = before.attempt == 0 && before.status == Status::Pending;
             if first
                 && id.contains('@')
@@ -696,37 +987,44 @@ impl Store {
             {
                 continue;
             }
-            let mut job = before;
+            let mut job = stored.job;
             let token = self.token();
-            match job.claim(now, until, token, self.max_attempts) {
-                Claim::Deliver => {
-                    t.set(counts, &id, Some(before), Some(job), &payload)?;
-                    jobs.push(Claimed {
-                        id,
-                        payload,
-                        attempt: job.attempt,
-                        run_at: job.run_at,
-                        token,
-                    });
-                }
-                Claim::Died => t.set(counts, &id, Some(before), Some(job), &payload)?,
-                Claim::NotDue => {
-                    return Err(Error::storage(format!(
-                        "due index disagrees with job {id:?}"
-                    )));
-                }
+            let outcome = job.claim(now, until, token, self.max_attempts);
+            if outcome == Claim::NotDue {
+                return Err(Error::storage(format!(
+                    "due index disagrees with job {id:?}"
+                )));
+            }
+            let mut record = stored.with(job);
+            if let Some(error) = stored.job.claim_error() {
+                record.error = Some(error);
+            }
+            t.set(counts, &id, Some(stored.job), Some(record))?;
+            died += u64::from(outcome == Claim::Died);
+            if outcome == Claim::Deliver {
+                jobs.push(Claimed {
+                    id,
+                    payload: stored.payload,
+                    attempt: job.attempt,
+                    run_at: job.run_at,
+                    token,
+                });
             }
         }
-        let next_due = t
-            .due
-            .first()
-            .map_err(storage)?
-            .map(|(key, _)| key.value().0);
+        let mut next_due = None;
+        for index in [&t.due, &t.running] {
+            let first = index
+                .first()
+                .map_err(storage)?
+                .map(|(key, _)| key.value().0);
+            next_due = next_due.into_iter().chain(first).min();
+        }
         Ok((
             ClaimBatch {
                 jobs,
                 next_due,
                 now,
+                died,
             },
             changed,
         ))

@@ -31,7 +31,7 @@ fn claim_table() {
     let dead = Job {
         run_at: 100,
         attempt: MAX,
-        status: Status::Dead,
+        status: Status::Dead { at: 200 },
     };
     check_claim(leased(MAX, 110), 200, Claim::Died, dead);
     check_claim(dead, u64::MAX - 10, Claim::NotDue, dead);
@@ -46,8 +46,8 @@ fn lease_operations_check_the_token() {
     assert!(!job.extend(2, 90));
     assert!(job.extend(1, 90));
     assert_eq!(job.due(), Some(90));
-    assert_eq!(job.retry(2, 60, MAX), Retry::Stale);
-    assert_eq!(job.retry(1, 60, MAX), Retry::Pending);
+    assert_eq!(job.retry(2, 55, 60, MAX), Retry::Stale);
+    assert_eq!(job.retry(1, 55, 60, MAX), Retry::Pending);
     assert_eq!(
         job,
         Job {
@@ -70,7 +70,7 @@ fn retry_of_the_last_attempt_kills() {
             Claim::Deliver
         );
         assert_eq!(job.attempt, attempt);
-        let outcome = job.retry(attempt.into(), job.run_at + 2, MAX);
+        let outcome = job.retry(attempt.into(), job.run_at + 1, job.run_at + 2, MAX);
         let expect = if attempt == MAX {
             Retry::Died
         } else {
@@ -78,8 +78,37 @@ fn retry_of_the_last_attempt_kills() {
         };
         assert_eq!(outcome, expect);
     }
-    assert_eq!(job.status, Status::Dead);
-    assert_eq!(job.due(), None);
+    // Died at the retry's `now`: the previous run_at (2 · (MAX − 1)) + 1.
+    let died = 2 * u64::from(MAX - 1) + 1;
+    assert_eq!(job.status, Status::Dead { at: died });
+    assert_eq!((job.due(), job.listed_at()), (None, died));
+}
+
+#[test]
+fn revive_starts_a_dead_job_again() {
+    let mut job = Job::new(10);
+    assert!(!job.revive(5), "a pending job is not revived");
+    job.claim(10, 20, 1, 1);
+    assert!(!job.revive(5), "nor a running one");
+    assert_eq!(job.claim(20, 30, 2, 1), Claim::Died);
+    assert_eq!(job.listed_at(), 20);
+    assert!(job.revive(5));
+    assert_eq!(job, Job::new(5));
+    assert_eq!(job.claim(5, 15, 3, 1), Claim::Deliver);
+    assert_eq!(job.attempt, 1);
+}
+
+#[test]
+fn a_claim_names_an_ended_lease_as_the_error() {
+    let mut job = Job::new(10);
+    assert_eq!(job.claim_error(), None, "a first delivery records nothing");
+    job.claim(10, 20, 1, 2);
+    assert_eq!(job.claim_error(), Some(LEASE_EXPIRED));
+    assert_eq!(
+        job.listed_at(),
+        20,
+        "running jobs are listed by their lease's end"
+    );
 }
 
 #[test]
@@ -105,7 +134,7 @@ fn counts_follow_transitions() {
     counts.transition(None, Some(Status::Pending));
     counts.transition(
         Some(Status::Leased { token: 1, until: 2 }),
-        Some(Status::Dead),
+        Some(Status::Dead { at: 3 }),
     );
     assert_eq!(
         counts,
@@ -115,7 +144,7 @@ fn counts_follow_transitions() {
             dead: 1
         }
     );
-    counts.transition(Some(Status::Dead), None);
+    counts.transition(Some(Status::Dead { at: 3 }), None);
     assert_eq!(
         counts,
         Counts {
@@ -133,6 +162,7 @@ struct Model {
     deliveries: u32,
     holder: Option<(u64, u64)>,
     dead: bool,
+    died_at: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -142,6 +172,7 @@ enum Op {
     Retry { current: bool, after: u64 },
     Extend { current: bool, until: u64 },
     Reschedule { run_at: u64 },
+    Revive { run_at: u64 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -151,6 +182,7 @@ fn op() -> impl Strategy<Value = Op> {
         (any::<bool>(), 0..50u64).prop_map(|(current, after)| Op::Retry { current, after }),
         (any::<bool>(), 0..200u64).prop_map(|(current, until)| Op::Extend { current, until }),
         (0..200u64).prop_map(|run_at| Op::Reschedule { run_at }),
+        (0..200u64).prop_map(|run_at| Op::Revive { run_at }),
     ]
 }
 
@@ -158,7 +190,7 @@ proptest! {
     #[test]
     fn job_matches_model(run_at in 0..100u64, ops in proptest::collection::vec(op(), 0..40)) {
         let mut job = Job::new(run_at);
-        let mut model = Model { run_at, deliveries: 0, holder: None, dead: false };
+        let mut model = Model { run_at, deliveries: 0, holder: None, dead: false, died_at: 0 };
         let mut next_token = 1u64;
         for op in ops {
             let token_of = |model: &Model, current: bool| match model.holder {
@@ -170,10 +202,12 @@ proptest! {
                     let token = next_token;
                     next_token += 1;
                     let due = match model.holder { Some((_, until)) => until, None => model.run_at };
+                    let expired = model.holder.is_some();
                     let expect = if model.dead || due > now {
                         Claim::NotDue
                     } else if model.deliveries >= MAX {
                         model.dead = true;
+                        model.died_at = now;
                         model.holder = None;
                         Claim::Died
                     } else {
@@ -181,6 +215,9 @@ proptest! {
                         model.holder = Some((token, now + lease));
                         Claim::Deliver
                     };
+                    if expect != Claim::NotDue {
+                        prop_assert_eq!(job.claim_error(), expired.then_some(LEASE_EXPIRED));
+                    }
                     prop_assert_eq!(job.claim(now, now + lease, token, MAX), expect);
                 }
                 Op::Ack { current } => {
@@ -198,6 +235,7 @@ proptest! {
                             model.holder = None;
                             if model.deliveries >= MAX {
                                 model.dead = true;
+                                model.died_at = until;
                                 Retry::Died
                             } else {
                                 model.run_at = until + after;
@@ -207,7 +245,8 @@ proptest! {
                         _ => Retry::Stale,
                     };
                     let run_at = match job.status { Status::Leased { until, .. } => until + after, _ => 0 };
-                    prop_assert_eq!(job.retry(token, run_at, MAX), expect);
+                    let now = run_at.saturating_sub(after);
+                    prop_assert_eq!(job.retry(token, now, run_at, MAX), expect);
                 }
                 Op::Extend { current, until } => {
                     let token = token_of(&model, current);
@@ -224,19 +263,28 @@ proptest! {
                     }
                     prop_assert_eq!(job.reschedule(run_at), valid);
                 }
+                Op::Revive { run_at } => {
+                    let valid = model.dead;
+                    if valid {
+                        model = Model { run_at, deliveries: 0, holder: None, dead: false, died_at: 0 };
+                    }
+                    prop_assert_eq!(job.revive(run_at), valid);
+                }
             }
             // The observable facts agree after every step.
             prop_assert_eq!(job.attempt, model.deliveries);
-            prop_assert_eq!(job.status == Status::Dead, model.dead);
+            prop_assert_eq!(matches!(job.status, Status::Dead { .. }), model.dead);
+            let listed_at = match model.holder {
+                _ if model.dead => model.died_at,
+                Some((_, until)) => until,
+                None => model.run_at,
+            };
+            prop_assert_eq!(job.listed_at(), listed_at);
             let due = if model.dead { None } else { Some(model.holder.map_or(model.run_at, |(_, u)| u)) };
             prop_assert_eq!(job.due(), due);
             if !model.dead && model.holder.is_none() {
                 prop_assert_eq!(job.run_at, model.run_at);
             }
-            let encoded = job.encode(b"xyz");
-            let (decoded, payload) = Job::decode(&encoded).unwrap();
-            prop_assert_eq!(decoded, job);
-            prop_assert_eq!(payload, b"xyz");
         }
     }
 }

@@ -18,10 +18,38 @@ use super::scripts::NewJob;
 use super::{Idle, Redis};
 use crate::backend::{Backend, BoxFuture, ClaimBatch};
 use crate::error::Error;
-use crate::job::{JobInfo, Scheduled, When};
+use crate::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
 use crate::recurrence::Recurrence;
 use crate::series::{CatchUp, Recurring, RecurringInfo};
+
+impl Redis {
+    /// `retry.lua`: a retry, or with an `error` a failure.
+    async fn give_back(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: Option<String>,
+    ) -> Result<(Retry, u64), Error> {
+        let mut conn = self.writer()?;
+        let keys = &self.part(&id).keys;
+        let given = (self.scripts)
+            .retry(
+                &mut conn,
+                keys,
+                &id,
+                token,
+                after,
+                self.max_attempts,
+                error.as_deref(),
+            )
+            .await;
+        // Even a failed call may have committed (a timeout after the script ran).
+        self.changed();
+        given
+    }
+}
 
 impl Backend for Redis {
     fn schedule(
@@ -135,6 +163,7 @@ impl Backend for Redis {
             let mut wait: Option<u64> = None;
             let mut now = 0;
             let mut failed: Option<Error> = None;
+            let mut died = 0;
             // Whether some partition may hold more due jobs than it gave.
             let mut more = false;
             for i in 0..n {
@@ -143,14 +172,16 @@ impl Backend for Redis {
                 // runs, and a reply that outlasts `redis_timeout` would strand the leases
                 // it took. A larger `max` (prefetch, `run`'s concurrency) just claims again.
                 let want = (max - jobs.len()).min(MAX_BATCH);
-                let (claimed, part_now, next) = match self.claim_part(part, want, deadline).await {
-                    Ok(claim) => claim,
-                    Err(err) => {
-                        failed.get_or_insert(err);
-                        continue;
-                    }
-                };
+                let (claimed, part_now, next, part_died) =
+                    match self.claim_part(part, want, deadline).await {
+                        Ok(claim) => claim,
+                        Err(err) => {
+                            failed.get_or_insert(err);
+                            continue;
+                        }
+                    };
                 more |= claimed.len() >= want;
+                died += part_died;
                 jobs.extend(claimed);
                 now = part_now;
                 // Each partition's next due time against its own server's clock.
@@ -187,6 +218,7 @@ impl Backend for Redis {
                 jobs,
                 next_due,
                 now,
+                died,
             })
         })
     }
@@ -204,15 +236,7 @@ impl Backend for Redis {
         token: u64,
         after: Duration,
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
-        Box::pin(async move {
-            let mut conn = self.writer()?;
-            let keys = &self.part(&id).keys;
-            let retried = (self.scripts)
-                .retry(&mut conn, keys, &id, token, after, self.max_attempts)
-                .await;
-            self.changed();
-            retried
-        })
+        Box::pin(self.give_back(id, token, after, None))
     }
 
     fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
@@ -267,6 +291,119 @@ impl Backend for Redis {
         Box::pin(async move {
             self.closed.store(true, SeqCst);
             self.subscriber.abort();
+            Ok(())
+        })
+    }
+
+    fn fail(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: String,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+        Box::pin(self.give_back(id, token, after, Some(error)))
+    }
+
+    fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>> {
+        Box::pin(async move {
+            let mut total = Counts::new(0, 0, 0, false, None);
+            for part in &self.parts {
+                let mut conn = self.conn()?;
+                let c = self.scripts.counts(&mut conn, &part.keys).await?;
+                total.pending += c.pending;
+                total.running += c.running;
+                total.dead += c.dead;
+                // A pause or resume that failed half-way shows as paused: retry it.
+                total.paused |= c.paused;
+                total.next_due = total.next_due.into_iter().chain(c.next_due).min();
+            }
+            Ok(total)
+        })
+    }
+
+    fn list(
+        &self,
+        state: JobState,
+        after: Option<(u64, String)>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
+        Box::pin(async move {
+            // Each partition's page after the position, merged: O(partitions × limit).
+            let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
+            let mut jobs = Vec::new();
+            for part in &self.parts {
+                let mut conn = self.conn()?;
+                let page = (self.scripts)
+                    .list(&mut conn, &part.keys, state, after, limit)
+                    .await?;
+                jobs.extend(page);
+            }
+            jobs.sort_by(|(x, a), (y, b)| (x, a.id()).cmp(&(y, b.id())));
+            if state == JobState::Dead {
+                jobs.reverse();
+            }
+            jobs.truncate(limit);
+            Ok(jobs)
+        })
+    }
+
+    fn revive(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(async move {
+            let mut conn = self.writer()?;
+            let keys = &self.part(&id).keys;
+            let revived = self.scripts.revive(&mut conn, keys, &id, when).await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            revived
+        })
+    }
+
+    fn revive_dead(
+        &self,
+        limit: usize,
+        when: When,
+    ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>> {
+        Box::pin(async move {
+            // Each partition in script calls of at most MAX_BATCH jobs (a script blocks the
+            // server while it runs), until it has no more dead jobs or `limit` were revived.
+            let mut total = 0;
+            let mut earliest: Option<u64> = None;
+            for part in &self.parts {
+                loop {
+                    let want = (limit - total as usize).min(MAX_BATCH);
+                    if want == 0 {
+                        break;
+                    }
+                    let mut conn = self.writer()?;
+                    let revived = self
+                        .scripts
+                        .revive_dead(&mut conn, &part.keys, want, when)
+                        .await;
+                    self.changed();
+                    let (n, run_at) = revived?;
+                    if n > 0 {
+                        total += n;
+                        earliest = Some(earliest.map_or(run_at, |e| e.min(run_at)));
+                    }
+                    if n < want as u64 {
+                        break;
+                    }
+                }
+            }
+            Ok((total, earliest))
+        })
+    }
+
+    fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            // Every partition: its claims read only their own slot's flag.
+            for part in &self.parts {
+                let mut conn = self.writer()?;
+                let set = self.scripts.pause(&mut conn, &part.keys, paused).await;
+                self.changed();
+                set?;
+            }
             Ok(())
         })
     }

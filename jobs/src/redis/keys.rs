@@ -21,6 +21,8 @@ pub(super) struct Keys {
     pub(super) series: String,
     pub(super) series_payload: String,
     pub(super) series_next: String,
+    pub(super) errors: String,
+    pub(super) running: String,
     pub(super) wake: String,
     /// `PUBLISH`, or `SPUBLISH` on a cluster that has it: how the scripts send on `wake`.
     pub(super) publish: &'static str,
@@ -38,6 +40,8 @@ impl Keys {
             series: format!("{{{tag}}}:series"),
             series_payload: format!("{{{tag}}}:series_payload"),
             series_next: format!("{{{tag}}}:series_next"),
+            errors: format!("{{{tag}}}:errors"),
+            running: format!("{{{tag}}}:running"),
             wake: format!("{{{tag}}}:wake"),
             publish,
         }

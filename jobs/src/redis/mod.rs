@@ -254,6 +254,7 @@ impl Redis {
             jobs: Vec::new(),
             next_due: Some(idle.until),
             now,
+            died: 0,
         })
     }
 
@@ -276,16 +277,17 @@ impl Redis {
         Ok(total)
     }
 
-    /// Claims from one partition: the jobs, and (server now, next due) in that server's ns.
-    /// Then gives the recurring series the claim noted their next occurrences. Fails
-    /// with `is_unavailable` once `deadline` passes (the claim's `redis_timeout`, so
-    /// partitions claimed one after the other cannot add up their timeouts).
+    /// Claims from one partition: the jobs, (server now, next due) in that server's ns, and
+    /// how many jobs it killed. Then gives the recurring series the claim noted their next
+    /// occurrences. Fails with `is_unavailable` once `deadline` passes (the claim's
+    /// `redis_timeout`, so partitions claimed one after the other cannot add up their
+    /// timeouts).
     async fn claim_part(
         &self,
         part: &Partition,
         max: usize,
         deadline: Option<tokio::time::Instant>,
-    ) -> Result<(Vec<Claimed>, u64, Option<u64>), Error> {
+    ) -> Result<(Vec<Claimed>, u64, Option<u64>, u64), Error> {
         // Not `writer`: a claim that failed its `WAIT` would strand the leases it took
         // until they end, while one lost in a failover only delivers its jobs again.
         let mut conn = self.conn()?;
@@ -302,7 +304,7 @@ impl Redis {
                 }),
             None => claim.await,
         };
-        let (jobs, now, next, notes) = claimed?;
+        let (jobs, now, next, notes, died) = claimed?;
         // A dry head given its list may be due: look again at once. One whose fill failed
         // stays due, undelivered: look again in a second, not in a loop of claims against
         // a failing fill.
@@ -311,6 +313,6 @@ impl Redis {
             (true, false) => Some(now),
             (false, false) => next,
         };
-        Ok((jobs, now, next))
+        Ok((jobs, now, next, died))
     }
 }

@@ -20,7 +20,7 @@ use super::keys::Keys;
 use super::reply::{array, bytes, int, redis_error, score_ns, text};
 use crate::backend::Claimed;
 use crate::error::Error;
-use crate::job::{nanos, JobInfo, JobState, Scheduled, When};
+use crate::job::{nanos, Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
 use crate::recurrence::utc_text;
 use crate::series::Recurring;
@@ -33,8 +33,9 @@ const MAX_AFTER: Duration = Duration::from_secs(100 * 365 * 86_400);
 pub(super) type NewJob = (String, When, Vec<u8>);
 
 /// What one partition's claim returned: the jobs, the server's now and the next due time,
-/// in that server's nanoseconds, and the series whose lists need Rust.
-pub(super) type PartClaim = (Vec<Claimed>, u64, Option<u64>, Vec<SeriesNote>);
+/// in that server's nanoseconds, the series whose lists need Rust, and how many jobs it
+/// killed.
+pub(super) type PartClaim = (Vec<Claimed>, u64, Option<u64>, Vec<SeriesNote>, u64);
 
 /// A claim's note about a recurring series (`lua/series.lua`): its list of upcoming
 /// occurrences runs low, or ran out before the claim's time (`dry`: the head waits for
@@ -134,6 +135,10 @@ pub(super) struct Scripts {
     recurring_set: Script,
     recurring_fill: Script,
     recurring_cancel: Script,
+    counts: Script,
+    list: Script,
+    revive: Script,
+    pause: Script,
 }
 
 /// A script that changes recurring series: `lua/series.lua`'s functions, then its body.
@@ -161,6 +166,10 @@ impl Scripts {
             recurring_set: series_script!("recurring_set.lua"),
             recurring_fill: series_script!("recurring_fill.lua"),
             recurring_cancel: series_script!("recurring_cancel.lua"),
+            counts: Script::new(include_str!("lua/counts.lua")),
+            list: Script::new(include_str!("lua/list.lua")),
+            revive: Script::new(include_str!("lua/revive.lua")),
+            pause: Script::new(include_str!("lua/pause.lua")),
         }
     }
 
@@ -209,7 +218,12 @@ impl Scripts {
         acks: &[(String, u64)],
     ) -> Result<Vec<bool>, Error> {
         let mut call = self.ack.prepare_invoke();
-        call.key(&k.meta).key(&k.payload).key(&k.due).key(&k.counts);
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.errors)
+            .key(&k.running);
         for (id, token) in acks {
             call.arg(id).arg(token);
         }
@@ -225,6 +239,7 @@ impl Scripts {
             .key(&k.due)
             .key(&k.counts)
             .key(&k.series)
+            .key(&k.errors)
             .arg(id);
         let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(removed == 1)
@@ -254,7 +269,7 @@ impl Scripts {
         }
     }
 
-    /// `get.lua`: a job's state, run_at, attempt and payload.
+    /// `get.lua`: a job's state, run_at, attempt, last error and payload.
     pub(super) async fn get(
         &self,
         conn: &mut Conn,
@@ -262,31 +277,15 @@ impl Scripts {
         id: &str,
     ) -> Result<Option<JobInfo>, Error> {
         let mut call = self.get.prepare_invoke();
-        call.key(&k.meta).key(&k.payload).arg(id);
+        call.key(&k.meta).key(&k.payload).key(&k.errors).arg(id);
         let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
         if reply == Value::Nil {
             return Ok(None);
         }
         let mut parts = array(reply)?.into_iter();
-        let meta = text(parts.next().unwrap_or(Value::Nil))?;
-        let payload = bytes(parts.next().unwrap_or(Value::Nil))?;
-        let corrupt = || Error::storage(format!("corrupt job record {meta:?}"));
-        let fields: Vec<&str> = meta.split(':').collect();
-        let [state, attempt, _, run_at] = fields.as_slice() else {
-            return Err(corrupt());
-        };
-        let state = match *state {
-            "p" => JobState::Pending,
-            "l" => JobState::Running,
-            "d" => JobState::Dead,
-            _ => return Err(corrupt()),
-        };
-        Ok(Some(JobInfo::new(
-            state,
-            run_at.parse().map_err(|_| corrupt())?,
-            attempt.parse().map_err(|_| corrupt())?,
-            payload,
-        )))
+        let mut next = || parts.next().unwrap_or(Value::Nil);
+        let (meta, payload, error) = (next(), next(), next());
+        job_info(id.to_owned(), meta, error, payload).map(Some)
     }
 
     /// `claim.lua`: leases up to `max` due jobs of one partition.
@@ -307,7 +306,9 @@ impl Scripts {
             .key(&k.dead)
             .key(&k.series)
             .key(&k.series_payload)
-            .key(&k.series_next);
+            .key(&k.series_next)
+            .key(&k.errors)
+            .key(&k.running);
         call.arg(max).arg(lease_us).arg(max_attempts);
         let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
         let mut items = array(reply)?.into_iter();
@@ -333,6 +334,7 @@ impl Scripts {
                 rule: text(rule.clone())?,
             });
         }
+        let died = int(&items.next().unwrap_or(Value::Nil))?;
         let rest: Vec<Value> = items.collect();
         let mut jobs = Vec::with_capacity(rest.len() / 5);
         for chunk in rest.chunks(5) {
@@ -347,7 +349,7 @@ impl Scripts {
                 token: int(token)?,
             });
         }
-        Ok((jobs, now_us.saturating_mul(1000), next_due, notes))
+        Ok((jobs, now_us.saturating_mul(1000), next_due, notes, died))
     }
 
     /// `recurring_set.lua`: creates or replaces a series; `times` are its first occurrences
@@ -417,7 +419,9 @@ impl Scripts {
         Ok(removed == 1)
     }
 
-    /// `retry.lua`: gives a leased job back to run `after` from now, or kills it.
+    /// `retry.lua`: gives a leased job back to run `after` from now, or kills it; with an
+    /// `error` (a failure) that becomes the job's last error.
+    #[allow(clippy::too_many_arguments)] // the script's own arguments, each named once here
     pub(super) async fn retry(
         &self,
         conn: &mut Conn,
@@ -426,15 +430,24 @@ impl Scripts {
         token: u64,
         after: Duration,
         max_attempts: u32,
+        error: Option<&str>,
     ) -> Result<(Retry, u64), Error> {
         let mut call = self.retry.prepare_invoke();
-        call.key(&k.meta).key(&k.due).key(&k.counts).key(&k.dead);
+        call.key(&k.meta)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.dead)
+            .key(&k.errors)
+            .key(&k.running);
         call.arg(id)
             .arg(token)
             .arg(micros(after.min(MAX_AFTER)))
             .arg(max_attempts)
             .arg(&k.wake)
             .arg(k.publish);
+        if let Some(error) = error {
+            call.arg(error);
+        }
         let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
         let mut parts = array(reply)?.into_iter();
         let outcome = int(&parts.next().unwrap_or(Value::Nil))?;
@@ -461,6 +474,7 @@ impl Scripts {
         let mut call = self.extend.prepare_invoke();
         call.key(&k.meta)
             .key(&k.due)
+            .key(&k.running)
             .arg(id)
             .arg(token)
             .arg(micros(by.min(MAX_AFTER)));
@@ -501,8 +515,174 @@ impl Scripts {
             .key(&k.payload)
             .key(&k.dead)
             .key(&k.counts)
+            .key(&k.errors)
             .arg(mode)
             .arg(arg);
         call.invoke_async(conn).await.map_err(redis_error)
     }
+}
+
+impl Scripts {
+    /// `counts.lua`: one partition's counters, paused flag and next pending run_at.
+    pub(super) async fn counts(&self, conn: &mut Conn, k: &Keys) -> Result<Counts, Error> {
+        let mut call = self.counts.prepare_invoke();
+        call.key(&k.meta).key(&k.due).key(&k.counts);
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        let items = array(reply)?;
+        let [pending, running, dead, paused, next] = items.as_slice() else {
+            return Err(Error::storage("short counts reply"));
+        };
+        let next = text(next.clone())?;
+        let next_due = if next.is_empty() {
+            None
+        } else {
+            Some(next.parse().map_err(|_| Error::storage("bad run_at"))?)
+        };
+        Ok(Counts::new(
+            int(pending)?,
+            int(running)?,
+            int(dead)?,
+            int(paused)? == 1,
+            next_due,
+        ))
+    }
+
+    /// `list.lua`: up to `limit` jobs of one partition in `state` after the position
+    /// `after` (nanoseconds and id; the scores are microseconds), each with its position in
+    /// nanoseconds (its score × 1000: converting back gives the score exactly).
+    pub(super) async fn list(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        state: JobState,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Vec<(u64, JobInfo)>, Error> {
+        let (mode, index) = match state {
+            JobState::Pending => ("pending", &k.due),
+            JobState::Running => ("running", &k.running),
+            JobState::Dead => ("dead", &k.dead),
+        };
+        let mut call = self.list.prepare_invoke();
+        call.key(&k.meta).key(&k.payload).key(&k.errors).key(index);
+        call.arg(mode).arg(limit);
+        match after {
+            Some((at, id)) => call.arg(at.div_ceil(1000)).arg(id),
+            None => call.arg("").arg(""),
+        };
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        let items = array(reply)?;
+        let mut jobs = Vec::with_capacity(items.len() / 5);
+        for chunk in items.chunks(5) {
+            let [id, score, meta, error, payload] = chunk else {
+                return Err(Error::storage("short list reply"));
+            };
+            let at = score_ns(&text(score.clone())?)?;
+            let info = job_info(
+                text(id.clone())?,
+                meta.clone(),
+                error.clone(),
+                payload.clone(),
+            )?;
+            jobs.push((at, info));
+        }
+        Ok(jobs)
+    }
+}
+
+impl Scripts {
+    /// `revive.lua` by id: makes a dead job pending at `when`; its run_at if it was dead.
+    pub(super) async fn revive(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+        when: When,
+    ) -> Result<Option<u64>, Error> {
+        let (n, run_at) = self.revive_call(conn, k, "id", id, when).await?;
+        Ok((n == 1).then_some(run_at))
+    }
+
+    /// `revive.lua` by limit: up to `limit` (at most 512) dead jobs pending at `when`,
+    /// oldest deaths first; how many, and their run_at.
+    pub(super) async fn revive_dead(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        limit: usize,
+        when: When,
+    ) -> Result<(u64, u64), Error> {
+        self.revive_call(conn, k, "limit", &limit.to_string(), when)
+            .await
+    }
+
+    async fn revive_call(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        mode: &str,
+        arg: &str,
+        when: When,
+    ) -> Result<(u64, u64), Error> {
+        let (when_mode, value, score) = when_args(when);
+        let mut call = self.revive.prepare_invoke();
+        call.key(&k.meta).key(&k.due).key(&k.counts).key(&k.dead);
+        call.arg(mode)
+            .arg(arg)
+            .arg(when_mode)
+            .arg(value)
+            .arg(score)
+            .arg(&k.wake)
+            .arg(k.publish);
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        let items = array(reply)?;
+        let [n, run_at] = items.as_slice() else {
+            return Err(Error::storage("short revive reply"));
+        };
+        let n = int(n)?;
+        let run_at = if n == 0 { 0 } else { int(run_at)? };
+        Ok((n, run_at))
+    }
+}
+
+impl Scripts {
+    /// `pause.lua`: stops (or lets again) one partition's claims; a resume publishes a wake.
+    pub(super) async fn pause(&self, conn: &mut Conn, k: &Keys, paused: bool) -> Result<(), Error> {
+        let mut call = self.pause.prepare_invoke();
+        call.key(&k.counts)
+            .arg(if paused { "1" } else { "0" })
+            .arg(&k.wake)
+            .arg(k.publish);
+        let _changed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(())
+    }
+}
+
+/// A job from its `meta` string (`state:attempt:token:run_at_ns`), its last error (`Nil` if
+/// none) and its payload, as the scripts return them.
+fn job_info(id: String, meta: Value, error: Value, payload: Value) -> Result<JobInfo, Error> {
+    let meta = text(meta)?;
+    let corrupt = || Error::storage(format!("corrupt job record {meta:?}"));
+    let fields: Vec<&str> = meta.split(':').collect();
+    let [state, attempt, _, run_at] = fields.as_slice() else {
+        return Err(corrupt());
+    };
+    let state = match *state {
+        "p" => JobState::Pending,
+        "l" => JobState::Running,
+        "d" => JobState::Dead,
+        _ => return Err(corrupt()),
+    };
+    let error = match error {
+        Value::Nil => None,
+        other => Some(text(other)?),
+    };
+    Ok(JobInfo::new(
+        id,
+        state,
+        run_at.parse().map_err(|_| corrupt())?,
+        attempt.parse().map_err(|_| corrupt())?,
+        error,
+        bytes(payload)?,
+    ))
 }

@@ -11,5 +11,7 @@ mod suite;
 mod recurring;
 mod embedded;
 mod kill;
+#[cfg(feature = "metrics")]
+mod metrics;
 #[cfg(feature = "redis")]
 mod redis;

@@ -588,3 +588,30 @@ async fn an_earlier_job_voids_a_consumers_note_that_nothing_is_due() {
     elsewhere.close().await.unwrap();
     worker.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_from_one_process_stops_the_others_and_its_resume_wakes_them() {
+    let server = RedisServer::start();
+    let timer = crate::suite::hour_ticks();
+    let a = queue(&server, |b| {
+        b.timer(timer.clone());
+    })
+    .await;
+    let b = queue(&server, |_| {}).await;
+    b.pause().await.unwrap();
+    assert!(a.counts().await.unwrap().paused);
+    b.schedule("job", Duration::ZERO, "p").await.unwrap();
+    // `a`'s consumer claims after the pause (and after the schedule's wake message): it
+    // leases nothing and sleeps an hour.
+    let waiting = crate::suite::idle_consumer(&a, &timer).await;
+    assert_eq!(a.get("job").await.unwrap().unwrap().attempt(), 0);
+    b.resume().await.unwrap();
+    // Only the resume's wake message can deliver it before the hour is up.
+    let woken = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+    assert_eq!(
+        woken.expect("the resume wakes the other process").unwrap(),
+        "job"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}

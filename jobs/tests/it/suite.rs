@@ -10,13 +10,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use wheel_jobs::{JobQueue, JobState, Scheduled, When, MIN_LEASE};
+use wheel_jobs::{
+    Cursor, JobQueue, JobState, ListOptions, Scheduled, When, MAX_ERROR_LEN, MIN_LEASE,
+};
 
 use crate::support::{ms, next, spawn_reporting_worker, Harness};
 
 macro_rules! behaviour_suite {
-    ($harness:expr; $($name:ident),* $(,)?) => {
+    ($harness:expr; $($(#[$attr:meta])* $name:ident),* $(,)?) => {
         $(
+            $(#[$attr])*
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
                 crate::suite::$name($harness).await
@@ -57,6 +60,19 @@ macro_rules! run_behaviour_suite {
             schedule_many_larger_than_one_script_call,
             a_prefetched_job_whose_lease_ended_is_not_handed_out,
             a_lease_below_the_minimum_is_raised,
+            fail_keeps_the_error_with_the_job,
+            run_records_errors_and_panics,
+            an_ended_lease_is_the_last_error,
+            counts_follow_the_states,
+            list_pages_through_inserts_and_deletes,
+            list_pages_through_equal_due_times,
+            list_running_and_dead_jobs,
+            list_refuses_bad_limits_and_cursors,
+            revive_sends_a_dead_job_back,
+            revive_all_dead_sends_every_dead_job_back,
+            pause_stops_claims_across_a_reopen_and_resume_wakes_consumers,
+            #[cfg(feature = "serde")]
+            typed_payloads_round_trip_and_undecodable_ones_die,
         );
     };
 }
@@ -991,4 +1007,637 @@ pub async fn a_lease_below_the_minimum_is_raised(h: impl Harness) {
     );
     assert!(d.ack().await.unwrap(), "the lease outlived its commit");
     q.close().await.unwrap();
+}
+
+pub async fn fail_keeps_the_error_with_the_job(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(2);
+    })
+    .await;
+    queue.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    let first = next(&mut consumer).await;
+    assert!(first.fail(ms(0), "card declined").await.unwrap());
+    let info = queue.get("job").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state(), info.attempt(), info.last_error()),
+        (JobState::Pending, 1, Some("card declined"))
+    );
+    assert!(
+        !first.fail(ms(0), "stale").await.unwrap(),
+        "a stale delivery records nothing"
+    );
+    let second = next(&mut consumer).await;
+    assert_eq!(
+        queue.get("job").await.unwrap().unwrap().last_error(),
+        Some("card declined"),
+        "kept while it runs again"
+    );
+    // The last attempt: dead, with this attempt's error, cut to the cap.
+    let long = "é".repeat(MAX_ERROR_LEN);
+    assert!(second.fail(ms(0), &long).await.unwrap());
+    let info = queue.get("job").await.unwrap().unwrap();
+    assert_eq!(info.state(), JobState::Dead);
+    let kept = info.last_error().unwrap();
+    assert!(
+        kept.len() <= MAX_ERROR_LEN && kept.ends_with('…'),
+        "{}",
+        kept.len()
+    );
+    assert!(long.starts_with(kept.trim_end_matches('…')));
+
+    // A plain retry is not a failure: the previous error stays.
+    queue.schedule("other", Duration::ZERO, "p").await.unwrap();
+    let d = next(&mut consumer).await;
+    assert!(d.fail(ms(0), "first").await.unwrap());
+    let d = next(&mut consumer).await;
+    assert!(d.retry(Duration::from_secs(3600)).await.unwrap());
+    assert_eq!(
+        queue.get("other").await.unwrap().unwrap().last_error(),
+        Some("first")
+    );
+    queue.close().await.unwrap();
+}
+
+pub async fn run_records_errors_and_panics(h: impl Harness) {
+    // A backoff of an hour: each job fails once and waits, pending, with its error.
+    let queue = open(&h, |b| {
+        b.backoff(Duration::from_secs(3600), Duration::from_secs(3600));
+    })
+    .await;
+    for id in ["errs", "panics", "ok"] {
+        queue.schedule(id, Duration::ZERO, id).await.unwrap();
+    }
+    let worker = queue.clone();
+    let running = tokio::spawn(async move {
+        worker
+            .run(3, |job| async move {
+                match job.id() {
+                    "errs" => Err(format!("no stock for {}", job.id())),
+                    "panics" => panic!("index out of bounds"),
+                    _ => Ok(()),
+                }
+            })
+            .await
+    });
+    let expect = [
+        ("errs", "no stock for errs"),
+        ("panics", "panicked: index out of bounds"),
+    ];
+    for (id, error) in expect {
+        // The failure commits after the handler returns: wait until the store has it.
+        let info = loop {
+            match queue.get(id).await.unwrap() {
+                Some(info) if info.last_error().is_some() => break info,
+                _ => tokio::time::sleep(ms(5)).await,
+            }
+        };
+        assert_eq!(
+            (info.state(), info.attempt(), info.last_error()),
+            (JobState::Pending, 1, Some(error))
+        );
+    }
+    while queue.get("ok").await.unwrap().is_some() {
+        tokio::time::sleep(ms(5)).await;
+    }
+    queue.close().await.unwrap();
+    running.await.unwrap().expect("run ends cleanly on close");
+}
+
+pub async fn an_ended_lease_is_the_last_error(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.lease(MIN_LEASE).max_attempts(2);
+    })
+    .await;
+    queue.schedule("lapses", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    let first = next(&mut consumer).await;
+    assert_eq!(
+        queue.get("lapses").await.unwrap().unwrap().last_error(),
+        None,
+        "a first delivery has no error"
+    );
+    drop(first);
+    let second = next(&mut consumer).await; // its lease ended: delivered again
+    assert_eq!(second.attempt(), 2);
+    let info = queue.get("lapses").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state(), info.last_error()),
+        (JobState::Running, Some("lease expired"))
+    );
+    drop(second);
+    // The marker is due after the second lease ends, and claims go in due order.
+    queue
+        .schedule("marker", MIN_LEASE + ms(300), "p")
+        .await
+        .unwrap();
+    assert_eq!(next(&mut consumer).await.id(), "marker");
+    let info = queue.get("lapses").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state(), info.last_error()),
+        (JobState::Dead, Some("lease expired"))
+    );
+    queue.close().await.unwrap();
+}
+
+/// Every job of `state`, read `limit` at a time; ids in order.
+async fn list_all(queue: &JobQueue, state: JobState, limit: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut options = ListOptions::new();
+    options.limit(limit);
+    loop {
+        let page = queue.list(state, &options).await.unwrap();
+        assert!(page.jobs().len() <= limit);
+        ids.extend(page.jobs().iter().map(|j| j.id().to_owned()));
+        match page.cursor() {
+            Some(cursor) => options.after(cursor),
+            None => return ids,
+        };
+    }
+}
+
+pub async fn counts_follow_the_states(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(1);
+    })
+    .await;
+    let c = queue.counts().await.unwrap();
+    assert_eq!(
+        (c.pending, c.running, c.dead, c.paused, c.next_due),
+        (0, 0, 0, false, None)
+    );
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    queue.schedule("later", later, "p").await.unwrap();
+    for id in ["runs", "dies"] {
+        queue.schedule(id, Duration::ZERO, "p").await.unwrap();
+    }
+    let mut consumer = queue.consume();
+    let (a, b) = (next(&mut consumer).await, next(&mut consumer).await);
+    let dies = if a.id() == "dies" { a } else { b };
+    assert!(dies.fail(ms(0), "no").await.unwrap()); // its only attempt: dead
+    let c = queue.counts().await.unwrap();
+    assert_eq!((c.pending, c.running, c.dead), (1, 1, 1));
+    assert_eq!(
+        c.next_due,
+        Some(later),
+        "the pending job's run_at, not the running job's lease end"
+    );
+    assert_eq!(c.pending, queue.pending().await.unwrap());
+    assert_eq!(c.running, queue.running().await.unwrap());
+    queue.close().await.unwrap();
+}
+
+pub async fn list_pages_through_inserts_and_deletes(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let base = SystemTime::now() + Duration::from_secs(3600);
+    let at = |i: u64| base + Duration::from_secs(i);
+    for i in 0..10 {
+        queue
+            .schedule(&format!("j{i}"), at(10 * i), "p")
+            .await
+            .unwrap();
+    }
+    let mut options = ListOptions::new();
+    options.limit(3);
+    let mut seen: Vec<String> = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = queue.list(JobState::Pending, &options).await.unwrap();
+        for job in page.jobs() {
+            assert_eq!(job.state(), JobState::Pending);
+            assert_eq!(job.payload(), b"p");
+            seen.push(job.id().to_owned());
+        }
+        pages += 1;
+        if pages == 1 {
+            // Between pages: a job before the cursor (not shown: the listing is past it),
+            // one after it (shown), one not yet shown cancelled, one shown cancelled.
+            queue.schedule("before", at(1), "p").await.unwrap();
+            queue.schedule("after", at(55), "p").await.unwrap();
+            assert!(queue.cancel("j7").await.unwrap());
+            assert!(queue.cancel("j0").await.unwrap());
+        }
+        match page.cursor() {
+            Some(cursor) => options.after(cursor),
+            None => break,
+        };
+    }
+    let expect = [
+        "j0", "j1", "j2", "j3", "j4", "j5", "after", "j6", "j8", "j9",
+    ];
+    assert_eq!(seen, expect, "each job once, in due order, none skipped");
+    queue.close().await.unwrap();
+}
+
+pub async fn list_pages_through_equal_due_times(h: impl Harness) {
+    // One due time for many jobs (a batch scheduled together): pages must still resume
+    // exactly after their last job.
+    let queue = open(&h, |_| {}).await;
+    let at = SystemTime::now() + Duration::from_secs(3600);
+    let ids: Vec<String> = (0..23).map(|i| format!("same-{i:02}")).collect();
+    queue
+        .schedule_many(ids.iter().map(|id| (id.clone(), at, "p")))
+        .await
+        .unwrap();
+    for limit in [1, 2, 5, 23, 1000] {
+        assert_eq!(
+            list_all(&queue, JobState::Pending, limit).await,
+            ids,
+            "limit {limit}"
+        );
+    }
+    // A page ending inside the group, then jobs of that group removed and added around
+    // the cursor.
+    let page = queue
+        .list(JobState::Pending, ListOptions::new().limit(10))
+        .await
+        .unwrap();
+    let cursor = page.cursor().unwrap().clone();
+    assert!(
+        queue.cancel("same-09").await.unwrap(),
+        "the cursor's own job"
+    );
+    assert!(queue.cancel("same-15").await.unwrap());
+    queue.schedule("same-09a", at, "p").await.unwrap();
+    queue.schedule("same-00a", at, "p").await.unwrap();
+    let rest = queue
+        .list(
+            JobState::Pending,
+            ListOptions::new().limit(1000).after(&cursor),
+        )
+        .await
+        .unwrap();
+    let got: Vec<&str> = rest.jobs().iter().map(|j| j.id()).collect();
+    let mut expect: Vec<&str> = ids[10..].iter().map(String::as_str).collect();
+    expect.retain(|id| *id != "same-15");
+    expect.insert(0, "same-09a");
+    assert_eq!(got, expect);
+    queue.close().await.unwrap();
+}
+
+pub async fn list_running_and_dead_jobs(h: impl Harness) {
+    // One job a claim: each later claim gives a later lease end, the running list's order.
+    let queue = open(&h, |b| {
+        b.max_attempts(1).prefetch(1);
+    })
+    .await;
+    let now = SystemTime::now();
+    for (i, id) in ["r0", "r1", "r2", "d1", "d2", "d3"].into_iter().enumerate() {
+        let at = now - Duration::from_secs(100 - i as u64);
+        queue.schedule(id, at, id).await.unwrap();
+    }
+    queue
+        .schedule("later", Duration::from_secs(3600), "p")
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(next(&mut consumer).await);
+    }
+    // Claimed in due order (within a partition): the running ones' lease ends in that order.
+    let by_lease_end: Vec<String> = held
+        .iter()
+        .map(|d| d.id().to_owned())
+        .filter(|id| id.starts_with('r'))
+        .collect();
+    held.sort_by(|a, b| a.id().cmp(b.id()));
+    // d1, d2, d3 die one after the other (their only attempt fails).
+    for d in held.drain(..3) {
+        assert!(d.fail(ms(0), format!("{} failed", d.id())).await.unwrap());
+    }
+    assert_eq!(list_all(&queue, JobState::Running, 2).await, by_lease_end);
+    if h.ordered() {
+        assert_eq!(by_lease_end, ["r0", "r1", "r2"]);
+    }
+    let dead = queue
+        .list(JobState::Dead, ListOptions::new().limit(2))
+        .await
+        .unwrap();
+    let first: Vec<(&str, Option<&str>)> = dead
+        .jobs()
+        .iter()
+        .map(|j| (j.id(), j.last_error()))
+        .collect();
+    assert_eq!(
+        first,
+        [("d3", Some("d3 failed")), ("d2", Some("d2 failed"))],
+        "most recently dead first"
+    );
+    assert_eq!(
+        list_all(&queue, JobState::Dead, 2).await,
+        ["d3", "d2", "d1"]
+    );
+    assert_eq!(list_all(&queue, JobState::Pending, 2).await, ["later"]);
+    for r in held {
+        assert!(r.ack().await.unwrap());
+    }
+    assert!(list_all(&queue, JobState::Running, 2).await.is_empty());
+    queue.close().await.unwrap();
+}
+
+pub async fn list_refuses_bad_limits_and_cursors(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    for id in ["a", "b"] {
+        queue
+            .schedule(id, Duration::from_secs(60), "p")
+            .await
+            .unwrap();
+    }
+    for limit in [0, ListOptions::MAX_LIMIT + 1] {
+        let err = queue
+            .list(JobState::Pending, ListOptions::new().limit(limit))
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "limit {limit}: {err}");
+    }
+    let full = queue
+        .list(
+            JobState::Pending,
+            ListOptions::new().limit(ListOptions::MAX_LIMIT),
+        )
+        .await
+        .unwrap();
+    assert_eq!(full.jobs().len(), 2);
+    let page = queue
+        .list(JobState::Pending, ListOptions::new().limit(1))
+        .await
+        .unwrap();
+    let cursor = page.cursor().unwrap();
+    for other in [JobState::Running, JobState::Dead] {
+        let err = queue
+            .list(other, ListOptions::new().after(cursor))
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+    }
+    // Its text form round-trips; garbage and a tampered cursor do not parse.
+    let text = cursor.to_string();
+    let parsed: Cursor = text.parse().unwrap();
+    let rest = queue
+        .list(JobState::Pending, ListOptions::new().after(&parsed))
+        .await
+        .unwrap();
+    assert_eq!(
+        rest.jobs().iter().map(|j| j.id()).collect::<Vec<_>>(),
+        ["b"]
+    );
+    let mut tampered = text.into_bytes();
+    let last = tampered.len() - 1;
+    tampered[last] = if tampered[last] == b'0' { b'1' } else { b'0' };
+    for garbage in [
+        "",
+        "zz",
+        "not a cursor",
+        std::str::from_utf8(&tampered).unwrap(),
+    ] {
+        let err = garbage.parse::<Cursor>().unwrap_err();
+        assert!(err.is_invalid_input(), "{garbage:?}: {err}");
+    }
+    queue.close().await.unwrap();
+}
+
+/// Kills each of `ids` (scheduled due now) by failing its only attempt.
+async fn kill(queue: &JobQueue, ids: &[&str]) {
+    for id in ids {
+        queue.schedule(id, Duration::ZERO, *id).await.unwrap();
+    }
+    let mut consumer = queue.consume();
+    for _ in ids {
+        let d = next(&mut consumer).await;
+        assert!(d.fail(ms(0), format!("{} broke", d.id())).await.unwrap());
+    }
+    for id in ids {
+        assert_eq!(
+            queue.get(id).await.unwrap().unwrap().state(),
+            JobState::Dead
+        );
+    }
+}
+
+pub async fn revive_sends_a_dead_job_back(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(1);
+    })
+    .await;
+    kill(&queue, &["dead"]).await;
+    queue
+        .schedule("pending", Duration::from_secs(3600), "p")
+        .await
+        .unwrap();
+    assert!(!queue.revive("pending", Duration::ZERO).await.unwrap());
+    assert!(!queue.revive("unknown", Duration::ZERO).await.unwrap());
+    assert!(queue
+        .revive("", Duration::ZERO)
+        .await
+        .unwrap_err()
+        .is_invalid_id());
+    assert!(queue.revive("dead", Duration::ZERO).await.unwrap());
+    let info = queue.get("dead").await.unwrap().unwrap();
+    assert_eq!(
+        (info.state(), info.attempt(), info.last_error()),
+        (JobState::Pending, 0, Some("dead broke")),
+        "attempts from zero, the error kept"
+    );
+    let mut consumer = queue.consume();
+    let again = next(&mut consumer).await;
+    assert_eq!(
+        (again.id(), again.attempt()),
+        ("dead", 1),
+        "delivered again"
+    );
+    let running = queue.get("dead").await.unwrap().unwrap();
+    assert_eq!(
+        (running.state(), running.last_error()),
+        (JobState::Running, Some("dead broke"))
+    );
+    assert!(
+        !queue.revive("dead", Duration::ZERO).await.unwrap(),
+        "a running job is not revived"
+    );
+    assert!(again.ack().await.unwrap());
+    let c = queue.counts().await.unwrap();
+    assert_eq!((c.pending, c.running, c.dead), (1, 0, 0));
+    queue.close().await.unwrap();
+}
+
+pub async fn revive_all_dead_sends_every_dead_job_back(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(1);
+    })
+    .await;
+    let ids = ["d0", "d1", "d2", "d3", "d4"];
+    kill(&queue, &ids).await;
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    assert_eq!(queue.revive_all_dead(later).await.unwrap(), 5);
+    assert_eq!(queue.revive_all_dead(later).await.unwrap(), 0);
+    let c = queue.counts().await.unwrap();
+    assert_eq!((c.pending, c.dead, c.next_due), (5, 0, Some(later)));
+    let mut pending = list_all(&queue, JobState::Pending, 10).await;
+    pending.sort();
+    assert_eq!(pending, ids);
+    for id in ids {
+        let info = queue.get(id).await.unwrap().unwrap();
+        assert_eq!((info.attempt(), info.run_at()), (0, later));
+    }
+    queue.close().await.unwrap();
+}
+
+/// A wheel of one-hour ticks: a consumer sleeping on it wakes during a test only if told to.
+pub fn hour_ticks() -> wheel_timer::Timer {
+    wheel_timer::Timer::builder()
+        .tick(Duration::from_secs(3600))
+        .build()
+        .unwrap()
+}
+
+/// Spawns a consumer of `queue` waiting for one delivery, and returns once it has claimed
+/// and found nothing (it sleeps on `timer`); the task yields the delivered id.
+pub async fn idle_consumer(
+    queue: &JobQueue,
+    timer: &wheel_timer::Timer,
+) -> tokio::task::JoinHandle<String> {
+    let mut consumer = queue.consume();
+    let waiting = tokio::spawn(async move { next(&mut consumer).await.id().to_owned() });
+    while timer.pending() == 0 {
+        tokio::task::yield_now().await;
+    }
+    waiting
+}
+
+pub async fn pause_stops_claims_across_a_reopen_and_resume_wakes_consumers(h: impl Harness) {
+    let timer = hour_ticks();
+    let configure = |b: &mut wheel_jobs::Builder| {
+        b.timer(timer.clone());
+    };
+    let queue = open(&h, configure).await;
+    queue.schedule("held", Duration::ZERO, "p").await.unwrap();
+    queue
+        .schedule("cancelled", Duration::from_secs(60), "p")
+        .await
+        .unwrap();
+    let held = next(&mut queue.consume()).await;
+    queue.pause().await.unwrap();
+    queue.pause().await.unwrap(); // idempotent
+    assert!(queue.counts().await.unwrap().paused);
+    // Everything but claims goes on.
+    assert_eq!(
+        queue.schedule("waits", Duration::ZERO, "p").await.unwrap(),
+        Scheduled::Created
+    );
+    assert!(queue.cancel("cancelled").await.unwrap());
+    assert!(held.extend(Duration::from_secs(60)).await.unwrap());
+    assert!(held.ack().await.unwrap());
+    // A consumer claims, finds nothing to lease, and sleeps.
+    let waiting = idle_consumer(&queue, &timer).await;
+    let info = queue.get("waits").await.unwrap().unwrap();
+    assert_eq!((info.state(), info.attempt()), (JobState::Pending, 0));
+    waiting.abort();
+    queue.close().await.unwrap();
+
+    let queue = open(&h, configure).await;
+    let c = queue.counts().await.unwrap();
+    assert!(c.paused, "durable across a reopen");
+    assert_eq!((c.pending, c.running), (1, 0));
+    assert!(
+        c.next_due.unwrap() <= SystemTime::now(),
+        "due, waiting for the resume"
+    );
+    let waiting = idle_consumer(&queue, &timer).await;
+    queue.resume().await.unwrap();
+    // Its sleep lasts an hour: only the resume's wakeup brings the job now; the bound only
+    // turns a missing wakeup into a failure.
+    let woken = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+    assert_eq!(woken.expect("resume wakes the consumer").unwrap(), "waits");
+    assert!(!queue.counts().await.unwrap().paused);
+    queue.close().await.unwrap();
+}
+
+#[cfg(feature = "serde")]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct RateOrder {
+    order: u64,
+    stars: u8,
+}
+
+#[cfg(feature = "serde")]
+pub async fn typed_payloads_round_trip_and_undecodable_ones_die(h: impl Harness) {
+    let queue = open(&h, |b| {
+        b.max_attempts(2).backoff(ms(1), ms(1));
+    })
+    .await;
+    let typed = queue.typed::<RateOrder>();
+    let order = RateOrder {
+        order: 42,
+        stars: 5,
+    };
+    assert_eq!(
+        typed
+            .schedule("rate:42", Duration::ZERO, &order)
+            .await
+            .unwrap(),
+        Scheduled::Created
+    );
+    let more = [(1, 3), (2, 4)].map(|(order, stars)| RateOrder { order, stars });
+    let created = typed
+        .schedule_many(
+            more.iter()
+                .map(|o| (format!("rate:{}", o.order), Duration::ZERO, o)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created, [Scheduled::Created; 2]);
+    let stored = queue.get("rate:42").await.unwrap().unwrap();
+    assert_eq!(
+        stored.payload(),
+        br#"{"order":42,"stars":5}"#,
+        "JSON in the store"
+    );
+    // Not a RateOrder: scheduled untyped, as another program (or a bug) might.
+    queue
+        .schedule("garbage", Duration::ZERO, "5 stars")
+        .await
+        .unwrap();
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = typed.clone();
+    let running = tokio::spawn(async move {
+        worker
+            .run(4, move |job| {
+                let tx = tx.clone();
+                async move {
+                    tx.send((job.id().to_owned(), job.payload().clone()))
+                        .unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+    });
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(rx.recv().await.unwrap());
+    }
+    got.sort_by_key(|(_, o)| o.order);
+    let expect = [
+        ("rate:1", &more[0]),
+        ("rate:2", &more[1]),
+        ("rate:42", &order),
+    ];
+    assert_eq!(got, expect.map(|(id, o)| (id.to_owned(), o.clone())));
+    // The undecodable payload failed both its attempts without reaching the handler.
+    let dead = loop {
+        match queue.get("garbage").await.unwrap() {
+            Some(info) if info.state() == JobState::Dead => break info,
+            _ => tokio::time::sleep(ms(5)).await,
+        }
+    };
+    let error = dead.last_error().unwrap();
+    assert!(
+        error.starts_with("the payload does not decode as") && error.contains("RateOrder"),
+        "{error}"
+    );
+    assert_eq!(dead.attempt(), 2);
+    assert!(rx.try_recv().is_err(), "the handler never saw it");
+    queue.close().await.unwrap();
+    running.await.unwrap().expect("run ends cleanly on close");
 }

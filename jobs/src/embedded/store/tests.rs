@@ -21,6 +21,8 @@ struct RefJob {
     attempt: u32,
     holder: Option<(u64, u64)>,
     dead: bool,
+    died_at: u64,
+    error: Option<String>,
     payload: Vec<u8>,
 }
 
@@ -44,9 +46,14 @@ enum Step {
     Claim(usize),
     Ack(u8, bool),
     Retry(u8, bool, u64),
+    /// A retry with an error (`Delivery::fail`).
+    Fail(u8, bool, u64),
     Extend(u8, bool, u64),
     RemoveDead(u8),
     PurgeDead(usize),
+    Revive(u8, u64),
+    ReviveDead(usize, u64),
+    Pause(bool),
     Crash,
     /// The next step's change is a checkpoint rather than a log record.
     Checkpoint,
@@ -64,9 +71,13 @@ fn step() -> impl Strategy<Value = Step> {
         (1..4usize).prop_map(Step::Claim),
         (id.clone(), any::<bool>()).prop_map(|(i, c)| Step::Ack(i, c)),
         (id.clone(), any::<bool>(), 0..20u64).prop_map(|(i, c, a)| Step::Retry(i, c, a)),
+        (id.clone(), any::<bool>(), 0..20u64).prop_map(|(i, c, a)| Step::Fail(i, c, a)),
         (id.clone(), any::<bool>(), 0..30u64).prop_map(|(i, c, b)| Step::Extend(i, c, b)),
         id.clone().prop_map(Step::RemoveDead),
         (1..3usize).prop_map(Step::PurgeDead),
+        (id.clone(), 0..60u64).prop_map(|(i, at)| Step::Revive(i, at)),
+        (1..3usize, 0..60u64).prop_map(|(n, at)| Step::ReviveDead(n, at)),
+        any::<bool>().prop_map(Step::Pause),
         Just(Step::Crash),
         Just(Step::Checkpoint),
     ]
@@ -133,6 +144,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
     let mut model: BTreeMap<String, RefJob> = BTreeMap::new();
     let mut tokens: BTreeMap<String, u64> = BTreeMap::new();
     let mut now = 100u64;
+    let mut paused = false;
     for step in steps {
         let token_for = |id: &str, current: bool| {
             let token = tokens.get(id).copied().unwrap_or(0);
@@ -177,6 +189,8 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                                 attempt: 0,
                                 holder: None,
                                 dead: false,
+                                died_at: 0,
+                                error: None,
                                 payload,
                             },
                         );
@@ -216,17 +230,35 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 let Reply::Claimed(batch) = one(&mut store, Op::Claim { max }, now) else {
                     return Err(TestCaseError::fail("claim reply"));
                 };
+                if paused {
+                    prop_assert_eq!(
+                        batch,
+                        ClaimBatch {
+                            jobs: Vec::new(),
+                            next_due: None,
+                            now,
+                            died: 0,
+                        }
+                    );
+                    continue;
+                }
                 let mut due: Vec<(u64, String)> = model
                     .iter()
                     .filter_map(|(id, j)| j.due().filter(|d| *d <= now).map(|d| (d, id.clone())))
                     .collect();
                 due.sort();
                 let mut delivered = Vec::new();
+                let mut died = 0;
                 for (_, id) in due.into_iter().take(max) {
                     let job = model.get_mut(&id).unwrap();
+                    if job.holder.is_some() {
+                        job.error = Some(model::LEASE_EXPIRED.to_owned());
+                    }
                     if job.attempt >= MAX_ATTEMPTS {
                         job.dead = true;
+                        job.died_at = now;
                         job.holder = None;
+                        died += 1;
                     } else {
                         job.attempt += 1;
                         delivered.push((id.clone(), job.attempt, job.run_at, job.payload.clone()));
@@ -244,6 +276,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     prop_assert_ne!(old, Some(claimed.token), "a claim hands out a fresh token");
                 }
                 prop_assert_eq!(batch.now, now);
+                prop_assert_eq!(batch.died, died);
                 prop_assert_eq!(batch.next_due, model.values().filter_map(RefJob::due).min());
             }
             Step::Ack(i, current) => {
@@ -258,14 +291,19 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     Reply::Bool(valid)
                 );
             }
-            Step::Retry(i, current, after) => {
+            Step::Retry(i, current, after) | Step::Fail(i, current, after) => {
                 let id = name(i);
                 let token = token_for(&id, current);
+                let error = matches!(step, Step::Fail(..)).then(|| format!("failed at {now}"));
                 let outcome = if holds(&model, &id, token) {
                     let job = model.get_mut(&id).unwrap();
                     job.holder = None;
+                    if error.is_some() {
+                        job.error.clone_from(&error);
+                    }
                     if job.attempt >= MAX_ATTEMPTS {
                         job.dead = true;
+                        job.died_at = now;
                         Retry::Died
                     } else {
                         job.run_at = now + after;
@@ -280,6 +318,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                         id,
                         token,
                         after: Duration::from_nanos(after),
+                        error,
                     },
                     now,
                 );
@@ -314,6 +353,46 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     Reply::Bool(dead)
                 );
             }
+            Step::Revive(i, t) => {
+                let id = name(i);
+                let expect = match model.get_mut(&id) {
+                    Some(job) if job.dead => {
+                        (job.dead, job.attempt, job.run_at) = (false, 0, t);
+                        Some(t)
+                    }
+                    _ => None,
+                };
+                prop_assert_eq!(
+                    one(&mut store, Op::Revive { id, when: at(t) }, now),
+                    Reply::Moved(expect)
+                );
+            }
+            Step::ReviveDead(limit, t) => {
+                // Oldest deaths first.
+                let mut dead: Vec<(u64, String)> = model
+                    .iter()
+                    .filter(|(_, j)| j.dead)
+                    .map(|(id, j)| (j.died_at, id.clone()))
+                    .collect();
+                dead.sort();
+                dead.truncate(limit);
+                for (_, id) in &dead {
+                    let job = model.get_mut(id).unwrap();
+                    (job.dead, job.attempt, job.run_at) = (false, 0, t);
+                }
+                prop_assert_eq!(
+                    one(&mut store, Op::ReviveDead { limit, when: at(t) }, now),
+                    Reply::Revived(dead.len() as u64, t)
+                );
+            }
+            Step::Pause(p) => {
+                let changed = paused != p;
+                paused = p;
+                prop_assert_eq!(
+                    one(&mut store, Op::Pause { paused: p }, now),
+                    Reply::Bool(changed)
+                );
+            }
             Step::Crash if on_file => {
                 store = crash(store, dir.path(), crashes);
                 crashes += 1;
@@ -324,12 +403,14 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 continue;
             }
             Step::PurgeDead(limit) => {
-                let dead: Vec<String> = model
+                // Oldest deaths first.
+                let mut dead: Vec<(u64, String)> = model
                     .iter()
                     .filter(|(_, j)| j.dead)
-                    .map(|(id, _)| id.clone())
-                    .take(limit)
+                    .map(|(id, j)| (j.died_at, id.clone()))
                     .collect();
+                dead.sort();
+                let dead: Vec<String> = dead.into_iter().take(limit).map(|(_, id)| id).collect();
                 for id in &dead {
                     model.remove(id);
                 }
@@ -362,11 +443,97 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 } else {
                     JobState::Pending
                 };
-                JobInfo::new(state, j.run_at, j.attempt, j.payload.clone())
+                JobInfo::new(
+                    name(i),
+                    state,
+                    j.run_at,
+                    j.attempt,
+                    j.error.clone(),
+                    j.payload.clone(),
+                )
             });
             prop_assert_eq!(reply, Reply::Info(expect));
         }
+        check_counts_and_lists(&mut store, &model, paused, now)?;
         store.checkpoint_every = CHECKPOINT_EVERY;
+    }
+    Ok(())
+}
+
+fn state_of(j: &RefJob) -> JobState {
+    if j.dead {
+        JobState::Dead
+    } else if j.holder.is_some() {
+        JobState::Running
+    } else {
+        JobState::Pending
+    }
+}
+
+/// `counts` and every state's list, read two jobs a page, against the model.
+fn check_counts_and_lists(
+    store: &mut Store,
+    model: &BTreeMap<String, RefJob>,
+    paused: bool,
+    now: u64,
+) -> Result<(), TestCaseError> {
+    let next_due = model
+        .values()
+        .filter(|j| state_of(j) == JobState::Pending)
+        .map(|j| j.run_at)
+        .min();
+    let expect = job::Counts::new(
+        model
+            .values()
+            .filter(|j| state_of(j) == JobState::Pending)
+            .count() as u64,
+        model
+            .values()
+            .filter(|j| state_of(j) == JobState::Running)
+            .count() as u64,
+        model.values().filter(|j| j.dead).count() as u64,
+        paused,
+        next_due,
+    );
+    prop_assert_eq!(one(store, Op::Counts, now), Reply::Counts(expect));
+    for state in [JobState::Pending, JobState::Running, JobState::Dead] {
+        let mut expect: Vec<(u64, String)> = model
+            .iter()
+            .filter(|(_, j)| state_of(j) == state)
+            .map(|(id, j)| {
+                let at = match j.holder {
+                    _ if j.dead => j.died_at,
+                    Some((_, until)) => until,
+                    None => j.run_at,
+                };
+                (at, id.clone())
+            })
+            .collect();
+        expect.sort();
+        if state == JobState::Dead {
+            expect.reverse();
+        }
+        let mut got = Vec::new();
+        let mut after = None;
+        loop {
+            let op = Op::List {
+                state,
+                after: after.clone(),
+                limit: 2,
+            };
+            let Reply::Listed(page) = one(store, op, now) else {
+                return Err(TestCaseError::fail("list reply"));
+            };
+            for (at, info) in &page {
+                prop_assert_eq!(info.state(), state);
+                got.push((*at, info.id().to_owned()));
+            }
+            match page.last() {
+                Some((at, info)) if page.len() == 2 => after = Some((*at, info.id().to_owned())),
+                _ => break,
+            }
+        }
+        prop_assert_eq!(got, expect, "{:?} list", state);
     }
     Ok(())
 }
@@ -398,7 +565,10 @@ fn an_empty_record_hides_no_later_record() {
     store.checkpoint_every = Duration::from_secs(3600);
     {
         let txn = store.db.begin_write().unwrap();
-        txn.open_table(DEAD).unwrap().insert("ghost", ()).unwrap();
+        txn.open_table(DIED)
+            .unwrap()
+            .insert((0, "ghost"), ())
+            .unwrap();
         txn.commit().unwrap();
     }
     let schedule = |id: &str| Op::Schedule {
@@ -426,6 +596,116 @@ fn an_empty_record_hides_no_later_record() {
             "{id} lost: {reply:?}"
         );
     }
+}
+
+/// A store written before format 4 (version 1 records, the `dead` set, no `running` index)
+/// opens as format 4: its dead jobs listed newest first (dead since their run_at), its
+/// running job found, its counts kept, and it goes on working.
+#[test]
+fn a_format_2_store_gets_its_running_and_dead_indexes_on_open() {
+    use crate::embedded::record::encode_v1;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("old.redb");
+    let leased = Job {
+        run_at: 40,
+        attempt: 1,
+        status: Status::Leased {
+            token: 9,
+            until: 1_000,
+        },
+    };
+    let dead = |run_at| Job {
+        run_at,
+        attempt: MAX_ATTEMPTS,
+        status: Status::Dead { at: 0 },
+    };
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(META).unwrap();
+            for (key, value) in [("format", 2), ("pending", 2), ("leased", 1), ("dead", 2)] {
+                meta.insert(key, value).unwrap();
+            }
+            let mut jobs = txn.open_table(JOBS).unwrap();
+            let mut due = txn.open_table(DUE).unwrap();
+            let mut dead_set = txn.open_table(DEAD).unwrap();
+            for (id, job) in [
+                ("p1", Job::new(50)),
+                ("p2", Job::new(2_000)),
+                ("r", leased),
+                ("d1", dead(10)),
+                ("d2", dead(30)),
+            ] {
+                jobs.insert(id, encode_v1(&job, id.as_bytes()).as_slice())
+                    .unwrap();
+                match job.due() {
+                    Some(at) => due.insert((at, id), ()).unwrap(),
+                    None => dead_set.insert(id, ()).unwrap(),
+                };
+            }
+        }
+        txn.commit().unwrap();
+    }
+    let db = redb::Database::create(&path).unwrap();
+    let wal = Wal::open(&dir.path().join("old.redb.wal")).unwrap();
+    let mut store = Store::open(db, &config(), Some(wal)).expect("upgraded");
+    let now = 1_500;
+    assert_eq!(
+        one(&mut store, Op::Counts, now),
+        Reply::Counts(job::Counts::new(2, 1, 2, false, Some(50)))
+    );
+    let list = |store: &mut Store, state| match one(
+        store,
+        Op::List {
+            state,
+            after: None,
+            limit: 10,
+        },
+        now,
+    ) {
+        Reply::Listed(page) => page
+            .into_iter()
+            .map(|(at, info)| (at, info.id().to_owned()))
+            .collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    let ids = |v: &[(u64, &str)]| -> Vec<(u64, String)> {
+        v.iter().map(|(at, id)| (*at, id.to_string())).collect()
+    };
+    assert_eq!(
+        list(&mut store, JobState::Dead),
+        ids(&[(30, "d2"), (10, "d1")])
+    );
+    assert_eq!(list(&mut store, JobState::Running), ids(&[(1_000, "r")]));
+    assert_eq!(
+        list(&mut store, JobState::Pending),
+        ids(&[(50, "p1"), (2_000, "p2")])
+    );
+    {
+        let txn = redb::ReadableDatabase::begin_read(&store.db).unwrap();
+        let meta = txn.open_table(META).unwrap();
+        assert_eq!(meta.get("format").unwrap().unwrap().value(), FORMAT);
+        assert!(txn.open_table(DEAD).is_err(), "the old dead set is gone");
+    }
+    // It goes on: the running job's lease ended, so a claim redelivers it (with that as its
+    // error), and a purge takes the dead jobs from the new index.
+    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, now) else {
+        panic!("claim reply");
+    };
+    let ids: Vec<&str> = batch.jobs.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["p1", "r"]);
+    let Reply::Info(Some(info)) = one(&mut store, Op::Get { id: "r".into() }, now) else {
+        panic!("get reply");
+    };
+    assert_eq!(
+        (info.attempt(), info.last_error()),
+        (2, Some("lease expired"))
+    );
+    assert_eq!(
+        one(&mut store, Op::PurgeDead { limit: 10 }, now),
+        Reply::Count(2)
+    );
 }
 
 // ===== recurring series =====
@@ -461,7 +741,7 @@ fn a_store_of_format_2_upgrades_on_open() {
             let due: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
             let dead: TableDefinition<'_, &str, ()> = TableDefinition::new("dead");
             let meta: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
-            let record = Job::new(5).encode(b"old");
+            let record = crate::embedded::record::encode_v1(&Job::new(5), b"old");
             txn.open_table(jobs)
                 .unwrap()
                 .insert("a", record.as_slice())
@@ -480,7 +760,14 @@ fn a_store_of_format_2_upgrades_on_open() {
     let reply = one(&mut store, Op::Get { id: "a".into() }, 100);
     assert_eq!(
         reply,
-        Reply::Info(Some(JobInfo::new(JobState::Pending, 5, 0, b"old".to_vec())))
+        Reply::Info(Some(JobInfo::new(
+            "a".into(),
+            JobState::Pending,
+            5,
+            0,
+            None,
+            b"old".to_vec()
+        )))
     );
     assert!(list(&mut store, 100).is_empty());
     one(&mut store, set_every_10("s"), 100);

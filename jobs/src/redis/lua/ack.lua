@@ -1,6 +1,7 @@
 -- ack.lua: leased jobs are done: delete them (many acks batched in one call).
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
+-- KEYS[5] errors, KEYS[6] running (see claim.lua)
 -- ARGV pairs: id, lease token (at most 512 pairs)
 --
 -- Returns one 1|0 per pair: 1 if the lease was held (the job is gone), 0 if the token is
@@ -31,6 +32,8 @@ if #done > 0 then
   redis.call('HDEL', KEYS[1], unpack(done))
   redis.call('HDEL', KEYS[2], unpack(done))
   redis.call('ZREM', KEYS[3], unpack(done))
+  redis.call('HDEL', KEYS[5], unpack(done))
+  redis.call('ZREM', KEYS[6], unpack(done))
   redis.call('HINCRBY', KEYS[4], 'leased', -#done)
 end
 return out

@@ -1,7 +1,7 @@
 -- cancel.lua: remove a pending job.
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
--- KEYS[5] series (see series.lua)
+-- KEYS[5] series (see series.lua), KEYS[6] errors (see claim.lua)
 -- ARGV[1] id
 --
 -- Returns 1 if the job was pending and is gone, else 0. O(log n): the due index holds ids,
@@ -20,5 +20,6 @@ end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[6], ARGV[1])
 redis.call('HINCRBY', KEYS[4], 'pending', -1)
 return 1

@@ -1,10 +1,11 @@
 -- get.lua: one job's state and payload, read together.
 --
--- KEYS[1] meta, KEYS[2] payload (see schedule.lua)
+-- KEYS[1] meta, KEYS[2] payload (see schedule.lua), KEYS[3] errors (see claim.lua)
 -- ARGV[1] id
 --
--- Returns {meta, payload}, or false if there is no such job. A script so that the two reads
--- see the same moment (an ack between them would pair a state with no payload).
+-- Returns {meta, payload, last error or false}, or false if there is no such job. A script
+-- so that the reads see the same moment (an ack between them would pair a state with no
+-- payload).
 local meta = redis.call('HGET', KEYS[1], ARGV[1])
 if not meta then return false end
-return {meta, redis.call('HGET', KEYS[2], ARGV[1])}
+return {meta, redis.call('HGET', KEYS[2], ARGV[1]), redis.call('HGET', KEYS[3], ARGV[1])}

@@ -1,6 +1,7 @@
 -- remove_dead.lua: delete dead jobs, one by id or up to a limit.
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] dead, KEYS[4] counts (see schedule.lua, claim.lua)
+-- KEYS[5] errors (see claim.lua)
 -- ARGV[1] "id" then ARGV[2] the id, or "limit" then ARGV[2] how many at most
 --
 -- Returns how many jobs were deleted. The purge reads a bounded range of the dead set.
@@ -18,6 +19,7 @@ for _, id in ipairs(ids) do
     redis.call('HDEL', KEYS[1], id)
     redis.call('HDEL', KEYS[2], id)
     redis.call('ZREM', KEYS[3], id)
+    redis.call('HDEL', KEYS[5], id)
     redis.call('HINCRBY', KEYS[4], 'dead', -1)
     removed = removed + 1
   end
