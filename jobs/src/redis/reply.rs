@@ -41,6 +41,7 @@ pub(super) fn redis_error(err: ::redis::RedisError) -> Error {
         Error::invalid_config_owned(format!("no sentinel knows the master name: {err}"))
     } else if err.kind() == ::redis::ErrorKind::AuthenticationFailed
         || code.is_some_and(|code| REFUSED.contains(&code))
+        || script_denied(&err)
         || untrusted_certificate(&err)
     {
         Error::unauthorized(err)
@@ -54,6 +55,14 @@ pub(super) fn redis_error(err: ::redis::RedisError) -> Error {
     } else {
         Error::storage(err)
     }
+}
+
+/// Whether the ACL denied a command a script called: the server answers `ERR The user
+/// executing the script can't run this command ...` (or `can't access ... keys`), not
+/// `NOPERM`, so the code alone would make a retried storage error of it.
+fn script_denied(err: &::redis::RedisError) -> bool {
+    err.detail()
+        .is_some_and(|detail| detail.starts_with("The user executing the script can't"))
 }
 
 /// Whether the TLS handshake failed on the server's certificate (not signed by a trusted

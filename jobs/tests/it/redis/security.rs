@@ -80,6 +80,30 @@ async fn an_acl_that_denies_the_queue_fails_open_and_stops_run() {
     q.close().await.unwrap();
 }
 
+/// An ACL that lacks a command the scripts call (an operator's rule from an older version)
+/// is a refusal too: the server words it as a script error, not `NOPERM`, and `run` still
+/// stops with `is_unauthorized` instead of claiming in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_the_scripts_need_taken_away_stops_run() {
+    let server = acl_server("orders");
+    let port = server.port.expect("a TCP port");
+    let url = format!("redis://worker:secret@127.0.0.1:{port}");
+    let q = open(&url, "orders").await.unwrap();
+    q.schedule("job", Duration::ZERO, "p").await.unwrap();
+    server.cli(&[
+        "--user", "default", "--pass", "admin", "ACL", "SETUSER", "worker", "-hexists",
+    ]);
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let run = spawn_reporting_worker(q.clone(), 1, tx);
+    let err = tokio::time::timeout(HANG, run)
+        .await
+        .expect("run retries a refusal")
+        .unwrap()
+        .unwrap_err();
+    assert!(err.is_unauthorized(), "{err}");
+    q.close().await.unwrap();
+}
+
 #[cfg(feature = "redis-tls")]
 mod tls {
     use super::*;
