@@ -29,11 +29,11 @@ enum Op {
 
 fn run(op: Op, timer: &wheel_timer::Timer, iters: u64) {
     match op {
-        Op::WheelTimer => (0..iters).for_each(|_| poll_once(timer.sleep(DELAY))),
-        Op::WheelFree => (0..iters).for_each(|_| poll_once(wheel_timer::sleep_wheel(DELAY))),
-        Op::Tokio => (0..iters).for_each(|_| poll_once(tokio::time::sleep(DELAY))),
+        Op::WheelTimer => (0..iters).for_each(|_| poll_once(|| timer.sleep(DELAY))),
+        Op::WheelFree => (0..iters).for_each(|_| poll_once(|| wheel_timer::sleep_wheel(DELAY))),
+        Op::Tokio => (0..iters).for_each(|_| poll_once(|| tokio::time::sleep(DELAY))),
         Op::Pingora => {
-            (0..iters).for_each(|_| poll_once(pingora_timeout::fast_timeout::fast_sleep(DELAY)))
+            (0..iters).for_each(|_| poll_once(|| pingora_timeout::fast_timeout::fast_sleep(DELAY)))
         }
     }
 }
@@ -46,7 +46,7 @@ const OPS: [(&str, Op); 4] = [
 ];
 
 fn one_thread(c: &mut Criterion) {
-    let rt = common::runtime();
+    let rt = common::runtime_with_pending_timer();
     let _enter = rt.enter();
     let timer = wheel_timer::Timer::new();
     let mut group = c.benchmark_group("sleep_create_poll_drop_1thread");
@@ -63,7 +63,7 @@ fn one_thread(c: &mut Criterion) {
 }
 
 fn two_threads(c: &mut Criterion) {
-    let rt = common::runtime();
+    let rt = common::runtime_with_pending_timer();
     let timer = {
         let _enter = rt.enter();
         wheel_timer::Timer::new()
@@ -97,7 +97,7 @@ fn two_threads(c: &mut Criterion) {
 /// free function can then skip naming the runtime (see `src/default.rs`), and tokio's own
 /// `sleep` finds its timer from the task's context as usual.
 fn one_thread_in_task(c: &mut Criterion) {
-    let rt = common::runtime();
+    let rt = common::runtime_with_pending_timer();
     let timer = {
         let _enter = rt.enter();
         wheel_timer::Timer::new()

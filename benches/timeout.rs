@@ -37,18 +37,19 @@ const OPS: [(&str, Op); 4] = [
 
 fn run<F: Future>(op: Op, timer: &Timer, iters: u64, inner: fn() -> F) {
     match op {
-        Op::WheelTimer => (0..iters).for_each(|_| poll_once(timer.timeout(DELAY, inner()))),
+        Op::WheelTimer => (0..iters).for_each(|_| poll_once(|| timer.timeout(DELAY, inner()))),
         Op::WheelFree => {
-            (0..iters).for_each(|_| poll_once(wheel_timer::timeout_wheel(DELAY, inner())))
+            (0..iters).for_each(|_| poll_once(|| wheel_timer::timeout_wheel(DELAY, inner())))
         }
-        Op::Tokio => (0..iters).for_each(|_| poll_once(tokio::time::timeout(DELAY, inner()))),
-        Op::Pingora => (0..iters)
-            .for_each(|_| poll_once(pingora_timeout::fast_timeout::fast_timeout(DELAY, inner()))),
+        Op::Tokio => (0..iters).for_each(|_| poll_once(|| tokio::time::timeout(DELAY, inner()))),
+        Op::Pingora => (0..iters).for_each(|_| {
+            poll_once(|| pingora_timeout::fast_timeout::fast_timeout(DELAY, inner()))
+        }),
     }
 }
 
 fn one_thread<F: Future>(c: &mut Criterion, name: &str, inner: fn() -> F) {
-    let rt = common::runtime();
+    let rt = common::runtime_with_pending_timer();
     let _enter = rt.enter();
     let timer = Timer::new();
     let mut group = c.benchmark_group(name);
@@ -73,7 +74,7 @@ fn pending_1thread(c: &mut Criterion) {
 }
 
 fn pending_2threads(c: &mut Criterion) {
-    let rt = common::runtime();
+    let rt = common::runtime_with_pending_timer();
     let timer = {
         let _enter = rt.enter();
         Timer::new()

@@ -10,8 +10,9 @@
 //!   wakeups per second over the same windows (`Timer::stats().driver_wakeups`; tokio has
 //!   no such counter);
 //! - create + first poll + drop of a never-firing 1 s sleep and timeout (the `sleep` and
-//!   `timeout` benches' work): thread CPU time per operation, medians of interleaved rounds
-//!   of 1M operations, on a plain thread and inside a task;
+//!   `timeout` benches' work, measured the same way: each future built in place, on a
+//!   runtime with one tokio sleep kept pending): thread CPU time per operation, medians of
+//!   interleaved rounds of 1M operations, on a plain thread and inside a task;
 //! - lateness of 10k and 100k concurrent tasks sleeping 10–60 ms on a two-worker multi-thread
 //!   runtime and the real clock: min / p50 / p99 / max, and how many woke early (must be 0
 //!   for ours). At 100k the tasks need more CPU than the 50 ms window holds on a small
@@ -386,6 +387,15 @@ fn cpd_figures(timer: &wheel_timer::Timer, rounds: usize) -> Vec<f64> {
 fn create_poll_drop(report: &mut Report, quick: bool) {
     let rounds = if quick { 3 } else { 7 };
     let rt = multi_thread();
+    // As in the benches (`benches/common`, `runtime_with_pending_timer`): a tokio sleep is
+    // always pending, due before every measured deadline, so tokio's driver never parks
+    // with none and is not woken by the sleeps measured, whose count would depend on when
+    // its worker gets a CPU.
+    rt.spawn(async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
     let timer = {
         let _enter = rt.enter();
         wheel_timer::Timer::new()
