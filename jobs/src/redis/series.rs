@@ -89,7 +89,7 @@ impl Redis {
     ) -> Result<(Recurring, Option<u64>), Error> {
         let now = self.server_now().await?;
         let times = upcoming(rule, rule.next_after_nanos(now), now);
-        let mut conn = self.conn()?;
+        let mut conn = self.writer()?;
         let keys = &self.part(name).keys;
         let text = rule.to_string();
         let set = (self.scripts)
@@ -108,7 +108,7 @@ impl Redis {
     }
 
     pub(super) async fn cancel_series(&self, name: &str) -> Result<bool, Error> {
-        let mut conn = self.conn()?;
+        let mut conn = self.writer()?;
         let keys = &self.part(name).keys;
         self.scripts.recurring_cancel(&mut conn, keys, name).await
     }

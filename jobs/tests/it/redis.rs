@@ -10,7 +10,7 @@ mod security;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use wheel_jobs::{Delivery, JobQueue, Scheduled};
+use wheel_jobs::{Delivery, JobQueue, Recurrence, Scheduled};
 
 use crate::support::{ms, next, spawn_reporting_worker, RedisServer, DURABLE};
 
@@ -342,6 +342,27 @@ async fn a_busy_server_is_unavailable_and_run_resumes() {
     busy.wait().unwrap();
     q.close().await.unwrap();
     run.await.unwrap().unwrap();
+}
+
+/// `min_replicas` covers a series' changes as it covers a schedule's: on a server without
+/// replicas, setting or cancelling a series fails `is_unavailable` (the change may or may
+/// not be on the primary: unconfirmed), like a schedule, while reads answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn series_changes_wait_for_min_replicas() {
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.min_replicas(1, ms(20));
+    })
+    .await;
+    let err = q.schedule("job", ms(0), "p").await.unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    let every = Recurrence::every(Duration::from_secs(60)).unwrap();
+    let err = q.schedule_recurring("s", every, "p").await.unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    let err = q.cancel_recurring("s").await.unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    q.list_recurring().await.unwrap();
+    q.close().await.unwrap();
 }
 
 /// A cluster node that stops answering (SIGSTOP, like a network partition) fails the calls
