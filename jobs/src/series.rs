@@ -6,7 +6,11 @@
 //!
 //! - A series `name` has at most one **head**: its one pending occurrence, an ordinary job
 //!   whose id is [`occurrence_id`]`(name, time)` (`digest@2026-12-01T12:00:00Z`), due at
-//!   its own time. Times only grow along a series, so no occurrence id is made twice.
+//!   its own time. Times only grow along a series, so the series makes no occurrence id
+//!   twice. A job already under the id it places next is adopted only if never delivered
+//!   (pending, attempt 0: its first claim is the one that moves the series); any other
+//!   (delivered, retrying, dead) is left alone and that time is skipped, or its claims,
+//!   being no first claims, would stop the series.
 //! - The head moves only in the atomic step that claims it for the first time (the same
 //!   store transaction embedded, the same script on Redis), by [`on_due`]: that step
 //!   creates the next head, so a live series always has exactly one pending occurrence

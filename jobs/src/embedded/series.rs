@@ -106,8 +106,8 @@ impl Rules {
 }
 
 /// Makes the occurrence at `at` (or the first after it whose id is free) the head of
-/// `name`: creates its job with `payload`, or adopts a pending job of that id. Returns the
-/// head's time, `None` if the recurrence has none left.
+/// `name`: creates its job with `payload`, or adopts a never-delivered pending job of that
+/// id (attempt 0). Returns the head's time, `None` if the recurrence has none left.
 fn place_head(
     t: &mut Tables<'_>,
     counts: &mut Counts,
@@ -128,8 +128,14 @@ fn place_head(
                 t.set(counts, &id, None, Some(job))?;
                 return Ok(Some(time));
             }
-            Some(stored) if stored.job.status == Status::Pending => return Ok(Some(time)),
-            // Delivered already (an occurrence moved earlier by hand): never twice.
+            // Never delivered: it becomes the head as it is (its first claim moves the
+            // series on).
+            Some(stored) if stored.job.status == Status::Pending && stored.job.attempt == 0 => {
+                return Ok(Some(time))
+            }
+            // Delivered already (a job of that id scheduled and run by hand, or retrying):
+            // its claims are no first claims and could never move the series, and it is
+            // never made twice.
             Some(_) => at = rule.next_after_nanos(time),
         }
     }

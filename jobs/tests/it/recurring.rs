@@ -40,6 +40,7 @@ macro_rules! run_recurring_suite {
             recurring_catch_up_all,
             recurring_catch_up_after_a_downtime_of_twenty_occurrences,
             recurring_an_at_in_the_name_of_a_job_is_no_series,
+            recurring_a_delivered_job_under_an_occurrence_id_is_skipped,
         );
     };
 }
@@ -52,6 +53,27 @@ async fn open(h: &impl Harness) -> JobQueue {
 
 fn every(period: Duration) -> Recurrence {
     Recurrence::every(period).unwrap()
+}
+
+/// The id of the occurrence of `name` at `at`.
+fn occurrence(name: &str, at: SystemTime) -> String {
+    format!("{name}@{}", jiff::Timestamp::try_from(at).unwrap())
+}
+
+/// The next delivery, or a panic naming `what` if none comes within a minute: for a test
+/// whose failure is a series that stopped, so that it fails instead of hanging.
+#[track_caller]
+fn next_or_stalled<'a>(
+    consumer: &'a mut wheel_jobs::Consumer,
+    what: &'a str,
+) -> impl std::future::Future<Output = Delivery> + 'a {
+    let caller = std::panic::Location::caller();
+    async move {
+        match tokio::time::timeout(Duration::from_secs(60), next(consumer)).await {
+            Ok(d) => d,
+            Err(_) => panic!("{caller}: nothing delivered for a minute: {what}"),
+        }
+    }
 }
 
 /// The occurrence time an id names (`name@<RFC 3339>`).
@@ -508,6 +530,45 @@ pub async fn recurring_an_at_in_the_name_of_a_job_is_no_series(h: impl Harness) 
         queue.pending().await.unwrap(),
         1,
         "the series' next occurrence"
+    );
+    queue.close().await.unwrap();
+}
+
+/// A job under a future occurrence's id that was delivered already (scheduled by hand,
+/// then retrying) is not the series': its claims are no first claims, so adopting it would
+/// stop the series. The series skips that time and goes on; the job runs as its own.
+pub async fn recurring_a_delivered_job_under_an_occurrence_id_is_skipped(h: impl Harness) {
+    let queue = open(&h).await;
+    let all = CatchUp::All { max: 100 };
+    queue
+        .schedule_recurring_with("st", every(P), "series", all)
+        .await
+        .unwrap();
+    let head = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let taken = occurrence("st", head + 2 * P);
+    queue
+        .schedule(&taken, Duration::ZERO, "hand")
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let mut times = Vec::new();
+    while times.len() < 3 {
+        let d = next_or_stalled(&mut consumer, "the series stopped").await;
+        if d.payload() == b"hand" {
+            assert_eq!((d.id(), d.attempt()), (taken.as_str(), 1));
+            assert!(d.retry(Duration::from_secs(3600)).await.unwrap());
+            continue;
+        }
+        check_occurrence(&d, "st", P);
+        times.push(d.run_at());
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(times, [head, head + P, head + 3 * P]);
+    let hand = queue.get(&taken).await.unwrap().unwrap();
+    assert_eq!((hand.state(), hand.attempt()), (JobState::Pending, 1));
+    assert_eq!(
+        queue.list_recurring().await.unwrap()[0].next_run(),
+        Some(head + 4 * P)
     );
     queue.close().await.unwrap();
 }

@@ -54,8 +54,8 @@ local function series_drop(S, id)
   end
 end
 
--- Makes the first entry of `list` from `from` whose id is free (or a pending job's) the
--- head of `s`: creates its job with `payload`. Writes the rest of the list after it and
+-- Makes the first entry of `list` from `from` whose id is free (or a never-delivered
+-- pending job's, attempt 0) the head of `s`: creates its job with `payload`. Writes the rest of the list after it and
 -- the record. Returns the head's score, or nil if the list held none (head left empty).
 local function series_place(S, name, s, list, from, payload)
   local i = from
@@ -69,8 +69,10 @@ local function series_place(S, name, s, list, from, payload)
       redis.call('HINCRBY', S.counts, 'pending', 1)
       break
     end
-    -- An occurrence delivered already (moved earlier by hand) is never made twice.
-    if string.sub(meta, 1, 1) == 'p' then break end
+    -- A never-delivered pending job (attempt 0) becomes the head as it is. Any other (a
+    -- job of that id delivered already, running or retrying) is never made twice, and its
+    -- claims are no first claims that could move the series: the next time instead.
+    if string.sub(meta, 1, 4) == 'p:0:' then break end
     i = i + 1
   end
   local rest = {}
