@@ -105,18 +105,28 @@ impl Rules {
     }
 }
 
-/// Makes the occurrence at `at` (or the first after it whose id is free) the head of
-/// `name`: creates its job with `payload`, or adopts a never-delivered pending job of that
-/// id (attempt 0). Returns the head's time, `None` if the recurrence has none left.
+/// Makes the occurrence at `at` (or the first after it whose id is free, and after `last`)
+/// the head of `name`: creates its job with `payload`, or adopts a never-delivered pending
+/// job of that id (attempt 0). Returns the head's time, `None` if the recurrence has none
+/// left.
+#[allow(clippy::too_many_arguments)] // the series' parts, each named once here
 fn place_head(
     t: &mut Tables<'_>,
     counts: &mut Counts,
     rule: &Recurrence,
     name: &str,
     mut at: Option<u64>,
+    last: Option<u64>,
     payload: &[u8],
 ) -> Result<Option<u64>, Error> {
     while let Some(time) = at {
+        if let Some(last) = last.filter(|&last| time <= last) {
+            // At or before an occurrence delivered already (the clock stepped back, or a
+            // claim moved the head while `at` was computed): its job may be acked and
+            // gone, so its free id proves nothing. Times only grow.
+            at = rule.next_after_nanos(last);
+            continue;
+        }
         let id = occurrence_id(name, time);
         match t.load(&id)? {
             None => {
@@ -178,11 +188,20 @@ pub(super) fn set(
         }
         None => Recurring::Created,
     };
-    let head = place_head(t, counts, rule, name, rule.next_after_nanos(now), &payload)?;
+    let last = old.and_then(|old| old.last);
+    let head = place_head(
+        t,
+        counts,
+        rule,
+        name,
+        rule.next_after_nanos(now),
+        last,
+        &payload,
+    )?;
     let record = Record {
         runs: catch_up.runs(),
         head,
-        last: old.and_then(|old| old.last),
+        last,
         rule: rule.to_string(),
         payload,
     };
@@ -260,7 +279,7 @@ pub(super) fn on_first_claim(
             (false, to)
         }
     };
-    record.head = place_head(t, counts, &rule, name, next, &record.payload)?;
+    record.head = place_head(t, counts, &rule, name, next, record.last, &record.payload)?;
     t.set_series(name, Some(&record))?;
     Ok(deliver)
 }

@@ -353,7 +353,8 @@ impl Scripts {
     }
 
     /// `recurring_set.lua`: creates or replaces a series; `times` are its first occurrences
-    /// after the server's time, the head first. The outcome and the head's time.
+    /// after the server's time, the head first. The outcome, the head's time and the last
+    /// delivered occurrence's (no head but a last: every time was at or before it).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn recurring_set(
         &self,
@@ -364,7 +365,7 @@ impl Scripts {
         runs: u32,
         payload: &[u8],
         times: &[u64],
-    ) -> Result<(Recurring, Option<u64>), Error> {
+    ) -> Result<(Recurring, Option<u64>, Option<u64>), Error> {
         let mut call = self.recurring_set.prepare_invoke();
         series_keys(&mut call, k).key(&k.seq);
         call.arg(name)
@@ -378,12 +379,13 @@ impl Scripts {
         let mut parts = array(reply)?.into_iter();
         let created = int(&parts.next().unwrap_or(Value::Nil))? == 1;
         let head = opt_ns(&text(parts.next().unwrap_or(Value::Nil))?)?;
+        let last = opt_ns(&text(parts.next().unwrap_or(Value::Nil))?)?;
         let outcome = if created {
             Recurring::Created
         } else {
             Recurring::Updated
         };
-        Ok((outcome, head))
+        Ok((outcome, head, last))
     }
 
     /// `recurring_fill.lua`: the head at `times[0]` and its next occurrences, if the series

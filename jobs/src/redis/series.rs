@@ -88,23 +88,36 @@ impl Redis {
         catch_up: CatchUp,
     ) -> Result<(Recurring, Option<u64>), Error> {
         let now = self.server_now().await?;
-        let times = upcoming(rule, rule.next_after_nanos(now), now);
+        let mut times = upcoming(rule, rule.next_after_nanos(now), now);
         let mut conn = self.writer()?;
         let keys = &self.part(name).keys;
         let text = rule.to_string();
-        let set = (self.scripts)
-            .recurring_set(
-                &mut conn,
-                keys,
-                name,
-                &text,
-                catch_up.runs(),
-                payload,
-                &times,
-            )
-            .await;
-        self.changed();
-        set
+        let mut outcome = None;
+        loop {
+            let set = (self.scripts)
+                .recurring_set(
+                    &mut conn,
+                    keys,
+                    name,
+                    &text,
+                    catch_up.runs(),
+                    payload,
+                    &times,
+                )
+                .await;
+            self.changed();
+            let (this, head, last) = set?;
+            // The first call's outcome: a second one only replaces what it stored.
+            let outcome = *outcome.get_or_insert(this);
+            match last.and_then(|last| rule.next_after_nanos(last)) {
+                // Every time sent was at or before the last delivery (the server's clock
+                // went back): the times after it, once.
+                Some(after) if head.is_none() && times.first().is_some_and(|&t| t < after) => {
+                    times = upcoming(rule, Some(after), now);
+                }
+                _ => return Ok((outcome, head)),
+            }
+        }
     }
 
     pub(super) async fn cancel_series(&self, name: &str) -> Result<bool, Error> {

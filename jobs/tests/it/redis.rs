@@ -365,6 +365,65 @@ async fn series_changes_wait_for_min_replicas() {
     q.close().await.unwrap();
 }
 
+/// `recurring_set.lua` handed a list computed before a claim moved the series (its Rust
+/// half reads the server's time a round trip earlier): the entry the claim delivered (acked
+/// since, so its id is free) and one already past are not the new head; the first entry
+/// after both the last delivery and the script's own time is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_list_never_makes_a_delivered_occurrence_again() {
+    let server = RedisServer::start();
+    let q = queue(&server, |_| {}).await;
+    let every = Recurrence::every(ms(100)).unwrap();
+    q.schedule_recurring("s", every, "p").await.unwrap();
+    let mut consumer = q.consume();
+    let d = next(&mut consumer).await;
+    let ran = d.run_at();
+    assert!(d.ack().await.unwrap());
+    drop(consumer);
+    // So that the script's clock is past `ran + 5 ms`.
+    tokio::time::sleep(ms(10)).await;
+    let entry = |at: std::time::SystemTime| {
+        let ns = at.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        format!("{ns}={}", jiff::Timestamp::try_from(at).unwrap())
+    };
+    let hour = Duration::from_secs(3600);
+    let list = [ran, ran + ms(5), ran + hour, ran + 2 * hour]
+        .map(entry)
+        .join(",");
+    let script = concat!(
+        include_str!("../../src/redis/lua/series.lua"),
+        include_str!("../../src/redis/lua/recurring_set.lua")
+    );
+    let keys = [
+        "meta",
+        "payload",
+        "due",
+        "counts",
+        "series",
+        "series_payload",
+        "series_next",
+        "seq",
+    ]
+    .map(|k| format!("{{orders}}:{k}"));
+    let mut args = vec!["EVAL", script, "8"];
+    args.extend(keys.iter().map(String::as_str));
+    args.extend([
+        "s",
+        "every 50ms",
+        "1",
+        "p",
+        &list,
+        "{orders}:wake",
+        "PUBLISH",
+    ]);
+    server.cli(&args);
+    let info = &q.list_recurring().await.unwrap()[0];
+    assert_eq!(info.last_run(), Some(ran));
+    assert_eq!(info.next_run(), Some(ran + hour));
+    assert_eq!(q.pending().await.unwrap(), 1);
+    q.close().await.unwrap();
+}
+
 /// A cluster node that stops answering (SIGSTOP, like a network partition) fails the calls
 /// on its partitions with `is_unavailable` after `redis_timeout`, instead of hanging them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -833,3 +833,40 @@ fn series_changes_survive_a_crash_by_the_log() {
     let mut store = crash(store, dir.path(), 1);
     assert!(list(&mut store, 112).is_empty());
 }
+
+/// Claims the one due occurrence at `now` and acks it (its job is gone); returns its time.
+fn run_one(store: &mut Store, now: u64) -> u64 {
+    let Reply::Claimed(batch) = one(store, Op::Claim { max: 10 }, now) else {
+        panic!("a claim");
+    };
+    assert_eq!(batch.jobs.len(), 1, "{batch:?}");
+    let job = &batch.jobs[0];
+    let (id, token) = (job.id.clone(), job.token);
+    one(store, Op::Ack { id, token }, now);
+    job.run_at
+}
+
+/// A series is never given a head at or before its last delivery, even by a clock that
+/// went back: that occurrence's job is acked and gone, and its free id proves nothing.
+#[test]
+fn a_clock_gone_back_does_not_make_a_delivered_occurrence_again() {
+    let mut store = store();
+    one(&mut store, set_every_10("s"), 100);
+    assert_eq!(run_one(&mut store, 112), 110);
+    let every_5 = Op::SetRecurring {
+        name: "s".into(),
+        rule: Recurrence::every(Duration::from_nanos(5)).unwrap(),
+        payload: b"s".to_vec(),
+        catch_up: CatchUp::Latest,
+    };
+    // At 103 the first occurrence after now would be 105, then 110: both at or before 110.
+    assert_eq!(
+        one(&mut store, every_5, 103),
+        Reply::Recurring(Recurring::Updated, Some(115))
+    );
+    assert_eq!(store.counts().pending, 1);
+    assert_eq!(
+        list(&mut store, 103)[0].last_run(),
+        Some(UNIX_EPOCH + Duration::from_nanos(110))
+    );
+}

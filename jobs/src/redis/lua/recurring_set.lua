@@ -8,8 +8,12 @@
 -- ARGV[5] "ns=text,..." the first occurrences after the server time Rust read, the head
 -- first, ARGV[6] wake channel, ARGV[7] 'PUBLISH' | 'SPUBLISH' (as schedule.lua)
 --
--- Returns {created (1|0), head_ns ("" if none)}. Atomic: the old head goes and the new one
--- comes in one step, so no claim ever sees the series with two pending occurrences or none.
+-- Returns {created (1|0), head_ns ("" if none), last_ns ("" if none)}: head_ns is empty
+-- too if every entry was at or before the series' last delivery (the server's clock went
+-- back; Rust sends a list after last_ns). The head is the first entry after the script's
+-- own TIME (a claim may have moved the series since Rust read the time), or if none is,
+-- the first after the last delivery. Atomic: the old head goes and the new one comes in
+-- one step, so no claim ever sees the series with two pending occurrences or none.
 local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4],
            series = KEYS[5], series_payload = KEYS[6], series_next = KEYS[7]}
 local name = ARGV[1]
@@ -20,7 +24,13 @@ if old then
   s.last_ns = old.last_ns
 end
 redis.call('HSET', S.series_payload, name, ARGV[4])
-local score = series_place(S, name, s, series_list(ARGV[5]), 1, ARGV[4])
+local list = series_list(ARGV[5])
+local t = redis.call('TIME')
+local now_ns = t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
+local from = 1
+while from <= #list and not series_later(list[from][1], now_ns) do from = from + 1 end
+if from > #list then from = 1 end
+local score = series_place(S, name, s, list, from, ARGV[4])
 if score then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if tonumber(head[2]) >= score then
@@ -29,4 +39,4 @@ if score then
 end
 local created = 1
 if old then created = 0 end
-return {created, s.head_ns}
+return {created, s.head_ns, s.last_ns}

@@ -23,6 +23,12 @@ local function series_score(ns)
   return us
 end
 
+-- Whether the decimal time `a` is later than `b` (texts without leading zeros; a double
+-- would round them).
+local function series_later(a, b)
+  return #a > #b or (#a == #b and a > b)
+end
+
 local function series_get(S, name)
   local rec = redis.call('HGET', S.series, name)
   if not rec then return nil end
@@ -54,15 +60,19 @@ local function series_drop(S, id)
   end
 end
 
--- Makes the first entry of `list` from `from` whose id is free (or a never-delivered
--- pending job's, attempt 0) the head of `s`: creates its job with `payload`. Writes the rest of the list after it and
--- the record. Returns the head's score, or nil if the list held none (head left empty).
+-- Makes the first entry of `list` from `from` after the series' last delivered occurrence
+-- whose id is free (or a never-delivered pending job's, attempt 0) the head of `s`: creates
+-- its job with `payload`. Writes the rest of the list after it and the record. Returns the
+-- head's score, or nil if the list held none (head left empty).
 local function series_place(S, name, s, list, from, payload)
   local i = from
   while i <= #list do
     local id = name .. '@' .. list[i][2]
-    local meta = redis.call('HGET', S.meta, id)
-    if not meta then
+    -- Only after the last delivery: a list computed before a claim moved the series may
+    -- hold that occurrence, whose job may be acked and gone (a free id proves nothing).
+    local later = s.last_ns == '' or series_later(list[i][1], s.last_ns)
+    local meta = later and redis.call('HGET', S.meta, id)
+    if later and not meta then
       redis.call('HSET', S.meta, id, 'p:0:0:' .. list[i][1])
       redis.call('HSET', S.payload, id, payload)
       redis.call('ZADD', S.due, series_score(list[i][1]), id)
@@ -72,7 +82,7 @@ local function series_place(S, name, s, list, from, payload)
     -- A never-delivered pending job (attempt 0) becomes the head as it is. Any other (a
     -- job of that id delivered already, running or retrying) is never made twice, and its
     -- claims are no first claims that could move the series: the next time instead.
-    if string.sub(meta, 1, 4) == 'p:0:' then break end
+    if later and string.sub(meta, 1, 4) == 'p:0:' then break end
     i = i + 1
   end
   local rest = {}
