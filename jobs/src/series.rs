@@ -15,8 +15,12 @@
 //!   store transaction embedded, the same script on Redis), by [`on_due`]: that step
 //!   creates the next head, so a live series always has exactly one pending occurrence
 //!   and no kill can lose or duplicate one. A redelivery (attempt 2 and on) of an
-//!   occurrence moves nothing: its successor already exists. Updating or cancelling the
-//!   series replaces or removes the head; an occurrence already delivered runs on.
+//!   occurrence moves nothing: its successor already exists. Cancelling the series
+//!   removes the head; an occurrence already delivered runs on. Setting it again with the
+//!   same recurrence keeps the head (new payload), so the claim still decides catch-up;
+//!   with another recurrence the head is replaced by the first new occurrence after now,
+//!   and an old head already due is left pending as an ordinary job ([`keeps_due_head`]):
+//!   setting a series never drops a missed occurrence that its policy would run.
 //! - Catch-up is decided at that claim from the occurrences `M` in `[head, now]`: one of
 //!   them runs as usual; when later ones have come due too (the queue was not consumed
 //!   across several), the policy picks which run (module [`CatchUp`]).
@@ -99,7 +103,11 @@ pub enum Recurring {
     /// A new series was stored, with its first occurrence.
     Created,
     /// A series of that name existed: its recurrence, payload and catch-up policy were
-    /// replaced, and its pending occurrence with the first one of the new recurrence.
+    /// replaced. With the same recurrence its pending occurrence stays (with the new
+    /// payload), so occurrences missed while nothing consumed are still caught up; with
+    /// another, the pending occurrence is replaced by the first of the new recurrence after
+    /// now, unless it is due already: then it stays, and runs once as an ordinary job with
+    /// its old payload (not under [`CatchUp::None`] if a later occurrence was due too).
     Updated,
 }
 
@@ -233,6 +241,15 @@ pub(crate) fn on_due(rule: &Recurrence, catch_up: CatchUp, head: u64, now: u64) 
     Step::Skip { to }
 }
 
+/// Whether the head at `head`, due at `now`, still runs when the series is given another
+/// recurrence (it stays pending, an ordinary job, and the new recurrence's head follows):
+/// unless `catch_up` is [`CatchUp::None`] and its successor is due too, which `None` would
+/// skip. Under `Latest` or `All` it is the one missed occurrence that runs: no occurrence
+/// missed under the old recurrence is dropped silently by the change.
+pub(crate) fn keeps_due_head(rule: &Recurrence, catch_up: CatchUp, head: u64, now: u64) -> bool {
+    catch_up.runs() > 0 || rule.next_after_nanos(head).is_none_or(|next| next > now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,6 +305,24 @@ mod tests {
         // Exactly at the next occurrence's time, it is due too.
         check(CatchUp::None, 100, 110, skip(110));
         check(CatchUp::Latest, 100, 110, skip(110));
+    }
+
+    #[test]
+    fn a_due_head_is_kept_unless_none_would_skip_it() {
+        let every_10s = Recurrence::every(Duration::from_secs(10)).unwrap();
+        for (catch_up, head, now, keep) in [
+            (CatchUp::Latest, 100, 135, true),
+            (CatchUp::All { max: 2 }, 100, 135, true),
+            (CatchUp::None, 100, 105, true),
+            (CatchUp::None, 100, 110, false),
+            (CatchUp::None, 100, 135, false),
+        ] {
+            assert_eq!(
+                keeps_due_head(&every_10s, catch_up, head * S, now * S),
+                keep,
+                "{catch_up:?} {head} {now}"
+            );
+        }
     }
 
     #[test]

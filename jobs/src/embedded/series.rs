@@ -169,8 +169,45 @@ fn drop_head(
     Ok(())
 }
 
-/// `schedule_recurring`: creates or replaces the series and its head, the first occurrence
-/// after `now`.
+/// Gives the series' head at `head`, if it is still a never-delivered pending job, the
+/// payload `payload`; returns its time if so.
+fn keep_head(
+    t: &mut Tables<'_>,
+    counts: &mut Counts,
+    name: &str,
+    head: Option<u64>,
+    payload: &[u8],
+) -> Result<Option<u64>, Error> {
+    let Some(head) = head else { return Ok(None) };
+    let id = occurrence_id(name, head);
+    match t.load(&id)? {
+        Some(stored) if stored.job.status == Status::Pending && stored.job.attempt == 0 => {
+            let job = record::Record {
+                job: stored.job,
+                error: None,
+                payload,
+            };
+            t.set(counts, &id, Some(stored.job), Some(job))?;
+            Ok(Some(head))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Whether the old series' head at `head`, due at `now`, runs before a new recurrence
+/// replaces it, by [`series::keeps_due_head`] with the old rule (one that no longer parses
+/// keeps it: nothing is dropped on a guess).
+fn keeps_due_head(old: &Record, head: u64, now: u64) -> bool {
+    match old.rule.parse::<Recurrence>() {
+        Ok(rule) => series::keeps_due_head(&rule, CatchUp::from_runs(old.runs), head, now),
+        Err(_) => true,
+    }
+}
+
+/// `schedule_recurring`: creates or replaces the series. With the same recurrence its head
+/// stays (with the new payload), so a missed occurrence is still caught up at its claim;
+/// with another, the head is the first occurrence after `now`, and an old head already due
+/// stays pending, an ordinary job, if [`series::keeps_due_head`] says so.
 pub(super) fn set(
     t: &mut Tables<'_>,
     counts: &mut Counts,
@@ -181,28 +218,35 @@ pub(super) fn set(
     catch_up: CatchUp,
 ) -> Result<(Recurring, Option<u64>), Error> {
     let old = t.load_series(name)?;
+    let text = rule.to_string();
+    let mut kept = None;
     let outcome = match &old {
+        Some(old) if old.rule == text => {
+            kept = keep_head(t, counts, name, old.head, &payload)?;
+            Recurring::Updated
+        }
         Some(old) => {
-            drop_head(t, counts, name, old.head)?;
+            match old.head {
+                Some(head) if head <= now && keeps_due_head(old, head, now) => {}
+                _ => drop_head(t, counts, name, old.head)?,
+            }
             Recurring::Updated
         }
         None => Recurring::Created,
     };
     let last = old.and_then(|old| old.last);
-    let head = place_head(
-        t,
-        counts,
-        rule,
-        name,
-        rule.next_after_nanos(now),
-        last,
-        &payload,
-    )?;
+    let head = match kept {
+        Some(head) => Some(head),
+        None => {
+            let first = rule.next_after_nanos(now);
+            place_head(t, counts, rule, name, first, last, &payload)?
+        }
+    };
     let record = Record {
         runs: catch_up.runs(),
         head,
         last,
-        rule: rule.to_string(),
+        rule: text,
         payload,
     };
     t.set_series(name, Some(&record))?;

@@ -14,8 +14,11 @@ impl JobQueue {
     /// Creates the recurring series `name`: a job with `payload` at every occurrence of
     /// `recurrence`, under the default catch-up policy ([`CatchUp::Latest`]). If the series
     /// exists, its recurrence and payload are replaced ([`Recurring::Updated`]) and its
-    /// pending occurrence with the first of the new recurrence; its policy becomes the
-    /// default. Durable when it returns.
+    /// policy becomes the default: with the same recurrence its pending occurrence stays
+    /// (with the new payload), so calling this at every start catches up what was missed;
+    /// with another, the pending occurrence is replaced by the first of the new recurrence,
+    /// unless already due (then it runs once first: see [`Recurring::Updated`]). Durable
+    /// when it returns.
     ///
     /// Each occurrence is an ordinary job (it shows in [`get`](Self::get), gets leases,
     /// retries, and goes [`Dead`](crate::JobState::Dead) after
