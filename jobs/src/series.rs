@@ -206,7 +206,9 @@ pub(crate) enum Step {
     /// Deliver it; the next head is at `next` (`None`: the recurrence has no more).
     Deliver { next: Option<u64> },
     /// Do not deliver it (a later occurrence superseded it): delete it, and the head is at
-    /// `to` instead.
+    /// `to` instead. A `to` already due (always under `Latest` and `All`) is run by the
+    /// same claim, its own step being `Deliver`: left pending, it could be superseded in
+    /// turn by every claim that comes more than an interval after it.
     Skip { to: Option<u64> },
 }
 

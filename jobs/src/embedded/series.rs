@@ -290,9 +290,23 @@ pub(super) fn is_head(t: &Tables<'_>, id: &str) -> Result<bool, Error> {
     Ok(head.is_some_and(|head| occurrence_id(name, head) == id))
 }
 
+/// What the first claim of a pending job does, from [`on_first_claim`].
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum FirstClaim {
+    /// Deliver it.
+    Deliver,
+    /// It was a series' head, superseded (deleted) by a later occurrence that is due too:
+    /// deliver that one, the job `0`, just made (or adopted) pending, instead.
+    Instead(String),
+    /// It was a series' head, superseded (deleted) by one not yet due: deliver nothing.
+    Skip,
+}
+
 /// The first claim of the pending job `id` at `now`: if it is the head of its series,
-/// moves the head by [`series::on_due`]. Returns whether to deliver it; `false` means it
-/// was superseded and is deleted.
+/// moves the head by [`series::on_due`], in the claim's transaction. An occurrence the
+/// catch-up picks instead of the head is run by this same claim when it is due already
+/// (always under `Latest` and `All`): left pending for a later claim, it could be
+/// superseded in turn whenever claims come further apart than the interval, forever.
 pub(super) fn on_first_claim(
     t: &mut Tables<'_>,
     counts: &mut Counts,
@@ -300,32 +314,51 @@ pub(super) fn on_first_claim(
     now: u64,
     id: &str,
     job: Job,
-) -> Result<bool, Error> {
+) -> Result<FirstClaim, Error> {
     let Some(name) = series::series_of(id) else {
-        return Ok(true);
+        return Ok(FirstClaim::Deliver);
     };
     let Some(mut record) = t.load_series(name)? else {
-        return Ok(true);
+        return Ok(FirstClaim::Deliver);
     };
-    let Some(head) = record.head.filter(|&h| occurrence_id(name, h) == id) else {
+    let Some(mut head) = record.head.filter(|&h| occurrence_id(name, h) == id) else {
         // Not this series' head: an ordinary job with an `@` in its id.
-        return Ok(true);
+        return Ok(FirstClaim::Deliver);
     };
     let rule = rules.get(&record.rule)?.clone();
-    let step = series::on_due(&rule, CatchUp::from_runs(record.runs), head, now);
-    let (deliver, next) = match step {
-        Step::Deliver { next } => {
-            record.last = Some(head);
-            (true, next)
+    let catch_up = CatchUp::from_runs(record.runs);
+    let (mut head_id, mut head_job) = (id.to_owned(), job);
+    // At most twice round: an occurrence the catch-up picks is within the policy's count,
+    // so its own step is `Deliver`; each round the head only grows.
+    loop {
+        match series::on_due(&rule, catch_up, head, now) {
+            Step::Deliver { next } => {
+                record.last = Some(head);
+                record.head =
+                    place_head(t, counts, &rule, name, next, record.last, &record.payload)?;
+                t.set_series(name, Some(&record))?;
+                return Ok(if head_id == id {
+                    FirstClaim::Deliver
+                } else {
+                    FirstClaim::Instead(head_id)
+                });
+            }
+            Step::Skip { to } => {
+                t.set(counts, &head_id, Some(head_job), None)?;
+                record.head = place_head(t, counts, &rule, name, to, record.last, &record.payload)?;
+                let due = record.head.filter(|&h| h <= now);
+                let loaded = match due {
+                    Some(h) => t.load(&occurrence_id(name, h))?.map(|s| (h, s.job)),
+                    None => None,
+                };
+                let Some((h, job)) = loaded else {
+                    t.set_series(name, Some(&record))?;
+                    return Ok(FirstClaim::Skip);
+                };
+                (head, head_id, head_job) = (h, occurrence_id(name, h), job);
+            }
         }
-        Step::Skip { to } => {
-            t.set(counts, id, Some(job), None)?;
-            (false, to)
-        }
-    };
-    record.head = place_head(t, counts, &rule, name, next, record.last, &record.payload)?;
-    t.set_series(name, Some(&record))?;
-    Ok(deliver)
+    }
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant, SystemTime};
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, Table, TableDefinition};
 
 use super::record::Record;
-use super::series::{self, Rules};
+use super::series::{self, FirstClaim, Rules};
 use super::wal::{self, Wal};
 use crate::backend::{ClaimBatch, Claimed};
 use crate::config::Config;
@@ -972,8 +972,8 @@ impl Store {
         let until = add(now, self.lease);
         let mut jobs = Vec::with_capacity(due.len());
         let mut died = 0;
-        for (at, id) in due {
-            let Some(stored) = t.load(&id)? else {
+        for (at, mut id) in due {
+            let Some(mut stored) = t.load(&id)? else {
                 return Err(Error::storage(format!(
                     "due index names a missing job {id:?} at {at}"
                 )));
@@ -981,11 +981,17 @@ impl Store {
             // The first claim of a series' head moves the series in this transaction.
             let before = stored.job;
             let first = before.attempt == 0 && before.status == Status::Pending;
-            if first
-                && id.contains('@')
-                && !series::on_first_claim(t, counts, &mut self.rules, now, &id, before)?
-            {
-                continue;
+            if first && id.contains('@') {
+                match series::on_first_claim(t, counts, &mut self.rules, now, &id, before)? {
+                    FirstClaim::Deliver => {}
+                    FirstClaim::Skip => continue,
+                    FirstClaim::Instead(instead) => {
+                        stored = t.load(&instead)?.ok_or_else(|| {
+                            Error::storage(format!("series occurrence {instead:?} is missing"))
+                        })?;
+                        id = instead;
+                    }
+                }
             }
             let mut job = stored.job;
             let token = self.token();

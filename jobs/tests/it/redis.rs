@@ -424,6 +424,61 @@ async fn a_stale_list_never_makes_a_delivered_occurrence_again() {
     q.close().await.unwrap();
 }
 
+/// One call of `claim.lua` after a downtime under `Latest`: the head is superseded by the
+/// latest occurrence due, and that one is leased by the same call (left pending, it could
+/// be superseded again by every claim that comes more than an interval after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_claim_runs_the_occurrence_that_supersedes_the_head() {
+    let server = RedisServer::start();
+    let q = queue(&server, |_| {}).await;
+    q.schedule_recurring("s", Recurrence::every(ms(100)).unwrap(), "p")
+        .await
+        .unwrap();
+    let head = q.list_recurring().await.unwrap()[0].next_run().unwrap();
+    q.close().await.unwrap();
+    tokio::time::sleep(ms(350)).await;
+    let script = concat!(
+        include_str!("../../src/redis/lua/series.lua"),
+        include_str!("../../src/redis/lua/claim.lua")
+    );
+    let keys = [
+        "meta",
+        "payload",
+        "due",
+        "counts",
+        "seq",
+        "dead",
+        "series",
+        "series_payload",
+        "series_next",
+        "errors",
+        "running",
+    ]
+    .map(|k| format!("{{orders}}:{k}"));
+    let mut args = vec!["EVAL", script, "11"];
+    args.extend(keys.iter().map(String::as_str));
+    args.extend(["10", "30000000", "25"]);
+    let reply = server.cli(&args);
+    let leased: Vec<&str> = reply.lines().filter(|l| l.starts_with("s@")).collect();
+    assert_eq!(leased.len(), 1, "{reply}");
+    let at: jiff::Timestamp = leased[0]["s@".len()..].parse().unwrap();
+    let at = std::time::SystemTime::try_from(at).unwrap();
+    // At least 250 ms after the head: the head and two more were due.
+    assert!(
+        at >= head + 2 * ms(100),
+        "the latest due, not the head {head:?}: {reply}"
+    );
+    let q = queue(&server, |_| {}).await;
+    assert_eq!(
+        (q.pending().await.unwrap(), q.running().await.unwrap()),
+        (1, 1)
+    );
+    let info = &q.list_recurring().await.unwrap()[0];
+    assert_eq!(info.last_run(), Some(at));
+    assert_eq!(info.next_run(), Some(at + ms(100)));
+    q.close().await.unwrap();
+}
+
 /// A cluster node that stops answering (SIGSTOP, like a network partition) fails the calls
 /// on its partitions with `is_unavailable` after `redis_timeout`, instead of hanging them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -870,3 +870,31 @@ fn a_clock_gone_back_does_not_make_a_delivered_occurrence_again() {
         Some(UNIX_EPOCH + Duration::from_nanos(110))
     );
 }
+
+/// Under `Latest` the claim that finds a head superseded runs the occurrence that
+/// supersedes it in the same step: left pending for another claim, it would be superseded
+/// in turn whenever claims come further apart than the interval, and nothing would run.
+#[test]
+fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
+    let mut store = store();
+    one(&mut store, set_every_10("s"), 100);
+    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, 135) else {
+        panic!("a claim");
+    };
+    let ids: Vec<_> = batch
+        .jobs
+        .iter()
+        .map(|j| (j.id.as_str(), j.run_at))
+        .collect();
+    assert_eq!(ids, [("s@1970-01-01T00:00:00.00000013Z", 130)]);
+    assert_eq!((store.counts().pending, store.counts().leased), (1, 1));
+    let info = &list(&mut store, 135)[0];
+    assert_eq!(
+        info.last_run(),
+        Some(UNIX_EPOCH + Duration::from_nanos(130))
+    );
+    assert_eq!(
+        info.next_run(),
+        Some(UNIX_EPOCH + Duration::from_nanos(140))
+    );
+}

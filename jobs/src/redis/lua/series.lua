@@ -100,20 +100,23 @@ end
 
 -- The first claim of the pending job `id` at `now` (microseconds): if it is the head of its
 -- series, moves the head by series.rs's `on_due`, its later occurrences read from the list.
--- Returns true to deliver the job, false if it was skipped (superseded: deleted) or the
+-- Returns the id to deliver: `id`, or a later occurrence that superseded it (`id` deleted)
+-- and is due too, made (or adopted) pending here and delivered by this claim: left for a
+-- later claim, it could be superseded in turn whenever claims come further apart than the
+-- interval, forever. Returns nil to deliver nothing: superseded by one not yet due, or the
 -- list ran out before `now` (left pending, for Rust to decide: noted in `notes`). Also
 -- notes a list running low, for Rust to top up.
 local function series_due(S, id, now, notes)
   local name = string.match(id, '^([^@]+)@')
-  if not name then return true end
+  if not name then return id end
   local s = series_get(S, name)
-  if not s or s.head_text == '' or name .. '@' .. s.head_text ~= id then return true end
+  if not s or s.head_text == '' or name .. '@' .. s.head_text ~= id then return id end
   local list = series_list(redis.call('HGET', S.series_next, name))
   local due = 0
   while due < #list and series_score(list[due + 1][1]) <= now do due = due + 1 end
   if due == #list then
     notes[#notes + 1] = {name, 'dry', s.version, s.head_ns, s.runs, s.rule}
-    return false
+    return nil
   end
   -- `due` later occurrences are due too; the head and they are the missed ones.
   local deliver, to = true, 1
@@ -130,9 +133,14 @@ local function series_due(S, id, now, notes)
   else
     series_drop(S, id)
   end
-  series_place(S, name, s, list, to, redis.call('HGET', S.series_payload, name))
+  local score = series_place(S, name, s, list, to, redis.call('HGET', S.series_payload, name))
+  if not deliver and score and score <= now then
+    -- Within the policy's count, so its own step delivers it: at most one more round.
+    return series_due(S, name .. '@' .. s.head_text, now, notes)
+  end
   if #list - to < SERIES_LOW then
     notes[#notes + 1] = {name, 'low', s.version, s.head_ns, s.runs, s.rule}
   end
-  return deliver
+  if deliver then return id end
+  return nil
 end
