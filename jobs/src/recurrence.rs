@@ -152,6 +152,11 @@ impl Recurrence {
         })
     }
 
+    /// The shortest interval [`every`](Recurrence::every) takes: each occurrence is a job
+    /// created, claimed and run in turn, and on Redis a series keeps a list of 16 upcoming
+    /// occurrences that must outlast a claim's round trips.
+    pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
     /// A fixed interval: the occurrences are the multiples of `interval` since the Unix
     /// epoch (1970-01-01T00:00:00Z), so `every(1 h)` falls on the hour, UTC.
     ///
@@ -171,11 +176,18 @@ impl Recurrence {
     ///
     /// # Errors
     ///
-    /// [`Error::is_invalid_recurrence`] if `interval` is zero or longer than `u64::MAX`
+    /// [`Error::is_invalid_recurrence`] if `interval` is zero, shorter than
+    /// [`MIN_INTERVAL`](Recurrence::MIN_INTERVAL) (1 ms), or longer than `u64::MAX`
     /// nanoseconds (about 584 years).
     pub fn every(interval: Duration) -> Result<Recurrence, Error> {
         match u64::try_from(interval.as_nanos()) {
             Ok(0) => Err(Error::invalid_recurrence("the interval is zero")),
+            Ok(_) if interval < Recurrence::MIN_INTERVAL => {
+                Err(Error::invalid_recurrence(format!(
+                    "the interval {interval:?} is under 1 ms: occurrences that close could not \
+                 each be created, claimed and run"
+                )))
+            }
             Ok(nanos) => Ok(Recurrence {
                 rule: Rule::Every { nanos },
             }),
