@@ -281,7 +281,7 @@ pub(super) fn list(t: &Tables<'_>, rules: &mut Rules) -> Result<Vec<RecurringInf
 }
 
 /// Whether `id` is the pending occurrence of its series (which `cancel` leaves alone: the
-/// series would have none).
+/// series would have none; and `reschedule`: its time is its id and the series').
 pub(super) fn is_head(t: &Tables<'_>, id: &str) -> Result<bool, Error> {
     let Some(name) = series::series_of(id) else {
         return Ok(false);

@@ -767,7 +767,8 @@ impl Store {
                 _ => (Reply::Bool(false), false),
             },
             Op::Reschedule { id, when } => match t.load(&id)? {
-                Some(stored) => {
+                // A series' pending occurrence keeps its time (its id and its series').
+                Some(stored) if !series::is_head(t, &id)? => {
                     let mut job = stored.job;
                     if job.reschedule(when.resolve(now)) {
                         t.set(counts, &id, Some(stored.job), Some(stored.with(job)))?;
@@ -776,7 +777,7 @@ impl Store {
                         (Reply::Moved(None), false)
                     }
                 }
-                None => (Reply::Moved(None), false),
+                _ => (Reply::Moved(None), false),
             },
             Op::Get { id } => {
                 let info = t.load(&id)?.map(|stored| stored.info(id));

@@ -141,7 +141,8 @@ pub(super) struct Scripts {
     pause: Script,
 }
 
-/// A script that changes recurring series: `lua/series.lua`'s functions, then its body.
+/// A script that changes recurring series or leaves their pending occurrences alone:
+/// `lua/series.lua`'s functions, then its body.
 macro_rules! series_script {
     ($file:literal) => {
         Script::new(concat!(
@@ -155,8 +156,8 @@ impl Scripts {
     pub(super) fn load() -> Scripts {
         Scripts {
             schedule: Script::new(include_str!("lua/schedule.lua")),
-            cancel: Script::new(include_str!("lua/cancel.lua")),
-            reschedule: Script::new(include_str!("lua/reschedule.lua")),
+            cancel: series_script!("cancel.lua"),
+            reschedule: series_script!("reschedule.lua"),
             get: Script::new(include_str!("lua/get.lua")),
             claim: series_script!("claim.lua"),
             ack: Script::new(include_str!("lua/ack.lua")),
@@ -255,7 +256,7 @@ impl Scripts {
     ) -> Result<Option<u64>, Error> {
         let (mode, value, score) = when_args(when);
         let mut call = self.reschedule.prepare_invoke();
-        call.key(&k.meta).key(&k.due);
+        call.key(&k.meta).key(&k.due).key(&k.series);
         call.arg(id)
             .arg(mode)
             .arg(value)

@@ -43,6 +43,7 @@ macro_rules! run_recurring_suite {
             recurring_a_delivered_job_under_an_occurrence_id_is_skipped,
             recurring_setting_it_again_keeps_a_missed_occurrence,
             recurring_a_new_recurrence_runs_a_due_occurrence_first,
+            recurring_its_pending_occurrence_is_not_rescheduled,
         );
     };
 }
@@ -662,5 +663,25 @@ pub async fn recurring_a_new_recurrence_runs_a_due_occurrence_first(h: impl Harn
     }
     assert_eq!(seen[0], ("keep".to_owned(), b"old".to_vec()), "{seen:?}");
     assert_eq!(seen.iter().filter(|(_, p)| p == b"old").count(), 1);
+    queue.close().await.unwrap();
+}
+
+/// `reschedule` leaves a series' pending occurrence alone, as `cancel` does: its time is
+/// its id and the series' schedule (moved past its successor, it would be superseded and
+/// never run). Once delivered, it is an ordinary job: its retry is its own.
+pub async fn recurring_its_pending_occurrence_is_not_rescheduled(h: impl Harness) {
+    let queue = open(&h).await;
+    queue
+        .schedule_recurring("r", every(P), "series")
+        .await
+        .unwrap();
+    let head = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let id = occurrence("r", head);
+    assert!(!queue.reschedule(&id, 3 * P).await.unwrap());
+    assert_eq!(queue.get(&id).await.unwrap().unwrap().run_at(), head);
+    let mut consumer = queue.consume();
+    let d = next_or_stalled(&mut consumer, "the occurrence never ran").await;
+    assert_eq!((d.id(), d.run_at()), (id.as_str(), head));
+    assert!(d.ack().await.unwrap());
     queue.close().await.unwrap();
 }

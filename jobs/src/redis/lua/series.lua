@@ -1,7 +1,8 @@
 -- series.lua: recurring series, the rules of jobs/src/series.rs written out in Lua. Not a
 -- script of its own: its functions are prepended to claim.lua, recurring_set.lua,
--- recurring_fill.lua and recurring_cancel.lua, which pass their keys in a table S (meta,
--- payload, due, counts: see schedule.lua; series, series_payload, series_next below).
+-- recurring_fill.lua, recurring_cancel.lua, cancel.lua and reschedule.lua, which pass their
+-- keys in a table S (meta, payload, due, counts: see schedule.lua; series, series_payload,
+-- series_next below; cancel.lua and reschedule.lua only read S.series).
 --
 -- S.series         hash  name -> "version|runs|head_ns|head_text|last_ns|rule" (head empty
 --                        when the recurrence has no occurrence left, last_ns empty before
@@ -41,6 +42,15 @@ end
 local function series_put(S, name, s)
   redis.call('HSET', S.series, name, s.version .. '|' .. s.runs .. '|' .. s.head_ns .. '|' ..
     s.head_text .. '|' .. s.last_ns .. '|' .. s.rule)
+end
+
+-- Whether `id` is the pending occurrence of its series, which cancel.lua and
+-- reschedule.lua leave alone (the series would have none, or an occurrence out of turn).
+local function series_is_head(S, id)
+  local name = string.match(id, '^([^@]+)@')
+  if not name then return false end
+  local s = series_get(S, name)
+  return s ~= nil and s.head_text ~= '' and name .. '@' .. s.head_text == id
 end
 
 local function series_list(text)
