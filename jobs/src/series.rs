@@ -243,6 +243,23 @@ pub(crate) fn on_due(rule: &Recurrence, catch_up: CatchUp, head: u64, now: u64) 
     Step::Skip { to }
 }
 
+/// Logs a series whose stored recurrence no longer parses (a later version refuses what an
+/// earlier one stored, or a zone left the time-zone database). Such a series is never
+/// listed, and its pending occurrence, when claimed, runs as an ordinary job and leaves the
+/// series without one: failing the claim instead would fail every claim that meets it.
+/// [`schedule_recurring`](crate::JobQueue::schedule_recurring) sets it anew,
+/// [`cancel_recurring`](crate::JobQueue::cancel_recurring) removes it.
+pub(crate) fn unparsable(name: &str, rule: &str, err: &Error) {
+    tracing::warn!(
+        series = name,
+        recurrence = rule,
+        error = %err,
+        "wheel-jobs: a recurring series' stored recurrence no longer parses; it is not listed \
+         and its pending occurrence runs once as an ordinary job; set it again with \
+         schedule_recurring or remove it with cancel_recurring"
+    );
+}
+
 /// Whether the head at `head`, due at `now`, still runs when the series is given another
 /// recurrence (it stays pending, an ordinary job, and the new recurrence's head follows):
 /// unless `catch_up` is [`CatchUp::None`] and its successor is due too, which `None` would

@@ -263,11 +263,18 @@ pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Counts, name: &str) -> Res
     Ok(true)
 }
 
-/// `list_recurring`: every series, in name order.
+/// `list_recurring`: every series, in name order, but those whose stored recurrence no
+/// longer parses (logged).
 pub(super) fn list(t: &Tables<'_>, rules: &mut Rules) -> Result<Vec<RecurringInfo>, Error> {
     let mut out = Vec::new();
     for (name, record) in t.all_series()? {
-        let rule = rules.get(&record.rule)?.clone();
+        let rule = match rules.get(&record.rule) {
+            Ok(rule) => rule.clone(),
+            Err(err) => {
+                series::unparsable(&name, &record.rule, &err);
+                continue;
+            }
+        };
         let catch_up = CatchUp::from_runs(record.runs);
         out.push(RecurringInfo::new(
             name,
@@ -325,7 +332,17 @@ pub(super) fn on_first_claim(
         // Not this series' head: an ordinary job with an `@` in its id.
         return Ok(FirstClaim::Deliver);
     };
-    let rule = rules.get(&record.rule)?.clone();
+    let rule = match rules.get(&record.rule) {
+        Ok(rule) => rule.clone(),
+        Err(err) => {
+            // Failing the claim would fail every claim that meets this head, for good.
+            series::unparsable(name, &record.rule, &err);
+            record.last = Some(head);
+            record.head = None;
+            t.set_series(name, Some(&record))?;
+            return Ok(FirstClaim::Deliver);
+        }
+    };
     let catch_up = CatchUp::from_runs(record.runs);
     let (mut head_id, mut head_job) = (id.to_owned(), job);
     // At most twice round: an occurrence the catch-up picks is within the policy's count,

@@ -25,7 +25,7 @@ use super::scripts::{series_record, SeriesNote};
 use super::{Partition, Redis};
 use crate::error::Error;
 use crate::recurrence::Recurrence;
-use crate::series::{on_due, CatchUp, Recurring, RecurringInfo, Step};
+use crate::series::{self, on_due, CatchUp, Recurring, RecurringInfo, Step};
 
 /// Occurrences a list holds after its head, at least; a claim notes it low below 8.
 const LIST: usize = 16;
@@ -136,8 +136,14 @@ impl Redis {
                 .await
                 .map_err(redis_error)?;
             for (name, record) in all {
-                let (runs, head, last, rule) = series_record(&record)?;
-                let rule = self.rules.get(&rule)?;
+                let (runs, head, last, text) = series_record(&record)?;
+                let rule = match self.rules.get(&text) {
+                    Ok(rule) => rule,
+                    Err(err) => {
+                        series::unparsable(&name, &text, &err);
+                        continue;
+                    }
+                };
                 let catch_up = CatchUp::from_runs(runs);
                 out.push(RecurringInfo::new(name, rule, catch_up, head, last));
             }
@@ -170,7 +176,19 @@ impl Redis {
     }
 
     async fn fill_one(&self, part: &Partition, now: u64, note: &SeriesNote) -> Result<(), Error> {
-        let rule = self.rules.get(&note.rule)?;
+        let rule = match self.rules.get(&note.rule) {
+            Ok(rule) => rule,
+            Err(err) => {
+                // Retrying would keep a dry head pending, first in line, for good.
+                series::unparsable(&note.name, &note.rule, &err);
+                let mut conn = self.conn()?;
+                (self.scripts)
+                    .recurring_fill(&mut conn, &part.keys, note, None)
+                    .await?;
+                self.changed();
+                return Ok(());
+            }
+        };
         let head = if note.dry {
             let catch_up = CatchUp::from_runs(note.runs);
             match note.head.map(|head| on_due(&rule, catch_up, head, now)) {
@@ -184,7 +202,7 @@ impl Redis {
         let times = upcoming(&rule, head, now);
         let mut conn = self.conn()?;
         (self.scripts)
-            .recurring_fill(&mut conn, &part.keys, note, &times)
+            .recurring_fill(&mut conn, &part.keys, note, Some(&times))
             .await?;
         // A moved head may be due at once.
         self.changed();

@@ -479,6 +479,39 @@ async fn one_claim_runs_the_occurrence_that_supersedes_the_head() {
     q.close().await.unwrap();
 }
 
+/// A series whose stored recurrence no longer parses (here a sub-millisecond interval an
+/// earlier version stored) with its list of next occurrences run out: the claim's note
+/// cannot be filled, so the series lets go of its pending occurrence, which runs as an
+/// ordinary job, instead of staying first in line undelivered for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_recurrence_that_no_longer_parses_lets_its_occurrence_run() {
+    let server = RedisServer::start();
+    let q = queue(&server, |_| {}).await;
+    q.schedule_recurring("s", Recurrence::every(ms(100)).unwrap(), "p")
+        .await
+        .unwrap();
+    let head = q.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let record = server.cli(&["HGET", "{orders}:series", "s"]);
+    let (kept, _) = record.rsplit_once('|').unwrap();
+    server.cli(&[
+        "HSET",
+        "{orders}:series",
+        "s",
+        &format!("{kept}|every 500us"),
+    ]);
+    server.cli(&["HSET", "{orders}:series_next", "s", ""]);
+    assert!(q.list_recurring().await.unwrap().is_empty());
+    let mut consumer = q.consume();
+    let d = tokio::time::timeout(Duration::from_secs(60), next(&mut consumer))
+        .await
+        .expect("the occurrence never ran");
+    assert_eq!(d.run_at(), head);
+    assert!(d.ack().await.unwrap());
+    assert_eq!(q.pending().await.unwrap(), 0);
+    assert!(q.cancel_recurring("s").await.unwrap());
+    q.close().await.unwrap();
+}
+
 /// A cluster node that stops answering (SIGSTOP, like a network partition) fails the calls
 /// on its partitions with `is_unavailable` after `redis_timeout`, instead of hanging them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

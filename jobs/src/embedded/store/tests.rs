@@ -906,3 +906,38 @@ fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
         Some(UNIX_EPOCH + Duration::from_millis(140))
     );
 }
+
+/// A series whose stored recurrence no longer parses (here a sub-millisecond interval an
+/// earlier version stored) fails no claim: its pending occurrence runs as an ordinary job,
+/// the series is left without one, and it is not listed.
+#[test]
+fn a_stored_recurrence_that_no_longer_parses_fails_no_claim() {
+    let mut store = store();
+    one(&mut store, set_every_10("s"), 100 * MS);
+    {
+        let txn = store.db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(SERIES).unwrap();
+            let bytes = table.get("s").unwrap().unwrap().value().to_vec();
+            let mut record = series::Record::decode(&bytes).unwrap();
+            record.rule = "every 500us".into();
+            table.insert("s", record.encode().as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    assert!(list(&mut store, 105 * MS).is_empty());
+    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, 112 * MS) else {
+        panic!("a claim");
+    };
+    assert_eq!(batch.jobs.len(), 1);
+    assert_eq!(batch.jobs[0].run_at, 110 * MS);
+    assert_eq!((store.counts().pending, store.counts().leased), (0, 1));
+    assert_eq!(
+        one(
+            &mut store,
+            Op::CancelRecurring { name: "s".into() },
+            112 * MS
+        ),
+        Reply::Bool(true)
+    );
+}
