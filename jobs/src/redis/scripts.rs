@@ -389,23 +389,23 @@ impl Scripts {
         Ok((outcome, head, last))
     }
 
-    /// `recurring_fill.lua`: the head at `times[0]` and its next occurrences, if the series
-    /// is still at `version` with the head `head`; whether it applied. No `times`: the
-    /// series' recurrence no longer parses, and it lets go of its head (an ordinary job
-    /// from then on).
+    /// `recurring_fill.lua`: the head at `times[0]` and its next occurrences, the first
+    /// `go` of them to run without counting, if the series is still at `version` with the
+    /// head `head`; whether it applied. No `times`: the series' recurrence no longer parses,
+    /// and it lets go of its head (an ordinary job from then on).
     pub(super) async fn recurring_fill(
         &self,
         conn: &mut Conn,
         k: &Keys,
         note: &SeriesNote,
-        times: Option<&[u64]>,
+        times: Option<(&[u64], usize)>,
     ) -> Result<bool, Error> {
         let mut call = self.recurring_fill.prepare_invoke();
         series_keys(&mut call, k);
         let head = note.head.map(|h| h.to_string()).unwrap_or_default();
         call.arg(&note.name).arg(&note.version).arg(head);
         match times {
-            Some(times) => call.arg(entries(times)),
+            Some((times, go)) => call.arg(entries(times)).arg(go),
             None => call.arg("").arg("detach"),
         };
         let applied: u64 = call.invoke_async(conn).await.map_err(redis_error)?;

@@ -14,6 +14,11 @@
 //!   racing a `schedule_recurring`, change nothing twice. A fill that fails or is lost (a
 //!   kill) is noted again by the next claim; nothing depends on it but how soon a dry head
 //!   runs.
+//! - A list is bounded (`upcoming`): after a backlog it holds `4 * LIST` occurrences, all
+//!   due; the claim that runs through it notes it dry, and the fill that decides the
+//!   catch-up also tells how many of the new list's due occurrences the claims run without
+//!   counting again (`go`, stored before the list), so a backlog costs each script the
+//!   list's length, never the backlog's.
 //! - Times are the server's: the first occurrence follows the server's `TIME`.
 
 use std::collections::HashMap;
@@ -52,15 +57,22 @@ impl Rules {
     }
 }
 
-/// `head` and the occurrences after it: at least `LIST`, and past `now`.
+/// `head` and the occurrences after it: `LIST` past `now`, or after a backlog (a head far
+/// behind `now`) `4 * LIST` in all, so that a script reads and writes a bounded list
+/// whatever the backlog; a claim that runs through it notes it dry, and Rust decides the
+/// rest.
 fn upcoming(rule: &Recurrence, head: Option<u64>, now: u64) -> Vec<u64> {
     let mut times: Vec<u64> = head.into_iter().collect();
+    let mut past_now = 0;
     while let Some(&last) = times.last() {
-        if times.len() > LIST && last > now {
+        if past_now >= LIST || times.len() > 4 * LIST {
             break;
         }
         match rule.next_after_nanos(last) {
-            Some(next) => times.push(next),
+            Some(next) => {
+                past_now += usize::from(next > now);
+                times.push(next);
+            }
             None => break,
         }
     }
@@ -175,6 +187,10 @@ impl Redis {
         (moved, failed)
     }
 
+    /// Gives a noted series its next occurrences; for a dry note, with the catch-up decided
+    /// here: the head to run, and how many of the list's occurrences from it, all due now
+    /// and within the policy's count, the claims run without counting again (`go`): after
+    /// a backlog longer than the list, counting in the list cannot tell.
     async fn fill_one(&self, part: &Partition, now: u64, note: &SeriesNote) -> Result<(), Error> {
         let rule = match self.rules.get(&note.rule) {
             Ok(rule) => rule,
@@ -200,9 +216,16 @@ impl Redis {
             note.head
         };
         let times = upcoming(&rule, head, now);
+        // A dry head that runs (or its due successor): every occurrence due now from it is
+        // within the policy's count, else `on_due` would have moved the head further.
+        let go = if note.dry {
+            times.iter().take_while(|&&t| t <= now).count()
+        } else {
+            0
+        };
         let mut conn = self.conn()?;
         (self.scripts)
-            .recurring_fill(&mut conn, &part.keys, note, Some(&times))
+            .recurring_fill(&mut conn, &part.keys, note, Some((&times, go)))
             .await?;
         // A moved head may be due at once.
         self.changed();
@@ -223,9 +246,14 @@ mod tests {
         assert_eq!(list.len(), LIST + 1);
         assert_eq!(list[0], 10 * second);
         assert_eq!(list[LIST], (10 + LIST as u64) * second);
-        // After a downtime the list runs past the server's time.
-        let list = upcoming(&rule, Some(10 * second), 100 * second);
-        assert_eq!(*list.last().unwrap(), 101 * second);
+        // After a short downtime the list runs `LIST` past the server's time.
+        let list = upcoming(&rule, Some(10 * second), 20 * second);
+        assert_eq!(*list.last().unwrap(), (20 + LIST as u64) * second);
+        // After a long one it stops at `4 * LIST` after the head: bounded by the list, not
+        // the backlog.
+        let list = upcoming(&rule, Some(10 * second), 1000 * second);
+        assert_eq!(list.len(), 4 * LIST + 1);
+        assert_eq!(*list.last().unwrap(), (10 + 4 * LIST as u64) * second);
         assert!(upcoming(&rule, None, 0).is_empty());
     }
 }

@@ -512,6 +512,35 @@ async fn a_stored_recurrence_that_no_longer_parses_lets_its_occurrence_run() {
     q.close().await.unwrap();
 }
 
+/// `CatchUp::All` with a backlog far longer than a series' stored list (2 s of an
+/// occurrence a millisecond): every missed occurrence runs, in order, while the list the
+/// scripts read and rewrite at each claim stays bounded (about 64 occurrences), not the
+/// backlog's length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_backlog_under_all_runs_in_order_with_a_bounded_list() {
+    let server = RedisServer::start();
+    let q = queue(&server, |_| {}).await;
+    let all = wheel_jobs::CatchUp::All { max: 1_000_000 };
+    q.schedule_recurring_with("b", Recurrence::every(ms(1)).unwrap(), "p", all)
+        .await
+        .unwrap();
+    let head = q.list_recurring().await.unwrap()[0].next_run().unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut consumer = q.consume();
+    for i in 0..300 {
+        let d = tokio::time::timeout(Duration::from_secs(60), next(&mut consumer))
+            .await
+            .unwrap_or_else(|_| panic!("stalled after {i} occurrences"));
+        assert_eq!(d.run_at(), head + i * ms(1), "{}", d.id());
+        assert!(d.ack().await.unwrap());
+    }
+    let listed = server.cli(&["HGET", "{orders}:series_next", "b"]);
+    let entries = listed.matches('=').count();
+    assert!(entries <= 80, "{entries} occurrences stored");
+    drop(consumer);
+    q.close().await.unwrap();
+}
+
 /// A cluster node that stops answering (SIGSTOP, like a network partition) fails the calls
 /// on its partitions with `is_unavailable` after `redis_timeout`, instead of hanging them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

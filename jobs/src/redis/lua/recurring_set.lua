@@ -42,7 +42,8 @@ if old then
     -- Another recurrence: an old head already due runs (left pending, an ordinary job)
     -- unless the old policy is None and its successor is due too (series.rs's
     -- `keeps_due_head`); a list with no successor is a recurrence at its end.
-    local successor = series_list(redis.call('HGET', S.series_next, name))[1]
+    local _, next_list = series_next_of(S, name)
+    local successor = next_list[1]
     local keep = old.rule ~= ARGV[2] and series_score(old.head_ns) <= now_us and
       (old.runs > 0 or not successor or series_score(successor[1]) > now_us)
     if not keep then series_drop(S, id) end
@@ -52,7 +53,7 @@ local list = series_list(ARGV[5])
 local from = 1
 while from <= #list and not series_later(list[from][1], now_ns) do from = from + 1 end
 if from > #list then from = 1 end
-local score = series_place(S, name, s, list, from, ARGV[4])
+local score = series_place(S, name, s, list, from, ARGV[4], 0)
 if score then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if tonumber(head[2]) >= score then

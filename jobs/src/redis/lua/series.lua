@@ -11,7 +11,10 @@
 -- S.series_payload hash  name -> payload of every occurrence
 -- S.series_next    hash  name -> "ns=text,ns=text,..." the occurrences after the head, in
 --                        order, computed in Rust (Lua knows no cron nor zones) by set and
---                        fill; the claim of the head pops from it.
+--                        fill; the claim of the head pops from it. At most about 64 (Rust's
+--                        `upcoming`). After a dry note it starts "!go;": the head and the
+--                        go - 1 occurrences after it are due and run without counting (the
+--                        fill decided their catch-up; the list alone cannot tell).
 --
 -- The head is an ordinary pending job, id name .. '@' .. head_text, run_at head_ns.
 
@@ -59,6 +62,24 @@ local function series_list(text)
   return list
 end
 
+-- The series' stored next occurrences: (go, list).
+local function series_next_of(S, name)
+  local text = redis.call('HGET', S.series_next, name) or ''
+  local go, rest = string.match(text, '^!(%d+);(.*)$')
+  if go then return tonumber(go), series_list(rest) end
+  return 0, series_list(text)
+end
+
+-- Stores `list` from `from` on as the series' next occurrences, `go` of its head's run
+-- without counting.
+local function series_put_next(S, name, go, list, from)
+  local rest = {}
+  for j = from, #list do rest[#rest + 1] = list[j][1] .. '=' .. list[j][2] end
+  local prefix = ''
+  if go > 0 then prefix = '!' .. go .. ';' end
+  redis.call('HSET', S.series_next, name, prefix .. table.concat(rest, ','))
+end
+
 -- Deletes the job `id` if it is pending (a series' head that is replaced or cancelled).
 local function series_drop(S, id)
   local meta = redis.call('HGET', S.meta, id)
@@ -73,8 +94,9 @@ end
 -- Makes the first entry of `list` from `from` after the series' last delivered occurrence
 -- whose id is free (or a never-delivered pending job's, attempt 0) the head of `s`: creates
 -- its job with `payload`. Writes the rest of the list after it and the record. Returns the
--- head's score, or nil if the list held none (head left empty).
-local function series_place(S, name, s, list, from, payload)
+-- head's score, or nil if the list held none (head left empty). `go`: of list[from] and
+-- after, how many run without counting (0 for none), less those passed over.
+local function series_place(S, name, s, list, from, payload, go)
   local i = from
   while i <= #list do
     local id = name .. '@' .. list[i][2]
@@ -95,9 +117,7 @@ local function series_place(S, name, s, list, from, payload)
     if later and string.sub(meta, 1, 4) == 'p:0:' then break end
     i = i + 1
   end
-  local rest = {}
-  for j = i + 1, #list do rest[#rest + 1] = list[j][1] .. '=' .. list[j][2] end
-  redis.call('HSET', S.series_next, name, table.concat(rest, ','))
+  series_put_next(S, name, math.max((go or 0) - (i - from), 0), list, i + 1)
   if i <= #list then
     s.head_ns, s.head_text = list[i][1], list[i][2]
   else
@@ -121,7 +141,17 @@ local function series_due(S, id, now, notes)
   if not name then return id end
   local s = series_get(S, name)
   if not s or s.head_text == '' or name .. '@' .. s.head_text ~= id then return id end
-  local list = series_list(redis.call('HGET', S.series_next, name))
+  local go, list = series_next_of(S, name)
+  local payload = redis.call('HGET', S.series_payload, name)
+  if go > 0 then
+    -- Decided by the fill after a dry note: this head runs, and go - 1 after it.
+    s.last_ns = s.head_ns
+    series_place(S, name, s, list, 1, payload, go - 1)
+    if #list < SERIES_LOW then
+      notes[#notes + 1] = {name, 'low', s.version, s.head_ns, s.runs, s.rule}
+    end
+    return id
+  end
   local due = 0
   while due < #list and series_score(list[due + 1][1]) <= now do due = due + 1 end
   if due == #list then
@@ -143,7 +173,7 @@ local function series_due(S, id, now, notes)
   else
     series_drop(S, id)
   end
-  local score = series_place(S, name, s, list, to, redis.call('HGET', S.series_payload, name))
+  local score = series_place(S, name, s, list, to, payload, 0)
   if not deliver and score and score <= now then
     -- Within the policy's count, so its own step delivers it: at most one more round.
     return series_due(S, name .. '@' .. s.head_text, now, notes)
