@@ -342,8 +342,26 @@ fn fold_end(zone: &TimeZone, at: Timestamp) -> Option<DateTime> {
 
 /// `nanos` as an RFC 3339 UTC time, with as many fraction digits as it needs
 /// (`2026-12-01T12:00:00Z`, `2026-12-01T12:00:00.5Z`): the suffix of an occurrence's id.
+/// Written out here, not by a library's `Display`, whose choices may change between
+/// versions: occurrence ids are stored, and on Redis they route a job to its partition.
 pub(crate) fn utc_text(nanos: u64) -> String {
-    timestamp(nanos).to_string()
+    let at = TimeZone::UTC.to_datetime(timestamp(nanos));
+    let mut text = format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+        at.year(),
+        at.month(),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    );
+    let fraction = nanos % 1_000_000_000;
+    if fraction != 0 {
+        text.push('.');
+        text.push_str(format!("{fraction:09}").trim_end_matches('0'));
+    }
+    text.push('Z');
+    text
 }
 
 /// The nanoseconds of an RFC 3339 time, if it is one within the stores' range.

@@ -372,6 +372,16 @@ mod tests {
             occurrence_id("digest", at + 5 * S / 10),
             "digest@2026-12-01T12:00:00.5Z"
         );
+        // The fixed form, at the ends of the range too, and read back exactly.
+        for (at, text) in [
+            (0, "d@1970-01-01T00:00:00Z"),
+            (1, "d@1970-01-01T00:00:00.000000001Z"),
+            (5_020_000_000, "d@1970-01-01T00:00:05.02Z"),
+            (u64::MAX, "d@2554-07-21T23:34:33.709551615Z"),
+        ] {
+            assert_eq!(occurrence_id("d", at), text);
+            assert_eq!(occurrence_series(text), Some("d"), "{text}");
+        }
         let longest = occurrence_id(&"n".repeat(MAX_NAME_LEN), u64::MAX - 1);
         assert_eq!(longest.len(), MAX_ID_LEN, "{longest}");
         assert_eq!(series_of("digest@2026-12-01T12:00:00Z"), Some("digest"));
