@@ -365,6 +365,29 @@ async fn series_changes_wait_for_min_replicas() {
     q.close().await.unwrap();
 }
 
+/// A queue on `server` with the series `s` every 100 ms; its first occurrence's time.
+async fn series_every_100ms(server: &RedisServer) -> (JobQueue, std::time::SystemTime) {
+    let q = queue(server, |_| {}).await;
+    q.schedule_recurring("s", Recurrence::every(ms(100)).unwrap(), "p")
+        .await
+        .unwrap();
+    let head = q.list_recurring().await.unwrap()[0].next_run().unwrap();
+    (q, head)
+}
+
+/// Runs a series script (`series.lua`, then `body`) on the queue `orders` by `EVAL`, as
+/// another process of this or an older version would: `keys` named without their
+/// `{orders}:` prefix. Its reply as redis-cli prints it.
+fn eval_series_script(server: &RedisServer, body: &str, keys: &[&str], args: &[&str]) -> String {
+    let script = format!("{}{body}", include_str!("../../src/redis/lua/series.lua"));
+    let keys: Vec<String> = keys.iter().map(|k| format!("{{orders}}:{k}")).collect();
+    let count = keys.len().to_string();
+    let mut line = vec!["EVAL", &script, &count];
+    line.extend(keys.iter().map(String::as_str));
+    line.extend(args);
+    server.cli(&line)
+}
+
 /// `recurring_set.lua` handed a list computed before a claim moved the series (its Rust
 /// half reads the server's time a round trip earlier): the entry the claim delivered (acked
 /// since, so its id is free) and one already past are not the new head; the first entry
@@ -372,9 +395,7 @@ async fn series_changes_wait_for_min_replicas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_list_never_makes_a_delivered_occurrence_again() {
     let server = RedisServer::start();
-    let q = queue(&server, |_| {}).await;
-    let every = Recurrence::every(ms(100)).unwrap();
-    q.schedule_recurring("s", every, "p").await.unwrap();
+    let (q, _) = series_every_100ms(&server).await;
     let mut consumer = q.consume();
     let d = next(&mut consumer).await;
     let ran = d.run_at();
@@ -390,10 +411,7 @@ async fn a_stale_list_never_makes_a_delivered_occurrence_again() {
     let list = [ran, ran + ms(5), ran + hour, ran + 2 * hour]
         .map(entry)
         .join(",");
-    let script = concat!(
-        include_str!("../../src/redis/lua/series.lua"),
-        include_str!("../../src/redis/lua/recurring_set.lua")
-    );
+    let set = include_str!("../../src/redis/lua/recurring_set.lua");
     let keys = [
         "meta",
         "payload",
@@ -403,11 +421,8 @@ async fn a_stale_list_never_makes_a_delivered_occurrence_again() {
         "series_payload",
         "series_next",
         "seq",
-    ]
-    .map(|k| format!("{{orders}}:{k}"));
-    let mut args = vec!["EVAL", script, "8"];
-    args.extend(keys.iter().map(String::as_str));
-    args.extend([
+    ];
+    let args = [
         "s",
         "every 50ms",
         "1",
@@ -415,8 +430,8 @@ async fn a_stale_list_never_makes_a_delivered_occurrence_again() {
         &list,
         "{orders}:wake",
         "PUBLISH",
-    ]);
-    server.cli(&args);
+    ];
+    eval_series_script(&server, set, &keys, &args);
     let info = &q.list_recurring().await.unwrap()[0];
     assert_eq!(info.last_run(), Some(ran));
     assert_eq!(info.next_run(), Some(ran + hour));
@@ -430,17 +445,10 @@ async fn a_stale_list_never_makes_a_delivered_occurrence_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_claim_runs_the_occurrence_that_supersedes_the_head() {
     let server = RedisServer::start();
-    let q = queue(&server, |_| {}).await;
-    q.schedule_recurring("s", Recurrence::every(ms(100)).unwrap(), "p")
-        .await
-        .unwrap();
-    let head = q.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let (q, head) = series_every_100ms(&server).await;
     q.close().await.unwrap();
     tokio::time::sleep(ms(350)).await;
-    let script = concat!(
-        include_str!("../../src/redis/lua/series.lua"),
-        include_str!("../../src/redis/lua/claim.lua")
-    );
+    let claim = include_str!("../../src/redis/lua/claim.lua");
     let keys = [
         "meta",
         "payload",
@@ -453,12 +461,8 @@ async fn one_claim_runs_the_occurrence_that_supersedes_the_head() {
         "series_next",
         "errors",
         "running",
-    ]
-    .map(|k| format!("{{orders}}:{k}"));
-    let mut args = vec!["EVAL", script, "11"];
-    args.extend(keys.iter().map(String::as_str));
-    args.extend(["10", "30000000", "25"]);
-    let reply = server.cli(&args);
+    ];
+    let reply = eval_series_script(&server, claim, &keys, &["10", "30000000", "25"]);
     let leased: Vec<&str> = reply.lines().filter(|l| l.starts_with("s@")).collect();
     assert_eq!(leased.len(), 1, "{reply}");
     let at: jiff::Timestamp = leased[0]["s@".len()..].parse().unwrap();
@@ -486,11 +490,7 @@ async fn one_claim_runs_the_occurrence_that_supersedes_the_head() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stored_recurrence_that_no_longer_parses_lets_its_occurrence_run() {
     let server = RedisServer::start();
-    let q = queue(&server, |_| {}).await;
-    q.schedule_recurring("s", Recurrence::every(ms(100)).unwrap(), "p")
-        .await
-        .unwrap();
-    let head = q.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let (q, head) = series_every_100ms(&server).await;
     let record = server.cli(&["HGET", "{orders}:series", "s"]);
     let (kept, _) = record.rsplit_once('|').unwrap();
     server.cli(&[
