@@ -132,8 +132,9 @@ impl Recurrence {
         let cron = parser
             .parse(&expr)
             .map_err(|e| Error::invalid_recurrence(format!("cron expression {expr:?}: {e}")))?;
-        // Without a year field a pattern that matches once matches again within 28 years
-        // (the calendar's cycle), so one search from the epoch tells whether it ever does.
+        // Without a year field a pattern that matches at all matches in every 400 years
+        // (the Gregorian calendar's cycle; not 28, which 2100, no leap year, breaks), so
+        // one search from the epoch tells whether it ever does.
         if cron
             .find_next_occurrence(&DateTime::constant(1970, 1, 1, 0, 0, 0, 0), true)
             .is_err()

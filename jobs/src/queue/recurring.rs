@@ -136,7 +136,7 @@ impl JobQueue {
 
     /// Every recurring series: its name, recurrence (and zone), catch-up policy, next run
     /// (the pending occurrence's time) and last run (the last occurrence delivered). In
-    /// name order (on a partitioned Redis queue, per partition). A series whose stored
+    /// name order (on a partitioned Redis queue too: the partitions' series merged). A series whose stored
     /// recurrence no longer parses (one a later version refuses) is left out and logged
     /// (`tracing` warning); its pending occurrence runs once as an ordinary job, and
     /// [`schedule_recurring`](Self::schedule_recurring) sets it anew.
