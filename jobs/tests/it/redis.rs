@@ -541,6 +541,65 @@ async fn a_long_backlog_under_all_runs_in_order_with_a_bounded_list() {
     q.close().await.unwrap();
 }
 
+/// The partition (of `n`) a job id was routed to before occurrence ids were routed by
+/// their series: FNV-1a of the whole id.
+fn former_partition(id: &str, n: u64) -> u64 {
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    hash % n
+}
+
+/// A partitioned queue upgraded from before recurring series: jobs scheduled then under ids
+/// of an occurrence's exact form (`x@<time>`) live where their whole id routed, not on
+/// their series' partition. Calls find them there: a schedule of the id says it exists,
+/// `get` and `cancel` find them, a delivery's ack lands (it would be redelivered until
+/// dead otherwise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_under_occurrence_ids_from_before_series_are_found_where_they_are() {
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.partitions(3);
+    })
+    .await;
+    // Ids whose former partition is not their series'.
+    let ids: Vec<String> = (0..)
+        .map(|i| (format!("x{i}"), format!("x{i}@2001-01-01T00:00:00Z")))
+        .filter(|(name, id)| former_partition(name, 3) != former_partition(id, 3))
+        .map(|(_, id)| id)
+        .take(2)
+        .collect();
+    // Scheduled as the former version did: on the whole id's partition.
+    for (id, after_us) in [(&ids[0], "0"), (&ids[1], "3600000000")] {
+        let tag = format!("{{orders:{}}}", former_partition(id, 3));
+        let keys = ["meta", "payload", "due", "counts"].map(|k| format!("{tag}:{k}"));
+        let wake = format!("{tag}:wake");
+        let mut line = vec![
+            "EVAL",
+            include_str!("../../src/redis/lua/schedule.lua"),
+            "4",
+        ];
+        line.extend(keys.iter().map(String::as_str));
+        line.extend([&wake, "PUBLISH", id, "after", after_us, "", "old"]);
+        server.cli(&line);
+    }
+    let (due, later) = (ids[0].as_str(), ids[1].as_str());
+    assert_eq!(q.get(due).await.unwrap().unwrap().payload(), b"old");
+    assert_eq!(
+        q.schedule(due, ms(0), "new").await.unwrap(),
+        Scheduled::Exists
+    );
+    assert!(q.cancel(later).await.unwrap());
+    assert!(q.get(later).await.unwrap().is_none());
+    let mut consumer = q.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!((d.id(), d.payload()), (due, &b"old"[..]));
+    assert!(d.ack().await.unwrap());
+    assert!(q.get(due).await.unwrap().is_none());
+    assert_eq!(q.pending().await.unwrap(), 0);
+    q.close().await.unwrap();
+}
+
 /// A cluster node that stops answering (SIGSTOP, like a network partition) fails the calls
 /// on its partitions with `is_unavailable` after `redis_timeout`, instead of hanging them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
