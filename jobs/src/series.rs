@@ -160,7 +160,8 @@ impl RecurringInfo {
     }
 
     /// The time of the pending occurrence (its job id is `name@` that time), or `None` if
-    /// the recurrence has no occurrence left in the stores' range.
+    /// the recurrence has no occurrence left in the stores' range. It may be in the past: an occurrence due and not yet claimed (nothing consuming, or
+    /// after a downtime, until its claim applies the catch-up policy).
     pub fn next_run(&self) -> Option<SystemTime> {
         self.next_run.map(system_time)
     }
