@@ -141,8 +141,9 @@ impl Builder {
     }
 
     /// Redis only (a server or Sentinel's primary): every call whose change a failover
-    /// could lose (schedule, ack, retry, cancel, reschedule, removals) answers only once
-    /// `replicas` replicas hold it, by `WAIT replicas timeout` on the same connection;
+    /// could lose (schedule, ack, retry, cancel, reschedule, removals, setting or cancelling
+    /// a recurring series) answers only once `replicas` replicas hold it, by
+    /// `WAIT replicas timeout` on the same connection;
     /// if fewer acknowledged it within `timeout`, the call fails with
     /// [`Error::is_unavailable`] (the write is on the primary and may or may not survive a
     /// failover; schedules are idempotent, so retrying is safe). A failover to a replica

@@ -178,7 +178,11 @@ impl JobQueue {
         self.inner.backend.cancel(id.to_owned()).await
     }
 
-    /// Moves a pending job to `when` (earlier or later): `true` if it was pending.
+    /// Moves a pending job to `when` (earlier or later): `true` if it was pending. The
+    /// pending occurrence of a recurring series gives `false` and stays: its time is its id
+    /// and the series' schedule (moved, it would run out of turn with the occurrences
+    /// after it); change the series with
+    /// [`schedule_recurring`](Self::schedule_recurring) instead.
     ///
     /// # Errors
     ///

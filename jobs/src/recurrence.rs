@@ -132,8 +132,9 @@ impl Recurrence {
         let cron = parser
             .parse(&expr)
             .map_err(|e| Error::invalid_recurrence(format!("cron expression {expr:?}: {e}")))?;
-        // Without a year field a pattern that matches once matches again within 28 years
-        // (the calendar's cycle), so one search from the epoch tells whether it ever does.
+        // Without a year field a pattern that matches at all matches in every 400 years
+        // (the Gregorian calendar's cycle; not 28, which 2100, no leap year, breaks), so
+        // one search from the epoch tells whether it ever does.
         if cron
             .find_next_occurrence(&DateTime::constant(1970, 1, 1, 0, 0, 0, 0), true)
             .is_err()
@@ -151,6 +152,11 @@ impl Recurrence {
             },
         })
     }
+
+    /// The shortest interval [`every`](Recurrence::every) takes: each occurrence is a job
+    /// created, claimed and run in turn, and on Redis a series keeps a list of 16 upcoming
+    /// occurrences that must outlast a claim's round trips.
+    pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
     /// A fixed interval: the occurrences are the multiples of `interval` since the Unix
     /// epoch (1970-01-01T00:00:00Z), so `every(1 h)` falls on the hour, UTC.
@@ -171,11 +177,18 @@ impl Recurrence {
     ///
     /// # Errors
     ///
-    /// [`Error::is_invalid_recurrence`] if `interval` is zero or longer than `u64::MAX`
+    /// [`Error::is_invalid_recurrence`] if `interval` is zero, shorter than
+    /// [`MIN_INTERVAL`](Recurrence::MIN_INTERVAL) (1 ms), or longer than `u64::MAX`
     /// nanoseconds (about 584 years).
     pub fn every(interval: Duration) -> Result<Recurrence, Error> {
         match u64::try_from(interval.as_nanos()) {
             Ok(0) => Err(Error::invalid_recurrence("the interval is zero")),
+            Ok(_) if interval < Recurrence::MIN_INTERVAL => {
+                Err(Error::invalid_recurrence(format!(
+                    "the interval {interval:?} is under 1 ms: occurrences that close could not \
+                 each be created, claimed and run"
+                )))
+            }
             Ok(nanos) => Ok(Recurrence {
                 rule: Rule::Every { nanos },
             }),
@@ -330,8 +343,26 @@ fn fold_end(zone: &TimeZone, at: Timestamp) -> Option<DateTime> {
 
 /// `nanos` as an RFC 3339 UTC time, with as many fraction digits as it needs
 /// (`2026-12-01T12:00:00Z`, `2026-12-01T12:00:00.5Z`): the suffix of an occurrence's id.
+/// Written out here, not by a library's `Display`, whose choices may change between
+/// versions: occurrence ids are stored, and on Redis they route a job to its partition.
 pub(crate) fn utc_text(nanos: u64) -> String {
-    timestamp(nanos).to_string()
+    let at = TimeZone::UTC.to_datetime(timestamp(nanos));
+    let mut text = format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+        at.year(),
+        at.month(),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    );
+    let fraction = nanos % 1_000_000_000;
+    if fraction != 0 {
+        text.push('.');
+        text.push_str(format!("{fraction:09}").trim_end_matches('0'));
+    }
+    text.push('Z');
+    text
 }
 
 /// The nanoseconds of an RFC 3339 time, if it is one within the stores' range.

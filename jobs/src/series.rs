@@ -6,13 +6,21 @@
 //!
 //! - A series `name` has at most one **head**: its one pending occurrence, an ordinary job
 //!   whose id is [`occurrence_id`]`(name, time)` (`digest@2026-12-01T12:00:00Z`), due at
-//!   its own time. Times only grow along a series, so no occurrence id is made twice.
+//!   its own time. Times only grow along a series, so the series makes no occurrence id
+//!   twice. A job already under the id it places next is adopted only if never delivered
+//!   (pending, attempt 0: its first claim is the one that moves the series); any other
+//!   (delivered, retrying, dead) is left alone and that time is skipped, or its claims,
+//!   being no first claims, would stop the series.
 //! - The head moves only in the atomic step that claims it for the first time (the same
 //!   store transaction embedded, the same script on Redis), by [`on_due`]: that step
 //!   creates the next head, so a live series always has exactly one pending occurrence
 //!   and no kill can lose or duplicate one. A redelivery (attempt 2 and on) of an
-//!   occurrence moves nothing: its successor already exists. Updating or cancelling the
-//!   series replaces or removes the head; an occurrence already delivered runs on.
+//!   occurrence moves nothing: its successor already exists. Cancelling the series
+//!   removes the head; an occurrence already delivered runs on. Setting it again with the
+//!   same recurrence keeps the head (new payload), so the claim still decides catch-up;
+//!   with another recurrence the head is replaced by the first new occurrence after now,
+//!   and an old head already due is left pending as an ordinary job ([`keeps_due_head`]):
+//!   setting a series never drops a missed occurrence that its policy would run.
 //! - Catch-up is decided at that claim from the occurrences `M` in `[head, now]`: one of
 //!   them runs as usual; when later ones have come due too (the queue was not consumed
 //!   across several), the policy picks which run (module [`CatchUp`]).
@@ -95,7 +103,11 @@ pub enum Recurring {
     /// A new series was stored, with its first occurrence.
     Created,
     /// A series of that name existed: its recurrence, payload and catch-up policy were
-    /// replaced, and its pending occurrence with the first one of the new recurrence.
+    /// replaced. With the same recurrence its pending occurrence stays (with the new
+    /// payload), so occurrences missed while nothing consumed are still caught up; with
+    /// another, the pending occurrence is replaced by the first of the new recurrence after
+    /// now, unless it is due already: then it stays, and runs once as an ordinary job with
+    /// its old payload (not under [`CatchUp::None`] if a later occurrence was due too).
     Updated,
 }
 
@@ -148,7 +160,8 @@ impl RecurringInfo {
     }
 
     /// The time of the pending occurrence (its job id is `name@` that time), or `None` if
-    /// the recurrence has no occurrence left in the stores' range.
+    /// the recurrence has no occurrence left in the stores' range. It may be in the past: an occurrence due and not yet claimed (nothing consuming, or
+    /// after a downtime, until its claim applies the catch-up policy).
     pub fn next_run(&self) -> Option<SystemTime> {
         self.next_run.map(system_time)
     }
@@ -194,7 +207,9 @@ pub(crate) enum Step {
     /// Deliver it; the next head is at `next` (`None`: the recurrence has no more).
     Deliver { next: Option<u64> },
     /// Do not deliver it (a later occurrence superseded it): delete it, and the head is at
-    /// `to` instead.
+    /// `to` instead. A `to` already due (always under `Latest` and `All`) is run by the
+    /// same claim, its own step being `Deliver`: left pending, it could be superseded in
+    /// turn by every claim that comes more than an interval after it.
     Skip { to: Option<u64> },
 }
 
@@ -227,6 +242,32 @@ pub(crate) fn on_due(rule: &Recurrence, catch_up: CatchUp, head: u64, now: u64) 
         to = to.and_then(|t| rule.last_at_or_before_nanos(t.checked_sub(1)?));
     }
     Step::Skip { to }
+}
+
+/// Logs a series whose stored recurrence no longer parses (a later version refuses what an
+/// earlier one stored, or a zone left the time-zone database). Such a series is never
+/// listed, and its pending occurrence, when claimed, runs as an ordinary job and leaves the
+/// series without one: failing the claim instead would fail every claim that meets it.
+/// [`schedule_recurring`](crate::JobQueue::schedule_recurring) sets it anew,
+/// [`cancel_recurring`](crate::JobQueue::cancel_recurring) removes it.
+pub(crate) fn unparsable(name: &str, rule: &str, err: &Error) {
+    tracing::warn!(
+        series = name,
+        recurrence = rule,
+        error = %err,
+        "wheel-jobs: a recurring series' stored recurrence no longer parses; it is not listed \
+         and its pending occurrence runs once as an ordinary job; set it again with \
+         schedule_recurring or remove it with cancel_recurring"
+    );
+}
+
+/// Whether the head at `head`, due at `now`, still runs when the series is given another
+/// recurrence (it stays pending, an ordinary job, and the new recurrence's head follows):
+/// unless `catch_up` is [`CatchUp::None`] and its successor is due too, which `None` would
+/// skip. Under `Latest` or `All` it is the one missed occurrence that runs: no occurrence
+/// missed under the old recurrence is dropped silently by the change.
+pub(crate) fn keeps_due_head(rule: &Recurrence, catch_up: CatchUp, head: u64, now: u64) -> bool {
+    catch_up.runs() > 0 || rule.next_after_nanos(head).is_none_or(|next| next > now)
 }
 
 #[cfg(test)]
@@ -287,6 +328,24 @@ mod tests {
     }
 
     #[test]
+    fn a_due_head_is_kept_unless_none_would_skip_it() {
+        let every_10s = Recurrence::every(Duration::from_secs(10)).unwrap();
+        for (catch_up, head, now, keep) in [
+            (CatchUp::Latest, 100, 135, true),
+            (CatchUp::All { max: 2 }, 100, 135, true),
+            (CatchUp::None, 100, 105, true),
+            (CatchUp::None, 100, 110, false),
+            (CatchUp::None, 100, 135, false),
+        ] {
+            assert_eq!(
+                keeps_due_head(&every_10s, catch_up, head * S, now * S),
+                keep,
+                "{catch_up:?} {head} {now}"
+            );
+        }
+    }
+
+    #[test]
     fn the_end_of_the_range_ends_the_series() {
         let every_10s = Recurrence::every(Duration::from_secs(10)).unwrap();
         let last = u64::MAX / (10 * S) * (10 * S);
@@ -314,6 +373,16 @@ mod tests {
             occurrence_id("digest", at + 5 * S / 10),
             "digest@2026-12-01T12:00:00.5Z"
         );
+        // The fixed form, at the ends of the range too, and read back exactly.
+        for (at, text) in [
+            (0, "d@1970-01-01T00:00:00Z"),
+            (1, "d@1970-01-01T00:00:00.000000001Z"),
+            (5_020_000_000, "d@1970-01-01T00:00:05.02Z"),
+            (u64::MAX, "d@2554-07-21T23:34:33.709551615Z"),
+        ] {
+            assert_eq!(occurrence_id("d", at), text);
+            assert_eq!(occurrence_series(text), Some("d"), "{text}");
+        }
         let longest = occurrence_id(&"n".repeat(MAX_NAME_LEN), u64::MAX - 1);
         assert_eq!(longest.len(), MAX_ID_LEN, "{longest}");
         assert_eq!(series_of("digest@2026-12-01T12:00:00Z"), Some("digest"));

@@ -105,18 +105,28 @@ impl Rules {
     }
 }
 
-/// Makes the occurrence at `at` (or the first after it whose id is free) the head of
-/// `name`: creates its job with `payload`, or adopts a pending job of that id. Returns the
-/// head's time, `None` if the recurrence has none left.
+/// Makes the occurrence at `at` (or the first after it whose id is free, and after `last`)
+/// the head of `name`: creates its job with `payload`, or adopts a never-delivered pending
+/// job of that id (attempt 0). Returns the head's time, `None` if the recurrence has none
+/// left.
+#[allow(clippy::too_many_arguments)] // the series' parts, each named once here
 fn place_head(
     t: &mut Tables<'_>,
     counts: &mut Counts,
     rule: &Recurrence,
     name: &str,
     mut at: Option<u64>,
+    last: Option<u64>,
     payload: &[u8],
 ) -> Result<Option<u64>, Error> {
     while let Some(time) = at {
+        if let Some(last) = last.filter(|&last| time <= last) {
+            // At or before an occurrence delivered already (the clock stepped back, or a
+            // claim moved the head while `at` was computed): its job may be acked and
+            // gone, so its free id proves nothing. Times only grow.
+            at = rule.next_after_nanos(last);
+            continue;
+        }
         let id = occurrence_id(name, time);
         match t.load(&id)? {
             None => {
@@ -128,8 +138,14 @@ fn place_head(
                 t.set(counts, &id, None, Some(job))?;
                 return Ok(Some(time));
             }
-            Some(stored) if stored.job.status == Status::Pending => return Ok(Some(time)),
-            // Delivered already (an occurrence moved earlier by hand): never twice.
+            // Never delivered: it becomes the head as it is (its first claim moves the
+            // series on).
+            Some(stored) if stored.job.status == Status::Pending && stored.job.attempt == 0 => {
+                return Ok(Some(time))
+            }
+            // Delivered already (a job of that id scheduled and run by hand, or retrying):
+            // its claims are no first claims and could never move the series, and it is
+            // never made twice.
             Some(_) => at = rule.next_after_nanos(time),
         }
     }
@@ -153,8 +169,45 @@ fn drop_head(
     Ok(())
 }
 
-/// `schedule_recurring`: creates or replaces the series and its head, the first occurrence
-/// after `now`.
+/// Gives the series' head at `head`, if it is still a never-delivered pending job, the
+/// payload `payload`; returns its time if so.
+fn keep_head(
+    t: &mut Tables<'_>,
+    counts: &mut Counts,
+    name: &str,
+    head: Option<u64>,
+    payload: &[u8],
+) -> Result<Option<u64>, Error> {
+    let Some(head) = head else { return Ok(None) };
+    let id = occurrence_id(name, head);
+    match t.load(&id)? {
+        Some(stored) if stored.job.status == Status::Pending && stored.job.attempt == 0 => {
+            let job = record::Record {
+                job: stored.job,
+                error: None,
+                payload,
+            };
+            t.set(counts, &id, Some(stored.job), Some(job))?;
+            Ok(Some(head))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Whether the old series' head at `head`, due at `now`, runs before a new recurrence
+/// replaces it, by [`series::keeps_due_head`] with the old rule (one that no longer parses
+/// keeps it: nothing is dropped on a guess).
+fn keeps_due_head(old: &Record, head: u64, now: u64) -> bool {
+    match old.rule.parse::<Recurrence>() {
+        Ok(rule) => series::keeps_due_head(&rule, CatchUp::from_runs(old.runs), head, now),
+        Err(_) => true,
+    }
+}
+
+/// `schedule_recurring`: creates or replaces the series. With the same recurrence its head
+/// stays (with the new payload), so a missed occurrence is still caught up at its claim;
+/// with another, the head is the first occurrence after `now`, and an old head already due
+/// stays pending, an ordinary job, if [`series::keeps_due_head`] says so.
 pub(super) fn set(
     t: &mut Tables<'_>,
     counts: &mut Counts,
@@ -165,19 +218,35 @@ pub(super) fn set(
     catch_up: CatchUp,
 ) -> Result<(Recurring, Option<u64>), Error> {
     let old = t.load_series(name)?;
+    let text = rule.to_string();
+    let mut kept = None;
     let outcome = match &old {
+        Some(old) if old.rule == text => {
+            kept = keep_head(t, counts, name, old.head, &payload)?;
+            Recurring::Updated
+        }
         Some(old) => {
-            drop_head(t, counts, name, old.head)?;
+            match old.head {
+                Some(head) if head <= now && keeps_due_head(old, head, now) => {}
+                _ => drop_head(t, counts, name, old.head)?,
+            }
             Recurring::Updated
         }
         None => Recurring::Created,
     };
-    let head = place_head(t, counts, rule, name, rule.next_after_nanos(now), &payload)?;
+    let last = old.and_then(|old| old.last);
+    let head = match kept {
+        Some(head) => Some(head),
+        None => {
+            let first = rule.next_after_nanos(now);
+            place_head(t, counts, rule, name, first, last, &payload)?
+        }
+    };
     let record = Record {
         runs: catch_up.runs(),
         head,
-        last: old.and_then(|old| old.last),
-        rule: rule.to_string(),
+        last,
+        rule: text,
         payload,
     };
     t.set_series(name, Some(&record))?;
@@ -194,11 +263,18 @@ pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Counts, name: &str) -> Res
     Ok(true)
 }
 
-/// `list_recurring`: every series, in name order.
+/// `list_recurring`: every series, in name order, but those whose stored recurrence no
+/// longer parses (logged).
 pub(super) fn list(t: &Tables<'_>, rules: &mut Rules) -> Result<Vec<RecurringInfo>, Error> {
     let mut out = Vec::new();
     for (name, record) in t.all_series()? {
-        let rule = rules.get(&record.rule)?.clone();
+        let rule = match rules.get(&record.rule) {
+            Ok(rule) => rule.clone(),
+            Err(err) => {
+                series::unparsable(&name, &record.rule, &err);
+                continue;
+            }
+        };
         let catch_up = CatchUp::from_runs(record.runs);
         out.push(RecurringInfo::new(
             name,
@@ -212,7 +288,7 @@ pub(super) fn list(t: &Tables<'_>, rules: &mut Rules) -> Result<Vec<RecurringInf
 }
 
 /// Whether `id` is the pending occurrence of its series (which `cancel` leaves alone: the
-/// series would have none).
+/// series would have none; and `reschedule`: its time is its id and the series').
 pub(super) fn is_head(t: &Tables<'_>, id: &str) -> Result<bool, Error> {
     let Some(name) = series::series_of(id) else {
         return Ok(false);
@@ -221,9 +297,23 @@ pub(super) fn is_head(t: &Tables<'_>, id: &str) -> Result<bool, Error> {
     Ok(head.is_some_and(|head| occurrence_id(name, head) == id))
 }
 
+/// What the first claim of a pending job does, from [`on_first_claim`].
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum FirstClaim {
+    /// Deliver it.
+    Deliver,
+    /// It was a series' head, superseded (deleted) by a later occurrence that is due too:
+    /// deliver that one, the job `0`, just made (or adopted) pending, instead.
+    Instead(String),
+    /// It was a series' head, superseded (deleted) by one not yet due: deliver nothing.
+    Skip,
+}
+
 /// The first claim of the pending job `id` at `now`: if it is the head of its series,
-/// moves the head by [`series::on_due`]. Returns whether to deliver it; `false` means it
-/// was superseded and is deleted.
+/// moves the head by [`series::on_due`], in the claim's transaction. An occurrence the
+/// catch-up picks instead of the head is run by this same claim when it is due already
+/// (always under `Latest` and `All`): left pending for a later claim, it could be
+/// superseded in turn whenever claims come further apart than the interval, forever.
 pub(super) fn on_first_claim(
     t: &mut Tables<'_>,
     counts: &mut Counts,
@@ -231,32 +321,61 @@ pub(super) fn on_first_claim(
     now: u64,
     id: &str,
     job: Job,
-) -> Result<bool, Error> {
+) -> Result<FirstClaim, Error> {
     let Some(name) = series::series_of(id) else {
-        return Ok(true);
+        return Ok(FirstClaim::Deliver);
     };
     let Some(mut record) = t.load_series(name)? else {
-        return Ok(true);
+        return Ok(FirstClaim::Deliver);
     };
-    let Some(head) = record.head.filter(|&h| occurrence_id(name, h) == id) else {
+    let Some(mut head) = record.head.filter(|&h| occurrence_id(name, h) == id) else {
         // Not this series' head: an ordinary job with an `@` in its id.
-        return Ok(true);
+        return Ok(FirstClaim::Deliver);
     };
-    let rule = rules.get(&record.rule)?.clone();
-    let step = series::on_due(&rule, CatchUp::from_runs(record.runs), head, now);
-    let (deliver, next) = match step {
-        Step::Deliver { next } => {
+    let rule = match rules.get(&record.rule) {
+        Ok(rule) => rule.clone(),
+        Err(err) => {
+            // Failing the claim would fail every claim that meets this head, for good.
+            series::unparsable(name, &record.rule, &err);
             record.last = Some(head);
-            (true, next)
-        }
-        Step::Skip { to } => {
-            t.set(counts, id, Some(job), None)?;
-            (false, to)
+            record.head = None;
+            t.set_series(name, Some(&record))?;
+            return Ok(FirstClaim::Deliver);
         }
     };
-    record.head = place_head(t, counts, &rule, name, next, &record.payload)?;
-    t.set_series(name, Some(&record))?;
-    Ok(deliver)
+    let catch_up = CatchUp::from_runs(record.runs);
+    let (mut head_id, mut head_job) = (id.to_owned(), job);
+    // At most twice round: an occurrence the catch-up picks is within the policy's count,
+    // so its own step is `Deliver`; each round the head only grows.
+    loop {
+        match series::on_due(&rule, catch_up, head, now) {
+            Step::Deliver { next } => {
+                record.last = Some(head);
+                record.head =
+                    place_head(t, counts, &rule, name, next, record.last, &record.payload)?;
+                t.set_series(name, Some(&record))?;
+                return Ok(if head_id == id {
+                    FirstClaim::Deliver
+                } else {
+                    FirstClaim::Instead(head_id)
+                });
+            }
+            Step::Skip { to } => {
+                t.set(counts, &head_id, Some(head_job), None)?;
+                record.head = place_head(t, counts, &rule, name, to, record.last, &record.payload)?;
+                let due = record.head.filter(|&h| h <= now);
+                let loaded = match due {
+                    Some(h) => t.load(&occurrence_id(name, h))?.map(|s| (h, s.job)),
+                    None => None,
+                };
+                let Some((h, job)) = loaded else {
+                    t.set_series(name, Some(&record))?;
+                    return Ok(FirstClaim::Skip);
+                };
+                (head, head_id, head_job) = (h, occurrence_id(name, h), job);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant, SystemTime};
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, Table, TableDefinition};
 
 use super::record::Record;
-use super::series::{self, Rules};
+use super::series::{self, FirstClaim, Rules};
 use super::wal::{self, Wal};
 use crate::backend::{ClaimBatch, Claimed};
 use crate::config::Config;
@@ -767,7 +767,8 @@ impl Store {
                 _ => (Reply::Bool(false), false),
             },
             Op::Reschedule { id, when } => match t.load(&id)? {
-                Some(stored) => {
+                // A series' pending occurrence keeps its time (its id and its series').
+                Some(stored) if !series::is_head(t, &id)? => {
                     let mut job = stored.job;
                     if job.reschedule(when.resolve(now)) {
                         t.set(counts, &id, Some(stored.job), Some(stored.with(job)))?;
@@ -776,7 +777,7 @@ impl Store {
                         (Reply::Moved(None), false)
                     }
                 }
-                None => (Reply::Moved(None), false),
+                _ => (Reply::Moved(None), false),
             },
             Op::Get { id } => {
                 let info = t.load(&id)?.map(|stored| stored.info(id));
@@ -972,8 +973,8 @@ impl Store {
         let until = add(now, self.lease);
         let mut jobs = Vec::with_capacity(due.len());
         let mut died = 0;
-        for (at, id) in due {
-            let Some(stored) = t.load(&id)? else {
+        for (at, mut id) in due {
+            let Some(mut stored) = t.load(&id)? else {
                 return Err(Error::storage(format!(
                     "due index names a missing job {id:?} at {at}"
                 )));
@@ -981,11 +982,17 @@ impl Store {
             // The first claim of a series' head moves the series in this transaction.
             let before = stored.job;
             let first = before.attempt == 0 && before.status == Status::Pending;
-            if first
-                && id.contains('@')
-                && !series::on_first_claim(t, counts, &mut self.rules, now, &id, before)?
-            {
-                continue;
+            if first && id.contains('@') {
+                match series::on_first_claim(t, counts, &mut self.rules, now, &id, before)? {
+                    FirstClaim::Deliver => {}
+                    FirstClaim::Skip => continue,
+                    FirstClaim::Instead(instead) => {
+                        stored = t.load(&instead)?.ok_or_else(|| {
+                            Error::storage(format!("series occurrence {instead:?} is missing"))
+                        })?;
+                        id = instead;
+                    }
+                }
             }
             let mut job = stored.job;
             let token = self.token();

@@ -14,8 +14,11 @@ impl JobQueue {
     /// Creates the recurring series `name`: a job with `payload` at every occurrence of
     /// `recurrence`, under the default catch-up policy ([`CatchUp::Latest`]). If the series
     /// exists, its recurrence and payload are replaced ([`Recurring::Updated`]) and its
-    /// pending occurrence with the first of the new recurrence; its policy becomes the
-    /// default. Durable when it returns.
+    /// policy becomes the default: with the same recurrence its pending occurrence stays
+    /// (with the new payload), so calling this at every start catches up what was missed;
+    /// with another, the pending occurrence is replaced by the first of the new recurrence,
+    /// unless already due (then it runs once first: see [`Recurring::Updated`]). Durable
+    /// when it returns.
     ///
     /// Each occurrence is an ordinary job (it shows in [`get`](Self::get), gets leases,
     /// retries, and goes [`Dead`](crate::JobState::Dead) after
@@ -133,7 +136,10 @@ impl JobQueue {
 
     /// Every recurring series: its name, recurrence (and zone), catch-up policy, next run
     /// (the pending occurrence's time) and last run (the last occurrence delivered). In
-    /// name order (on a partitioned Redis queue, per partition).
+    /// name order (on a partitioned Redis queue too: the partitions' series merged). A series whose stored
+    /// recurrence no longer parses (one a later version refuses) is left out and logged
+    /// (`tracing` warning); its pending occurrence runs once as an ordinary job, and
+    /// [`schedule_recurring`](Self::schedule_recurring) sets it anew.
     ///
     /// # Errors
     ///

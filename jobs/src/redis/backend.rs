@@ -5,6 +5,9 @@
 //!
 //! - A call that may have committed although it failed (a timeout after the script ran)
 //!   still bumps the epoch (`Redis::changed`), so no `Idle` note outlives a change.
+//! - A call on one id that finds nothing on the id's partition looks on its former one too
+//!   (`Redis::on_id`), if the id has an occurrence's form and older versions routed it
+//!   elsewhere: such jobs from before an upgrade stay where they were.
 //! - A claim takes each partition on its own, in rotation: one failing partition never
 //!   costs the leases taken on the others; its error is returned only when nothing was
 //!   claimed.
@@ -18,12 +21,23 @@ use super::scripts::NewJob;
 use super::{Idle, Redis};
 use crate::backend::{Backend, BoxFuture, ClaimBatch};
 use crate::error::Error;
-use crate::job::{Counts, JobInfo, JobState, Scheduled, When};
+use crate::job::{nanos, Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
 use crate::recurrence::Recurrence;
 use crate::series::{CatchUp, Recurring, RecurringInfo};
 
 impl Redis {
+    /// The answer to a schedule of `id` if a job of that id lives on its former partition
+    /// (`Redis::on_id`): it exists, and nothing is made twice.
+    async fn former_existing(&self, id: &str) -> Result<Option<(Scheduled, u64)>, Error> {
+        let Some(former) = self.former_part(id) else {
+            return Ok(None);
+        };
+        let mut conn = self.conn()?;
+        let info = self.scripts.get(&mut conn, &former.keys, id).await?;
+        Ok(info.map(|info| (Scheduled::Exists, nanos(info.run_at()))))
+    }
+
     /// `retry.lua`: a retry, or with an `error` a failure.
     async fn give_back(
         &self,
@@ -32,22 +46,26 @@ impl Redis {
         after: Duration,
         error: Option<String>,
     ) -> Result<(Retry, u64), Error> {
-        let mut conn = self.writer()?;
-        let keys = &self.part(&id).keys;
-        let given = (self.scripts)
-            .retry(
-                &mut conn,
-                keys,
-                &id,
-                token,
-                after,
-                self.max_attempts,
-                error.as_deref(),
-            )
-            .await;
-        // Even a failed call may have committed (a timeout after the script ran).
-        self.changed();
-        given
+        let stale = |(retry, _): &(Retry, u64)| *retry == Retry::Stale;
+        let (id, error) = (id.as_str(), error.as_deref());
+        self.on_id(id, stale, move |part| async move {
+            let mut conn = self.writer()?;
+            let given = (self.scripts)
+                .retry(
+                    &mut conn,
+                    &part.keys,
+                    id,
+                    token,
+                    after,
+                    self.max_attempts,
+                    error,
+                )
+                .await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            given
+        })
+        .await
     }
 }
 
@@ -60,6 +78,9 @@ impl Backend for Redis {
     ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
             self.conn()?;
+            if let Some(existing) = self.former_existing(&id).await? {
+                return Ok(existing);
+            }
             let scheduled = self.part(&id).schedules.call((id, when, payload)).await;
             // Even a failed call may have committed (a timeout after the script ran).
             self.changed();
@@ -77,12 +98,16 @@ impl Backend for Redis {
             let mut groups: Vec<(Vec<usize>, Vec<NewJob>)> = (0..self.parts.len())
                 .map(|_| (Vec::new(), Vec::new()))
                 .collect();
+            let mut out = vec![(Scheduled::Exists, 0); n];
             for (i, job) in jobs.into_iter().enumerate() {
+                if let Some(existing) = self.former_existing(&job.0).await? {
+                    out[i] = existing;
+                    continue;
+                }
                 let p = partition_of(&job.0, self.parts.len());
                 groups[p].0.push(i);
                 groups[p].1.push(job);
             }
-            let mut out = vec![(Scheduled::Exists, 0); n];
             for (part, (positions, jobs)) in self.parts.iter().zip(groups) {
                 if jobs.is_empty() {
                     continue;
@@ -112,28 +137,43 @@ impl Backend for Redis {
 
     fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let mut conn = self.writer()?;
-            let keys = &self.part(&id).keys;
-            self.scripts.cancel(&mut conn, keys, &id).await
+            let id = id.as_str();
+            self.on_id(
+                id,
+                |found| !found,
+                move |part| async move {
+                    let mut conn = self.writer()?;
+                    self.scripts.cancel(&mut conn, &part.keys, id).await
+                },
+            )
+            .await
         })
     }
 
     fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
         Box::pin(async move {
-            let mut conn = self.writer()?;
-            let keys = &self.part(&id).keys;
-            let moved = self.scripts.reschedule(&mut conn, keys, &id, when).await;
-            // Even a failed call may have committed (a timeout after the script ran).
-            self.changed();
-            moved
+            let id = id.as_str();
+            self.on_id(id, Option::is_none, move |part| async move {
+                let mut conn = self.writer()?;
+                let moved = (self.scripts)
+                    .reschedule(&mut conn, &part.keys, id, when)
+                    .await;
+                // Even a failed call may have committed (a timeout after the script ran).
+                self.changed();
+                moved
+            })
+            .await
         })
     }
 
     fn get(&self, id: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
-            let keys = &self.part(&id).keys;
-            self.scripts.get(&mut conn, keys, &id).await
+            let id = id.as_str();
+            self.on_id(id, Option::is_none, move |part| async move {
+                let mut conn = self.conn()?;
+                self.scripts.get(&mut conn, &part.keys, id).await
+            })
+            .await
         })
     }
 
@@ -226,7 +266,13 @@ impl Backend for Redis {
     fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
             self.conn()?;
-            self.part(&id).acks.call((id, token)).await
+            let id = id.as_str();
+            (self.on_id(
+                id,
+                |acked| !acked,
+                move |part| async move { part.acks.call((id.to_owned(), token)).await },
+            ))
+            .await
         })
     }
 
@@ -241,17 +287,33 @@ impl Backend for Redis {
 
     fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
-            let keys = &self.part(&id).keys;
-            self.scripts.extend(&mut conn, keys, &id, token, by).await
+            let id = id.as_str();
+            self.on_id(
+                id,
+                |extended| !extended,
+                move |part| async move {
+                    let mut conn = self.conn()?;
+                    self.scripts
+                        .extend(&mut conn, &part.keys, id, token, by)
+                        .await
+                },
+            )
+            .await
         })
     }
 
     fn remove_dead(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let mut conn = self.writer()?;
-            let keys = &self.part(&id).keys;
-            self.scripts.remove_dead(&mut conn, keys, &id).await
+            let id = id.as_str();
+            self.on_id(
+                id,
+                |removed| !removed,
+                move |part| async move {
+                    let mut conn = self.writer()?;
+                    self.scripts.remove_dead(&mut conn, &part.keys, id).await
+                },
+            )
+            .await
         })
     }
 
@@ -350,12 +412,15 @@ impl Backend for Redis {
 
     fn revive(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
         Box::pin(async move {
-            let mut conn = self.writer()?;
-            let keys = &self.part(&id).keys;
-            let revived = self.scripts.revive(&mut conn, keys, &id, when).await;
-            // Even a failed call may have committed (a timeout after the script ran).
-            self.changed();
-            revived
+            let id = id.as_str();
+            self.on_id(id, Option::is_none, move |part| async move {
+                let mut conn = self.writer()?;
+                let revived = self.scripts.revive(&mut conn, &part.keys, id, when).await;
+                // Even a failed call may have committed (a timeout after the script ran).
+                self.changed();
+                revived
+            })
+            .await
         })
     }
 

@@ -65,6 +65,16 @@ pub(super) fn partition_of(id: &str, n: usize) -> usize {
     (fnv(key) % n as u64) as usize
 }
 
+/// The partition (of `n`) where the job `id` lived before occurrence ids were routed by
+/// their series, if that is another one: a job scheduled then under an id of exactly that
+/// form (`x@2026-12-01T12:00:00Z`) is still there after an upgrade, so calls that find no
+/// such job on [`partition_of`] look there too.
+pub(super) fn former_partition_of(id: &str, n: usize) -> Option<usize> {
+    crate::series::occurrence_series(id)?;
+    let former = (fnv(id) % n as u64) as usize;
+    (former != partition_of(id, n)).then_some(former)
+}
+
 /// A stable hash (FNV-1a): every process must route an id to the same partition.
 fn fnv(id: &str) -> u64 {
     id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {

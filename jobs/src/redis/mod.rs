@@ -69,7 +69,7 @@ use std::sync::Arc;
 
 use self::batcher::Batcher;
 use self::conn::{connect, Conn};
-use self::keys::{partition_of, tag, Keys};
+use self::keys::{former_partition_of, partition_of, tag, Keys};
 use self::reply::redis_error;
 use self::scripts::{micros, NewJob, PartClaim, Scripts};
 use self::wake::{subscribe, subscribe_cluster, Heard, Wake};
@@ -260,6 +260,30 @@ impl Redis {
 
     fn part(&self, id: &str) -> &Partition {
         &self.parts[partition_of(id, self.parts.len())]
+    }
+
+    /// The partition an occurrence-shaped `id` was routed to before series existed, if
+    /// another (`keys::former_partition_of`).
+    fn former_part(&self, id: &str) -> Option<&Partition> {
+        former_partition_of(id, self.parts.len()).map(|i| &self.parts[i])
+    }
+
+    /// `call` on the partition of `id`, and if it `missed` there, on its former partition
+    /// (a job scheduled under an occurrence-shaped id before an upgrade lives there).
+    async fn on_id<'a, T, F>(
+        &'a self,
+        id: &str,
+        missed: impl Fn(&T) -> bool,
+        call: impl Fn(&'a Partition) -> F,
+    ) -> Result<T, Error>
+    where
+        F: std::future::Future<Output = Result<T, Error>>,
+    {
+        let found = call(self.part(id)).await?;
+        match self.former_part(id) {
+            Some(former) if missed(&found) => call(former).await,
+            _ => Ok(found),
+        }
     }
 
     async fn count(&self, field: &str) -> Result<u64, Error> {

@@ -141,7 +141,8 @@ pub(super) struct Scripts {
     pause: Script,
 }
 
-/// A script that changes recurring series: `lua/series.lua`'s functions, then its body.
+/// A script that changes recurring series or leaves their pending occurrences alone:
+/// `lua/series.lua`'s functions, then its body.
 macro_rules! series_script {
     ($file:literal) => {
         Script::new(concat!(
@@ -155,8 +156,8 @@ impl Scripts {
     pub(super) fn load() -> Scripts {
         Scripts {
             schedule: Script::new(include_str!("lua/schedule.lua")),
-            cancel: Script::new(include_str!("lua/cancel.lua")),
-            reschedule: Script::new(include_str!("lua/reschedule.lua")),
+            cancel: series_script!("cancel.lua"),
+            reschedule: series_script!("reschedule.lua"),
             get: Script::new(include_str!("lua/get.lua")),
             claim: series_script!("claim.lua"),
             ack: Script::new(include_str!("lua/ack.lua")),
@@ -255,7 +256,7 @@ impl Scripts {
     ) -> Result<Option<u64>, Error> {
         let (mode, value, score) = when_args(when);
         let mut call = self.reschedule.prepare_invoke();
-        call.key(&k.meta).key(&k.due);
+        call.key(&k.meta).key(&k.due).key(&k.series);
         call.arg(id)
             .arg(mode)
             .arg(value)
@@ -353,7 +354,8 @@ impl Scripts {
     }
 
     /// `recurring_set.lua`: creates or replaces a series; `times` are its first occurrences
-    /// after the server's time, the head first. The outcome and the head's time.
+    /// after the server's time, the head first. The outcome, the head's time and the last
+    /// delivered occurrence's (no head but a last: every time was at or before it).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn recurring_set(
         &self,
@@ -364,7 +366,7 @@ impl Scripts {
         runs: u32,
         payload: &[u8],
         times: &[u64],
-    ) -> Result<(Recurring, Option<u64>), Error> {
+    ) -> Result<(Recurring, Option<u64>, Option<u64>), Error> {
         let mut call = self.recurring_set.prepare_invoke();
         series_keys(&mut call, k).key(&k.seq);
         call.arg(name)
@@ -378,30 +380,34 @@ impl Scripts {
         let mut parts = array(reply)?.into_iter();
         let created = int(&parts.next().unwrap_or(Value::Nil))? == 1;
         let head = opt_ns(&text(parts.next().unwrap_or(Value::Nil))?)?;
+        let last = opt_ns(&text(parts.next().unwrap_or(Value::Nil))?)?;
         let outcome = if created {
             Recurring::Created
         } else {
             Recurring::Updated
         };
-        Ok((outcome, head))
+        Ok((outcome, head, last))
     }
 
-    /// `recurring_fill.lua`: the head at `times[0]` and its next occurrences, if the series
-    /// is still at `version` with the head `head`; whether it applied.
+    /// `recurring_fill.lua`: the head at `times[0]` and its next occurrences, the first
+    /// `go` of them to run without counting, if the series is still at `version` with the
+    /// head `head`; whether it applied. No `times`: the series' recurrence no longer parses,
+    /// and it lets go of its head (an ordinary job from then on).
     pub(super) async fn recurring_fill(
         &self,
         conn: &mut Conn,
         k: &Keys,
         note: &SeriesNote,
-        times: &[u64],
+        times: Option<(&[u64], usize)>,
     ) -> Result<bool, Error> {
         let mut call = self.recurring_fill.prepare_invoke();
         series_keys(&mut call, k);
         let head = note.head.map(|h| h.to_string()).unwrap_or_default();
-        call.arg(&note.name)
-            .arg(&note.version)
-            .arg(head)
-            .arg(entries(times));
+        call.arg(&note.name).arg(&note.version).arg(head);
+        match times {
+            Some((times, go)) => call.arg(entries(times)).arg(go),
+            None => call.arg("").arg("detach"),
+        };
         let applied: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(applied == 1)
     }

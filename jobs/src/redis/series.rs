@@ -14,6 +14,11 @@
 //!   racing a `schedule_recurring`, change nothing twice. A fill that fails or is lost (a
 //!   kill) is noted again by the next claim; nothing depends on it but how soon a dry head
 //!   runs.
+//! - A list is bounded (`upcoming`): after a backlog it holds `4 * LIST` occurrences, all
+//!   due; the claim that runs through it notes it dry, and the fill that decides the
+//!   catch-up also tells how many of the new list's due occurrences the claims run without
+//!   counting again (`go`, stored before the list), so a backlog costs each script the
+//!   list's length, never the backlog's.
 //! - Times are the server's: the first occurrence follows the server's `TIME`.
 
 use std::collections::HashMap;
@@ -25,7 +30,7 @@ use super::scripts::{series_record, SeriesNote};
 use super::{Partition, Redis};
 use crate::error::Error;
 use crate::recurrence::Recurrence;
-use crate::series::{on_due, CatchUp, Recurring, RecurringInfo, Step};
+use crate::series::{self, on_due, CatchUp, Recurring, RecurringInfo, Step};
 
 /// Occurrences a list holds after its head, at least; a claim notes it low below 8.
 const LIST: usize = 16;
@@ -52,15 +57,22 @@ impl Rules {
     }
 }
 
-/// `head` and the occurrences after it: at least `LIST`, and past `now`.
+/// `head` and the occurrences after it: `LIST` past `now`, or after a backlog (a head far
+/// behind `now`) `4 * LIST` in all, so that a script reads and writes a bounded list
+/// whatever the backlog; a claim that runs through it notes it dry, and Rust decides the
+/// rest.
 fn upcoming(rule: &Recurrence, head: Option<u64>, now: u64) -> Vec<u64> {
     let mut times: Vec<u64> = head.into_iter().collect();
+    let mut past_now = 0;
     while let Some(&last) = times.last() {
-        if times.len() > LIST && last > now {
+        if past_now >= LIST || times.len() > 4 * LIST {
             break;
         }
         match rule.next_after_nanos(last) {
-            Some(next) => times.push(next),
+            Some(next) => {
+                past_now += usize::from(next > now);
+                times.push(next);
+            }
             None => break,
         }
     }
@@ -88,27 +100,40 @@ impl Redis {
         catch_up: CatchUp,
     ) -> Result<(Recurring, Option<u64>), Error> {
         let now = self.server_now().await?;
-        let times = upcoming(rule, rule.next_after_nanos(now), now);
-        let mut conn = self.conn()?;
+        let mut times = upcoming(rule, rule.next_after_nanos(now), now);
+        let mut conn = self.writer()?;
         let keys = &self.part(name).keys;
         let text = rule.to_string();
-        let set = (self.scripts)
-            .recurring_set(
-                &mut conn,
-                keys,
-                name,
-                &text,
-                catch_up.runs(),
-                payload,
-                &times,
-            )
-            .await;
-        self.changed();
-        set
+        let mut outcome = None;
+        loop {
+            let set = (self.scripts)
+                .recurring_set(
+                    &mut conn,
+                    keys,
+                    name,
+                    &text,
+                    catch_up.runs(),
+                    payload,
+                    &times,
+                )
+                .await;
+            self.changed();
+            let (this, head, last) = set?;
+            // The first call's outcome: a second one only replaces what it stored.
+            let outcome = *outcome.get_or_insert(this);
+            match last.and_then(|last| rule.next_after_nanos(last)) {
+                // Every time sent was at or before the last delivery (the server's clock
+                // went back): the times after it, once.
+                Some(after) if head.is_none() && times.first().is_some_and(|&t| t < after) => {
+                    times = upcoming(rule, Some(after), now);
+                }
+                _ => return Ok((outcome, head)),
+            }
+        }
     }
 
     pub(super) async fn cancel_series(&self, name: &str) -> Result<bool, Error> {
-        let mut conn = self.conn()?;
+        let mut conn = self.writer()?;
         let keys = &self.part(name).keys;
         self.scripts.recurring_cancel(&mut conn, keys, name).await
     }
@@ -123,8 +148,14 @@ impl Redis {
                 .await
                 .map_err(redis_error)?;
             for (name, record) in all {
-                let (runs, head, last, rule) = series_record(&record)?;
-                let rule = self.rules.get(&rule)?;
+                let (runs, head, last, text) = series_record(&record)?;
+                let rule = match self.rules.get(&text) {
+                    Ok(rule) => rule,
+                    Err(err) => {
+                        series::unparsable(&name, &text, &err);
+                        continue;
+                    }
+                };
                 let catch_up = CatchUp::from_runs(runs);
                 out.push(RecurringInfo::new(name, rule, catch_up, head, last));
             }
@@ -156,8 +187,24 @@ impl Redis {
         (moved, failed)
     }
 
+    /// Gives a noted series its next occurrences; for a dry note, with the catch-up decided
+    /// here: the head to run, and how many of the list's occurrences from it, all due now
+    /// and within the policy's count, the claims run without counting again (`go`): after
+    /// a backlog longer than the list, counting in the list cannot tell.
     async fn fill_one(&self, part: &Partition, now: u64, note: &SeriesNote) -> Result<(), Error> {
-        let rule = self.rules.get(&note.rule)?;
+        let rule = match self.rules.get(&note.rule) {
+            Ok(rule) => rule,
+            Err(err) => {
+                // Retrying would keep a dry head pending, first in line, for good.
+                series::unparsable(&note.name, &note.rule, &err);
+                let mut conn = self.conn()?;
+                (self.scripts)
+                    .recurring_fill(&mut conn, &part.keys, note, None)
+                    .await?;
+                self.changed();
+                return Ok(());
+            }
+        };
         let head = if note.dry {
             let catch_up = CatchUp::from_runs(note.runs);
             match note.head.map(|head| on_due(&rule, catch_up, head, now)) {
@@ -169,9 +216,16 @@ impl Redis {
             note.head
         };
         let times = upcoming(&rule, head, now);
+        // A dry head that runs (or its due successor): every occurrence due now from it is
+        // within the policy's count, else `on_due` would have moved the head further.
+        let go = if note.dry {
+            times.iter().take_while(|&&t| t <= now).count()
+        } else {
+            0
+        };
         let mut conn = self.conn()?;
         (self.scripts)
-            .recurring_fill(&mut conn, &part.keys, note, &times)
+            .recurring_fill(&mut conn, &part.keys, note, Some((&times, go)))
             .await?;
         // A moved head may be due at once.
         self.changed();
@@ -192,9 +246,14 @@ mod tests {
         assert_eq!(list.len(), LIST + 1);
         assert_eq!(list[0], 10 * second);
         assert_eq!(list[LIST], (10 + LIST as u64) * second);
-        // After a downtime the list runs past the server's time.
-        let list = upcoming(&rule, Some(10 * second), 100 * second);
-        assert_eq!(*list.last().unwrap(), 101 * second);
+        // After a short downtime the list runs `LIST` past the server's time.
+        let list = upcoming(&rule, Some(10 * second), 20 * second);
+        assert_eq!(*list.last().unwrap(), (20 + LIST as u64) * second);
+        // After a long one it stops at `4 * LIST` after the head: bounded by the list, not
+        // the backlog.
+        let list = upcoming(&rule, Some(10 * second), 1000 * second);
+        assert_eq!(list.len(), 4 * LIST + 1);
+        assert_eq!(*list.last().unwrap(), (10 + 4 * LIST as u64) * second);
         assert!(upcoming(&rule, None, 0).is_empty());
     }
 }

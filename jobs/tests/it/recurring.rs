@@ -40,6 +40,10 @@ macro_rules! run_recurring_suite {
             recurring_catch_up_all,
             recurring_catch_up_after_a_downtime_of_twenty_occurrences,
             recurring_an_at_in_the_name_of_a_job_is_no_series,
+            recurring_a_delivered_job_under_an_occurrence_id_is_skipped,
+            recurring_setting_it_again_keeps_a_missed_occurrence,
+            recurring_a_new_recurrence_runs_a_due_occurrence_first,
+            recurring_its_pending_occurrence_is_not_rescheduled,
         );
     };
 }
@@ -52,6 +56,27 @@ async fn open(h: &impl Harness) -> JobQueue {
 
 fn every(period: Duration) -> Recurrence {
     Recurrence::every(period).unwrap()
+}
+
+/// The id of the occurrence of `name` at `at`.
+fn occurrence(name: &str, at: SystemTime) -> String {
+    format!("{name}@{}", jiff::Timestamp::try_from(at).unwrap())
+}
+
+/// The next delivery, or a panic naming `what` if none comes within a minute: for a test
+/// whose failure is a series that stopped, so that it fails instead of hanging.
+#[track_caller]
+fn next_or_stalled<'a>(
+    consumer: &'a mut wheel_jobs::Consumer,
+    what: &'a str,
+) -> impl std::future::Future<Output = Delivery> + 'a {
+    let caller = std::panic::Location::caller();
+    async move {
+        match tokio::time::timeout(Duration::from_secs(60), next(consumer)).await {
+            Ok(d) => d,
+            Err(_) => panic!("{caller}: nothing delivered for a minute: {what}"),
+        }
+    }
 }
 
 /// The occurrence time an id names (`name@<RFC 3339>`).
@@ -509,5 +534,154 @@ pub async fn recurring_an_at_in_the_name_of_a_job_is_no_series(h: impl Harness) 
         1,
         "the series' next occurrence"
     );
+    queue.close().await.unwrap();
+}
+
+/// A job under a future occurrence's id that was delivered already (scheduled by hand,
+/// then retrying) is not the series': its claims are no first claims, so adopting it would
+/// stop the series. The series skips that time and goes on; the job runs as its own.
+pub async fn recurring_a_delivered_job_under_an_occurrence_id_is_skipped(h: impl Harness) {
+    let queue = open(&h).await;
+    let all = CatchUp::All { max: 100 };
+    queue
+        .schedule_recurring_with("st", every(P), "series", all)
+        .await
+        .unwrap();
+    let head = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let taken = occurrence("st", head + 2 * P);
+    queue
+        .schedule(&taken, Duration::ZERO, "hand")
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let mut times = Vec::new();
+    while times.len() < 3 {
+        let d = next_or_stalled(&mut consumer, "the series stopped").await;
+        if d.payload() == b"hand" {
+            assert_eq!((d.id(), d.attempt()), (taken.as_str(), 1));
+            assert!(d.retry(Duration::from_secs(3600)).await.unwrap());
+            continue;
+        }
+        check_occurrence(&d, "st", P);
+        times.push(d.run_at());
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(times, [head, head + P, head + 3 * P]);
+    let hand = queue.get(&taken).await.unwrap().unwrap();
+    assert_eq!((hand.state(), hand.attempt()), (JobState::Pending, 1));
+    assert_eq!(
+        queue.list_recurring().await.unwrap()[0].next_run(),
+        Some(head + 4 * P)
+    );
+    queue.close().await.unwrap();
+}
+
+/// Closes `queue` with one occurrence of each of `names` run, and reopens it after more
+/// than three periods: what a restart does. Returns the reopened queue and the times run.
+async fn restart(
+    h: &impl Harness,
+    queue: JobQueue,
+    names: &[&str],
+) -> (JobQueue, std::collections::HashMap<String, SystemTime>) {
+    let mut consumer = queue.consume();
+    let mut ran = std::collections::HashMap::new();
+    while ran.len() < names.len() {
+        let d = next(&mut consumer).await;
+        let name = d.id().split_once('@').unwrap().0.to_owned();
+        ran.entry(name).or_insert(d.run_at());
+        assert!(d.ack().await.unwrap());
+    }
+    drop(consumer);
+    queue.close().await.unwrap();
+    tokio::time::sleep(P * 7 / 2).await;
+    (open(h).await, ran)
+}
+
+/// What every process does at boot, `schedule_recurring` of the same series after a
+/// downtime, keeps the pending occurrence (with the new payload): the missed occurrences
+/// are caught up as the policy says, not dropped by the call.
+pub async fn recurring_setting_it_again_keeps_a_missed_occurrence(h: impl Harness) {
+    let queue = open(&h).await;
+    let all = CatchUp::All { max: 100 };
+    queue
+        .schedule_recurring_with("boot", every(P), "old", all)
+        .await
+        .unwrap();
+    let (queue, ran) = restart(&h, queue, &["boot"]).await;
+    let set_again = queue
+        .schedule_recurring_with("boot", every(P), "new", all)
+        .await
+        .unwrap();
+    assert_eq!(set_again, Recurring::Updated);
+    assert_eq!(queue.pending().await.unwrap(), 1);
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    check_occurrence(&d, "boot", P);
+    assert_eq!((d.run_at(), d.payload()), (ran["boot"] + P, &b"new"[..]));
+    assert!(d.ack().await.unwrap());
+    let times = take(&mut consumer, "boot", 2).await;
+    assert_eq!(times, [ran["boot"] + 2 * P, ran["boot"] + 3 * P]);
+    queue.close().await.unwrap();
+}
+
+/// A series given another recurrence after a downtime: its pending occurrence, already
+/// due, runs once as an ordinary job (old payload) before the new recurrence's first,
+/// unless the old policy is `None` (a later one was due too, so `None` skips it).
+pub async fn recurring_a_new_recurrence_runs_a_due_occurrence_first(h: impl Harness) {
+    let queue = open(&h).await;
+    let all = CatchUp::All { max: 100 };
+    queue
+        .schedule_recurring_with("keep", every(P), "old", all)
+        .await
+        .unwrap();
+    queue
+        .schedule_recurring_with("skip", every(P), "old", CatchUp::None)
+        .await
+        .unwrap();
+    let (queue, ran) = restart(&h, queue, &["keep", "skip"]).await;
+    let set = SystemTime::now();
+    for name in ["keep", "skip"] {
+        queue
+            .schedule_recurring_with(name, every(2 * P), "new", all)
+            .await
+            .unwrap();
+    }
+    assert_eq!(queue.pending().await.unwrap(), 3);
+    let mut consumer = queue.consume();
+    let mut seen: Vec<(String, Vec<u8>)> = Vec::new();
+    while seen.iter().filter(|(_, p)| p == b"new").count() < 2 {
+        let d = next(&mut consumer).await;
+        let name = d.id().split_once('@').unwrap().0.to_owned();
+        if d.payload() == b"new" {
+            check_occurrence(&d, &name, 2 * P);
+            assert!(d.run_at() > set, "{}", d.id());
+        } else {
+            assert_eq!(d.id(), occurrence("keep", ran["keep"] + P));
+        }
+        seen.push((name, d.payload().to_vec()));
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(seen[0], ("keep".to_owned(), b"old".to_vec()), "{seen:?}");
+    assert_eq!(seen.iter().filter(|(_, p)| p == b"old").count(), 1);
+    queue.close().await.unwrap();
+}
+
+/// `reschedule` leaves a series' pending occurrence alone, as `cancel` does: its time is
+/// its id and the series' schedule (moved past its successor, it would be superseded and
+/// never run). Once delivered, it is an ordinary job: its retry is its own.
+pub async fn recurring_its_pending_occurrence_is_not_rescheduled(h: impl Harness) {
+    let queue = open(&h).await;
+    queue
+        .schedule_recurring("r", every(P), "series")
+        .await
+        .unwrap();
+    let head = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let id = occurrence("r", head);
+    assert!(!queue.reschedule(&id, 3 * P).await.unwrap());
+    assert_eq!(queue.get(&id).await.unwrap().unwrap().run_at(), head);
+    let mut consumer = queue.consume();
+    let d = next_or_stalled(&mut consumer, "the occurrence never ran").await;
+    assert_eq!((d.id(), d.run_at()), (id.as_str(), head));
+    assert!(d.ack().await.unwrap());
     queue.close().await.unwrap();
 }

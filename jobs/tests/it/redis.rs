@@ -10,7 +10,7 @@ mod security;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use wheel_jobs::{Delivery, JobQueue, Scheduled};
+use wheel_jobs::{Delivery, JobQueue, Recurrence, Scheduled};
 
 use crate::support::{ms, next, spawn_reporting_worker, RedisServer, DURABLE};
 
@@ -342,6 +342,262 @@ async fn a_busy_server_is_unavailable_and_run_resumes() {
     busy.wait().unwrap();
     q.close().await.unwrap();
     run.await.unwrap().unwrap();
+}
+
+/// `min_replicas` covers a series' changes as it covers a schedule's: on a server without
+/// replicas, setting or cancelling a series fails `is_unavailable` (the change may or may
+/// not be on the primary: unconfirmed), like a schedule, while reads answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn series_changes_wait_for_min_replicas() {
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.min_replicas(1, ms(20));
+    })
+    .await;
+    let err = q.schedule("job", ms(0), "p").await.unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    let every = Recurrence::every(Duration::from_secs(60)).unwrap();
+    let err = q.schedule_recurring("s", every, "p").await.unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    let err = q.cancel_recurring("s").await.unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    q.list_recurring().await.unwrap();
+    q.close().await.unwrap();
+}
+
+/// A queue on `server` with the series `s` every 100 ms; its first occurrence's time.
+async fn series_every_100ms(server: &RedisServer) -> (JobQueue, std::time::SystemTime) {
+    let q = queue(server, |_| {}).await;
+    q.schedule_recurring("s", Recurrence::every(ms(100)).unwrap(), "p")
+        .await
+        .unwrap();
+    let head = q.list_recurring().await.unwrap()[0].next_run().unwrap();
+    (q, head)
+}
+
+/// Runs a series script (`series.lua`, then `body`) on the queue `orders` by `EVAL`, as
+/// another process of this or an older version would: `keys` named without their
+/// `{orders}:` prefix. Its reply as redis-cli prints it.
+fn eval_series_script(server: &RedisServer, body: &str, keys: &[&str], args: &[&str]) -> String {
+    let script = format!("{}{body}", include_str!("../../src/redis/lua/series.lua"));
+    let keys: Vec<String> = keys.iter().map(|k| format!("{{orders}}:{k}")).collect();
+    let count = keys.len().to_string();
+    let mut line = vec!["EVAL", &script, &count];
+    line.extend(keys.iter().map(String::as_str));
+    line.extend(args);
+    server.cli(&line)
+}
+
+/// `recurring_set.lua` handed a list computed before a claim moved the series (its Rust
+/// half reads the server's time a round trip earlier): the entry the claim delivered (acked
+/// since, so its id is free) and one already past are not the new head; the first entry
+/// after both the last delivery and the script's own time is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_list_never_makes_a_delivered_occurrence_again() {
+    let server = RedisServer::start();
+    let (q, _) = series_every_100ms(&server).await;
+    let mut consumer = q.consume();
+    let d = next(&mut consumer).await;
+    let ran = d.run_at();
+    assert!(d.ack().await.unwrap());
+    drop(consumer);
+    // So that the script's clock is past `ran + 5 ms`.
+    tokio::time::sleep(ms(10)).await;
+    let entry = |at: std::time::SystemTime| {
+        let ns = at.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        format!("{ns}={}", jiff::Timestamp::try_from(at).unwrap())
+    };
+    let hour = Duration::from_secs(3600);
+    let list = [ran, ran + ms(5), ran + hour, ran + 2 * hour]
+        .map(entry)
+        .join(",");
+    let set = include_str!("../../src/redis/lua/recurring_set.lua");
+    let keys = [
+        "meta",
+        "payload",
+        "due",
+        "counts",
+        "series",
+        "series_payload",
+        "series_next",
+        "seq",
+    ];
+    let args = [
+        "s",
+        "every 50ms",
+        "1",
+        "p",
+        &list,
+        "{orders}:wake",
+        "PUBLISH",
+    ];
+    eval_series_script(&server, set, &keys, &args);
+    let info = &q.list_recurring().await.unwrap()[0];
+    assert_eq!(info.last_run(), Some(ran));
+    assert_eq!(info.next_run(), Some(ran + hour));
+    assert_eq!(q.pending().await.unwrap(), 1);
+    q.close().await.unwrap();
+}
+
+/// One call of `claim.lua` after a downtime under `Latest`: the head is superseded by the
+/// latest occurrence due, and that one is leased by the same call (left pending, it could
+/// be superseded again by every claim that comes more than an interval after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_claim_runs_the_occurrence_that_supersedes_the_head() {
+    let server = RedisServer::start();
+    let (q, head) = series_every_100ms(&server).await;
+    q.close().await.unwrap();
+    tokio::time::sleep(ms(350)).await;
+    let claim = include_str!("../../src/redis/lua/claim.lua");
+    let keys = [
+        "meta",
+        "payload",
+        "due",
+        "counts",
+        "seq",
+        "dead",
+        "series",
+        "series_payload",
+        "series_next",
+        "errors",
+        "running",
+    ];
+    let reply = eval_series_script(&server, claim, &keys, &["10", "30000000", "25"]);
+    let leased: Vec<&str> = reply.lines().filter(|l| l.starts_with("s@")).collect();
+    assert_eq!(leased.len(), 1, "{reply}");
+    let at: jiff::Timestamp = leased[0]["s@".len()..].parse().unwrap();
+    let at = std::time::SystemTime::from(at);
+    // At least 250 ms after the head: the head and two more were due.
+    assert!(
+        at >= head + 2 * ms(100),
+        "the latest due, not the head {head:?}: {reply}"
+    );
+    let q = queue(&server, |_| {}).await;
+    assert_eq!(
+        (q.pending().await.unwrap(), q.running().await.unwrap()),
+        (1, 1)
+    );
+    let info = &q.list_recurring().await.unwrap()[0];
+    assert_eq!(info.last_run(), Some(at));
+    assert_eq!(info.next_run(), Some(at + ms(100)));
+    q.close().await.unwrap();
+}
+
+/// A series whose stored recurrence no longer parses (here a sub-millisecond interval an
+/// earlier version stored) with its list of next occurrences run out: the claim's note
+/// cannot be filled, so the series lets go of its pending occurrence, which runs as an
+/// ordinary job, instead of staying first in line undelivered for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_recurrence_that_no_longer_parses_lets_its_occurrence_run() {
+    let server = RedisServer::start();
+    let (q, head) = series_every_100ms(&server).await;
+    let record = server.cli(&["HGET", "{orders}:series", "s"]);
+    let (kept, _) = record.rsplit_once('|').unwrap();
+    server.cli(&[
+        "HSET",
+        "{orders}:series",
+        "s",
+        &format!("{kept}|every 500us"),
+    ]);
+    server.cli(&["HSET", "{orders}:series_next", "s", ""]);
+    assert!(q.list_recurring().await.unwrap().is_empty());
+    let mut consumer = q.consume();
+    let d = tokio::time::timeout(Duration::from_secs(60), next(&mut consumer))
+        .await
+        .expect("the occurrence never ran");
+    assert_eq!(d.run_at(), head);
+    assert!(d.ack().await.unwrap());
+    assert_eq!(q.pending().await.unwrap(), 0);
+    assert!(q.cancel_recurring("s").await.unwrap());
+    q.close().await.unwrap();
+}
+
+/// `CatchUp::All` with a backlog far longer than a series' stored list (2 s of an
+/// occurrence a millisecond): every missed occurrence runs, in order, while the list the
+/// scripts read and rewrite at each claim stays bounded (about 64 occurrences), not the
+/// backlog's length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_backlog_under_all_runs_in_order_with_a_bounded_list() {
+    let server = RedisServer::start();
+    let q = queue(&server, |_| {}).await;
+    let all = wheel_jobs::CatchUp::All { max: 1_000_000 };
+    q.schedule_recurring_with("b", Recurrence::every(ms(1)).unwrap(), "p", all)
+        .await
+        .unwrap();
+    let head = q.list_recurring().await.unwrap()[0].next_run().unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut consumer = q.consume();
+    for i in 0..300 {
+        let d = tokio::time::timeout(Duration::from_secs(60), next(&mut consumer))
+            .await
+            .unwrap_or_else(|_| panic!("stalled after {i} occurrences"));
+        assert_eq!(d.run_at(), head + i * ms(1), "{}", d.id());
+        assert!(d.ack().await.unwrap());
+    }
+    let listed = server.cli(&["HGET", "{orders}:series_next", "b"]);
+    let entries = listed.matches('=').count();
+    assert!(entries <= 80, "{entries} occurrences stored");
+    drop(consumer);
+    q.close().await.unwrap();
+}
+
+/// The partition (of `n`) a job id was routed to before occurrence ids were routed by
+/// their series: FNV-1a of the whole id.
+fn former_partition(id: &str, n: u64) -> u64 {
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    hash % n
+}
+
+/// A partitioned queue upgraded from before recurring series: jobs scheduled then under ids
+/// of an occurrence's exact form (`x@<time>`) live where their whole id routed, not on
+/// their series' partition. Calls find them there: a schedule of the id says it exists,
+/// `get` and `cancel` find them, a delivery's ack lands (it would be redelivered until
+/// dead otherwise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_under_occurrence_ids_from_before_series_are_found_where_they_are() {
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.partitions(3);
+    })
+    .await;
+    // Ids whose former partition is not their series'.
+    let ids: Vec<String> = (0..)
+        .map(|i| (format!("x{i}"), format!("x{i}@2001-01-01T00:00:00Z")))
+        .filter(|(name, id)| former_partition(name, 3) != former_partition(id, 3))
+        .map(|(_, id)| id)
+        .take(2)
+        .collect();
+    // Scheduled as the former version did: on the whole id's partition.
+    for (id, after_us) in [(&ids[0], "0"), (&ids[1], "3600000000")] {
+        let tag = format!("{{orders:{}}}", former_partition(id, 3));
+        let keys = ["meta", "payload", "due", "counts"].map(|k| format!("{tag}:{k}"));
+        let wake = format!("{tag}:wake");
+        let mut line = vec![
+            "EVAL",
+            include_str!("../../src/redis/lua/schedule.lua"),
+            "4",
+        ];
+        line.extend(keys.iter().map(String::as_str));
+        line.extend([&wake, "PUBLISH", id, "after", after_us, "", "old"]);
+        server.cli(&line);
+    }
+    let (due, later) = (ids[0].as_str(), ids[1].as_str());
+    assert_eq!(q.get(due).await.unwrap().unwrap().payload(), b"old");
+    assert_eq!(
+        q.schedule(due, ms(0), "new").await.unwrap(),
+        Scheduled::Exists
+    );
+    assert!(q.cancel(later).await.unwrap());
+    assert!(q.get(later).await.unwrap().is_none());
+    let mut consumer = q.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!((d.id(), d.payload()), (due, &b"old"[..]));
+    assert!(d.ack().await.unwrap());
+    assert!(q.get(due).await.unwrap().is_none());
+    assert_eq!(q.pending().await.unwrap(), 0);
+    q.close().await.unwrap();
 }
 
 /// A cluster node that stops answering (SIGSTOP, like a network partition) fails the calls

@@ -710,13 +710,23 @@ fn a_format_2_store_gets_its_running_and_dead_indexes_on_open() {
 
 // ===== recurring series =====
 
+/// A millisecond in the store's nanoseconds: recurrences are in whole milliseconds at least.
+const MS: u64 = 1_000_000;
+
+/// `every 10ms`: the series tests' times are in milliseconds (`t * MS`).
 fn set_every_10(name: &str) -> Op {
     Op::SetRecurring {
         name: name.to_owned(),
-        rule: Recurrence::every(Duration::from_nanos(10)).unwrap(),
+        rule: Recurrence::every(Duration::from_millis(10)).unwrap(),
         payload: b"s".to_vec(),
         catch_up: CatchUp::Latest,
     }
+}
+
+/// `cancel_recurring("s")`: whether it existed.
+fn cancel_s(store: &mut Store, now: u64) -> bool {
+    let name = "s".to_owned();
+    one(store, Op::CancelRecurring { name }, now) == Reply::Bool(true)
 }
 
 fn list(store: &mut Store, now: u64) -> Vec<RecurringInfo> {
@@ -770,7 +780,7 @@ fn a_store_of_format_2_upgrades_on_open() {
         )))
     );
     assert!(list(&mut store, 100).is_empty());
-    one(&mut store, set_every_10("s"), 100);
+    one(&mut store, set_every_10("s"), 100 * MS);
     let format = {
         let txn = store.db.begin_write().unwrap();
         let meta = txn.open_table(META).unwrap();
@@ -808,28 +818,118 @@ fn series_changes_survive_a_crash_by_the_log() {
     let mut store = file_store(dir.path(), 0);
     store.checkpoint_every = Duration::from_secs(3600);
     assert_eq!(
-        one(&mut store, set_every_10("s"), 100),
-        Reply::Recurring(Recurring::Created, Some(110))
+        one(&mut store, set_every_10("s"), 100 * MS),
+        Reply::Recurring(Recurring::Created, Some(110 * MS))
     );
-    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, 112) else {
+    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, 112 * MS) else {
         panic!("a claim");
     };
     assert_eq!(batch.jobs.len(), 1);
-    assert_eq!(batch.jobs[0].run_at, 110);
-    let before = list(&mut store, 112);
+    assert_eq!(batch.jobs[0].run_at, 110 * MS);
+    let before = list(&mut store, 112 * MS);
     let mut store = crash(store, dir.path(), 0);
-    assert_eq!(list(&mut store, 112), before);
+    assert_eq!(list(&mut store, 112 * MS), before);
     assert_eq!(
         before[0].next_run(),
-        Some(UNIX_EPOCH + Duration::from_nanos(120))
+        Some(UNIX_EPOCH + Duration::from_millis(120))
     );
     assert_eq!(store.counts().pending, 1);
     assert_eq!(store.counts().leased, 1);
-    assert_eq!(
-        one(&mut store, Op::CancelRecurring { name: "s".into() }, 112),
-        Reply::Bool(true)
-    );
+    assert!(cancel_s(&mut store, 112 * MS));
     assert_eq!(store.counts().pending, 0);
     let mut store = crash(store, dir.path(), 1);
-    assert!(list(&mut store, 112).is_empty());
+    assert!(list(&mut store, 112 * MS).is_empty());
+}
+
+/// Claims the one due occurrence at `now` and acks it (its job is gone); returns its time.
+fn run_one(store: &mut Store, now: u64) -> u64 {
+    let Reply::Claimed(batch) = one(store, Op::Claim { max: 10 }, now) else {
+        panic!("a claim");
+    };
+    assert_eq!(batch.jobs.len(), 1, "{batch:?}");
+    let job = &batch.jobs[0];
+    let (id, token) = (job.id.clone(), job.token);
+    one(store, Op::Ack { id, token }, now);
+    job.run_at
+}
+
+/// A series is never given a head at or before its last delivery, even by a clock that
+/// went back: that occurrence's job is acked and gone, and its free id proves nothing.
+#[test]
+fn a_clock_gone_back_does_not_make_a_delivered_occurrence_again() {
+    let mut store = store();
+    one(&mut store, set_every_10("s"), 100 * MS);
+    assert_eq!(run_one(&mut store, 112 * MS), 110 * MS);
+    let every_5 = Op::SetRecurring {
+        name: "s".into(),
+        rule: Recurrence::every(Duration::from_millis(5)).unwrap(),
+        payload: b"s".to_vec(),
+        catch_up: CatchUp::Latest,
+    };
+    // At 103 the first occurrence after now would be 105, then 110: both at or before 110.
+    assert_eq!(
+        one(&mut store, every_5, 103 * MS),
+        Reply::Recurring(Recurring::Updated, Some(115 * MS))
+    );
+    assert_eq!(store.counts().pending, 1);
+    assert_eq!(
+        list(&mut store, 103 * MS)[0].last_run(),
+        Some(UNIX_EPOCH + Duration::from_millis(110))
+    );
+}
+
+/// Under `Latest` the claim that finds a head superseded runs the occurrence that
+/// supersedes it in the same step: left pending for another claim, it would be superseded
+/// in turn whenever claims come further apart than the interval, and nothing would run.
+#[test]
+fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
+    let mut store = store();
+    one(&mut store, set_every_10("s"), 100 * MS);
+    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, 135 * MS) else {
+        panic!("a claim");
+    };
+    let ids: Vec<_> = batch
+        .jobs
+        .iter()
+        .map(|j| (j.id.as_str(), j.run_at))
+        .collect();
+    assert_eq!(ids, [("s@1970-01-01T00:00:00.13Z", 130 * MS)]);
+    assert_eq!((store.counts().pending, store.counts().leased), (1, 1));
+    let info = &list(&mut store, 135 * MS)[0];
+    assert_eq!(
+        info.last_run(),
+        Some(UNIX_EPOCH + Duration::from_millis(130))
+    );
+    assert_eq!(
+        info.next_run(),
+        Some(UNIX_EPOCH + Duration::from_millis(140))
+    );
+}
+
+/// A series whose stored recurrence no longer parses (here a sub-millisecond interval an
+/// earlier version stored) fails no claim: its pending occurrence runs as an ordinary job,
+/// the series is left without one, and it is not listed.
+#[test]
+fn a_stored_recurrence_that_no_longer_parses_fails_no_claim() {
+    let mut store = store();
+    one(&mut store, set_every_10("s"), 100 * MS);
+    {
+        let txn = store.db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(SERIES).unwrap();
+            let bytes = table.get("s").unwrap().unwrap().value().to_vec();
+            let mut record = series::Record::decode(&bytes).unwrap();
+            record.rule = "every 500us".into();
+            table.insert("s", record.encode().as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    assert!(list(&mut store, 105 * MS).is_empty());
+    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, 112 * MS) else {
+        panic!("a claim");
+    };
+    assert_eq!(batch.jobs.len(), 1);
+    assert_eq!(batch.jobs[0].run_at, 110 * MS);
+    assert_eq!((store.counts().pending, store.counts().leased), (0, 1));
+    assert!(cancel_s(&mut store, 112 * MS));
 }

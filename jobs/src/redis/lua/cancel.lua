@@ -7,16 +7,10 @@
 -- Returns 1 if the job was pending and is gone, else 0. O(log n): the due index holds ids,
 -- not payloads. Atomic: a claim cannot take the job between the state check and the removal.
 -- The pending occurrence of a recurring series is not cancelled (0): the series would have
--- none; cancel_recurring removes both.
+-- none; cancel_recurring removes both (series.lua, prepended, tells it).
 local meta = redis.call('HGET', KEYS[1], ARGV[1])
 if not meta or string.sub(meta, 1, 1) ~= 'p' then return 0 end
-local name = string.match(ARGV[1], '^([^@]+)@')
-if name then
-  local rec = redis.call('HGET', KEYS[5], name)
-  if rec and name .. '@' .. (string.match(rec, '^%d+|%d+|%d*|([^|]*)|') or '') == ARGV[1] then
-    return 0
-  end
-end
+if series_is_head({series = KEYS[5]}, ARGV[1]) then return 0 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])

@@ -16,7 +16,8 @@
 -- Returns {now_us, next_due_us ("" if none), notes, how many jobs it killed, then per
 -- delivered job: id, payload, attempt, run_at_ns, token}; notes are series.lua's {name, 'low' | 'dry', version,
 -- head_ns, runs, rule}. The first claim of a recurring series' head creates its next
--- occurrence here (series_due), so claiming one and creating the next are one step. The range read has a LIMIT, so a claim's cost is bounded whatever the
+-- occurrence here (series_due), so claiming one and creating the next are one step; a head
+-- superseded by a later occurrence that is due too is deleted and that one leased instead. The range read has a LIMIT, so a claim's cost is bounded whatever the
 -- backlog. Atomic: two consumers never lease the same job, and "now" is the server's TIME,
 -- so clients with skewed clocks neither deliver early nor late. One HMGET each for the
 -- states and payloads, one INCRBY for a block of tokens, then one write per structure.
@@ -50,9 +51,19 @@ if #ids > 0 then
   local expired = {}
   local stopped = {}
   local from_pending, died_pending, died_leased = 0, 0, 0
-  for i, id in ipairs(ids) do
-    local state, attempt, run_ns = jobs[i][1], jobs[i][2], jobs[i][3]
-    if attempt == 0 and string.find(id, '@', 1, true) and not series_due(S, id, now, notes) then
+  for i, due_id in ipairs(ids) do
+    local id, state, attempt, run_ns = due_id, jobs[i][1], jobs[i][2], jobs[i][3]
+    local payload = payloads[i]
+    if attempt == 0 and string.find(id, '@', 1, true) then
+      id = series_due(S, id, now, notes)
+      if id and id ~= due_id then
+        -- A later occurrence superseded this series head and runs instead: made pending
+        -- just now (or adopted), it is leased like the head would have been.
+        run_ns = string.match(redis.call('HGET', KEYS[1], id), '^p:0:%d+:(%d+)$')
+        payload = redis.call('HGET', KEYS[2], id)
+      end
+    end
+    if not id then
       -- A series' head that was superseded (deleted) or awaits its list: not delivered.
     elseif attempt >= max_attempts then
       if state == 'l' then
@@ -83,7 +94,7 @@ if #ids > 0 then
       leases[#leases + 1] = id
       if state == 'p' then from_pending = from_pending + 1 end
       out[#out + 1] = id
-      out[#out + 1] = payloads[i]
+      out[#out + 1] = payload
       out[#out + 1] = attempt
       out[#out + 1] = run_ns
       out[#out + 1] = token
