@@ -9,8 +9,13 @@ use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
 use proptest::prelude::*;
+use redb::TableDefinition;
 
 use super::*;
+use crate::job::{JobInfo, JobState, When};
+use crate::model::Job;
+use crate::recurrence::Recurrence;
+use crate::series::{CatchUp, Recurring, RecurringInfo};
 
 const LEASE: u64 = 10;
 const MAX_ATTEMPTS: u32 = 2;
