@@ -43,7 +43,7 @@ pub(crate) struct Claimed {
 pub(crate) struct ClaimBatch {
     /// Leased to the caller, in due order.
     pub(crate) jobs: Vec<Claimed>,
-    /// The first key of the due index after the claim: the next run_at or lease end.
+    /// The first key of due work after the claim: the next run_at or lease end.
     pub(crate) next_due: Option<u64>,
     /// The backend's clock at the claim, nanoseconds since the Unix epoch.
     pub(crate) now: u64,
@@ -132,15 +132,13 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>>;
 
     /// The per-state counters, whether claims are paused, and the earliest pending `run_at`
-    /// (on Redis the head of the due index past the running entries before it, at most the
-    /// running jobs): never a scan.
+    /// (the head of the due index): never a scan.
     fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>>;
 
     /// Up to `limit` jobs in `state`, in that state's list order, after the position `after`
     /// (a job's `listed_at` and id; `model.rs`), each with its own position: pending and
     /// by `(run_at, id)`, running by `(lease end, id)`, dead by `(death time, id)`
-    /// descending. A range read of one index: O(limit), plus on Redis, for pending jobs, the
-    /// running entries its due index interleaves.
+    /// descending. A range read of one index: O(limit).
     fn list(
         &self,
         state: JobState,

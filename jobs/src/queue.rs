@@ -239,8 +239,8 @@ impl JobQueue {
     /// the next pending job is due.
     ///
     /// The numbers come from counters the store keeps beside the jobs, never from a scan:
-    /// O(1) whatever the queue's size (the next due time reads the head of the due index,
-    /// past the running jobs' lease ends before it). On Redis one script call per partition.
+    /// O(1) whatever the queue's size (the next due time reads the head of the due index).
+    /// On Redis one script call per partition.
     ///
     /// # Examples
     ///
@@ -280,10 +280,8 @@ impl JobQueue {
     /// did not move (a running job whose lease was renewed has moved).
     ///
     /// Each page costs O(limit): a range read of the state's index (on Redis, per
-    /// partition, merged), never a scan; on Redis a pending page also passes over the
-    /// running jobs' entries its due index holds among the pending ones (at most the
-    /// running jobs). Pages carry the jobs' payloads: keep the limit modest for large
-    /// payloads.
+    /// partition, merged), never a scan. Pages carry the jobs' payloads: keep the limit
+    /// modest for large payloads.
     ///
     /// # Examples
     ///

@@ -7,9 +7,10 @@
 //!   state machine is `model.rs`'s, written out in Lua: states `p`/`l`/`d`, attempts
 //!   counted at claim, tokens checked by ack, retry and extend, dead after `max_attempts`.
 //! - Keys of one queue share the hash tag `{name}`, so every script touches one cluster slot.
-//!   The due index is a sorted set of **ids** (scored by due microseconds: run_at when
-//!   pending, lease end when leased); payloads live in their own hash, so cancel by id is
-//!   O(log n).
+//!   The due index is a sorted set of pending **ids** scored by run_at microseconds, the
+//!   running index one of running ids scored by lease end (each job in its state's index
+//!   only, as on the embedded store: `lua/claim.lua`); payloads live in their own hash, so
+//!   cancel by id is O(log n).
 //! - Time is the server's (`TIME` inside the scripts): `When::After` delays, lease ends and
 //!   "now" at a claim. A `When::At` is a wall-clock instant the caller chose; its score is
 //!   rounded up to the microsecond, so it is never delivered early.

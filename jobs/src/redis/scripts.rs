@@ -221,7 +221,6 @@ impl Scripts {
         let mut call = self.ack.prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
-            .key(&k.due)
             .key(&k.counts)
             .key(&k.errors)
             .key(&k.running);

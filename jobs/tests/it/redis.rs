@@ -10,7 +10,7 @@ mod security;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use wheel_jobs::{Delivery, JobQueue, Recurrence, Scheduled};
+use wheel_jobs::{Delivery, JobQueue, JobState, ListOptions, Recurrence, Scheduled, MIN_LEASE};
 
 use crate::support::{ms, next, spawn_reporting_worker, RedisServer, DURABLE};
 
@@ -870,4 +870,102 @@ async fn a_pause_from_one_process_stops_the_others_and_its_resume_wakes_them() {
     );
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
+
+/// Running jobs an older version kept in the due index too (scored by their lease end, in
+/// due alone or in due and the running index) are leases all the same: an ended one is
+/// delivered again once, with "lease expired"; a held one stays running, listed and counted
+/// as running, not pending; an entry whose job is gone (acked since) is dropped unseen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_an_older_version_left_in_the_due_index_end_once() {
+    let server = RedisServer::start();
+    let q = queue(&server, |_| {}).await;
+    let time = server.cli(&["TIME"]);
+    let [secs, micros] = [0, 1].map(|i| time.lines().nth(i).unwrap().parse::<u64>().unwrap());
+    let now_us = secs * 1_000_000 + micros;
+    let (ended, held) = (
+        (now_us - 1_000_000).to_string(),
+        (now_us + 3_600_000_000).to_string(),
+    );
+    let run_ns = format!("{}", (now_us - 2_000_000) * 1000);
+    for (id, token) in [("in-due", "5"), ("in-both", "6"), ("held", "7")] {
+        let meta = format!("l:1:{token}:{run_ns}");
+        server.cli(&["HSET", "{orders}:meta", id, &meta]);
+        server.cli(&["HSET", "{orders}:payload", id, id]);
+    }
+    server.cli(&[
+        "ZADD",
+        "{orders}:due",
+        &ended,
+        "in-due",
+        &ended,
+        "in-both",
+        &held,
+        "held",
+    ]);
+    server.cli(&["ZADD", "{orders}:due", &ended, "acked"]);
+    server.cli(&["ZADD", "{orders}:running", &ended, "in-both", &held, "held"]);
+    server.cli(&["HSET", "{orders}:counts", "leased", "3"]);
+    server.cli(&["SET", "{orders}:seq", "7"]);
+
+    let mut consumer = q.consume();
+    let mut again = vec![next(&mut consumer).await, next(&mut consumer).await];
+    again.sort_by(|a, b| a.id().cmp(b.id()));
+    let ids: Vec<&str> = again.iter().map(|d| d.id()).collect();
+    assert_eq!(ids, ["in-both", "in-due"]);
+    for d in &again {
+        assert_eq!((d.attempt(), d.payload()), (2, d.id().as_bytes()));
+        let info = q.get(d.id()).await.unwrap().unwrap();
+        assert_eq!(info.last_error(), Some("lease expired"));
+    }
+    let more = tokio::time::timeout(ms(300), consumer.next()).await;
+    assert!(
+        more.is_err(),
+        "nothing else is due: {:?}",
+        more.map(|d| d.map(|d| d.map(|d| d.id().to_owned())))
+    );
+    let c = q.counts().await.unwrap();
+    assert_eq!((c.pending, c.running, c.next_due), (0, 3, None));
+    let pending = q
+        .list(JobState::Pending, &ListOptions::new())
+        .await
+        .unwrap();
+    assert!(pending.jobs().is_empty(), "{:?}", pending.jobs());
+    let running = q
+        .list(JobState::Running, &ListOptions::new())
+        .await
+        .unwrap();
+    let mut ids: Vec<&str> = running.jobs().iter().map(|j| j.id()).collect();
+    ids.sort();
+    assert_eq!(ids, ["held", "in-both", "in-due"]);
+    for d in again {
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(
+        server.cli(&["ZCARD", "{orders}:due"]),
+        "1",
+        "only the held lease's entry is left"
+    );
+    q.close().await.unwrap();
+}
+
+/// Extending a lease moves it in the running index and drops the entry an older version
+/// kept for it in the due index, which would deliver the job again at the old lease end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extended_lease_is_not_delivered_again_at_an_older_versions_entry() {
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.lease(MIN_LEASE);
+    })
+    .await;
+    q.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = q.consume();
+    let delivery = next(&mut consumer).await;
+    let lease_end = server.cli(&["ZSCORE", "{orders}:running", "job"]);
+    server.cli(&["ZADD", "{orders}:due", &lease_end, "job"]);
+    assert!(delivery.extend(Duration::from_secs(3600)).await.unwrap());
+    let again = tokio::time::timeout(MIN_LEASE + ms(500), consumer.next()).await;
+    assert!(again.is_err(), "delivered again while its lease is held");
+    assert!(delivery.ack().await.unwrap());
+    q.close().await.unwrap();
 }

@@ -1,14 +1,15 @@
 -- ack.lua: leased jobs are done: delete them (many acks batched in one call).
 --
--- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
--- KEYS[5] errors, KEYS[6] running (see claim.lua)
+-- KEYS[1] meta, KEYS[2] payload, KEYS[3] counts (see schedule.lua)
+-- KEYS[4] errors, KEYS[5] running (see claim.lua: a running job is in running only; an
+-- older version's lease also left in due is dropped by the claim that next reads it)
 -- ARGV pairs: id, lease token (at most 512 pairs)
 --
 -- Returns one 1|0 per pair: 1 if the lease was held (the job is gone), 0 if the token is
 -- stale (redelivered to someone else, or gone, or acked earlier in this batch): then
 -- nothing changes for that job. Atomic with claim, so a late ack can never delete a job
 -- another consumer now holds (the duplicate-run bug of bullmq#3183). One HMGET reads every
--- job, then one HDEL, HDEL, ZREM and HINCRBY delete the done ones together.
+-- job, then one HDEL, HDEL, HDEL, ZREM and HINCRBY delete the done ones together.
 local ids = {}
 for i = 1, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
 local metas = redis.call('HMGET', KEYS[1], unpack(ids))
@@ -31,9 +32,8 @@ end
 if #done > 0 then
   redis.call('HDEL', KEYS[1], unpack(done))
   redis.call('HDEL', KEYS[2], unpack(done))
-  redis.call('ZREM', KEYS[3], unpack(done))
-  redis.call('HDEL', KEYS[5], unpack(done))
-  redis.call('ZREM', KEYS[6], unpack(done))
-  redis.call('HINCRBY', KEYS[4], 'leased', -#done)
+  redis.call('HDEL', KEYS[4], unpack(done))
+  redis.call('ZREM', KEYS[5], unpack(done))
+  redis.call('HINCRBY', KEYS[3], 'leased', -#done)
 end
 return out

@@ -4,8 +4,9 @@
 --
 -- Returns {pending, running, dead, paused (1|0), next pending run_at_ns or ""}. The numbers
 -- are the counters every script keeps in `counts`, never a scan; the next run_at is the
--- first pending entry of the due index, read 16 at a time past the running jobs' lease ends
--- before it (at most the running jobs). A script so that all of it is one moment.
+-- first pending entry of the due index, which holds pending jobs only, but for what an
+-- older version left there (running jobs' lease ends, and those jobs once acked: see
+-- claim.lua), read past 16 at a time. A script so that all of it is one moment.
 local c = redis.call('HMGET', KEYS[3], 'pending', 'leased', 'dead', 'paused')
 local out = {tonumber(c[1]) or 0, tonumber(c[2]) or 0, tonumber(c[3]) or 0, c[4] and 1 or 0, ''}
 local from = 0

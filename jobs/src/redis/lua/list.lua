@@ -1,6 +1,6 @@
 -- list.lua: a page of one partition's jobs in one state, after a position, in the state's
--- order: pending (from the due index, its running entries skipped) and running (from the
--- running index) by (score, id) ascending; dead (from the dead index) descending.
+-- order: pending (from the due index) and running (from the running index) by (score, id)
+-- ascending; dead (from the dead index) descending.
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] errors (see schedule.lua, claim.lua)
 -- KEYS[4] the state's index: due (pending), running or dead (see claim.lua)
@@ -12,8 +12,9 @@
 -- [ZCOUNT(-inf, (score), ZCOUNT(-inf, score)), in bytewise order of their ids, so a binary
 -- search by rank finds the first id past it (not a ZRANK of its job, which may be gone or
 -- moved, and not a walk over equal scores: a batch scheduled with one delay shares one).
--- Then one range read of the page; pending pages also skip the running jobs' entries of the
--- due index (at most the running jobs). A script, so the page is one moment.
+-- Then one range read of the page, read on past the entries of no job in the page's state
+-- (the running index's pin; an older version left running jobs in the due index as well:
+-- see claim.lua). A script, so the page is one moment.
 local mode, limit, score, after = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local index = KEYS[4]
 

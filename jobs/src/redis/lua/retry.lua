@@ -8,7 +8,9 @@
 -- failure only) the job's new last error, at most 4 KiB; without it the last error stays
 --
 -- Returns {0, ""} for a stale token, {1, run_at_ns} when pending again, {2, ""} when dead.
--- Atomic with claim and ack (token checked and state changed in one step).
+-- Atomic with claim and ack (token checked and state changed in one step). The job moves
+-- from running to due (pending) or dead; the ZREM of due on death drops the entry an older
+-- version also kept there for a running job.
 local meta = redis.call('HGET', KEYS[1], ARGV[1])
 if not meta then return {0, ''} end
 local state, attempt, token, run_ns = string.match(meta, '^(%a):(%d+):(%d+):(%d+)$')

@@ -2,7 +2,8 @@
 --
 -- KEYS[1] meta    hash  id -> "state:attempt:token:run_at_ns" (state p|l|d)
 -- KEYS[2] payload hash  id -> payload bytes
--- KEYS[3] due     zset  id scored by due time in microseconds (run_at, or lease end)
+-- KEYS[3] due     zset  pending ids scored by run_at in microseconds (a running job is in
+--                       claim.lua's running set instead, scored by its lease end)
 -- KEYS[4] counts  hash  pending | leased | dead
 -- ARGV[1] wake channel (sent the new head's score when a job becomes the first due)
 -- ARGV[2] 'PUBLISH', or 'SPUBLISH' on a cluster (the channel shares the keys' hash tag)
