@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -20,13 +20,17 @@ const TIMEOUT: Duration = Duration::from_millis(500);
 /// `redis_timeout` plus scheduling delay; this is that delay's allowance here.
 const MARGIN: Duration = Duration::from_millis(500);
 
+/// Whole scheduler rounds (each acknowledges three jobs) before the outage starts.
+const ROUNDS_BEFORE: usize = 60;
+
 /// Far beyond the bound: a call still running after this is reported as a hang rather
 /// than awaited for good.
 const HANG: Duration = Duration::from_secs(8);
 
-/// What the test saw go wrong, reported together at the end.
+/// What the test saw go wrong, reported together at the end; and how many whole rounds the
+/// schedulers got through, so the outage starts once there is enough to check after it.
 #[derive(Clone, Default)]
-struct Faults(Arc<Mutex<Vec<String>>>);
+struct Faults(Arc<Mutex<Vec<String>>>, Arc<AtomicUsize>);
 
 impl Faults {
     fn push(&self, fault: String) {
@@ -141,6 +145,8 @@ async fn scheduler(
             tokio::time::sleep(ms(10)).await;
         } else if after_restart {
             break;
+        } else {
+            faults.1.fetch_add(1, SeqCst);
         }
     }
     (ledger, failures)
@@ -237,7 +243,14 @@ async fn outage(outage: Outage) {
         faults.clone(),
     )));
 
+    // At least 400 ms in, and enough rounds acknowledged to check afterwards: a loaded
+    // machine may take longer to get there (a guard, not a bound: the test fails below if
+    // it never does).
     tokio::time::sleep(ms(400)).await;
+    let started = Instant::now();
+    while faults.1.load(SeqCst) < ROUNDS_BEFORE && started.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(ms(20)).await;
+    }
     match outage {
         Outage::Kill => server.kill(),
         Outage::Freeze => server.signal("-STOP"),

@@ -110,6 +110,11 @@ mod tls {
     use crate::support::{ms, RedisCluster, TestCa};
     use wheel_jobs::Scheduled;
 
+    /// `redis_timeout` for these tests: a TLS handshake in a debug build (rustls and ring
+    /// unoptimized), on a machine busy with the rest of the suite, can pass the default 1 s;
+    /// what they check is TLS, not that bound (the outage tests check it).
+    const TLS_TIMEOUT: Option<Duration> = Some(Duration::from_secs(10));
+
     /// A queue over TLS works end to end, the wake subscription included: an idle
     /// consumer is woken by another handle's schedule long before its safety wakeup.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,6 +125,7 @@ mod tls {
         let open = || async {
             JobQueue::builder()
                 .redis_tls_ca(ca.ca_pem.clone())
+                .redis_timeout(TLS_TIMEOUT)
                 .safety_wakeup(Duration::from_secs(3600))
                 .redis(&url, "orders")
                 .await
@@ -153,7 +159,10 @@ mod tls {
         let url = format!("rediss://localhost:{}", server.tls_port.unwrap());
         let other = TestCa::new();
         let mut builder = JobQueue::builder();
-        let with_other_ca = builder.redis_tls_ca(other.ca_pem.clone()).redis(&url, "q");
+        let with_other_ca = builder
+            .redis_tls_ca(other.ca_pem.clone())
+            .redis_timeout(TLS_TIMEOUT)
+            .redis(&url, "q");
         let err = tokio::time::timeout(HANG, with_other_ca)
             .await
             .expect("open hangs")
@@ -181,6 +190,7 @@ mod tls {
         let q = JobQueue::builder()
             .partitions(3)
             .redis_tls_ca(ca.ca_pem.clone())
+            .redis_timeout(TLS_TIMEOUT)
             .redis_cluster(&nodes, "orders")
             .await
             .unwrap();
