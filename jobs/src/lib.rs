@@ -109,10 +109,13 @@
 
 // Layers, bottom up (a module imports only from the layers below it; docs/ARCHITECTURE.md,
 // "wheel-jobs"): error, job, config, model, wakeup → backend → embedded, redis → shared →
-// consumer → worker → queue → builder.
+// consumer → worker → queue → builder → console (the web console reads only through
+// JobQueue).
 mod backend;
 mod builder;
 mod config;
+#[cfg(feature = "console")]
+pub mod console;
 mod consumer;
 mod embedded;
 mod error;

@@ -1,0 +1,165 @@
+//! A web console for a queue (feature `console`): an axum [`Router`] to mount in one's own
+//! app, or to run with `wheel-jobs serve`.
+//!
+//! # Ground rules
+//!
+//! - The console reads and acts only through [`JobQueue`]'s public calls: it has no private
+//!   path into a store, so it sees what an app sees and works on every backend. No page
+//!   counts or scans the queue; each asks the store for O(1) or O(page) work.
+//! - Every request passes the guard (`guard.rs`) before any route runs: with a token, the
+//!   token must come with it (401 otherwise); without one, only requests addressed to a
+//!   loopback host are served (403 otherwise), so a web page elsewhere cannot reach a
+//!   console on `127.0.0.1` through DNS rebinding.
+//! - Reads are GETs and change nothing; every change is a POST carrying the console's CSRF
+//!   token (a random value per router, in each form). A GET to an action route is
+//!   405 Method Not Allowed.
+//! - Every value shown (ids, payloads, errors) goes through the template engine's HTML
+//!   escaping (askama, templates in `jobs/templates/console/`, checked at compile time);
+//!   nothing is escaped or marked safe by hand. Pages also forbid inline scripts and framing
+//!   (a `Content-Security-Policy` on every response), so even an escaping mistake could not
+//!   run a script.
+//! - Links and redirects are built from the path the router is mounted at (`Base`), so the
+//!   router works at `/` and nested under any prefix.
+
+mod actions;
+mod guard;
+mod pages;
+mod view;
+
+use std::fmt;
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::queue::JobQueue;
+
+use self::guard::Guard;
+
+/// Configures a console [`Router`] for one [`JobQueue`]. [`router`] is the default one.
+///
+/// # Examples
+///
+/// Mounted in one's own app under `/jobs/` (the only way to look into an embedded store
+/// while the app that holds it runs):
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), wheel_jobs::Error> {
+/// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-console-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+/// let console = wheel_jobs::console::Console::new(queue.clone())
+///     .token("a long random secret")
+///     .router();
+/// let app: axum::Router = axum::Router::new().nest("/jobs", console);
+/// # drop(app);
+/// # queue.close().await?;
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Console {
+    queue: JobQueue,
+    token: Option<Arc<str>>,
+    any_host: bool,
+}
+
+impl fmt::Debug for Console {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Console")
+            .field("queue", &self.queue)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("any_host", &self.any_host)
+            .finish()
+    }
+}
+
+impl Console {
+    /// A console for `queue`, without a token: it serves only requests addressed to a
+    /// loopback host (`localhost`, `127.0.0.1`, `[::1]`).
+    pub fn new(queue: JobQueue) -> Console {
+        Console {
+            queue,
+            token: None,
+            any_host: false,
+        }
+    }
+
+    /// Requires `token` on every request, from any host: as the password of HTTP Basic
+    /// authentication (a browser asks for it; the user name is ignored) or as
+    /// `Authorization: Bearer <token>` (scripts, Prometheus). Anything else gets 401.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `token` is empty.
+    #[track_caller]
+    pub fn token(&mut self, token: impl Into<String>) -> &mut Self {
+        let token = token.into();
+        assert!(!token.is_empty(), "wheel-jobs console: the token is empty");
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Without a token, serves requests addressed to any host, for a router mounted behind
+    /// the app's own authentication. Anyone who can reach it can then act on the queue.
+    pub fn allow_any_host(&mut self) -> &mut Self {
+        self.any_host = true;
+        self
+    }
+
+    /// The router: pages at `/` (overview) and `/job?id=…`, actions as POSTs, static
+    /// assets under `/assets/`. Each call makes a new CSRF token, so forms rendered by one
+    /// router are refused by another.
+    pub fn router(&self) -> Router {
+        let app = Arc::new(App {
+            queue: self.queue.clone(),
+            guard: Guard::new(self.token.clone(), self.any_host),
+        });
+        Router::new()
+            .route("/", get(pages::overview))
+            .route("/job", get(pages::job))
+            .route("/job/cancel", post(actions::cancel))
+            .route("/job/remove", post(actions::remove_dead))
+            .route("/dead/purge", post(actions::purge_dead))
+            .route("/assets/console.css", get(pages::stylesheet))
+            .route("/assets/console.js", get(pages::script))
+            .layer(axum::middleware::from_fn_with_state(
+                app.clone(),
+                guard::check,
+            ))
+            .with_state(app)
+    }
+}
+
+/// A console router for `queue` with the defaults of [`Console::new`]: no token, loopback
+/// hosts only.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), wheel_jobs::Error> {
+/// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-router-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir).unwrap();
+/// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+/// let app = wheel_jobs::console::router(queue.clone());
+/// // axum::serve(tokio::net::TcpListener::bind("127.0.0.1:8080").await?, app).await?;
+/// # drop(app);
+/// # queue.close().await?;
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok(())
+/// # }
+/// ```
+pub fn router(queue: JobQueue) -> Router {
+    Console::new(queue).router()
+}
+
+/// What every route shares.
+struct App {
+    queue: JobQueue,
+    guard: Guard,
+}
+
+type Shared = Arc<App>;

@@ -1,0 +1,159 @@
+//! How the console shows values: times, counts, states and payloads, as plain strings the
+//! templates escape. Pure functions of their arguments ("now" is passed in).
+
+use std::time::{Duration, SystemTime};
+
+use crate::job::JobState;
+
+/// The most of a payload a page shows: payloads may be up to 512 MiB, a page stays small.
+pub(super) const PAYLOAD_SHOWN: usize = 64 << 10;
+
+/// A wall-clock time, absolute (UTC) and relative to now.
+pub(super) struct Time {
+    pub(super) utc: String,
+    pub(super) relative: String,
+}
+
+pub(super) fn time(at: SystemTime, now: SystemTime) -> Time {
+    let utc = match jiff::Timestamp::try_from(at) {
+        Ok(ts) => format!("{ts:.0}"),
+        Err(_) => "beyond the year 9999".to_owned(),
+    };
+    let relative = match at.duration_since(now) {
+        Ok(ahead) if ahead < Duration::from_secs(1) => "now".to_owned(),
+        Ok(ahead) => format!("in {}", span(ahead)),
+        Err(behind) if behind.duration() < Duration::from_secs(1) => "now".to_owned(),
+        Err(behind) => format!("{} ago", span(behind.duration())),
+    };
+    Time { utc, relative }
+}
+
+/// `d` in its two largest units, rounded down: "2d 3h", "5m 10s", "42s".
+fn span(d: Duration) -> String {
+    const UNITS: [(u64, &str); 4] = [(86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")];
+    let mut secs = d.as_secs();
+    let mut parts = Vec::with_capacity(2);
+    for (size, name) in UNITS {
+        if secs >= size || (parts.len() == 1) {
+            parts.push(format!("{}{name}", secs / size));
+            secs %= size;
+        }
+        if parts.len() == 2 {
+            break;
+        }
+    }
+    parts.join(" ")
+}
+
+/// `n` with thousands separated: "10,000,000".
+pub(super) fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub(super) fn state(state: JobState) -> &'static str {
+    match state {
+        JobState::Pending => "pending",
+        JobState::Running => "running",
+        JobState::Dead => "dead",
+    }
+}
+
+/// A payload as a page shows it: UTF-8 text when it is text, else hex; at most
+/// [`PAYLOAD_SHOWN`] bytes of it.
+pub(super) struct Payload {
+    pub(super) len: usize,
+    pub(super) shown: usize,
+    pub(super) text: Option<String>,
+    pub(super) hex: String,
+}
+
+pub(super) fn payload(bytes: &[u8]) -> Payload {
+    let shown = bytes.len().min(PAYLOAD_SHOWN);
+    let head = &bytes[..shown];
+    // A cut can split a character: what is valid up to it is still text.
+    let text = match std::str::from_utf8(head) {
+        Ok(text) => Some(text.to_owned()),
+        Err(e) if shown < bytes.len() && e.error_len().is_none() => {
+            Some(String::from_utf8_lossy(&head[..e.valid_up_to()]).into_owned())
+        }
+        Err(_) => None,
+    };
+    let hex = if text.is_some() {
+        String::new()
+    } else {
+        head.iter().map(|b| format!("{b:02x}")).collect()
+    };
+    Payload {
+        len: bytes.len(),
+        shown,
+        text,
+        hex,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check_span(secs: u64, expected: &str) {
+        assert_eq!(span(Duration::from_secs(secs)), expected);
+    }
+
+    #[test]
+    fn spans_keep_two_units() {
+        check_span(1, "1s");
+        check_span(59, "59s");
+        check_span(60, "1m 0s");
+        check_span(3_599, "59m 59s");
+        check_span(3_600, "1h 0m");
+        check_span(48 * 3_600 + 61, "2d 0h");
+        check_span(86_400 + 3 * 3_600 + 59, "1d 3h");
+    }
+
+    #[test]
+    fn times_are_utc_and_relative() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let t = time(now + Duration::from_secs(90), now);
+        assert_eq!(t.utc, "2023-11-14T22:14:50Z");
+        assert_eq!(t.relative, "in 1m 30s");
+        assert_eq!(
+            time(now - Duration::from_secs(7_200), now).relative,
+            "2h 0m ago"
+        );
+        assert_eq!(time(now, now).relative, "now");
+        let far = SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::MAX);
+        assert_eq!(time(far, now).utc, "2554-07-21T23:34:33Z");
+    }
+
+    #[test]
+    fn counts_are_grouped() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1_000), "1,000");
+        assert_eq!(count(10_000_000), "10,000,000");
+        assert_eq!(count(u64::MAX), "18,446,744,073,709,551,615");
+    }
+
+    #[test]
+    fn payloads_are_text_or_hex_and_bounded() {
+        let p = payload(b"5 stars");
+        assert_eq!((p.text.as_deref(), p.len, p.shown), (Some("5 stars"), 7, 7));
+        let p = payload(&[0xff, 0x00, 0x10]);
+        assert_eq!((p.text, p.hex.as_str()), (None, "ff0010"));
+
+        let mut big = vec![b'a'; PAYLOAD_SHOWN - 1];
+        big.extend("é and more".as_bytes()); // 'é' straddles the cut
+        let p = payload(&big);
+        assert_eq!(p.shown, PAYLOAD_SHOWN);
+        assert_eq!(p.text.map(|t| t.len()), Some(PAYLOAD_SHOWN - 1));
+    }
+}
