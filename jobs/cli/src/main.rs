@@ -1,0 +1,128 @@
+//! `wheel-jobs`: look into and act on a wheel-jobs queue from a terminal or a script, and
+//! serve its web console.
+//!
+//! ```text
+//! cargo install --path jobs/cli
+//! wheel-jobs --store jobs.redb stats
+//! wheel-jobs --redis redis://127.0.0.1/ --queue orders get rate:order-42 --json
+//! wheel-jobs --store jobs.redb serve --listen 127.0.0.1:8080
+//! ```
+//!
+//! # Ground rules
+//!
+//! - Everything goes through `JobQueue`'s public calls, like an app's own code.
+//! - Each error is one line on stderr (`wheel-jobs: …`) and a non-zero exit: 2 for a bad
+//!   command line, 1 for anything else (a locked store, an unreachable server, an unknown
+//!   id, an action that changed nothing).
+//! - `--json` prints one JSON object on stdout per command, for scripts; without it the
+//!   output is for people.
+
+mod commands;
+mod format;
+mod target;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::{Parser, Subcommand};
+
+/// Look into and act on a wheel-jobs queue; serve its web console.
+#[derive(Parser, Debug)]
+#[command(name = "wheel-jobs", version)]
+struct Cli {
+    #[command(flatten)]
+    target: target::Target,
+
+    /// Print one JSON object instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Counts per state.
+    Stats,
+    /// One job: state, run_at, attempt, payload (UTF-8, else hex).
+    Get {
+        /// The job's id.
+        id: String,
+    },
+    /// Schedule a job; an existing id is left unchanged.
+    Schedule {
+        /// The job's id.
+        id: String,
+        /// Due after this long: `48h`, `2d 3h`, `90s`, `1.5h`, `500ms`.
+        #[arg(long = "in", value_name = "DURATION", value_parser = format::parse_delay,
+              required_unless_present = "at", conflicts_with = "at")]
+        delay: Option<Duration>,
+        /// Due at this time, RFC 3339 with an offset: `2026-12-01T20:00:00+08:00`, `…Z`.
+        #[arg(long, value_name = "TIME", value_parser = format::parse_time)]
+        at: Option<SystemTime>,
+        /// The payload, as text.
+        #[arg(long, conflicts_with = "payload_file")]
+        payload: Option<String>,
+        /// The payload, the bytes of a file (`-`: standard input).
+        #[arg(long, value_name = "FILE")]
+        payload_file: Option<PathBuf>,
+    },
+    /// Cancel a pending job.
+    Cancel {
+        /// The job's id.
+        id: String,
+    },
+    /// Delete every dead job.
+    PurgeDead,
+    /// Serve the web console (and, on the embedded store, hold it until stopped).
+    Serve {
+        /// Where to listen, IP:PORT. Other than a loopback address, a token is required.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Require this token on every request (HTTP Basic password, or `Authorization:
+        /// Bearer`).
+        #[arg(long, env = "WHEEL_JOBS_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if err.use_stderr() => {
+            // clap's own message on one line, without the usage lines after it.
+            let rendered = err.render().to_string();
+            let message: Vec<&str> = rendered
+                .lines()
+                .take_while(|line| !line.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let message = message.join(" ");
+            eprintln!("wheel-jobs: {}", message.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+        Err(help) => {
+            let _ = help.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&format!("cannot start the runtime: {err}")),
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => fail(&message),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("wheel-jobs: {message}");
+    ExitCode::FAILURE
+}

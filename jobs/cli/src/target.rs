@@ -1,0 +1,145 @@
+//! Where the queue is (`--store`, or `--redis` and `--queue`), and opening it with errors an
+//! operator can act on.
+
+use std::path::PathBuf;
+
+use wheel_jobs::{Error, JobQueue};
+
+/// Where the queue is.
+#[derive(clap::Args, Debug)]
+pub struct Target {
+    /// The embedded store: the file the app opens (`jobs.redb`).
+    #[arg(long, value_name = "PATH")]
+    store: Option<PathBuf>,
+
+    /// A Redis server: `redis://host:port/`, `redis+unix:///path/redis.sock`; with
+    /// `--cluster`, a node of the cluster (repeat for more).
+    #[cfg(feature = "redis")]
+    #[arg(long, value_name = "URL", conflicts_with = "store")]
+    redis: Vec<String>,
+
+    /// The queue's name on Redis.
+    #[cfg(feature = "redis")]
+    #[arg(long, value_name = "NAME")]
+    queue: Option<String>,
+
+    /// The queue's partitions on Redis: the number every process of the app uses.
+    #[cfg(feature = "redis")]
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    partitions: usize,
+
+    /// `--redis` names nodes of a Redis Cluster.
+    #[cfg(feature = "redis")]
+    #[arg(long)]
+    cluster: bool,
+}
+
+impl Target {
+    /// Opens the queue. An embedded store must exist unless `create`: a mistyped path
+    /// would otherwise leave a new, empty store behind and report it empty.
+    pub async fn open(&self, create: bool) -> Result<JobQueue, String> {
+        if let Some(path) = &self.store {
+            return open_store(path, create).await;
+        }
+        #[cfg(feature = "redis")]
+        if !self.redis.is_empty() {
+            return self.open_redis().await;
+        }
+        Err(if cfg!(feature = "redis") {
+            "say where the queue is: --store PATH, or --redis URL --queue NAME".to_owned()
+        } else {
+            "say where the queue is: --store PATH".to_owned()
+        })
+    }
+
+    #[cfg(feature = "redis")]
+    async fn open_redis(&self) -> Result<JobQueue, String> {
+        let Some(name) = &self.queue else {
+            return Err("--redis needs --queue NAME, the queue's name".to_owned());
+        };
+        let mut builder = JobQueue::builder();
+        builder.partitions(self.partitions);
+        let opened = if self.cluster {
+            builder.redis_cluster(&self.redis, name).await
+        } else if let [url] = self.redis.as_slice() {
+            builder.redis(url, name).await
+        } else {
+            return Err("several --redis URLs need --cluster".to_owned());
+        };
+        opened.map_err(|err| {
+            let at = self
+                .redis
+                .iter()
+                .map(|url| without_password(url))
+                .collect::<Vec<_>>()
+                .join(", ");
+            if err.is_unavailable() {
+                format!("cannot reach Redis at {at}: {err}")
+            } else {
+                format!("cannot open the queue {name:?} on {at}: {err}")
+            }
+        })
+    }
+}
+
+async fn open_store(path: &std::path::Path, create: bool) -> Result<JobQueue, String> {
+    if !create && !path.exists() {
+        return Err(format!(
+            "no store at {} (only `schedule` creates one)",
+            path.display()
+        ));
+    }
+    JobQueue::open(path)
+        .await
+        .map_err(|err| store_error(path, &err))
+}
+
+fn store_error(path: &std::path::Path, err: &Error) -> String {
+    if err.is_locked() {
+        format!(
+            "the store {} is open in another process (one process at a time): while the app \
+             that holds it runs, look through the console mounted in it \
+             (wheel_jobs::console::router), or stop the app first",
+            path.display()
+        )
+    } else {
+        format!("cannot open the store {}: {err}", path.display())
+    }
+}
+
+/// `url` with its password, if any, replaced by `***` (errors end up in logs).
+#[cfg(feature = "redis")]
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) if !userinfo.contains('/') => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(all(test, feature = "redis"))]
+mod tests {
+    use super::without_password;
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(without_password("redis://127.0.0.1/"), "redis://127.0.0.1/");
+        assert_eq!(
+            without_password("redis://:s3cret@10.0.0.1:6379/0"),
+            "redis://:***@10.0.0.1:6379/0"
+        );
+        assert_eq!(
+            without_password("rediss://app:s3cret@host/"),
+            "rediss://app:***@host/"
+        );
+        assert_eq!(
+            without_password("redis+unix:///run/redis.sock"),
+            "redis+unix:///run/redis.sock"
+        );
+    }
+}
