@@ -353,3 +353,18 @@ pub fn spawn_reporting_worker(
             .await
     })
 }
+
+/// Puts "busy" (running) and "failed" (dead) in `queue`, which must allow one attempt and
+/// lease for long enough that "busy" stays running for the test.
+#[allow(dead_code)] // for the console's tests (feature `console`) and the command's
+pub async fn busy_and_failed(queue: &JobQueue) {
+    queue.schedule("busy", Duration::ZERO, "b").await.unwrap();
+    queue.schedule("failed", Duration::ZERO, "f").await.unwrap();
+    let mut consumer = queue.consume();
+    for _ in 0..2 {
+        let delivery = next(&mut consumer).await;
+        if delivery.id() == "failed" {
+            assert!(delivery.retry(ms(0)).await.unwrap());
+        }
+    }
+}

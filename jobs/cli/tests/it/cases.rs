@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use wheel_jobs::{JobQueue, JobState};
 
 use crate::run::{on, run_with_input, Place};
-use crate::support::{ms, next};
+use crate::support::busy_and_failed;
 
 macro_rules! cli_suite {
     ($harness:expr) => {
@@ -124,16 +124,7 @@ pub async fn running_and_dead_jobs_are_reported_and_purged(place: impl Place) {
         )
         .await
         .unwrap();
-    queue.schedule("busy", Duration::ZERO, "").await.unwrap();
-    queue.schedule("failed", Duration::ZERO, "").await.unwrap();
-    let mut consumer = queue.consume();
-    for _ in 0..2 {
-        let delivery = next(&mut consumer).await;
-        if delivery.id() == "failed" {
-            assert!(delivery.retry(ms(0)).await.unwrap());
-        }
-    }
-    drop(consumer);
+    busy_and_failed(&queue).await;
     assert_eq!(
         queue.get("failed").await.unwrap().unwrap().state(),
         JobState::Dead

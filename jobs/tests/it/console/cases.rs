@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use wheel_jobs::{console, JobQueue, JobState};
 
 use super::client::{encode, Client};
-use crate::support::{ms, next, Harness};
+use crate::support::{busy_and_failed, ms, next, Harness};
 
 macro_rules! console_suite {
     ($harness:expr) => {
@@ -42,15 +42,7 @@ pub(super) async fn every_state(h: &impl Harness) -> JobQueue {
         .await
         .expect("open");
     queue.schedule("later", HOUR, "in an hour").await.unwrap();
-    queue.schedule("busy", Duration::ZERO, "b").await.unwrap();
-    queue.schedule("failed", Duration::ZERO, "f").await.unwrap();
-    let mut consumer = queue.consume();
-    for _ in 0..2 {
-        let delivery = next(&mut consumer).await;
-        if delivery.id() == "failed" {
-            assert!(delivery.retry(ms(0)).await.unwrap());
-        }
-    }
+    busy_and_failed(&queue).await;
     assert_eq!(state(&queue, "failed").await, Some(JobState::Dead));
     assert_eq!(state(&queue, "busy").await, Some(JobState::Running));
     queue

@@ -8,25 +8,29 @@ use wheel_jobs::console::{self, Console};
 use wheel_jobs::JobQueue;
 
 use super::client::Client;
-use crate::support::embedded;
+use crate::support::{embedded, EmbeddedHarness};
 
 const TOKEN: &str = "s3cret-token";
 
 /// base64("anyone:s3cret-token"): how a browser sends the token after asking for it.
 const BASIC: &str = "Basic YW55b25lOnMzY3JldC10b2tlbg==";
 
+/// An embedded queue with a pending job per id.
+async fn pending(h: &EmbeddedHarness, ids: &[&str]) -> JobQueue {
+    let queue = JobQueue::open(h.path()).await.unwrap();
+    for id in ids {
+        queue
+            .schedule(id, Duration::from_secs(60), "")
+            .await
+            .unwrap();
+    }
+    queue
+}
+
 #[tokio::test]
 async fn a_token_is_needed_on_every_route_from_every_host() {
     let h = embedded();
-    let queue = JobQueue::open(h.path()).await.unwrap();
-    queue
-        .schedule("a", Duration::from_secs(60), "")
-        .await
-        .unwrap();
-    queue
-        .schedule("b", Duration::from_secs(60), "")
-        .await
-        .unwrap();
+    let queue = pending(&h, &["a", "b"]).await;
     let mut client = Client::new(Console::new(queue.clone()).token(TOKEN).router());
     client.host = "jobs.example.com";
 
@@ -138,11 +142,7 @@ async fn every_response_forbids_framing_inline_scripts_and_caching() {
 #[tokio::test]
 async fn nested_under_a_prefix_links_and_redirects_keep_it() {
     let h = embedded();
-    let queue = JobQueue::open(h.path()).await.unwrap();
-    queue
-        .schedule("a", Duration::from_secs(60), "")
-        .await
-        .unwrap();
+    let queue = pending(&h, &["a"]).await;
     let app = axum::Router::new().nest("/ops/jobs", console::router(queue.clone()));
     let client = Client::new(app);
     let page = client.get("/ops/jobs").await;
