@@ -9,14 +9,16 @@
 //! printed; `--listen` to change it). The worker acks `rate:` jobs, fails `charge:` jobs
 //! (a declined card, so they retry and die after three attempts with the error kept) and
 //! holds `export:` jobs for a long time (they stay running). New jobs keep arriving, so the
-//! counts move. It stops by itself after `--seconds` (default 600) or on Ctrl-C.
+//! counts and the rates move: a [`Recorder`] installed before the queue opens sees the
+//! worker's deliveries. It stops by itself after `--seconds` (default 600) or on Ctrl-C.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use wheel_jobs::{console, JobQueue};
+use wheel_jobs::console::{Console, Recorder};
+use wheel_jobs::JobQueue;
 
 /// Serve the console of a demo queue (see the module docs).
 #[derive(Parser, Debug)]
@@ -57,6 +59,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             dir.join("jobs.redb")
         }
     };
+    // Before the queue opens: the queue registers its metrics when it opens.
+    let recorder = Recorder::new();
+    metrics::set_global_recorder(recorder.clone())?;
     let queue = JobQueue::builder()
         .max_attempts(3)
         .backoff(Duration::from_millis(200), Duration::from_secs(1))
@@ -95,7 +100,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     };
-    axum::serve(listener, console::router(queue.clone()))
+    let console = Console::new(queue.clone()).recorder(recorder).router();
+    axum::serve(listener, console)
         .with_graceful_shutdown(stop)
         .await?;
 

@@ -2,29 +2,35 @@
 //! call, answered with a redirect to the page that shows the outcome (303 See Other, so a
 //! reload does not post again).
 
+use std::time::Duration;
+
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
-use super::pages::{refuse, status_of, Base};
+use super::frame::{refuse, status_of, Base};
 use super::Shared;
 
+/// An action's form. Every field may be missing: what is missing is refused with a page
+/// that says so, not with the extractor's plain-text rejection.
 #[derive(Deserialize)]
 pub(super) struct ActionForm {
     #[serde(default)]
     csrf: String,
     #[serde(default)]
     id: String,
+    /// `dead`: go back to the dead list (a revive from it), not to the job.
+    #[serde(default)]
+    back: String,
 }
+
+type Posted = Result<Form<ActionForm>, FormRejection>;
 
 /// The action form, once its CSRF token is checked; else the status and message to refuse
 /// it with.
-fn admitted(
-    app: &Shared,
-    form: Result<Form<ActionForm>, FormRejection>,
-) -> Result<ActionForm, (StatusCode, String)> {
+fn admitted(app: &Shared, form: Posted) -> Result<ActionForm, (StatusCode, String)> {
     match form {
         Ok(Form(form)) if app.guard.csrf_ok(&form.csrf) => Ok(form),
         Ok(_) => Err((
@@ -41,6 +47,7 @@ fn admitted(
 enum OnJob {
     Cancel,
     RemoveDead,
+    Revive,
 }
 
 impl OnJob {
@@ -52,26 +59,27 @@ impl OnJob {
                 "is not pending (running, dead or gone): nothing was cancelled",
             ),
             OnJob::RemoveDead => ("removed", "is not dead: nothing was removed"),
+            OnJob::Revive => ("revived", "is not dead: nothing was revived"),
         }
     }
 }
 
-async fn on_job(
-    app: Shared,
-    base: Base,
-    form: Result<Form<ActionForm>, FormRejection>,
-    action: OnJob,
-) -> Response {
+async fn on_job(app: Shared, base: Base, form: Posted, action: OnJob) -> Response {
     let form = match admitted(&app, form) {
         Ok(form) => form,
         Err((status, why)) => return refuse(&app, base, status, why),
     };
+    let queue = &app.queue;
     let result = match action {
-        OnJob::Cancel => app.queue.cancel(&form.id).await,
-        OnJob::RemoveDead => app.queue.remove_dead(&form.id).await,
+        OnJob::Cancel => queue.cancel(&form.id).await,
+        OnJob::RemoveDead => queue.remove_dead(&form.id).await,
+        OnJob::Revive => queue.revive(&form.id, Duration::ZERO).await,
     };
     let (done, unchanged) = action.words();
     match result {
+        Ok(true) if form.back == "dead" => {
+            Redirect::to(&base.to(&format!("/jobs/dead?done={done}"))).into_response()
+        }
         Ok(true) => {
             let id = askama::filters::urlencode_strict(&form.id).unwrap_or_else(|n| match n {});
             Redirect::to(&base.to(&format!("/job?id={id}&done={done}"))).into_response()
@@ -86,32 +94,62 @@ async fn on_job(
     }
 }
 
-pub(super) async fn cancel(
-    State(app): State<Shared>,
-    base: Base,
-    form: Result<Form<ActionForm>, FormRejection>,
-) -> Response {
+pub(super) async fn cancel(State(app): State<Shared>, base: Base, form: Posted) -> Response {
     on_job(app, base, form, OnJob::Cancel).await
 }
 
-pub(super) async fn remove_dead(
-    State(app): State<Shared>,
-    base: Base,
-    form: Result<Form<ActionForm>, FormRejection>,
-) -> Response {
+pub(super) async fn remove_dead(State(app): State<Shared>, base: Base, form: Posted) -> Response {
     on_job(app, base, form, OnJob::RemoveDead).await
 }
 
-pub(super) async fn purge_dead(
-    State(app): State<Shared>,
-    base: Base,
-    form: Result<Form<ActionForm>, FormRejection>,
-) -> Response {
+pub(super) async fn revive(State(app): State<Shared>, base: Base, form: Posted) -> Response {
+    on_job(app, base, form, OnJob::Revive).await
+}
+
+/// A call on the whole queue.
+enum OnQueue {
+    ReviveAllDead,
+    PurgeDead,
+    Pause,
+    Resume,
+}
+
+async fn on_queue(app: Shared, base: Base, form: Posted, action: OnQueue) -> Response {
     if let Err((status, why)) = admitted(&app, form) {
         return refuse(&app, base, status, why);
     }
-    match app.queue.purge_dead().await {
-        Ok(n) => Redirect::to(&format!("{}?done=purged&n={n}", base.home())).into_response(),
+    let queue = &app.queue;
+    let done = match action {
+        OnQueue::ReviveAllDead => queue
+            .revive_all_dead(Duration::ZERO)
+            .await
+            .map(|n| format!("revived-all&n={n}")),
+        OnQueue::PurgeDead => queue.purge_dead().await.map(|n| format!("purged&n={n}")),
+        OnQueue::Pause => queue.pause().await.map(|()| "paused".to_owned()),
+        OnQueue::Resume => queue.resume().await.map(|()| "resumed".to_owned()),
+    };
+    match done {
+        Ok(done) => Redirect::to(&format!("{}?done={done}", base.home())).into_response(),
         Err(err) => refuse(&app, base, status_of(&err), err.to_string()),
     }
+}
+
+pub(super) async fn revive_all_dead(
+    State(app): State<Shared>,
+    base: Base,
+    form: Posted,
+) -> Response {
+    on_queue(app, base, form, OnQueue::ReviveAllDead).await
+}
+
+pub(super) async fn purge_dead(State(app): State<Shared>, base: Base, form: Posted) -> Response {
+    on_queue(app, base, form, OnQueue::PurgeDead).await
+}
+
+pub(super) async fn pause(State(app): State<Shared>, base: Base, form: Posted) -> Response {
+    on_queue(app, base, form, OnQueue::Pause).await
+}
+
+pub(super) async fn resume(State(app): State<Shared>, base: Base, form: Posted) -> Response {
+    on_queue(app, base, form, OnQueue::Resume).await
 }

@@ -20,10 +20,14 @@
 //!   run a script.
 //! - Links and redirects are built from the path the router is mounted at (`Base`), so the
 //!   router works at `/` and nested under any prefix.
+//! - Rates (deliveries and failures per minute, lateness) are what a [`Recorder`] in this
+//!   process saw the queue's workers do; nothing derives them from the store.
 
 mod actions;
+mod frame;
 mod guard;
 mod pages;
+mod recorder;
 mod view;
 
 use std::fmt;
@@ -35,6 +39,7 @@ use axum::Router;
 use crate::queue::JobQueue;
 
 use self::guard::Guard;
+pub use self::recorder::Recorder;
 
 /// Configures a console [`Router`] for one [`JobQueue`]. [`router`] is the default one.
 ///
@@ -64,6 +69,7 @@ pub struct Console {
     queue: JobQueue,
     token: Option<Arc<str>>,
     any_host: bool,
+    recorder: Option<Recorder>,
 }
 
 impl fmt::Debug for Console {
@@ -72,6 +78,7 @@ impl fmt::Debug for Console {
             .field("queue", &self.queue)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .field("any_host", &self.any_host)
+            .field("recorder", &self.recorder)
             .finish()
     }
 }
@@ -84,6 +91,7 @@ impl Console {
             queue,
             token: None,
             any_host: false,
+            recorder: None,
         }
     }
 
@@ -109,20 +117,36 @@ impl Console {
         self
     }
 
-    /// The router: pages at `/` (overview) and `/job?id=…`, actions as POSTs, static
+    /// Shows the rates `recorder` saw on the overview (deliveries and failures per minute
+    /// over the last hour, lateness p99), and serves its series on `/metrics`. Without
+    /// one, the overview shows the counts only, and `/metrics` the counts as gauges.
+    pub fn recorder(&mut self, recorder: Recorder) -> &mut Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// The router: pages at `/` (overview), `/jobs/{pending,running,dead}` (a page of each
+    /// list) and `/job?id=…`; `/metrics` (Prometheus text); actions as POSTs; static
     /// assets under `/assets/`. Each call makes a new CSRF token, so forms rendered by one
     /// router are refused by another.
     pub fn router(&self) -> Router {
         let app = Arc::new(App {
             queue: self.queue.clone(),
             guard: Guard::new(self.token.clone(), self.any_host),
+            recorder: self.recorder.clone(),
         });
         Router::new()
             .route("/", get(pages::overview))
+            .route("/jobs/{state}", get(pages::list))
             .route("/job", get(pages::job))
+            .route("/metrics", get(pages::metrics))
             .route("/job/cancel", post(actions::cancel))
             .route("/job/remove", post(actions::remove_dead))
+            .route("/job/revive", post(actions::revive))
+            .route("/dead/revive", post(actions::revive_all_dead))
             .route("/dead/purge", post(actions::purge_dead))
+            .route("/pause", post(actions::pause))
+            .route("/resume", post(actions::resume))
             .route("/assets/console.css", get(pages::stylesheet))
             .route("/assets/console.js", get(pages::script))
             .layer(axum::middleware::from_fn_with_state(
@@ -160,6 +184,7 @@ pub fn router(queue: JobQueue) -> Router {
 struct App {
     queue: JobQueue,
     guard: Guard,
+    recorder: Option<Recorder>,
 }
 
 type Shared = Arc<App>;

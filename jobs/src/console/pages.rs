@@ -1,102 +1,23 @@
-//! The console's pages (GETs: they read and never change the queue), the error page, and
-//! the static assets. Each page is an askama template in `jobs/templates/console/`.
+//! The console's pages (GETs: they read and never change the queue): the overview, a page
+//! of each state's list, a job, `/metrics`, and the static assets. Each page is an askama
+//! template in `jobs/templates/console/`; each reads O(1) or O(page) from the store.
 
 use std::time::SystemTime;
 
 use askama::Template;
-use axum::extract::{FromRequestParts, OriginalUri, Query, State};
-use axum::http::request::Parts;
+use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::view::{self, Payload, Time};
+use super::frame::{error_page, page, status_of, Base, Done, Frame};
+use super::recorder::render_counts;
+use super::view::{self, Chart, Payload, Time};
 use super::Shared;
-use crate::error::Error;
+use crate::job::JobState;
+use crate::list::{Cursor, ListOptions};
 
-/// Where the console is mounted: `""` at the root, `/jobs` under `Router::nest("/jobs", …)`.
-/// Every link and redirect starts with it.
-pub(super) struct Base(String);
-
-impl Base {
-    /// The overview's path: `/`, or the mount path itself (a router nested at `/jobs`
-    /// answers `/jobs`, not `/jobs/`).
-    pub(super) fn home(&self) -> &str {
-        if self.0.is_empty() {
-            "/"
-        } else {
-            &self.0
-        }
-    }
-
-    /// The path of the route `route` (which starts with `/`).
-    pub(super) fn to(&self, route: &str) -> String {
-        format!("{}{route}", self.0)
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Base {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let inner = parts.uri.path();
-        let original = parts
-            .extensions
-            .get::<OriginalUri>()
-            .map_or(inner, |o| o.0.path());
-        // `nest("/jobs")` routes `/jobs` (no slash) to the inner `/`.
-        let prefix = original
-            .strip_suffix(inner)
-            .or_else(|| original.strip_suffix(inner.trim_end_matches('/')))
-            .unwrap_or("");
-        Ok(Base(prefix.to_owned()))
-    }
-}
-
-/// What every page's frame (`base.html`) shows.
-pub(super) struct Frame {
-    /// The mount path (`base.html` builds links as `{{ base }}/route`).
-    base: String,
-    /// The overview's path.
-    home: String,
-    csrf: String,
-    /// Seconds between reloads by `console.js`; 0: none.
-    refresh: u32,
-    notice: Option<String>,
-}
-
-impl Frame {
-    fn new(app: &Shared, base: Base) -> Frame {
-        Frame {
-            home: base.home().to_owned(),
-            base: base.0,
-            csrf: app.guard.csrf().to_owned(),
-            refresh: 0,
-            notice: None,
-        }
-    }
-}
-
-/// What an action reports on the page it redirects to (`?done=`): a fixed set, so a link
-/// cannot make the console say something else.
-#[derive(Deserialize, Default)]
-pub(super) struct Done {
-    done: Option<String>,
-    n: Option<u64>,
-}
-
-impl Done {
-    fn notice(&self) -> Option<String> {
-        let n = self.n.unwrap_or(0);
-        Some(match self.done.as_deref()? {
-            "cancelled" => "Cancelled: it will not run.".to_owned(),
-            "removed" => "Removed.".to_owned(),
-            "purged" if n == 1 => "Purged 1 dead job.".to_owned(),
-            "purged" => format!("Purged {} dead jobs.", view::count(n)),
-            _ => return None,
-        })
-    }
-}
+// ===== the overview =====
 
 #[derive(Template)]
 #[template(path = "console/overview.html")]
@@ -104,6 +25,20 @@ struct Overview {
     frame: Frame,
     pending: String,
     running: String,
+    dead: String,
+    paused: bool,
+    next_due: Option<Time>,
+    rates: Option<Rates>,
+}
+
+/// What the recorder saw in the last hour.
+struct Rates {
+    delivered_per_minute: String,
+    failed_per_minute: String,
+    delivered: String,
+    failed: String,
+    lateness_p99: String,
+    chart: Chart,
 }
 
 pub(super) async fn overview(
@@ -114,24 +49,145 @@ pub(super) async fn overview(
     let mut frame = Frame::new(&app, base);
     frame.refresh = 5;
     frame.notice = done.notice();
-    let counts = async { Ok::<_, Error>((app.queue.pending().await?, app.queue.running().await?)) };
-    match counts.await {
-        Ok((pending, running)) => page(
-            StatusCode::OK,
-            &Overview {
-                frame,
-                pending: view::count(pending),
-                running: view::count(running),
-            },
-        ),
-        Err(err) => error_page(frame, status_of(&err), err.to_string()),
-    }
+    frame.current = "overview";
+    let counts = match app.queue.counts().await {
+        Ok(counts) => counts,
+        Err(err) => return error_page(frame, status_of(&err), err.to_string()),
+    };
+    let now = SystemTime::now();
+    let rates = app.recorder.as_ref().map(|recorder| {
+        let rates = recorder.rates(now);
+        Rates {
+            delivered_per_minute: view::per_minute(rates.delivered_total()),
+            failed_per_minute: view::per_minute(rates.failed_total()),
+            delivered: view::count(rates.delivered_total()),
+            failed: view::count(rates.failed_total()),
+            lateness_p99: rates
+                .lateness_p99()
+                .map_or_else(|| "no deliveries".to_owned(), view::at_most),
+            chart: view::chart(&rates.delivered, &rates.failed, now),
+        }
+    });
+    let overview = Overview {
+        frame,
+        pending: view::count(counts.pending),
+        running: view::count(counts.running),
+        dead: view::count(counts.dead),
+        paused: counts.paused,
+        next_due: counts.next_due.map(|at| view::time(at, now)),
+        rates,
+    };
+    page(StatusCode::OK, &overview)
 }
+
+// ===== a page of a state's list =====
+
+/// The most jobs a list page shows unless asked for more (`?limit=`, up to
+/// [`ListOptions::MAX_LIMIT`]).
+const PAGE: usize = 50;
+
+/// One row of a list.
+struct Row {
+    id: String,
+    run_at: Time,
+    attempt: u32,
+    error: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "console/list.html")]
+struct ListPage {
+    frame: Frame,
+    /// `pending`, `running` or `dead`.
+    state: &'static str,
+    /// `Pending`, `Running` or `Dead`.
+    title: &'static str,
+    total: String,
+    rows: Vec<Row>,
+    /// The next page's query (`after=…&limit=…`), if a job follows this page.
+    next: Option<String>,
+    /// Whether this is a later page (a link back to the first).
+    later: bool,
+}
+
+#[derive(Deserialize)]
+pub(super) struct ListQuery {
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+pub(super) async fn list(
+    State(app): State<Shared>,
+    base: Base,
+    Path(state): Path<String>,
+    Query(query): Query<ListQuery>,
+    Query(done): Query<Done>,
+) -> Response {
+    let mut frame = Frame::new(&app, base);
+    frame.notice = done.notice();
+    let state = match state.as_str() {
+        "pending" => JobState::Pending,
+        "running" => JobState::Running,
+        "dead" => JobState::Dead,
+        _ => {
+            let why = "no such list: the lists are pending, running and dead".to_owned();
+            return error_page(frame, StatusCode::NOT_FOUND, why);
+        }
+    };
+    frame.current = view::state(state);
+    let limit = query.limit.unwrap_or(PAGE);
+    let mut options = ListOptions::new();
+    options.limit(limit);
+    if let Some(after) = query.after.as_deref().filter(|a| !a.is_empty()) {
+        match after.parse::<Cursor>() {
+            Ok(cursor) => options.after(&cursor),
+            Err(err) => return error_page(frame, status_of(&err), err.to_string()),
+        };
+    }
+    let (page_read, counts) =
+        match tokio::try_join!(app.queue.list(state, &options), app.queue.counts()) {
+            Ok(read) => read,
+            Err(err) => return error_page(frame, status_of(&err), err.to_string()),
+        };
+    let (title, total) = match state {
+        JobState::Pending => ("Pending", counts.pending),
+        JobState::Running => ("Running", counts.running),
+        JobState::Dead => ("Dead", counts.dead),
+    };
+    let now = SystemTime::now();
+    let rows = page_read
+        .jobs()
+        .iter()
+        .map(|job| Row {
+            id: job.id().to_owned(),
+            run_at: view::time(job.run_at(), now),
+            attempt: job.attempt(),
+            error: job.last_error().map(view::first_line),
+        })
+        .collect();
+    let next = page_read.cursor().map(|cursor| match limit {
+        PAGE => format!("after={cursor}"),
+        limit => format!("after={cursor}&limit={limit}"),
+    });
+    let list = ListPage {
+        state: view::state(state),
+        title,
+        frame,
+        total: view::count(total),
+        rows,
+        next,
+        later: query.after.is_some(),
+    };
+    page(StatusCode::OK, &list)
+}
+
+// ===== a job =====
 
 struct JobView {
     state: &'static str,
     run_at: Time,
     attempt: u32,
+    last_error: Option<String>,
     payload: Payload,
 }
 
@@ -157,11 +213,8 @@ pub(super) async fn job(
     let mut frame = Frame::new(&app, base);
     frame.notice = done.notice();
     let Some(id) = query.id else {
-        return error_page(
-            frame,
-            StatusCode::BAD_REQUEST,
-            "which job? add ?id=…".into(),
-        );
+        let why = "which job? add ?id=…".to_owned();
+        return error_page(frame, StatusCode::BAD_REQUEST, why);
     };
     match app.queue.get(&id).await {
         Ok(info) => {
@@ -175,6 +228,7 @@ pub(super) async fn job(
                 state: view::state(info.state()),
                 run_at: view::time(info.run_at(), now),
                 attempt: info.attempt(),
+                last_error: info.last_error().map(str::to_owned),
                 payload: view::payload(info.payload()),
             });
             page(status, &JobPage { frame, id, job })
@@ -183,46 +237,25 @@ pub(super) async fn job(
     }
 }
 
-#[derive(Template)]
-#[template(path = "console/error.html")]
-struct ErrorPage {
-    frame: Frame,
-    status: StatusCode,
-    message: String,
-}
+// ===== /metrics and the assets =====
 
-pub(super) fn error_page(frame: Frame, status: StatusCode, message: String) -> Response {
-    page(
-        status,
-        &ErrorPage {
-            frame,
-            status,
-            message,
-        },
-    )
-}
-
-/// An error page for an action, which has a [`Base`] but no frame yet.
-pub(super) fn refuse(app: &Shared, base: Base, status: StatusCode, message: String) -> Response {
-    error_page(Frame::new(app, base), status, message)
-}
-
-/// The HTTP status for a queue error: the client's fault, the store's absence, or ours.
-pub(super) fn status_of(err: &Error) -> StatusCode {
-    if err.is_invalid_id() {
-        StatusCode::BAD_REQUEST
-    } else if err.is_unavailable() || err.is_closed() {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::INTERNAL_SERVER_ERROR
+/// The recorder's series in the Prometheus text format; without a recorder (or before it
+/// saw the queue open), the counts as gauges. Reading the counts also refreshes the
+/// recorder's gauges (the queue sets them on every `counts`).
+pub(super) async fn metrics(State(app): State<Shared>) -> Response {
+    let counts = match app.queue.counts().await {
+        Ok(counts) => counts,
+        Err(err) => return (status_of(&err), format!("{err}\n")).into_response(),
+    };
+    let mut text = String::new();
+    if let Some(recorder) = &app.recorder {
+        recorder.render(&mut text);
     }
-}
-
-fn page(status: StatusCode, template: &impl Template) -> Response {
-    match template.render() {
-        Ok(html) => (status, Html(html)).into_response(),
-        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response(),
+    if text.is_empty() {
+        render_counts(&counts, &mut text);
     }
+    let content_type = "text/plain; version=0.0.4; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], text).into_response()
 }
 
 pub(super) async fn stylesheet() -> Response {

@@ -66,6 +66,95 @@ pub(super) fn state(state: JobState) -> &'static str {
     }
 }
 
+/// The first line of an error, at most 160 characters (a list shows one line per job).
+pub(super) fn first_line(error: &str) -> String {
+    const MAX: usize = 160;
+    let line = error.lines().next().unwrap_or("");
+    match line.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None if line.len() < error.trim_end().len() => format!("{line} …"),
+        None => line.to_owned(),
+    }
+}
+
+/// An hour's total as a rate per minute: "12.5".
+pub(super) fn per_minute(hour: u64) -> String {
+    let tenths = (hour * 10 + 30) / 60;
+    format!("{}.{}", count(tenths / 10), tenths % 10)
+}
+
+/// A histogram bucket's upper bound in seconds, as "≤ 2.5 ms".
+pub(super) fn at_most(seconds: f64) -> String {
+    if seconds.is_infinite() {
+        return "over 1,000 s".to_owned();
+    }
+    let (value, unit) = if seconds < 1e-3 {
+        (seconds * 1e6, "µs")
+    } else if seconds < 1.0 {
+        (seconds * 1e3, "ms")
+    } else {
+        (seconds, "s")
+    };
+    // The bounds are 1-2.5-5 steps: at most one decimal.
+    let value = (value * 10.0).round() / 10.0;
+    format!("≤ {value} {unit}")
+}
+
+/// Bars of deliveries and failures per minute, as SVG geometry the template draws.
+pub(super) struct Chart {
+    pub(super) bars: Vec<Bar>,
+    /// The tallest minute's deliveries (the chart's scale).
+    pub(super) max: String,
+}
+
+pub(super) struct Bar {
+    pub(super) x: usize,
+    pub(super) delivered_y: u64,
+    pub(super) delivered_h: u64,
+    pub(super) failed_y: u64,
+    pub(super) failed_h: u64,
+    pub(super) title: String,
+}
+
+/// The chart's height in SVG units; bars are [`BAR_WIDTH`] apart.
+pub(super) const CHART_HEIGHT: u64 = 60;
+pub(super) const BAR_WIDTH: usize = 10;
+
+/// A bar per minute, oldest first (`delivered` and `failed` end with the current minute).
+pub(super) fn chart(delivered: &[u64], failed: &[u64], now: SystemTime) -> Chart {
+    let max = delivered.iter().chain(failed).copied().max().unwrap_or(0);
+    // Any non-zero minute gets at least one unit of height, so it shows.
+    let height = |n: u64| match n {
+        0 => 0,
+        n => (n * CHART_HEIGHT).div_ceil(max.max(1)),
+    };
+    let minute = |ago: usize| {
+        let at = now - Duration::from_secs(60 * ago as u64);
+        jiff::Timestamp::try_from(at)
+            .map_or_else(|_| "?".to_owned(), |ts| ts.strftime("%H:%M").to_string())
+    };
+    let bars = delivered
+        .iter()
+        .zip(failed)
+        .enumerate()
+        .map(|(i, (&d, &f))| Bar {
+            x: i * BAR_WIDTH,
+            delivered_y: CHART_HEIGHT - height(d),
+            delivered_h: height(d),
+            failed_y: CHART_HEIGHT - height(f),
+            failed_h: height(f),
+            title: format!(
+                "{} UTC: {d} delivered, {f} failed",
+                minute(delivered.len() - 1 - i)
+            ),
+        })
+        .collect();
+    Chart {
+        bars,
+        max: count(max),
+    }
+}
+
 /// A payload as a page shows it: UTF-8 text when it is text, else hex; at most
 /// [`PAYLOAD_SHOWN`] bytes of it.
 pub(super) struct Payload {
@@ -132,6 +221,46 @@ mod tests {
         assert_eq!(time(now, now).relative, "now");
         let far = SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::MAX);
         assert_eq!(time(far, now).utc, "2554-07-21T23:34:33Z");
+    }
+
+    #[test]
+    fn first_lines_are_short() {
+        assert_eq!(first_line("boom"), "boom");
+        assert_eq!(first_line("boom\n  at handler.rs:3"), "boom …");
+        assert_eq!(first_line("boom\n"), "boom");
+        assert_eq!(first_line(""), "");
+        let long = "é".repeat(200);
+        assert_eq!(first_line(&long), format!("{}…", "é".repeat(160)));
+    }
+
+    #[test]
+    fn rates_and_bounds() {
+        assert_eq!(per_minute(0), "0.0");
+        assert_eq!(per_minute(60), "1.0");
+        assert_eq!(per_minute(90), "1.5");
+        assert_eq!(per_minute(600_000), "10,000.0");
+        assert_eq!(at_most(2.5e-3), "≤ 2.5 ms");
+        assert_eq!(at_most(1e-6), "≤ 1 µs");
+        assert_eq!(at_most(0.25), "≤ 250 ms");
+        assert_eq!(at_most(10.0), "≤ 10 s");
+        assert_eq!(at_most(f64::INFINITY), "over 1,000 s");
+    }
+
+    #[test]
+    fn charts_scale_to_the_busiest_minute() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000); // 22:13 UTC
+        let chart = chart(&[0, 1, 120], &[0, 0, 30], now);
+        assert_eq!(chart.max, "120");
+        let heights: Vec<_> = chart
+            .bars
+            .iter()
+            .map(|b| (b.delivered_h, b.failed_h))
+            .collect();
+        assert_eq!(heights, [(0, 0), (1, 0), (60, 15)]);
+        assert_eq!(chart.bars[2].delivered_y, 0);
+        assert_eq!(chart.bars[2].x, 2 * BAR_WIDTH);
+        assert_eq!(chart.bars[2].title, "22:13 UTC: 120 delivered, 30 failed");
+        assert_eq!(chart.bars[0].title, "22:11 UTC: 0 delivered, 0 failed");
     }
 
     #[test]

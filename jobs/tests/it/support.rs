@@ -354,8 +354,13 @@ pub fn spawn_reporting_worker(
     })
 }
 
-/// Puts "busy" (running) and "failed" (dead) in `queue`, which must allow one attempt and
-/// lease for long enough that "busy" stays running for the test.
+/// The last error of the job "failed" that [`busy_and_failed`] leaves dead.
+#[allow(dead_code)] // for the console's tests (feature `console`) and the command's
+pub const FAILED_WITH: &str = "card declined <b>05</b>\n  at charge (billing.rs:42)";
+
+/// Puts "busy" (running) and "failed" (dead, its last error [`FAILED_WITH`]) in `queue`,
+/// which must allow one attempt and lease for long enough that "busy" stays running for
+/// the test.
 #[allow(dead_code)] // for the console's tests (feature `console`) and the command's
 pub async fn busy_and_failed(queue: &JobQueue) {
     queue.schedule("busy", Duration::ZERO, "b").await.unwrap();
@@ -364,7 +369,7 @@ pub async fn busy_and_failed(queue: &JobQueue) {
     for _ in 0..2 {
         let delivery = next(&mut consumer).await;
         if delivery.id() == "failed" {
-            assert!(delivery.retry(ms(0)).await.unwrap());
+            assert!(delivery.fail(ms(0), FAILED_WITH).await.unwrap());
         }
     }
 }

@@ -1,6 +1,6 @@
 //! One real browser: headless Chromium (Debian package `chromium`; `.ci/run` installs it)
-//! loads the console of a queue served on 127.0.0.1, and the test reads the DOM it
-//! rendered. Then the browser submits a form it rendered: a page of the test's own,
+//! loads the overview, a job and the dead list of a queue served on 127.0.0.1, and the test
+//! reads the DOM it rendered. Then the browser submits forms it rendered (revive, cancel): a page of the test's own,
 //! same-origin, holds that form verbatim and a one-line script that submits it; Chromium
 //! follows the POST and its redirect, and the DOM dumped is the page the console answered.
 
@@ -105,18 +105,14 @@ async fn a_browser_renders_the_console_and_submits_its_forms() {
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let overview = dump_dom(&format!("{root}/")).await;
-    assert!(
-        overview.contains(r#"<span class="n" id="pending">2</span>"#),
-        "{overview}"
-    );
-    assert!(
-        overview.contains(r#"<span class="n" id="running">1</span>"#),
-        "{overview}"
-    );
-    assert!(
-        overview.contains("<title>Overview · wheel-jobs</title>"),
-        "{overview}"
-    );
+    for part in [
+        r#"<span class="n" id="pending">2</span>"#,
+        r#"<span class="n" id="running">1</span>"#,
+        r#"<span class="n" id="dead">1</span>"#,
+        "<title>Overview · wheel-jobs</title>",
+    ] {
+        assert!(overview.contains(part), "{part} not in {overview}");
+    }
 
     // The browser shows the id as text: in its DOM, a text node (`&lt;`), not an element.
     let job = dump_dom(&format!(
@@ -133,6 +129,30 @@ async fn a_browser_renders_the_console_and_submits_its_forms() {
     );
     assert!(!job.contains("<script>alert"), "{job}");
 
+    // The dead list, and its revive button pressed.
+    let dead = dump_dom(&format!("{root}/jobs/dead")).await;
+    assert!(
+        dead.contains(r#"<a href="/job?id=failed">failed</a>"#),
+        "{dead}"
+    );
+    assert!(
+        dead.contains(r#"<td class="err">card declined &lt;b&gt;05&lt;/b&gt; …</td>"#),
+        "{dead}"
+    );
+    *replay.lock().unwrap() = form(&dead, r#"action="/job/revive""#);
+    let after = dump_dom(&format!("{root}/test/submit")).await;
+    assert!(
+        after.contains(r#"<p class="notice" id="notice">Revived"#),
+        "{after}"
+    );
+    assert!(
+        after.contains(r#"<p id="empty">No dead jobs.</p>"#),
+        "{after}"
+    );
+    let revived = queue.get("failed").await.unwrap().unwrap();
+    assert_eq!((revived.state(), revived.attempt()), (JobState::Pending, 0));
+
+    // A pending job's page, and its cancel button pressed.
     let job = dump_dom(&format!("{root}/job?id=later")).await;
     assert!(job.contains(r#"id="state">pending</span>"#), "{job}");
     *replay.lock().unwrap() = form(&job, r#"action="/job/cancel""#);
@@ -143,10 +163,6 @@ async fn a_browser_renders_the_console_and_submits_its_forms() {
     );
     assert!(after.contains(r#"<p id="missing">No such job"#), "{after}");
     assert_eq!(queue.get("later").await.unwrap(), None);
-    assert_eq!(
-        queue.get("failed").await.unwrap().map(|job| job.state()),
-        Some(JobState::Dead)
-    );
 
     server.abort();
     queue.close().await.unwrap();

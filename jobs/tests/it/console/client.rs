@@ -20,6 +20,25 @@ impl Answer {
         self.headers[header::LOCATION].to_str().unwrap()
     }
 
+    /// Asserts that the answer has `status` and contains each of `parts`.
+    #[track_caller]
+    pub fn shows(&self, status: StatusCode, parts: &[&str]) -> &Self {
+        assert_eq!(self.status, status, "{}", self.body);
+        for part in parts {
+            assert!(self.body.contains(part), "{part:?} not in {}", self.body);
+        }
+        self
+    }
+
+    /// Asserts that the answer contains none of `parts`.
+    #[track_caller]
+    pub fn lacks(&self, parts: &[&str]) -> &Self {
+        for part in parts {
+            assert!(!self.body.contains(part), "{part:?} in {}", self.body);
+        }
+        self
+    }
+
     /// The CSRF token of the page's forms.
     #[track_caller]
     pub fn csrf(&self) -> String {

@@ -148,7 +148,8 @@ async fn nested_under_a_prefix_links_and_redirects_keep_it() {
     let page = client.get("/ops/jobs").await;
     assert_eq!(page.status, StatusCode::OK);
     for link in [
-        r#"href="/ops/jobs">Overview"#,
+        r#"href="/ops/jobs" class="current">Overview"#,
+        r#"href="/ops/jobs/jobs/dead">Dead"#,
         r#"href="/ops/jobs/assets/console.css""#,
         r#"action="/ops/jobs/job""#,
         r#"action="/ops/jobs/dead/purge""#,

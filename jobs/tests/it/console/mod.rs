@@ -7,6 +7,7 @@ mod browser;
 mod cases;
 mod client;
 mod guard;
+mod rates;
 
 mod embedded {
     console_suite!(crate::support::embedded());
