@@ -1,12 +1,13 @@
 //! The subcommands, each a few `JobQueue` calls, printing text or one JSON object.
 
-use std::time::SystemTime;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 use wheel_jobs::console::Console;
-use wheel_jobs::{JobQueue, Scheduled, When};
+use wheel_jobs::{Cursor, JobQueue, JobState, ListOptions, Scheduled, When};
 
-use crate::format::{self, job_json, job_text};
+use crate::format::{self, counts_json, counts_text, job_json, job_text, row_text};
 use crate::{Cli, Command};
 
 /// Runs the command line's command, then closes the queue (on the embedded store, that
@@ -27,6 +28,11 @@ pub async fn run(cli: Cli) -> Result<(), String> {
     let out = Out { json: cli.json };
     let result = match cli.command {
         Command::Stats => stats(&queue, out).await,
+        Command::List {
+            state,
+            limit,
+            after,
+        } => list(&queue, state.into(), limit, after, out).await,
         Command::Get { id } => get(&queue, &id, out).await,
         Command::Schedule { id, delay, at, .. } => {
             let when = match (delay, at) {
@@ -37,7 +43,26 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             schedule(&queue, &id, when, payload, out).await
         }
         Command::Cancel { id } => cancel(&queue, &id, out).await,
+        Command::Revive {
+            id,
+            all_dead: _,
+            delay,
+            at,
+        } => {
+            let when = match (delay, at) {
+                (Some(delay), _) => When::After(delay),
+                (None, Some(at)) => When::At(at),
+                (None, None) => When::After(Duration::ZERO),
+            };
+            match id {
+                Some(id) => revive(&queue, &id, when, out).await,
+                None => revive_all_dead(&queue, when, out).await,
+            }
+        }
         Command::PurgeDead => purge_dead(&queue, out).await,
+        Command::Pause => pause(&queue, true, out).await,
+        Command::Resume => pause(&queue, false, out).await,
+        Command::Watch { every, count } => watch(&queue, every, count, out).await,
         Command::Serve { listen, token } => serve(&queue, listen, token, out).await,
     };
     let closed = queue.close().await;
@@ -77,11 +102,48 @@ fn read_payload(text: Option<&str>, file: Option<&std::path::Path>) -> Result<Ve
 }
 
 async fn stats(queue: &JobQueue, out: Out) -> Result<(), String> {
-    let pending = queue.pending().await.map_err(|e| e.to_string())?;
-    let running = queue.running().await.map_err(|e| e.to_string())?;
+    let counts = queue.counts().await.map_err(|e| e.to_string())?;
     out.print(
-        || format!("pending  {pending}\nrunning  {running}"),
-        json!({ "pending": pending, "running": running }),
+        || counts_text(&counts, SystemTime::now()),
+        counts_json(&counts),
+    );
+    Ok(())
+}
+
+async fn list(
+    queue: &JobQueue,
+    state: JobState,
+    limit: usize,
+    after: Option<Cursor>,
+    out: Out,
+) -> Result<(), String> {
+    let mut options = ListOptions::new();
+    options.limit(limit);
+    if let Some(after) = &after {
+        options.after(after);
+    }
+    let page = queue
+        .list(state, &options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let next = page.cursor().map(ToString::to_string);
+    out.print(
+        || {
+            let now = SystemTime::now();
+            let mut lines: Vec<String> = page.jobs().iter().map(|j| row_text(j, now)).collect();
+            if lines.is_empty() {
+                lines.push(format!("no {} jobs", format::state(state)));
+            }
+            if let Some(next) = &next {
+                lines.push(format!("next page: --after {next}"));
+            }
+            lines.join("\n")
+        },
+        json!({
+            "state": format::state(state),
+            "jobs": page.jobs().iter().map(job_json).collect::<Vec<_>>(),
+            "next": next,
+        }),
     );
     Ok(())
 }
@@ -89,7 +151,7 @@ async fn stats(queue: &JobQueue, out: Out) -> Result<(), String> {
 async fn get(queue: &JobQueue, id: &str, out: Out) -> Result<(), String> {
     match queue.get(id).await.map_err(|e| e.to_string())? {
         Some(job) => {
-            out.print(|| job_text(id, &job, SystemTime::now()), job_json(id, &job));
+            out.print(|| job_text(&job, SystemTime::now()), job_json(&job));
             Ok(())
         }
         None => Err(no_job(id)),
@@ -127,14 +189,123 @@ async fn cancel(queue: &JobQueue, id: &str, out: Out) -> Result<(), String> {
         );
         return Ok(());
     }
-    // Only to say why: the state may have moved on since the cancel.
-    match queue.get(id).await.map_err(|e| e.to_string())? {
-        Some(job) => Err(format!(
-            "{id:?} is {}, not pending: nothing was cancelled",
+    Err(why_unchanged(queue, id, "pending", "cancelled").await)
+}
+
+/// Why a call on `id` that needs a job `needed` (pending, dead) changed nothing: the state
+/// it is in, or that there is no such job. Read after the call, only to say why.
+async fn why_unchanged(queue: &JobQueue, id: &str, needed: &str, verb: &str) -> String {
+    match queue.get(id).await {
+        Ok(Some(job)) => format!(
+            "{id:?} is {}, not {needed}: nothing was {verb}",
             format::state(job.state())
-        )),
-        None => Err(no_job(id)),
+        ),
+        Ok(None) => no_job(id),
+        Err(err) => err.to_string(),
     }
+}
+
+async fn revive(queue: &JobQueue, id: &str, when: When, out: Out) -> Result<(), String> {
+    if queue.revive(id, when).await.map_err(|e| e.to_string())? {
+        out.print(
+            || format!("revived {id}"),
+            json!({ "id": id, "revived": true }),
+        );
+        return Ok(());
+    }
+    Err(why_unchanged(queue, id, "dead", "revived").await)
+}
+
+async fn revive_all_dead(queue: &JobQueue, when: When, out: Out) -> Result<(), String> {
+    let revived = queue
+        .revive_all_dead(when)
+        .await
+        .map_err(|e| e.to_string())?;
+    out.print(
+        || format!("revived {revived} dead jobs"),
+        json!({ "revived": revived }),
+    );
+    Ok(())
+}
+
+async fn pause(queue: &JobQueue, paused: bool, out: Out) -> Result<(), String> {
+    let done = if paused {
+        queue.pause().await
+    } else {
+        queue.resume().await
+    };
+    done.map_err(|e| e.to_string())?;
+    out.print(
+        || match paused {
+            true => "paused: no consumer claims a job until `wheel-jobs resume`".to_owned(),
+            false => "resumed: consumers claim due jobs again".to_owned(),
+        },
+        json!({ "paused": paused }),
+    );
+    Ok(())
+}
+
+/// Samples the counts every `every`: on a terminal one line redrawn in place, otherwise a
+/// line (or a JSON object) per sample, until `count` samples or Ctrl-C.
+async fn watch(
+    queue: &JobQueue,
+    every: Duration,
+    count: Option<u64>,
+    out: Out,
+) -> Result<(), String> {
+    let redraw = !out.json && std::io::stdout().is_terminal();
+    let mut previous: Option<(Instant, wheel_jobs::Counts)> = None;
+    let mut taken = 0;
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
+    loop {
+        let counts = queue.counts().await.map_err(|e| e.to_string())?;
+        let now = Instant::now();
+        if out.json {
+            let mut sample = counts_json(&counts);
+            sample["at"] = format::time(SystemTime::now()).into();
+            println!("{sample}");
+        } else {
+            let rate = |f: fn(&wheel_jobs::Counts) -> u64| match &previous {
+                Some((then, before)) => format::rate(
+                    f(before),
+                    f(&counts),
+                    now.duration_since(*then).as_secs_f64(),
+                ),
+                None => "…".to_owned(),
+            };
+            let next = counts.next_due.map_or("none".to_owned(), format::time_text);
+            let line = format!(
+                "pending {} ({})  running {}  dead {} ({})  {}  next due {next}",
+                counts.pending,
+                rate(|c| c.pending),
+                counts.running,
+                counts.dead,
+                rate(|c| c.dead),
+                if counts.paused { "PAUSED" } else { "claiming" },
+            );
+            if redraw {
+                // Back to the line's start, clear it, write the new one.
+                print!("\r\x1b[2K{line}");
+                let _ = std::io::stdout().flush();
+            } else {
+                println!("{line}");
+            }
+        }
+        previous = Some((now, counts));
+        taken += 1;
+        if count.is_some_and(|count| taken >= count) {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = &mut stop => break,
+        }
+    }
+    if redraw {
+        println!();
+    }
+    Ok(())
 }
 
 async fn purge_dead(queue: &JobQueue, out: Out) -> Result<(), String> {

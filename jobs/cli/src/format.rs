@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use jiff::{SignedDuration, Span, SpanRelativeTo, Timestamp};
 use serde_json::{json, Value};
-use wheel_jobs::{JobInfo, JobState};
+use wheel_jobs::{Counts, JobInfo, JobState};
 
 /// `--in`: `48h`, `2d 3h`, `90s`, `1.5h`, `500ms` (a day is 24 hours), or ISO 8601 `PT48H`.
 pub fn parse_delay(s: &str) -> Result<Duration, String> {
@@ -43,7 +43,7 @@ pub fn time(at: SystemTime) -> String {
 }
 
 /// RFC 3339 in UTC, to the second (for people).
-fn time_text(at: SystemTime) -> String {
+pub fn time_text(at: SystemTime) -> String {
     match Timestamp::try_from(at) {
         Ok(ts) => format!("{ts:.0}"),
         Err(_) => "beyond the year 9999".to_owned(),
@@ -75,31 +75,87 @@ fn payload(bytes: &[u8]) -> (String, &'static str) {
     }
 }
 
-pub fn job_json(id: &str, job: &JobInfo) -> Value {
+pub fn job_json(job: &JobInfo) -> Value {
     let (payload, encoding) = payload(job.payload());
     json!({
-        "id": id,
+        "id": job.id(),
         "state": state(job.state()),
         "run_at": time(job.run_at()),
         "attempt": job.attempt(),
+        "last_error": job.last_error(),
         "payload": payload,
         "payload_encoding": encoding,
     })
 }
 
-pub fn job_text(id: &str, job: &JobInfo, now: SystemTime) -> String {
+pub fn job_text(job: &JobInfo, now: SystemTime) -> String {
     let (payload, encoding) = payload(job.payload());
     let payload = match encoding {
         "hex" => format!("({} bytes, hex) {payload}", job.payload().len()),
         _ => payload,
     };
+    // A multi-line error keeps its lines, indented under the first.
+    let error = job
+        .last_error()
+        .map_or("none".to_owned(), |e| e.replace('\n', "\n         "));
     format!(
-        "id       {id}\nstate    {}\nrun_at   {} ({})\nattempt  {}\npayload  {payload}",
+        "id       {}\nstate    {}\nrun_at   {} ({})\nattempt  {}\nerror    {error}\npayload  {payload}",
+        job.id(),
         state(job.state()),
         time_text(job.run_at()),
         relative(job.run_at(), now),
         job.attempt(),
     )
+}
+
+/// One line per job of a list: id, due, attempt, the error's first line.
+pub fn row_text(job: &JobInfo, now: SystemTime) -> String {
+    let error = job
+        .last_error()
+        .and_then(|e| e.lines().next())
+        .unwrap_or("");
+    format!(
+        "{}  {} ({})  attempt {}  {error}",
+        job.id(),
+        time_text(job.run_at()),
+        relative(job.run_at(), now),
+        job.attempt(),
+    )
+    .trim_end()
+    .to_owned()
+}
+
+pub fn counts_json(counts: &Counts) -> Value {
+    json!({
+        "pending": counts.pending,
+        "running": counts.running,
+        "dead": counts.dead,
+        "paused": counts.paused,
+        "next_due": counts.next_due.map(time),
+    })
+}
+
+pub fn counts_text(counts: &Counts, now: SystemTime) -> String {
+    let next = counts.next_due.map_or("none pending".to_owned(), |at| {
+        format!("{} ({})", time_text(at), relative(at, now))
+    });
+    format!(
+        "pending   {}\nrunning   {}\ndead      {}\npaused    {}\nnext due  {next}",
+        counts.pending,
+        counts.running,
+        counts.dead,
+        if counts.paused { "yes" } else { "no" },
+    )
+}
+
+/// A change per second, signed: `+12.5/s`, `0/s`.
+pub fn rate(from: u64, to: u64, seconds: f64) -> String {
+    let change = (to as f64 - from as f64) / seconds.max(1e-9);
+    if change == 0.0 {
+        "0/s".to_owned()
+    } else {
+        format!("{change:+.1}/s")
+    }
 }
 
 #[cfg(test)]
@@ -140,6 +196,13 @@ mod tests {
             time(SystemTime::UNIX_EPOCH + Duration::from_nanos(1_500)),
             "1970-01-01T00:00:00.0000015Z"
         );
+    }
+
+    #[test]
+    fn rates_are_signed_per_second() {
+        assert_eq!(rate(10, 10, 1.0), "0/s");
+        assert_eq!(rate(10, 35, 2.0), "+12.5/s");
+        assert_eq!(rate(35, 10, 0.5), "-50.0/s");
     }
 
     #[test]

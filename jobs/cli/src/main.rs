@@ -26,7 +26,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+use wheel_jobs::{Cursor, JobState};
 
 /// Look into and act on a wheel-jobs queue; serve its web console.
 #[derive(Parser, Debug)]
@@ -45,9 +46,21 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Counts per state.
+    /// Counts per state, whether the queue is paused, and when the next job is due.
     Stats,
-    /// One job: state, run_at, attempt, payload (UTF-8, else hex).
+    /// A page of one state's jobs: pending and running oldest due first, dead most
+    /// recently dead first.
+    List {
+        /// Which jobs.
+        state: State,
+        /// At most this many (1 to 1,000).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The page after the one that printed this cursor.
+        #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
+        after: Option<Cursor>,
+    },
+    /// One job: state, run_at, attempt, last error, payload (UTF-8, else hex).
     Get {
         /// The job's id.
         id: String,
@@ -75,8 +88,38 @@ enum Command {
         /// The job's id.
         id: String,
     },
+    /// Send a dead job back (or every dead job): pending again, attempts from zero.
+    Revive {
+        /// The job's id.
+        #[arg(required_unless_present = "all_dead", conflicts_with = "all_dead")]
+        id: Option<String>,
+        /// Every dead job.
+        #[arg(long)]
+        all_dead: bool,
+        /// Due after this long (default: now).
+        #[arg(long = "in", value_name = "DURATION", value_parser = format::parse_delay,
+              conflicts_with = "at")]
+        delay: Option<Duration>,
+        /// Due at this time, RFC 3339 with an offset.
+        #[arg(long, value_name = "TIME", value_parser = format::parse_time)]
+        at: Option<SystemTime>,
+    },
     /// Delete every dead job.
     PurgeDead,
+    /// Stop every consumer of the queue from claiming (schedules and acks go on).
+    Pause,
+    /// Let consumers claim again.
+    Resume,
+    /// Counts and their rates, refreshed: one line redrawn on a terminal, a line per
+    /// sample otherwise (with --json, a JSON object per line).
+    Watch {
+        /// Between samples.
+        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = format::parse_delay)]
+        every: Duration,
+        /// Stop after this many samples (default: until Ctrl-C).
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+    },
     /// Serve the web console (and, on the embedded store, hold it until stopped).
     Serve {
         /// Where to listen, IP:PORT. Other than a loopback address, a token is required.
@@ -87,6 +130,28 @@ enum Command {
         #[arg(long, env = "WHEEL_JOBS_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+}
+
+/// A job state, as the command line names it.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum State {
+    Pending,
+    Running,
+    Dead,
+}
+
+impl From<State> for JobState {
+    fn from(state: State) -> JobState {
+        match state {
+            State::Pending => JobState::Pending,
+            State::Running => JobState::Running,
+            State::Dead => JobState::Dead,
+        }
+    }
+}
+
+fn parse_cursor(s: &str) -> Result<Cursor, String> {
+    s.parse().map_err(|err: wheel_jobs::Error| err.to_string())
 }
 
 fn main() -> ExitCode {

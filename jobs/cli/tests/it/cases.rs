@@ -5,13 +5,15 @@ use std::time::{Duration, SystemTime};
 use wheel_jobs::{JobQueue, JobState};
 
 use crate::run::{on, run_with_input, Place};
-use crate::support::busy_and_failed;
+use crate::support::{busy_and_failed, ms, next, FAILED_WITH};
 
 macro_rules! cli_suite {
     ($harness:expr) => {
         cli_suite!($harness;
             schedule_get_stats_and_cancel,
             running_and_dead_jobs_are_reported_and_purged,
+            lists_page_with_a_cursor_and_revive_all,
+            pause_resume_and_watch,
             serve_shows_the_queue_and_stops_on_sigterm,
         );
     };
@@ -61,6 +63,7 @@ pub async fn schedule_get_stats_and_cancel(place: impl Place) {
     assert_eq!(a["attempt"], 0);
     assert_eq!(a["payload"], "5 stars");
     assert_eq!(a["payload_encoding"], "utf-8");
+    assert_eq!(a["last_error"], serde_json::Value::Null);
     let run_at: jiff::Timestamp = a["run_at"].as_str().unwrap().parse().unwrap();
     let run_at = SystemTime::from(run_at);
     let ahead = run_at.duration_since(SystemTime::now()).unwrap();
@@ -81,6 +84,7 @@ pub async fn schedule_get_stats_and_cancel(place: impl Place) {
         "state    pending",
         "run_at   2030-12-01T12:00:00Z (in ",
         "attempt  0",
+        "error    none",
         "payload  (3 bytes, hex) 00ff10",
     ] {
         assert!(text.ok().contains(line), "{line} not in {text:?}");
@@ -91,10 +95,17 @@ pub async fn schedule_get_stats_and_cancel(place: impl Place) {
     );
 
     let stats = on(&place, &["--json", "stats"]).await.json();
-    assert_eq!(stats, serde_json::json!({ "pending": 3, "running": 0 }));
     assert_eq!(
-        on(&place, &["stats"]).await.ok(),
-        "pending  3\nrunning  0\n"
+        (&stats["pending"], &stats["running"], &stats["dead"]),
+        (&3.into(), &0.into(), &0.into())
+    );
+    assert_eq!(stats["paused"], false);
+    assert_eq!(stats["next_due"], a["run_at"], "the earliest of the three");
+    let text = on(&place, &["stats"]).await;
+    assert!(
+        text.ok()
+            .starts_with("pending   3\nrunning   0\ndead      0\npaused    no\nnext due  "),
+        "{text:?}"
     );
 
     assert_eq!(on(&place, &["cancel", "a"]).await.ok(), "cancelled a\n");
@@ -132,7 +143,15 @@ pub async fn running_and_dead_jobs_are_reported_and_purged(place: impl Place) {
     queue.close().await.unwrap(); // the embedded store is one process at a time
 
     let stats = on(&place, &["stats", "--json"]).await.json();
-    assert_eq!(stats, serde_json::json!({ "pending": 0, "running": 1 }));
+    assert_eq!(
+        (&stats["pending"], &stats["running"], &stats["dead"]),
+        (&0.into(), &1.into(), &1.into())
+    );
+    assert_eq!(
+        stats["next_due"],
+        serde_json::Value::Null,
+        "nothing pending"
+    );
     assert_eq!(
         on(&place, &["cancel", "busy"]).await.failed(1),
         r#"wheel-jobs: "busy" is running, not pending: nothing was cancelled"#
@@ -141,11 +160,65 @@ pub async fn running_and_dead_jobs_are_reported_and_purged(place: impl Place) {
         on(&place, &["cancel", "failed"]).await.failed(1),
         r#"wheel-jobs: "failed" is dead, not pending: nothing was cancelled"#
     );
+    assert_eq!(
+        on(&place, &["revive", "busy"]).await.failed(1),
+        r#"wheel-jobs: "busy" is running, not dead: nothing was revived"#
+    );
     let failed = on(&place, &["get", "failed", "--json"]).await.json();
     assert_eq!(
         (&failed["state"], &failed["attempt"]),
         (&"dead".into(), &1.into())
     );
+    assert_eq!(failed["last_error"], FAILED_WITH);
+    let text = on(&place, &["get", "failed"]).await;
+    assert!(
+        text.ok()
+            .contains("error    card declined <b>05</b>\n           at charge (billing.rs:42)\n"),
+        "the error whole, its lines indented: {text:?}"
+    );
+
+    let dead = on(&place, &["list", "dead", "--json"]).await.json();
+    assert_eq!(dead["state"], "dead");
+    assert_eq!(dead["next"], serde_json::Value::Null);
+    assert_eq!(dead["jobs"][0]["id"], "failed");
+    assert_eq!(dead["jobs"][0]["last_error"], FAILED_WITH);
+    let text = on(&place, &["list", "dead"]).await;
+    assert!(text.ok().starts_with("failed  "), "{text:?}");
+    assert!(
+        text.ok().ends_with("attempt 1  card declined <b>05</b>\n"),
+        "the first line: {text:?}"
+    );
+    let running = on(&place, &["list", "running", "--json"]).await.json();
+    assert_eq!(running["jobs"][0]["id"], "busy");
+
+    assert_eq!(
+        on(&place, &["revive", "failed"]).await.ok(),
+        "revived failed\n"
+    );
+    let revived = on(&place, &["get", "failed", "--json"]).await.json();
+    assert_eq!(
+        (&revived["state"], &revived["attempt"]),
+        (&"pending".into(), &0.into())
+    );
+    assert_eq!(on(&place, &["list", "dead"]).await.ok(), "no dead jobs\n");
+    assert_eq!(
+        on(&place, &["revive", "--all-dead", "--json"]).await.json(),
+        serde_json::json!({ "revived": 0 })
+    );
+
+    // Dead again (through the library), then purged.
+    let queue = place
+        .open(JobQueue::builder().max_attempts(1))
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    assert!(next(&mut consumer)
+        .await
+        .fail(ms(0), "again")
+        .await
+        .unwrap());
+    drop(consumer);
+    queue.close().await.unwrap();
     assert_eq!(
         on(&place, &["purge-dead", "--json"]).await.json(),
         serde_json::json!({ "purged": 1 })
@@ -158,6 +231,123 @@ pub async fn running_and_dead_jobs_are_reported_and_purged(place: impl Place) {
     assert_eq!(
         on(&place, &["get", "busy", "--json"]).await.json()["state"],
         "running"
+    );
+}
+
+pub async fn lists_page_with_a_cursor_and_revive_all(place: impl Place) {
+    let start = SystemTime::now() + Duration::from_secs(3600);
+    for i in 0..5u64 {
+        let at = jiff::Timestamp::try_from(start + Duration::from_secs(60 * i))
+            .unwrap()
+            .to_string();
+        on(&place, &["schedule", &format!("p{i}"), "--at", &at])
+            .await
+            .ok();
+    }
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = vec!["list", "pending", "--limit", "2", "--json"];
+        if let Some(after) = &after {
+            args.extend(["--after", after]);
+        }
+        let page = on(&place, &args).await.json();
+        let jobs = page["jobs"].as_array().unwrap();
+        seen.extend(jobs.iter().map(|j| j["id"].as_str().unwrap().to_owned()));
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["p0", "p1", "p2", "p3", "p4"]);
+    let text = on(&place, &["list", "pending", "--limit", "4"]).await;
+    let last = text.ok().lines().last().unwrap().to_owned();
+    assert!(last.starts_with("next page: --after "), "{text:?}");
+
+    let line = on(&place, &["list", "pending", "--limit", "0"]).await;
+    assert_eq!(
+        line.failed(1),
+        "wheel-jobs: invalid input: a page holds 1 to 1000 jobs, not 0"
+    );
+    let line = on(
+        &place,
+        &[
+            "list",
+            "dead",
+            "--after",
+            last.trim_start_matches("next page: --after "),
+        ],
+    )
+    .await;
+    assert_eq!(
+        line.failed(1),
+        "wheel-jobs: invalid input: a cursor of the Pending list cannot continue the Dead list"
+    );
+    let line = on(&place, &["list", "pending", "--after", "zz"]).await;
+    assert_eq!(
+        line.failed(2),
+        "wheel-jobs: invalid value 'zz' for '--after <CURSOR>': invalid input: not a job list cursor"
+    );
+    let line = on(&place, &["list", "done"]).await;
+    assert!(
+        line.failed(2)
+            .starts_with("wheel-jobs: invalid value 'done' for '<STATE>'"),
+        "{line:?}"
+    );
+}
+
+pub async fn pause_resume_and_watch(place: impl Place) {
+    on(&place, &["schedule", "a", "--in", "1h"]).await.ok();
+    assert_eq!(
+        on(&place, &["pause"]).await.ok(),
+        "paused: no consumer claims a job until `wheel-jobs resume`\n"
+    );
+    assert_eq!(
+        on(&place, &["stats", "--json"]).await.json()["paused"],
+        true
+    );
+    // Not a terminal: a plain line per sample.
+    let watched = on(&place, &["watch", "--every", "10ms", "--count", "3"]).await;
+    let lines: Vec<&str> = watched.ok().lines().collect();
+    assert_eq!(lines.len(), 3, "{watched:?}");
+    assert!(
+        lines[0].starts_with("pending 1 (…)  running 0  dead 0 (…)  PAUSED  next due "),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].starts_with("pending 1 (0/s)  running 0  dead 0 (0/s)  PAUSED"),
+        "{lines:?}"
+    );
+    assert!(
+        !watched.stdout.contains('\r'),
+        "no redrawing off a terminal"
+    );
+
+    assert_eq!(
+        on(&place, &["resume", "--json"]).await.json(),
+        serde_json::json!({ "paused": false })
+    );
+    let watched = on(
+        &place,
+        &["watch", "--every", "10ms", "--count", "2", "--json"],
+    )
+    .await;
+    let samples: Vec<serde_json::Value> = watched
+        .ok()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(samples.len(), 2);
+    assert_eq!(
+        (&samples[1]["pending"], &samples[1]["paused"]),
+        (&1.into(), &false.into())
+    );
+    assert!(samples[1]["at"].as_str().unwrap().ends_with('Z'));
+    let line = on(&place, &["watch", "--every", "soon"]).await;
+    assert!(
+        line.failed(2)
+            .starts_with("wheel-jobs: invalid value 'soon' for '--every <DURATION>'"),
+        "{line:?}"
     );
 }
 
