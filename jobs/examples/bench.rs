@@ -4,8 +4,12 @@
 //! cargo run --release -p wheel-jobs --example bench            # about 40 s
 //! cargo run --release -p wheel-jobs --example bench -- --big   # adds the 10M-job store (minutes, ~1 GB of disk)
 //! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis+unix:///tmp/redis.sock
+//! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis://127.0.0.1:6379 --min-replicas 1
 //! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis+unix:///tmp/redis.sock --big   # adds 1M pending jobs
 //! ```
+//!
+//! `--min-replicas N` (with `--redis`, a primary with N replicas) measures only schedules/s,
+//! without and with `Builder::min_replicas(N, 1 s)`, alternated over three rounds.
 //!
 //! `--concurrency N` sets the handlers `run` may run at once in the delivery and lateness
 //! phases (default 256 on the embedded store; 50 on Redis, BullMQ's concurrency in
@@ -43,6 +47,10 @@ struct Args {
     /// `--features redis`).
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
+    /// With `--redis`: measure only schedules/s, without and with `min_replicas(N, 1 s)`,
+    /// alternated over 3 rounds (the server needs N replicas).
+    #[arg(long, value_name = "N")]
+    min_replicas: Option<u32>,
     /// Handlers `run` may run at once [default: 256 embedded, 50 on Redis].
     #[arg(long, value_name = "N")]
     concurrency: Option<usize>,
@@ -76,15 +84,8 @@ static REDIS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
 async fn fresh(dir: &std::path::Path, name: &str, quick_repair: bool) -> JobQueue {
     #[cfg(feature = "redis")]
     if let Some(url) = REDIS.get().cloned().flatten() {
-        let unique = format!(
-            "{name}-{}",
-            SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        );
         return JobQueue::builder()
-            .redis(&url, &unique)
+            .redis(&url, &unique(name))
             .await
             .expect("redis");
     }
@@ -96,6 +97,45 @@ async fn fresh(dir: &std::path::Path, name: &str, quick_repair: bool) -> JobQueu
         .open(path)
         .await
         .expect("open")
+}
+
+/// A queue name no earlier run used.
+#[cfg(feature = "redis")]
+fn unique(name: &str) -> String {
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
+    format!("{name}-{}", now.unwrap().as_nanos())
+}
+
+/// `--min-replicas N`: schedules/s with 1 and 64 schedulers, without and with
+/// `min_replicas(N, 1 s)`, alternated over 3 rounds; the medians and their ratios.
+#[cfg(feature = "redis")]
+async fn replicated(url: &str, replicas: u32) {
+    let mut runs: [[Vec<f64>; 2]; 2] = Default::default();
+    for _ in 0..3 {
+        for (with, min) in [0, replicas].into_iter().enumerate() {
+            let queue = JobQueue::builder()
+                .min_replicas(min, Duration::from_secs(1))
+                .redis(url, &unique("replicas"))
+                .await
+                .expect("redis");
+            runs[with][0].push(schedules(&queue, 1, 500).await);
+            runs[with][1].push(schedules(&queue, 64, 1_000).await);
+            queue.close().await.unwrap();
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for (i, schedulers) in [1, 64].into_iter().enumerate() {
+        let without = median(&mut runs[0][i]);
+        let with = median(&mut runs[1][i]);
+        println!(
+            "schedules/s, {schedulers} schedulers, median of 3: without min_replicas {without:.0}, \
+             with min_replicas({replicas}, 1 s) {with:.0} ({:.2}x)",
+            with / without
+        );
+    }
 }
 
 async fn schedules(queue: &JobQueue, schedulers: usize, per: usize) -> f64 {
@@ -456,6 +496,10 @@ async fn main() {
     CONCURRENCY.set(concurrency).unwrap();
     if redis.is_some() {
         println!("-- redis backend: {}", redis.as_deref().unwrap_or_default());
+        #[cfg(feature = "redis")]
+        if let (Some(url), Some(replicas)) = (&redis, args.min_replicas) {
+            return replicated(url, replicas).await;
+        }
         measure(dir.path(), false).await;
         if big {
             const BIG: usize = 1_000_000;

@@ -132,13 +132,15 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>>;
 
     /// The per-state counters, whether claims are paused, and the earliest pending `run_at`
-    /// (the head of the due index past any running entries before it): never a scan.
+    /// (on Redis the head of the due index past the running entries before it, at most the
+    /// running jobs): never a scan.
     fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>>;
 
     /// Up to `limit` jobs in `state`, in that state's list order, after the position `after`
     /// (a job's `listed_at` and id; `model.rs`), each with its own position: pending and
-    /// running by `(run_at, id)`, dead by `(death time, id)` descending. A range read of one
-    /// index: O(limit), plus for pending jobs the running entries the due index interleaves.
+    /// by `(run_at, id)`, running by `(lease end, id)`, dead by `(death time, id)`
+    /// descending. A range read of one index: O(limit), plus on Redis, for pending jobs, the
+    /// running entries its due index interleaves.
     fn list(
         &self,
         state: JobState,

@@ -130,9 +130,48 @@ impl Builder {
 
     /// Redis only (a server, or each node of a cluster): how long a connection attempt or a
     /// call may take before it fails with [`Error::is_unavailable`] (default 1 s; `None`: no
-    /// limit). These timeouts run on tokio's clock, so a test on a paused clock wants `None`.
+    /// limit). While the server is down or unreachable every call fails within this bound
+    /// (plus the runtime's delay in getting round to the timed-out task, a few milliseconds
+    /// on an idle machine), and calls succeed again as soon as it is back. A call that
+    /// writes several script calls (`schedule_many` in chunks of 512) bounds each of them.
+    /// These timeouts run on tokio's clock, so a test on a paused clock wants `None`.
     pub fn redis_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
         self.config.redis_timeout = timeout;
+        self
+    }
+
+    /// Redis only (a server or Sentinel's primary): every call whose change a failover
+    /// could lose (schedule, ack, retry, cancel, reschedule, removals) answers only once
+    /// `replicas` replicas hold it, by `WAIT replicas timeout` on the same connection;
+    /// if fewer acknowledged it within `timeout`, the call fails with
+    /// [`Error::is_unavailable`] (the write is on the primary and may or may not survive a
+    /// failover; schedules are idempotent, so retrying is safe). A failover to a replica
+    /// that acknowledged loses nothing acknowledged. One `WAIT` serves a whole batch of
+    /// concurrent schedules or acks. Claims and lease extensions do not wait: one lost in
+    /// a failover only delivers a job again (at-least-once allows it), while a claim that
+    /// failed its `WAIT` would strand its leases until they end. Default: off (`replicas`
+    /// 0), and replication is asynchronous: a failover can lose the last writes the old
+    /// primary acknowledged.
+    ///
+    /// A call's bound becomes `redis_timeout` plus `timeout`. `open` fails with
+    /// [`Error::is_invalid_config`] for a `timeout` under 1 ms (`WAIT 0` would wait
+    /// forever) and on a cluster, where it is not supported.
+    pub fn min_replicas(&mut self, replicas: u32, timeout: Duration) -> &mut Self {
+        self.config.min_replicas = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
+    /// Redis over TLS (`rediss://` URLs; feature `redis-tls`): check the server's
+    /// certificate against the CA certificates in `pem` (PEM, one or more) instead of the
+    /// system's trusted roots. The certificate is always checked, name included: a server
+    /// whose certificate no trusted CA signed fails `open` at once with
+    /// [`Error::is_unauthorized`]. Applies to servers, sentinels and cluster nodes alike.
+    ///
+    /// TLS uses rustls with its `ring` provider; a program that enables another rustls
+    /// provider too must install one with `rustls::crypto::CryptoProvider::install_default`.
+    #[cfg(feature = "redis-tls")]
+    pub fn redis_tls_ca(&mut self, pem: impl Into<Vec<u8>>) -> &mut Self {
+        self.config.tls_ca = Some(pem.into().into());
         self
     }
 
@@ -193,23 +232,55 @@ impl Builder {
     }
 
     /// Opens the queue `name` on the Redis server at `url` (`redis://host:port`,
-    /// `redis+unix:///path/to/redis.sock`), with the same API and guarantees as the embedded
+    /// `rediss://host:port` for TLS with the `redis-tls` feature,
+    /// `redis+unix:///path/to/redis.sock`; a user and password go in the URL,
+    /// `redis://user:password@host:port`), with the same API and guarantees as the embedded
     /// store, shared by every process that opens the same name. Requires the `redis` feature.
     ///
     /// Every state change is one Lua script run with the server's clock; see the crate docs.
     ///
     /// # Errors
     ///
-    /// [`Error::is_unavailable`] if the server cannot be reached, [`Error::is_invalid_config`]
-    /// for a bad URL, an empty name or one with braces (they delimit the cluster hash tag).
+    /// [`Error::is_unavailable`] if the server cannot be reached within
+    /// [`redis_timeout`](Self::redis_timeout), [`Error::is_unauthorized`] at once if it
+    /// refuses the user or password or we refuse its TLS certificate,
+    /// [`Error::is_invalid_config`] for a bad URL, an empty name or one with braces (they
+    /// delimit the cluster hash tag).
     #[cfg(feature = "redis")]
     pub async fn redis(&self, url: &str, name: &str) -> Result<JobQueue, Error> {
-        let mut config = self.checked()?;
-        config.name = name.to_owned();
-        let wakeup: Arc<Wakeup> = Arc::default();
-        let target = crate::redis::Target::Server(url);
-        let backend = crate::redis::Redis::open(target, name, &config, wakeup.clone()).await?;
-        Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))
+        self.open_redis(crate::redis::Target::Server(url), name)
+            .await
+    }
+
+    /// [`redis`](Self::redis) on the primary that Redis Sentinel names for `master_name`,
+    /// given some sentinels' URLs (`redis://host:26379`). After a failover, the first call
+    /// that meets the old primary gone or demoted (`READONLY`) fails with
+    /// [`Error::is_unavailable`] and the connection moves to the primary the sentinels
+    /// name; [`JobQueue::run`](crate::JobQueue::run) carries on by itself. The data nodes
+    /// are reached like the sentinels: TLS if the first URL is `rediss://`, with its user
+    /// and password. Requires the `redis` feature.
+    ///
+    /// Replication is asynchronous: a write acknowledged by the old primary but not yet
+    /// copied to the replica that takes over is lost, unless
+    /// [`min_replicas`](Self::min_replicas) made the call wait for replicas.
+    ///
+    /// # Errors
+    ///
+    /// As [`redis`](Self::redis); [`Error::is_invalid_config`] if no sentinel knows
+    /// `master_name`, [`Error::is_unavailable`] if none can be reached or the primary they
+    /// name cannot.
+    #[cfg(feature = "redis")]
+    pub async fn redis_sentinel(
+        &self,
+        sentinels: &[String],
+        master_name: &str,
+        name: &str,
+    ) -> Result<JobQueue, Error> {
+        let target = crate::redis::Target::Sentinel {
+            sentinels,
+            master: master_name,
+        };
+        self.open_redis(target, name).await
     }
 
     /// [`redis`](Self::redis) on a Redis Cluster, given some of its nodes' URLs. The keys of
@@ -222,10 +293,19 @@ impl Builder {
     /// As [`redis`](Self::redis).
     #[cfg(feature = "redis")]
     pub async fn redis_cluster(&self, nodes: &[String], name: &str) -> Result<JobQueue, Error> {
+        self.open_redis(crate::redis::Target::Cluster(nodes), name)
+            .await
+    }
+
+    #[cfg(feature = "redis")]
+    async fn open_redis(
+        &self,
+        target: crate::redis::Target<'_>,
+        name: &str,
+    ) -> Result<JobQueue, Error> {
         let mut config = self.checked()?;
         config.name = name.to_owned();
         let wakeup: Arc<Wakeup> = Arc::default();
-        let target = crate::redis::Target::Cluster(nodes);
         let backend = crate::redis::Redis::open(target, name, &config, wakeup.clone()).await?;
         Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))
     }

@@ -26,6 +26,11 @@ pub(crate) struct Config {
     pub(crate) quick_repair: bool,
     pub(crate) partitions: usize,
     pub(crate) redis_timeout: Option<Duration>,
+    /// Replicas that must acknowledge each write, and how long `WAIT` waits for them.
+    pub(crate) min_replicas: Option<(u32, Duration)>,
+    /// The CA certificates (PEM) `rediss://` servers are checked against.
+    #[cfg(feature = "redis-tls")]
+    pub(crate) tls_ca: Option<std::sync::Arc<[u8]>>,
     pub(crate) safety_wakeup: Duration,
     pub(crate) timer: Option<wheel_timer::Timer>,
     /// What the queue is called in its metrics' `queue` label (`metrics.rs`): the Redis
@@ -46,6 +51,9 @@ impl Default for Config {
             quick_repair: true,
             partitions: 1,
             redis_timeout: Some(Duration::from_secs(1)),
+            min_replicas: None,
+            #[cfg(feature = "redis-tls")]
+            tls_ca: None,
             safety_wakeup: Duration::from_secs(5),
             timer: None,
             name: "jobs".to_owned(),
@@ -82,6 +90,14 @@ impl Config {
         if self.safety_wakeup < Duration::from_millis(1) {
             return Err(Error::invalid_config(
                 "the safety wakeup must be at least 1 ms",
+            ));
+        }
+        if self
+            .min_replicas
+            .is_some_and(|(_, wait)| wait < Duration::from_millis(1))
+        {
+            return Err(Error::invalid_config(
+                "the min_replicas timeout must be at least 1 ms",
             ));
         }
         let mut c = self.clone();

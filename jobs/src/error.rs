@@ -44,6 +44,8 @@ enum Kind {
     Storage(Arc<str>),
     #[cfg_attr(not(any(feature = "redis", test)), allow(dead_code))]
     Unavailable(Arc<str>),
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    Unauthorized(Arc<str>),
     Closed,
     InvalidRecurrence(std::borrow::Cow<'static, str>),
     InvalidSeriesName {
@@ -88,6 +90,13 @@ impl Error {
     pub(crate) fn unavailable(why: impl fmt::Display) -> Self {
         Error {
             kind: Kind::Unavailable(why.to_string().into()),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    pub(crate) fn unauthorized(why: impl fmt::Display) -> Self {
+        Error {
+            kind: Kind::Unauthorized(why.to_string().into()),
         }
     }
 
@@ -165,6 +174,17 @@ impl Error {
         matches!(self.kind, Kind::Unavailable(_))
     }
 
+    /// Redis only: the server refused us, or we refused the server. Either the credentials
+    /// are wrong (`WRONGPASS`, or `NOAUTH`: the URL has no password and the server wants
+    /// one), or the user's ACL denies a command, key or channel the queue needs (`NOPERM`;
+    /// the README's "On Redis" gives the rule a queue needs), or the server's TLS
+    /// certificate is not signed by a trusted CA or not for the host in the URL. Retrying
+    /// does not help: [`JobQueue::run`](crate::JobQueue::run) returns it, and
+    /// [`Builder::redis`](crate::Builder::redis) fails with it at once.
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self.kind, Kind::Unauthorized(_))
+    }
+
     /// The queue was closed ([`JobQueue::close`](crate::JobQueue::close)) or its store stopped
     /// after a failure; it takes no more work.
     pub fn is_closed(&self) -> bool {
@@ -194,6 +214,7 @@ impl fmt::Display for Error {
             Kind::Locked => f.write_str("the job store is locked by another process or handle"),
             Kind::Storage(why) => write!(f, "job store failure: {why}"),
             Kind::Unavailable(why) => write!(f, "job store unavailable: {why}"),
+            Kind::Unauthorized(why) => write!(f, "job store refused access: {why}"),
             Kind::Closed => f.write_str("the job queue is closed"),
             Kind::InvalidRecurrence(why) => write!(f, "invalid recurrence: {why}"),
             Kind::InvalidSeriesName { len, max } => write!(

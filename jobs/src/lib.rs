@@ -51,7 +51,8 @@
 //!
 //! [`JobQueue::counts`] reads the jobs per state, the paused flag and the next due time from
 //! counters the store keeps (never a scan); [`JobQueue::list`] returns a page of one state's
-//! jobs (pending and running by due time, dead ones most recently dead first), resumable
+//! jobs (pending ones by due time, running ones by lease end, dead ones most recently dead
+//! first), resumable
 //! with its [`Cursor`]; [`JobInfo::last_error`] says why a job's last attempt failed
 //! ([`Delivery::fail`], a `run` handler's `Err` or panic, or "lease expired");
 //! [`JobQueue::revive`] sends a dead job back; [`JobQueue::pause`] stops every claim, in
@@ -94,8 +95,11 @@
 //! `partitions`) puts the same queue on a Redis server shared by many processes: each
 //! state change is one Lua script using the server's clock, the due index holds ids only,
 //! concurrent schedules and acks share one call, and schedules of earlier jobs wake idle
-//! consumers over pub/sub. An unreachable server gives [`Error::is_unavailable`], and
-//! [`JobQueue::run`] retries by itself.
+//! consumers over pub/sub. An unreachable server gives [`Error::is_unavailable`] within
+//! `redis_timeout`, and [`JobQueue::run`] retries by itself. `Builder::redis_sentinel`
+//! follows failovers, `Builder::min_replicas` waits for replicas, and the `redis-tls`
+//! feature adds `rediss://` URLs (rustls); refused credentials, ACLs or certificates give
+//! [`Error::is_unauthorized`].
 //!
 //! # Performance
 //!

@@ -3,8 +3,8 @@
 //!
 //! # Ground rules
 //!
-//! - A listing is a keyset walk of one state's index: `Pending` and `Running` by
-//!   `(run_at, id)` ascending, `Dead` by `(died_at, id)` descending. A [`Cursor`] is the
+//! - A listing is a keyset walk of one state's index: `Pending` by `(run_at, id)` and
+//!   `Running` by `(lease end, id)` ascending, `Dead` by `(died_at, id)` descending. A [`Cursor`] is the
 //!   position `(at, id)` of a page's last job; the next page starts strictly after it, so
 //!   jobs inserted or removed between pages never make the walk return a job twice or skip
 //!   one that stayed where it was.

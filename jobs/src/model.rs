@@ -7,11 +7,12 @@
 //! - A job is `Pending` (waiting for `run_at`), `Leased` (delivered; owned by the holder of
 //!   `token` until `until`) or `Dead` (out of attempts since `at`, kept for inspection until
 //!   removed or revived).
-//! - Every stored job that is not dead has exactly one entry in the **due index**, keyed
-//!   `(due, id)` where [`Job::due`] is `run_at` when pending and the lease's end when leased.
-//!   One ordered index therefore serves both "which jobs are due" and "which leases expired",
-//!   and the next wakeup is its first key. Backends keep the index by replacing the key
-//!   `before.due()` with `after.due()` around every transition.
+//! - Every stored job that is not dead has exactly one key of due work, `(due, id)` where
+//!   [`Job::due`] is `run_at` when pending and the lease's end when leased: when the job next
+//!   needs the store. Backends keep these keys ordered, so "which jobs are due" and "which
+//!   leases expired" are range reads and the next wakeup is the first key (the embedded
+//!   store keeps pending and running keys in two tables, Redis in one sorted set), and they
+//!   replace the key `before.due()` with `after.due()` around every transition.
 //! - `attempt` counts deliveries: 0 until the first claim, incremented by each claim, never
 //!   reset. A claim of a job whose `attempt` already reached `max_attempts` (its last lease
 //!   expired, or a retry) kills it instead of delivering it.
@@ -19,10 +20,10 @@
 //!   with that token, even after `until` (nobody else has it until it is claimed again, and a
 //!   claim changes the token). After a redelivery the old token is stale forever.
 //! - Backends count jobs per state ([`Counts`]) so `pending()` and opening cost O(1).
-//! - A job's place in its state's list is [`Job::listed_at`]: `run_at` while pending or
-//!   running (it does not change while a job runs, so lease renewals never reorder the
-//!   running list), the death time once dead. Backends keep an index of running jobs and
-//!   one of dead jobs on that key, so listing either is a range read.
+//! - A job's place in its state's list is [`Job::listed_at`]: its due key while pending
+//!   (`run_at`) or running (the lease's end: the jobs a stalled process would lose first
+//!   come first), the death time once dead. Each state's jobs are a range of an index on
+//!   that key, so listing them is a range read.
 //! - Failures leave a last error with the job (data beside it, not state): the backend
 //!   records the error a `fail` carries, and a claim that takes a job from an ended lease
 //!   records [`Job::claim_error`], whether it redelivers the job or kills it. A revive
@@ -93,11 +94,12 @@ impl Job {
         }
     }
 
-    /// Its key in its state's list: `run_at` while pending or running, the death time once
-    /// dead.
+    /// Its key in its state's list: its due key while pending or running (`run_at`, the
+    /// lease's end), the death time once dead.
     pub(crate) fn listed_at(&self) -> u64 {
         match self.status {
-            Status::Pending | Status::Leased { .. } => self.run_at,
+            Status::Pending => self.run_at,
+            Status::Leased { until, .. } => until,
             Status::Dead { at } => at,
         }
     }

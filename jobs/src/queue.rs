@@ -267,16 +267,19 @@ impl JobQueue {
         Ok(counts)
     }
 
-    /// A page of the jobs in `state`: pending and running ones oldest due first (by
-    /// `run_at`, then id), dead ones most recently dead first. Resume with the page's
-    /// [`cursor`](Page::cursor) in [`ListOptions::after`]: the next page starts right after
-    /// the last job shown, so jobs added or removed between pages never make a listing show
-    /// a job twice or skip one that did not move.
+    /// A page of the jobs in `state`, each state in the order of its next step: pending
+    /// jobs oldest due first (by `run_at`, then id), running ones by the end of their lease
+    /// (the jobs a stalled process would lose first come first), dead ones most recently
+    /// dead first. Resume with the page's [`cursor`](Page::cursor) in
+    /// [`ListOptions::after`]: the next page starts right after the last job shown, so jobs
+    /// added or removed between pages never make a listing show a job twice or skip one that
+    /// did not move (a running job whose lease was renewed has moved).
     ///
     /// Each page costs O(limit): a range read of the state's index (on Redis, per
-    /// partition, merged), never a scan. A pending page also passes over the running jobs'
-    /// entries that the due index holds among the pending ones (at most the running jobs).
-    /// Pages carry the jobs' payloads: keep the limit modest for large payloads.
+    /// partition, merged), never a scan; on Redis a pending page also passes over the
+    /// running jobs' entries its due index holds among the pending ones (at most the
+    /// running jobs). Pages carry the jobs' payloads: keep the limit modest for large
+    /// payloads.
     ///
     /// # Examples
     ///

@@ -17,6 +17,10 @@
 //! - `--json` prints one JSON object on stdout per command, for scripts; without it the
 //!   output is for people.
 
+// The command's futures nest deep (a Redis open now retries through Sentinel and TLS), and
+// rustc's default query depth overflows while laying out the test build's types.
+#![recursion_limit = "256"]
+
 mod commands;
 mod format;
 mod target;

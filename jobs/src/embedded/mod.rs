@@ -21,6 +21,8 @@
 //!   to checkpoint (so the next open has no log to replay) and drop the database before it
 //!   answers, so the path can be reopened at once. A store whose log could not be written
 //!   is `broken`: the thread stops like after a panic, and the next open replays the log.
+//! - The store and its log are created with mode 0600 (`open_private`): payloads are often
+//!   personal data, and a umask cannot widen it.
 
 mod record;
 mod series;
@@ -85,11 +87,25 @@ impl fmt::Debug for Embedded {
     }
 }
 
+/// Opens `path` for reading and writing, creating it if missing with mode 0600: jobs and
+/// their payloads are the owner's alone (an existing file keeps the mode it has).
+pub(crate) fn open_private(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+}
+
 fn open_database(path: &std::path::Path, cache_size: usize) -> Result<redb::Database, Error> {
     let opened = catch_unwind(|| {
+        let file = open_private(path)?;
         redb::Database::builder()
             .set_cache_size(cache_size)
-            .create(path)
+            .create_with_backend(redb::backends::FileBackend::new(file)?)
     });
     match opened {
         Ok(Ok(db)) => Ok(db),

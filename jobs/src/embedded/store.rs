@@ -3,12 +3,15 @@
 //! # Ground rules
 //!
 //! - Seven tables: `jobs` (id → record: the [`Job`] header, the last error and the
-//!   payload, `record.rs`), `due` ((due nanos, id) → (), the due index of `model.rs`; it
-//!   holds both pending run_ats and lease ends, so it is also the lease table), `running`
-//!   ((run_at, id) → (): the running jobs, to list them), `died` ((death time, id) → (): the
-//!   dead jobs, to list them newest first and purge them without a scan), `series` (name →
-//!   a recurring series' record, `series.rs`), `meta` (format version, the per-state
-//!   [`Counts`], the paused flag, the log's epoch and owner number).
+//!   payload, `record.rs`), `due` ((run_at, id) → (): the pending jobs' keys of due work,
+//!   `model.rs`), `running` ((lease end, id) → (): the running jobs' keys, so it is the lease
+//!   table), `died` ((death time, id) → (): the dead jobs, to list them newest first and
+//!   purge them without a scan), `series` (name → a recurring series' record,
+//!   `series.rs`), `meta` (format version, the per-state [`Counts`], the paused flag, the
+//!   log's epoch and owner number). A claim reads `due` and `running` up to "now" and takes
+//!   the first keys of both, so what is due and which leases ended are one ordered read,
+//!   and a job moving between them costs the one remove and one insert a single index
+//!   would; each state's list is a plain range of its own table.
 //! - Only the writer thread (`mod.rs`) calls [`Store::apply`]; a batch is one redb write
 //!   transaction. With a write-ahead log (`wal.rs`, always on a file store) a batch that
 //!   changed something is committed without fsync and its changes appended to the log,
@@ -27,8 +30,7 @@
 //!   and the writer thread stops.
 //! - Every read of an index is a bounded range (`take(max)`, `first()`, a page): no
 //!   operation walks the whole queue, and opening reads only `meta` (and, once, what the
-//!   upgrade from an older format reads: `upgrade`). Listing pending jobs and finding the next
-//!   pending one read the due index and skip its running entries: at most the running jobs.
+//!   upgrade from an older format reads: `upgrade`).
 //! - A transition always goes through [`Job`]; this file only keeps the indexes and the
 //!   counts in step with it (`set`, the one writer of `jobs`, `due`, `running`, `died` and
 //!   the counts).
@@ -314,15 +316,13 @@ impl Tables<'_> {
         after: Option<Record<'_>>,
     ) -> Result<(), Error> {
         let after_job = after.map(|r| r.job);
-        let running = |job: Option<Job>| {
-            job.filter(|j| matches!(j.status, Status::Leased { .. }))
-                .map(|j| j.listed_at())
+        // Each state's table holds its jobs' `listed_at` keys: run_at, lease end, death time.
+        let key = |job: Option<Job>, state: fn(&Status) -> bool| {
+            job.filter(|j| state(&j.status)).map(|j| j.listed_at())
         };
-        let died = |job: Option<Job>| {
-            job.filter(|j| matches!(j.status, Status::Dead { .. }))
-                .map(|j| j.listed_at())
-        };
-        let due = |job: Option<Job>| job.and_then(|j| j.due());
+        let due = |job| key(job, |s| *s == Status::Pending);
+        let running = |job| key(job, |s| matches!(s, Status::Leased { .. }));
+        let died = |job| key(job, |s| matches!(s, Status::Dead { .. }));
         rekey(&mut self.due, id, due(before), due(after_job))?;
         rekey(&mut self.running, id, running(before), running(after_job))?;
         rekey(&mut self.died, id, died(before), died(after_job))?;
@@ -400,10 +400,11 @@ impl Tables<'_> {
 /// - the dead set (id → ()) becomes the `died` index ((death time, id) → ()): one read per
 ///   dead job, once; a job dead before the upgrade reads as dead since its `run_at`
 ///   (`record.rs`), so no record is rewritten;
-/// - the `running` index is filled from the due index, read from its head until all
-///   `running` jobs (the counter) were found: a store's leases end within a lease (plus
-///   extends) of its last process stopping, so they come after only the backlog due before
-///   that; after a clean `close` of a `run`-only program there are none and nothing is read.
+/// - the running jobs' keys (lease ends) move from `due`, which held both states before,
+///   to `running`: `due` is read from its head until all running jobs (the counter) were
+///   found; a store's leases end within a lease (plus extends) of its last process
+///   stopping, so they come after only the backlog due before that; after a clean `close`
+///   of a `run`-only program there are none and nothing is read.
 fn upgrade(txn: &redb::WriteTransaction, t: &mut Tables<'_>, running: u64) -> Result<(), Error> {
     {
         let dead = txn.open_table(DEAD).map_err(storage)?;
@@ -434,6 +435,7 @@ fn upgrade(txn: &redb::WriteTransaction, t: &mut Tables<'_>, running: u64) -> Re
         }
     }
     for (at, id) in keys {
+        t.due.remove((at, id.as_str())).map_err(storage)?;
         t.running.insert((at, id.as_str()), ()).map_err(storage)?;
     }
     Ok(())
@@ -479,27 +481,17 @@ fn schedule(
     Ok((Scheduled::Created, job.run_at))
 }
 
-/// The earliest `run_at` of a pending job: the first pending key of the due index, past the
-/// running jobs' lease ends before it (at most the running jobs).
+/// The earliest `run_at` of a pending job: the first key of `due`.
 fn next_pending(t: &Tables<'_>) -> Result<Option<u64>, Error> {
-    for entry in t.due.iter().map_err(storage)? {
-        let (key, _) = entry.map_err(storage)?;
-        let (at, id) = key.value();
-        let Some(stored) = t.load(id)? else {
-            return Err(Error::storage(format!(
-                "due index names a missing job {id:?}"
-            )));
-        };
-        if stored.job.status == Status::Pending {
-            return Ok(Some(at));
-        }
-    }
-    Ok(None)
+    Ok(t.due
+        .first()
+        .map_err(storage)?
+        .map(|(key, _)| key.value().0))
 }
 
-/// Up to `limit` jobs in `state` after the position `after`, each with its position: pending
-/// jobs from the due index (its running entries skipped: at most the running jobs), running
-/// ones from their index, both by `(run_at, id)`; dead ones by `(died_at, id)` descending.
+/// Up to `limit` jobs in `state` after the position `after`, each with its position: a range
+/// of the state's table, pending by `(run_at, id)`, running by `(lease end, id)`, dead by
+/// `(death time, id)` descending.
 fn list(
     t: &Tables<'_>,
     state: JobState,
@@ -959,17 +951,21 @@ impl Store {
             };
             return Ok((batch, false));
         }
+        // The first `max` keys up to now of pending run_ats and lease ends together.
         let due: Vec<(u64, String)> = {
             let mut due = Vec::new();
-            let range = t
-                .due
-                .range(..(now.saturating_add(1), ""))
-                .map_err(storage)?;
-            for entry in range.take(max) {
-                let (key, _) = entry.map_err(storage)?;
-                let (at, id) = key.value();
-                due.push((at, id.to_owned()));
+            for index in [&t.due, &t.running] {
+                let range = index
+                    .range(..(now.saturating_add(1), ""))
+                    .map_err(storage)?;
+                for entry in range.take(max) {
+                    let (key, _) = entry.map_err(storage)?;
+                    let (at, id) = key.value();
+                    due.push((at, id.to_owned()));
+                }
             }
+            due.sort_unstable();
+            due.truncate(max);
             due
         };
         let changed = !due.is_empty();
@@ -1015,11 +1011,14 @@ impl Store {
                 });
             }
         }
-        let next_due = t
-            .due
-            .first()
-            .map_err(storage)?
-            .map(|(key, _)| key.value().0);
+        let mut next_due = None;
+        for index in [&t.due, &t.running] {
+            let first = index
+                .first()
+                .map_err(storage)?
+                .map(|(key, _)| key.value().0);
+            next_due = next_due.into_iter().chain(first).min();
+        }
         Ok((
             ClaimBatch {
                 jobs,

@@ -147,14 +147,9 @@ fn parse(mut body: &[u8]) -> Option<Changes<'_>> {
 }
 
 impl Wal {
-    /// Opens (creating if missing) the log at `path`.
+    /// Opens (creating if missing, owner-only like the store) the log at `path`.
     pub(crate) fn open(path: &Path) -> io::Result<Wal> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = super::open_private(path)?;
         // A new file's name is durable only once its directory is synced: without it a
         // crash could lose the file with records already answered. Every open syncs it (a
         // crash may have come between a creation and its sync).

@@ -104,7 +104,11 @@ fn a_claim_names_an_ended_lease_as_the_error() {
     assert_eq!(job.claim_error(), None, "a first delivery records nothing");
     job.claim(10, 20, 1, 2);
     assert_eq!(job.claim_error(), Some(LEASE_EXPIRED));
-    assert_eq!(job.listed_at(), 10, "running jobs are listed by run_at");
+    assert_eq!(
+        job.listed_at(),
+        20,
+        "running jobs are listed by their lease's end"
+    );
 }
 
 #[test]
@@ -270,7 +274,11 @@ proptest! {
             // The observable facts agree after every step.
             prop_assert_eq!(job.attempt, model.deliveries);
             prop_assert_eq!(matches!(job.status, Status::Dead { .. }), model.dead);
-            let listed_at = if model.dead { model.died_at } else { model.run_at };
+            let listed_at = match model.holder {
+                _ if model.dead => model.died_at,
+                Some((_, until)) => until,
+                None => model.run_at,
+            };
             prop_assert_eq!(job.listed_at(), listed_at);
             let due = if model.dead { None } else { Some(model.holder.map_or(model.run_at, |(_, u)| u)) };
             prop_assert_eq!(job.due(), due);

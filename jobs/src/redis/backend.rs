@@ -32,7 +32,7 @@ impl Redis {
         after: Duration,
         error: Option<String>,
     ) -> Result<(Retry, u64), Error> {
-        let mut conn = self.conn()?;
+        let mut conn = self.writer()?;
         let keys = &self.part(&id).keys;
         let given = (self.scripts)
             .retry(
@@ -97,7 +97,7 @@ impl Backend for Redis {
                     if chunk.is_empty() {
                         break;
                     }
-                    let mut conn = self.conn()?;
+                    let mut conn = self.writer()?;
                     let answers = self.scripts.schedule(&mut conn, &part.keys, &chunk).await;
                     self.changed();
                     let answers = answers?;
@@ -112,7 +112,7 @@ impl Backend for Redis {
 
     fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
+            let mut conn = self.writer()?;
             let keys = &self.part(&id).keys;
             self.scripts.cancel(&mut conn, keys, &id).await
         })
@@ -120,7 +120,7 @@ impl Backend for Redis {
 
     fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
+            let mut conn = self.writer()?;
             let keys = &self.part(&id).keys;
             let moved = self.scripts.reschedule(&mut conn, keys, &id, when).await;
             // Even a failed call may have committed (a timeout after the script ran).
@@ -156,6 +156,7 @@ impl Backend for Redis {
             }
             let epoch = self.epoch.load(SeqCst);
             let sent = std::time::Instant::now();
+            let deadline = self.timeout.map(|t| tokio::time::Instant::now() + t);
             let n = self.parts.len();
             let first = self.next_claim.fetch_add(1, SeqCst);
             let mut jobs = Vec::new();
@@ -171,13 +172,14 @@ impl Backend for Redis {
                 // runs, and a reply that outlasts `redis_timeout` would strand the leases
                 // it took. A larger `max` (prefetch, `run`'s concurrency) just claims again.
                 let want = (max - jobs.len()).min(MAX_BATCH);
-                let (claimed, part_now, next, part_died) = match self.claim_part(part, want).await {
-                    Ok(claim) => claim,
-                    Err(err) => {
-                        failed.get_or_insert(err);
-                        continue;
-                    }
-                };
+                let (claimed, part_now, next, part_died) =
+                    match self.claim_part(part, want, deadline).await {
+                        Ok(claim) => claim,
+                        Err(err) => {
+                            failed.get_or_insert(err);
+                            continue;
+                        }
+                    };
                 more |= claimed.len() >= want;
                 died += part_died;
                 jobs.extend(claimed);
@@ -247,7 +249,7 @@ impl Backend for Redis {
 
     fn remove_dead(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
+            let mut conn = self.writer()?;
             let keys = &self.part(&id).keys;
             self.scripts.remove_dead(&mut conn, keys, &id).await
         })
@@ -257,7 +259,7 @@ impl Backend for Redis {
         Box::pin(async move {
             let mut removed = 0;
             for part in &self.parts {
-                let mut conn = self.conn()?;
+                let mut conn = self.writer()?;
                 removed += self
                     .scripts
                     .purge_dead(&mut conn, &part.keys, limit)
@@ -348,7 +350,7 @@ impl Backend for Redis {
 
     fn revive(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
         Box::pin(async move {
-            let mut conn = self.conn()?;
+            let mut conn = self.writer()?;
             let keys = &self.part(&id).keys;
             let revived = self.scripts.revive(&mut conn, keys, &id, when).await;
             // Even a failed call may have committed (a timeout after the script ran).
@@ -373,7 +375,7 @@ impl Backend for Redis {
                     if want == 0 {
                         break;
                     }
-                    let mut conn = self.conn()?;
+                    let mut conn = self.writer()?;
                     let revived = self
                         .scripts
                         .revive_dead(&mut conn, &part.keys, want, when)
@@ -397,7 +399,7 @@ impl Backend for Redis {
         Box::pin(async move {
             // Every partition: its claims read only their own slot's flag.
             for part in &self.parts {
-                let mut conn = self.conn()?;
+                let mut conn = self.writer()?;
                 let set = self.scripts.pause(&mut conn, &part.keys, paused).await;
                 self.changed();
                 set?;

@@ -29,6 +29,9 @@
 //! - Connection failures, timeouts (`redis_timeout`, on single servers and cluster nodes
 //!   alike) and transient server replies (`BUSY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`,
 //!   `MASTERDOWN`) are `Error::is_unavailable`; the connection manager reconnects.
+//!   `redis_timeout` bounds every request, a batched call's wait for its batch, and a
+//!   claim across all its partitions, so no call outlives it by more than scheduling
+//!   delay, whatever the client's reconnect logic is doing.
 //! - A claim on a partitioned queue claims each partition on its own: one failing
 //!   partition never costs the leases taken on the others.
 //! - A claim that leased fewer jobs than asked for (and so saw nothing else due) leaves an
@@ -54,6 +57,7 @@ mod backend;
 mod batcher;
 mod conn;
 mod keys;
+mod primary;
 mod reply;
 mod scripts;
 mod series;
@@ -97,6 +101,8 @@ pub(crate) struct Redis {
     next_claim: AtomicUsize,
     lease_us: u64,
     max_attempts: u32,
+    /// `redis_timeout`: each request's bound, and a whole claim's across partitions.
+    timeout: Option<std::time::Duration>,
     closed: AtomicBool,
     subscriber: tokio::task::JoinHandle<()>,
     /// Bumped after every change that may make a job due earlier (see the ground rules).
@@ -157,16 +163,16 @@ impl Redis {
             .map(|i| {
                 let keys = Arc::new(Keys::new(&tag(name, i, n), publish));
                 let schedules = {
-                    let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
-                    Batcher::new(move |jobs: Vec<NewJob>| {
+                    let (conn, keys, scripts) = (conn.writes(), keys.clone(), scripts.clone());
+                    Batcher::new(config.redis_timeout, move |jobs: Vec<NewJob>| {
                         let (mut conn, keys, scripts) =
                             (conn.clone(), keys.clone(), scripts.clone());
                         async move { scripts.schedule(&mut conn, &keys, &jobs).await }
                     })
                 };
                 let acks = {
-                    let (conn, keys, scripts) = (conn.clone(), keys.clone(), scripts.clone());
-                    Batcher::new(move |acks: Vec<(String, u64)>| {
+                    let (conn, keys, scripts) = (conn.writes(), keys.clone(), scripts.clone());
+                    Batcher::new(config.redis_timeout, move |acks: Vec<(String, u64)>| {
                         let (mut conn, keys, scripts) =
                             (conn.clone(), keys.clone(), scripts.clone());
                         async move { scripts.ack(&mut conn, &keys, &acks).await }
@@ -186,8 +192,8 @@ impl Redis {
             epoch: epoch.clone(),
         };
         let subscriber = tokio::spawn(match wake {
-            Wake::Plain(client) => {
-                Box::pin(subscribe(client, channels, heard)) as BoxFuture<'static, ()>
+            Wake::Plain(primary) => {
+                Box::pin(subscribe(primary, channels, heard)) as BoxFuture<'static, ()>
             }
             Wake::Cluster {
                 client,
@@ -195,7 +201,7 @@ impl Redis {
                 sharded,
             } => Box::pin(subscribe_cluster(client, pushes, sharded, channels, heard)),
         });
-        Ok(Redis {
+        let redis = Redis {
             name: name.to_owned(),
             conn,
             scripts,
@@ -203,12 +209,18 @@ impl Redis {
             next_claim: AtomicUsize::new(0),
             lease_us: micros(config.lease),
             max_attempts: config.max_attempts,
+            timeout: config.redis_timeout,
             closed: AtomicBool::new(false),
             subscriber,
             epoch,
             idle: std::sync::Mutex::new(None),
             rules: series::Rules::default(),
-        })
+        };
+        // One read of every partition: credentials the server accepts only per command
+        // (no password where it wants one) and an ACL that denies the queue's keys fail
+        // `open`, not the first call.
+        redis.count("pending").await?;
+        Ok(redis)
     }
 
     fn conn(&self) -> Result<Conn, Error> {
@@ -216,6 +228,13 @@ impl Redis {
             return Err(Error::closed());
         }
         Ok(self.conn.clone())
+    }
+
+    /// [`conn`](Self::conn) for a call whose loss in a failover would lose or undo an
+    /// answered change (not claims and lease extensions, which at worst deliver a job
+    /// again): it waits for `min_replicas`.
+    fn writer(&self) -> Result<Conn, Error> {
+        Ok(self.conn()?.writes())
     }
 
     /// Something may now be due earlier than an `Idle` note says.
@@ -259,18 +278,33 @@ impl Redis {
     }
 
     /// Claims from one partition: the jobs, (server now, next due) in that server's ns, and
-    /// how many jobs it killed.
-    /// Then gives the recurring series the claim noted their next occurrences.
+    /// how many jobs it killed. Then gives the recurring series the claim noted their next
+    /// occurrences. Fails with `is_unavailable` once `deadline` passes (the claim's
+    /// `redis_timeout`, so partitions claimed one after the other cannot add up their
+    /// timeouts).
     async fn claim_part(
         &self,
         part: &Partition,
         max: usize,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<(Vec<Claimed>, u64, Option<u64>, u64), Error> {
+        // Not `writer`: a claim that failed its `WAIT` would strand the leases it took
+        // until they end, while one lost in a failover only delivers its jobs again.
         let mut conn = self.conn()?;
-        let (jobs, now, next, notes, died): PartClaim = self
-            .scripts
-            .claim(&mut conn, &part.keys, max, self.lease_us, self.max_attempts)
-            .await?;
+        let claim =
+            self.scripts
+                .claim(&mut conn, &part.keys, max, self.lease_us, self.max_attempts);
+        let claimed: Result<PartClaim, Error> = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, claim)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::unavailable(
+                        "the claim ran out of redis_timeout before this partition",
+                    ))
+                }),
+            None => claim.await,
+        };
+        let (jobs, now, next, notes, died) = claimed?;
         // A dry head given its list may be due: look again at once. One whose fill failed
         // stays due, undelivered: look again in a second, not in a loop of claims against
         // a failing fill.

@@ -474,6 +474,7 @@ impl Scripts {
         let mut call = self.extend.prepare_invoke();
         call.key(&k.meta)
             .key(&k.due)
+            .key(&k.running)
             .arg(id)
             .arg(token)
             .arg(micros(by.min(MAX_AFTER)));

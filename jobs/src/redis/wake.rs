@@ -16,16 +16,18 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::{Client, Value};
+use ::redis::Value;
 
+use super::primary::Primary;
 use super::reply::{redis_error, score_ns};
 use crate::error::Error;
 use crate::wakeup::Wakeup;
 
 /// Where the wake messages come from.
 pub(super) enum Wake {
-    /// A single server: one subscription, (re)made by `subscribe`.
-    Plain(Client),
+    /// A single server or Sentinel's primary: one subscription, (re)made by `subscribe`
+    /// on the primary as found at each attempt.
+    Plain(Arc<Primary>),
     /// A cluster: a RESP3 client whose pushes arrive on `pushes`; it subscribes each
     /// partition's channel on the node owning its slot and resubscribes by itself.
     Cluster {
@@ -135,11 +137,15 @@ pub(super) async fn subscribe_cluster(
 }
 
 /// Listens on the queue's wake channel and wakes this process's idle consumers.
-pub(super) async fn subscribe(client: Client, channels: Vec<String>, heard: Heard) {
+pub(super) async fn subscribe(primary: Arc<Primary>, channels: Vec<String>, heard: Heard) {
     use futures_core::Stream;
     let mut backoff = Duration::from_millis(50);
     loop {
-        if let Ok(mut pubsub) = client.get_async_pubsub().await {
+        let pubsub = match primary.client().await {
+            Ok(client) => client.get_async_pubsub().await,
+            Err(err) => Err(err),
+        };
+        if let Ok(mut pubsub) = pubsub {
             if pubsub.subscribe(&channels).await.is_ok() {
                 backoff = Duration::from_millis(50);
                 // Whatever was published while unsubscribed is lost: sleeping consumers

@@ -10,6 +10,22 @@ use crate::support::{embedded, ms, next};
 run_behaviour_suite!(crate::support::embedded());
 run_recurring_suite!(crate::support::embedded());
 
+/// The store and its log are created readable and writable by their owner only.
+#[tokio::test]
+async fn the_store_and_its_log_are_created_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let h = embedded();
+    let queue = JobQueue::open(h.path()).await.unwrap();
+    queue.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut log = h.path().into_os_string();
+    log.push(".wal");
+    for file in [h.path(), log.into()] {
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{}: mode {mode:o}", file.display());
+    }
+    queue.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn jobs_survive_a_reopen_and_past_due_ones_come_at_once() {
     let h = embedded();

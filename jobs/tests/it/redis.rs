@@ -3,12 +3,16 @@
 run_behaviour_suite!(crate::support::redis());
 run_recurring_suite!(crate::support::redis());
 
+mod failover;
+mod outage;
+mod security;
+
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use wheel_jobs::{Delivery, JobQueue, Scheduled};
 
-use crate::support::{ms, next, spawn_reporting_worker, RedisServer};
+use crate::support::{ms, next, spawn_reporting_worker, RedisServer, DURABLE};
 
 async fn queue(server: &RedisServer, configure: impl FnOnce(&mut wheel_jobs::Builder)) -> JobQueue {
     let mut builder = JobQueue::builder();
@@ -97,14 +101,7 @@ async fn a_dropped_consumers_jobs_go_to_the_other_after_the_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_schedules_survive_a_redis_kill_9_and_workers_resume() {
-    let mut server = RedisServer::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-    ]);
+    let mut server = RedisServer::start_with(&DURABLE);
     let q = queue(&server, |_| {}).await;
     // A worker that runs across the crash.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -165,6 +162,12 @@ async fn acknowledged_schedules_survive_a_redis_kill_9_and_workers_resume() {
 mod partitioned {
     run_behaviour_suite!(crate::support::redis_partitioned());
     run_recurring_suite!(crate::support::redis_partitioned());
+}
+
+/// The whole suite again, partitioned, as a user limited by ACL to what a queue needs.
+mod acl {
+    run_behaviour_suite!(crate::support::redis_acl_partitioned());
+    run_recurring_suite!(crate::support::redis_acl_partitioned());
 }
 
 /// A queue in 3 partitions on a 3-master cluster: the partitions land on different nodes,
@@ -248,17 +251,6 @@ async fn a_skewed_client_clock_still_delivers_by_the_server_time() {
     q.close().await.unwrap();
 }
 
-fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .arg("-s")
-        .arg(server.dir.path().join("redis.sock"))
-        .args(args)
-        .output()
-        .expect("redis-cli");
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// One partition failing its claims (here its due index is not a sorted set: a WRONGTYPE
 /// error, standing for a node that is down) must not cost the leases already taken on the
 /// others: every job of the healthy partitions is delivered, on its first attempt.
@@ -276,10 +268,10 @@ async fn a_failing_partition_does_not_cost_the_jobs_of_the_others() {
             .await
             .unwrap();
     }
-    let broken: usize = redis_cli(&server, &["ZCARD", "{q:2}:due"]).parse().unwrap();
+    let broken: usize = server.cli(&["ZCARD", "{q:2}:due"]).parse().unwrap();
     assert!(broken > 0 && broken < JOBS, "jobs on every side: {broken}");
-    redis_cli(&server, &["DEL", "{q:2}:due"]);
-    redis_cli(&server, &["SET", "{q:2}:due", "x"]);
+    server.cli(&["DEL", "{q:2}:due"]);
+    server.cli(&["SET", "{q:2}:due", "x"]);
     let healthy = JOBS - broken;
     let mut consumer = q.consume();
     let mut delivered = HashSet::new();
@@ -382,7 +374,8 @@ async fn a_frozen_cluster_node_times_out_as_unavailable() {
 
 /// Script calls the server ran so far (`EVAL` and `EVALSHA`).
 fn script_calls(server: &RedisServer) -> u64 {
-    redis_cli(server, &["INFO", "commandstats"])
+    server
+        .cli(&["INFO", "commandstats"])
         .lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
         .filter_map(|l| {

@@ -22,7 +22,7 @@ impl Place for EmbeddedHarness {
 impl Place for crate::support::RedisHarness {
     fn args(&self) -> Vec<String> {
         // The harness's queue: one partition, named "test".
-        ["--redis", &self.server.url(), "--queue", "test"]
+        ["--redis", self.url(), "--queue", "test"]
             .map(str::to_owned)
             .to_vec()
     }

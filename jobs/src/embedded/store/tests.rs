@@ -500,7 +500,14 @@ fn check_counts_and_lists(
         let mut expect: Vec<(u64, String)> = model
             .iter()
             .filter(|(_, j)| state_of(j) == state)
-            .map(|(id, j)| (if j.dead { j.died_at } else { j.run_at }, id.clone()))
+            .map(|(id, j)| {
+                let at = match j.holder {
+                    _ if j.dead => j.died_at,
+                    Some((_, until)) => until,
+                    None => j.run_at,
+                };
+                (at, id.clone())
+            })
             .collect();
         expect.sort();
         if state == JobState::Dead {
@@ -670,7 +677,7 @@ fn a_format_2_store_gets_its_running_and_dead_indexes_on_open() {
         list(&mut store, JobState::Dead),
         ids(&[(30, "d2"), (10, "d1")])
     );
-    assert_eq!(list(&mut store, JobState::Running), ids(&[(40, "r")]));
+    assert_eq!(list(&mut store, JobState::Running), ids(&[(1_000, "r")]));
     assert_eq!(
         list(&mut store, JobState::Pending),
         ids(&[(50, "p1"), (2_000, "p2")])

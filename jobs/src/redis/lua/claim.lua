@@ -9,8 +9,8 @@
 -- KEYS[7] series, KEYS[8] series_payload, KEYS[9] series_next (see series.lua, prepended)
 -- KEYS[10] errors hash    id -> the job's last error (a failure's message, or "lease
 --                         expired", which a claim records for a job whose lease ended)
--- KEYS[11] running zset   running ids scored by their run_at in microseconds (the due
---                         score they had when claimed; it does not change while they run)
+-- KEYS[11] running zset   running ids scored by their lease end in microseconds, as in due
+--                         (the running jobs alone, to list them)
 -- ARGV[1] max jobs (at most 512), ARGV[2] lease in microseconds, ARGV[3] max attempts
 --
 -- Returns {now_us, next_due_us ("" if none), notes, how many jobs it killed, then per
@@ -25,13 +25,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
 if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, '', {}, 0} end
-local range = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
-  tonumber(ARGV[1]))
-local ids, scores = {}, {}
-for i = 1, #range, 2 do
-  ids[#ids + 1] = range[i]
-  scores[#scores + 1] = range[i + 1]
-end
+local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4],
            series = KEYS[7], series_payload = KEYS[8], series_next = KEYS[9]}
 local notes = {}
@@ -54,7 +48,6 @@ if #ids > 0 then
   local died = {}
   local died_scores = {}
   local expired = {}
-  local started = {}
   local stopped = {}
   local from_pending, died_pending, died_leased = 0, 0, 0
   for i, id in ipairs(ids) do
@@ -88,11 +81,7 @@ if #ids > 0 then
       meta_writes[#meta_writes + 1] = 'l:' .. attempt .. ':' .. token .. ':' .. run_ns
       leases[#leases + 1] = now + lease
       leases[#leases + 1] = id
-      if state == 'p' then
-        from_pending = from_pending + 1
-        started[#started + 1] = scores[i]
-        started[#started + 1] = id
-      end
+      if state == 'p' then from_pending = from_pending + 1 end
       out[#out + 1] = id
       out[#out + 1] = payloads[i]
       out[#out + 1] = attempt
@@ -103,7 +92,7 @@ if #ids > 0 then
   if #meta_writes > 0 then redis.call('HSET', KEYS[1], unpack(meta_writes)) end
   if #expired > 0 then redis.call('HSET', KEYS[10], unpack(expired)) end
   if #leases > 0 then redis.call('ZADD', KEYS[3], unpack(leases)) end
-  if #started > 0 then redis.call('ZADD', KEYS[11], unpack(started)) end
+  if #leases > 0 then redis.call('ZADD', KEYS[11], unpack(leases)) end
   if #stopped > 0 then redis.call('ZREM', KEYS[11], unpack(stopped)) end
   out[4] = #died
   if #died > 0 then
