@@ -348,7 +348,12 @@ async fn serve(
         || format!("console: {url} (Ctrl-C to stop)"),
         json!({ "console": url }),
     );
-    axum::serve(listener, console.router())
+    // The peer's address lets the console refuse token-less requests from elsewhere even
+    // when they name a loopback `Host`.
+    let app = console
+        .router()
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(stop_signal())
         .await
         .map_err(|err| format!("serving the console: {err}"))

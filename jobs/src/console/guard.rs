@@ -1,15 +1,24 @@
-//! Who may use the console: the token or loopback-host check every request passes, the
+//! Who may use the console: the token or loopback check every request passes, the
 //! CSRF token every action carries, and the headers every response gets.
 //!
 //! # Ground rules
 //!
 //! - [`check`] wraps every route (the router's outermost layer), so no route can forget it.
+//! - Without a token a request is served only if it is addressed to a loopback host (the
+//!   `Host` a browser sends names the page's site, which defeats DNS rebinding) and, when
+//!   the server recorded the peer (`ConnectInfo<SocketAddr>`, as `wheel-jobs serve` does),
+//!   it came from a loopback peer. `Host` alone is what a client says: a reverse proxy on
+//!   the same machine forwards anyone's request from a loopback peer with any `Host`, so a
+//!   token-less request that carries a proxy's headers (`Forwarded`, `X-Forwarded-For`,
+//!   `X-Real-IP`) is refused: a proxied console needs a token.
 //! - Secrets are compared in time independent of where they differ ([`same`]).
 //! - The CSRF token is 128 random bits per router from the operating system; it is not a
 //!   secret from the user (it is in every page), only from other sites, which cannot read
 //!   the console's pages.
 
-use axum::extract::{Request, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::{self, HeaderMap, HeaderValue};
 use axum::http::StatusCode;
 use axum::middleware::Next;
@@ -68,16 +77,35 @@ impl Guard {
                     _ => Err(Refusal::NoToken),
                 }
             }
-            None if self.any_host || is_loopback(host(request)) => Ok(()),
+            None if self.any_host => Ok(()),
+            None if is_proxied(request.headers()) => Err(Refusal::Proxied),
+            None if is_loopback(host(request)) && from_loopback(request) => Ok(()),
             None => Err(Refusal::ForeignHost),
         }
     }
+}
+
+/// Whether a request passed through a reverse proxy that said so: the peer the server sees
+/// is then the proxy, not the client.
+fn is_proxied(headers: &HeaderMap) -> bool {
+    let forwarded = [header::FORWARDED.as_str(), "x-forwarded-for", "x-real-ip"];
+    forwarded.into_iter().any(|name| headers.contains_key(name))
+}
+
+/// Whether the peer the server recorded is on this machine; `true` when the server
+/// recorded none (a router served without `ConnectInfo`, where only `Host` can be checked).
+fn from_loopback(request: &Request) -> bool {
+    request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .is_none_or(|ConnectInfo(peer)| peer.ip().to_canonical().is_loopback())
 }
 
 /// Why the guard turned a request away.
 enum Refusal {
     NoToken,
     ForeignHost,
+    Proxied,
 }
 
 impl IntoResponse for Refusal {
@@ -96,7 +124,15 @@ impl IntoResponse for Refusal {
             Refusal::ForeignHost => (
                 StatusCode::FORBIDDEN,
                 "this console has no token, so it answers only requests to a loopback \
-                 host (localhost, 127.0.0.1, [::1]); give it a token to serve others\n",
+                 host (localhost, 127.0.0.1, [::1]) from this machine; give it a token to \
+                 serve others\n",
+            )
+                .into_response(),
+            Refusal::Proxied => (
+                StatusCode::FORBIDDEN,
+                "this console has no token, and this request came through a proxy \
+                 (Forwarded, X-Forwarded-For or X-Real-IP), which makes anyone look local; \
+                 give the console a token to serve it behind a proxy\n",
             )
                 .into_response(),
         }

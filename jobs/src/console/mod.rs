@@ -9,7 +9,11 @@
 //! - Every request passes the guard (`guard.rs`) before any route runs: with a token, the
 //!   token must come with it (401 otherwise); without one, only requests addressed to a
 //!   loopback host are served (403 otherwise), so a web page elsewhere cannot reach a
-//!   console on `127.0.0.1` through DNS rebinding.
+//!   console on `127.0.0.1` through DNS rebinding, and only from a loopback peer when the
+//!   server records peers (`into_make_service_with_connect_info::<SocketAddr>()`, as
+//!   `wheel-jobs serve` does). A token-less request carrying `Forwarded`,
+//!   `X-Forwarded-For` or `X-Real-IP` is refused: behind a reverse proxy every client looks
+//!   local, so a proxied console needs a token.
 //! - Reads are GETs and change nothing; every change is a POST carrying the console's CSRF
 //!   token (a random value per router, in each form). A GET to an action route is
 //!   405 Method Not Allowed.
@@ -85,7 +89,11 @@ impl fmt::Debug for Console {
 
 impl Console {
     /// A console for `queue`, without a token: it serves only requests addressed to a
-    /// loopback host (`localhost`, `127.0.0.1`, `[::1]`).
+    /// loopback host (`localhost`, `127.0.0.1`, `[::1]`), from a loopback peer if the
+    /// server records peers (serve it with
+    /// `into_make_service_with_connect_info::<SocketAddr>()` so it does), and none that
+    /// came through a reverse proxy (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`): a
+    /// console behind a proxy needs a [`token`](Console::token).
     pub fn new(queue: JobQueue) -> Console {
         Console {
             queue,

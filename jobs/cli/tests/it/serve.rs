@@ -56,10 +56,15 @@ impl Served {
 
     /// `GET path` with an optional `Authorization` value, over a connection of its own.
     pub async fn get(&self, path: &str, authorization: Option<&str>) -> Answer {
-        let mut stream = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
         let auth = authorization.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+        self.get_with(path, &auth).await
+    }
+
+    /// `GET path` with `head` (whole `Name: value\r\n` lines) among its headers.
+    pub async fn get_with(&self, path: &str, head: &str) -> Answer {
+        let mut stream = tokio::net::TcpStream::connect(&self.addr).await.unwrap();
         let request = format!(
-            "GET {path} HTTP/1.1\r\nHost: {}\r\n{auth}Connection: close\r\n\r\n",
+            "GET {path} HTTP/1.1\r\nHost: {}\r\n{head}Connection: close\r\n\r\n",
             self.addr
         );
         stream.write_all(request.as_bytes()).await.unwrap();
@@ -129,6 +134,21 @@ async fn a_token_guards_every_request() {
         );
         server.stop().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_a_proxied_request_is_refused() {
+    let place = embedded();
+    on(&place, &["schedule", "a", "--in", "1h"]).await.ok();
+    let server = Served::start(&place, &[]).await;
+    assert_eq!(server.get("/", None).await.status, 200);
+    // A proxy on this machine connects from 127.0.0.1 with the console's own `Host`.
+    let proxied = server
+        .get_with("/", "X-Forwarded-For: 203.0.113.7\r\n")
+        .await;
+    assert_eq!(proxied.status, 403, "{proxied:?}");
+    assert!(!proxied.body.contains("csrf"), "{proxied:?}");
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,9 @@
 //! A client for a console router in-process: requests through `oneshot`, answers as text.
 
+use std::net::SocketAddr;
+
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::http::{header, HeaderMap, Method, Request, StatusCode};
 use axum::Router;
 use tower::ServiceExt;
@@ -50,11 +53,14 @@ impl Answer {
     }
 }
 
-/// Requests to a router, addressed to `host`, with an optional `Authorization` header.
+/// Requests to a router, addressed to `host`, with an optional `Authorization` header, and
+/// optionally the peer a server would record (`ConnectInfo`) and extra headers.
 pub struct Client {
     pub router: Router,
     pub host: &'static str,
     pub authorization: Option<String>,
+    pub peer: Option<SocketAddr>,
+    pub headers: Vec<(&'static str, &'static str)>,
 }
 
 impl Client {
@@ -63,6 +69,8 @@ impl Client {
             router,
             host: "127.0.0.1:8080",
             authorization: None,
+            peer: None,
+            headers: Vec::new(),
         }
     }
 
@@ -87,6 +95,12 @@ impl Client {
             .header(header::HOST, self.host);
         if let Some(auth) = &self.authorization {
             request = request.header(header::AUTHORIZATION, auth);
+        }
+        for (name, value) in &self.headers {
+            request = request.header(*name, *value);
+        }
+        if let Some(peer) = self.peer {
+            request = request.extension(ConnectInfo(peer));
         }
         let request = match form {
             Some(form) => request

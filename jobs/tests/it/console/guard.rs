@@ -117,6 +117,52 @@ async fn without_a_token_only_loopback_hosts_are_served() {
 }
 
 #[tokio::test]
+async fn without_a_token_a_remote_peer_or_a_proxied_request_is_refused() {
+    let h = embedded();
+    let queue = JobQueue::open(h.path()).await.unwrap();
+    let mut client = Client::new(console::router(queue.clone()));
+    for peer in ["127.0.0.1:50000", "[::1]:50000", "[::ffff:127.0.0.1]:50000"] {
+        client.peer = Some(peer.parse().unwrap());
+        assert_eq!(client.get("/").await.status, StatusCode::OK, "{peer}");
+    }
+    // Whatever `Host` it sends, a client elsewhere is not local.
+    for peer in ["192.168.1.5:50000", "[2001:db8::1]:50000"] {
+        client.peer = Some(peer.parse().unwrap());
+        let refused = client.get("/").await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{peer}");
+        assert!(
+            refused.body.contains("from this machine"),
+            "{}",
+            refused.body
+        );
+        assert!(!refused.body.contains("csrf"), "{}", refused.body);
+    }
+    // A proxy on this machine connects from loopback on anyone's behalf.
+    client.peer = Some("127.0.0.1:50000".parse().unwrap());
+    for header in ["forwarded", "x-forwarded-for", "x-real-ip"] {
+        client.headers = vec![(header, "for=203.0.113.7")];
+        let refused = client.get("/").await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{header}");
+        assert!(
+            refused.body.contains("give the console a token"),
+            "{}",
+            refused.body
+        );
+        let refused = client.post("/pause", &[]).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{header}");
+    }
+    assert!(!queue.counts().await.unwrap().paused);
+
+    // With a token, the token is what counts, proxied or not.
+    let mut client = Client::new(Console::new(queue.clone()).token(TOKEN).router());
+    client.peer = Some("192.168.1.5:50000".parse().unwrap());
+    client.headers = vec![("x-forwarded-for", "203.0.113.7")];
+    client.authorization = Some(format!("Bearer {TOKEN}"));
+    assert_eq!(client.get("/").await.status, StatusCode::OK);
+    queue.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn every_response_forbids_framing_inline_scripts_and_caching() {
     let h = embedded();
     let queue = JobQueue::open(h.path()).await.unwrap();
