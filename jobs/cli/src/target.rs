@@ -107,19 +107,32 @@ fn store_error(path: &std::path::Path, err: &Error) -> String {
     }
 }
 
-/// `url` with its password, if any, replaced by `***` (errors end up in logs).
+/// `url` with its password, if any, replaced by `***`, in the userinfo and in a
+/// `pass`/`password` query pair (`redis+unix://` URLs carry it there): errors end up in
+/// logs. Parsed as the client parses it (the `url` crate, which redis uses), so a password
+/// holding `@` or `/` is masked whole; a URL that does not parse is shown as its scheme only.
 #[cfg(feature = "redis")]
 fn without_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+        return format!("{scheme}://<unparseable URL>");
     };
-    match rest.split_once('@') {
-        Some((userinfo, host)) if !userinfo.contains('/') => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{host}")
-        }
-        _ => url.to_owned(),
+    if parsed.password().is_some() {
+        // Fails only for URLs that cannot have a password, which then has none to hide.
+        let _ = parsed.set_password(Some("***"));
     }
+    let secret = |key: &str| key == "pass" || key == "password";
+    if parsed.query_pairs().any(|(key, _)| secret(&key)) {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(key, value)| {
+                let value = if secret(&key) { "***".into() } else { value };
+                (key.into_owned(), value.into_owned())
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.into()
 }
 
 #[cfg(all(test, feature = "redis"))]
@@ -140,6 +153,23 @@ mod tests {
         assert_eq!(
             without_password("redis+unix:///run/redis.sock"),
             "redis+unix:///run/redis.sock"
+        );
+        assert_eq!(
+            without_password("redis+unix:///x.sock?db=2&pass=hunter2"),
+            "redis+unix:///x.sock?db=2&pass=***"
+        );
+        // The client splits at the last `@`: all of `p@ss` is the password.
+        assert_eq!(
+            without_password("redis://:p@ss@127.0.0.1:1/"),
+            "redis://:***@127.0.0.1:1/"
+        );
+        assert_eq!(
+            without_password("redis://:pa/ss@127.0.0.1:1/"),
+            "redis://<unparseable URL>"
+        );
+        assert_eq!(
+            without_password("redis://app:s3cret@[::1"),
+            "redis://<unparseable URL>"
         );
     }
 }
