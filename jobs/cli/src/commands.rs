@@ -174,8 +174,11 @@ async fn schedule(
         .await
         .map_err(|e| e.to_string())?;
     let (word, text) = match outcome {
-        Scheduled::Created => ("created", format!("created {id}")),
-        Scheduled::Exists => ("exists", format!("exists {id} (left unchanged)")),
+        Scheduled::Created => ("created", format!("created {}", format::escape(id))),
+        Scheduled::Exists => (
+            "exists",
+            format!("exists {} (left unchanged)", format::escape(id)),
+        ),
     };
     out.print(|| text, json!({ "id": id, "outcome": word }));
     Ok(())
@@ -184,7 +187,7 @@ async fn schedule(
 async fn cancel(queue: &JobQueue, id: &str, out: Out) -> Result<(), String> {
     if queue.cancel(id).await.map_err(|e| e.to_string())? {
         out.print(
-            || format!("cancelled {id}"),
+            || format!("cancelled {}", format::escape(id)),
             json!({ "id": id, "cancelled": true }),
         );
         return Ok(());
@@ -208,7 +211,7 @@ async fn why_unchanged(queue: &JobQueue, id: &str, needed: &str, verb: &str) -> 
 async fn revive(queue: &JobQueue, id: &str, when: When, out: Out) -> Result<(), String> {
     if queue.revive(id, when).await.map_err(|e| e.to_string())? {
         out.print(
-            || format!("revived {id}"),
+            || format!("revived {}", format::escape(id)),
             json!({ "id": id, "revived": true }),
         );
         return Ok(());

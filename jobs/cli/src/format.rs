@@ -75,6 +75,30 @@ fn payload(bytes: &[u8]) -> (String, &'static str) {
     }
 }
 
+/// `s` for a terminal: control characters (C0, DEL, C1) written as escapes (`\u{1b}`), so
+/// an id, a payload or an error cannot move the cursor, retitle the window or forge lines.
+/// JSON output needs none of this: serde_json escapes controls itself.
+pub fn escape(s: &str) -> String {
+    escape_keeping(s, &[])
+}
+
+/// [`escape`], but newlines and tabs are kept: for a payload or an error shown whole.
+fn escape_lines(s: &str) -> String {
+    escape_keeping(s, &['\n', '\t'])
+}
+
+fn escape_keeping(s: &str, keep: &[char]) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() && !keep.contains(&c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 pub fn job_json(job: &JobInfo) -> Value {
     let (payload, encoding) = payload(job.payload());
     json!({
@@ -92,15 +116,15 @@ pub fn job_text(job: &JobInfo, now: SystemTime) -> String {
     let (payload, encoding) = payload(job.payload());
     let payload = match encoding {
         "hex" => format!("({} bytes, hex) {payload}", job.payload().len()),
-        _ => payload,
+        _ => escape_lines(&payload),
     };
     // A multi-line error keeps its lines, indented under the first.
-    let error = job
-        .last_error()
-        .map_or("none".to_owned(), |e| e.replace('\n', "\n         "));
+    let error = job.last_error().map_or("none".to_owned(), |e| {
+        escape_lines(e).replace('\n', "\n         ")
+    });
     format!(
         "id       {}\nstate    {}\nrun_at   {} ({})\nattempt  {}\nerror    {error}\npayload  {payload}",
-        job.id(),
+        escape(job.id()),
         state(job.state()),
         time_text(job.run_at()),
         relative(job.run_at(), now),
@@ -115,11 +139,12 @@ pub fn row_text(job: &JobInfo, now: SystemTime) -> String {
         .and_then(|e| e.lines().next())
         .unwrap_or("");
     format!(
-        "{}  {} ({})  attempt {}  {error}",
-        job.id(),
+        "{}  {} ({})  attempt {}  {}",
+        escape(job.id()),
         time_text(job.run_at()),
         relative(job.run_at(), now),
         job.attempt(),
+        escape(error),
     )
     .trim_end()
     .to_owned()
@@ -196,6 +221,21 @@ mod tests {
             time(SystemTime::UNIX_EPOCH + Duration::from_nanos(1_500)),
             "1970-01-01T00:00:00.0000015Z"
         );
+    }
+
+    #[test]
+    fn controls_are_escaped_for_terminals() {
+        // ESC ] 0 ; title BEL, CSI 2 J, a C1 CSI, DEL, a carriage return.
+        let hostile = "a\x1b]0;pwned\x07b\x1b[2J\u{9b}1m\x7f\r\nc\td";
+        assert_eq!(
+            escape(hostile),
+            "a\\u{1b}]0;pwned\\u{7}b\\u{1b}[2J\\u{9b}1m\\u{7f}\\u{d}\\u{a}c\\u{9}d"
+        );
+        assert_eq!(
+            escape_lines(hostile),
+            "a\\u{1b}]0;pwned\\u{7}b\\u{1b}[2J\\u{9b}1m\\u{7f}\\u{d}\nc\td"
+        );
+        assert_eq!(escape("5 stars, ünïcode"), "5 stars, ünïcode");
     }
 
     #[test]

@@ -192,6 +192,7 @@ fn main() -> ExitCode {
 }
 
 fn fail(message: &str) -> ExitCode {
-    eprintln!("wheel-jobs: {message}");
+    // Messages quote ids and what servers said: one line, no terminal controls.
+    eprintln!("wheel-jobs: {}", format::escape(message));
     ExitCode::FAILURE
 }

@@ -15,6 +15,7 @@ macro_rules! cli_suite {
             lists_page_with_a_cursor_and_revive_all,
             pause_resume_and_watch,
             serve_shows_the_queue_and_stops_on_sigterm,
+            terminal_controls_in_ids_and_payloads_are_escaped,
         );
     };
     ($harness:expr; $($name:ident),* $(,)?) => {
@@ -365,4 +366,38 @@ pub async fn serve_shows_the_queue_and_stops_on_sigterm(place: impl Place) {
     assert!(job.body.contains(r#"id="state">pending</span>"#), "{job:?}");
     server.stop().await;
     assert_eq!(on(&place, &["stats", "--json"]).await.json()["pending"], 1);
+}
+
+pub async fn terminal_controls_in_ids_and_payloads_are_escaped(place: impl Place) {
+    // Clears the screen, retitles the window, and forges a line of its own.
+    let id = "x\x1b[2J\x1b]0;pwned\x07\rcreated y";
+    let payload = "line one\nline two\x1b[31m red\u{9b}";
+    let ran = on(
+        &place,
+        &["schedule", id, "--in", "1h", "--payload", payload],
+    )
+    .await;
+    assert_eq!(
+        ran.ok(),
+        "created x\\u{1b}[2J\\u{1b}]0;pwned\\u{7}\\u{d}created y\n"
+    );
+    let texts = [
+        on(&place, &["get", id]).await,
+        on(&place, &["list", "pending"]).await,
+        on(&place, &["cancel", id]).await,
+        on(&place, &["cancel", id]).await,
+    ];
+    for ran in &texts {
+        let all = format!("{}{}", ran.stdout, ran.stderr);
+        assert!(!all.chars().any(|c| c.is_control() && c != '\n'), "{ran:?}");
+        assert!(all.contains("x\\u{1b}[2J"), "{ran:?}");
+    }
+    assert!(
+        texts[0]
+            .ok()
+            .contains("payload  line one\nline two\\u{1b}[31m red\\u{9b}"),
+        "{:?}",
+        texts[0]
+    );
+    texts[3].failed(1);
 }
