@@ -405,6 +405,34 @@ async fn schedule_many_is_split_into_bounded_script_calls() {
     q.close().await.unwrap();
 }
 
+/// A purge of many dead jobs deletes them in script calls of at most 512 jobs, not one
+/// script over the whole batch the queue asks for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_dead_is_split_into_bounded_script_calls() {
+    const N: usize = 1_300;
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.max_attempts(1).prefetch(N);
+    })
+    .await;
+    let jobs = (0..N).map(|i| (format!("job-{i}"), Duration::ZERO, "p"));
+    q.schedule_many(jobs).await.unwrap();
+    let mut consumer = q.consume();
+    for _ in 0..N {
+        assert!(next(&mut consumer).await.fail(ms(0), "no").await.unwrap());
+    }
+    drop(consumer);
+    assert_eq!(q.counts().await.unwrap().dead, N as u64);
+    // Loads the script, so that the calls counted below are the purge's own.
+    assert!(!q.remove_dead("nobody").await.unwrap());
+    let before = script_calls(&server);
+    assert_eq!(q.purge_dead().await.unwrap(), N as u64);
+    let calls = script_calls(&server) - before;
+    assert!(calls >= N.div_ceil(512) as u64, "{calls} script calls");
+    assert_eq!(q.counts().await.unwrap().dead, 0);
+    q.close().await.unwrap();
+}
+
 /// A claim leases at most 512 jobs per script call whatever the prefetch: a claim of
 /// thousands would block the server, and a reply that outlasts the timeout would strand
 /// every lease it took.
