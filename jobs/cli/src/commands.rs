@@ -192,6 +192,13 @@ async fn cancel(queue: &JobQueue, id: &str, out: Out) -> Result<(), String> {
         );
         return Ok(());
     }
+    if let Ok(Some(series)) = queue.recurring_of(id).await {
+        return Err(format!(
+            "{id:?} is the next occurrence of the recurring series {:?}: cancel the series \
+             (JobQueue::cancel_recurring), not the occurrence",
+            series.name()
+        ));
+    }
     Err(why_unchanged(queue, id, "pending", "cancelled").await)
 }
 

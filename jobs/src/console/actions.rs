@@ -84,12 +84,21 @@ async fn on_job(app: Shared, base: Base, form: Posted, action: OnJob) -> Respons
             let id = askama::filters::urlencode_strict(&form.id).unwrap_or_else(|n| match n {});
             Redirect::to(&base.to(&format!("/job?id={id}&done={done}"))).into_response()
         }
-        Ok(false) => refuse(
-            &app,
-            base,
-            StatusCode::CONFLICT,
-            format!("job {:?} {unchanged}", form.id),
-        ),
+        Ok(false) => {
+            let why = match action {
+                OnJob::Cancel => match queue.recurring_of(&form.id).await {
+                    Ok(Some(series)) => format!(
+                        "job {:?} is the next occurrence of the recurring series {:?}: \
+                         cancel the series (JobQueue::cancel_recurring), not the occurrence",
+                        form.id,
+                        series.name()
+                    ),
+                    _ => format!("job {:?} {unchanged}", form.id),
+                },
+                _ => format!("job {:?} {unchanged}", form.id),
+            };
+            refuse(&app, base, StatusCode::CONFLICT, why)
+        }
         Err(err) => refuse(&app, base, status_of(&err), err.to_string()),
     }
 }

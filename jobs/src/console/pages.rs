@@ -189,6 +189,9 @@ struct JobView {
     attempt: u32,
     last_error: Option<String>,
     payload: Payload,
+    /// The recurring series this job is the pending occurrence of: it has no Cancel of its
+    /// own (the queue refuses it), the series is cancelled instead.
+    series: Option<String>,
 }
 
 #[derive(Template)]
@@ -216,8 +219,16 @@ pub(super) async fn job(
         let why = "which job? add ?id=…".to_owned();
         return error_page(frame, StatusCode::BAD_REQUEST, why);
     };
-    match app.queue.get(&id).await {
-        Ok(info) => {
+    let read = async {
+        let info = app.queue.get(&id).await?;
+        let series = match &info {
+            Some(info) if info.state() == JobState::Pending => app.queue.recurring_of(&id).await?,
+            _ => None,
+        };
+        Ok::<_, crate::error::Error>((info, series.map(|s| s.name().to_owned())))
+    };
+    match read.await {
+        Ok((info, series)) => {
             let now = SystemTime::now();
             let status = if info.is_some() || frame.notice.is_some() {
                 StatusCode::OK
@@ -230,6 +241,7 @@ pub(super) async fn job(
                 attempt: info.attempt(),
                 last_error: info.last_error().map(str::to_owned),
                 payload: view::payload(info.payload()),
+                series,
             });
             page(status, &JobPage { frame, id, job })
         }

@@ -16,6 +16,7 @@ macro_rules! cli_suite {
             pause_resume_and_watch,
             serve_shows_the_queue_and_stops_on_sigterm,
             terminal_controls_in_ids_and_payloads_are_escaped,
+            cancel_of_a_series_occurrence_names_the_series,
         );
     };
     ($harness:expr; $($name:ident),* $(,)?) => {
@@ -400,4 +401,29 @@ pub async fn terminal_controls_in_ids_and_payloads_are_escaped(place: impl Place
         texts[0]
     );
     texts[3].failed(1);
+}
+
+pub async fn cancel_of_a_series_occurrence_names_the_series(place: impl Place) {
+    let queue = place.open(&JobQueue::builder()).await.unwrap();
+    let every_hour = wheel_jobs::Recurrence::every(Duration::from_secs(3600)).unwrap();
+    queue
+        .schedule_recurring("digest", every_hour, "")
+        .await
+        .unwrap();
+    let next = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let id = format!("digest@{}", jiff::Timestamp::try_from(next).unwrap());
+    queue.close().await.unwrap(); // the embedded store is one process at a time
+
+    let line = on(&place, &["cancel", &id]).await;
+    assert_eq!(
+        line.failed(1),
+        format!(
+            "wheel-jobs: {id:?} is the next occurrence of the recurring series \"digest\": \
+             cancel the series (JobQueue::cancel_recurring), not the occurrence"
+        )
+    );
+    assert_eq!(
+        on(&place, &["get", &id, "--json"]).await.json()["state"],
+        "pending"
+    );
 }

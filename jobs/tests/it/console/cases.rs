@@ -19,6 +19,7 @@ macro_rules! console_suite {
             job_page_answers_unknown_missing_and_invalid_ids,
             ids_payloads_and_messages_are_escaped,
             cancel_removes_a_pending_job,
+            a_series_occurrence_is_not_cancelled_alone,
             revive_sends_dead_jobs_back,
             pause_and_resume,
             actions_need_the_csrf_token,
@@ -331,6 +332,53 @@ pub async fn cancel_removes_a_pending_job(h: impl Harness) {
         .get(done.location())
         .await
         .shows(OK, &[r#"<p class="notice" id="notice">Cancelled"#]);
+    queue.close().await.unwrap();
+}
+
+/// The id of the pending occurrence of the only series of `queue`.
+async fn occurrence(queue: &JobQueue) -> String {
+    let next = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    format!("digest@{}", jiff::Timestamp::try_from(next).unwrap())
+}
+
+pub async fn a_series_occurrence_is_not_cancelled_alone(h: impl Harness) {
+    let queue = every_state(&h).await;
+    let every_hour = wheel_jobs::Recurrence::every(HOUR).unwrap();
+    queue
+        .schedule_recurring("digest", every_hour, "")
+        .await
+        .unwrap();
+    let id = occurrence(&queue).await;
+    let client = Client::new(console::router(queue.clone()));
+    let page = client.get(&job_uri(&id)).await;
+    page.shows(
+        OK,
+        &[
+            r#"id="state">pending</span>"#,
+            "The next occurrence of the recurring series <code>digest</code>",
+        ],
+    )
+    .lacks(&[r#"action="/job/cancel""#]);
+    // An ordinary pending job keeps its button.
+    client
+        .get("/job?id=later")
+        .await
+        .shows(OK, &[r#"action="/job/cancel""#])
+        .lacks(&["recurring series"]);
+
+    let refused = client
+        .post(
+            "/job/cancel",
+            &[("csrf", &client.get("/").await.csrf()), ("id", &id)],
+        )
+        .await;
+    refused
+        .shows(
+            StatusCode::CONFLICT,
+            &["the next occurrence of the recurring series &#34;digest&#34;"],
+        )
+        .lacks(&["is not pending"]);
+    assert_eq!(state(&queue, &id).await, Some(JobState::Pending));
     queue.close().await.unwrap();
 }
 
