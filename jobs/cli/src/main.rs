@@ -35,7 +35,7 @@ use wheel_jobs::{Cursor, JobState};
 
 /// Look into and act on a wheel-jobs queue; serve its web console.
 #[derive(Parser, Debug)]
-#[command(name = "wheel-jobs", version)]
+#[command(name = "wheel-jobs", version, group(clap::ArgGroup::new("place").required(true)))]
 struct Cli {
     #[command(flatten)]
     target: target::Target,
@@ -58,7 +58,7 @@ enum Command {
         /// Which jobs.
         state: State,
         /// At most this many (1 to 1,000).
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = limit)]
         limit: usize,
         /// The page after the one that printed this cursor.
         #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
@@ -154,13 +154,28 @@ impl From<State> for JobState {
     }
 }
 
+/// `list --limit`: 1 to [`ListOptions::MAX_LIMIT`](wheel_jobs::ListOptions::MAX_LIMIT).
+fn limit(s: &str) -> Result<usize, String> {
+    let max = wheel_jobs::ListOptions::MAX_LIMIT;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("a page holds 1 to {max} jobs")),
+    }
+}
+
 fn parse_cursor(s: &str) -> Result<Cursor, String> {
     s.parse().map_err(|err: wheel_jobs::Error| err.to_string())
 }
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+        Ok(cli) => match cli.target.check() {
+            Ok(()) => cli,
+            Err(message) => {
+                eprintln!("wheel-jobs: {message}");
+                return ExitCode::from(2);
+            }
+        },
         Err(err) if err.use_stderr() => {
             // clap's own message on one line, without the usage lines after it.
             let rendered = err.render().to_string();

@@ -5,22 +5,24 @@ use std::path::PathBuf;
 
 use wheel_jobs::{Error, JobQueue};
 
-/// Where the queue is.
+/// Where the queue is: one of `--store` and `--redis` (the group `place`, required by
+/// `Cli`), and `--queue` with `--redis`, so a command line without them exits 2 like any
+/// bad one.
 #[derive(clap::Args, Debug)]
 pub struct Target {
     /// The embedded store: the file the app opens (`jobs.redb`).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", group = "place")]
     store: Option<PathBuf>,
 
     /// A Redis server: `redis://host:port/`, `redis+unix:///path/redis.sock`; with
     /// `--cluster`, a node of the cluster (repeat for more).
     #[cfg(feature = "redis")]
-    #[arg(long, value_name = "URL", conflicts_with = "store")]
+    #[arg(long, value_name = "URL", group = "place", requires = "queue")]
     redis: Vec<String>,
 
     /// The queue's name on Redis.
     #[cfg(feature = "redis")]
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "redis")]
     queue: Option<String>,
 
     /// The queue's partitions on Redis: the number every process of the app uses.
@@ -35,6 +37,16 @@ pub struct Target {
 }
 
 impl Target {
+    /// What clap cannot say about the place: several `--redis` URLs are the nodes of a
+    /// cluster. An error here is a bad command line (exit 2).
+    pub fn check(&self) -> Result<(), String> {
+        #[cfg(feature = "redis")]
+        if self.redis.len() > 1 && !self.cluster {
+            return Err("several --redis URLs need --cluster".to_owned());
+        }
+        Ok(())
+    }
+
     /// Opens the queue. An embedded store must exist unless `create`: a mistyped path
     /// would otherwise leave a new, empty store behind and report it empty.
     pub async fn open(&self, create: bool) -> Result<JobQueue, String> {
@@ -45,17 +57,13 @@ impl Target {
         if !self.redis.is_empty() {
             return self.open_redis().await;
         }
-        Err(if cfg!(feature = "redis") {
-            "say where the queue is: --store PATH, or --redis URL --queue NAME".to_owned()
-        } else {
-            "say where the queue is: --store PATH".to_owned()
-        })
+        unreachable!("clap requires --store or --redis")
     }
 
     #[cfg(feature = "redis")]
     async fn open_redis(&self) -> Result<JobQueue, String> {
         let Some(name) = &self.queue else {
-            return Err("--redis needs --queue NAME, the queue's name".to_owned());
+            unreachable!("clap requires --queue with --redis")
         };
         let mut builder = JobQueue::builder();
         builder.partitions(self.partitions);
@@ -64,7 +72,7 @@ impl Target {
         } else if let [url] = self.redis.as_slice() {
             builder.redis(url, name).await
         } else {
-            return Err("several --redis URLs need --cluster".to_owned());
+            unreachable!("Target::check refuses several --redis URLs without --cluster")
         };
         opened.map_err(|err| {
             let at = self

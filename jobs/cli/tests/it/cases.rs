@@ -266,11 +266,16 @@ pub async fn lists_page_with_a_cursor_and_revive_all(place: impl Place) {
     let last = text.ok().lines().last().unwrap().to_owned();
     assert!(last.starts_with("next page: --after "), "{text:?}");
 
-    let line = on(&place, &["list", "pending", "--limit", "0"]).await;
-    assert_eq!(
-        line.failed(1),
-        "wheel-jobs: invalid input: a page holds 1 to 1000 jobs, not 0"
-    );
+    for limit in ["0", "5000", "ten"] {
+        let line = on(&place, &["list", "pending", "--limit", limit]).await;
+        assert_eq!(
+            line.failed(2),
+            format!(
+                "wheel-jobs: invalid value '{limit}' for '--limit <LIMIT>': a page holds 1 \
+                 to 1000 jobs"
+            )
+        );
+    }
     let line = on(
         &place,
         &[

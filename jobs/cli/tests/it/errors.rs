@@ -77,12 +77,55 @@ async fn a_missing_store_or_place_is_an_error_and_creates_nothing() {
         "{line:?}"
     );
     assert!(!place.path().exists());
+}
+
+#[tokio::test]
+async fn a_command_line_without_a_place_exits_2() {
     let line = run(&["stats"]).await;
     assert!(
-        line.failed(1)
-            .starts_with("wheel-jobs: say where the queue is: --store PATH"),
+        line.failed(2).starts_with(
+            "wheel-jobs: the following required arguments were not provided: <--store <PATH>"
+        ),
         "{line:?}"
     );
+    #[cfg(feature = "redis")]
+    for (args, expected) in [
+        (
+            &["--redis", "redis://127.0.0.1:1/", "stats"][..],
+            "wheel-jobs: the following required arguments were not provided: --queue <NAME>",
+        ),
+        (
+            &["--queue", "q", "stats"],
+            "wheel-jobs: the following required arguments were not provided: <--store <PATH>",
+        ),
+        (
+            &[
+                "--store",
+                "x.redb",
+                "--redis",
+                "redis://127.0.0.1:1/",
+                "--queue",
+                "q",
+                "stats",
+            ],
+            "wheel-jobs: the argument '--store <PATH>' cannot be used with '--redis <URL>'",
+        ),
+        (
+            &[
+                "--redis",
+                "redis://127.0.0.1:1/",
+                "--redis",
+                "redis://127.0.0.1:2/",
+                "--queue",
+                "q",
+                "stats",
+            ],
+            "wheel-jobs: several --redis URLs need --cluster",
+        ),
+    ] {
+        let line = run(args).await;
+        assert!(line.failed(2).starts_with(expected), "{args:?}: {line:?}");
+    }
 }
 
 #[tokio::test]
@@ -134,9 +177,4 @@ async fn an_unreachable_redis_is_an_error_without_its_password() {
         "{line}"
     );
     assert!(!line.contains("hunter2"), "{line}");
-    let line = run(&["--redis", "redis://127.0.0.1:1/", "stats"]).await;
-    assert_eq!(
-        line.failed(1),
-        "wheel-jobs: --redis needs --queue NAME, the queue's name"
-    );
 }
