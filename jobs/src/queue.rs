@@ -199,6 +199,12 @@ impl JobQueue {
         }
     }
 
+    /// The queue's name: the Redis queue's name, or the embedded store's file name without
+    /// its extension (`jobs` for `jobs.redb`). Its metrics carry it as their `queue` label.
+    pub fn name(&self) -> &str {
+        &self.inner.config.name
+    }
+
     /// The job's state, due time and attempts, or `None` if there is no such job (never
     /// scheduled, cancelled, acked or removed).
     ///

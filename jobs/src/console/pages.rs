@@ -56,7 +56,7 @@ pub(super) async fn overview(
     };
     let now = SystemTime::now();
     let rates = app.recorder.as_ref().map(|recorder| {
-        let rates = recorder.rates(now);
+        let rates = recorder.rates(app.queue.name(), now);
         Rates {
             delivered_per_minute: view::per_minute(rates.delivered_total()),
             failed_per_minute: view::per_minute(rates.failed_total()),

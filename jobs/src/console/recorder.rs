@@ -49,7 +49,9 @@ const LATENESS: &str = "wheel_jobs_lateness_seconds";
 /// over the last hour, lateness p99) and its `/metrics` page in Prometheus text.
 ///
 /// It sees what the queues of **this process** record: deliveries, failures and lateness
-/// of the consumers and workers running here. Install it before opening the queue, as the
+/// of the consumers and workers running here, each queue under its `queue` label
+/// ([`JobQueue::name`](crate::queue::JobQueue::name)); a console shows its own queue's rates, and
+/// `/metrics` every series. Install it before opening the queue, as the
 /// global recorder or, beside another exporter, through `metrics-util`'s
 /// `FanoutBuilder`. It keeps only the `wheel_jobs_*` series.
 ///
@@ -123,15 +125,19 @@ impl Recorder {
     }
 
     /// Deliveries and failures per minute of the last hour, oldest first, and the lateness
-    /// of the deliveries in that hour, summed over the queues of this process.
-    pub(super) fn rates(&self, now: SystemTime) -> Rates {
+    /// of the deliveries in that hour, of the queue labelled `queue` (a process may run
+    /// several queues, each recorded under its own label).
+    pub(super) fn rates(&self, queue: &str, now: SystemTime) -> Rates {
         let minute = minute_of(now);
         let mut rates = Rates {
             delivered: [0; MINUTES],
             failed: [0; MINUTES],
             lateness: [0; BOUNDS.len() + 1],
         };
-        for ((name, _), series) in self.snapshot() {
+        for ((name, labels), series) in self.snapshot() {
+            if !labels.iter().any(|(k, v)| k == "queue" && v == queue) {
+                continue;
+            }
             match (name.as_str(), series) {
                 (DELIVERED, Series::Counter(c)) => add(&mut rates.delivered, &c.minutes(minute)),
                 (FAILED, Series::Counter(c)) => add(&mut rates.failed, &c.minutes(minute)),

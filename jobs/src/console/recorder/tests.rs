@@ -50,7 +50,7 @@ fn quantiles_are_bucket_bounds() {
 }
 
 #[test]
-fn rates_sum_the_queues_of_this_process() {
+fn rates_are_those_of_one_queue() {
     let recorder = Recorder::new();
     let a = recorder.register_counter(&key(DELIVERED, "a"), &META);
     let b = recorder.register_counter(&key(DELIVERED, "b"), &META);
@@ -63,18 +63,22 @@ fn rates_sum_the_queues_of_this_process() {
         lateness.record(0.002);
     }
     lateness.record(3.0);
-    let rates = recorder.rates(SystemTime::now());
-    assert_eq!((rates.delivered_total(), rates.failed_total()), (7, 1));
+    let rates = recorder.rates("a", SystemTime::now());
+    assert_eq!((rates.delivered_total(), rates.failed_total()), (5, 1));
     // This minute (or the one before, if a minute began since the increments).
     assert_eq!(
         rates.delivered[MINUTES - 2] + rates.delivered[MINUTES - 1],
-        7
+        5
     );
     assert_eq!(rates.lateness_p99(), Some(2.5e-3));
+    let rates = recorder.rates("b", SystemTime::now());
+    assert_eq!((rates.delivered_total(), rates.failed_total()), (2, 0));
+    assert_eq!(rates.lateness_p99(), None);
+    assert_eq!(recorder.rates("c", SystemTime::now()).delivered_total(), 0);
     // An hour on, the rates are empty; the totals stay.
     let later = SystemTime::now() + std::time::Duration::from_secs(3_660);
-    assert_eq!(recorder.rates(later).delivered_total(), 0);
-    assert_eq!(recorder.rates(later).lateness_p99(), None);
+    assert_eq!(recorder.rates("a", later).delivered_total(), 0);
+    assert_eq!(recorder.rates("a", later).lateness_p99(), None);
 }
 
 #[test]

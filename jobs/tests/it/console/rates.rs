@@ -69,3 +69,44 @@ async fn a_recorder_gives_the_overview_rates_and_metrics_the_queues_series() {
     );
     queue.close().await.unwrap();
 }
+
+/// Two queues of one process recorded by one recorder: each console shows its own queue's
+/// rates, not their sum.
+#[tokio::test(flavor = "current_thread")]
+async fn each_console_shows_the_rates_of_its_own_queue() {
+    let h = embedded();
+    let recorder = Recorder::new();
+    let (jobs, other) = {
+        let _this_thread = metrics::set_default_local_recorder(&recorder);
+        (
+            JobQueue::open(h.path()).await.unwrap(),
+            JobQueue::open(h.dir.path().join("other.redb"))
+                .await
+                .unwrap(),
+        )
+    };
+    assert_eq!((jobs.name(), other.name()), ("jobs", "other"));
+    for (queue, n) in [(&jobs, 3), (&other, 60)] {
+        for i in 0..n {
+            queue
+                .schedule(&format!("j{i}"), Duration::ZERO, "")
+                .await
+                .unwrap();
+        }
+        let mut consumer = queue.consume();
+        for _ in 0..n {
+            assert!(next(&mut consumer).await.ack().await.unwrap());
+        }
+    }
+    for (queue, shown) in [(&jobs, "(3)"), (&other, "(60)")] {
+        let client = Client::new(
+            Console::new(queue.clone())
+                .recorder(recorder.clone())
+                .router(),
+        );
+        let delivered = format!(r#"delivered / min <span class="muted">{shown}</span>"#);
+        client.get("/").await.shows(StatusCode::OK, &[&delivered]);
+    }
+    jobs.close().await.unwrap();
+    other.close().await.unwrap();
+}
