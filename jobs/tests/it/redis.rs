@@ -251,6 +251,39 @@ async fn a_skewed_client_clock_still_delivers_by_the_server_time() {
     q.close().await.unwrap();
 }
 
+/// A queue opened with another partition count than its first process used would route ids
+/// to other keys and see another, empty queue: the open is refused instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_with_another_partition_count_is_refused() {
+    let server = RedisServer::start();
+    let open = |n: usize| {
+        let url = server.url();
+        async move {
+            JobQueue::builder()
+                .partitions(n)
+                .redis(&url, "orders")
+                .await
+        }
+    };
+    let app = open(3).await.unwrap();
+    app.schedule("a", Duration::from_secs(3600), "")
+        .await
+        .unwrap();
+    for n in [1, 2] {
+        let err = open(n).await.expect_err("another partition count");
+        assert!(err.is_invalid_config(), "{err}");
+        assert!(
+            err.to_string().contains("has 3 partition(s)")
+                && err.to_string().contains("partitions(3)"),
+            "{err}"
+        );
+    }
+    let again = open(3).await.unwrap();
+    assert_eq!(again.pending().await.unwrap(), 1);
+    again.close().await.unwrap();
+    app.close().await.unwrap();
+}
+
 /// One partition failing its claims (here its due index is not a sorted set: a WRONGTYPE
 /// error, standing for a node that is down) must not cost the leases already taken on the
 /// others: every job of the healthy partitions is delivered, on its first attempt.

@@ -178,3 +178,27 @@ async fn an_unreachable_redis_is_an_error_without_its_password() {
     );
     assert!(!line.contains("hunter2"), "{line}");
 }
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_queue_with_other_partitions_is_refused() {
+    use crate::support::Harness;
+
+    // The app runs the queue "test" on 3 partitions; the command defaults to 1.
+    let place = crate::support::redis_partitioned();
+    let app = place.open(&JobQueue::builder()).await.unwrap();
+    app.schedule("a", std::time::Duration::from_secs(3600), "")
+        .await
+        .unwrap();
+    let line = on(&place, &["stats"]).await;
+    let line = line.failed(1);
+    assert!(
+        line.contains("has 3 partition(s), as its first process opened it, not 1"),
+        "{line}"
+    );
+    let stats = on(&place, &["--partitions", "3", "stats", "--json"])
+        .await
+        .json();
+    assert_eq!(stats["pending"], 1);
+    app.close().await.unwrap();
+}
