@@ -1,5 +1,6 @@
 // The console works without this script; it only adds comfort.
-// - Pages whose <body> has data-refresh="N" reload every N seconds, unless the reader is
+// - Pages whose <body> has data-refresh="N" load data-refresh-to (the overview's own
+//   address, without the ?done= note an action left) every N seconds, unless the reader is
 //   typing in a field (a reload would throw the input away).
 // - Forms with data-confirm="question" ask before they post.
 (function () {
@@ -9,7 +10,7 @@
     setInterval(function () {
       var active = document.activeElement;
       if (!active || active === document.body) {
-        location.reload();
+        location.replace(document.body.dataset.refreshTo || location.pathname);
       }
     }, every * 1000);
   }

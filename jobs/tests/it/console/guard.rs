@@ -217,6 +217,27 @@ async fn nested_under_a_prefix_links_and_redirects_keep_it() {
         .post("/ops/jobs/dead/purge", &[("csrf", &csrf)])
         .await;
     assert_eq!(done.location(), "/ops/jobs?done=purged&n=0");
+    // The note shows once: the page's auto-refresh loads the overview without it.
+    client.get(done.location()).await.shows(
+        StatusCode::OK,
+        &[
+            r#"id="notice">Purged 0 dead jobs."#,
+            r#"<body data-refresh="5" data-refresh-to="/ops/jobs">"#,
+        ],
+    );
+    let script = client.get("/ops/jobs/assets/console.js").await;
+    assert!(
+        script
+            .body
+            .contains("location.replace(document.body.dataset.refreshTo"),
+        "{}",
+        script.body
+    );
+    assert!(
+        !script.body.contains("location.reload()"),
+        "{}",
+        script.body
+    );
     queue.close().await.unwrap();
 }
 
