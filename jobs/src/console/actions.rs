@@ -132,10 +132,10 @@ async fn on_queue(app: Shared, base: Base, form: Posted, action: OnQueue) -> Res
         OnQueue::ReviveAllDead => queue
             .revive_all_dead(Duration::ZERO)
             .await
-            .map(|n| format!("revived-all&n={n}")),
-        OnQueue::PurgeDead => queue.purge_dead().await.map(|n| format!("purged&n={n}")),
-        OnQueue::Pause => queue.pause().await.map(|()| "paused".to_owned()),
-        OnQueue::Resume => queue.resume().await.map(|()| "resumed".to_owned()),
+            .map(|_| "revived-all"),
+        OnQueue::PurgeDead => queue.purge_dead().await.map(|_| "purged"),
+        OnQueue::Pause => queue.pause().await.map(|()| "paused"),
+        OnQueue::Resume => queue.resume().await.map(|()| "resumed"),
     };
     match done {
         Ok(done) => Redirect::to(&format!("{}?done={done}", base.home())).into_response(),

@@ -3,13 +3,13 @@
 //! error page.
 
 use askama::Template;
-use axum::extract::{FromRequestParts, OriginalUri};
+use axum::extract::{FromRequestParts, OriginalUri, Query};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use super::view;
 use super::Shared;
 use crate::error::Error;
 
@@ -79,31 +79,55 @@ impl Frame {
     }
 }
 
-/// What an action reports on the page it redirects to (`?done=`): a fixed set, so a link
-/// cannot make the console say something else.
+/// What an action reports on the page it redirects to (`?done=`): a fixed set of notes
+/// without numbers, so a link cannot make the console say something else (a count in the
+/// address would be whatever the link says; the page shows the counts the store keeps).
 #[derive(Deserialize, Default)]
 pub(super) struct Done {
     done: Option<String>,
-    n: Option<u64>,
 }
 
 impl Done {
     pub(super) fn notice(&self) -> Option<String> {
-        let n = self.n.unwrap_or(0);
-        let jobs = |n: u64| match n {
-            1 => "1 dead job".to_owned(),
-            n => format!("{} dead jobs", view::count(n)),
-        };
-        Some(match self.done.as_deref()? {
-            "cancelled" => "Cancelled: it will not run.".to_owned(),
-            "removed" => "Removed.".to_owned(),
-            "revived" => "Revived: pending again, due now, attempts from zero.".to_owned(),
-            "revived-all" => format!("Revived {}: pending again, due now.", jobs(n)),
-            "purged" => format!("Purged {}.", jobs(n)),
-            "paused" => "Paused: no consumer claims a job until the queue is resumed.".to_owned(),
-            "resumed" => "Resumed: consumers claim due jobs again.".to_owned(),
-            _ => return None,
-        })
+        Some(
+            match self.done.as_deref()? {
+                "cancelled" => "Cancelled: it will not run.",
+                "removed" => "Removed.",
+                "revived" => "Revived: pending again, due now, attempts from zero.",
+                "revived-all" => "Revived the dead jobs: pending again, due now.",
+                "purged" => "Purged the dead jobs.",
+                "paused" => "Paused: no consumer claims a job until the queue is resumed.",
+                "resumed" => "Resumed: consumers claim due jobs again.",
+                _ => return None,
+            }
+            .to_owned(),
+        )
+    }
+}
+
+/// A page's query string, read with axum's `Query`; one the page cannot read (`?limit=abc`)
+/// gets the console's error page (400), not axum's plain-text rejection.
+pub(super) struct PageQuery<T>(pub(super) T);
+
+impl<T: DeserializeOwned + Send> FromRequestParts<Shared> for PageQuery<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, Response> {
+        match Query::<T>::from_request_parts(parts, app).await {
+            Ok(Query(query)) => Ok(PageQuery(query)),
+            Err(rejected) => {
+                let Ok(base) = Base::from_request_parts(parts, app).await;
+                let why = format!(
+                    "this page cannot read its address: {}",
+                    rejected.body_text()
+                );
+                Err(error_page(
+                    Frame::new(app, base),
+                    StatusCode::BAD_REQUEST,
+                    why,
+                ))
+            }
+        }
     }
 }
 

@@ -5,12 +5,12 @@
 use std::time::SystemTime;
 
 use askama::Template;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::frame::{error_page, page, status_of, Base, Done, Frame};
+use super::frame::{error_page, page, status_of, Base, Done, Frame, PageQuery};
 use super::recorder::render_counts;
 use super::view::{self, Chart, Payload, Time};
 use super::Shared;
@@ -44,7 +44,7 @@ struct Rates {
 pub(super) async fn overview(
     State(app): State<Shared>,
     base: Base,
-    Query(done): Query<Done>,
+    PageQuery(done): PageQuery<Done>,
 ) -> Response {
     let mut frame = Frame::new(&app, base);
     frame.refresh = 5;
@@ -120,8 +120,8 @@ pub(super) async fn list(
     State(app): State<Shared>,
     base: Base,
     Path(state): Path<String>,
-    Query(query): Query<ListQuery>,
-    Query(done): Query<Done>,
+    PageQuery(query): PageQuery<ListQuery>,
+    PageQuery(done): PageQuery<Done>,
 ) -> Response {
     let mut frame = Frame::new(&app, base);
     frame.notice = done.notice();
@@ -210,8 +210,8 @@ pub(super) struct JobQuery {
 pub(super) async fn job(
     State(app): State<Shared>,
     base: Base,
-    Query(query): Query<JobQuery>,
-    Query(done): Query<Done>,
+    PageQuery(query): PageQuery<JobQuery>,
+    PageQuery(done): PageQuery<Done>,
 ) -> Response {
     let mut frame = Frame::new(&app, base);
     frame.notice = done.notice();

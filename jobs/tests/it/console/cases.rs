@@ -186,9 +186,23 @@ pub async fn lists_refuse_bad_cursors_limits_and_states(h: impl Harness) {
             "a page holds 1 to 1000 jobs",
         ),
         ("/jobs/done".to_owned(), 404, "no such list"),
+        (
+            "/jobs/pending?limit=abc".to_owned(),
+            400,
+            "this page cannot read its address",
+        ),
+        (
+            "/jobs/dead?limit=-1&done=purged".to_owned(),
+            400,
+            "this page cannot read its address",
+        ),
     ] {
         let status = StatusCode::from_u16(status).unwrap();
-        client.get(&uri).await.shows(status, &[why]);
+        // The console's own page (its frame, its styles), not a plain-text rejection.
+        client
+            .get(&uri)
+            .await
+            .shows(status, &[why, r#"href="/assets/console.css""#]);
     }
     // An empty `after` (a form left blank) is the first page.
     let first = client.get("/jobs/pending?after=").await;
@@ -424,12 +438,18 @@ pub async fn revive_sends_dead_jobs_back(h: impl Harness) {
     drop(consumer);
     assert_eq!(queue.counts().await.unwrap().dead, 2);
     let done = client.post("/dead/revive", &[("csrf", &csrf)]).await;
-    assert_eq!(done.location(), "/?done=revived-all&n=2");
+    assert_eq!(done.location(), "/?done=revived-all");
     assert_eq!(queue.counts().await.unwrap().dead, 0);
     client
         .get(done.location())
         .await
-        .shows(OK, &["Revived 2 dead jobs: pending again, due now."]);
+        .shows(OK, &["Revived the dead jobs: pending again, due now."]);
+    // A count in the address would be the link's word, not the store's.
+    client
+        .get("/?done=purged&n=999999999")
+        .await
+        .shows(OK, &["Purged the dead jobs."])
+        .lacks(&["999"]);
     queue.close().await.unwrap();
 }
 
@@ -566,7 +586,7 @@ pub async fn remove_and_purge_dead_jobs(h: impl Harness) {
         assert!(next(&mut consumer).await.retry(ms(0)).await.unwrap());
     }
     let done = client.post("/dead/purge", &[("csrf", &csrf)]).await;
-    assert_eq!(done.location(), "/?done=purged&n=2");
+    assert_eq!(done.location(), "/?done=purged");
     assert_eq!(
         (state(&queue, "f1").await, state(&queue, "f2").await),
         (None, None)
@@ -574,7 +594,7 @@ pub async fn remove_and_purge_dead_jobs(h: impl Harness) {
     client
         .get(done.location())
         .await
-        .shows(OK, &["Purged 2 dead jobs."]);
+        .shows(OK, &["Purged the dead jobs."]);
     assert_eq!(state(&queue, "later").await, Some(JobState::Pending));
     queue.close().await.unwrap();
 }
