@@ -137,6 +137,11 @@ impl Console {
     /// list) and `/job?id=…`; `/metrics` (Prometheus text); actions as POSTs; static
     /// assets under `/assets/`. Each call makes a new CSRF token, so forms rendered by one
     /// router are refused by another.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the operating system gives no randomness for the CSRF token (a broken
+    /// system: every platform tokio runs on has it).
     pub fn router(&self) -> Router {
         let app = Arc::new(App {
             queue: self.queue.clone(),
@@ -184,6 +189,10 @@ impl Console {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// # Panics
+///
+/// As [`Console::router`]: if the operating system gives no randomness.
 pub fn router(queue: JobQueue) -> Router {
     Console::new(queue).router()
 }

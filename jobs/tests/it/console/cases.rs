@@ -222,7 +222,8 @@ pub async fn job_page_shows_state_run_at_attempt_error_and_payload(h: impl Harne
             r#"<code id="job-id">later</code>"#,
             r#"id="state">pending</span>"#,
             r#"<td id="attempt">0</td>"#,
-            r#"<pre class="payload" id="payload">in an hour</pre>"#,
+            // Headed even without a last error above it.
+            "<h2>Payload</h2>\n<pre class=\"payload\" id=\"payload\">in an hour</pre>",
             "(in 59m", // relative to now; the page is read within the minute
             r#"action="/job/cancel""#,
         ],
