@@ -58,8 +58,8 @@ pub(super) async fn overview(
     let rates = app.recorder.as_ref().map(|recorder| {
         let rates = recorder.rates(app.queue.name(), now);
         Rates {
-            delivered_per_minute: view::per_minute(rates.delivered_total()),
-            failed_per_minute: view::per_minute(rates.failed_total()),
+            delivered_per_minute: view::per_minute(rates.delivered_total(), rates.minutes),
+            failed_per_minute: view::per_minute(rates.failed_total(), rates.minutes),
             delivered: view::count(rates.delivered_total()),
             failed: view::count(rates.failed_total()),
             lateness_p99: rates

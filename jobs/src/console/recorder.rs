@@ -124,8 +124,9 @@ impl Recorder {
         series.iter().map(|(k, s)| (k.clone(), s.clone())).collect()
     }
 
-    /// Deliveries and failures per minute of the last hour, oldest first, and the lateness
-    /// of the deliveries in that hour, of the queue labelled `queue` (a process may run
+    /// Deliveries and failures per minute of the last hour, oldest first, the lateness of
+    /// the first deliveries in that hour, and how many of its minutes were watched, of the
+    /// queue labelled `queue` (a process may run
     /// several queues, each recorded under its own label).
     pub(super) fn rates(&self, queue: &str, now: SystemTime) -> Rates {
         let minute = minute_of(now);
@@ -133,17 +134,27 @@ impl Recorder {
             delivered: [0; MINUTES],
             failed: [0; MINUTES],
             lateness: [0; BOUNDS.len() + 1],
+            minutes: MINUTES as u64,
         };
+        let mut since: Option<u64> = None;
         for ((name, labels), series) in self.snapshot() {
             if !labels.iter().any(|(k, v)| k == "queue" && v == queue) {
                 continue;
             }
             match (name.as_str(), series) {
-                (DELIVERED, Series::Counter(c)) => add(&mut rates.delivered, &c.minutes(minute)),
+                (DELIVERED, Series::Counter(c)) => {
+                    add(&mut rates.delivered, &c.minutes(minute));
+                    since = Some(since.map_or(c.since, |s| s.min(c.since)));
+                }
                 (FAILED, Series::Counter(c)) => add(&mut rates.failed, &c.minutes(minute)),
                 (LATENESS, Series::Histogram(h)) => add(&mut rates.lateness, &h.last_hour(minute)),
                 _ => {}
             }
+        }
+        if let Some(since) = since {
+            // The current minute counts, however little of it has passed.
+            let watched = minute.saturating_sub(since) + 1;
+            rates.minutes = watched.min(MINUTES as u64);
         }
         rates
     }
@@ -203,6 +214,9 @@ pub(super) struct Rates {
     pub(super) delivered: [u64; MINUTES],
     pub(super) failed: [u64; MINUTES],
     lateness: Buckets,
+    /// The minutes of the hour the recorder watched the queue (1 to 60): a queue opened
+    /// 5 minutes ago has a rate over 5 minutes, not its total over 60.
+    pub(super) minutes: u64,
 }
 
 impl Rates {
@@ -328,6 +342,9 @@ impl<T: Copy + Default> Ring<T> {
 struct CounterCell {
     total: AtomicU64,
     minutes: Option<Mutex<Ring<u64>>>,
+    /// The minute the series was registered (its queue opened): before it, nothing was
+    /// watched, so those minutes do not count toward a rate.
+    since: u64,
 }
 
 impl CounterCell {
@@ -464,6 +481,7 @@ impl metrics::Recorder for Recorder {
             Series::Counter(Arc::new(CounterCell {
                 total: AtomicU64::new(0),
                 minutes: minutes.then(|| Mutex::new(Ring::new())),
+                since: this_minute(),
             }))
         });
         match made {

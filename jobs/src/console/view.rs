@@ -77,9 +77,10 @@ pub(super) fn first_line(error: &str) -> String {
     }
 }
 
-/// An hour's total as a rate per minute: "12.5".
-pub(super) fn per_minute(hour: u64) -> String {
-    let tenths = (hour * 10 + 30) / 60;
+/// A total over `minutes` (at least 1) as a rate per minute: "12.5".
+pub(super) fn per_minute(total: u64, minutes: u64) -> String {
+    let minutes = minutes.max(1);
+    let tenths = (total * 10 + minutes / 2) / minutes;
     format!("{}.{}", count(tenths / 10), tenths % 10)
 }
 
@@ -235,10 +236,14 @@ mod tests {
 
     #[test]
     fn rates_and_bounds() {
-        assert_eq!(per_minute(0), "0.0");
-        assert_eq!(per_minute(60), "1.0");
-        assert_eq!(per_minute(90), "1.5");
-        assert_eq!(per_minute(600_000), "10,000.0");
+        assert_eq!(per_minute(0, 60), "0.0");
+        assert_eq!(per_minute(60, 60), "1.0");
+        assert_eq!(per_minute(90, 60), "1.5");
+        assert_eq!(per_minute(600_000, 60), "10,000.0");
+        // Over the minutes watched, not the whole hour.
+        assert_eq!(per_minute(30, 5), "6.0");
+        assert_eq!(per_minute(3, 1), "3.0");
+        assert_eq!(per_minute(7, 0), "7.0");
         assert_eq!(at_most(2.5e-3), "≤ 2.5 ms");
         assert_eq!(at_most(1e-6), "≤ 1 µs");
         assert_eq!(at_most(0.25), "≤ 250 ms");

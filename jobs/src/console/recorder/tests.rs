@@ -75,6 +75,17 @@ fn rates_are_those_of_one_queue() {
     assert_eq!((rates.delivered_total(), rates.failed_total()), (2, 0));
     assert_eq!(rates.lateness_p99(), None);
     assert_eq!(recorder.rates("c", SystemTime::now()).delivered_total(), 0);
+    // Rates are over the minutes watched since the series were registered, at most 60.
+    let minute = std::time::Duration::from_secs(60);
+    let watched = recorder.rates("a", SystemTime::now() + minute * 9).minutes;
+    assert!((10..=11).contains(&watched), "{watched}");
+    assert_eq!(
+        recorder
+            .rates("a", SystemTime::now() + minute * 120)
+            .minutes,
+        60
+    );
+    assert_eq!(recorder.rates("c", SystemTime::now()).minutes, 60);
     // An hour on, the rates are empty; the totals stay.
     let later = SystemTime::now() + std::time::Duration::from_secs(3_660);
     assert_eq!(recorder.rates("a", later).delivered_total(), 0);
