@@ -12,9 +12,12 @@
 //!   token-less request that carries a proxy's headers (`Forwarded`, `X-Forwarded-For`,
 //!   `X-Real-IP`) is refused: a proxied console needs a token.
 //! - Secrets are compared in time independent of where they differ ([`same`]).
-//! - The CSRF token is 128 random bits per router from the operating system; it is not a
-//!   secret from the user (it is in every page), only from other sites, which cannot read
-//!   the console's pages.
+//! - The CSRF token is not a secret from the user (it is in every page), only from other
+//!   sites, which cannot read the console's pages. With a console token it is derived from
+//!   it (HMAC-SHA-256 of a fixed label, keyed by the token, 128 bits shown), so every
+//!   replica behind a load balancer, and a restarted console, accept each other's forms,
+//!   and the page does not reveal the token. Without one it is 128 random bits per router
+//!   from the operating system.
 
 use std::net::SocketAddr;
 
@@ -24,6 +27,8 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
 use super::Shared;
 use std::sync::Arc;
@@ -42,10 +47,18 @@ pub(super) struct Guard {
 impl Guard {
     pub(super) fn new(token: Option<Arc<str>>, any_host: bool) -> Guard {
         let mut bytes = [0u8; 16];
-        // Without OS randomness there is no safe CSRF token; every platform tokio runs on
-        // has it, so a failure here is a broken system, not an input to handle.
-        getrandom::fill(&mut bytes)
-            .expect("wheel-jobs console: no OS randomness for the CSRF token");
+        match &token {
+            Some(token) => {
+                let mut mac = Hmac::<Sha256>::new_from_slice(token.as_bytes())
+                    .expect("HMAC takes a key of any length");
+                mac.update(b"wheel-jobs console csrf v1");
+                bytes.copy_from_slice(&mac.finalize().into_bytes()[..16]);
+            }
+            // Without OS randomness there is no safe CSRF token; every platform tokio runs
+            // on has it, so a failure here is a broken system, not an input to handle.
+            None => getrandom::fill(&mut bytes)
+                .expect("wheel-jobs console: no OS randomness for the CSRF token"),
+        }
         let csrf = bytes.iter().map(|b| format!("{b:02x}")).collect();
         Guard {
             token,

@@ -15,8 +15,8 @@
 //!   `X-Forwarded-For` or `X-Real-IP` is refused: behind a reverse proxy every client looks
 //!   local, so a proxied console needs a token.
 //! - Reads are GETs and change nothing; every change is a POST carrying the console's CSRF
-//!   token (a random value per router, in each form). A GET to an action route is
-//!   405 Method Not Allowed.
+//!   token (in each form: derived from the console's token, so replicas agree; without
+//!   one, a random value per router). A GET to an action route is 405 Method Not Allowed.
 //! - Every value shown (ids, payloads, errors) goes through the template engine's HTML
 //!   escaping (askama, templates in `jobs/templates/console/`, checked at compile time);
 //!   nothing is escaped or marked safe by hand. Pages also forbid inline scripts and framing
@@ -135,13 +135,16 @@ impl Console {
 
     /// The router: pages at `/` (overview), `/jobs/{pending,running,dead}` (a page of each
     /// list) and `/job?id=…`; `/metrics` (Prometheus text); actions as POSTs; static
-    /// assets under `/assets/`. Each call makes a new CSRF token, so forms rendered by one
-    /// router are refused by another.
+    /// assets under `/assets/`. With a [`token`](Console::token), the forms' CSRF token
+    /// is derived from it, so routers with the same token (replicas behind a load
+    /// balancer, a restarted console) accept each other's forms; without one, each call
+    /// makes a new random CSRF token, so forms rendered by one router are refused by
+    /// another.
     ///
     /// # Panics
     ///
-    /// Panics if the operating system gives no randomness for the CSRF token (a broken
-    /// system: every platform tokio runs on has it).
+    /// Panics, without a token, if the operating system gives no randomness for the CSRF
+    /// token (a broken system: every platform tokio runs on has it).
     pub fn router(&self) -> Router {
         let app = Arc::new(App {
             queue: self.queue.clone(),

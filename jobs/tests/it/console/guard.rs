@@ -80,6 +80,40 @@ async fn a_token_is_needed_on_every_route_from_every_host() {
     queue.close().await.unwrap();
 }
 
+/// Replicas behind a load balancer (here two routers) share the console token, so a form
+/// one rendered is accepted by the other; another token's forms are not.
+#[tokio::test]
+async fn routers_with_one_token_accept_each_others_forms() {
+    let h = embedded();
+    let queue = pending(&h, &["a", "b"]).await;
+    let client = |token: &str| {
+        let mut client = Client::new(Console::new(queue.clone()).token(token).router());
+        client.authorization = Some(format!("Bearer {token}"));
+        client
+    };
+    let (one, two, other) = (client(TOKEN), client(TOKEN), client("another-token"));
+    let csrf = one.get("/").await.csrf();
+    assert_eq!(two.get("/").await.csrf(), csrf);
+    assert!(!csrf.is_empty() && !csrf.contains(TOKEN));
+    let done = two
+        .post("/job/cancel", &[("csrf", &csrf), ("id", "a")])
+        .await;
+    assert_eq!(done.location(), "/job?id=a&done=cancelled");
+    let refused = other
+        .post("/job/cancel", &[("csrf", &csrf), ("id", "b")])
+        .await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_eq!(queue.pending().await.unwrap(), 1);
+
+    // Without a token each router has its own random one.
+    let (one, two) = (
+        Client::new(console::router(queue.clone())),
+        Client::new(console::router(queue.clone())),
+    );
+    assert_ne!(one.get("/").await.csrf(), two.get("/").await.csrf());
+    queue.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn without_a_token_only_loopback_hosts_are_served() {
     let h = embedded();
