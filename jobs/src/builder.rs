@@ -122,7 +122,9 @@ impl Builder {
     /// Redis only: split the queue into this many partitions (default 1), each with its own
     /// hash tag `{name:i}` so a cluster spreads them over its nodes. Jobs go to a partition
     /// by a stable hash of their id; consumers claim from every partition in turn. Every
-    /// process must use the same number for a queue. At least 1.
+    /// process must use the same number for a queue: the first open records it
+    /// (`{name}:layout`), and an open with another number fails with
+    /// [`Error::is_invalid_config`]. At least 1.
     pub fn partitions(&mut self, partitions: usize) -> &mut Self {
         self.config.partitions = partitions;
         self

@@ -159,8 +159,10 @@ pub(crate) async fn fetch(
         };
         inner.metrics.died(batch.died);
         for job in &batch.jobs {
-            let late = batch.now.saturating_sub(job.run_at);
-            inner.metrics.delivered(Duration::from_nanos(late));
+            // A redelivery's run_at may be long past: the lease it lost counts in it.
+            let late = (job.attempt == 1)
+                .then(|| Duration::from_nanos(batch.now.saturating_sub(job.run_at)));
+            inner.metrics.delivered(late);
         }
         if !batch.jobs.is_empty() {
             slot.set(0);

@@ -60,6 +60,9 @@
 //! `JobQueue::typed::<T>()` schedules and runs `T`s stored as JSON; with `metrics`, a queue
 //! reports counters, gauges and histograms through the `metrics` facade (names in the
 //! README), and `run` wraps each handler in a `tracing` span with the job's id and attempt.
+//! With `console`, `console::router` is a web console for a queue (counts, rates, a page
+//! per state's list, a job with its last error, revive, cancel, pause) to mount in an axum
+//! app; the `wheel-jobs` command (`jobs/cli`) serves it and does the same from a terminal.
 //!
 //! # Guarantees
 //!
@@ -113,10 +116,13 @@
 
 // Layers, bottom up (a module imports only from the layers below it; docs/ARCHITECTURE.md,
 // "wheel-jobs"): error, job, config, model, wakeup → backend → embedded, redis → shared →
-// consumer → worker → queue → builder.
+// consumer → worker → queue → builder → console (the web console reads only through
+// JobQueue).
 mod backend;
 mod builder;
 mod config;
+#[cfg(feature = "console")]
+pub mod console;
 mod consumer;
 mod embedded;
 mod error;

@@ -234,6 +234,10 @@ impl FromStr for Cursor {
         if !text.len().is_multiple_of(2) || text.len() > 2 * (1 + 1 + 8 + MAX_ID_LEN + 4) {
             return Err(garbage());
         }
+        // `from_str_radix` also takes a sign (`+f` is 15): a cursor has one text only.
+        if !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(garbage());
+        }
         let bytes = (0..text.len())
             .step_by(2)
             .map(|i| {
@@ -287,12 +291,19 @@ mod tests {
             format!("{good}00"),
             "é".repeat(8),
         ];
-        // Every single-character edit of a valid cursor.
+        // Every single-character edit of a valid cursor, and every `0x` byte written `+x`
+        // (which `u8::from_str_radix` reads as the same byte).
         for i in 0..good.len() {
             let mut edited = good.clone().into_bytes();
             edited[i] = if edited[i] == b'0' { b'1' } else { b'0' };
             bad.push(String::from_utf8(edited).unwrap());
+            if i % 2 == 0 && good.as_bytes()[i] == b'0' {
+                let mut signed = good.clone().into_bytes();
+                signed[i] = b'+';
+                bad.push(String::from_utf8(signed).unwrap());
+            }
         }
+        assert!(bad.iter().any(|b| b.contains('+')), "{good}");
         for text in bad {
             let err = text.parse::<Cursor>().unwrap_err();
             assert!(err.is_invalid_input(), "{text:?}: {err}");

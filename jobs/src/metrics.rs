@@ -28,7 +28,7 @@
 //! | `wheel_jobs_running` | gauge | running jobs |
 //! | `wheel_jobs_dead` | gauge | dead jobs |
 //! | `wheel_jobs_paused` | gauge | 1 while paused, else 0 |
-//! | `wheel_jobs_lateness_seconds` | histogram | claim time minus `run_at`, per delivery |
+//! | `wheel_jobs_lateness_seconds` | histogram | claim time minus `run_at`, per first delivery (attempt 1: a redelivery after a lost lease would count the lease) |
 //! | `wheel_jobs_handler_seconds` | histogram | how long each `run` handler took |
 
 use std::time::Duration;
@@ -109,12 +109,15 @@ impl Metrics {
         self.handles.scheduled.increment(n);
     }
 
-    /// A job was delivered `late` after its `run_at` by the store's clock.
-    pub(crate) fn delivered(&self, late: Duration) {
+    /// A job was delivered, `late` after its `run_at` by the store's clock if this is its
+    /// first delivery (`None` for a redelivery, whose lateness would include a lost lease).
+    pub(crate) fn delivered(&self, late: Option<Duration>) {
         #[cfg(feature = "metrics")]
         {
             self.handles.delivered.increment(1);
-            self.handles.lateness.record(late.as_secs_f64());
+            if let Some(late) = late {
+                self.handles.lateness.record(late.as_secs_f64());
+            }
         }
     }
 

@@ -203,6 +203,12 @@ impl JobQueue {
         }
     }
 
+    /// The queue's name: the Redis queue's name, or the embedded store's file name without
+    /// its extension (`jobs` for `jobs.redb`). Its metrics carry it as their `queue` label.
+    pub fn name(&self) -> &str {
+        &self.inner.config.name
+    }
+
     /// The job's state, due time and attempts, or `None` if there is no such job (never
     /// scheduled, cancelled, acked or removed).
     ///
@@ -611,9 +617,11 @@ async fn refresh_gauges(queue: std::sync::Weak<Shared>) {
         if let Ok(counts) = inner.backend.counts().await {
             inner.metrics.counts(&counts);
         }
-        let timer = inner.config.timer();
         // Not holding the queue while asleep: dropping every handle ends this task.
         drop(inner);
-        timer.sleep(GAUGES_EVERY).await;
+        // tokio's own timer, not the wheel: one timer per queue, and tokio's outlives the
+        // runtime's tasks at shutdown, where the wheel's driver (a task itself) may be gone
+        // while this task is still polled, and a wheel sleep would panic.
+        tokio::time::sleep(GAUGES_EVERY).await;
     }
 }

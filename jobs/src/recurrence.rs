@@ -366,7 +366,6 @@ pub(crate) fn utc_text(nanos: u64) -> String {
 }
 
 /// The nanoseconds of an RFC 3339 time, if it is one within the stores' range.
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) fn parse_utc_text(text: &str) -> Option<u64> {
     nanos_of(text.parse::<Timestamp>().ok()?)
 }

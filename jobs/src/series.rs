@@ -166,6 +166,11 @@ impl RecurringInfo {
         self.next_run.map(system_time)
     }
 
+    /// [`next_run`](Self::next_run) in wall-clock nanoseconds, as occurrence ids spell it.
+    pub(crate) fn next_run_nanos(&self) -> Option<u64> {
+        self.next_run
+    }
+
     /// The time of the last occurrence delivered (first delivery; a retry does not move
     /// it), or `None` before the first.
     pub fn last_run(&self) -> Option<SystemTime> {
@@ -194,7 +199,6 @@ pub(crate) fn series_of(id: &str) -> Option<&str> {
 
 /// The series an occurrence id names, if `id` has exactly an occurrence id's form:
 /// `name@` and a time as [`occurrence_id`] writes it. Redis routes such ids by `name`.
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) fn occurrence_series(id: &str) -> Option<&str> {
     let (name, time) = id.split_once('@')?;
     let at = crate::recurrence::parse_utc_text(time)?;

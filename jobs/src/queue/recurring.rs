@@ -8,7 +8,9 @@ use super::JobQueue;
 use crate::error::Error;
 use crate::job::check_payload;
 use crate::recurrence::Recurrence;
-use crate::series::{check_name, CatchUp, Recurring, RecurringInfo};
+use crate::series::{
+    check_name, occurrence_id, occurrence_series, CatchUp, Recurring, RecurringInfo,
+};
 
 impl JobQueue {
     /// Creates the recurring series `name`: a job with `payload` at every occurrence of
@@ -146,5 +148,51 @@ impl JobQueue {
     /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`].
     pub async fn list_recurring(&self) -> Result<Vec<RecurringInfo>, Error> {
         self.inner.backend.list_recurring().await
+    }
+
+    /// The series whose pending occurrence is the job `id`, or `None` if `id` is not one.
+    /// That job cannot be [cancelled](Self::cancel) on its own (the series would have no
+    /// pending occurrence left): [cancel the series](Self::cancel_recurring) instead. An
+    /// id without an occurrence id's form (`name@` an RFC 3339 UTC time) is answered
+    /// without a store read; one with it reads the series as
+    /// [`list_recurring`](Self::list_recurring) does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-recurring-of-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// use wheel_jobs::Recurrence;
+    ///
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// let every_hour = Recurrence::every(std::time::Duration::from_secs(3600))?;
+    /// queue.schedule_recurring("digest", every_hour, "").await?;
+    /// let next = queue.list_recurring().await?[0].next_run().unwrap();
+    /// let id = format!("digest@{}", jiff::Timestamp::try_from(next).unwrap());
+    /// assert!(!queue.cancel(&id).await?);
+    /// assert_eq!(queue.recurring_of(&id).await?.unwrap().name(), "digest");
+    /// assert!(queue.recurring_of("digest").await?.is_none());
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`].
+    pub async fn recurring_of(&self, id: &str) -> Result<Option<RecurringInfo>, Error> {
+        let Some(name) = occurrence_series(id) else {
+            return Ok(None);
+        };
+        let series = self.list_recurring().await?;
+        Ok(series.into_iter().find(|series| {
+            series.name() == name
+                && series
+                    .next_run_nanos()
+                    .is_some_and(|at| occurrence_id(name, at) == id)
+        }))
     }
 }

@@ -319,13 +319,22 @@ impl Backend for Redis {
 
     fn purge_dead(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
         Box::pin(async move {
+            // As `revive_dead`: script calls of at most MAX_BATCH jobs (a script blocks the
+            // server while it runs), partition after partition, `limit` in all.
             let mut removed = 0;
             for part in &self.parts {
-                let mut conn = self.writer()?;
-                removed += self
-                    .scripts
-                    .purge_dead(&mut conn, &part.keys, limit)
-                    .await?;
+                loop {
+                    let want = (limit - removed as usize).min(MAX_BATCH);
+                    if want == 0 {
+                        break;
+                    }
+                    let mut conn = self.writer()?;
+                    let n = self.scripts.purge_dead(&mut conn, &part.keys, want).await?;
+                    removed += n;
+                    if n < want as u64 {
+                        break;
+                    }
+                }
             }
             Ok(removed)
         })

@@ -6,7 +6,8 @@
 //! - A partition's keys share the hash tag `{tag}` (`{name}`, or `{name:i}` with
 //!   partitions), so every script touches one cluster slot.
 //! - Every process routes an id to the same partition ([`partition_of`], a stable hash):
-//!   a queue must be opened with the same number of partitions everywhere.
+//!   a queue must be opened with the same number of partitions everywhere. The first
+//!   open records the count ([`layout`]); an open with another count is refused.
 
 /// One partition's keys and wake channel.
 pub(super) struct Keys {
@@ -46,6 +47,12 @@ impl Keys {
             publish,
         }
     }
+}
+
+/// The queue's layout hash (its partition count, `lua/layout.lua`): one key for the whole
+/// queue, under the queue's own tag, so `~{name}:*` in an ACL covers it.
+pub(super) fn layout(name: &str) -> String {
+    format!("{{{name}}}:layout")
 }
 
 /// The hash tag of partition `i` of `n` of the queue `name`.

@@ -221,6 +221,18 @@ impl Redis {
         // (no password where it wants one) and an ACL that denies the queue's keys fail
         // `open`, not the first call.
         redis.count("pending").await?;
+        // Another partition count routes ids to other keys ({name} vs {name:i}): such a
+        // handle would see another, empty queue and pause a flag nobody reads.
+        let recorded = redis
+            .scripts
+            .layout(&mut redis.writer()?, &keys::layout(name), n)
+            .await?;
+        if recorded != n {
+            return Err(Error::invalid_config_owned(format!(
+                "the Redis queue {name:?} has {recorded} partition(s), as its first process \
+                 opened it, not {n}: open it with partitions({recorded}) everywhere"
+            )));
+        }
         Ok(redis)
     }
 

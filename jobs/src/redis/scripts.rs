@@ -139,6 +139,7 @@ pub(super) struct Scripts {
     list: Script,
     revive: Script,
     pause: Script,
+    layout: Script,
 }
 
 /// A script that changes recurring series or leaves their pending occurrences alone:
@@ -171,6 +172,7 @@ impl Scripts {
             list: Script::new(include_str!("lua/list.lua")),
             revive: Script::new(include_str!("lua/revive.lua")),
             pause: Script::new(include_str!("lua/pause.lua")),
+            layout: Script::new(include_str!("lua/layout.lua")),
         }
     }
 
@@ -528,6 +530,18 @@ impl Scripts {
 }
 
 impl Scripts {
+    /// `layout.lua`: the queue's recorded partition count, `partitions` if none was.
+    pub(super) async fn layout(
+        &self,
+        conn: &mut Conn,
+        layout: &str,
+        partitions: usize,
+    ) -> Result<usize, Error> {
+        let mut call = self.layout.prepare_invoke();
+        call.key(layout).arg(partitions);
+        call.invoke_async(conn).await.map_err(redis_error)
+    }
+
     /// `counts.lua`: one partition's counters, paused flag and next pending run_at.
     pub(super) async fn counts(&self, conn: &mut Conn, k: &Keys) -> Result<Counts, Error> {
         let mut call = self.counts.prepare_invoke();

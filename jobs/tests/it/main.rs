@@ -9,6 +9,8 @@ mod support;
 mod suite;
 #[macro_use]
 mod recurring;
+#[cfg(feature = "console")]
+mod console;
 mod embedded;
 mod kill;
 #[cfg(feature = "metrics")]

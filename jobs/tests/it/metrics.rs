@@ -114,8 +114,10 @@ async fn exercise(queue: JobQueue, label: &str) {
         ("wheel_jobs_retried_total", 1.0),
         ("wheel_jobs_dead_total", 2.0), // b by its failure, d at a claim
         ("wheel_jobs_revived_total", 2.0),
-        ("wheel_jobs_lateness_seconds", 10.0), // one sample per delivery
-        ("wheel_jobs_handler_seconds", 2.0),   // one per handler `run` ran
+        // One sample per first delivery: 4, the marker, then b and d revived (attempts
+        // from zero); not the 3 redeliveries.
+        ("wheel_jobs_lateness_seconds", 7.0),
+        ("wheel_jobs_handler_seconds", 2.0), // one per handler `run` ran
         ("wheel_jobs_pending", 0.0),
         ("wheel_jobs_running", 0.0),
         ("wheel_jobs_dead", 0.0),

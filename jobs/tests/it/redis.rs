@@ -251,6 +251,39 @@ async fn a_skewed_client_clock_still_delivers_by_the_server_time() {
     q.close().await.unwrap();
 }
 
+/// A queue opened with another partition count than its first process used would route ids
+/// to other keys and see another, empty queue: the open is refused instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_with_another_partition_count_is_refused() {
+    let server = RedisServer::start();
+    let open = |n: usize| {
+        let url = server.url();
+        async move {
+            JobQueue::builder()
+                .partitions(n)
+                .redis(&url, "orders")
+                .await
+        }
+    };
+    let app = open(3).await.unwrap();
+    app.schedule("a", Duration::from_secs(3600), "")
+        .await
+        .unwrap();
+    for n in [1, 2] {
+        let err = open(n).await.expect_err("another partition count");
+        assert!(err.is_invalid_config(), "{err}");
+        assert!(
+            err.to_string().contains("has 3 partition(s)")
+                && err.to_string().contains("partitions(3)"),
+            "{err}"
+        );
+    }
+    let again = open(3).await.unwrap();
+    assert_eq!(again.pending().await.unwrap(), 1);
+    again.close().await.unwrap();
+    app.close().await.unwrap();
+}
+
 /// One partition failing its claims (here its due index is not a sorted set: a WRONGTYPE
 /// error, standing for a node that is down) must not cost the leases already taken on the
 /// others: every job of the healthy partitions is delivered, on its first attempt.
@@ -658,6 +691,34 @@ async fn schedule_many_is_split_into_bounded_script_calls() {
     let calls = script_calls(&server) - before;
     assert!(calls >= N.div_ceil(512) as u64, "{calls} script calls");
     assert_eq!(q.pending().await.unwrap(), N as u64);
+    q.close().await.unwrap();
+}
+
+/// A purge of many dead jobs deletes them in script calls of at most 512 jobs, not one
+/// script over the whole batch the queue asks for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_dead_is_split_into_bounded_script_calls() {
+    const N: usize = 1_300;
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.max_attempts(1).prefetch(N);
+    })
+    .await;
+    let jobs = (0..N).map(|i| (format!("job-{i}"), Duration::ZERO, "p"));
+    q.schedule_many(jobs).await.unwrap();
+    let mut consumer = q.consume();
+    for _ in 0..N {
+        assert!(next(&mut consumer).await.fail(ms(0), "no").await.unwrap());
+    }
+    drop(consumer);
+    assert_eq!(q.counts().await.unwrap().dead, N as u64);
+    // Loads the script, so that the calls counted below are the purge's own.
+    assert!(!q.remove_dead("nobody").await.unwrap());
+    let before = script_calls(&server);
+    assert_eq!(q.purge_dead().await.unwrap(), N as u64);
+    let calls = script_calls(&server) - before;
+    assert!(calls >= N.div_ceil(512) as u64, "{calls} script calls");
+    assert_eq!(q.counts().await.unwrap().dead, 0);
     q.close().await.unwrap();
 }
 

@@ -247,6 +247,12 @@ impl RedisHarness {
             partitions,
         }
     }
+
+    /// The URL its queues open (with the user's credentials where it has one).
+    #[allow(dead_code)] // used by the command's tests, which share this file
+    pub fn url(&self) -> &str {
+        &self.url
+    }
 }
 
 #[cfg(feature = "redis")]
@@ -807,4 +813,24 @@ pub fn spawn_reporting_worker(
             })
             .await
     })
+}
+
+/// The last error of the job "failed" that [`busy_and_failed`] leaves dead.
+#[allow(dead_code)] // for the console's tests (feature `console`) and the command's
+pub const FAILED_WITH: &str = "card declined <b>05</b>\n  at charge (billing.rs:42)";
+
+/// Puts "busy" (running) and "failed" (dead, its last error [`FAILED_WITH`]) in `queue`,
+/// which must allow one attempt and lease for long enough that "busy" stays running for
+/// the test.
+#[allow(dead_code)] // for the console's tests (feature `console`) and the command's
+pub async fn busy_and_failed(queue: &JobQueue) {
+    queue.schedule("busy", Duration::ZERO, "b").await.unwrap();
+    queue.schedule("failed", Duration::ZERO, "f").await.unwrap();
+    let mut consumer = queue.consume();
+    for _ in 0..2 {
+        let delivery = next(&mut consumer).await;
+        if delivery.id() == "failed" {
+            assert!(delivery.fail(ms(0), FAILED_WITH).await.unwrap());
+        }
+    }
 }

@@ -1,0 +1,388 @@
+//! The subcommands, each a few `JobQueue` calls, printing text or one JSON object.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{json, Value};
+use wheel_jobs::console::Console;
+use wheel_jobs::{Cursor, JobQueue, JobState, ListOptions, Scheduled, When};
+
+use crate::format::{self, counts_json, counts_text, job_json, job_text, row_text};
+use crate::{Cli, Command};
+
+/// Runs the command line's command, then closes the queue (on the embedded store, that
+/// releases the file for the app).
+pub async fn run(cli: Cli) -> Result<(), String> {
+    // Read what the command needs before opening: a missing payload file must not leave a
+    // store created or touched.
+    let payload = match &cli.command {
+        Command::Schedule {
+            payload,
+            payload_file,
+            ..
+        } => read_payload(payload.as_deref(), payload_file.as_deref())?,
+        _ => Vec::new(),
+    };
+    let create = matches!(cli.command, Command::Schedule { .. });
+    let queue = cli.target.open(create).await?;
+    let out = Out { json: cli.json };
+    let result = match cli.command {
+        Command::Stats => stats(&queue, out).await,
+        Command::List {
+            state,
+            limit,
+            after,
+        } => list(&queue, state.into(), limit, after, out).await,
+        Command::Get { id } => get(&queue, &id, out).await,
+        Command::Schedule { id, delay, at, .. } => {
+            let when = match (delay, at) {
+                (Some(delay), _) => When::After(delay),
+                (None, Some(at)) => When::At(at),
+                (None, None) => unreachable!("clap requires --in or --at"),
+            };
+            schedule(&queue, &id, when, payload, out).await
+        }
+        Command::Cancel { id } => cancel(&queue, &id, out).await,
+        Command::Revive {
+            id,
+            all_dead: _,
+            delay,
+            at,
+        } => {
+            let when = match (delay, at) {
+                (Some(delay), _) => When::After(delay),
+                (None, Some(at)) => When::At(at),
+                (None, None) => When::After(Duration::ZERO),
+            };
+            match id {
+                Some(id) => revive(&queue, &id, when, out).await,
+                None => revive_all_dead(&queue, when, out).await,
+            }
+        }
+        Command::PurgeDead => purge_dead(&queue, out).await,
+        Command::Pause => pause(&queue, true, out).await,
+        Command::Resume => pause(&queue, false, out).await,
+        Command::Watch { every, count } => watch(&queue, every, count, out).await,
+        Command::Serve { listen, token } => serve(&queue, listen, token, out).await,
+    };
+    let closed = queue.close().await;
+    result?;
+    closed.map_err(|err| format!("closing the queue: {err}"))
+}
+
+/// How to print: for people, or one JSON object.
+#[derive(Clone, Copy)]
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn print(self, text: impl FnOnce() -> String, json: Value) {
+        if self.json {
+            println!("{json}");
+        } else {
+            println!("{}", text());
+        }
+    }
+}
+
+fn read_payload(text: Option<&str>, file: Option<&std::path::Path>) -> Result<Vec<u8>, String> {
+    match (text, file) {
+        (Some(text), _) => Ok(text.as_bytes().to_vec()),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+                .map_err(|err| format!("cannot read the payload from standard input: {err}"))?;
+            Ok(bytes)
+        }
+        (None, Some(path)) => std::fs::read(path)
+            .map_err(|err| format!("cannot read the payload file {}: {err}", path.display())),
+        (None, None) => Ok(Vec::new()),
+    }
+}
+
+async fn stats(queue: &JobQueue, out: Out) -> Result<(), String> {
+    let counts = queue.counts().await.map_err(|e| e.to_string())?;
+    out.print(
+        || counts_text(&counts, SystemTime::now()),
+        counts_json(&counts),
+    );
+    Ok(())
+}
+
+async fn list(
+    queue: &JobQueue,
+    state: JobState,
+    limit: usize,
+    after: Option<Cursor>,
+    out: Out,
+) -> Result<(), String> {
+    let mut options = ListOptions::new();
+    options.limit(limit);
+    if let Some(after) = &after {
+        options.after(after);
+    }
+    let page = queue
+        .list(state, &options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let next = page.cursor().map(ToString::to_string);
+    out.print(
+        || {
+            let now = SystemTime::now();
+            let mut lines: Vec<String> = page.jobs().iter().map(|j| row_text(j, now)).collect();
+            if lines.is_empty() {
+                lines.push(format!("no {} jobs", format::state(state)));
+            }
+            if let Some(next) = &next {
+                lines.push(format!("next page: --after {next}"));
+            }
+            lines.join("\n")
+        },
+        json!({
+            "state": format::state(state),
+            "jobs": page.jobs().iter().map(job_json).collect::<Vec<_>>(),
+            "next": next,
+        }),
+    );
+    Ok(())
+}
+
+async fn get(queue: &JobQueue, id: &str, out: Out) -> Result<(), String> {
+    match queue.get(id).await.map_err(|e| e.to_string())? {
+        Some(job) => {
+            out.print(|| job_text(&job, SystemTime::now()), job_json(&job));
+            Ok(())
+        }
+        None => Err(no_job(id)),
+    }
+}
+
+fn no_job(id: &str) -> String {
+    format!("no job {id:?} (never scheduled, or cancelled, acked or removed)")
+}
+
+async fn schedule(
+    queue: &JobQueue,
+    id: &str,
+    when: When,
+    payload: Vec<u8>,
+    out: Out,
+) -> Result<(), String> {
+    let outcome = queue
+        .schedule(id, when, payload)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (word, text) = match outcome {
+        Scheduled::Created => ("created", format!("created {}", format::escape(id))),
+        Scheduled::Exists => (
+            "exists",
+            format!("exists {} (left unchanged)", format::escape(id)),
+        ),
+    };
+    out.print(|| text, json!({ "id": id, "outcome": word }));
+    Ok(())
+}
+
+async fn cancel(queue: &JobQueue, id: &str, out: Out) -> Result<(), String> {
+    if queue.cancel(id).await.map_err(|e| e.to_string())? {
+        out.print(
+            || format!("cancelled {}", format::escape(id)),
+            json!({ "id": id, "cancelled": true }),
+        );
+        return Ok(());
+    }
+    if let Ok(Some(series)) = queue.recurring_of(id).await {
+        return Err(format!(
+            "{id:?} is the next occurrence of the recurring series {:?}: cancel the series \
+             (JobQueue::cancel_recurring), not the occurrence",
+            series.name()
+        ));
+    }
+    Err(why_unchanged(queue, id, "pending", "cancelled").await)
+}
+
+/// Why a call on `id` that needs a job `needed` (pending, dead) changed nothing: the state
+/// it is in, or that there is no such job. Read after the call, only to say why.
+async fn why_unchanged(queue: &JobQueue, id: &str, needed: &str, verb: &str) -> String {
+    match queue.get(id).await {
+        Ok(Some(job)) => format!(
+            "{id:?} is {}, not {needed}: nothing was {verb}",
+            format::state(job.state())
+        ),
+        Ok(None) => no_job(id),
+        Err(err) => err.to_string(),
+    }
+}
+
+async fn revive(queue: &JobQueue, id: &str, when: When, out: Out) -> Result<(), String> {
+    if queue.revive(id, when).await.map_err(|e| e.to_string())? {
+        out.print(
+            || format!("revived {}", format::escape(id)),
+            json!({ "id": id, "revived": true }),
+        );
+        return Ok(());
+    }
+    Err(why_unchanged(queue, id, "dead", "revived").await)
+}
+
+async fn revive_all_dead(queue: &JobQueue, when: When, out: Out) -> Result<(), String> {
+    let revived = queue
+        .revive_all_dead(when)
+        .await
+        .map_err(|e| e.to_string())?;
+    out.print(
+        || format!("revived {revived} dead jobs"),
+        json!({ "revived": revived }),
+    );
+    Ok(())
+}
+
+async fn pause(queue: &JobQueue, paused: bool, out: Out) -> Result<(), String> {
+    let done = if paused {
+        queue.pause().await
+    } else {
+        queue.resume().await
+    };
+    done.map_err(|e| e.to_string())?;
+    out.print(
+        || match paused {
+            true => "paused: no consumer claims a job until `wheel-jobs resume`".to_owned(),
+            false => "resumed: consumers claim due jobs again".to_owned(),
+        },
+        json!({ "paused": paused }),
+    );
+    Ok(())
+}
+
+/// Samples the counts every `every`: on a terminal one line redrawn in place, otherwise a
+/// line (or a JSON object) per sample, until `count` samples or Ctrl-C.
+async fn watch(
+    queue: &JobQueue,
+    every: Duration,
+    count: Option<u64>,
+    out: Out,
+) -> Result<(), String> {
+    let redraw = !out.json && std::io::stdout().is_terminal();
+    let mut previous: Option<(Instant, wheel_jobs::Counts)> = None;
+    let mut taken = 0;
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
+    loop {
+        let counts = queue.counts().await.map_err(|e| e.to_string())?;
+        let now = Instant::now();
+        if out.json {
+            let mut sample = counts_json(&counts);
+            sample["at"] = format::time(SystemTime::now()).into();
+            println!("{sample}");
+        } else {
+            let rate = |f: fn(&wheel_jobs::Counts) -> u64| match &previous {
+                Some((then, before)) => format::rate(
+                    f(before),
+                    f(&counts),
+                    now.duration_since(*then).as_secs_f64(),
+                ),
+                None => "…".to_owned(),
+            };
+            let next = counts.next_due.map_or("none".to_owned(), format::time_text);
+            let line = format!(
+                "pending {} ({})  running {}  dead {} ({})  {}  next due {next}",
+                counts.pending,
+                rate(|c| c.pending),
+                counts.running,
+                counts.dead,
+                rate(|c| c.dead),
+                if counts.paused { "PAUSED" } else { "claiming" },
+            );
+            if redraw {
+                // Back to the line's start, clear it, write the new one.
+                print!("\r\x1b[2K{line}");
+                let _ = std::io::stdout().flush();
+            } else {
+                println!("{line}");
+            }
+        }
+        previous = Some((now, counts));
+        taken += 1;
+        if count.is_some_and(|count| taken >= count) {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = &mut stop => break,
+        }
+    }
+    if redraw {
+        println!();
+    }
+    Ok(())
+}
+
+async fn purge_dead(queue: &JobQueue, out: Out) -> Result<(), String> {
+    let purged = queue.purge_dead().await.map_err(|e| e.to_string())?;
+    out.print(
+        || format!("purged {purged} dead jobs"),
+        json!({ "purged": purged }),
+    );
+    Ok(())
+}
+
+async fn serve(
+    queue: &JobQueue,
+    listen: std::net::SocketAddr,
+    token: Option<String>,
+    out: Out,
+) -> Result<(), String> {
+    let mut console = Console::new(queue.clone());
+    match token {
+        Some(token) if token.is_empty() => return Err("the token is empty".to_owned()),
+        Some(token) => {
+            console.token(token);
+        }
+        None if listen.ip().is_loopback() => {}
+        None => {
+            return Err(format!(
+                "{listen} is not a loopback address: anyone who reaches it could act on the \
+                 queue; give --token (or WHEEL_JOBS_TOKEN)"
+            ))
+        }
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|err| format!("cannot listen on {listen}: {err}"))?;
+    let url = format!(
+        "http://{}/",
+        listener.local_addr().map_err(|e| e.to_string())?
+    );
+    out.print(
+        || format!("console: {url} (Ctrl-C to stop)"),
+        json!({ "console": url }),
+    );
+    // The peer's address lets the console refuse token-less requests from elsewhere even
+    // when they name a loopback `Host`.
+    let app = console
+        .router()
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stop_signal())
+        .await
+        .map_err(|err| format!("serving the console: {err}"))
+}
+
+/// Ctrl-C, or SIGTERM on Unix (a service manager's stop).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,256 @@
+//! Reading durations and times from the command line, and showing jobs, times and payloads
+//! as text and as JSON.
+
+use std::time::{Duration, SystemTime};
+
+use jiff::{SignedDuration, Span, SpanRelativeTo, Timestamp};
+use serde_json::{json, Value};
+use wheel_jobs::{Counts, JobInfo, JobState};
+
+/// `--in`: `48h`, `2d 3h`, `90s`, `1.5h`, `500ms` (a day is 24 hours), or ISO 8601 `PT48H`.
+pub fn parse_delay(s: &str) -> Result<Duration, String> {
+    let span: Span = s
+        .parse()
+        .map_err(|err| format!("not a duration (like 48h, 2d 3h, 90s): {err}"))?;
+    let signed = span
+        .to_duration(SpanRelativeTo::days_are_24_hours())
+        .map_err(|err| format!("months and years vary in length: give days or less ({err})"))?;
+    Duration::try_from(signed).map_err(|_| "a delay cannot be negative".to_owned())
+}
+
+/// `--at`: an RFC 3339 time with its offset, `2026-12-01T20:00:00+08:00` or `…Z`.
+pub fn parse_time(s: &str) -> Result<SystemTime, String> {
+    let at: Timestamp = s.parse().map_err(|err| {
+        format!("not an RFC 3339 time with an offset (like 2026-12-01T20:00:00+08:00): {err}")
+    })?;
+    Ok(SystemTime::from(at))
+}
+
+pub fn state(state: JobState) -> &'static str {
+    match state {
+        JobState::Pending => "pending",
+        JobState::Running => "running",
+        JobState::Dead => "dead",
+    }
+}
+
+/// RFC 3339 in UTC, to the nanosecond when it has them (for scripts).
+pub fn time(at: SystemTime) -> String {
+    match Timestamp::try_from(at) {
+        Ok(ts) => ts.to_string(),
+        Err(_) => "beyond the year 9999".to_owned(),
+    }
+}
+
+/// RFC 3339 in UTC, to the second (for people).
+pub fn time_text(at: SystemTime) -> String {
+    match Timestamp::try_from(at) {
+        Ok(ts) => format!("{ts:.0}"),
+        Err(_) => "beyond the year 9999".to_owned(),
+    }
+}
+
+/// `in 2h 5m 3s` or `4s ago`, to the second.
+fn relative(at: SystemTime, now: SystemTime) -> String {
+    let (secs, ago) = match at.duration_since(now) {
+        Ok(ahead) => (ahead.as_secs(), false),
+        Err(behind) => (behind.duration().as_secs(), true),
+    };
+    if secs == 0 {
+        return "now".to_owned();
+    }
+    let span = SignedDuration::from_secs(i64::try_from(secs).unwrap_or(i64::MAX));
+    if ago {
+        format!("{span:#} ago")
+    } else {
+        format!("in {span:#}")
+    }
+}
+
+/// The payload as text if it is UTF-8, else hex; and which of the two.
+fn payload(bytes: &[u8]) -> (String, &'static str) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => (text.to_owned(), "utf-8"),
+        Err(_) => (bytes.iter().map(|b| format!("{b:02x}")).collect(), "hex"),
+    }
+}
+
+/// `s` for a terminal: control characters (C0, DEL, C1) written as escapes (`\u{1b}`), so
+/// an id, a payload or an error cannot move the cursor, retitle the window or forge lines.
+/// JSON output needs none of this: serde_json escapes controls itself.
+pub fn escape(s: &str) -> String {
+    escape_keeping(s, &[])
+}
+
+/// [`escape`], but newlines and tabs are kept: for a payload or an error shown whole.
+fn escape_lines(s: &str) -> String {
+    escape_keeping(s, &['\n', '\t'])
+}
+
+fn escape_keeping(s: &str, keep: &[char]) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() && !keep.contains(&c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+pub fn job_json(job: &JobInfo) -> Value {
+    let (payload, encoding) = payload(job.payload());
+    json!({
+        "id": job.id(),
+        "state": state(job.state()),
+        "run_at": time(job.run_at()),
+        "attempt": job.attempt(),
+        "last_error": job.last_error(),
+        "payload": payload,
+        "payload_encoding": encoding,
+    })
+}
+
+pub fn job_text(job: &JobInfo, now: SystemTime) -> String {
+    let (payload, encoding) = payload(job.payload());
+    let payload = match encoding {
+        "hex" => format!("({} bytes, hex) {payload}", job.payload().len()),
+        _ => escape_lines(&payload),
+    };
+    // A multi-line error keeps its lines, indented under the first.
+    let error = job.last_error().map_or("none".to_owned(), |e| {
+        escape_lines(e).replace('\n', "\n         ")
+    });
+    format!(
+        "id       {}\nstate    {}\nrun_at   {} ({})\nattempt  {}\nerror    {error}\npayload  {payload}",
+        escape(job.id()),
+        state(job.state()),
+        time_text(job.run_at()),
+        relative(job.run_at(), now),
+        job.attempt(),
+    )
+}
+
+/// One line per job of a list: id, due, attempt, the error's first line.
+pub fn row_text(job: &JobInfo, now: SystemTime) -> String {
+    let error = job
+        .last_error()
+        .and_then(|e| e.lines().next())
+        .unwrap_or("");
+    format!(
+        "{}  {} ({})  attempt {}  {}",
+        escape(job.id()),
+        time_text(job.run_at()),
+        relative(job.run_at(), now),
+        job.attempt(),
+        escape(error),
+    )
+    .trim_end()
+    .to_owned()
+}
+
+pub fn counts_json(counts: &Counts) -> Value {
+    json!({
+        "pending": counts.pending,
+        "running": counts.running,
+        "dead": counts.dead,
+        "paused": counts.paused,
+        "next_due": counts.next_due.map(time),
+    })
+}
+
+pub fn counts_text(counts: &Counts, now: SystemTime) -> String {
+    let next = counts.next_due.map_or("none pending".to_owned(), |at| {
+        format!("{} ({})", time_text(at), relative(at, now))
+    });
+    format!(
+        "pending   {}\nrunning   {}\ndead      {}\npaused    {}\nnext due  {next}",
+        counts.pending,
+        counts.running,
+        counts.dead,
+        if counts.paused { "yes" } else { "no" },
+    )
+}
+
+/// A change per second, signed: `+12.5/s`, `0/s`.
+pub fn rate(from: u64, to: u64, seconds: f64) -> String {
+    let change = (to as f64 - from as f64) / seconds.max(1e-9);
+    if change == 0.0 {
+        "0/s".to_owned()
+    } else {
+        format!("{change:+.1}/s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays() {
+        let h = Duration::from_secs(3600);
+        assert_eq!(parse_delay("48h"), Ok(h * 48));
+        assert_eq!(parse_delay("2d 3h"), Ok(h * 51));
+        assert_eq!(parse_delay("1.5h"), Ok(h * 3 / 2));
+        assert_eq!(parse_delay("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_delay("PT48H"), Ok(h * 48));
+        assert_eq!(parse_delay("0s"), Ok(Duration::ZERO));
+        assert!(parse_delay("48x")
+            .unwrap_err()
+            .starts_with("not a duration"));
+        assert!(parse_delay("").unwrap_err().starts_with("not a duration"));
+        assert_eq!(
+            parse_delay("-5m").unwrap_err(),
+            "a delay cannot be negative"
+        );
+        assert!(parse_delay("1mo")
+            .unwrap_err()
+            .starts_with("months and years"));
+    }
+
+    #[test]
+    fn times() {
+        let at = parse_time("2026-12-01T20:00:00+08:00").unwrap();
+        assert_eq!(time(at), "2026-12-01T12:00:00Z");
+        assert_eq!(parse_time("2026-12-01T12:00:00Z"), Ok(at));
+        assert!(parse_time("2026-12-01T20:00:00")
+            .unwrap_err()
+            .starts_with("not an RFC 3339 time with an offset"));
+        assert_eq!(
+            time(SystemTime::UNIX_EPOCH + Duration::from_nanos(1_500)),
+            "1970-01-01T00:00:00.0000015Z"
+        );
+    }
+
+    #[test]
+    fn controls_are_escaped_for_terminals() {
+        // ESC ] 0 ; title BEL, CSI 2 J, a C1 CSI, DEL, a carriage return.
+        let hostile = "a\x1b]0;pwned\x07b\x1b[2J\u{9b}1m\x7f\r\nc\td";
+        assert_eq!(
+            escape(hostile),
+            "a\\u{1b}]0;pwned\\u{7}b\\u{1b}[2J\\u{9b}1m\\u{7f}\\u{d}\\u{a}c\\u{9}d"
+        );
+        assert_eq!(
+            escape_lines(hostile),
+            "a\\u{1b}]0;pwned\\u{7}b\\u{1b}[2J\\u{9b}1m\\u{7f}\\u{d}\nc\td"
+        );
+        assert_eq!(escape("5 stars, ünïcode"), "5 stars, ünïcode");
+    }
+
+    #[test]
+    fn rates_are_signed_per_second() {
+        assert_eq!(rate(10, 10, 1.0), "0/s");
+        assert_eq!(rate(10, 35, 2.0), "+12.5/s");
+        assert_eq!(rate(35, 10, 0.5), "-50.0/s");
+    }
+
+    #[test]
+    fn relative_times() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let s = Duration::from_secs;
+        assert_eq!(relative(now + s(3 * 3600 + 5), now), "in 3h 5s");
+        assert_eq!(relative(now - s(4), now), "4s ago");
+        assert_eq!(relative(now, now), "now");
+    }
+}

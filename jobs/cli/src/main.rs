@@ -1,0 +1,213 @@
+//! `wheel-jobs`: look into and act on a wheel-jobs queue from a terminal or a script, and
+//! serve its web console.
+//!
+//! ```text
+//! cargo install --path jobs/cli
+//! wheel-jobs --store jobs.redb stats
+//! wheel-jobs --redis redis://127.0.0.1/ --queue orders get rate:order-42 --json
+//! wheel-jobs --store jobs.redb serve --listen 127.0.0.1:8080
+//! ```
+//!
+//! # Ground rules
+//!
+//! - Everything goes through `JobQueue`'s public calls, like an app's own code.
+//! - Each error is one line on stderr (`wheel-jobs: …`) and a non-zero exit: 2 for a bad
+//!   command line, 1 for anything else (a locked store, an unreachable server, an unknown
+//!   id, an action that changed nothing).
+//! - `--json` prints one JSON object on stdout per command, for scripts; without it the
+//!   output is for people.
+
+// The command's futures nest deep (a Redis open now retries through Sentinel and TLS), and
+// rustc's default query depth overflows while laying out the test build's types.
+#![recursion_limit = "256"]
+
+mod commands;
+mod format;
+mod target;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use wheel_jobs::{Cursor, JobState};
+
+/// Look into and act on a wheel-jobs queue; serve its web console.
+#[derive(Parser, Debug)]
+#[command(name = "wheel-jobs", version, group(clap::ArgGroup::new("place").required(true)))]
+struct Cli {
+    #[command(flatten)]
+    target: target::Target,
+
+    /// Print one JSON object instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Counts per state, whether the queue is paused, and when the next job is due.
+    Stats,
+    /// A page of one state's jobs: pending and running oldest due first, dead most
+    /// recently dead first.
+    List {
+        /// Which jobs.
+        state: State,
+        /// At most this many (1 to 1,000).
+        #[arg(long, default_value_t = 50, value_parser = limit)]
+        limit: usize,
+        /// The page after the one that printed this cursor.
+        #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
+        after: Option<Cursor>,
+    },
+    /// One job: state, run_at, attempt, last error, payload (UTF-8, else hex).
+    Get {
+        /// The job's id.
+        id: String,
+    },
+    /// Schedule a job; an existing id is left unchanged.
+    Schedule {
+        /// The job's id.
+        id: String,
+        /// Due after this long: `48h`, `2d 3h`, `90s`, `1.5h`, `500ms`.
+        #[arg(long = "in", value_name = "DURATION", value_parser = format::parse_delay,
+              required_unless_present = "at", conflicts_with = "at")]
+        delay: Option<Duration>,
+        /// Due at this time, RFC 3339 with an offset: `2026-12-01T20:00:00+08:00`, `…Z`.
+        #[arg(long, value_name = "TIME", value_parser = format::parse_time)]
+        at: Option<SystemTime>,
+        /// The payload, as text.
+        #[arg(long, conflicts_with = "payload_file")]
+        payload: Option<String>,
+        /// The payload, the bytes of a file (`-`: standard input).
+        #[arg(long, value_name = "FILE")]
+        payload_file: Option<PathBuf>,
+    },
+    /// Cancel a pending job.
+    Cancel {
+        /// The job's id.
+        id: String,
+    },
+    /// Send a dead job back (or every dead job): pending again, attempts from zero.
+    Revive {
+        /// The job's id.
+        #[arg(required_unless_present = "all_dead", conflicts_with = "all_dead")]
+        id: Option<String>,
+        /// Every dead job.
+        #[arg(long)]
+        all_dead: bool,
+        /// Due after this long (default: now).
+        #[arg(long = "in", value_name = "DURATION", value_parser = format::parse_delay,
+              conflicts_with = "at")]
+        delay: Option<Duration>,
+        /// Due at this time, RFC 3339 with an offset.
+        #[arg(long, value_name = "TIME", value_parser = format::parse_time)]
+        at: Option<SystemTime>,
+    },
+    /// Delete every dead job.
+    PurgeDead,
+    /// Stop every consumer of the queue from claiming (schedules and acks go on).
+    Pause,
+    /// Let consumers claim again.
+    Resume,
+    /// Counts and their rates, refreshed: one line redrawn on a terminal, a line per
+    /// sample otherwise (with --json, a JSON object per line).
+    Watch {
+        /// Between samples.
+        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = format::parse_delay)]
+        every: Duration,
+        /// Stop after this many samples (default: until Ctrl-C).
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+    },
+    /// Serve the web console (and, on the embedded store, hold it until stopped).
+    Serve {
+        /// Where to listen, IP:PORT. Other than a loopback address, a token is required.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Require this token on every request (HTTP Basic password, or `Authorization:
+        /// Bearer`).
+        #[arg(long, env = "WHEEL_JOBS_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+}
+
+/// A job state, as the command line names it.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum State {
+    Pending,
+    Running,
+    Dead,
+}
+
+impl From<State> for JobState {
+    fn from(state: State) -> JobState {
+        match state {
+            State::Pending => JobState::Pending,
+            State::Running => JobState::Running,
+            State::Dead => JobState::Dead,
+        }
+    }
+}
+
+/// `list --limit`: 1 to [`ListOptions::MAX_LIMIT`](wheel_jobs::ListOptions::MAX_LIMIT).
+fn limit(s: &str) -> Result<usize, String> {
+    let max = wheel_jobs::ListOptions::MAX_LIMIT;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("a page holds 1 to {max} jobs")),
+    }
+}
+
+fn parse_cursor(s: &str) -> Result<Cursor, String> {
+    s.parse().map_err(|err: wheel_jobs::Error| err.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => match cli.target.check() {
+            Ok(()) => cli,
+            Err(message) => {
+                eprintln!("wheel-jobs: {message}");
+                return ExitCode::from(2);
+            }
+        },
+        Err(err) if err.use_stderr() => {
+            // clap's own message on one line, without the usage lines after it.
+            let rendered = err.render().to_string();
+            let message: Vec<&str> = rendered
+                .lines()
+                .take_while(|line| !line.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let message = message.join(" ");
+            eprintln!("wheel-jobs: {}", message.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+        Err(help) => {
+            let _ = help.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&format!("cannot start the runtime: {err}")),
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => fail(&message),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    // Messages quote ids and what servers said: one line, no terminal controls.
+    eprintln!("wheel-jobs: {}", format::escape(message));
+    ExitCode::FAILURE
+}

@@ -1,0 +1,24 @@
+//! The `wheel-jobs` binary, run as a child process: every subcommand on each backend with
+//! `--json` parsed back (`cases.rs`), `serve` (`serve.rs`), and the error exits
+//! (`errors.rs`).
+
+// The jobs crate's test harnesses (a temporary store, a redis-server of the test's own);
+// this binary uses only some of what they offer.
+#[allow(dead_code)]
+#[path = "../../../tests/it/support.rs"]
+mod support;
+
+mod run;
+#[macro_use]
+mod cases;
+mod errors;
+mod serve;
+
+mod embedded {
+    cli_suite!(crate::support::embedded());
+}
+
+#[cfg(feature = "redis")]
+mod redis {
+    cli_suite!(crate::support::redis());
+}
