@@ -222,10 +222,12 @@ impl Redis {
         // `open`, not the first call.
         redis.count("pending").await?;
         // Another partition count routes ids to other keys ({name} vs {name:i}): such a
-        // handle would see another, empty queue and pause a flag nobody reads.
+        // handle would see another, empty queue and pause a flag nobody reads. Not waiting
+        // for `min_replicas`: a record a failover loses is written again by the next open,
+        // and a queue must open while its replicas catch up.
         let recorded = redis
             .scripts
-            .layout(&mut redis.writer()?, &keys::layout(name), n)
+            .layout(&mut redis.conn()?, &keys::layout(name), n)
             .await?;
         if recorded != n {
             return Err(Error::invalid_config_owned(format!(
