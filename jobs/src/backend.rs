@@ -144,6 +144,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         state: JobState,
         after: Option<(u64, String)>,
         limit: usize,
+        payloads: bool,
     ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>>;
 
     /// Makes a dead job pending again at `when`, its attempts counted from 0 and its last

@@ -561,6 +561,7 @@ mod tests {
             _: crate::JobState,
             _: Option<(u64, String)>,
             _: usize,
+            _: bool,
         ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
             down()
         }

@@ -28,6 +28,7 @@ pub(crate) type Position<'a> = (u64, &'a str);
 pub struct ListOptions {
     limit: usize,
     after: Option<Cursor>,
+    payloads: bool,
 }
 
 impl Default for ListOptions {
@@ -45,6 +46,7 @@ impl ListOptions {
         ListOptions {
             limit: 100,
             after: None,
+            payloads: true,
         }
     }
 
@@ -59,6 +61,20 @@ impl ListOptions {
     pub fn after(&mut self, cursor: &Cursor) -> &mut Self {
         self.after = Some(cursor.clone());
         self
+    }
+
+    /// Whether the page carries each job's payload (the default). `false` leaves every
+    /// [`JobInfo::payload`](crate::JobInfo::payload) empty, for a listing that shows ids,
+    /// times, attempts and errors: a page of 1,000 jobs of 1 MiB payloads is then not
+    /// copied (embedded) nor sent over the network (Redis). The web console lists this way.
+    pub fn payloads(&mut self, with: bool) -> &mut Self {
+        self.payloads = with;
+        self
+    }
+
+    /// Whether pages carry payloads ([`payloads`](Self::payloads)).
+    pub(crate) fn with_payloads(&self) -> bool {
+        self.payloads
     }
 
     /// The limit and the position to start after, checked for a listing of `state`.

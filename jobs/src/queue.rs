@@ -324,7 +324,10 @@ impl JobQueue {
         let (limit, after) = options.checked(state)?;
         let after = after.map(|(at, id)| (at, id.to_owned()));
         // One more than the page: whether a next page exists.
-        let jobs = self.inner.backend.list(state, after, limit + 1).await?;
+        let payloads = options.with_payloads();
+        let jobs = (self.inner.backend)
+            .list(state, after, limit + 1, payloads)
+            .await?;
         Ok(Page::new(state, limit, jobs))
     }
 

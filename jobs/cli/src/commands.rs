@@ -118,7 +118,8 @@ async fn list(
     out: Out,
 ) -> Result<(), String> {
     let mut options = ListOptions::new();
-    options.limit(limit);
+    // The text rows show no payload; `--json` gives each job whole.
+    options.limit(limit).payloads(out.json);
     if let Some(after) = &after {
         options.after(after);
     }

@@ -137,7 +137,8 @@ pub(super) async fn list(
     frame.current = view::state(state);
     let limit = query.limit.unwrap_or(PAGE);
     let mut options = ListOptions::new();
-    options.limit(limit);
+    // A list shows no payload: a page of big payloads is not read for it.
+    options.limit(limit).payloads(false);
     if let Some(after) = query.after.as_deref().filter(|a| !a.is_empty()) {
         match after.parse::<Cursor>() {
             Ok(cursor) => options.after(&cursor),

@@ -486,12 +486,14 @@ impl Backend for Embedded {
         state: JobState,
         after: Option<(u64, String)>,
         limit: usize,
+        payloads: bool,
     ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
         Box::pin(async move {
             let op = Op::List {
                 state,
                 after,
                 limit,
+                payloads,
             };
             expect_reply!(self.call(op).await?, Reply::Listed(jobs) => jobs)
         })

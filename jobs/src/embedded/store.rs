@@ -500,9 +500,13 @@ impl Store {
                 state,
                 after,
                 limit,
+                payloads,
             } => {
                 let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
-                (Reply::Listed(list(t, state, after, limit)?), false)
+                (
+                    Reply::Listed(list(t, state, after, limit, payloads)?),
+                    false,
+                )
             }
         })
     }

@@ -398,6 +398,7 @@ impl Backend for Redis {
         state: JobState,
         after: Option<(u64, String)>,
         limit: usize,
+        payloads: bool,
     ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
         Box::pin(async move {
             // Each partition's page after the position, merged: O(partitions × limit).
@@ -406,7 +407,7 @@ impl Backend for Redis {
             for part in &self.parts {
                 let mut conn = self.conn()?;
                 let page = (self.scripts)
-                    .list(&mut conn, &part.keys, state, after, limit)
+                    .list(&mut conn, &part.keys, state, after, limit, payloads)
                     .await?;
                 jobs.extend(page);
             }

@@ -576,6 +576,7 @@ impl Scripts {
         state: JobState,
         after: Option<(u64, &str)>,
         limit: usize,
+        payloads: bool,
     ) -> Result<Vec<(u64, JobInfo)>, Error> {
         let (mode, index) = match state {
             JobState::Pending => ("pending", &k.due),
@@ -589,6 +590,7 @@ impl Scripts {
             Some((at, id)) => call.arg(at.div_ceil(1000)).arg(id),
             None => call.arg("").arg(""),
         };
+        call.arg(if payloads { "1" } else { "0" });
         let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
         let items = array(reply)?;
         let mut jobs = Vec::with_capacity(items.len() / 5);

@@ -68,6 +68,7 @@ macro_rules! run_behaviour_suite {
             list_pages_through_equal_due_times,
             list_running_and_dead_jobs,
             list_refuses_bad_limits_and_cursors,
+            list_without_payloads_leaves_them_out,
             revive_sends_a_dead_job_back,
             revive_all_dead_sends_every_dead_job_back,
             pause_stops_claims_across_a_reopen_and_resume_wakes_consumers,
@@ -1333,6 +1334,54 @@ pub async fn list_running_and_dead_jobs(h: impl Harness) {
         assert!(r.ack().await.unwrap());
     }
     assert!(list_all(&queue, JobState::Running, 2).await.is_empty());
+    queue.close().await.unwrap();
+}
+
+/// `payloads(false)`: the same page, every field but the payload, which is left out (a
+/// listing that shows none reads none); pages with payloads carry them.
+pub async fn list_without_payloads_leaves_them_out(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    for (i, id) in ["a", "b", "c"].into_iter().enumerate() {
+        let at = SystemTime::now() + Duration::from_secs(60 + i as u64);
+        queue
+            .schedule(id, at, format!("payload of {id}"))
+            .await
+            .unwrap();
+    }
+    let whole = queue
+        .list(JobState::Pending, &ListOptions::new())
+        .await
+        .unwrap();
+    let bare = queue
+        .list(JobState::Pending, ListOptions::new().payloads(false))
+        .await
+        .unwrap();
+    assert_eq!(whole.jobs().len(), 3);
+    assert_eq!(bare.jobs().len(), 3);
+    for (with, without) in whole.jobs().iter().zip(bare.jobs()) {
+        assert_eq!(
+            with.payload(),
+            format!("payload of {}", with.id()).as_bytes()
+        );
+        assert!(without.payload().is_empty(), "{}", without.id());
+        assert_eq!(
+            (
+                with.id(),
+                with.state(),
+                with.run_at(),
+                with.attempt(),
+                with.last_error()
+            ),
+            (
+                without.id(),
+                without.state(),
+                without.run_at(),
+                without.attempt(),
+                without.last_error()
+            )
+        );
+    }
+    assert_eq!(whole.cursor(), bare.cursor());
     queue.close().await.unwrap();
 }
 

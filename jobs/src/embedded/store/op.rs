@@ -84,6 +84,8 @@ pub(crate) enum Op {
         state: JobState,
         after: Option<(u64, String)>,
         limit: usize,
+        /// Whether each job's payload is copied into the reply.
+        payloads: bool,
     },
     PurgeDead {
         limit: usize,

@@ -91,6 +91,11 @@ impl Stored {
 
 impl Tables<'_> {
     pub(in crate::embedded) fn load(&self, id: &str) -> Result<Option<Stored>, Error> {
+        self.load_with(id, true)
+    }
+
+    /// [`load`](Self::load), with an empty payload unless `payload` (a listing's page).
+    pub(super) fn load_with(&self, id: &str, payload: bool) -> Result<Option<Stored>, Error> {
         let Some(value) = self.jobs.get(id).map_err(storage)? else {
             return Ok(None);
         };
@@ -98,7 +103,11 @@ impl Tables<'_> {
         Ok(Some(Stored {
             job: record.job,
             error: record.error.map(str::to_owned),
-            payload: record.payload.to_vec(),
+            payload: if payload {
+                record.payload.to_vec()
+            } else {
+                Vec::new()
+            },
         }))
     }
 
@@ -300,6 +309,7 @@ pub(super) fn list(
     state: JobState,
     after: Option<(u64, &str)>,
     limit: usize,
+    payloads: bool,
 ) -> Result<Vec<(u64, JobInfo)>, Error> {
     use std::ops::Bound::{Excluded, Unbounded};
     let start = after.map_or(Unbounded, Excluded);
@@ -315,7 +325,7 @@ pub(super) fn list(
         }
         let (key, _) = entry.map_err(storage)?;
         let (at, id) = key.value();
-        let Some(stored) = t.load(id)? else {
+        let Some(stored) = t.load_with(id, payloads)? else {
             return Err(Error::storage(format!(
                 "an index names a missing job {id:?}"
             )));

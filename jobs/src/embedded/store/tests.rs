@@ -525,6 +525,7 @@ fn check_counts_and_lists(
                 state,
                 after: after.clone(),
                 limit: 2,
+                payloads: true,
             };
             let Reply::Listed(page) = one(store, op, now) else {
                 return Err(TestCaseError::fail("list reply"));
@@ -666,6 +667,7 @@ fn a_format_2_store_gets_its_running_and_dead_indexes_on_open() {
             state,
             after: None,
             limit: 10,
+            payloads: true,
         },
         now,
     ) {

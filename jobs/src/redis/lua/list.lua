@@ -6,6 +6,8 @@
 -- KEYS[4] the state's index: due (pending), running or dead (see claim.lua)
 -- ARGV[1] 'pending' | 'running' | 'dead', ARGV[2] how many jobs at most (at most 1,001)
 -- ARGV[3] the position's score ("" for the first page), ARGV[4] the position's id
+-- ARGV[5] '1' to return payloads, '0' for none ('' each: a listing that shows no payload
+--         reads and sends none)
 --
 -- Returns per job: id, score, meta, last error (false if none), payload. The position is
 -- found in O(log n) whatever is left of its job: entries with its score hold the ranks
@@ -77,7 +79,8 @@ while found < limit do
   end
   if #keep > 0 then
     local errors = redis.call('HMGET', KEYS[3], unpack(keep))
-    local payloads = redis.call('HMGET', KEYS[2], unpack(keep))
+    local payloads = {}
+    if ARGV[5] == '1' then payloads = redis.call('HMGET', KEYS[2], unpack(keep)) end
     for i, id in ipairs(keep) do
       out[#out + 1] = id
       out[#out + 1] = keep_scores[i]
