@@ -8,7 +8,7 @@ mod outage;
 mod security;
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use wheel_jobs::{Delivery, JobQueue, JobState, ListOptions, Recurrence, Scheduled, MIN_LEASE};
 
@@ -514,6 +514,55 @@ async fn one_claim_runs_the_occurrence_that_supersedes_the_head() {
     assert_eq!(info.last_run(), Some(at));
     assert_eq!(info.next_run(), Some(at + ms(100)));
     q.close().await.unwrap();
+}
+
+/// A series head superseded in a claim by the next occurrence, whose job a user scheduled by
+/// hand and which the same claim's batch holds under its own entry too (due before the head
+/// or with it): leased once, not twice, and the counts stay true.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_made_superseding_occurrence_is_leased_once_in_one_claim() {
+    for hand_first in [true, false] {
+        let server = RedisServer::start();
+        let q = queue(&server, |_| {}).await;
+        let every = Recurrence::every(Duration::from_secs(1)).unwrap();
+        q.schedule_recurring("s", every, "p").await.unwrap();
+        let head = q.list_recurring().await.unwrap()[0].next_run().unwrap();
+        let next = head + Duration::from_secs(1);
+        let id = format!("s@{}", jiff::Timestamp::try_from(next).unwrap());
+        let at = if hand_first { head - ms(500) } else { next };
+        q.schedule(&id, at, "hand").await.unwrap();
+        q.close().await.unwrap();
+        // Past the head and `next`, well before the one after (2 s after the head).
+        let wait = next + ms(300);
+        tokio::time::sleep(wait.duration_since(SystemTime::now()).unwrap_or_default()).await;
+        let claim = include_str!("../../src/redis/lua/claim.lua");
+        let keys = [
+            "meta",
+            "payload",
+            "due",
+            "counts",
+            "seq",
+            "dead",
+            "series",
+            "series_payload",
+            "series_next",
+            "errors",
+            "running",
+        ];
+        let reply = eval_series_script(&server, claim, &keys, &["10", "30000000", "25"]);
+        let leased: Vec<&str> = reply.lines().filter(|l| l.starts_with("s@")).collect();
+        assert_eq!(leased, [id.as_str()], "hand first {hand_first}: {reply}");
+        let q = queue(&server, |_| {}).await;
+        // The hand-made job running; the occurrence after it pending, as the series' head.
+        assert_eq!(
+            (q.pending().await.unwrap(), q.running().await.unwrap()),
+            (1, 1),
+            "hand first {hand_first}: {reply}"
+        );
+        let info = &q.list_recurring().await.unwrap()[0];
+        assert_eq!(info.next_run(), Some(next + Duration::from_secs(1)));
+        q.close().await.unwrap();
+    }
 }
 
 /// A series whose stored recurrence no longer parses (here a sub-millisecond interval an

@@ -70,8 +70,12 @@ else
     end
   end
 end
+-- The ids this claim leased so far: a series head superseded by a hand-made job of a later
+-- occurrence adopts it, which the same batch may hold under its own entry too (either
+-- first); its meta is written at the end, so without this it would be leased twice.
+local taken = {}
 local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4],
-           series = KEYS[7], series_payload = KEYS[8], series_next = KEYS[9]}
+           series = KEYS[7], series_payload = KEYS[8], series_next = KEYS[9], taken = taken}
 local notes = {}
 local out = {now, '', notes, 0}
 if #ids > 0 then
@@ -98,9 +102,14 @@ if #ids > 0 then
   for i, due_id in ipairs(ids) do
     local id, state, attempt, run_ns = due_id, jobs[i][1], jobs[i][2], jobs[i][3]
     local payload = payloads[i]
-    if state and attempt == 0 and string.find(id, '@', 1, true) then
+    if taken[due_id] then
+      -- Leased already by this claim, as the occurrence that superseded a series' head.
+      id = nil
+    elseif state and attempt == 0 and string.find(id, '@', 1, true) then
       id = series_due(S, id, now, notes)
-      if id and id ~= due_id then
+      if id and id ~= due_id and taken[id] then
+        id = nil
+      elseif id and id ~= due_id then
         -- A later occurrence superseded this series head and runs instead: made pending
         -- just now (or adopted), it is leased like the head would have been.
         run_ns = string.match(redis.call('HGET', KEYS[1], id), '^p:0:%d+:(%d+)$')
@@ -139,6 +148,7 @@ if #ids > 0 then
       leases[#leases + 1] = now + lease
       leases[#leases + 1] = id
       leased[#leased + 1] = id
+      taken[id] = true
       if state == 'p' then from_pending = from_pending + 1 end
       out[#out + 1] = id
       out[#out + 1] = payload

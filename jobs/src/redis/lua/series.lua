@@ -113,8 +113,11 @@ local function series_place(S, name, s, list, from, payload, go)
     end
     -- A never-delivered pending job (attempt 0) becomes the head as it is. Any other (a
     -- job of that id delivered already, running or retrying) is never made twice, and its
-    -- claims are no first claims that could move the series: the next time instead.
-    if later and string.sub(meta, 1, 4) == 'p:0:' then break end
+    -- claims are no first claims that could move the series: the next time instead. So is
+    -- one the claim running this leased already (`S.taken`): its meta is written at the
+    -- claim's end and still reads pending here.
+    local taken = S.taken and S.taken[id]
+    if later and not taken and string.sub(meta, 1, 4) == 'p:0:' then break end
     i = i + 1
   end
   series_put_next(S, name, math.max((go or 0) - (i - from), 0), list, i + 1)
