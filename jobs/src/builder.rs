@@ -247,8 +247,9 @@ impl Builder {
     /// [`Error::is_unavailable`] if the server cannot be reached within
     /// [`redis_timeout`](Self::redis_timeout), [`Error::is_unauthorized`] at once if it
     /// refuses the user or password or we refuse its TLS certificate,
-    /// [`Error::is_invalid_config`] for a bad URL, an empty name or one with braces (they
-    /// delimit the cluster hash tag).
+    /// [`Error::is_invalid_config`] for a bad URL, an empty name, one with braces (they
+    /// delimit the cluster hash tag) or one ending in `:` and digits (`orders:0` names
+    /// partition 0 of the queue `orders`).
     #[cfg(feature = "redis")]
     pub async fn redis(&self, url: &str, name: &str) -> Result<JobQueue, Error> {
         self.open_redis(crate::redis::Target::Server(url), name)

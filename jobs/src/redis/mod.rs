@@ -153,6 +153,17 @@ impl Redis {
                 "the queue name must be non-empty, without braces",
             ));
         }
+        // Partition i of a queue `q` is the hash tag `{q:i}` (`keys.rs`): a queue named
+        // `q:0` would share that partition's keys, its jobs and its paused flag.
+        if name
+            .rsplit_once(':')
+            .is_some_and(|(_, tail)| !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(Error::invalid_config_owned(format!(
+                "the queue name {name:?} ends in `:<digits>`, the name of another queue's \
+                 partition: pick another"
+            )));
+        }
         let (conn, wake) = connect(target, config).await?;
         let publish = match wake {
             Wake::Cluster { sharded: true, .. } => "SPUBLISH",

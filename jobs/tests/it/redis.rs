@@ -265,6 +265,14 @@ async fn an_open_with_another_partition_count_is_refused() {
                 .await
         }
     };
+    // A name that is another queue's partition would share its keys: refused.
+    for name in ["orders:0", "orders:12"] {
+        let err = JobQueue::builder()
+            .redis(&server.url(), name)
+            .await
+            .expect_err("a partition's name");
+        assert!(err.is_invalid_config(), "{name}: {err}");
+    }
     let app = open(3).await.unwrap();
     app.schedule("a", Duration::from_secs(3600), "")
         .await
