@@ -270,7 +270,12 @@ impl Backend for Redis {
             (self.on_id(
                 id,
                 |acked| !acked,
-                move |part| async move { part.acks.call((id.to_owned(), token)).await },
+                move |part| async move {
+                    if let Some(answer) = part.folds.park(id, token).await {
+                        return answer;
+                    }
+                    part.acks.call((id.to_owned(), token)).await
+                },
             ))
             .await
         })
@@ -362,6 +367,10 @@ impl Backend for Redis {
         Box::pin(async move {
             self.closed.store(true, SeqCst);
             self.subscriber.abort();
+            // Parked acks go out through their batchers now, not after the window.
+            for part in &self.parts {
+                part.folds.release();
+            }
             Ok(())
         })
     }

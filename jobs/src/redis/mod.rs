@@ -33,6 +33,10 @@
 //!   `redis_timeout` bounds every request, a batched call's wait for its batch, and a
 //!   claim across all its partitions, so no call outlives it by more than scheduling
 //!   delay, whatever the client's reconnect logic is doing.
+//! - An ack on a partition whose last claim saw a job due within 20 ms is parked and
+//!   carried by that partition's next claim (`fold.rs`): a steady consumer pays one
+//!   request per job. A parked ack no claim took goes out through its batcher after the
+//!   window, or at `close`; with `min_replicas` none is parked.
 //! - A claim on a partitioned queue claims each partition on its own: one failing
 //!   partition never costs the leases taken on the others.
 //! - A claim that leased fewer jobs than asked for (and so saw nothing else due) leaves an
@@ -50,13 +54,15 @@
 //!
 //! `conn.rs` connects (a server or a cluster) and sets the timeouts; `keys.rs` names each
 //! partition's keys and routes ids; `scripts.rs` runs the scripts; `reply.rs` maps errors
-//! and decodes replies; `batcher.rs` coalesces concurrent schedules and acks; `wake.rs`
+//! and decodes replies; `batcher.rs` coalesces concurrent schedules and acks; `fold.rs`
+//! parks acks for the next claim; `wake.rs`
 //! subscribes to wake messages; `backend.rs` is the [`Backend`](crate::backend::Backend)
 //! implementation; this file holds the [`Redis`] value and opens it.
 
 mod backend;
 mod batcher;
 mod conn;
+mod fold;
 mod keys;
 mod primary;
 mod reply;
@@ -70,6 +76,7 @@ use std::sync::Arc;
 
 use self::batcher::Batcher;
 use self::conn::{connect, Conn};
+use self::fold::Folds;
 use self::keys::{former_partition_of, partition_of, tag, Keys};
 use self::reply::redis_error;
 use self::scripts::{micros, NewJob, PartClaim, Scripts};
@@ -87,11 +94,12 @@ pub(crate) use self::conn::Target;
 const DRY_RETRY: u64 = 1_000_000_000;
 
 /// One partition of a queue: its own keys (its own hash tag, so its own cluster slot) and
-/// its own schedule and ack batchers.
+/// its own schedule and ack batchers, and the acks parked for its next claim.
 struct Partition {
     keys: Arc<Keys>,
     schedules: Batcher<NewJob, (Scheduled, u64)>,
     acks: Batcher<(String, u64), bool>,
+    folds: Folds,
 }
 
 pub(crate) struct Redis {
@@ -194,6 +202,7 @@ impl Redis {
                     keys,
                     schedules,
                     acks,
+                    folds: Folds::new(config.min_replicas.is_none(), config.lease),
                 }
             })
             .collect();
@@ -341,9 +350,16 @@ impl Redis {
         // Not `writer`: a claim that failed its `WAIT` would strand the leases it took
         // until they end, while one lost in a failover only delivers its jobs again.
         let mut conn = self.conn()?;
-        let claim =
-            self.scripts
-                .claim(&mut conn, &part.keys, max, self.lease_us, self.max_attempts);
+        let taken = part.folds.take();
+        let acks = taken.pairs();
+        let claim = self.scripts.claim(
+            &mut conn,
+            &part.keys,
+            max,
+            self.lease_us,
+            self.max_attempts,
+            &acks,
+        );
         let claimed: Result<PartClaim, Error> = match deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, claim)
                 .await
@@ -354,7 +370,8 @@ impl Redis {
                 }),
             None => claim.await,
         };
-        let (jobs, now, next, notes, died) = claimed?;
+        taken.answer(claimed.as_ref().map(|c| c.5.as_slice()));
+        let (jobs, now, next, notes, died, _) = claimed?;
         // A dry head given its list may be due: look again at once. One whose fill failed
         // stays due, undelivered: look again in a second, not in a loop of claims against
         // a failing fill.
@@ -363,6 +380,8 @@ impl Redis {
             (true, false) => Some(now),
             (false, false) => next,
         };
+        part.folds
+            .claimed(next.map(|next| next.saturating_sub(now)));
         Ok((jobs, now, next, died))
     }
 }

@@ -33,9 +33,16 @@ const MAX_AFTER: Duration = Duration::from_secs(100 * 365 * 86_400);
 pub(super) type NewJob = (String, When, Vec<u8>);
 
 /// What one partition's claim returned: the jobs, the server's now and the next due time,
-/// in that server's nanoseconds, the series whose lists need Rust, and how many jobs it
-/// killed.
-pub(super) type PartClaim = (Vec<Claimed>, u64, Option<u64>, Vec<SeriesNote>, u64);
+/// in that server's nanoseconds, the series whose lists need Rust, how many jobs it
+/// killed, and the answers to the acks folded into it.
+pub(super) type PartClaim = (
+    Vec<Claimed>,
+    u64,
+    Option<u64>,
+    Vec<SeriesNote>,
+    u64,
+    Vec<bool>,
+);
 
 /// A claim's note about a recurring series (`lua/series.lua`): its list of upcoming
 /// occurrences runs low, or ran out before the claim's time (`dry`: the head waits for
@@ -160,8 +167,15 @@ impl Scripts {
             cancel: series_script!("cancel.lua"),
             reschedule: series_script!("reschedule.lua"),
             get: Script::new(include_str!("lua/get.lua")),
-            claim: series_script!("claim.lua"),
-            ack: Script::new(include_str!("lua/ack.lua")),
+            claim: Script::new(concat!(
+                include_str!("lua/acks.lua"),
+                include_str!("lua/series.lua"),
+                include_str!("lua/claim.lua")
+            )),
+            ack: Script::new(concat!(
+                include_str!("lua/acks.lua"),
+                include_str!("lua/ack.lua")
+            )),
             retry: Script::new(include_str!("lua/retry.lua")),
             extend: Script::new(include_str!("lua/extend.lua")),
             remove_dead: Script::new(include_str!("lua/remove_dead.lua")),
@@ -290,7 +304,8 @@ impl Scripts {
         job_info(id.to_owned(), meta, error, payload).map(Some)
     }
 
-    /// `claim.lua`: leases up to `max` due jobs of one partition.
+    /// `claim.lua`: applies `acks` (answered in the reply's last field), then leases up to
+    /// `max` due jobs of one partition.
     pub(super) async fn claim(
         &self,
         conn: &mut Conn,
@@ -298,6 +313,7 @@ impl Scripts {
         max: usize,
         lease_us: u64,
         max_attempts: u32,
+        acks: &[(String, u64)],
     ) -> Result<PartClaim, Error> {
         let mut call = self.claim.prepare_invoke();
         call.key(&k.meta)
@@ -312,6 +328,9 @@ impl Scripts {
             .key(&k.errors)
             .key(&k.running);
         call.arg(max).arg(lease_us).arg(max_attempts);
+        for (id, token) in acks {
+            call.arg(id).arg(token);
+        }
         let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
         let mut items = array(reply)?.into_iter();
         let now_us = int(&items.next().unwrap_or(Value::Nil))?;
@@ -337,6 +356,13 @@ impl Scripts {
             });
         }
         let died = int(&items.next().unwrap_or(Value::Nil))?;
+        let acked = array(items.next().unwrap_or(Value::Array(Vec::new())))?
+            .iter()
+            .map(|v| Ok(int(v)? == 1))
+            .collect::<Result<Vec<bool>, Error>>()?;
+        if acked.len() != acks.len() {
+            return Err(Error::storage("short ack answers in a claim reply"));
+        }
         let rest: Vec<Value> = items.collect();
         let mut jobs = Vec::with_capacity(rest.len() / 5);
         for chunk in rest.chunks(5) {
@@ -351,7 +377,14 @@ impl Scripts {
                 token: int(token)?,
             });
         }
-        Ok((jobs, now_us.saturating_mul(1000), next_due, notes, died))
+        Ok((
+            jobs,
+            now_us.saturating_mul(1000),
+            next_due,
+            notes,
+            died,
+            acked,
+        ))
     }
 
     /// `recurring_set.lua`: creates or replaces a series; `times` are its first occurrences

@@ -4,6 +4,7 @@ run_behaviour_suite!(crate::support::redis());
 run_recurring_suite!(crate::support::redis());
 
 mod failover;
+mod fold;
 mod outage;
 mod security;
 
@@ -489,7 +490,10 @@ async fn one_claim_runs_the_occurrence_that_supersedes_the_head() {
     let (q, head) = series_every_100ms(&server).await;
     q.close().await.unwrap();
     tokio::time::sleep(ms(350)).await;
-    let claim = include_str!("../../src/redis/lua/claim.lua");
+    let claim = concat!(
+        include_str!("../../src/redis/lua/acks.lua"),
+        include_str!("../../src/redis/lua/claim.lua")
+    );
     let keys = [
         "meta",
         "payload",

@@ -14,10 +14,14 @@
 --                         moves each job from due to running and an ack removes it from
 --                         running: one sorted-set write each, as when due held both); and
 --                         RUNNING_PIN, below, scored +inf
--- ARGV[1] max jobs (at most 512), ARGV[2] lease in microseconds, ARGV[3] max attempts
+-- ARGV[1] max jobs (at most 512), ARGV[2] lease in microseconds, ARGV[3] max attempts,
+-- then pairs id, lease token: the consumer's acks folded into this claim (at most 512
+-- pairs), applied first exactly as ack.lua applies them (acks.lua, prepended), so a
+-- steady consumer pays one request per job instead of a claim and an ack
 --
--- Returns {now_us, next_due_us ("" if none), notes, how many jobs it killed, then per
--- delivered job: id, payload, attempt, run_at_ns, token}; next_due_us is the first of due's
+-- Returns {now_us, next_due_us ("" if none), notes, how many jobs it killed, the folded
+-- acks' answers (one 1|0 per pair, see acks.lua), then per delivered job: id, payload,
+-- attempt, run_at_ns, token}; next_due_us is the first of due's
 -- head and running's (a lease end wakes consumers too); notes are series.lua's {name,
 -- 'low' | 'dry', version, head_ns, runs, rule}. The first claim of a recurring series' head
 -- creates its next occurrence here (series_due), so claiming one and creating the next are
@@ -44,7 +48,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[2])
 local max_attempts = tonumber(ARGV[3])
-if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, '', {}, 0} end
+-- Before the pause check: a paused queue still takes acks.
+local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], ARGV, 4)
+if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, '', {}, 0, acked} end
 local max = tonumber(ARGV[1])
 -- Expired leases are few: the common claim reads due alone, without scores.
 local ids = redis.call('ZRANGEBYSCORE', KEYS[11], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
@@ -77,7 +83,7 @@ local taken = {}
 local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4],
            series = KEYS[7], series_payload = KEYS[8], series_next = KEYS[9], taken = taken}
 local notes = {}
-local out = {now, '', notes, 0}
+local out = {now, '', notes, 0, acked}
 if #ids > 0 then
   local metas = redis.call('HMGET', KEYS[1], unpack(ids))
   local jobs = {}
