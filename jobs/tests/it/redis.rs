@@ -547,7 +547,10 @@ async fn a_hand_made_superseding_occurrence_is_leased_once_in_one_claim() {
         // Past the head and `next`, well before the one after (2 s after the head).
         let wait = next + ms(300);
         tokio::time::sleep(wait.duration_since(SystemTime::now()).unwrap_or_default()).await;
-        let claim = include_str!("../../src/redis/lua/claim.lua");
+        let claim = concat!(
+            include_str!("../../src/redis/lua/acks.lua"),
+            include_str!("../../src/redis/lua/claim.lua")
+        );
         let keys = [
             "meta",
             "payload",
