@@ -430,6 +430,29 @@ fn eval_series_script(server: &RedisServer, body: &str, keys: &[&str], args: &[&
     server.cli(&line)
 }
 
+/// One claim of up to 10 jobs (lease 30 s, 25 attempts) on the queue `orders` by `EVAL` of
+/// its script, as a consumer would send it; its reply as redis-cli prints it.
+fn eval_claim(server: &RedisServer) -> String {
+    let claim = concat!(
+        include_str!("../../src/redis/lua/acks.lua"),
+        include_str!("../../src/redis/lua/claim.lua")
+    );
+    let keys = [
+        "meta",
+        "payload",
+        "due",
+        "counts",
+        "seq",
+        "dead",
+        "series",
+        "series_payload",
+        "series_next",
+        "errors",
+        "running",
+    ];
+    eval_series_script(server, claim, &keys, &["10", "30000000", "25"])
+}
+
 /// `recurring_set.lua` handed a list computed before a claim moved the series (its Rust
 /// half reads the server's time a round trip earlier): the entry the claim delivered (acked
 /// since, so its id is free) and one already past are not the new head; the first entry
@@ -490,24 +513,7 @@ async fn one_claim_runs_the_occurrence_that_supersedes_the_head() {
     let (q, head) = series_every_100ms(&server).await;
     q.close().await.unwrap();
     tokio::time::sleep(ms(350)).await;
-    let claim = concat!(
-        include_str!("../../src/redis/lua/acks.lua"),
-        include_str!("../../src/redis/lua/claim.lua")
-    );
-    let keys = [
-        "meta",
-        "payload",
-        "due",
-        "counts",
-        "seq",
-        "dead",
-        "series",
-        "series_payload",
-        "series_next",
-        "errors",
-        "running",
-    ];
-    let reply = eval_series_script(&server, claim, &keys, &["10", "30000000", "25"]);
+    let reply = eval_claim(&server);
     let leased: Vec<&str> = reply.lines().filter(|l| l.starts_with("s@")).collect();
     assert_eq!(leased.len(), 1, "{reply}");
     let at: jiff::Timestamp = leased[0]["s@".len()..].parse().unwrap();
@@ -547,24 +553,7 @@ async fn a_hand_made_superseding_occurrence_is_leased_once_in_one_claim() {
         // Past the head and `next`, well before the one after (2 s after the head).
         let wait = next + ms(300);
         tokio::time::sleep(wait.duration_since(SystemTime::now()).unwrap_or_default()).await;
-        let claim = concat!(
-            include_str!("../../src/redis/lua/acks.lua"),
-            include_str!("../../src/redis/lua/claim.lua")
-        );
-        let keys = [
-            "meta",
-            "payload",
-            "due",
-            "counts",
-            "seq",
-            "dead",
-            "series",
-            "series_payload",
-            "series_next",
-            "errors",
-            "running",
-        ];
-        let reply = eval_series_script(&server, claim, &keys, &["10", "30000000", "25"]);
+        let reply = eval_claim(&server);
         let leased: Vec<&str> = reply.lines().filter(|l| l.starts_with("s@")).collect();
         assert_eq!(leased, [id.as_str()], "hand first {hand_first}: {reply}");
         let q = queue(&server, |_| {}).await;

@@ -28,6 +28,16 @@ async fn open(url: &str, name: &str) -> Result<JobQueue, Error> {
         .expect("open hangs")
 }
 
+/// `run` (a spawned worker) ends with the refusal well within [`HANG`], not retrying it.
+async fn stops_unauthorized(run: tokio::task::JoinHandle<Result<(), Error>>) {
+    let err = tokio::time::timeout(HANG, run)
+        .await
+        .expect("run retries a refusal")
+        .unwrap()
+        .unwrap_err();
+    assert!(err.is_unauthorized(), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_password_or_none_fails_open_as_unauthorized() {
     let server = acl_server("orders");
@@ -71,12 +81,7 @@ async fn an_acl_that_denies_the_queue_fails_open_and_stops_run() {
     ]);
     let err = q.schedule("job", Duration::ZERO, "p").await.unwrap_err();
     assert!(err.is_unauthorized(), "{err}");
-    let err = tokio::time::timeout(HANG, run)
-        .await
-        .expect("run retries a refusal")
-        .unwrap()
-        .unwrap_err();
-    assert!(err.is_unauthorized(), "{err}");
+    stops_unauthorized(run).await;
     q.close().await.unwrap();
 }
 
@@ -95,12 +100,7 @@ async fn a_command_the_scripts_need_taken_away_stops_run() {
     ]);
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let run = spawn_reporting_worker(q.clone(), 1, tx);
-    let err = tokio::time::timeout(HANG, run)
-        .await
-        .expect("run retries a refusal")
-        .unwrap()
-        .unwrap_err();
-    assert!(err.is_unauthorized(), "{err}");
+    stops_unauthorized(run).await;
     q.close().await.unwrap();
 }
 
