@@ -115,41 +115,28 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 // Layers, bottom up (a module imports only from the layers below it; docs/ARCHITECTURE.md,
-// "wheel-jobs"): error, job, config, model, wakeup → backend → embedded, redis → shared →
-// consumer → worker → queue → builder → console (the web console reads only through
-// JobQueue).
+// "wheel-jobs"): core (values and pure rules) → backend (the trait) → embedded, redis (the
+// stores) → queue (the front: JobQueue, builder, consumer, worker) → console (reads only
+// through JobQueue).
 mod backend;
-mod builder;
-mod config;
 #[cfg(feature = "console")]
 pub mod console;
-mod consumer;
+mod core;
 mod embedded;
-mod error;
-mod job;
-mod list;
-mod metrics;
-mod model;
 mod queue;
-mod recurrence;
 #[cfg(feature = "redis")]
 mod redis;
-mod series;
-mod shared;
-#[cfg(feature = "serde")]
-mod typed;
-mod wakeup;
-mod worker;
 
-pub use builder::Builder;
-pub use consumer::{Consumer, Delivery};
-pub use error::Error;
-pub use job::{
+pub use crate::core::error::Error;
+pub use crate::core::job::{
     Counts, JobInfo, JobState, Scheduled, When, MAX_ERROR_LEN, MAX_ID_LEN, MAX_PAYLOAD, MIN_LEASE,
 };
-pub use list::{Cursor, ListOptions, Page};
-pub use queue::JobQueue;
-pub use recurrence::Recurrence;
-pub use series::{CatchUp, Recurring, RecurringInfo};
+pub use crate::core::list::{Cursor, ListOptions, Page};
+pub use crate::core::recurrence::Recurrence;
+pub use crate::core::series::{CatchUp, Recurring, RecurringInfo};
+pub use crate::queue::builder::Builder;
+pub use crate::queue::consumer::Consumer;
+pub use crate::queue::delivery::Delivery;
 #[cfg(feature = "serde")]
-pub use typed::{TypedDelivery, TypedQueue};
+pub use crate::queue::typed::{TypedDelivery, TypedQueue};
+pub use crate::queue::JobQueue;

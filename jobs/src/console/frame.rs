@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::Shared;
-use crate::error::Error;
+use crate::core::error::Error;
 
 /// Where the console is mounted: `""` at the root, `/jobs` under `Router::nest("/jobs", …)`.
 /// Every link and redirect starts with it.

@@ -30,7 +30,6 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::Shared;
 use std::sync::Arc;
 
 /// Pages load only what the console serves itself: no inline script or style, no frame
@@ -154,8 +153,12 @@ impl IntoResponse for Refusal {
 
 /// The guard as a middleware: refuses what [`Guard::admit`] refuses, and adds the security
 /// headers to every response.
-pub(super) async fn check(State(app): State<Shared>, request: Request, next: Next) -> Response {
-    let mut response = match app.guard.admit(&request) {
+pub(super) async fn check(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut response = match guard.admit(&request) {
         Ok(()) => next.run(request).await,
         Err(refused) => refused.into_response(),
     };

@@ -148,7 +148,7 @@ impl Console {
     pub fn router(&self) -> Router {
         let app = Arc::new(App {
             queue: self.queue.clone(),
-            guard: Guard::new(self.token.clone(), self.any_host),
+            guard: Arc::new(Guard::new(self.token.clone(), self.any_host)),
             recorder: self.recorder.clone(),
         });
         Router::new()
@@ -166,7 +166,7 @@ impl Console {
             .route("/assets/console.css", get(pages::stylesheet))
             .route("/assets/console.js", get(pages::script))
             .layer(axum::middleware::from_fn_with_state(
-                app.clone(),
+                app.guard.clone(),
                 guard::check,
             ))
             .with_state(app)
@@ -203,7 +203,7 @@ pub fn router(queue: JobQueue) -> Router {
 /// What every route shares.
 struct App {
     queue: JobQueue,
-    guard: Guard,
+    guard: Arc<Guard>,
     recorder: Option<Recorder>,
 }
 

@@ -14,8 +14,8 @@ use super::frame::{error_page, page, status_of, Base, Done, Frame, PageQuery};
 use super::recorder::render_counts;
 use super::view::{self, Chart, Payload, Time};
 use super::Shared;
-use crate::job::JobState;
-use crate::list::{Cursor, ListOptions};
+use crate::core::job::JobState;
+use crate::core::list::{Cursor, ListOptions};
 
 // ===== the overview =====
 
@@ -226,7 +226,7 @@ pub(super) async fn job(
             Some(info) if info.state() == JobState::Pending => app.queue.recurring_of(&id).await?,
             _ => None,
         };
-        Ok::<_, crate::error::Error>((info, series.map(|s| s.name().to_owned())))
+        Ok::<_, crate::core::error::Error>((info, series.map(|s| s.name().to_owned())))
     };
     match read.await {
         Ok((info, series)) => {

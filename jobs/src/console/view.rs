@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::job::JobState;
+use crate::core::job::JobState;
 
 /// The most of a payload a page shows: payloads may be up to 512 MiB, a page stays small.
 pub(super) const PAYLOAD_SHOWN: usize = 64 << 10;

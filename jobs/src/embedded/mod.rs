@@ -42,12 +42,12 @@ use redb::DatabaseError;
 use tokio::sync::oneshot;
 
 use crate::backend::{Backend, BoxFuture, ClaimBatch};
-use crate::config::Config;
-use crate::error::{panic_message, Error};
-use crate::job::{self, JobInfo, JobState, Scheduled, When};
-use crate::model::{Counts, Retry};
-use crate::recurrence::Recurrence;
-use crate::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::config::Config;
+use crate::core::error::{panic_message, Error};
+use crate::core::job::{self, JobInfo, JobState, Scheduled, When};
+use crate::core::recurrence::Recurrence;
+use crate::core::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::state::{Retry, Tally};
 use store::{Op, Reply, Store};
 
 /// Requests applied in one transaction at most: bounds a commit's size and latency.
@@ -147,9 +147,9 @@ impl Shared {
             .unwrap_or_else(Error::closed)
     }
 
-    fn publish(&self, counts: Counts) {
+    fn publish(&self, counts: Tally) {
         self.pending.store(counts.pending, Relaxed);
-        self.running.store(counts.leased, Relaxed);
+        self.running.store(counts.running, Relaxed);
     }
 }
 

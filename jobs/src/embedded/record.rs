@@ -16,7 +16,7 @@
 
 use std::fmt;
 
-use crate::model::{Job, Status};
+use crate::core::state::{Machine, Status};
 
 const VERSION: u8 = 2;
 /// Version 1's header: version 2 adds the error's length after it.
@@ -36,7 +36,7 @@ impl fmt::Display for Corrupt {
 /// One job as stored: its state, its last error and its payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Record<'a> {
-    pub(crate) job: Job,
+    pub(crate) job: Machine,
     pub(crate) error: Option<&'a str>,
     pub(crate) payload: &'a [u8],
 }
@@ -46,7 +46,7 @@ impl<'a> Record<'a> {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let (state, token, time) = match self.job.status {
             Status::Pending => (0u8, 0, 0),
-            Status::Leased { token, until } => (1, token, until),
+            Status::Running { token, until } => (1, token, until),
             Status::Dead { at } => (2, 0, at),
         };
         let error = self.error.unwrap_or_default();
@@ -81,7 +81,7 @@ impl<'a> Record<'a> {
         let run_at = u64_at(6);
         let status = match bytes[1] {
             0 => Status::Pending,
-            1 => Status::Leased {
+            1 => Status::Running {
                 token: u64_at(14),
                 until: u64_at(22),
             },
@@ -90,7 +90,7 @@ impl<'a> Record<'a> {
             2 => Status::Dead { at: u64_at(22) },
             _ => return Err(Corrupt),
         };
-        let job = Job {
+        let job = Machine {
             run_at,
             attempt,
             status,
@@ -127,10 +127,10 @@ impl<'a> Record<'a> {
 
 /// The version 1 encoder, kept to test that stores written before version 2 still open.
 #[cfg(test)]
-pub(crate) fn encode_v1(job: &Job, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn encode_v1(job: &Machine, payload: &[u8]) -> Vec<u8> {
     let (state, token, until) = match job.status {
         Status::Pending => (0u8, 0, 0),
-        Status::Leased { token, until } => (1, token, until),
+        Status::Running { token, until } => (1, token, until),
         Status::Dead { .. } => (2, 0, 0),
     };
     let mut out = vec![1, state];
@@ -147,13 +147,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn job() -> impl Strategy<Value = Job> {
+    fn job() -> impl Strategy<Value = Machine> {
         let status = prop_oneof![
             Just(Status::Pending),
-            (any::<u64>(), any::<u64>()).prop_map(|(token, until)| Status::Leased { token, until }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(token, until)| Status::Running { token, until }),
             any::<u64>().prop_map(|at| Status::Dead { at }),
         ];
-        (any::<u64>(), any::<u32>(), status).prop_map(|(run_at, attempt, status)| Job {
+        (any::<u64>(), any::<u32>(), status).prop_map(|(run_at, attempt, status)| Machine {
             run_at,
             attempt,
             status,
@@ -178,7 +179,7 @@ mod tests {
         assert_eq!(Record::decode(&[]), Err(Corrupt));
         assert_eq!(Record::decode(&[9; 40]), Err(Corrupt));
         let record = |error| Record {
-            job: Job::new(1),
+            job: Machine::new(1),
             error,
             payload: b"",
         };
@@ -199,14 +200,14 @@ mod tests {
 
     #[test]
     fn version_1_records_still_decode() {
-        let dead = Job {
+        let dead = Machine {
             run_at: 7,
             attempt: 3,
             status: Status::Dead { at: 12 },
         };
         let encoded = encode_v1(&dead, b"p");
         let decoded = Record::decode(&encoded).unwrap();
-        let dead_since_run_at = Job {
+        let dead_since_run_at = Machine {
             status: Status::Dead { at: 7 },
             ..dead
         };
@@ -218,10 +219,10 @@ mod tests {
                 payload: b"p"
             }
         );
-        let leased = Job {
+        let leased = Machine {
             run_at: 7,
             attempt: 1,
-            status: Status::Leased { token: 5, until: 9 },
+            status: Status::Running { token: 5, until: 9 },
         };
         assert_eq!(
             Record::decode(&encode_v1(&leased, b"")).unwrap().job,

@@ -1,5 +1,5 @@
 //! The embedded store's recurring series: the `series` table's record, and each series step
-//! inside a batch's transaction (`crate::series` has the rules).
+//! inside a batch's transaction (`crate::core::series` has the rules).
 //!
 //! # Ground rules
 //!
@@ -15,10 +15,10 @@ use std::collections::HashMap;
 
 use super::record;
 use super::store::Tables;
-use crate::error::Error;
-use crate::model::{Counts, Job, Status};
-use crate::recurrence::Recurrence;
-use crate::series::{self, occurrence_id, CatchUp, Recurring, RecurringInfo, Step};
+use crate::core::error::Error;
+use crate::core::recurrence::Recurrence;
+use crate::core::series::{self, occurrence_id, CatchUp, Recurring, RecurringInfo, Step};
+use crate::core::state::{Machine, Status, Tally};
 
 const VERSION: u8 = 1;
 const HEADER: usize = 1 + 4 + 1 + 8 + 1 + 8 + 4;
@@ -112,7 +112,7 @@ impl Rules {
 #[allow(clippy::too_many_arguments)] // the series' parts, each named once here
 fn place_head(
     t: &mut Tables<'_>,
-    counts: &mut Counts,
+    counts: &mut Tally,
     rule: &Recurrence,
     name: &str,
     mut at: Option<u64>,
@@ -131,7 +131,7 @@ fn place_head(
         match t.load(&id)? {
             None => {
                 let job = record::Record {
-                    job: Job::new(time),
+                    job: Machine::new(time),
                     error: None,
                     payload,
                 };
@@ -155,7 +155,7 @@ fn place_head(
 /// Deletes the head job of a series if it is still pending.
 fn drop_head(
     t: &mut Tables<'_>,
-    counts: &mut Counts,
+    counts: &mut Tally,
     name: &str,
     head: Option<u64>,
 ) -> Result<(), Error> {
@@ -173,7 +173,7 @@ fn drop_head(
 /// payload `payload`; returns its time if so.
 fn keep_head(
     t: &mut Tables<'_>,
-    counts: &mut Counts,
+    counts: &mut Tally,
     name: &str,
     head: Option<u64>,
     payload: &[u8],
@@ -210,7 +210,7 @@ fn keeps_due_head(old: &Record, head: u64, now: u64) -> bool {
 /// stays pending, an ordinary job, if [`series::keeps_due_head`] says so.
 pub(super) fn set(
     t: &mut Tables<'_>,
-    counts: &mut Counts,
+    counts: &mut Tally,
     now: u64,
     name: &str,
     rule: &Recurrence,
@@ -254,7 +254,7 @@ pub(super) fn set(
 }
 
 /// `cancel_recurring`: deletes the series and its pending head.
-pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Counts, name: &str) -> Result<bool, Error> {
+pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Tally, name: &str) -> Result<bool, Error> {
     let Some(old) = t.load_series(name)? else {
         return Ok(false);
     };
@@ -316,11 +316,11 @@ pub(super) enum FirstClaim {
 /// superseded in turn whenever claims come further apart than the interval, forever.
 pub(super) fn on_first_claim(
     t: &mut Tables<'_>,
-    counts: &mut Counts,
+    counts: &mut Tally,
     rules: &mut Rules,
     now: u64,
     id: &str,
-    job: Job,
+    job: Machine,
 ) -> Result<FirstClaim, Error> {
     let Some(name) = series::series_of(id) else {
         return Ok(FirstClaim::Deliver);

@@ -7,7 +7,7 @@
 //!   `model.rs`), `running` ((lease end, id) → (): the running jobs' keys, so it is the lease
 //!   table), `died` ((death time, id) → (): the dead jobs, to list them newest first and
 //!   purge them without a scan), `series` (name → a recurring series' record,
-//!   `series.rs`), `meta` (format version, the per-state [`Counts`], the paused flag, the
+//!   `series.rs`), `meta` (format version, the per-state [`Tally`], the paused flag, the
 //!   log's epoch and owner number). A claim reads `due` and `running` up to "now" and takes
 //!   the first keys of both, so what is due and which leases ended are one ordered read,
 //!   and a job moving between them costs the one remove and one insert a single index
@@ -43,10 +43,10 @@ use super::record::Record;
 use super::series::{self, FirstClaim, Rules};
 use super::wal::Wal;
 use crate::backend::{ClaimBatch, Claimed};
-use crate::config::Config;
-use crate::error::Error;
-use crate::job::{self, add, nanos, Scheduled};
-use crate::model::{self, Claim, Counts, Retry, Status};
+use crate::core::config::Config;
+use crate::core::error::Error;
+use crate::core::job::{self, add, nanos, Scheduled};
+use crate::core::state::{self, Claim, Retry, Status, Tally};
 
 mod op;
 mod tables;
@@ -90,7 +90,7 @@ pub(crate) struct Store {
     /// `CHECKPOINT_EVERY`, but the model test checkpoints at will.
     checkpoint_every: Duration,
     broken: bool,
-    counts: Counts,
+    counts: Tally,
     /// Whether claims are stopped (`meta.paused`), as of the last commit.
     paused: bool,
     lease: Duration,
@@ -133,18 +133,18 @@ impl Store {
             let get = |key: &str| -> Result<u64, Error> {
                 Ok(meta.get(key).map_err(storage)?.map_or(0, |v| v.value()))
             };
-            let mut counts = Counts {
+            let mut counts = Tally {
                 pending: get("pending")?,
-                leased: get("leased")?,
+                running: get("leased")?,
                 dead: get("dead")?,
             };
             if matches!(format, Some(1..=3)) {
-                upgrade(&txn, &mut t, counts.leased)?;
+                upgrade(&txn, &mut t, counts.running)?;
             }
             let epoch = get("epoch")?;
             let paused = get("paused")? == 1;
             let owner = match get("owner")? {
-                0 => model::mix(now() ^ u64::from(std::process::id()).rotate_left(32)) | 1,
+                0 => state::mix(now() ^ u64::from(std::process::id()).rotate_left(32)) | 1,
                 owner => owner,
             };
             meta.insert("owner", owner).map_err(storage)?;
@@ -166,7 +166,7 @@ impl Store {
             meta.insert("format", FORMAT).map_err(storage)?;
             meta.insert("epoch", epoch).map_err(storage)?;
             meta.insert("pending", counts.pending).map_err(storage)?;
-            meta.insert("leased", counts.leased).map_err(storage)?;
+            meta.insert("leased", counts.running).map_err(storage)?;
             meta.insert("dead", counts.dead).map_err(storage)?;
             (counts, epoch, paused)
         };
@@ -187,13 +187,13 @@ impl Store {
             lease: config.lease,
             max_attempts: config.max_attempts,
             quick_repair: config.quick_repair,
-            seed: model::mix(seed),
+            seed: state::mix(seed),
             issued: 0,
             rules: Rules::default(),
         })
     }
 
-    pub(crate) fn counts(&self) -> Counts {
+    pub(crate) fn counts(&self) -> Tally {
         self.counts
     }
 
@@ -221,7 +221,7 @@ impl Store {
 
     fn token(&mut self) -> u64 {
         self.issued += 1;
-        model::mix(self.seed.wrapping_add(self.issued))
+        state::mix(self.seed.wrapping_add(self.issued))
     }
 
     /// Applies `ops` in order in one transaction. On error nothing of the batch is applied.
@@ -253,7 +253,7 @@ impl Store {
             if dirty {
                 let mut meta = txn.open_table(META).map_err(storage)?;
                 meta.insert("pending", counts.pending).map_err(storage)?;
-                meta.insert("leased", counts.leased).map_err(storage)?;
+                meta.insert("leased", counts.running).map_err(storage)?;
                 meta.insert("dead", counts.dead).map_err(storage)?;
                 meta.insert("paused", u64::from(t.paused))
                     .map_err(storage)?;
@@ -312,7 +312,7 @@ impl Store {
     fn op(
         &mut self,
         t: &mut Tables<'_>,
-        counts: &mut Counts,
+        counts: &mut Tally,
         now: u64,
         op: Op,
     ) -> Result<(Reply, bool), Error> {
@@ -492,7 +492,7 @@ impl Store {
             }
             Op::Counts => {
                 let next_due = next_pending(t)?;
-                let (p, r, d) = (counts.pending, counts.leased, counts.dead);
+                let (p, r, d) = (counts.pending, counts.running, counts.dead);
                 let c = job::Counts::new(p, r, d, t.paused, next_due);
                 (Reply::Counts(c), false)
             }
@@ -515,7 +515,7 @@ impl Store {
     fn claim(
         &mut self,
         t: &mut Tables<'_>,
-        counts: &mut Counts,
+        counts: &mut Tally,
         now: u64,
         max: usize,
     ) -> Result<(ClaimBatch, bool), Error> {

@@ -40,8 +40,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use crate::error::Error;
-use crate::model::mix;
+use crate::core::error::Error;
+use crate::core::state::mix;
 
 const HEAD: usize = 4 + 8 + 8 + 8 + 8;
 

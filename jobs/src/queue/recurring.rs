@@ -1,14 +1,14 @@
 //! [`JobQueue`]'s recurring series: validation once for every backend, then the trait.
 //! The rules (one pending occurrence per series, moved by the claim of the current one,
-//! catch-up) are in `series.rs`.
+//! catch-up) are in `core/series.rs`.
 
 use std::time::SystemTime;
 
 use super::JobQueue;
-use crate::error::Error;
-use crate::job::check_payload;
-use crate::recurrence::Recurrence;
-use crate::series::{
+use crate::core::error::Error;
+use crate::core::job::check_payload;
+use crate::core::recurrence::Recurrence;
+use crate::core::series::{
     check_name, occurrence_id, occurrence_series, CatchUp, Recurring, RecurringInfo,
 };
 

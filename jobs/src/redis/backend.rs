@@ -20,11 +20,11 @@ use super::keys::partition_of;
 use super::scripts::NewJob;
 use super::{Idle, Redis};
 use crate::backend::{Backend, BoxFuture, ClaimBatch};
-use crate::error::Error;
-use crate::job::{nanos, Counts, JobInfo, JobState, Scheduled, When};
-use crate::model::Retry;
-use crate::recurrence::Recurrence;
-use crate::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::error::Error;
+use crate::core::job::{nanos, Counts, JobInfo, JobState, Scheduled, When};
+use crate::core::recurrence::Recurrence;
+use crate::core::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::state::Retry;
 
 impl Redis {
     /// The answer to a schedule of `id` if a job of that id lives on its former partition

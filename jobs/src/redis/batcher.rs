@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::error::Error;
+use crate::core::error::Error;
 
 pub(super) type Reply<T> = tokio::sync::oneshot::Sender<Result<T, Error>>;
 

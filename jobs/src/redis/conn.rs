@@ -22,8 +22,8 @@ use ::redis::{Client, Value};
 use super::primary::{Find, Primary};
 use super::reply::redis_error;
 use super::wake::{has_spublish, Wake};
-use crate::config::Config;
-use crate::error::Error;
+use crate::core::config::Config;
+use crate::core::error::Error;
 
 /// The connection every call of a queue handle shares: one server or a cluster, each
 /// request bounded by `redis_timeout`.

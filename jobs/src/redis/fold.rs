@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::batcher::{Reply, MAX_BATCH};
-use crate::error::Error;
+use crate::core::error::Error;
 
 /// How long an ack may wait for a claim to carry it.
 pub(super) const FOLD_WINDOW: Duration = Duration::from_millis(20);

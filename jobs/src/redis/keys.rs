@@ -68,7 +68,7 @@ pub(super) fn tag(name: &str, i: usize, n: usize) -> String {
 /// (`name@<RFC 3339 UTC time>`) lives with its series, on the partition of `name`: the
 /// claim that takes it creates the next one in the same script.
 pub(super) fn partition_of(id: &str, n: usize) -> usize {
-    let key = crate::series::occurrence_series(id).unwrap_or(id);
+    let key = crate::core::series::occurrence_series(id).unwrap_or(id);
     (fnv(key) % n as u64) as usize
 }
 
@@ -77,7 +77,7 @@ pub(super) fn partition_of(id: &str, n: usize) -> usize {
 /// form (`x@2026-12-01T12:00:00Z`) is still there after an upgrade, so calls that find no
 /// such job on [`partition_of`] look there too.
 pub(super) fn former_partition_of(id: &str, n: usize) -> Option<usize> {
-    crate::series::occurrence_series(id)?;
+    crate::core::series::occurrence_series(id)?;
     let former = (fnv(id) % n as u64) as usize;
     (former != partition_of(id, n)).then_some(former)
 }

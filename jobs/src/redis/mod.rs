@@ -82,10 +82,10 @@ use self::reply::redis_error;
 use self::scripts::{micros, NewJob, PartClaim, Scripts};
 use self::wake::{subscribe, subscribe_cluster, Heard, Wake};
 use crate::backend::{BoxFuture, ClaimBatch, Claimed};
-use crate::config::Config;
-use crate::error::Error;
-use crate::job::Scheduled;
-use crate::wakeup::Wakeup;
+use crate::core::config::Config;
+use crate::core::error::Error;
+use crate::core::job::Scheduled;
+use crate::core::wakeup::Wakeup;
 
 pub(crate) use self::conn::Target;
 

@@ -11,7 +11,7 @@
 
 use ::redis::Value;
 
-use crate::error::Error;
+use crate::core::error::Error;
 
 /// Server replies that mean "not now" rather than "never": a script running too long
 /// (`BUSY`), a server loading its data after a restart (`LOADING`), a cluster resharding or

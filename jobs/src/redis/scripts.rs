@@ -19,11 +19,11 @@ use super::conn::Conn;
 use super::keys::Keys;
 use super::reply::{array, bytes, int, redis_error, score_ns, text};
 use crate::backend::Claimed;
-use crate::error::Error;
-use crate::job::{nanos, Counts, JobInfo, JobState, Scheduled, When};
-use crate::model::Retry;
-use crate::recurrence::utc_text;
-use crate::series::Recurring;
+use crate::core::error::Error;
+use crate::core::job::{nanos, Counts, JobInfo, JobState, Scheduled, When};
+use crate::core::recurrence::utc_text;
+use crate::core::series::Recurring;
+use crate::core::state::Retry;
 
 /// Delays past this are stored as `When::At` the saturation point: Lua's doubles hold
 /// microseconds exactly only below 2^53 (year 2255).

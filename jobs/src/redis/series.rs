@@ -28,9 +28,9 @@ use ::redis::cmd;
 use super::reply::redis_error;
 use super::scripts::{series_record, SeriesNote};
 use super::{Partition, Redis};
-use crate::error::Error;
-use crate::recurrence::Recurrence;
-use crate::series::{self, on_due, CatchUp, Recurring, RecurringInfo, Step};
+use crate::core::error::Error;
+use crate::core::recurrence::Recurrence;
+use crate::core::series::{self, on_due, CatchUp, Recurring, RecurringInfo, Step};
 
 /// Occurrences a list holds after its head, at least; a claim notes it low below 8.
 const LIST: usize = 16;

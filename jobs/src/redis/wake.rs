@@ -20,8 +20,8 @@ use ::redis::Value;
 
 use super::primary::Primary;
 use super::reply::{redis_error, score_ns};
-use crate::error::Error;
-use crate::wakeup::Wakeup;
+use crate::core::error::Error;
+use crate::core::wakeup::Wakeup;
 
 /// Where the wake messages come from.
 pub(super) enum Wake {

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use crate::backend::ClaimBatch;
-use crate::job::{self, JobInfo, JobState, Scheduled, When};
-use crate::model::Retry;
-use crate::recurrence::Recurrence;
-use crate::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::job::{self, JobInfo, JobState, Scheduled, When};
+use crate::core::recurrence::Recurrence;
+use crate::core::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::state::Retry;
 
 /// One request to the store.
 #[derive(Debug)]

@@ -8,9 +8,9 @@ use super::super::record::Record;
 use super::super::series;
 use super::super::wal;
 use super::LOG_AT_MOST;
-use crate::error::Error;
-use crate::job::{JobInfo, JobState, Scheduled, When};
-use crate::model::{Counts, Job, Status};
+use crate::core::error::Error;
+use crate::core::job::{JobInfo, JobState, Scheduled, When};
+use crate::core::state::{Machine, Status, Tally};
 
 pub(super) const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
 pub(super) const DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
@@ -57,14 +57,14 @@ impl<'t> Tables<'t> {
 
 /// A job read from `jobs`, owned.
 pub(in crate::embedded) struct Stored {
-    pub(in crate::embedded) job: Job,
+    pub(in crate::embedded) job: Machine,
     pub(super) error: Option<String>,
     pub(super) payload: Vec<u8>,
 }
 
 impl Stored {
     /// The record of this job in state `job`, its error and payload unchanged.
-    pub(super) fn with(&self, job: Job) -> Record<'_> {
+    pub(super) fn with(&self, job: Machine) -> Record<'_> {
         Record {
             job,
             error: self.error.as_deref(),
@@ -115,18 +115,18 @@ impl Tables<'_> {
     /// index, the running and dead indexes and the counts in step.
     pub(in crate::embedded) fn set(
         &mut self,
-        counts: &mut Counts,
+        counts: &mut Tally,
         id: &str,
-        before: Option<Job>,
+        before: Option<Machine>,
         after: Option<Record<'_>>,
     ) -> Result<(), Error> {
         let after_job = after.map(|r| r.job);
         // Each state's table holds its jobs' `listed_at` keys: run_at, lease end, death time.
-        let key = |job: Option<Job>, state: fn(&Status) -> bool| {
+        let key = |job: Option<Machine>, state: fn(&Status) -> bool| {
             job.filter(|j| state(&j.status)).map(|j| j.listed_at())
         };
         let due = |job| key(job, |s| *s == Status::Pending);
-        let running = |job| key(job, |s| matches!(s, Status::Leased { .. }));
+        let running = |job| key(job, |s| matches!(s, Status::Running { .. }));
         let died = |job| key(job, |s| matches!(s, Status::Dead { .. }));
         rekey(&mut self.due, id, due(before), due(after_job))?;
         rekey(&mut self.running, id, running(before), running(after_job))?;
@@ -240,7 +240,7 @@ pub(super) fn upgrade(
         let (key, _) = entry.map_err(storage)?;
         let (_, id) = key.value();
         if let Some(stored) = t.load(id)? {
-            if let Status::Leased { .. } = stored.job.status {
+            if let Status::Running { .. } = stored.job.status {
                 keys.push((stored.job.listed_at(), id.to_owned()));
                 found += 1;
             }
@@ -274,7 +274,7 @@ pub(super) fn rekey(
 
 pub(super) fn schedule(
     t: &mut Tables<'_>,
-    counts: &mut Counts,
+    counts: &mut Tally,
     now: u64,
     id: &str,
     when: When,
@@ -283,7 +283,7 @@ pub(super) fn schedule(
     if let Some(stored) = t.load(id)? {
         return Ok((Scheduled::Exists, stored.job.run_at));
     }
-    let job = Job::new(when.resolve(now));
+    let job = Machine::new(when.resolve(now));
     let record = Record {
         job,
         error: None,
@@ -340,7 +340,7 @@ pub(super) fn list(
 pub(super) fn state(status: Status) -> JobState {
     match status {
         Status::Pending => JobState::Pending,
-        Status::Leased { .. } => JobState::Running,
+        Status::Running { .. } => JobState::Running,
         Status::Dead { .. } => JobState::Dead,
     }
 }

@@ -12,10 +12,10 @@ use proptest::prelude::*;
 use redb::TableDefinition;
 
 use super::*;
-use crate::job::{JobInfo, JobState, When};
-use crate::model::Job;
-use crate::recurrence::Recurrence;
-use crate::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::job::{JobInfo, JobState, When};
+use crate::core::recurrence::Recurrence;
+use crate::core::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::state::Machine;
 
 const LEASE: u64 = 10;
 const MAX_ATTEMPTS: u32 = 2;
@@ -257,7 +257,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 for (_, id) in due.into_iter().take(max) {
                     let job = model.get_mut(&id).unwrap();
                     if job.holder.is_some() {
-                        job.error = Some(model::LEASE_EXPIRED.to_owned());
+                        job.error = Some(state::LEASE_EXPIRED.to_owned());
                     }
                     if job.attempt >= MAX_ATTEMPTS {
                         job.dead = true;
@@ -434,7 +434,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
         let leased = model.values().filter(|j| j.holder.is_some()).count() as u64;
         let dead = model.values().filter(|j| j.dead).count() as u64;
         prop_assert_eq!(
-            (counts.pending, counts.leased, counts.dead),
+            (counts.pending, counts.running, counts.dead),
             (pending, leased, dead)
         );
         let gets = (0..5).map(|i| Op::Get { id: name(i) }).collect();
@@ -612,15 +612,15 @@ fn a_format_2_store_gets_its_running_and_dead_indexes_on_open() {
     use crate::embedded::record::encode_v1;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("old.redb");
-    let leased = Job {
+    let leased = Machine {
         run_at: 40,
         attempt: 1,
-        status: Status::Leased {
+        status: Status::Running {
             token: 9,
             until: 1_000,
         },
     };
-    let dead = |run_at| Job {
+    let dead = |run_at| Machine {
         run_at,
         attempt: MAX_ATTEMPTS,
         status: Status::Dead { at: 0 },
@@ -637,8 +637,8 @@ fn a_format_2_store_gets_its_running_and_dead_indexes_on_open() {
             let mut due = txn.open_table(DUE).unwrap();
             let mut dead_set = txn.open_table(DEAD).unwrap();
             for (id, job) in [
-                ("p1", Job::new(50)),
-                ("p2", Job::new(2_000)),
+                ("p1", Machine::new(50)),
+                ("p2", Machine::new(2_000)),
                 ("r", leased),
                 ("d1", dead(10)),
                 ("d2", dead(30)),
@@ -758,7 +758,7 @@ fn a_store_of_format_2_upgrades_on_open() {
             let due: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
             let dead: TableDefinition<'_, &str, ()> = TableDefinition::new("dead");
             let meta: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
-            let record = crate::embedded::record::encode_v1(&Job::new(5), b"old");
+            let record = crate::embedded::record::encode_v1(&Machine::new(5), b"old");
             txn.open_table(jobs)
                 .unwrap()
                 .insert("a", record.as_slice())
@@ -841,7 +841,7 @@ fn series_changes_survive_a_crash_by_the_log() {
         Some(UNIX_EPOCH + Duration::from_millis(120))
     );
     assert_eq!(store.counts().pending, 1);
-    assert_eq!(store.counts().leased, 1);
+    assert_eq!(store.counts().running, 1);
     assert!(cancel_s(&mut store, 112 * MS));
     assert_eq!(store.counts().pending, 0);
     let mut store = crash(store, dir.path(), 1);
@@ -901,7 +901,7 @@ fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
         .map(|j| (j.id.as_str(), j.run_at))
         .collect();
     assert_eq!(ids, [("s@1970-01-01T00:00:00.13Z", 130 * MS)]);
-    assert_eq!((store.counts().pending, store.counts().leased), (1, 1));
+    assert_eq!((store.counts().pending, store.counts().running), (1, 1));
     let info = &list(&mut store, 135 * MS)[0];
     assert_eq!(
         info.last_run(),
@@ -937,6 +937,6 @@ fn a_stored_recurrence_that_no_longer_parses_fails_no_claim() {
     };
     assert_eq!(batch.jobs.len(), 1);
     assert_eq!(batch.jobs[0].run_at, 110 * MS);
-    assert_eq!((store.counts().pending, store.counts().leased), (0, 1));
+    assert_eq!((store.counts().pending, store.counts().running), (0, 1));
     assert!(cancel_s(&mut store, 112 * MS));
 }

@@ -27,11 +27,12 @@
 //! - Names are valid ids without `@`, short enough for the longest suffix
 //!   ([`MAX_NAME_LEN`]), so an occurrence id always names its series before its first `@`.
 
+use std::collections::HashMap;
 use std::time::SystemTime;
 
-use crate::error::Error;
-use crate::job::{system_time, MAX_ID_LEN};
-use crate::recurrence::{utc_text, Recurrence};
+use crate::core::error::Error;
+use crate::core::job::{system_time, MAX_ID_LEN};
+use crate::core::recurrence::{utc_text, Recurrence};
 
 /// The longest series name, in bytes: an occurrence id (`name@` and an RFC 3339 UTC time
 /// with nanoseconds, 30 bytes) must fit [`MAX_ID_LEN`].
@@ -201,7 +202,7 @@ pub(crate) fn series_of(id: &str) -> Option<&str> {
 /// `name@` and a time as [`occurrence_id`] writes it. Redis routes such ids by `name`.
 pub(crate) fn occurrence_series(id: &str) -> Option<&str> {
     let (name, time) = id.split_once('@')?;
-    let at = crate::recurrence::parse_utc_text(time)?;
+    let at = crate::core::recurrence::parse_utc_text(time)?;
     (utc_text(at) == time).then_some(name)
 }
 
@@ -272,6 +273,38 @@ pub(crate) fn unparsable(name: &str, rule: &str, err: &Error) {
 /// missed under the old recurrence is dropped silently by the change.
 pub(crate) fn keeps_due_head(rule: &Recurrence, catch_up: CatchUp, head: u64, now: u64) -> bool {
     catch_up.runs() > 0 || rule.next_after_nanos(head).is_none_or(|next| next > now)
+}
+
+// ===== impl Rules =====
+
+/// Parsed recurrences by their text form, so a store does not parse a series' stored rule
+/// at every claim of its head. Both backends keep one: the embedded store inside its
+/// single-threaded store (`&mut`), Redis behind a `Mutex` (cloning the rule out).
+#[derive(Debug, Default)]
+pub(crate) struct Rules(HashMap<String, Recurrence>);
+
+impl Rules {
+    /// The most texts kept: past it the cache starts over, so the texts of replaced
+    /// series do not pile up.
+    const MAX: usize = 1024;
+
+    /// The recurrence whose text form is `text`, parsed on first use;
+    /// [`Error::is_storage`] if it does not parse (what a store holds must).
+    // Until the backends drop their own copies of this cache (they are being rewritten
+    // beside this change), only the tests call it.
+    #[allow(dead_code)]
+    pub(crate) fn get(&mut self, text: &str) -> Result<&Recurrence, Error> {
+        if !self.0.contains_key(text) {
+            let rule = text.parse().map_err(|err| {
+                Error::storage(format!("a stored recurrence does not parse: {err}"))
+            })?;
+            if self.0.len() >= Self::MAX {
+                self.0.clear();
+            }
+            self.0.insert(text.to_owned(), rule);
+        }
+        Ok(&self.0[text])
+    }
 }
 
 #[cfg(test)]
@@ -407,5 +440,21 @@ mod tests {
         ] {
             assert_eq!(occurrence_series(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn rules_parse_each_text_once_and_refuse_garbage() {
+        let mut rules = Rules::default();
+        let every = rules.get("every 5m").unwrap().clone();
+        assert_eq!(every, Recurrence::every(Duration::from_secs(300)).unwrap());
+        assert_eq!(rules.get("every 5m").unwrap(), &every);
+        assert_eq!(rules.0.len(), 1);
+        assert!(rules.get("every now and then").unwrap_err().is_storage());
+        assert_eq!(rules.0.len(), 1, "a text that does not parse is not kept");
+        for n in 1..=Rules::MAX as u64 {
+            rules.get(&format!("every {n}s")).unwrap();
+        }
+        assert!(rules.0.len() <= Rules::MAX, "bounded: {}", rules.0.len());
+        assert_eq!(rules.get("every 5m").unwrap(), &every);
     }
 }

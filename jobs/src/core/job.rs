@@ -17,7 +17,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::error::Error;
+use crate::core::error::Error;
 
 /// The longest job id, in bytes.
 pub const MAX_ID_LEN: usize = 256;

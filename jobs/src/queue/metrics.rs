@@ -33,7 +33,7 @@
 
 use std::time::Duration;
 
-use crate::job::Counts;
+use crate::core::job::Counts;
 
 #[cfg(feature = "metrics")]
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};

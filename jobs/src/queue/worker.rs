@@ -16,7 +16,7 @@
 //!   delivery with the builder's backoff, the error's text (or `panicked: <message>`) kept
 //!   as the job's last error. Dropping the `run` future aborts the handlers; their jobs stay
 //!   leased and are redelivered when the lease ends.
-//! - `close` drains (`shared.rs`'s `Drain`): it marks the queue closing, which stops every
+//! - `close` drains (`hub.rs`'s `Drain`): it marks the queue closing, which stops every
 //!   claim (a `fetch` checks the mark after enabling its wakeup, and `close` wakes them
 //!   all), then waits until every `run` loop has joined its handlers, so their acks commit
 //!   before the store closes. A `close` from inside a handler skips the wait (it would wait
@@ -37,10 +37,11 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::backend::Claimed;
-use crate::consumer::{ack, backoff, fetch, retry, Delivery, Fetch, Renewal};
-use crate::error::{panic_message, Error};
-use crate::job::capped_error;
-use crate::shared::{in_handler, Drain, Shared};
+use crate::core::error::{panic_message, Error};
+use crate::core::job::capped_error;
+use crate::queue::consumer::{fetch, Fetch};
+use crate::queue::delivery::{ack, backoff, retry, Delivery, Renewal};
+use crate::queue::hub::{in_handler, Drain, Hub};
 
 /// Runs `future`, turning a panic in any of its polls into `Err`.
 struct CatchUnwind<F>(Pin<Box<F>>);
@@ -59,7 +60,7 @@ impl<F: Future> Future for CatchUnwind<F> {
 }
 
 async fn handle<F, Fut, E>(
-    inner: Arc<Shared>,
+    inner: Arc<Hub>,
     handler: Arc<F>,
     job: Claimed,
     slot: OwnedSemaphorePermit,
@@ -108,7 +109,7 @@ async fn handle<F, Fut, E>(
 /// handler goes on, and its ack will change nothing. An unreachable store is tried again at
 /// the next third; a closed or failed one ends the renewals.
 async fn keep_leased<T>(
-    inner: &Shared,
+    inner: &Hub,
     id: &str,
     token: u64,
     renewal: &Renewal,
@@ -165,7 +166,7 @@ async fn keep_leased<T>(
 /// The loop behind [`JobQueue::run`](crate::JobQueue::run) (see its docs), on `inner`'s
 /// store; `concurrency` is at least 1.
 pub(crate) async fn run<F, Fut, E>(
-    inner: Arc<Shared>,
+    inner: Arc<Hub>,
     concurrency: usize,
     handler: F,
 ) -> Result<(), Error>

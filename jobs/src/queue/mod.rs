@@ -7,29 +7,39 @@
 //!   [`MAX_ID_LEN`](crate::MAX_ID_LEN) bytes, payloads at most `max_payload` bytes; then the
 //!   call goes to the trait. No backend is named here.
 //! - After a change that makes a job due (schedule, reschedule, retry) is durable, the queue
-//!   tells its idle consumers (`wakeup.rs`), so a job scheduled earlier than what they sleep
+//!   tells its idle consumers (`core/wakeup.rs`), so a job scheduled earlier than what they sleep
 //!   toward is delivered on time.
+
+pub(crate) mod builder;
+pub(crate) mod consumer;
+pub(crate) mod delivery;
+pub(crate) mod hub;
+pub(crate) mod metrics;
+mod recurring;
+#[cfg(feature = "serde")]
+pub(crate) mod typed;
+pub(crate) mod worker;
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
 use crate::backend::Backend;
-use crate::config::Config;
-use crate::consumer::{Consumer, Delivery};
-use crate::error::Error;
-use crate::job::{check_id, check_payload, Counts, JobInfo, JobState, Scheduled, When};
-use crate::list::{ListOptions, Page};
-use crate::shared::Shared;
-use crate::wakeup::Wakeup;
-use crate::worker;
+use crate::core::config::Config;
+use crate::core::error::Error;
+use crate::core::job::{check_id, check_payload, Counts, JobInfo, JobState, Scheduled, When};
+use crate::core::list::{ListOptions, Page};
+use crate::core::wakeup::Wakeup;
+use crate::queue::consumer::Consumer;
+use crate::queue::delivery::Delivery;
+use crate::queue::hub::Hub;
 
 /// A durable queue of delayed jobs. Cheap to clone: clones share one store.
 ///
 /// See the [crate docs](crate) for the guarantees.
 #[derive(Clone)]
 pub struct JobQueue {
-    inner: Arc<Shared>,
+    inner: Arc<Hub>,
 }
 
 impl fmt::Debug for JobQueue {
@@ -48,7 +58,7 @@ impl JobQueue {
         config: Config,
         wakeup: Arc<Wakeup>,
     ) -> JobQueue {
-        let inner = Arc::new(Shared::new(backend, config, wakeup));
+        let inner = Arc::new(Hub::new(backend, config, wakeup));
         #[cfg(feature = "metrics")]
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(refresh_gauges(Arc::downgrade(&inner)));
@@ -603,8 +613,6 @@ impl JobQueue {
     }
 }
 
-mod recurring;
-
 /// How often a queue's gauges are read from its store's counters (`metrics.rs`).
 #[cfg(feature = "metrics")]
 const GAUGES_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -612,7 +620,7 @@ const GAUGES_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 /// Sets the queue's gauges from its counters every [`GAUGES_EVERY`] until the queue closes
 /// or every handle is dropped; a failed read just waits for the next.
 #[cfg(feature = "metrics")]
-async fn refresh_gauges(queue: std::sync::Weak<Shared>) {
+async fn refresh_gauges(queue: std::sync::Weak<Hub>) {
     loop {
         let Some(inner) = queue.upgrade().filter(|q| !q.drain.closing()) else {
             return;

@@ -5,13 +5,12 @@
 //! - A backend owns the clock: it resolves [`When`] and reads "now" for claims, leases and
 //!   retries itself (the embedded store from its process's wall clock, a shared server from
 //!   the server's), so clients with skewed clocks never deliver early.
-//! - Every method is one atomic step of the state machine in [`crate::model`]: it happens
-//!   entirely or not at all, and a returned `Ok` means it is durable.
-//! - Validation of ids and payload sizes happens above, in the front (`queue.rs`), once for
+//! - Every method is one atomic step of the state machine in [`crate::core::state`]: it
+//!   happens entirely or not at all, and a returned `Ok` means it is durable.
+//! - Validation of ids and payload sizes happens above, in the front (`queue/`), once for
 //!   all backends.
-//! - A backend imports only the modules below this one (`error`, `job`, `config`, `model`,
-//!   `wakeup`) and this trait; nothing above names a backend but the builder's `open`,
-//!   `redis` and `redis_cluster`.
+//! - A backend imports only `core` (values and pure rules) and this trait; nothing above
+//!   names a backend but the builder's `open`, `redis` and `redis_cluster`.
 //! - Futures are boxed so a queue can hold any backend as one `Box<dyn Backend>`; one
 //!   allocation per call is noise beside a store round trip.
 
@@ -20,11 +19,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::error::Error;
-use crate::job::{Counts, JobInfo, JobState, Scheduled, When};
-use crate::model::Retry;
-use crate::recurrence::Recurrence;
-use crate::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::error::Error;
+use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
+use crate::core::recurrence::Recurrence;
+use crate::core::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::state::Retry;
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -106,7 +105,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     fn close(&self) -> BoxFuture<'_, Result<(), Error>>;
 
     /// Creates the series `name`, or replaces its recurrence, payload and catch-up policy
-    /// and its pending occurrence, in one atomic step (`series.rs` has the rules); the
+    /// and its pending occurrence, in one atomic step (`core/series.rs` has the rules); the
     /// outcome and the new head's time (`None`: the recurrence has no occurrence left).
     fn schedule_recurring(
         &self,
@@ -136,7 +135,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>>;
 
     /// Up to `limit` jobs in `state`, in that state's list order, after the position `after`
-    /// (a job's `listed_at` and id; `model.rs`), each with its own position: pending and
+    /// (a job's `listed_at` and id; `core/state`), each with its own position: pending and
     /// by `(run_at, id)`, running by `(lease end, id)`, dead by `(death time, id)`
     /// descending. A range read of one index: O(limit).
     fn list(

@@ -7,18 +7,18 @@ use proptest::prelude::*;
 const MAX: u32 = 3;
 
 #[track_caller]
-fn check_claim(mut job: Job, now: u64, expect: Claim, after: Job) {
+fn check_claim(mut job: Machine, now: u64, expect: Claim, after: Machine) {
     assert_eq!(job.claim(now, now + 10, 7, MAX), expect);
     assert_eq!(job, after);
 }
 
 #[test]
 fn claim_table() {
-    let pending = Job::new(100);
-    let leased = |attempt, until| Job {
+    let pending = Machine::new(100);
+    let leased = |attempt, until| Machine {
         run_at: 100,
         attempt,
-        status: Status::Leased { token: 7, until },
+        status: Status::Running { token: 7, until },
     };
     // Not yet due: untouched.
     check_claim(pending, 99, Claim::NotDue, pending);
@@ -28,7 +28,7 @@ fn claim_table() {
     check_claim(leased(1, 110), 109, Claim::NotDue, leased(1, 110));
     check_claim(leased(1, 110), 110, Claim::Deliver, leased(2, 120));
     // The last attempt's lease expired: dead, attempt kept.
-    let dead = Job {
+    let dead = Machine {
         run_at: 100,
         attempt: MAX,
         status: Status::Dead { at: 200 },
@@ -39,7 +39,7 @@ fn claim_table() {
 
 #[test]
 fn lease_operations_check_the_token() {
-    let mut job = Job::new(0);
+    let mut job = Machine::new(0);
     assert_eq!(job.claim(5, 50, 1, MAX), Claim::Deliver);
     assert!(!job.ack(2));
     assert!(job.ack(1));
@@ -50,7 +50,7 @@ fn lease_operations_check_the_token() {
     assert_eq!(job.retry(1, 55, 60, MAX), Retry::Pending);
     assert_eq!(
         job,
-        Job {
+        Machine {
             run_at: 60,
             attempt: 1,
             status: Status::Pending
@@ -63,7 +63,7 @@ fn lease_operations_check_the_token() {
 
 #[test]
 fn retry_of_the_last_attempt_kills() {
-    let mut job = Job::new(0);
+    let mut job = Machine::new(0);
     for attempt in 1..=MAX {
         assert_eq!(
             job.claim(job.run_at, job.run_at + 1, attempt.into(), MAX),
@@ -86,21 +86,21 @@ fn retry_of_the_last_attempt_kills() {
 
 #[test]
 fn revive_starts_a_dead_job_again() {
-    let mut job = Job::new(10);
+    let mut job = Machine::new(10);
     assert!(!job.revive(5), "a pending job is not revived");
     job.claim(10, 20, 1, 1);
     assert!(!job.revive(5), "nor a running one");
     assert_eq!(job.claim(20, 30, 2, 1), Claim::Died);
     assert_eq!(job.listed_at(), 20);
     assert!(job.revive(5));
-    assert_eq!(job, Job::new(5));
+    assert_eq!(job, Machine::new(5));
     assert_eq!(job.claim(5, 15, 3, 1), Claim::Deliver);
     assert_eq!(job.attempt, 1);
 }
 
 #[test]
 fn a_claim_names_an_ended_lease_as_the_error() {
-    let mut job = Job::new(10);
+    let mut job = Machine::new(10);
     assert_eq!(job.claim_error(), None, "a first delivery records nothing");
     job.claim(10, 20, 1, 2);
     assert_eq!(job.claim_error(), Some(LEASE_EXPIRED));
@@ -113,7 +113,7 @@ fn a_claim_names_an_ended_lease_as_the_error() {
 
 #[test]
 fn only_pending_jobs_cancel_or_move() {
-    let mut job = Job::new(10);
+    let mut job = Machine::new(10);
     assert!(job.cancel());
     assert!(job.reschedule(5));
     assert_eq!(job.due(), Some(5));
@@ -125,31 +125,31 @@ fn only_pending_jobs_cancel_or_move() {
 
 #[test]
 fn counts_follow_transitions() {
-    let mut counts = Counts::default();
+    let mut counts = Tally::default();
     counts.transition(None, Some(Status::Pending));
     counts.transition(
         Some(Status::Pending),
-        Some(Status::Leased { token: 1, until: 2 }),
+        Some(Status::Running { token: 1, until: 2 }),
     );
     counts.transition(None, Some(Status::Pending));
     counts.transition(
-        Some(Status::Leased { token: 1, until: 2 }),
+        Some(Status::Running { token: 1, until: 2 }),
         Some(Status::Dead { at: 3 }),
     );
     assert_eq!(
         counts,
-        Counts {
+        Tally {
             pending: 1,
-            leased: 0,
+            running: 0,
             dead: 1
         }
     );
     counts.transition(Some(Status::Dead { at: 3 }), None);
     assert_eq!(
         counts,
-        Counts {
+        Tally {
             pending: 1,
-            leased: 0,
+            running: 0,
             dead: 0
         }
     );
@@ -189,7 +189,7 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     #[test]
     fn job_matches_model(run_at in 0..100u64, ops in proptest::collection::vec(op(), 0..40)) {
-        let mut job = Job::new(run_at);
+        let mut job = Machine::new(run_at);
         let mut model = Model { run_at, deliveries: 0, holder: None, dead: false, died_at: 0 };
         let mut next_token = 1u64;
         for op in ops {
@@ -244,7 +244,7 @@ proptest! {
                         }
                         _ => Retry::Stale,
                     };
-                    let run_at = match job.status { Status::Leased { until, .. } => until + after, _ => 0 };
+                    let run_at = match job.status { Status::Running { until, .. } => until + after, _ => 0 };
                     let now = run_at.saturating_sub(after);
                     prop_assert_eq!(job.retry(token, now, run_at, MAX), expect);
                 }

@@ -16,8 +16,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::Error;
-use crate::job::{JobInfo, JobState, MAX_ID_LEN};
+use crate::core::error::Error;
+use crate::core::job::{JobInfo, JobState, MAX_ID_LEN};
 
 /// A job's place in its state's list: its time key (nanoseconds) and its id.
 pub(crate) type Position<'a> = (u64, &'a str);
@@ -180,8 +180,8 @@ fn state_byte(state: JobState) -> u8 {
 fn check(bytes: &[u8]) -> u32 {
     let h = bytes
         .iter()
-        .fold(crate::model::mix(bytes.len() as u64), |h, &b| {
-            crate::model::mix(h ^ u64::from(b))
+        .fold(crate::core::state::mix(bytes.len() as u64), |h, &b| {
+            crate::core::state::mix(h ^ u64::from(b))
         });
     h as u32
 }

@@ -1,12 +1,12 @@
-//! [`Shared`]: what every handle of one queue, its consumers and its `run` loops share, and
+//! [`Hub`]: what every handle of one queue, its consumers and its `run` loops share, and
 //! [`Drain`], how `close` lets running handlers finish first.
 //!
 //! # Ground rules
 //!
-//! - One `Shared` per opened queue, behind an `Arc`: the backend (the only way to the
+//! - One `Hub` per opened queue, behind an `Arc`: the backend (the only way to the
 //!   store), the checked [`Config`], the local [`Wakeup`] of idle consumers, the drain,
 //!   and the queue's [`Metrics`] handles (no-ops without the `metrics` feature).
-//!   The front (`queue.rs`), the consumer and the worker reach the store only through it.
+//!   The front (`queue/mod.rs`), the consumer and the worker reach the store only through it.
 //! - `Drain`: `close` marks the queue closing, which stops every claim (a fetch checks the
 //!   mark after enabling its wakeup, and `close` wakes them all), then waits until every
 //!   `run` loop has joined its handlers, so their acks commit before the store closes. A
@@ -20,13 +20,13 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use crate::backend::Backend;
-use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::wakeup::Wakeup;
+use crate::core::config::Config;
+use crate::core::wakeup::Wakeup;
+use crate::queue::metrics::Metrics;
 
 /// The state one queue's handles share.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct Hub {
     pub(crate) backend: Box<dyn Backend>,
     pub(crate) config: Config,
     pub(crate) wakeup: Arc<Wakeup>,
@@ -34,9 +34,9 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
 }
 
-impl Shared {
-    pub(crate) fn new(backend: Box<dyn Backend>, config: Config, wakeup: Arc<Wakeup>) -> Shared {
-        Shared {
+impl Hub {
+    pub(crate) fn new(backend: Box<dyn Backend>, config: Config, wakeup: Arc<Wakeup>) -> Hub {
+        Hub {
             metrics: Metrics::new(&config.name),
             backend,
             config,
@@ -67,9 +67,9 @@ pub(crate) struct Drain {
 
 /// One `run` loop, counted while it lives (dropped futures included).
 #[derive(Debug)]
-pub(crate) struct Running(Arc<Shared>);
+pub(crate) struct RunLoop(Arc<Hub>);
 
-impl Drop for Running {
+impl Drop for RunLoop {
     fn drop(&mut self) {
         self.0.drain.runs.fetch_sub(1, SeqCst);
         self.0.drain.idle.notify_waiters();
@@ -82,11 +82,11 @@ impl Drain {
         self.closing.load(SeqCst)
     }
 
-    /// Counts a new `run` loop of `shared`; `None` if `close` already began.
-    pub(crate) fn enter(shared: &Arc<Shared>) -> Option<Running> {
-        shared.drain.runs.fetch_add(1, SeqCst);
-        let running = Running(shared.clone());
-        (!shared.drain.closing()).then_some(running)
+    /// Counts a new `run` loop of `hub`; `None` if `close` already began.
+    pub(crate) fn enter(hub: &Arc<Hub>) -> Option<RunLoop> {
+        hub.drain.runs.fetch_add(1, SeqCst);
+        let running = RunLoop(hub.clone());
+        (!hub.drain.closing()).then_some(running)
     }
 
     /// Stops the claims and waits until every `run` loop joined its handlers.

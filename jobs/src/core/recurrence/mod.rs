@@ -37,8 +37,8 @@ use jiff::civil::DateTime;
 use jiff::tz::{AmbiguousOffset, TimeZone};
 use jiff::Timestamp;
 
-use crate::error::Error;
-use crate::job::{nanos, system_time};
+use crate::core::error::Error;
+use crate::core::job::{nanos, system_time};
 
 /// When the occurrences of a recurring series fall: a cron expression on a zone's wall
 /// clock, or a fixed interval.

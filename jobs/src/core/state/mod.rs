@@ -3,12 +3,12 @@
 //! # Ground rules
 //!
 //! - Time is wall-clock nanoseconds since the Unix epoch (`u64`), read by the *backend* (the
-//!   embedded store's process, later Redis's server) and passed in. Nothing here reads a clock.
-//! - A job is `Pending` (waiting for `run_at`), `Leased` (delivered; owned by the holder of
+//!   embedded store's process, the Redis server) and passed in. Nothing here reads a clock.
+//! - A job is `Pending` (waiting for `run_at`), `Running` (delivered; owned by the holder of
 //!   `token` until `until`) or `Dead` (out of attempts since `at`, kept for inspection until
 //!   removed or revived).
 //! - Every stored job that is not dead has exactly one key of due work, `(due, id)` where
-//!   [`Job::due`] is `run_at` when pending and the lease's end when leased: when the job next
+//!   [`Machine::due`] is `run_at` when pending and the lease's end when running: when the job next
 //!   needs the store. Backends keep these keys ordered, so "which jobs are due" and "which
 //!   leases expired" are range reads and the next wakeup is the first key (the embedded
 //!   store keeps pending and running keys in two tables, Redis in one sorted set), and they
@@ -19,21 +19,21 @@
 //! - A lease is checked by token only: ack, retry and extend succeed while the job is leased
 //!   with that token, even after `until` (nobody else has it until it is claimed again, and a
 //!   claim changes the token). After a redelivery the old token is stale forever.
-//! - Backends count jobs per state ([`Counts`]) so `pending()` and opening cost O(1).
-//! - A job's place in its state's list is [`Job::listed_at`]: its due key while pending
+//! - Backends count jobs per state ([`Tally`]) so `pending()` and opening cost O(1).
+//! - A job's place in its state's list is [`Machine::listed_at`]: its due key while pending
 //!   (`run_at`) or running (the lease's end: the jobs a stalled process would lose first
 //!   come first), the death time once dead. Each state's jobs are a range of an index on
 //!   that key, so listing them is a range read.
 //! - Failures leave a last error with the job (data beside it, not state): the backend
 //!   records the error a `fail` carries, and a claim that takes a job from an ended lease
-//!   records [`Job::claim_error`], whether it redelivers the job or kills it. A revive
+//!   records [`Machine::claim_error`], whether it redelivers the job or kills it. A revive
 //!   keeps the error and starts the attempts again from 0.
 
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Status {
     Pending,
-    Leased {
+    Running {
         token: u64,
         until: u64,
     },
@@ -43,9 +43,10 @@ pub(crate) enum Status {
     },
 }
 
-/// One stored job, without its id and payload.
+/// One stored job's place in the state machine, without its id and payload (which the
+/// backends store beside it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Job {
+pub(crate) struct Machine {
     pub(crate) run_at: u64,
     pub(crate) attempt: u32,
     pub(crate) status: Status,
@@ -73,12 +74,12 @@ pub(crate) enum Retry {
     Died,
 }
 
-// ===== impl Job =====
+// ===== impl Machine =====
 
-impl Job {
+impl Machine {
     /// A newly scheduled job.
-    pub(crate) fn new(run_at: u64) -> Job {
-        Job {
+    pub(crate) fn new(run_at: u64) -> Machine {
+        Machine {
             run_at,
             attempt: 0,
             status: Status::Pending,
@@ -89,7 +90,7 @@ impl Job {
     pub(crate) fn due(&self) -> Option<u64> {
         match self.status {
             Status::Pending => Some(self.run_at),
-            Status::Leased { until, .. } => Some(until),
+            Status::Running { until, .. } => Some(until),
             Status::Dead { .. } => None,
         }
     }
@@ -99,7 +100,7 @@ impl Job {
     pub(crate) fn listed_at(&self) -> u64 {
         match self.status {
             Status::Pending => self.run_at,
-            Status::Leased { until, .. } => until,
+            Status::Running { until, .. } => until,
             Status::Dead { at } => at,
         }
     }
@@ -107,7 +108,7 @@ impl Job {
     /// The last error a claim records for this due job: [`LEASE_EXPIRED`] if it is taken
     /// from a lease that ended (to be delivered again or killed), else none.
     pub(crate) fn claim_error(&self) -> Option<&'static str> {
-        matches!(self.status, Status::Leased { .. }).then_some(LEASE_EXPIRED)
+        matches!(self.status, Status::Running { .. }).then_some(LEASE_EXPIRED)
     }
 
     /// Claims the job at `now` for a lease ending at `until` under `token`.
@@ -121,12 +122,12 @@ impl Job {
             return Claim::Died;
         }
         self.attempt += 1;
-        self.status = Status::Leased { token, until };
+        self.status = Status::Running { token, until };
         Claim::Deliver
     }
 
     fn holds(&self, token: u64) -> bool {
-        matches!(self.status, Status::Leased { token: t, .. } if t == token)
+        matches!(self.status, Status::Running { token: t, .. } if t == token)
     }
 
     /// Whether an ack with `token` is valid; the backend then deletes the job.
@@ -155,7 +156,7 @@ impl Job {
         if !self.holds(token) {
             return false;
         }
-        self.status = Status::Leased { token, until };
+        self.status = Status::Running { token, until };
         true
     }
 
@@ -179,7 +180,7 @@ impl Job {
         if !matches!(self.status, Status::Dead { .. }) {
             return false;
         }
-        *self = Job::new(run_at);
+        *self = Machine::new(run_at);
         true
     }
 }
@@ -187,21 +188,21 @@ impl Job {
 /// The last error of a job whose lease ended before it was acked, retried or failed.
 pub(crate) const LEASE_EXPIRED: &str = "lease expired";
 
-// ===== impl Counts =====
+// ===== impl Tally =====
 
 /// Jobs per state, kept by backends beside the jobs so reading them is O(1).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Counts {
+pub(crate) struct Tally {
     pub(crate) pending: u64,
-    pub(crate) leased: u64,
+    pub(crate) running: u64,
     pub(crate) dead: u64,
 }
 
-impl Counts {
+impl Tally {
     fn slot(&mut self, status: Status) -> &mut u64 {
         match status {
             Status::Pending => &mut self.pending,
-            Status::Leased { .. } => &mut self.leased,
+            Status::Running { .. } => &mut self.running,
             Status::Dead { .. } => &mut self.dead,
         }
     }

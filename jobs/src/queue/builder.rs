@@ -12,12 +12,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Config;
-use crate::embedded::Embedded;
-use crate::error::Error;
-use crate::queue::JobQueue;
+use crate::core::config::Config;
+use crate::core::error::Error;
 #[cfg(feature = "redis")]
-use crate::wakeup::Wakeup;
+use crate::core::wakeup::Wakeup;
+use crate::embedded::Embedded;
+use crate::queue::JobQueue;
 
 /// Configures and opens a [`JobQueue`]. Made by [`JobQueue::builder`].
 ///

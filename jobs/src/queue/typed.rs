@@ -23,9 +23,9 @@ use std::time::{Duration, SystemTime};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::consumer::Delivery;
-use crate::error::Error;
-use crate::job::{Scheduled, When};
+use crate::core::error::Error;
+use crate::core::job::{Scheduled, When};
+use crate::queue::delivery::Delivery;
 use crate::queue::JobQueue;
 
 /// A [`JobQueue`] whose payloads are values of `T`, stored as JSON. Made by

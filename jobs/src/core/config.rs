@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use crate::error::Error;
-use crate::job::{MAX_PAYLOAD, MIN_LEASE};
+use crate::core::error::Error;
+use crate::core::job::{MAX_PAYLOAD, MIN_LEASE};
 
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
