@@ -2,9 +2,9 @@
 //!
 //! # Ground rules
 //!
-//! - Seven tables: `jobs` (id → record: the [`Job`] header, the last error and the
+//! - Seven tables: `jobs` (id → record: the [`state::Machine`] header, the last error and the
 //!   payload, `record.rs`), `due` ((run_at, id) → (): the pending jobs' keys of due work,
-//!   `model.rs`), `running` ((lease end, id) → (): the running jobs' keys, so it is the lease
+//!   `core/state`), `running` ((lease end, id) → (): the running jobs' keys, so it is the lease
 //!   table), `died` ((death time, id) → (): the dead jobs, to list them newest first and
 //!   purge them without a scan), `series` (name → a recurring series' record,
 //!   `series.rs`), `meta` (format version, the per-state [`Tally`], the paused flag, the
@@ -31,7 +31,7 @@
 //! - Every read of an index is a bounded range (`take(max)`, `first()`, a page): no
 //!   operation walks the whole queue, and opening reads only `meta` (and, once, what the
 //!   upgrade from an older format reads: `upgrade`).
-//! - A transition always goes through [`Job`]; the store only keeps the indexes and the
+//! - A transition always goes through [`state::Machine`]; the store only keeps the indexes and the
 //!   counts in step with it (`Tables::set` in `store/tables.rs`, the one writer of `jobs`,
 //!   `due`, `running`, `died` and the counts).
 

@@ -1,4 +1,4 @@
-//! [`Consumer`], the stream of due jobs (each a [`Delivery`](crate::Delivery), `delivery.rs`).
+//! [`Consumer`], the stream of due jobs (each a [`Delivery`], `delivery.rs`).
 //!
 //! # Ground rules
 //!

@@ -241,7 +241,7 @@ impl JobQueue {
     }
 
     /// How many jobs are delivered and not yet acked or given back (state
-    /// [`JobState::Running`](crate::JobState::Running)), including those whose lease lapsed
+    /// [`JobState::Running`]), including those whose lease lapsed
     /// and that wait for redelivery. O(1).
     ///
     /// # Errors
@@ -597,7 +597,7 @@ impl JobQueue {
     /// `close` waiting; bound it with `tokio::time::timeout` if handlers may hang (dropping
     /// `close` halfway leaves the queue claiming nothing, open, until `close` is called
     /// again). Called from inside a handler of `run`, `close` does not wait for the handlers
-    /// (it would wait for itself). A [`Delivery`](crate::Delivery) taken from a [`Consumer`]
+    /// (it would wait for itself). A [`Delivery`] taken from a [`Consumer`]
     /// is not waited for.
     ///
     /// Dropping every handle also releases the store, in the background.

@@ -5,7 +5,7 @@
 //! - The scripts publish a job's score on its partition's `{tag}:wake` channel when it
 //!   becomes the first due (`Keys::publish`: `SPUBLISH` on a cluster that has it, else
 //!   `PUBLISH`). Each `JobQueue` runs one subscriber task, which bumps the backend's
-//!   `epoch` (voiding its `Idle` note) and then tells `wakeup.rs`, as a local schedule would.
+//!   `epoch` (voiding its `Idle` note) and then tells `core/wakeup.rs`, as a local schedule would.
 //! - On a cluster, one RESP3 cluster connection `SSUBSCRIBE`s each partition's channel on
 //!   the node owning its slot; redis-rs resubscribes after reconnects and slot moves.
 //! - Every (re)subscription counts as "maybe anything is due": whatever was published while
