@@ -7,14 +7,13 @@ use wheel_jobs::{JobQueue, JobState, Scheduled};
 
 use crate::support::{embedded, ms, next};
 
-run_behaviour_suite!(crate::support::embedded());
-run_recurring_suite!(crate::support::embedded());
+run_shared_suite!(crate::support::embedded::harness());
 
 /// The store and its log are created readable and writable by their owner only.
 #[tokio::test]
 async fn the_store_and_its_log_are_created_owner_only() {
     use std::os::unix::fs::PermissionsExt;
-    let h = embedded();
+    let h = embedded::harness();
     let queue = JobQueue::open(h.path()).await.unwrap();
     queue.schedule("job", Duration::ZERO, "p").await.unwrap();
     let mut log = h.path().into_os_string();
@@ -28,7 +27,7 @@ async fn the_store_and_its_log_are_created_owner_only() {
 
 #[tokio::test]
 async fn jobs_survive_a_reopen_and_past_due_ones_come_at_once() {
-    let h = embedded();
+    let h = embedded::harness();
     let queue = JobQueue::open(h.path()).await.unwrap();
     let soon = SystemTime::now() + ms(30);
     queue.schedule("soon", soon, "a").await.unwrap();
@@ -59,7 +58,7 @@ async fn jobs_survive_a_reopen_and_past_due_ones_come_at_once() {
 
 #[tokio::test]
 async fn a_second_open_is_locked() {
-    let h = embedded();
+    let h = embedded::harness();
     let queue = JobQueue::open(h.path()).await.unwrap();
     let err = JobQueue::open(h.path()).await.unwrap_err();
     assert!(err.is_locked(), "{err}");
@@ -75,7 +74,7 @@ async fn a_second_open_is_locked() {
 
 #[tokio::test]
 async fn dropping_every_handle_releases_the_store() {
-    let h = embedded();
+    let h = embedded::harness();
     let queue = JobQueue::open(h.path()).await.unwrap();
     queue
         .schedule("kept", Duration::from_secs(60), "p")
@@ -96,7 +95,7 @@ async fn dropping_every_handle_releases_the_store() {
 
 #[tokio::test]
 async fn a_corrupt_file_is_a_storage_error() {
-    let h = embedded();
+    let h = embedded::harness();
     let garbage: Vec<u8> = (0..64 * 1024u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
@@ -106,7 +105,7 @@ async fn a_corrupt_file_is_a_storage_error() {
     assert!(!err.is_locked());
 
     // A file that starts like a store but whose pages are garbage.
-    let h = embedded();
+    let h = embedded::harness();
     let queue = JobQueue::open(h.path()).await.unwrap();
     queue.schedule("a", ms(0), "p").await.unwrap();
     queue.close().await.unwrap();
@@ -128,7 +127,7 @@ async fn a_corrupt_file_is_a_storage_error() {
 
 #[tokio::test]
 async fn an_unusable_path_is_a_storage_error() {
-    let h = embedded();
+    let h = embedded::harness();
     let err = JobQueue::open(h.dir.path().join("missing-dir").join("jobs.redb"))
         .await
         .unwrap_err();
@@ -155,7 +154,7 @@ fn handles_are_send_sync_and_the_stream_is_unpin() {
 /// nobody until its lease ends (its attempt spent), then it is delivered again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_dropped_mid_claim_leaves_its_jobs_leased_until_the_lease_ends() {
-    let h = embedded();
+    let h = embedded::harness();
     let q = JobQueue::builder()
         .lease(ms(100))
         .open(h.path())
@@ -189,7 +188,7 @@ async fn a_consumer_dropped_mid_claim_leaves_its_jobs_leased_until_the_lease_end
 /// `close` report the storage failure, and nothing hangs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_that_cannot_be_written_fails_every_later_call() {
-    let h = embedded();
+    let h = embedded::harness();
     std::os::unix::fs::symlink("/dev/full", h.dir.path().join("jobs.redb.wal")).unwrap();
     let queue = JobQueue::open(h.path()).await.expect("nothing to replay");
     let worker = queue.clone();

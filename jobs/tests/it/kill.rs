@@ -136,7 +136,7 @@ fn schedules_survive_kill_9() {
     }
     const ROUNDS: usize = 6;
     let mut rng = Rng(seed());
-    let h = embedded();
+    let h = embedded::harness();
     let mut printed = Vec::new();
     let rt = runtime();
     for round in 0..ROUNDS {
@@ -328,7 +328,7 @@ fn a_consumer_killed_mid_handler_has_its_jobs_redelivered() {
         });
         return;
     }
-    let h = embedded();
+    let h = embedded::harness();
     let rt = runtime();
     rt.block_on(async {
         let queue = JobQueue::open(h.path()).await.unwrap();
@@ -363,7 +363,7 @@ fn a_redis_consumer_process_killed_mid_handler_has_its_jobs_redelivered() {
         });
         return;
     }
-    let server = crate::support::RedisServer::start();
+    let server = crate::support::redis::RedisServer::start();
     let rt = runtime();
     let queue = rt.block_on(async {
         let queue = JobQueue::builder()
@@ -407,7 +407,7 @@ fn a_job_that_kills_its_process_goes_dead_after_max_attempts() {
         runtime().block_on(deliver_then_hang(&path));
         return;
     }
-    let h = embedded();
+    let h = embedded::harness();
     let rt = runtime();
     rt.block_on(async {
         let queue = JobQueue::open(h.path()).await.unwrap();
@@ -548,7 +548,7 @@ fn a_recurring_occurrence_killed_mid_handler_comes_back_and_its_successor_exists
         });
         return;
     }
-    let h = embedded();
+    let h = embedded::harness();
     let rt = runtime();
     rt.block_on(async {
         let queue = JobQueue::open(h.path()).await.unwrap();
@@ -582,7 +582,7 @@ fn a_recurring_occurrence_killed_mid_handler_on_redis_comes_back_and_its_success
         });
         return;
     }
-    let server = crate::support::RedisServer::start();
+    let server = crate::support::redis::RedisServer::start();
     let rt = runtime();
     let queue = rt.block_on(async {
         let queue = JobQueue::builder()

@@ -1,14 +1,12 @@
 //! Public-API tests of wheel-jobs (one binary, one module per concern).
 //!
-//! `suite` is the behavioural suite, written once against a [`support::Harness`] and run here
-//! for the embedded store (`embedded`); another backend runs the same suite by adding a
-//! harness and one `behaviour_suite!` line.
+//! `suite/` is the shared suite, written once against a [`support::Harness`] and run on
+//! every backend: the embedded store (`embedded`) and Redis (`redis`). `support/` starts what
+//! the tests need, one file per thing; its module doc says how a backend joins the suite.
 
 mod support;
 #[macro_use]
 mod suite;
-#[macro_use]
-mod recurring;
 #[cfg(feature = "console")]
 mod console;
 mod embedded;

@@ -147,7 +147,7 @@ async fn an_embedded_queue_reports_every_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_queue_reports_every_event() {
     snapshotter();
-    let server = crate::support::RedisServer::start();
+    let server = crate::support::redis::RedisServer::start();
     let queue = JobQueue::builder()
         .lease(MIN_LEASE)
         .max_attempts(2)

@@ -1,7 +1,6 @@
 //! The behavioural suite on Redis (feature `redis`), each test on a `redis-server` of its own.
 
-run_behaviour_suite!(crate::support::redis());
-run_recurring_suite!(crate::support::redis());
+run_shared_suite!(crate::support::redis::harness());
 
 mod failover;
 mod fold;
@@ -13,7 +12,8 @@ use std::time::{Duration, SystemTime};
 
 use wheel_jobs::{Delivery, JobQueue, JobState, ListOptions, Recurrence, Scheduled, MIN_LEASE};
 
-use crate::support::{ms, next, spawn_reporting_worker, RedisServer, DURABLE};
+use crate::support::redis::{RedisServer, DURABLE};
+use crate::support::{ms, next, spawn_reporting_worker};
 
 async fn queue(server: &RedisServer, configure: impl FnOnce(&mut wheel_jobs::Builder)) -> JobQueue {
     let mut builder = JobQueue::builder();
@@ -161,14 +161,12 @@ async fn acknowledged_schedules_survive_a_redis_kill_9_and_workers_resume() {
 
 /// The whole suite again with each queue split into 3 partitions on one server.
 mod partitioned {
-    run_behaviour_suite!(crate::support::redis_partitioned());
-    run_recurring_suite!(crate::support::redis_partitioned());
+    run_shared_suite!(crate::support::redis::partitioned());
 }
 
 /// The whole suite again, partitioned, as a user limited by ACL to what a queue needs.
 mod acl {
-    run_behaviour_suite!(crate::support::redis_acl_partitioned());
-    run_recurring_suite!(crate::support::redis_acl_partitioned());
+    run_shared_suite!(crate::support::redis::acl_partitioned());
 }
 
 /// A queue in 3 partitions on a 3-master cluster: the partitions land on different nodes,
@@ -176,7 +174,7 @@ mod acl {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_queue_works_across_cluster_nodes() {
     const JOBS: usize = 3_000;
-    let cluster = crate::support::RedisCluster::start();
+    let cluster = crate::support::cluster::RedisCluster::start();
     let open = || async {
         JobQueue::builder()
             .partitions(3)
@@ -690,7 +688,7 @@ async fn jobs_under_occurrence_ids_from_before_series_are_found_where_they_are()
 /// on its partitions with `is_unavailable` after `redis_timeout`, instead of hanging them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_cluster_node_times_out_as_unavailable() {
-    let cluster = crate::support::RedisCluster::start();
+    let cluster = crate::support::cluster::RedisCluster::start();
     let q = JobQueue::builder()
         .partitions(3)
         .redis_timeout(Some(ms(300)))
@@ -866,7 +864,7 @@ async fn an_idle_consumer_looks_again_after_its_wake_subscription_reconnects() {
 /// wakes an idle consumer: it is delivered long before the consumer's safety wakeup.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_earlier_job_on_any_cluster_partition_wakes_an_idle_consumer() {
-    let cluster = crate::support::RedisCluster::start();
+    let cluster = crate::support::cluster::RedisCluster::start();
     let open = |name: &'static str| {
         let nodes = cluster.nodes.clone();
         async move {

@@ -7,7 +7,7 @@ use crate::support::embedded;
 
 #[tokio::test]
 async fn bad_command_lines_exit_2_with_one_line() {
-    let place = embedded();
+    let place = embedded::harness();
     for (args, expected) in [
         (
             vec!["schedule", "x", "--in", "48x"],
@@ -40,7 +40,7 @@ async fn bad_command_lines_exit_2_with_one_line() {
 
 #[tokio::test]
 async fn a_missing_store_or_place_is_an_error_and_creates_nothing() {
-    let place = embedded();
+    let place = embedded::harness();
     for command in [
         &["stats"][..],
         &["get", "a"],
@@ -130,7 +130,7 @@ async fn a_command_line_without_a_place_exits_2() {
 
 #[tokio::test]
 async fn a_store_held_by_a_running_app_is_refused_with_where_to_look() {
-    let place = embedded();
+    let place = embedded::harness();
     let app = JobQueue::open(place.path()).await.unwrap();
     let line = on(&place, &["stats"]).await;
     assert_eq!(
@@ -148,7 +148,7 @@ async fn a_store_held_by_a_running_app_is_refused_with_where_to_look() {
 
 #[tokio::test]
 async fn an_invalid_id_is_an_error() {
-    let place = embedded();
+    let place = embedded::harness();
     let long = "x".repeat(wheel_jobs::MAX_ID_LEN + 1);
     let line = on(&place, &["schedule", &long, "--in", "1h"]).await;
     assert_eq!(
@@ -185,7 +185,7 @@ async fn a_redis_queue_with_other_partitions_is_refused() {
     use crate::support::Harness;
 
     // The app runs the queue "test" on 3 partitions; the command defaults to 1.
-    let place = crate::support::redis_partitioned();
+    let place = crate::support::redis::partitioned();
     let app = place.open(&JobQueue::builder()).await.unwrap();
     app.schedule("a", std::time::Duration::from_secs(3600), "")
         .await

@@ -5,7 +5,7 @@
 // The jobs crate's test harnesses (a temporary store, a redis-server of the test's own);
 // this binary uses only some of what they offer.
 #[allow(dead_code)]
-#[path = "../../../tests/it/support.rs"]
+#[path = "../../../tests/it/support/mod.rs"]
 mod support;
 
 mod run;
@@ -15,10 +15,10 @@ mod errors;
 mod serve;
 
 mod embedded {
-    cli_suite!(crate::support::embedded());
+    cli_suite!(crate::support::embedded::harness());
 }
 
 #[cfg(feature = "redis")]
 mod redis {
-    cli_suite!(crate::support::redis());
+    cli_suite!(crate::support::redis::harness());
 }

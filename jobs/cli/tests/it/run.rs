@@ -4,7 +4,8 @@ use std::process::Stdio;
 
 use tokio::io::AsyncWriteExt;
 
-use crate::support::{EmbeddedHarness, Harness};
+use crate::support::embedded::EmbeddedHarness;
+use crate::support::Harness;
 
 /// A harness the binary can be pointed at.
 pub trait Place: Harness {
@@ -19,7 +20,7 @@ impl Place for EmbeddedHarness {
 }
 
 #[cfg(feature = "redis")]
-impl Place for crate::support::RedisHarness {
+impl Place for crate::support::redis::RedisHarness {
     fn args(&self) -> Vec<String> {
         // The harness's queue: one partition, named "test".
         ["--redis", self.url(), "--queue", "test"]

@@ -95,7 +95,7 @@ impl Served {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_is_held_while_serving() {
-    let place = embedded();
+    let place = embedded::harness();
     on(&place, &["schedule", "a", "--in", "1h"]).await.ok();
     let server = Served::start(&place, &[]).await;
     let refused = on(&place, &["stats"]).await;
@@ -108,7 +108,7 @@ async fn the_store_is_held_while_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_guards_every_request() {
-    let place = embedded();
+    let place = embedded::harness();
     on(&place, &["schedule", "a", "--in", "1h"]).await.ok();
     for (extra, env) in [
         (vec!["--token", "s3cret"], vec![]),
@@ -138,7 +138,7 @@ async fn a_token_guards_every_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_token_a_proxied_request_is_refused() {
-    let place = embedded();
+    let place = embedded::harness();
     on(&place, &["schedule", "a", "--in", "1h"]).await.ok();
     let server = Served::start(&place, &[]).await;
     assert_eq!(server.get("/", None).await.status, 200);
@@ -153,7 +153,7 @@ async fn without_a_token_a_proxied_request_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_refuses_an_open_address_without_a_token() {
-    let place = embedded();
+    let place = embedded::harness();
     on(&place, &["schedule", "a", "--in", "1h"]).await.ok();
     // 192.0.2.1 is TEST-NET-1: refused before any bind, and with a token the bind fails
     // (not an address of this host), so nothing is ever exposed.

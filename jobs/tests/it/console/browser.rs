@@ -80,7 +80,7 @@ fn form(dom: &str, marker: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_renders_the_console_and_submits_its_forms() {
-    let h = embedded();
+    let h = embedded::harness();
     let queue = every_state(&h).await;
     let script_id = "<script>alert(1)</script>";
     queue

@@ -8,7 +8,7 @@ use wheel_jobs::console::{self, Console};
 use wheel_jobs::JobQueue;
 
 use super::client::Client;
-use crate::support::{embedded, EmbeddedHarness};
+use crate::support::embedded::{self, EmbeddedHarness};
 
 const TOKEN: &str = "s3cret-token";
 
@@ -29,7 +29,7 @@ async fn pending(h: &EmbeddedHarness, ids: &[&str]) -> JobQueue {
 
 #[tokio::test]
 async fn a_token_is_needed_on_every_route_from_every_host() {
-    let h = embedded();
+    let h = embedded::harness();
     let queue = pending(&h, &["a", "b"]).await;
     let mut client = Client::new(Console::new(queue.clone()).token(TOKEN).router());
     client.host = "jobs.example.com";
@@ -84,7 +84,7 @@ async fn a_token_is_needed_on_every_route_from_every_host() {
 /// one rendered is accepted by the other; another token's forms are not.
 #[tokio::test]
 async fn routers_with_one_token_accept_each_others_forms() {
-    let h = embedded();
+    let h = embedded::harness();
     let queue = pending(&h, &["a", "b"]).await;
     let client = |token: &str| {
         let mut client = Client::new(Console::new(queue.clone()).token(token).router());
@@ -116,7 +116,7 @@ async fn routers_with_one_token_accept_each_others_forms() {
 
 #[tokio::test]
 async fn without_a_token_only_loopback_hosts_are_served() {
-    let h = embedded();
+    let h = embedded::harness();
     let queue = JobQueue::open(h.path()).await.unwrap();
     let mut client = Client::new(console::router(queue.clone()));
     for host in [
@@ -152,7 +152,7 @@ async fn without_a_token_only_loopback_hosts_are_served() {
 
 #[tokio::test]
 async fn without_a_token_a_remote_peer_or_a_proxied_request_is_refused() {
-    let h = embedded();
+    let h = embedded::harness();
     let queue = JobQueue::open(h.path()).await.unwrap();
     let mut client = Client::new(console::router(queue.clone()));
     for peer in ["127.0.0.1:50000", "[::1]:50000", "[::ffff:127.0.0.1]:50000"] {
@@ -198,7 +198,7 @@ async fn without_a_token_a_remote_peer_or_a_proxied_request_is_refused() {
 
 #[tokio::test]
 async fn every_response_forbids_framing_inline_scripts_and_caching() {
-    let h = embedded();
+    let h = embedded::harness();
     let queue = JobQueue::open(h.path()).await.unwrap();
     let client = Client::new(console::router(queue.clone()));
     for uri in ["/", "/job?id=nobody", "/job"] {
@@ -221,7 +221,7 @@ async fn every_response_forbids_framing_inline_scripts_and_caching() {
 
 #[tokio::test]
 async fn nested_under_a_prefix_links_and_redirects_keep_it() {
-    let h = embedded();
+    let h = embedded::harness();
     let queue = pending(&h, &["a"]).await;
     let app = axum::Router::new().nest("/ops/jobs", console::router(queue.clone()));
     let client = Client::new(app);
@@ -282,7 +282,7 @@ fn an_empty_token_is_refused() {
         .enable_all()
         .build()
         .unwrap();
-    let h = embedded();
+    let h = embedded::harness();
     let queue = rt.block_on(JobQueue::open(h.path())).unwrap();
     Console::new(queue).token("");
 }

@@ -10,10 +10,10 @@ mod guard;
 mod rates;
 
 mod embedded {
-    console_suite!(crate::support::embedded());
+    console_suite!(crate::support::embedded::harness());
 }
 
 #[cfg(feature = "redis")]
 mod redis {
-    console_suite!(crate::support::redis());
+    console_suite!(crate::support::redis::harness());
 }

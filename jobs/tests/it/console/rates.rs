@@ -13,7 +13,7 @@ use crate::support::{embedded, next};
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_recorder_gives_the_overview_rates_and_metrics_the_queues_series() {
-    let h = embedded();
+    let h = embedded::harness();
     let recorder = Recorder::new();
     let queue = {
         let _this_thread = metrics::set_default_local_recorder(&recorder);
@@ -81,7 +81,7 @@ async fn a_recorder_gives_the_overview_rates_and_metrics_the_queues_series() {
 /// rates, not their sum.
 #[tokio::test(flavor = "current_thread")]
 async fn each_console_shows_the_rates_of_its_own_queue() {
-    let h = embedded();
+    let h = embedded::harness();
     let recorder = Recorder::new();
     let (jobs, other) = {
         let _this_thread = metrics::set_default_local_recorder(&recorder);

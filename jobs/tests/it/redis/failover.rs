@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use wheel_jobs::JobQueue;
 
-use crate::support::{ms, spawn_reporting_worker, SentinelSet};
+use crate::support::sentinel::SentinelSet;
+use crate::support::{ms, spawn_reporting_worker};
 
 /// A guard against a hang, not a bound on anything.
 const HANG: Duration = Duration::from_secs(60);

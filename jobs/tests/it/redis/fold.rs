@@ -3,7 +3,8 @@
 use wheel_jobs::{Delivery, JobQueue};
 
 use super::{queue, script_calls};
-use crate::support::{ms, next, RedisServer};
+use crate::support::redis::RedisServer;
+use crate::support::{ms, next};
 
 /// N sparse jobs, each acked twice while the consumer goes on: each job's acks ride on
 /// the claim of the next one (so about N script calls, not 2N), the first answers true and

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use wheel_jobs::{Error, JobQueue, JobState, Scheduled};
 
-use crate::support::{ms, RedisServer, DURABLE};
+use crate::support::ms;
+use crate::support::redis::{RedisServer, DURABLE};
 
 /// The queue's `redis_timeout` in this test.
 const TIMEOUT: Duration = Duration::from_millis(500);

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use wheel_jobs::{Error, JobQueue};
 
-use crate::support::{queue_acl, spawn_reporting_worker, RedisServer};
+use crate::support::redis::{queue_acl, RedisServer};
+use crate::support::spawn_reporting_worker;
 
 /// A guard against the hang these tests are about, not a bound on anything.
 const HANG: Duration = Duration::from_secs(30);
@@ -107,7 +108,9 @@ async fn a_command_the_scripts_need_taken_away_stops_run() {
 #[cfg(feature = "redis-tls")]
 mod tls {
     use super::*;
-    use crate::support::{ms, RedisCluster, TestCa};
+    use crate::support::cluster::RedisCluster;
+    use crate::support::ms;
+    use crate::support::tls::TestCa;
     use wheel_jobs::Scheduled;
 
     /// `redis_timeout` for these tests: a TLS handshake in a debug build (rustls and ring
@@ -179,7 +182,7 @@ mod tls {
         const JOBS: usize = 300;
         let ca = TestCa::new();
         let mut args = vec!["--user", "worker", "on", ">secret"];
-        let rule = crate::support::cluster_acl("orders");
+        let rule = crate::support::cluster::cluster_acl("orders");
         args.extend(rule.iter().map(String::as_str));
         let cluster = RedisCluster::start_with(&args, Some(&ca));
         let nodes: Vec<String> = cluster

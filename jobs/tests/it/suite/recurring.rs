@@ -1,5 +1,4 @@
-//! Recurring series, written once for every backend like `suite.rs`:
-//! `run_recurring_suite!(harness)` turns each `pub async fn` into a test.
+//! Recurring series: occurrences on schedule, catch-up after downtime, updates and cancels.
 //!
 //! Series use short intervals (`every` 150–200 ms) on the real clock and a closed queue for
 //! downtime; no assertion is about how long anything took, only about which occurrences
@@ -11,42 +10,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wheel_jobs::{CatchUp, Delivery, JobQueue, JobState, Recurrence, Recurring};
 
 use crate::support::{ms, next, Harness};
-
-macro_rules! recurring_tests {
-    ($harness:expr; $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                crate::recurring::$name($harness).await
-            }
-        )*
-    };
-}
-
-/// Every test of this file against the harness `$harness` (an expression making a fresh one).
-macro_rules! run_recurring_suite {
-    ($harness:expr) => {
-        recurring_tests!($harness;
-            recurring_bad_input_stores_nothing,
-            recurring_runs_on_schedule_one_pending_at_a_time,
-            recurring_cancel_stops_it_and_a_running_occurrence_finishes,
-            recurring_update_replaces_it,
-            recurring_two_consumers_get_each_occurrence_once,
-            recurring_a_failed_occurrence_retries_and_the_series_goes_on,
-            recurring_survives_a_reopen,
-            recurring_catch_up_latest,
-            recurring_catch_up_none,
-            recurring_catch_up_all_up_to_max,
-            recurring_catch_up_all,
-            recurring_catch_up_after_a_downtime_of_twenty_occurrences,
-            recurring_an_at_in_the_name_of_a_job_is_no_series,
-            recurring_a_delivered_job_under_an_occurrence_id_is_skipped,
-            recurring_setting_it_again_keeps_a_missed_occurrence,
-            recurring_a_new_recurrence_runs_a_due_occurrence_first,
-            recurring_its_pending_occurrence_is_not_rescheduled,
-        );
-    };
-}
 
 const P: Duration = Duration::from_millis(200);
 
