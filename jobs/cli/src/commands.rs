@@ -328,6 +328,10 @@ async fn purge_dead(queue: &JobQueue, out: Out) -> Result<(), String> {
     Ok(())
 }
 
+/// The shortest token `serve` accepts: 16 random hex characters are 64 bits, beyond guessing
+/// over HTTP.
+const MIN_TOKEN_CHARS: usize = 16;
+
 async fn serve(
     queue: &JobQueue,
     listen: std::net::SocketAddr,
@@ -337,6 +341,13 @@ async fn serve(
     let mut console = Console::new(queue.clone());
     match token {
         Some(token) if token.is_empty() => return Err("the token is empty".to_owned()),
+        Some(token) if token.chars().count() < MIN_TOKEN_CHARS => {
+            return Err(format!(
+                "the token is {} characters, too short to resist guessing: give at least \
+                 {MIN_TOKEN_CHARS} (for example `openssl rand -hex 16`)",
+                token.chars().count()
+            ))
+        }
         Some(token) => {
             console.token(token);
         }

@@ -130,7 +130,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
         /// Require this token on every request (HTTP Basic password, or `Authorization:
-        /// Bearer`).
+        /// Bearer`); at least 16 characters.
         #[arg(long, env = "WHEEL_JOBS_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },

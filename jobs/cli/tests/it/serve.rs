@@ -111,8 +111,8 @@ async fn a_token_guards_every_request() {
     let place = embedded::harness();
     on(&place, &["schedule", "a", "--in", "1h"]).await.ok();
     for (extra, env) in [
-        (vec!["--token", "s3cret"], vec![]),
-        (vec![], vec![("WHEEL_JOBS_TOKEN", "s3cret")]),
+        (vec!["--token", "s3cret-s3cret-s3cret"], vec![]),
+        (vec![], vec![("WHEEL_JOBS_TOKEN", "s3cret-s3cret-s3cret")]),
     ] {
         let server = Served::start_with(&place, &extra, &env).await;
         for auth in [None, Some("Bearer wrong")] {
@@ -123,11 +123,17 @@ async fn a_token_guards_every_request() {
                 "{refused:?}"
             );
         }
-        assert_eq!(server.get("/", Some("Bearer s3cret")).await.status, 200);
-        // base64("ops:s3cret")
         assert_eq!(
             server
-                .get("/job?id=a", Some("Basic b3BzOnMzY3JldA=="))
+                .get("/", Some("Bearer s3cret-s3cret-s3cret"))
+                .await
+                .status,
+            200
+        );
+        // base64("ops:s3cret-s3cret-s3cret")
+        assert_eq!(
+            server
+                .get("/job?id=a", Some("Basic b3BzOnMzY3JldC1zM2NyZXQtczNjcmV0"))
                 .await
                 .status,
             200
@@ -166,7 +172,13 @@ async fn serve_refuses_an_open_address_without_a_token() {
     );
     let line = on(
         &place,
-        &["serve", "--listen", "192.0.2.1:8080", "--token", "t"],
+        &[
+            "serve",
+            "--listen",
+            "192.0.2.1:8080",
+            "--token",
+            "a-long-enough-token",
+        ],
     )
     .await;
     assert!(
@@ -178,4 +190,14 @@ async fn serve_refuses_an_open_address_without_a_token() {
         on(&place, &["serve", "--token", ""]).await.failed(1),
         "wheel-jobs: the token is empty"
     );
+    // A short token is refused on any address, before any bind.
+    for listen in ["192.0.2.1:8080", "127.0.0.1:0"] {
+        assert_eq!(
+            on(&place, &["serve", "--listen", listen, "--token", "short"])
+                .await
+                .failed(1),
+            "wheel-jobs: the token is 5 characters, too short to resist guessing: give at \
+             least 16 (for example `openssl rand -hex 16`)"
+        );
+    }
 }
