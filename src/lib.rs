@@ -174,8 +174,3 @@ pub use sleep::Sleep;
 pub use stats::Stats;
 pub use timeout::Timeout;
 pub use timer::{Builder, Timer};
-
-/// The README's examples, compiled and run as doctests so that they cannot rot.
-#[doc = include_str!("../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;
