@@ -1,30 +1,21 @@
-//! # keepalive: declare idle connections offline with `IdleTracker`
+//! # keepalive_bench: what `IdleTracker` costs
 //!
-//! A real TCP server on 127.0.0.1 tracks every connection with an [`IdleTracker`]
-//! (each socket wrapped by `IdleTracker::wrap_with`, so every line read touches it without a
-//! lock), and N real client connections from the same process talk to it. Most clients send
-//! a keepalive line at a random interval below the idle timeout; the silent ones stop after
-//! their first line. The server pushes a line to every client a few times per idle period
-//! (as a comet server does): writes do not count as activity (read idle), so pushing to a
-//! silent client does not keep it alive. The stream is in event mode: on its idle event
-//! the server pushes a `bye` line (what the original server sends before closing) and then
-//! closes. The server must expire exactly the silent ones, about one idle timeout after
-//! their last line, every one of them must receive its goodbye, and no talker may.
+//! The measurements behind the idle tracker's figures, one mode per run (the demo of the
+//! tracker itself, real TCP connections expiring, is `cargo run --release --example
+//! keepalive`):
 //!
 //! ```text
-//! cargo run --release --example keepalive
-//! cargo run --release --example keepalive -- --connections 8000 --idle-secs 3 --silent-percent 30
-//! cargo run --release --example keepalive -- --simulate          # 100k connections, 3000 packets/s, 30 s idle, no sockets
-//! cargo run --release --example keepalive -- --idle-cpu          # 100k idle keys: tracker CPU and wakeups/s
-//! cargo run --release --example keepalive -- --burst 1000000     # 1M keys expiring in one tick vs a 1 ms ticker
-//! cargo run --release --example keepalive -- --memory 10000000   # bytes per tracked key
-//! cargo run --release --example keepalive -- --touch-cost 100000  # ns per touch vs tokio Sleep::reset
+//! cargo run --release -p wheel-bench --bin keepalive_bench -- --simulate          # 100k connections, 3000 packets/s, 30 s idle, no sockets
+//! cargo run --release -p wheel-bench --bin keepalive_bench -- --idle-cpu          # 100k idle keys: tracker CPU and wakeups/s
+//! cargo run --release -p wheel-bench --bin keepalive_bench -- --burst 1000000     # 1M keys expiring in one tick vs a 1 ms ticker
+//! cargo run --release -p wheel-bench --bin keepalive_bench -- --memory 10000000   # bytes per tracked key
+//! cargo run --release -p wheel-bench --bin keepalive_bench -- --touch-cost 100000 # ns per touch vs tokio Sleep::reset
 //! ```
 //!
-//! It shows a live progress line, then a report (expired vs expected, goodbyes, lateness,
-//! server CPU, RSS) and exits non-zero if a check fails (`--help` lists every flag). Two OS threads (server, clients), each a
-//! current-thread tokio runtime, so it behaves the same on 2 cores as on 64. The connection
-//! count is capped by the open-file limit (each connection is two sockets in this process).
+//! Each prints a report and exits non-zero if a check fails (`--help` lists every flag).
+//! Every mode runs on current-thread tokio runtimes, so it behaves the same on 2 cores as
+//! on 64; `--simulate` and `--idle-cpu` run the tracker on a thread of its own and measure
+//! that thread's CPU time apart from the load generator's.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -35,29 +26,25 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
-use wheel_timer::{Expirations, IdleHandle, IdleKind, IdleMode, IdleTracker, Timer};
-
-#[path = "support/cpu.rs"]
-mod cpu;
-use cpu::{process_cpu, rss, thread_cpu};
+use wheel_bench::cpu::{rss, thread_cpu};
+use wheel_timer::{Expirations, IdleHandle, IdleTracker, Timer};
 
 // ===== arguments =====
 
-/// Declare idle connections offline with wheel-timer's IdleTracker.
+/// What wheel-timer's IdleTracker costs: one mode per run.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "keepalive", after_help = MODES)]
+#[command(name = "keepalive_bench", after_help = MODES)]
+#[command(group(clap::ArgGroup::new("mode").required(true)
+    .args(["simulate", "idle_cpu", "burst", "memory", "touch_cost"])))]
 struct Args {
-    /// Client connections (default 4000; 100000 with --simulate and --idle-cpu)
+    /// Connections or keys, with --simulate and --idle-cpu (default 100000)
     #[arg(long, value_parser = parse_count)]
     connections: Option<usize>,
-    /// Idle timeout in seconds, 0.05 to 3600 (default 5; 30 with --simulate and --idle-cpu;
+    /// Idle timeout in seconds, 0.05 to 3600 (default 30 with --simulate and --idle-cpu;
     /// 2 with --memory)
     #[arg(long, value_parser = parse_idle_secs)]
     idle_secs: Option<f64>,
-    /// Share of clients that go quiet after their first line
+    /// With --simulate: share of connections that go quiet after registering
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
     silent_percent: u32,
     /// No sockets: N in-process connections touching IdleHandles; the tracker's CPU is
@@ -88,13 +75,11 @@ struct Args {
 
 const MODES: &str = "\
 Examples:
-  cargo run --release --example keepalive
-  cargo run --release --example keepalive -- --connections 8000 --idle-secs 3 --silent-percent 30
-  cargo run --release --example keepalive -- --simulate
-  cargo run --release --example keepalive -- --idle-cpu
-  cargo run --release --example keepalive -- --burst 1000000
-  cargo run --release --example keepalive -- --memory 10000000
-  cargo run --release --example keepalive -- --touch-cost 100000";
+  cargo run --release -p wheel-bench --bin keepalive_bench -- --simulate
+  cargo run --release -p wheel-bench --bin keepalive_bench -- --idle-cpu
+  cargo run --release -p wheel-bench --bin keepalive_bench -- --burst 1000000
+  cargo run --release -p wheel-bench --bin keepalive_bench -- --memory 10000000
+  cargo run --release -p wheel-bench --bin keepalive_bench -- --touch-cost 100000";
 
 fn parse_num<T: std::str::FromStr>(s: &str) -> Result<T, String> {
     s.replace('_', "")
@@ -149,10 +134,8 @@ fn main() -> ExitCode {
         idle_cpu(&args)
     } else if let Some(keys) = args.burst {
         burst(keys)
-    } else if args.simulate {
-        simulate(&args)
     } else {
-        sockets(&args)
+        simulate(&args)
     };
     if ok {
         println!("PASS");
@@ -188,17 +171,6 @@ impl Rng {
 
 fn silent(id: usize, percent: u32) -> bool {
     Rng::new(id as u64 ^ 0xA5A5).next() % 100 < u64::from(percent)
-}
-
-/// The soft limit on open files, from /proc/self/limits.
-fn open_file_limit() -> Option<usize> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    let soft = line.split_whitespace().nth(3)?;
-    if soft == "unlimited" {
-        return Some(usize::MAX);
-    }
-    soft.parse().ok()
 }
 
 fn mib(bytes: u64) -> String {
@@ -240,31 +212,19 @@ fn report_lateness(samples: &mut [i64], idle: Duration) -> bool {
     }
 }
 
-// ===== the socket demo =====
+// ===== what a --simulate run records =====
 
-/// What the server and clients record, shared between threads.
+/// What the load generator and the expirations consumer record, shared between tasks.
 struct Stats {
     t0: Instant,
     silent: Vec<bool>,
-    /// Nanoseconds since `t0` of the last line the server read from each client.
+    /// Nanoseconds since `t0` of the last touch of each connection.
     last_rx: Vec<AtomicU64>,
-    /// Nanoseconds since `t0` at which each client expired (0: not expired).
+    /// Nanoseconds since `t0` at which each connection expired (0: not expired).
     expired_at: Vec<AtomicU64>,
-    connected: AtomicUsize,
-    connect_errors: AtomicUsize,
     packets: AtomicU64,
-    /// Lines the server pushed to clients.
-    pushed: AtomicU64,
     expired: AtomicUsize,
-    /// Idle events the server's streams reported.
-    server_timeouts: AtomicUsize,
-    /// Goodbye lines received by silent clients, and by talkers (must stay 0).
-    byes_silent: AtomicUsize,
-    byes_talkers: AtomicUsize,
-    /// Talkers whose socket was closed under them before the end.
-    talkers_cut: AtomicUsize,
     lateness: Mutex<Vec<i64>>,
-    first_error: Mutex<Option<String>>,
 }
 
 impl Stats {
@@ -274,29 +234,14 @@ impl Stats {
             silent: (0..n).map(|id| silent(id, silent_percent)).collect(),
             last_rx: (0..n).map(|_| AtomicU64::new(0)).collect(),
             expired_at: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            connected: AtomicUsize::new(0),
-            connect_errors: AtomicUsize::new(0),
             packets: AtomicU64::new(0),
-            pushed: AtomicU64::new(0),
             expired: AtomicUsize::new(0),
-            server_timeouts: AtomicUsize::new(0),
-            byes_silent: AtomicUsize::new(0),
-            byes_talkers: AtomicUsize::new(0),
-            talkers_cut: AtomicUsize::new(0),
             lateness: Mutex::new(Vec::new()),
-            first_error: Mutex::new(None),
         }
     }
 
     fn now(&self) -> u64 {
         self.t0.elapsed().as_nanos() as u64
-    }
-
-    fn error(&self, what: String) {
-        self.first_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(what);
     }
 
     /// Records a batch of expired ids at the current instant.
@@ -313,412 +258,14 @@ impl Stats {
     }
 }
 
-fn sockets(args: &Args) -> bool {
-    let idle = Duration::from_secs_f64(args.idle_secs.unwrap_or(5.0));
-    let mut n = args.connections.unwrap_or(4000);
-    // Two sockets per connection in this process, plus some slack for the runtime.
-    if let Some(limit) = open_file_limit() {
-        let max = limit.saturating_sub(64) / 2;
-        if n > max {
-            println!(
-                "keepalive: {n} connections need {} open files but the limit (ulimit -n) is {limit}; \
-                 running {max} connections. Raise `ulimit -n` for more, or use --simulate.",
-                2 * n + 64
-            );
-            n = max;
-        }
-    }
-    if n == 0 {
-        println!("keepalive: the open-file limit leaves no room for a connection");
-        return false;
-    }
-    let stats = Arc::new(Stats::new(n, args.silent_percent));
-    let expected_silent = stats.silent.iter().filter(|&&s| s).count();
-    println!(
-        "keepalive: {n} TCP connections on 127.0.0.1, idle timeout {idle:?}, {} silent after their first line",
-        expected_silent
-    );
-    let stop = CancellationToken::new();
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-
-    let server = std::thread::spawn({
-        let (stats, stop) = (stats.clone(), stop.clone());
-        move || server(stats, stop, idle, addr_tx)
-    });
-    let addr = match addr_rx.recv() {
-        Ok(Ok(addr)) => addr,
-        Ok(Err(e)) => {
-            println!("keepalive: cannot listen on 127.0.0.1: {e}");
-            return false;
-        }
-        Err(_) => {
-            println!("keepalive: the server thread died");
-            return false;
-        }
-    };
-    let clients = std::thread::spawn({
-        let (stats, stop) = (stats.clone(), stop.clone());
-        move || clients(stats, stop, addr, n, idle)
-    });
-
-    // Progress, until every client connected and then two idle periods passed (so each
-    // silent client had its chance to expire and every talker had to survive twice).
-    let hard_stop = idle * 10 + Duration::from_secs(60);
-    let mut connected_at = None;
-    let mut last_packets = 0;
-    let mut peak_rate = 0;
-    let mut next = Instant::now();
-    loop {
-        next += Duration::from_millis(500);
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        let elapsed = stats.t0.elapsed();
-        let connected = stats.connected.load(Relaxed);
-        let errors = stats.connect_errors.load(Relaxed);
-        if connected_at.is_none() && connected + errors >= n {
-            connected_at = Some(elapsed);
-        }
-        let packets = stats.packets.load(Relaxed);
-        let rate = (packets - last_packets) * 2;
-        last_packets = packets;
-        peak_rate = peak_rate.max(rate);
-        eprint!(
-            "\r  [{:5.1} s] connected {connected:>6}/{n}  packets/s {rate:>7}  expired {:>6}/{expected_silent}   ",
-            elapsed.as_secs_f64(),
-            stats.expired.load(Relaxed),
-        );
-        let _ = std::io::stderr().flush();
-        let done =
-            connected_at.is_some_and(|at| elapsed >= at + idle * 2 + Duration::from_millis(500));
-        if done || elapsed >= hard_stop {
-            break;
-        }
-    }
-    eprintln!();
-    let elapsed = stats.t0.elapsed();
-    stop.cancel();
-    let clients_ok = clients.join().is_ok();
-    let server_report = server.join().ok().flatten();
-
-    let connected = stats.connected.load(Relaxed);
-    let expired_ids: Vec<usize> = (0..n)
-        .filter(|&id| stats.expired_at[id].load(Relaxed) != 0)
-        .collect();
-    let talkers_expired = expired_ids.iter().filter(|&&id| !stats.silent[id]).count();
-    let silent_expired = expired_ids.len() - talkers_expired;
-    let packets = stats.packets.load(Relaxed);
-    let mut lateness =
-        std::mem::take(&mut *stats.lateness.lock().unwrap_or_else(|p| p.into_inner()));
-    let (rss, peak) = rss();
-
-    println!("report:");
-    let mut ok = clients_ok;
-    ok &= check(
-        connected == n,
-        format!(
-            "connected {connected}/{n} in {:.2} s{}",
-            connected_at.unwrap_or(elapsed).as_secs_f64(),
-            stats
-                .first_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_ref()
-                .map(|e| format!(" (first error: {e})"))
-                .unwrap_or_default()
-        ),
-    );
-    println!(
-        "  {:<68}",
-        format!(
-            "packets received {packets} over {:.1} s (avg {:.0}/s, peak {peak_rate}/s)",
-            elapsed.as_secs_f64(),
-            packets as f64 / elapsed.as_secs_f64()
-        )
-    );
-    ok &= check(
-        expired_ids.len() == expected_silent && silent_expired == expected_silent,
-        format!(
-            "expired {} of {expected_silent} expected silent connections",
-            expired_ids.len()
-        ),
-    );
-    ok &= check(
-        talkers_expired == 0,
-        format!("connections expired that kept talking: {talkers_expired}"),
-    );
-    let timeouts = stats.server_timeouts.load(Relaxed);
-    ok &= check(
-        timeouts == expected_silent,
-        format!("server read-idle events (bye pushed, socket closed): {timeouts}"),
-    );
-    let byes = stats.byes_silent.load(Relaxed);
-    ok &= check(
-        byes == expected_silent,
-        format!("goodbye lines received by silent clients: {byes}/{expected_silent}"),
-    );
-    let wrong_byes = stats.byes_talkers.load(Relaxed);
-    ok &= check(
-        wrong_byes == 0,
-        format!("goodbye lines received by talkers: {wrong_byes}"),
-    );
-    println!(
-        "  {:<68}",
-        format!(
-            "lines pushed by the server: {} (writes do not keep a client alive)",
-            stats.pushed.load(Relaxed)
-        )
-    );
-    let cut = stats.talkers_cut.load(Relaxed);
-    ok &= check(
-        cut == 0,
-        format!("talkers whose socket was closed under them: {cut}"),
-    );
-    ok &= report_lateness(&mut lateness, idle);
-    match server_report {
-        Some(cpu) => println!(
-            "  {:<68}",
-            format!(
-                "server CPU {:.3} s over {:.1} s ({:.1}% of a core); whole process {:.2} s",
-                cpu.as_secs_f64(),
-                elapsed.as_secs_f64(),
-                100.0 * cpu.as_secs_f64() / elapsed.as_secs_f64(),
-                process_cpu().as_secs_f64()
-            )
-        ),
-        None => ok &= check(false, "server thread failed".into()),
-    }
-    println!(
-        "  {:<68}",
-        format!(
-            "RSS {} (peak {}), whole process incl. client sockets",
-            mib(rss),
-            mib(peak)
-        )
-    );
-    ok
-}
-
-/// The server thread: a current-thread runtime with the timer, the tracker, the accept loop,
-/// one task per connection and the expiration consumer. Returns its thread's CPU time.
-fn server(
-    stats: Arc<Stats>,
-    stop: CancellationToken,
-    idle: Duration,
-    addr_tx: std::sync::mpsc::Sender<std::io::Result<std::net::SocketAddr>>,
-) -> Option<Duration> {
-    let rt = current_thread().ok()?;
-    rt.block_on(async {
-        let timer = Timer::new();
-        let (tracker, mut expirations) = IdleTracker::<u32>::new(&timer, idle);
-        // A deep accept backlog, so thousands of simultaneous connects are not dropped and
-        // retried a second later.
-        let listen = || {
-            let socket = tokio::net::TcpSocket::new_v4()?;
-            socket.bind(([127, 0, 0, 1], 0).into())?;
-            socket.listen(8192)
-        };
-        let listener: std::io::Result<TcpListener> = listen();
-        let listener = match listener {
-            Ok(listener) => listener,
-            Err(e) => {
-                let _ = addr_tx.send(Err(e));
-                return;
-            }
-        };
-        let _ = addr_tx.send(listener.local_addr());
-        let consumer = tokio::spawn({
-            let stats = stats.clone();
-            async move {
-                while let Some(batch) = expirations.next_batch().await {
-                    stats.expire(&batch, idle);
-                }
-            }
-        });
-        let mut conns = tokio::task::JoinSet::new();
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                accepted = listener.accept() => match accepted {
-                    Ok((sock, _)) => {
-                        conns.spawn(serve(sock, tracker.clone(), timer.clone(), idle, stats.clone()));
-                    }
-                    Err(e) => stats.error(format!("accept: {e}")),
-                },
-            }
-        }
-        drop(listener);
-        // Clients close their sockets on stop; give them a moment, then drop the rest.
-        let _ = tokio::time::timeout(Duration::from_secs(5), async {
-            while conns.join_next().await.is_some() {}
-        })
-        .await;
-        conns.shutdown().await;
-        drop(tracker);
-        let _ = tokio::time::timeout(idle * 2, consumer).await;
-    });
-    Some(thread_cpu())
-}
-
-/// One server connection: reads the client's `hello <id>` line, then its keepalive lines
-/// through an `IdleStream` that touches the tracker on every line received (read idle, event
-/// mode), while pushing a line to the client three times per idle period. On the idle event
-/// it pushes `bye` and closes.
-async fn serve(
-    sock: TcpStream,
-    tracker: IdleTracker<u32>,
-    timer: Timer,
-    idle: Duration,
-    stats: Arc<Stats>,
-) {
-    let mut reader = BufReader::new(sock);
-    let mut line = String::new();
-    if !matches!(reader.read_line(&mut line).await, Ok(n) if n > 0) {
-        return;
-    }
-    let Some(id) = line
-        .trim()
-        .strip_prefix("hello ")
-        .and_then(|id| id.parse::<u32>().ok())
-        .filter(|&id| (id as usize) < stats.silent.len())
-    else {
-        stats.error(format!("bad hello line {line:?}"));
-        return;
-    };
-    stats.last_rx[id as usize].store(stats.now(), Relaxed);
-    stats.connected.fetch_add(1, Relaxed);
-    stats.packets.fetch_add(1, Relaxed);
-    let stream = tracker.wrap_with(id, reader, IdleKind::Read, IdleMode::Event);
-    drop(tracker);
-    let (rd, mut wr) = tokio::io::split(stream);
-    let mut lines = BufReader::new(rd).lines();
-    let mut push = timer.interval(idle / 3);
-    loop {
-        tokio::select! {
-            line = lines.next_line() => match line {
-                Ok(None) => return,
-                Ok(Some(_)) => {
-                    stats.last_rx[id as usize].store(stats.now(), Relaxed);
-                    stats.packets.fetch_add(1, Relaxed);
-                }
-                Err(e) if IdleKind::of(&e) == Some(IdleKind::Read) => {
-                    // Event mode: the stream still works, so say goodbye before closing.
-                    stats.server_timeouts.fetch_add(1, Relaxed);
-                    let _ = wr.write_all(b"bye\n").await;
-                    let _ = wr.shutdown().await;
-                    return;
-                }
-                Err(e) => {
-                    stats.error(format!("server read: {e}"));
-                    return;
-                }
-            },
-            _ = push.tick() => {
-                if wr.write_all(b"news\n").await.is_err() {
-                    return;
-                }
-                stats.pushed.fetch_add(1, Relaxed);
-            }
-        }
-    }
-}
-
-/// The clients thread: a current-thread runtime with one task per client connection.
-fn clients(
-    stats: Arc<Stats>,
-    stop: CancellationToken,
-    addr: std::net::SocketAddr,
-    n: usize,
-    idle: Duration,
-) {
-    let Ok(rt) = current_thread() else {
-        stats.error("cannot build the clients' runtime".into());
-        return;
-    };
-    rt.block_on(async {
-        let mut tasks = tokio::task::JoinSet::new();
-        for id in 0..n {
-            tasks.spawn(client(id, addr, stats.clone(), stop.clone(), idle));
-        }
-        while tasks.join_next().await.is_some() {}
-    });
-}
-
-async fn client(
-    id: usize,
-    addr: std::net::SocketAddr,
-    stats: Arc<Stats>,
-    stop: CancellationToken,
-    idle: Duration,
-) {
-    let mut sock = match TcpStream::connect(addr).await {
-        Ok(sock) => sock,
-        Err(e) => {
-            stats.connect_errors.fetch_add(1, Relaxed);
-            stats.error(format!("connect: {e}"));
-            return;
-        }
-    };
-    let _ = sock.set_nodelay(true);
-    if sock
-        .write_all(format!("hello {id}\n").as_bytes())
-        .await
-        .is_err()
-    {
-        return;
-    }
-    let (rd, mut sock) = sock.into_split();
-    // Reads what the server pushes; counts a goodbye.
-    let reader = {
-        let stats = stats.clone();
-        let silent = stats.silent[id];
-        async move {
-            let mut lines = BufReader::new(rd).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line == "bye" {
-                    let byes = if silent {
-                        &stats.byes_silent
-                    } else {
-                        &stats.byes_talkers
-                    };
-                    byes.fetch_add(1, Relaxed);
-                }
-            }
-        }
-    };
-    if stats.silent[id] {
-        // Wait for the server's goodbye and close (or the end of the run).
-        tokio::select! {
-            _ = stop.cancelled() => {}
-            _ = reader => {}
-        }
-        return;
-    }
-    tokio::spawn(reader);
-    // A keepalive at a random interval below the idle timeout (at most 80% of it, leaving
-    // room for scheduling delays on a loaded machine).
-    let mut rng = Rng::new(id as u64);
-    loop {
-        let wait = idle.mul_f64(rng.between(0.2, 0.8));
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
-        }
-        if sock.write_all(b"ping\n").await.is_err() {
-            if !stop.is_cancelled() {
-                stats.talkers_cut.fetch_add(1, Relaxed);
-            }
-            return;
-        }
-    }
-}
-
 /// A current-thread runtime, or `None` after saying why there is none.
 fn runtime_or_report() -> Option<tokio::runtime::Runtime> {
     current_thread()
-        .map_err(|e| println!("keepalive: cannot build a runtime: {e}"))
+        .map_err(|e| println!("keepalive_bench: cannot build a runtime: {e}"))
         .ok()
 }
 
-/// The single-threaded runtime every part of the demo runs on (server, clients, modes).
+/// The single-threaded runtime every mode runs on.
 fn current_thread() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -851,7 +398,7 @@ fn idle_cpu(args: &Args) -> bool {
     // Measured while no key can expire.
     let window = Duration::from_secs_f64(args.measure_secs).min(idle.mul_f64(0.8));
     println!(
-        "keepalive --idle-cpu: {n} keys tracked, idle timeout {idle:?}, no traffic; the tracker's \
+        "keepalive_bench --idle-cpu: {n} keys tracked, idle timeout {idle:?}, no traffic; the tracker's \
          thread (timer and tracker drivers alone) measured for {window:?} per configuration"
     );
     let mut rows = Vec::new();
@@ -865,7 +412,7 @@ fn idle_cpu(args: &Args) -> bool {
         let (thread, tracker, expirations) = match TrackerThread::start(idle, tick) {
             Ok(started) => started,
             Err(e) => {
-                println!("keepalive: cannot start the tracker thread: {e}");
+                println!("keepalive_bench: cannot start the tracker thread: {e}");
                 return false;
             }
         };
@@ -924,7 +471,7 @@ fn burst(n: usize) -> bool {
         let timer = Timer::new();
         let (tracker, mut expirations) = IdleTracker::<u64>::new(&timer, idle);
         println!(
-            "keepalive --burst: {n} keys touched at once (idle timeout {idle:?}, tick {:?}), \
+            "keepalive_bench --burst: {n} keys touched at once (idle timeout {idle:?}, tick {:?}), \
              a 1 ms ticker task on the same current-thread runtime",
             tracker.tick()
         );
@@ -1012,7 +559,7 @@ async fn simulate_run(n: usize, idle: Duration, silent_percent: u32, rate: f64) 
     let mean = (talkers as f64 / rate).clamp(0.3 * hi, hi);
     let lo = (2.0 * mean - hi).max(0.05 * hi);
     println!(
-        "keepalive --simulate: {n} in-process connections (no sockets), idle timeout {idle:?}, \
+        "keepalive_bench --simulate: {n} in-process connections (no sockets), idle timeout {idle:?}, \
          {silent_count} silent, {talkers} sending keepalives every {lo:.1}-{hi:.1} s (~{:.0}/s)",
         talkers as f64 / ((lo + hi) / 2.0)
     );
@@ -1022,7 +569,7 @@ async fn simulate_run(n: usize, idle: Duration, silent_percent: u32, rate: f64) 
     let (thread, tracker, mut expirations) = match TrackerThread::start(idle, None) {
         Ok(started) => started,
         Err(e) => {
-            println!("keepalive: cannot start the tracker thread: {e}");
+            println!("keepalive_bench: cannot start the tracker thread: {e}");
             return false;
         }
     };
@@ -1036,7 +583,6 @@ async fn simulate_run(n: usize, idle: Duration, silent_percent: u32, rate: f64) 
         last.store(t_reg, Relaxed);
     }
     let (rss1, _) = rss();
-    stats.connected.store(n, Relaxed);
 
     let consumer = tokio::spawn({
         let stats = stats.clone();
@@ -1260,7 +806,7 @@ fn memory(keys: usize, idle_secs: f64) -> bool {
         let (rss1, _) = rss();
         let per_key = rss1.saturating_sub(rss0) as f64 / keys as f64;
         println!(
-            "keepalive --memory: {keys} u64 keys tracked in {:.2} s ({:.0} ns each); RSS {} -> {}: {per_key:.1} bytes per key ({:.1} beyond the 8-byte key)",
+            "keepalive_bench --memory: {keys} u64 keys tracked in {:.2} s ({:.0} ns each); RSS {} -> {}: {per_key:.1} bytes per key ({:.1} beyond the 8-byte key)",
             insert.as_secs_f64(),
             insert.as_nanos() as f64 / keys as f64,
             mib(rss0),
