@@ -799,7 +799,7 @@ async fn fresh_timer_async(seed: u64, round: usize) -> ([f64; 4], usize) {
     let timer = wheel_timer::Timer::new();
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for k in 0..FRESH_SLEEPS {
-        let order = if (k + round) % 2 == 0 {
+        let order = if (k + round).is_multiple_of(2) {
             [Peer::Wheel, Peer::Tokio]
         } else {
             [Peer::Tokio, Peer::Wheel]
