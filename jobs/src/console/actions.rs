@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::frame::{refuse, status_of, Base};
-use super::Shared;
+use super::AppState;
 
 /// An action's form. Every field may be missing: what is missing is refused with a page
 /// that says so, not with the extractor's plain-text rejection.
@@ -30,7 +30,7 @@ type Posted = Result<Form<ActionForm>, FormRejection>;
 
 /// The action form, once its CSRF token is checked; else the status and message to refuse
 /// it with.
-fn admitted(app: &Shared, form: Posted) -> Result<ActionForm, (StatusCode, String)> {
+fn admitted(app: &AppState, form: Posted) -> Result<ActionForm, (StatusCode, String)> {
     match form {
         Ok(Form(form)) if app.guard.csrf_ok(&form.csrf) => Ok(form),
         Ok(_) => Err((
@@ -64,7 +64,7 @@ impl OnJob {
     }
 }
 
-async fn on_job(app: Shared, base: Base, form: Posted, action: OnJob) -> Response {
+async fn on_job(app: AppState, base: Base, form: Posted, action: OnJob) -> Response {
     let form = match admitted(&app, form) {
         Ok(form) => form,
         Err((status, why)) => return refuse(&app, base, status, why),
@@ -103,15 +103,15 @@ async fn on_job(app: Shared, base: Base, form: Posted, action: OnJob) -> Respons
     }
 }
 
-pub(super) async fn cancel(State(app): State<Shared>, base: Base, form: Posted) -> Response {
+pub(super) async fn cancel(State(app): State<AppState>, base: Base, form: Posted) -> Response {
     on_job(app, base, form, OnJob::Cancel).await
 }
 
-pub(super) async fn remove_dead(State(app): State<Shared>, base: Base, form: Posted) -> Response {
+pub(super) async fn remove_dead(State(app): State<AppState>, base: Base, form: Posted) -> Response {
     on_job(app, base, form, OnJob::RemoveDead).await
 }
 
-pub(super) async fn revive(State(app): State<Shared>, base: Base, form: Posted) -> Response {
+pub(super) async fn revive(State(app): State<AppState>, base: Base, form: Posted) -> Response {
     on_job(app, base, form, OnJob::Revive).await
 }
 
@@ -123,7 +123,7 @@ enum OnQueue {
     Resume,
 }
 
-async fn on_queue(app: Shared, base: Base, form: Posted, action: OnQueue) -> Response {
+async fn on_queue(app: AppState, base: Base, form: Posted, action: OnQueue) -> Response {
     if let Err((status, why)) = admitted(&app, form) {
         return refuse(&app, base, status, why);
     }
@@ -144,21 +144,21 @@ async fn on_queue(app: Shared, base: Base, form: Posted, action: OnQueue) -> Res
 }
 
 pub(super) async fn revive_all_dead(
-    State(app): State<Shared>,
+    State(app): State<AppState>,
     base: Base,
     form: Posted,
 ) -> Response {
     on_queue(app, base, form, OnQueue::ReviveAllDead).await
 }
 
-pub(super) async fn purge_dead(State(app): State<Shared>, base: Base, form: Posted) -> Response {
+pub(super) async fn purge_dead(State(app): State<AppState>, base: Base, form: Posted) -> Response {
     on_queue(app, base, form, OnQueue::PurgeDead).await
 }
 
-pub(super) async fn pause(State(app): State<Shared>, base: Base, form: Posted) -> Response {
+pub(super) async fn pause(State(app): State<AppState>, base: Base, form: Posted) -> Response {
     on_queue(app, base, form, OnQueue::Pause).await
 }
 
-pub(super) async fn resume(State(app): State<Shared>, base: Base, form: Posted) -> Response {
+pub(super) async fn resume(State(app): State<AppState>, base: Base, form: Posted) -> Response {
     on_queue(app, base, form, OnQueue::Resume).await
 }

@@ -10,7 +10,7 @@ use axum::response::{Html, IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use super::Shared;
+use super::AppState;
 use crate::core::error::Error;
 
 /// Where the console is mounted: `""` at the root, `/jobs` under `Router::nest("/jobs", …)`.
@@ -67,7 +67,7 @@ pub(super) struct Frame {
 }
 
 impl Frame {
-    pub(super) fn new(app: &Shared, base: Base) -> Frame {
+    pub(super) fn new(app: &AppState, base: Base) -> Frame {
         Frame {
             home: base.home().to_owned(),
             base: base.0,
@@ -109,10 +109,10 @@ impl Done {
 /// gets the console's error page (400), not axum's plain-text rejection.
 pub(super) struct PageQuery<T>(pub(super) T);
 
-impl<T: DeserializeOwned + Send> FromRequestParts<Shared> for PageQuery<T> {
+impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for PageQuery<T> {
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, app: &Shared) -> Result<Self, Response> {
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
         match Query::<T>::from_request_parts(parts, app).await {
             Ok(Query(query)) => Ok(PageQuery(query)),
             Err(rejected) => {
@@ -151,7 +151,7 @@ pub(super) fn error_page(frame: Frame, status: StatusCode, message: String) -> R
 }
 
 /// An error page for an action, which has a [`Base`] but no frame yet.
-pub(super) fn refuse(app: &Shared, base: Base, status: StatusCode, message: String) -> Response {
+pub(super) fn refuse(app: &AppState, base: Base, status: StatusCode, message: String) -> Response {
     error_page(Frame::new(app, base), status, message)
 }
 

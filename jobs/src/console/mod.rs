@@ -207,4 +207,5 @@ struct App {
     recorder: Option<Recorder>,
 }
 
-type Shared = Arc<App>;
+/// What every handler gets: the console's settings and its queue, shared by the router.
+type AppState = Arc<App>;

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::frame::{error_page, page, status_of, Base, Done, Frame, PageQuery};
 use super::recorder::render_counts;
 use super::view::{self, Chart, Payload, Time};
-use super::Shared;
+use super::AppState;
 use crate::core::job::JobState;
 use crate::core::list::{Cursor, ListOptions};
 
@@ -42,7 +42,7 @@ struct Rates {
 }
 
 pub(super) async fn overview(
-    State(app): State<Shared>,
+    State(app): State<AppState>,
     base: Base,
     PageQuery(done): PageQuery<Done>,
 ) -> Response {
@@ -117,7 +117,7 @@ pub(super) struct ListQuery {
 }
 
 pub(super) async fn list(
-    State(app): State<Shared>,
+    State(app): State<AppState>,
     base: Base,
     Path(state): Path<String>,
     PageQuery(query): PageQuery<ListQuery>,
@@ -209,7 +209,7 @@ pub(super) struct JobQuery {
 }
 
 pub(super) async fn job(
-    State(app): State<Shared>,
+    State(app): State<AppState>,
     base: Base,
     PageQuery(query): PageQuery<JobQuery>,
     PageQuery(done): PageQuery<Done>,
@@ -255,7 +255,7 @@ pub(super) async fn job(
 /// The recorder's series in the Prometheus text format; without a recorder (or before it
 /// saw the queue open), the counts as gauges. Reading the counts also refreshes the
 /// recorder's gauges (the queue sets them on every `counts`).
-pub(super) async fn metrics(State(app): State<Shared>) -> Response {
+pub(super) async fn metrics(State(app): State<AppState>) -> Response {
     let counts = match app.queue.counts().await {
         Ok(counts) => counts,
         Err(err) => return (status_of(&err), format!("{err}\n")).into_response(),

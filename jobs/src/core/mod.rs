@@ -1,6 +1,7 @@
 //! The core: the values of a queue and the pure rules over them. No I/O, no store, no clock
-//! read here (time is handed in); nothing in this folder imports from the layers above it
-//! (`backend`, the backends, `queue`, `console`).
+//! read here (time is handed in), with one exception: [`wakeup`], the in-process signal a
+//! backend gives idle consumers, which must sit below the backends. Nothing in this folder
+//! imports from the layers above it (`backend`, the backends, `queue`, `console`).
 //!
 //! - [`error`]: the one error type, opaque with `is_*` queries.
 //! - [`job`]: what a caller sees of a job ([`When`](job::When), [`JobInfo`](job::JobInfo),
