@@ -6,10 +6,8 @@
 //!
 //! - A record that does not decode is [`Corrupt`]: the file is damaged or not a job store;
 //!   nothing guesses at its fields.
-//! - A change of layout bumps `VERSION` (and the store's `FORMAT` in `store.rs`), and the
-//!   decoder keeps reading every older version, so an upgraded store rewrites no record:
-//!   version 1 had no last error, and its dead jobs no death time (they read as dead since
-//!   their `run_at`).
+//! - A change of layout bumps `VERSION` (and the store's `FORMAT` in `store/mod.rs`); the
+//!   decoder reads this version only (a store of another format is refused at open).
 //! - Layout of version 2: `version: u8, state: u8, attempt: u32, run_at: u64, token: u64,
 //!   time: u64` (the lease's end while running, the death time when dead, else 0), `error:
 //!   u16` (0: none; `n + 1`: `n` bytes of UTF-8 follow), then the payload to the end.
@@ -19,9 +17,9 @@ use std::fmt;
 use crate::model::{Job, Status};
 
 const VERSION: u8 = 2;
-/// Version 1's header: version 2 adds the error's length after it.
-const HEADER_V1: usize = 1 + 1 + 4 + 8 + 8 + 8;
-const HEADER: usize = HEADER_V1 + 2;
+/// The fixed fields before the error's length.
+const FIXED: usize = 1 + 1 + 4 + 8 + 8 + 8;
+const HEADER: usize = FIXED + 2;
 
 /// A stored record that cannot be decoded: the file is corrupt or not a job store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,10 +68,9 @@ impl<'a> Record<'a> {
         out
     }
 
-    /// A record of any version from its stored form.
+    /// A record from its stored form.
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<Record<'a>, Corrupt> {
-        let version = *bytes.first().ok_or(Corrupt)?;
-        if !(1..=VERSION).contains(&version) || bytes.len() < HEADER_V1 {
+        if bytes.first() != Some(&VERSION) || bytes.len() < HEADER {
             return Err(Corrupt);
         }
         let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
@@ -85,8 +82,6 @@ impl<'a> Record<'a> {
                 token: u64_at(14),
                 until: u64_at(22),
             },
-            // Version 1 did not keep the death time: its last due time stands in for it.
-            2 if version == 1 => Status::Dead { at: run_at },
             2 => Status::Dead { at: u64_at(22) },
             _ => return Err(Corrupt),
         };
@@ -95,20 +90,7 @@ impl<'a> Record<'a> {
             attempt,
             status,
         };
-        if version == 1 {
-            return Ok(Record {
-                job,
-                error: None,
-                payload: &bytes[HEADER_V1..],
-            });
-        }
-        let tag = u16::from_le_bytes(
-            bytes
-                .get(HEADER_V1..HEADER)
-                .ok_or(Corrupt)?
-                .try_into()
-                .expect("2 bytes"),
-        );
+        let tag = u16::from_le_bytes(bytes[FIXED..HEADER].try_into().expect("2 bytes"));
         let (error, payload) = match usize::from(tag).checked_sub(1) {
             None => (None, &bytes[HEADER..]),
             Some(len) => {
@@ -123,23 +105,6 @@ impl<'a> Record<'a> {
             payload,
         })
     }
-}
-
-/// The version 1 encoder, kept to test that stores written before version 2 still open.
-#[cfg(test)]
-pub(crate) fn encode_v1(job: &Job, payload: &[u8]) -> Vec<u8> {
-    let (state, token, until) = match job.status {
-        Status::Pending => (0u8, 0, 0),
-        Status::Leased { token, until } => (1, token, until),
-        Status::Dead { .. } => (2, 0, 0),
-    };
-    let mut out = vec![1, state];
-    out.extend_from_slice(&job.attempt.to_le_bytes());
-    out.extend_from_slice(&job.run_at.to_le_bytes());
-    out.extend_from_slice(&token.to_le_bytes());
-    out.extend_from_slice(&until.to_le_bytes());
-    out.extend_from_slice(payload);
-    out
 }
 
 #[cfg(test)]
@@ -194,38 +159,6 @@ mod tests {
         assert_eq!(
             Record::decode(&record(None).encode()[..HEADER - 1]),
             Err(Corrupt)
-        );
-    }
-
-    #[test]
-    fn version_1_records_still_decode() {
-        let dead = Job {
-            run_at: 7,
-            attempt: 3,
-            status: Status::Dead { at: 12 },
-        };
-        let encoded = encode_v1(&dead, b"p");
-        let decoded = Record::decode(&encoded).unwrap();
-        let dead_since_run_at = Job {
-            status: Status::Dead { at: 7 },
-            ..dead
-        };
-        assert_eq!(
-            decoded,
-            Record {
-                job: dead_since_run_at,
-                error: None,
-                payload: b"p"
-            }
-        );
-        let leased = Job {
-            run_at: 7,
-            attempt: 1,
-            status: Status::Leased { token: 5, until: 9 },
-        };
-        assert_eq!(
-            Record::decode(&encode_v1(&leased, b"")).unwrap().job,
-            leased
         );
     }
 }

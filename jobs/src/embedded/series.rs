@@ -9,7 +9,7 @@
 //! - Every step (set, cancel, the first claim of a head) runs inside the batch's one write
 //!   transaction, and its series change goes into the same log record as its job changes:
 //!   a crash keeps both or neither.
-//! - A layout change bumps `VERSION` (and the store's `FORMAT` in `store.rs`).
+//! - A layout change bumps `VERSION` (and the store's `FORMAT` in `store/mod.rs`).
 
 use std::collections::HashMap;
 

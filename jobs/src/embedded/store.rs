@@ -29,8 +29,7 @@
 //!   written, leaves memory and disk disagreeing: the store is then [`broken`](Store::broken)
 //!   and the writer thread stops.
 //! - Every read of an index is a bounded range (`take(max)`, `first()`, a page): no
-//!   operation walks the whole queue, and opening reads only `meta` (and, once, what the
-//!   upgrade from an older format reads: `upgrade`).
+//!   operation walks the whole queue, and opening reads only `meta`.
 //! - A transition always goes through [`Job`]; the store only keeps the indexes and the
 //!   counts in step with it (`Tables::set` in `store/tables.rs`, the one writer of `jobs`,
 //!   `due`, `running`, `died` and the counts).
@@ -55,13 +54,9 @@ pub(crate) use op::{Op, Reply};
 pub(super) use tables::Tables;
 use tables::*;
 
-/// 2: changes since the last checkpoint may be in the write-ahead log (format 1 had none,
-/// and code that knows only 1 must not open a store whose log it would ignore).
-/// 3: the `series` table, and series entries in the log, which code that knows only 2
-/// would drop (the table is created empty by the upgrade).
-/// 4: job records of version 2 (`record.rs`: the last error, the death time), which code
-/// that knows only version 1 cannot read, and the `running` and `died` indexes in place of
-/// the dead set. Formats 1 to 3 are upgraded on open (`upgrade`).
+/// The layout of the tables, the job records (`record.rs`) and the log (`wal.rs`). A store
+/// of another format is refused at open, naming the format found: nothing is converted.
+/// (4 is the first published format; the numbers before it were never released.)
 const FORMAT: u64 = 4;
 
 /// The longest the write-ahead log grows before a checkpoint: bounds replay at open. A
@@ -120,14 +115,19 @@ impl Store {
         let (counts, epoch, paused) = {
             let mut meta = txn.open_table(META).map_err(storage)?;
             let mut t = Tables::open(&txn)?;
-            let format = meta.get("format").map_err(storage)?.map(|v| v.value());
-            match format {
-                Some(1..=FORMAT) => {}
+            match meta.get("format").map_err(storage)?.map(|v| v.value()) {
+                Some(FORMAT) => {}
                 None if t.jobs.is_empty().map_err(storage)? => {}
-                other => {
+                Some(found) => {
                     return Err(Error::storage(format!(
-                        "not a wheel-jobs store of format {FORMAT} (found {other:?})"
+                        "the store is of format {found}; this version of wheel-jobs reads \
+                         format {FORMAT} only"
                     )))
+                }
+                None => {
+                    return Err(Error::storage(
+                        "not a wheel-jobs store: jobs but no format recorded",
+                    ))
                 }
             }
             let get = |key: &str| -> Result<u64, Error> {
@@ -138,9 +138,6 @@ impl Store {
                 leased: get("leased")?,
                 dead: get("dead")?,
             };
-            if matches!(format, Some(1..=3)) {
-                upgrade(&txn, &mut t, counts.leased)?;
-            }
             let epoch = get("epoch")?;
             let paused = get("paused")? == 1;
             let owner = match get("owner")? {

@@ -5,9 +5,6 @@
 //!
 //! - A call that may have committed although it failed (a timeout after the script ran)
 //!   still bumps the epoch (`Redis::changed`), so no `Idle` note outlives a change.
-//! - A call on one id that finds nothing on the id's partition looks on its former one too
-//!   (`Redis::on_id`), if the id has an occurrence's form and older versions routed it
-//!   elsewhere: such jobs from before an upgrade stay where they were.
 //! - A claim takes each partition on its own, in rotation: one failing partition never
 //!   costs the leases taken on the others; its error is returned only when nothing was
 //!   claimed.
@@ -21,23 +18,12 @@ use super::scripts::NewJob;
 use super::{Idle, Redis};
 use crate::backend::{Backend, BoxFuture, ClaimBatch};
 use crate::error::Error;
-use crate::job::{nanos, Counts, JobInfo, JobState, Scheduled, When};
+use crate::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::model::Retry;
 use crate::recurrence::Recurrence;
 use crate::series::{CatchUp, Recurring, RecurringInfo};
 
 impl Redis {
-    /// The answer to a schedule of `id` if a job of that id lives on its former partition
-    /// (`Redis::on_id`): it exists, and nothing is made twice.
-    async fn former_existing(&self, id: &str) -> Result<Option<(Scheduled, u64)>, Error> {
-        let Some(former) = self.former_part(id) else {
-            return Ok(None);
-        };
-        let mut conn = self.conn()?;
-        let info = self.scripts.get(&mut conn, &former.keys, id).await?;
-        Ok(info.map(|info| (Scheduled::Exists, nanos(info.run_at()))))
-    }
-
     /// `retry.lua`: a retry, or with an `error` a failure.
     async fn give_back(
         &self,
@@ -46,26 +32,21 @@ impl Redis {
         after: Duration,
         error: Option<String>,
     ) -> Result<(Retry, u64), Error> {
-        let stale = |(retry, _): &(Retry, u64)| *retry == Retry::Stale;
-        let (id, error) = (id.as_str(), error.as_deref());
-        self.on_id(id, stale, move |part| async move {
-            let mut conn = self.writer()?;
-            let given = (self.scripts)
-                .retry(
-                    &mut conn,
-                    &part.keys,
-                    id,
-                    token,
-                    after,
-                    self.max_attempts,
-                    error,
-                )
-                .await;
-            // Even a failed call may have committed (a timeout after the script ran).
-            self.changed();
-            given
-        })
-        .await
+        let mut conn = self.writer()?;
+        let given = (self.scripts)
+            .retry(
+                &mut conn,
+                &self.part(&id).keys,
+                &id,
+                token,
+                after,
+                self.max_attempts,
+                error.as_deref(),
+            )
+            .await;
+        // Even a failed call may have committed (a timeout after the script ran).
+        self.changed();
+        given
     }
 }
 
@@ -78,9 +59,6 @@ impl Backend for Redis {
     ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
             self.conn()?;
-            if let Some(existing) = self.former_existing(&id).await? {
-                return Ok(existing);
-            }
             let scheduled = self.part(&id).schedules.call((id, when, payload)).await;
             // Even a failed call may have committed (a timeout after the script ran).
             self.changed();
@@ -100,10 +78,6 @@ impl Backend for Redis {
                 .collect();
             let mut out = vec![(Scheduled::Exists, 0); n];
             for (i, job) in jobs.into_iter().enumerate() {
-                if let Some(existing) = self.former_existing(&job.0).await? {
-                    out[i] = existing;
-                    continue;
-                }
                 let p = partition_of(&job.0, self.parts.len());
                 groups[p].0.push(i);
                 groups[p].1.push(job);
@@ -137,43 +111,29 @@ impl Backend for Redis {
 
     fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let id = id.as_str();
-            self.on_id(
-                id,
-                |found| !found,
-                move |part| async move {
-                    let mut conn = self.writer()?;
-                    self.scripts.cancel(&mut conn, &part.keys, id).await
-                },
-            )
-            .await
+            let mut conn = self.writer()?;
+            self.scripts
+                .cancel(&mut conn, &self.part(&id).keys, &id)
+                .await
         })
     }
 
     fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
         Box::pin(async move {
-            let id = id.as_str();
-            self.on_id(id, Option::is_none, move |part| async move {
-                let mut conn = self.writer()?;
-                let moved = (self.scripts)
-                    .reschedule(&mut conn, &part.keys, id, when)
-                    .await;
-                // Even a failed call may have committed (a timeout after the script ran).
-                self.changed();
-                moved
-            })
-            .await
+            let mut conn = self.writer()?;
+            let moved = (self.scripts)
+                .reschedule(&mut conn, &self.part(&id).keys, &id, when)
+                .await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            moved
         })
     }
 
     fn get(&self, id: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>> {
         Box::pin(async move {
-            let id = id.as_str();
-            self.on_id(id, Option::is_none, move |part| async move {
-                let mut conn = self.conn()?;
-                self.scripts.get(&mut conn, &part.keys, id).await
-            })
-            .await
+            let mut conn = self.conn()?;
+            self.scripts.get(&mut conn, &self.part(&id).keys, &id).await
         })
     }
 
@@ -266,18 +226,11 @@ impl Backend for Redis {
     fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
             self.conn()?;
-            let id = id.as_str();
-            (self.on_id(
-                id,
-                |acked| !acked,
-                move |part| async move {
-                    if let Some(answer) = part.folds.park(id, token).await {
-                        return answer;
-                    }
-                    part.acks.call((id.to_owned(), token)).await
-                },
-            ))
-            .await
+            let part = self.part(&id);
+            if let Some(answer) = part.folds.park(&id, token).await {
+                return answer;
+            }
+            part.acks.call((id, token)).await
         })
     }
 
@@ -292,33 +245,19 @@ impl Backend for Redis {
 
     fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let id = id.as_str();
-            self.on_id(
-                id,
-                |extended| !extended,
-                move |part| async move {
-                    let mut conn = self.conn()?;
-                    self.scripts
-                        .extend(&mut conn, &part.keys, id, token, by)
-                        .await
-                },
-            )
-            .await
+            let mut conn = self.conn()?;
+            (self.scripts)
+                .extend(&mut conn, &self.part(&id).keys, &id, token, by)
+                .await
         })
     }
 
     fn remove_dead(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let id = id.as_str();
-            self.on_id(
-                id,
-                |removed| !removed,
-                move |part| async move {
-                    let mut conn = self.writer()?;
-                    self.scripts.remove_dead(&mut conn, &part.keys, id).await
-                },
-            )
-            .await
+            let mut conn = self.writer()?;
+            (self.scripts)
+                .remove_dead(&mut conn, &self.part(&id).keys, &id)
+                .await
         })
     }
 
@@ -431,15 +370,13 @@ impl Backend for Redis {
 
     fn revive(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
         Box::pin(async move {
-            let id = id.as_str();
-            self.on_id(id, Option::is_none, move |part| async move {
-                let mut conn = self.writer()?;
-                let revived = self.scripts.revive(&mut conn, &part.keys, id, when).await;
-                // Even a failed call may have committed (a timeout after the script ran).
-                self.changed();
-                revived
-            })
-            .await
+            let mut conn = self.writer()?;
+            let revived = (self.scripts)
+                .revive(&mut conn, &self.part(&id).keys, &id, when)
+                .await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            revived
         })
     }
 

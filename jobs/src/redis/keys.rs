@@ -7,7 +7,13 @@
 //!   partitions), so every script touches one cluster slot.
 //! - Every process routes an id to the same partition ([`partition_of`], a stable hash):
 //!   a queue must be opened with the same number of partitions everywhere. The first
-//!   open records the count ([`layout`]); an open with another count is refused.
+//!   open records the count ([`layout`]); an open with another count is refused, and so is
+//!   a queue whose recorded keyspace [`FORMAT`] is another.
+
+/// The layout of a queue's keys and of the values the scripts store in them, recorded in
+/// its layout hash by the first open ([`layout`]); a queue of another format is refused at
+/// open, naming the format found. 1 is the first published format.
+pub(super) const FORMAT: u32 = 1;
 
 /// One partition's keys and wake channel.
 pub(super) struct Keys {
@@ -70,16 +76,6 @@ pub(super) fn tag(name: &str, i: usize, n: usize) -> String {
 pub(super) fn partition_of(id: &str, n: usize) -> usize {
     let key = crate::series::occurrence_series(id).unwrap_or(id);
     (fnv(key) % n as u64) as usize
-}
-
-/// The partition (of `n`) where the job `id` lived before occurrence ids were routed by
-/// their series, if that is another one: a job scheduled then under an id of exactly that
-/// form (`x@2026-12-01T12:00:00Z`) is still there after an upgrade, so calls that find no
-/// such job on [`partition_of`] look there too.
-pub(super) fn former_partition_of(id: &str, n: usize) -> Option<usize> {
-    crate::series::occurrence_series(id)?;
-    let former = (fnv(id) % n as u64) as usize;
-    (former != partition_of(id, n)).then_some(former)
 }
 
 /// A stable hash (FNV-1a): every process must route an id to the same partition.

@@ -77,7 +77,7 @@ use std::sync::Arc;
 use self::batcher::Batcher;
 use self::conn::{connect, Conn};
 use self::fold::Folds;
-use self::keys::{former_partition_of, partition_of, tag, Keys};
+use self::keys::{partition_of, tag, Keys};
 use self::reply::redis_error;
 use self::scripts::{micros, NewJob, PartClaim, Scripts};
 use self::wake::{subscribe, subscribe_cluster, Heard, Wake};
@@ -242,13 +242,21 @@ impl Redis {
         // `open`, not the first call.
         redis.count("pending").await?;
         // Another partition count routes ids to other keys ({name} vs {name:i}): such a
-        // handle would see another, empty queue and pause a flag nobody reads. Not waiting
+        // handle would see another, empty queue and pause a flag nobody reads. Another
+        // format lays its keys out otherwise: nothing is converted or misread. Not waiting
         // for `min_replicas`: a record a failover loses is written again by the next open,
         // and a queue must open while its replicas catch up.
-        let recorded = redis
+        let (recorded, format) = redis
             .scripts
-            .layout(&mut redis.conn()?, &keys::layout(name), n)
+            .layout(&mut redis.conn()?, &keys::layout(name), n, keys::FORMAT)
             .await?;
+        if format != keys::FORMAT {
+            return Err(Error::storage(format!(
+                "the Redis queue {name:?} is of keyspace format {format} (0: from before \
+                 formats were recorded); this version of wheel-jobs reads format {} only",
+                keys::FORMAT
+            )));
+        }
         if recorded != n {
             return Err(Error::invalid_config_owned(format!(
                 "the Redis queue {name:?} has {recorded} partition(s), as its first process \
@@ -295,30 +303,6 @@ impl Redis {
 
     fn part(&self, id: &str) -> &Partition {
         &self.parts[partition_of(id, self.parts.len())]
-    }
-
-    /// The partition an occurrence-shaped `id` was routed to before series existed, if
-    /// another (`keys::former_partition_of`).
-    fn former_part(&self, id: &str) -> Option<&Partition> {
-        former_partition_of(id, self.parts.len()).map(|i| &self.parts[i])
-    }
-
-    /// `call` on the partition of `id`, and if it `missed` there, on its former partition
-    /// (a job scheduled under an occurrence-shaped id before an upgrade lives there).
-    async fn on_id<'a, T, F>(
-        &'a self,
-        id: &str,
-        missed: impl Fn(&T) -> bool,
-        call: impl Fn(&'a Partition) -> F,
-    ) -> Result<T, Error>
-    where
-        F: std::future::Future<Output = Result<T, Error>>,
-    {
-        let found = call(self.part(id)).await?;
-        match self.former_part(id) {
-            Some(former) if missed(&found) => call(former).await,
-            _ => Ok(found),
-        }
     }
 
     async fn count(&self, field: &str) -> Result<u64, Error> {

@@ -513,7 +513,6 @@ impl Scripts {
     ) -> Result<bool, Error> {
         let mut call = self.extend.prepare_invoke();
         call.key(&k.meta)
-            .key(&k.due)
             .key(&k.running)
             .arg(id)
             .arg(token)
@@ -563,15 +562,17 @@ impl Scripts {
 }
 
 impl Scripts {
-    /// `layout.lua`: the queue's recorded partition count, `partitions` if none was.
+    /// `layout.lua`: the queue's recorded partition count and keyspace format, `partitions`
+    /// and `format` if none were.
     pub(super) async fn layout(
         &self,
         conn: &mut Conn,
         layout: &str,
         partitions: usize,
-    ) -> Result<usize, Error> {
+        format: u32,
+    ) -> Result<(usize, u32), Error> {
         let mut call = self.layout.prepare_invoke();
-        call.key(layout).arg(partitions);
+        call.key(layout).arg(partitions).arg(format);
         call.invoke_async(conn).await.map_err(redis_error)
     }
 

@@ -1,5 +1,5 @@
 //! The store's tables and what keeps them in step: [`Tables`] (every index and the counts
-//! written through [`Tables::set`]), the upgrade from older formats, and the reads a page
+//! written through [`Tables::set`]) and the reads a page
 //! or a claim makes.
 
 use redb::{ReadableTable, Table, TableDefinition};
@@ -16,9 +16,6 @@ pub(super) const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("
 pub(super) const DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
 pub(super) const RUNNING: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("running");
 pub(super) const DIED: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("died");
-/// The dead set (id → ()) of formats 1 to 3: read once by the upgrade to format 4, then
-/// deleted.
-pub(super) const DEAD: TableDefinition<'_, &str, ()> = TableDefinition::new("dead");
 pub(super) const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 pub(super) const SERIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("series");
 
@@ -201,56 +198,6 @@ impl Tables<'_> {
         }
         Ok(())
     }
-}
-
-/// Brings a store of format 1, 2 or 3 to format 4 inside the open transaction, before its log
-/// is replayed (the log's records then keep the new indexes in step like any change):
-/// - the dead set (id → ()) becomes the `died` index ((death time, id) → ()): one read per
-///   dead job, once; a job dead before the upgrade reads as dead since its `run_at`
-///   (`record.rs`), so no record is rewritten;
-/// - the running jobs' keys (lease ends) move from `due`, which held both states before,
-///   to `running`: `due` is read from its head until all running jobs (the counter) were
-///   found; a store's leases end within a lease (plus extends) of its last process
-///   stopping, so they come after only the backlog due before that; after a clean `close`
-///   of a `run`-only program there are none and nothing is read.
-pub(super) fn upgrade(
-    txn: &redb::WriteTransaction,
-    t: &mut Tables<'_>,
-    running: u64,
-) -> Result<(), Error> {
-    {
-        let dead = txn.open_table(DEAD).map_err(storage)?;
-        for entry in dead.iter().map_err(storage)? {
-            let (key, _) = entry.map_err(storage)?;
-            let id = key.value();
-            if let Some(stored) = t.load(id)? {
-                t.died
-                    .insert((stored.job.listed_at(), id), ())
-                    .map_err(storage)?;
-            }
-        }
-    }
-    txn.delete_table(DEAD).map_err(storage)?;
-    let mut found = 0;
-    let mut keys = Vec::new();
-    for entry in t.due.iter().map_err(storage)? {
-        if found == running {
-            break;
-        }
-        let (key, _) = entry.map_err(storage)?;
-        let (_, id) = key.value();
-        if let Some(stored) = t.load(id)? {
-            if let Status::Leased { .. } = stored.job.status {
-                keys.push((stored.job.listed_at(), id.to_owned()));
-                found += 1;
-            }
-        }
-    }
-    for (at, id) in keys {
-        t.due.remove((at, id.as_str())).map_err(storage)?;
-        t.running.insert((at, id.as_str()), ()).map_err(storage)?;
-    }
-    Ok(())
 }
 
 /// Moves `id`'s key in `index` from `before` to `after` (`None`: no key); nothing if equal.

@@ -9,11 +9,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
 use proptest::prelude::*;
-use redb::TableDefinition;
 
 use super::*;
 use crate::job::{JobInfo, JobState, When};
-use crate::model::Job;
 use crate::recurrence::Recurrence;
 use crate::series::{CatchUp, Recurring, RecurringInfo};
 
@@ -604,115 +602,46 @@ fn an_empty_record_hides_no_later_record() {
     }
 }
 
-/// A store written before format 4 (version 1 records, the `dead` set, no `running` index)
-/// opens as format 4: its dead jobs listed newest first (dead since their run_at), its
-/// running job found, its counts kept, and it goes on working.
+/// A store of another format (an older one, never published, or one from a later version)
+/// is refused at open, and the error names the format found and the one this code reads:
+/// nothing is converted or misread.
 #[test]
-fn a_format_2_store_gets_its_running_and_dead_indexes_on_open() {
-    use crate::embedded::record::encode_v1;
+fn a_store_of_another_format_is_refused_naming_the_format_found() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("old.redb");
-    let leased = Job {
-        run_at: 40,
-        attempt: 1,
-        status: Status::Leased {
-            token: 9,
-            until: 1_000,
+    let path = dir.path().join("s0.redb");
+    let mut store = file_store(dir.path(), 0);
+    one(
+        &mut store,
+        Op::Schedule {
+            id: "a".into(),
+            when: at(5),
+            payload: b"p".to_vec(),
         },
-    };
-    let dead = |run_at| Job {
-        run_at,
-        attempt: MAX_ATTEMPTS,
-        status: Status::Dead { at: 0 },
-    };
-    {
-        let db = redb::Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
+        1,
+    );
+    store.close().expect("close");
+    for found in [3, FORMAT + 1] {
         {
-            let mut meta = txn.open_table(META).unwrap();
-            for (key, value) in [("format", 2), ("pending", 2), ("leased", 1), ("dead", 2)] {
-                meta.insert(key, value).unwrap();
-            }
-            let mut jobs = txn.open_table(JOBS).unwrap();
-            let mut due = txn.open_table(DUE).unwrap();
-            let mut dead_set = txn.open_table(DEAD).unwrap();
-            for (id, job) in [
-                ("p1", Job::new(50)),
-                ("p2", Job::new(2_000)),
-                ("r", leased),
-                ("d1", dead(10)),
-                ("d2", dead(30)),
-            ] {
-                jobs.insert(id, encode_v1(&job, id.as_bytes()).as_slice())
-                    .unwrap();
-                match job.due() {
-                    Some(at) => due.insert((at, id), ()).unwrap(),
-                    None => dead_set.insert(id, ()).unwrap(),
-                };
-            }
+            let db = redb::Database::builder().create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(META)
+                .unwrap()
+                .insert("format", found)
+                .unwrap();
+            txn.commit().unwrap();
         }
-        txn.commit().unwrap();
+        let db = redb::Database::builder().create(&path).unwrap();
+        let wal = Wal::open(&dir.path().join("s0.redb.wal")).unwrap();
+        let err = Store::open(db, &config(), Some(wal))
+            .err()
+            .expect("refused");
+        assert!(err.is_storage(), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("format {found}")) && text.contains(&format!("format {FORMAT}")),
+            "{text}"
+        );
     }
-    let db = redb::Database::create(&path).unwrap();
-    let wal = Wal::open(&dir.path().join("old.redb.wal")).unwrap();
-    let mut store = Store::open(db, &config(), Some(wal)).expect("upgraded");
-    let now = 1_500;
-    assert_eq!(
-        one(&mut store, Op::Counts, now),
-        Reply::Counts(job::Counts::new(2, 1, 2, false, Some(50)))
-    );
-    let list = |store: &mut Store, state| match one(
-        store,
-        Op::List {
-            state,
-            after: None,
-            limit: 10,
-            payloads: true,
-        },
-        now,
-    ) {
-        Reply::Listed(page) => page
-            .into_iter()
-            .map(|(at, info)| (at, info.id().to_owned()))
-            .collect::<Vec<_>>(),
-        other => panic!("{other:?}"),
-    };
-    let ids = |v: &[(u64, &str)]| -> Vec<(u64, String)> {
-        v.iter().map(|(at, id)| (*at, id.to_string())).collect()
-    };
-    assert_eq!(
-        list(&mut store, JobState::Dead),
-        ids(&[(30, "d2"), (10, "d1")])
-    );
-    assert_eq!(list(&mut store, JobState::Running), ids(&[(1_000, "r")]));
-    assert_eq!(
-        list(&mut store, JobState::Pending),
-        ids(&[(50, "p1"), (2_000, "p2")])
-    );
-    {
-        let txn = redb::ReadableDatabase::begin_read(&store.db).unwrap();
-        let meta = txn.open_table(META).unwrap();
-        assert_eq!(meta.get("format").unwrap().unwrap().value(), FORMAT);
-        assert!(txn.open_table(DEAD).is_err(), "the old dead set is gone");
-    }
-    // It goes on: the running job's lease ended, so a claim redelivers it (with that as its
-    // error), and a purge takes the dead jobs from the new index.
-    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, now) else {
-        panic!("claim reply");
-    };
-    let ids: Vec<&str> = batch.jobs.iter().map(|c| c.id.as_str()).collect();
-    assert_eq!(ids, ["p1", "r"]);
-    let Reply::Info(Some(info)) = one(&mut store, Op::Get { id: "r".into() }, now) else {
-        panic!("get reply");
-    };
-    assert_eq!(
-        (info.attempt(), info.last_error()),
-        (2, Some("lease expired"))
-    );
-    assert_eq!(
-        one(&mut store, Op::PurgeDead { limit: 10 }, now),
-        Reply::Count(2)
-    );
 }
 
 // ===== recurring series =====
@@ -741,80 +670,6 @@ fn list(store: &mut Store, now: u64) -> Vec<RecurringInfo> {
         Reply::RecurringList(list) => list,
         other => panic!("{other:?}"),
     }
-}
-
-/// A store written by the format before series (2: jobs, due, dead, meta; no `series`
-/// table), built here table by table through redb, opens, keeps its jobs, and is format 3
-/// from then on.
-#[test]
-fn a_store_of_format_2_upgrades_on_open() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("s0.redb");
-    {
-        let db = redb::Database::builder().create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let jobs: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
-            let due: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
-            let dead: TableDefinition<'_, &str, ()> = TableDefinition::new("dead");
-            let meta: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
-            let record = crate::embedded::record::encode_v1(&Job::new(5), b"old");
-            txn.open_table(jobs)
-                .unwrap()
-                .insert("a", record.as_slice())
-                .unwrap();
-            txn.open_table(due).unwrap().insert((5, "a"), ()).unwrap();
-            txn.open_table(dead).unwrap();
-            let mut meta = txn.open_table(meta).unwrap();
-            for (key, value) in [("format", 2), ("pending", 1), ("epoch", 3), ("owner", 7)] {
-                meta.insert(key, value).unwrap();
-            }
-        }
-        txn.commit().unwrap();
-    }
-    let mut store = file_store(dir.path(), 0);
-    assert_eq!(store.counts().pending, 1);
-    let reply = one(&mut store, Op::Get { id: "a".into() }, 100);
-    assert_eq!(
-        reply,
-        Reply::Info(Some(JobInfo::new(
-            "a".into(),
-            JobState::Pending,
-            5,
-            0,
-            None,
-            b"old".to_vec()
-        )))
-    );
-    assert!(list(&mut store, 100).is_empty());
-    one(&mut store, set_every_10("s"), 100 * MS);
-    let format = {
-        let txn = store.db.begin_write().unwrap();
-        let meta = txn.open_table(META).unwrap();
-        let format = meta.get("format").unwrap().unwrap().value();
-        drop(meta);
-        txn.abort().unwrap();
-        format
-    };
-    assert_eq!(format, FORMAT);
-    drop(store);
-    let mut store = file_store(dir.path(), 0);
-    assert_eq!(list(&mut store, 100).len(), 1, "the series is stored");
-
-    // A format from the future is refused, not misread.
-    drop(store);
-    {
-        let db = redb::Database::builder().create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        txn.open_table(META)
-            .unwrap()
-            .insert("format", FORMAT + 1)
-            .unwrap();
-        txn.commit().unwrap();
-    }
-    let db = redb::Database::builder().create(&path).unwrap();
-    let err = Store::open(db, &config(), None).err().expect("refused");
-    assert!(err.is_storage(), "{err}");
 }
 
 /// A series' changes are in the log records of their batch: a crash before any checkpoint

@@ -2,8 +2,7 @@
 -- acks.lua, prepended, for the rules).
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] counts (see schedule.lua)
--- KEYS[4] errors, KEYS[5] running (see claim.lua: a running job is in running only; an
--- older version's lease also left in due is dropped by the claim that next reads it)
+-- KEYS[4] errors, KEYS[5] running (see claim.lua: a running job is in running only)
 -- ARGV pairs: id, lease token (at most 512 pairs)
 --
 -- Returns one 1|0 per pair (see acks.lua).

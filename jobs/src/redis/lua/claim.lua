@@ -32,11 +32,8 @@
 -- neither deliver early nor late. One HMGET each for the states and payloads, one INCRBY
 -- for a block of tokens, then one write per structure.
 --
--- An older version kept running jobs in due as well (scored by the lease end, like here):
--- such an entry is a lease ending at its score, taken like one from running when it
--- expired; every lease this script grants leaves due, so none is taken twice. An entry
--- whose job is gone (acked meanwhile by this version, whose ack touches running only) is
--- dropped from the index when read.
+-- An index entry whose job is gone or in another state is dropped when read: the scripts
+-- never leave one, but a key edited by hand must not fail every claim.
 
 -- Not a job (longer than any id, 256 bytes, and than zset-max-listpack-value): a member
 -- that keeps the running set skiplist-encoded from the first lease on. A set this small
@@ -57,22 +54,16 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[11], '-inf', now, 'WITHSCORES', 'LI
 if #ids == 0 then
   ids = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, max)
 else
-  -- Both in score order, merged; an older version's lease may be in both.
+  -- Both in score order, merged (a job is in one of them only).
   local ended = ids
   local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
-  local seen = {}
   local i, j = 1, 1
   ids = {}
   while #ids < max and (i <= #ended or j <= #due) do
-    local id
     if j > #due or (i <= #ended and tonumber(ended[i + 1]) <= tonumber(due[j + 1])) then
-      id, i = ended[i], i + 2
+      ids[#ids + 1], i = ended[i], i + 2
     else
-      id, j = due[j], j + 2
-    end
-    if not seen[id] then
-      seen[id] = true
-      ids[#ids + 1] = id
+      ids[#ids + 1], j = due[j], j + 2
     end
   end
 end

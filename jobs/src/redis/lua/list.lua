@@ -15,8 +15,7 @@
 -- search by rank finds the first id past it (not a ZRANK of its job, which may be gone or
 -- moved, and not a walk over equal scores: a batch scheduled with one delay shares one).
 -- Then one range read of the page, read on past the entries of no job in the page's state
--- (the running index's pin; an older version left running jobs in the due index as well:
--- see claim.lua). A script, so the page is one moment.
+-- (the running index's pin, see claim.lua). A script, so the page is one moment.
 local mode, limit, score, after = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local index = KEYS[4]
 

@@ -9,8 +9,7 @@
 --
 -- Returns {0, ""} for a stale token, {1, run_at_ns} when pending again, {2, ""} when dead.
 -- Atomic with claim and ack (token checked and state changed in one step). The job moves
--- from running to due (pending) or dead; the ZREM of due on death drops the entry an older
--- version also kept there for a running job.
+-- from running to due (pending) or dead.
 local meta = redis.call('HGET', KEYS[1], ARGV[1])
 if not meta then return {0, ''} end
 local state, attempt, token, run_ns = string.match(meta, '^(%a):(%d+):(%d+):(%d+)$')
@@ -21,7 +20,6 @@ redis.call('ZREM', KEYS[6], ARGV[1])
 local t = redis.call('TIME')
 if tonumber(attempt) >= tonumber(ARGV[4]) then
   redis.call('HSET', KEYS[1], ARGV[1], 'd:' .. attempt .. ':0:' .. run_ns)
-  redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('ZADD', KEYS[4], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[1])
   redis.call('HINCRBY', KEYS[3], 'dead', 1)
   return {2, ''}
