@@ -12,9 +12,9 @@
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use super::batcher::MAX_BATCH;
 use super::keys::partition_of;
 use super::scripts::NewJob;
+use super::scripts::MAX_JOBS_PER_SCRIPT;
 use super::{Idle, Redis};
 use crate::backend::{Backend, BoxFuture, ClaimBatch};
 use crate::error::Error;
@@ -86,13 +86,13 @@ impl Backend for Redis {
                 if jobs.is_empty() {
                     continue;
                 }
-                // At most MAX_BATCH jobs per script: a script blocks the whole server
+                // At most MAX_JOBS_PER_SCRIPT jobs per script: a script blocks the whole server
                 // while it runs, so one huge batch would stall every other client (and
                 // outlast `redis_timeout`, failing a call that did commit).
                 let mut jobs = jobs.into_iter();
                 let mut positions = positions.into_iter();
                 loop {
-                    let chunk: Vec<NewJob> = jobs.by_ref().take(MAX_BATCH).collect();
+                    let chunk: Vec<NewJob> = jobs.by_ref().take(MAX_JOBS_PER_SCRIPT).collect();
                     if chunk.is_empty() {
                         break;
                     }
@@ -142,7 +142,7 @@ impl Backend for Redis {
     }
 
     fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
-        Box::pin(self.count("leased"))
+        Box::pin(self.count("running"))
     }
 
     fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
@@ -168,10 +168,10 @@ impl Backend for Redis {
             let mut more = false;
             for i in 0..n {
                 let part = &self.parts[(first + i) % n];
-                // At most MAX_BATCH per script: a script blocks the whole server while it
+                // At most MAX_JOBS_PER_SCRIPT per script: a script blocks the whole server while it
                 // runs, and a reply that outlasts `redis_timeout` would strand the leases
                 // it took. A larger `max` (prefetch, `run`'s concurrency) just claims again.
-                let want = (max - jobs.len()).min(MAX_BATCH);
+                let want = (max - jobs.len()).min(MAX_JOBS_PER_SCRIPT);
                 let (claimed, part_now, next, part_died) =
                     match self.claim_part(part, want, deadline).await {
                         Ok(claim) => claim,
@@ -263,12 +263,12 @@ impl Backend for Redis {
 
     fn purge_dead(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
         Box::pin(async move {
-            // As `revive_dead`: script calls of at most MAX_BATCH jobs (a script blocks the
+            // As `revive_dead`: script calls of at most MAX_JOBS_PER_SCRIPT jobs (a script blocks the
             // server while it runs), partition after partition, `limit` in all.
             let mut removed = 0;
             for part in &self.parts {
                 loop {
-                    let want = (limit - removed as usize).min(MAX_BATCH);
+                    let want = (limit - removed as usize).min(MAX_JOBS_PER_SCRIPT);
                     if want == 0 {
                         break;
                     }
@@ -386,13 +386,13 @@ impl Backend for Redis {
         when: When,
     ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>> {
         Box::pin(async move {
-            // Each partition in script calls of at most MAX_BATCH jobs (a script blocks the
+            // Each partition in script calls of at most MAX_JOBS_PER_SCRIPT jobs (a script blocks the
             // server while it runs), until it has no more dead jobs or `limit` were revived.
             let mut total = 0;
             let mut earliest: Option<u64> = None;
             for part in &self.parts {
                 loop {
-                    let want = (limit - total as usize).min(MAX_BATCH);
+                    let want = (limit - total as usize).min(MAX_JOBS_PER_SCRIPT);
                     if want == 0 {
                         break;
                     }

@@ -10,20 +10,19 @@
 
 use std::time::Duration;
 
+use super::scripts::MAX_JOBS_PER_SCRIPT;
 use crate::error::Error;
 
 pub(super) type Reply<T> = tokio::sync::oneshot::Sender<Result<T, Error>>;
 
 /// Coalesces concurrent calls into one script invocation: a task takes every request
-/// waiting (up to `MAX_BATCH`), runs them as one call and answers each. One round trip
+/// waiting (up to `MAX_JOBS_PER_SCRIPT`), runs them as one call and answers each. One round trip
 /// then serves many jobs under load, and a lone call pays one task hop.
 pub(super) struct Batcher<Req, Resp> {
     requests: tokio::sync::mpsc::UnboundedSender<(Req, Reply<Resp>)>,
     timeout: Option<Duration>,
     pub(super) task: tokio::task::JoinHandle<()>,
 }
-
-pub(super) const MAX_BATCH: usize = 512;
 
 impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
     /// A batcher whose callers wait at most `timeout` for `run` to answer their request.
@@ -34,8 +33,8 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
     {
         let (requests, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Req, Reply<Resp>)>();
         let task = tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(MAX_BATCH);
-            while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+            let mut batch = Vec::with_capacity(MAX_JOBS_PER_SCRIPT);
+            while rx.recv_many(&mut batch, MAX_JOBS_PER_SCRIPT).await > 0 {
                 let (reqs, replies): (Vec<Req>, Vec<Reply<Resp>>) = batch
                     .drain(..)
                     .filter(|(_, reply)| !reply.is_closed())

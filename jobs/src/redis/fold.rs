@@ -6,7 +6,7 @@
 //! - An ack is parked only while the partition's last claim said a job is due within the
 //!   window ([`FOLD_WINDOW`], at most a quarter of the lease): a consumer is then about to
 //!   claim again. Otherwise it goes through the ack batcher at once.
-//! - The next claim on the partition takes the parked acks (at most `MAX_BATCH`) into its
+//! - The next claim on the partition takes the parked acks (at most `MAX_JOBS_PER_SCRIPT`) into its
 //!   own script call, which applies them before it claims, exactly as `ack.lua` would
 //!   (`lua/acks.lua`), and answers each.
 //! - An ack that no claim took within the window goes back to its caller, who sends it
@@ -25,7 +25,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::batcher::{Reply, MAX_BATCH};
+use super::batcher::Reply;
+use super::scripts::MAX_JOBS_PER_SCRIPT;
 use crate::error::Error;
 
 /// How long an ack may wait for a claim to carry it.
@@ -81,11 +82,11 @@ impl Folds {
         self.state().until = until;
     }
 
-    /// The parked acks a claim carries (at most `MAX_BATCH`).
+    /// The parked acks a claim carries (at most `MAX_JOBS_PER_SCRIPT`).
     pub(super) fn take(&self) -> Taken {
         let mut state = self.state();
         state.parked.retain(|p| !p.reply.is_closed());
-        let n = state.parked.len().min(MAX_BATCH);
+        let n = state.parked.len().min(MAX_JOBS_PER_SCRIPT);
         Taken(state.parked.drain(..n).collect())
     }
 

@@ -4,7 +4,7 @@
 //!
 //! - Every state change is one Lua script (`lua/*.lua`, each headed by its keys, arguments,
 //!   return value and why it is atomic; `scripts.rs` holds one typed call per script). The
-//!   state machine is `model.rs`'s, written out in Lua: states `p`/`l`/`d`, attempts
+//!   state machine is `model.rs`'s, written out in Lua: states `p`/`r`/`d` (pending, running, dead), attempts
 //!   counted at claim, tokens checked by ack, retry and extend, dead after `max_attempts`.
 //! - Keys of one queue share the hash tag `{name}`, so every script touches one cluster slot.
 //!   The due index is a sorted set of pending **ids** scored by run_at microseconds, the

@@ -29,6 +29,12 @@ use crate::series::Recurring;
 /// microseconds exactly only below 2^53 (year 2255).
 const MAX_AFTER: Duration = Duration::from_secs(100 * 365 * 86_400);
 
+/// Jobs one script call takes at most (schedules, acks, claims, purges, revivals): a script
+/// blocks the whole server while it runs, so one huge call would stall every other client
+/// (and could outlast `redis_timeout`, failing a call that did commit). The scripts' headers
+/// say "at most 512".
+pub(super) const MAX_JOBS_PER_SCRIPT: usize = 512;
+
 /// A job to schedule: id, due time, payload.
 pub(super) type NewJob = (String, When, Vec<u8>);
 
@@ -459,7 +465,7 @@ impl Scripts {
         Ok(removed == 1)
     }
 
-    /// `retry.lua`: gives a leased job back to run `after` from now, or kills it; with an
+    /// `retry.lua`: gives a running job back to run `after` from now, or kills it; with an
     /// `error` (a failure) that becomes the job's last error.
     #[allow(clippy::too_many_arguments)] // the script's own arguments, each named once here
     pub(super) async fn retry(
@@ -724,7 +730,7 @@ fn job_info(id: String, meta: Value, error: Value, payload: Value) -> Result<Job
     };
     let state = match *state {
         "p" => JobState::Pending,
-        "l" => JobState::Running,
+        "r" => JobState::Running,
         "d" => JobState::Dead,
         _ => return Err(corrupt()),
     };

@@ -1,4 +1,4 @@
--- ack.lua: leased jobs are done: delete them (many acks batched in one call; see
+-- ack.lua: running jobs are done: delete them (many acks batched in one call; see
 -- acks.lua, prepended, for the rules).
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] counts (see schedule.lua)

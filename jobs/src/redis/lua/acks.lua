@@ -26,7 +26,7 @@ local function apply_acks(meta, payload, counts, errors, running, args, from)
     local m = metas[i]
     if m and not seen[id] then
       local state, token = string.match(m, '^(%a):%d+:(%d+):')
-      if state == 'l' and token == tokens[i] then
+      if state == 'r' and token == tokens[i] then
         seen[id] = true
         done[#done + 1] = id
         ok = 1
@@ -39,7 +39,7 @@ local function apply_acks(meta, payload, counts, errors, running, args, from)
     redis.call('HDEL', payload, unpack(done))
     redis.call('HDEL', errors, unpack(done))
     redis.call('ZREM', running, unpack(done))
-    redis.call('HINCRBY', counts, 'leased', -#done)
+    redis.call('HINCRBY', counts, 'running', -#done)
   end
   return out
 end

@@ -2,7 +2,7 @@
 -- jobs out of attempts) and report the server's time and the next due time.
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua; its field
--- `paused`, set by pause.lua, stops every claim: nothing leased, nothing reported due)
+-- `paused`, set by pause.lua, stops every claim: nothing claimed, nothing reported due)
 -- KEYS[5] seq     string  lease token counter (INCRBY: a token is never handed out twice)
 -- KEYS[6] dead    zset    dead ids scored by the death time in microseconds (server TIME;
 --                         0 for jobs that died before this score was kept: the oldest)
@@ -80,7 +80,7 @@ if #ids > 0 then
   local jobs = {}
   local leasing = 0
   for i, id in ipairs(ids) do
-    local state, attempt, _, run_ns = string.match(metas[i] or '', '^([pl]):(%d+):(%d+):(%d+)$')
+    local state, attempt, _, run_ns = string.match(metas[i] or '', '^([pr]):(%d+):(%d+):(%d+)$')
     attempt = tonumber(attempt)
     jobs[i] = {state, attempt, run_ns}
     if state and attempt < max_attempts then leasing = leasing + 1 end
@@ -95,7 +95,7 @@ if #ids > 0 then
   local died = {}
   local died_scores = {}
   local expired = {}
-  local from_pending, died_pending, died_leased = 0, 0, 0
+  local from_pending, died_pending, died_running = 0, 0, 0
   for i, due_id in ipairs(ids) do
     local id, state, attempt, run_ns = due_id, jobs[i][1], jobs[i][2], jobs[i][3]
     local payload = payloads[i]
@@ -119,7 +119,7 @@ if #ids > 0 then
     elseif not id then
       -- A series' head that was superseded (deleted) or awaits its list: not delivered.
     elseif attempt >= max_attempts then
-      if state == 'l' then
+      if state == 'r' then
         expired[#expired + 1] = id
         expired[#expired + 1] = 'lease expired'
       end
@@ -131,17 +131,17 @@ if #ids > 0 then
       if state == 'p' then
         died_pending = died_pending + 1
       else
-        died_leased = died_leased + 1
+        died_running = died_running + 1
       end
     else
-      if state == 'l' then
+      if state == 'r' then
         expired[#expired + 1] = id
         expired[#expired + 1] = 'lease expired'
       end
       attempt = attempt + 1
       token = token + 1
       meta_writes[#meta_writes + 1] = id
-      meta_writes[#meta_writes + 1] = 'l:' .. attempt .. ':' .. token .. ':' .. run_ns
+      meta_writes[#meta_writes + 1] = 'r:' .. attempt .. ':' .. token .. ':' .. run_ns
       leases[#leases + 1] = now + lease
       leases[#leases + 1] = id
       leased[#leased + 1] = id
@@ -174,8 +174,8 @@ if #ids > 0 then
   if from_pending + died_pending > 0 then
     redis.call('HINCRBY', KEYS[4], 'pending', -(from_pending + died_pending))
   end
-  if from_pending - died_leased ~= 0 then
-    redis.call('HINCRBY', KEYS[4], 'leased', from_pending - died_leased)
+  if from_pending - died_running ~= 0 then
+    redis.call('HINCRBY', KEYS[4], 'running', from_pending - died_running)
   end
 end
 local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2]

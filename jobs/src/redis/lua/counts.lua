@@ -6,7 +6,7 @@
 -- are the counters every script keeps in `counts`, never a scan; the next run_at is that
 -- of the due index's first entry (it holds pending jobs only). A script so that all of it
 -- is one moment.
-local c = redis.call('HMGET', KEYS[3], 'pending', 'leased', 'dead', 'paused')
+local c = redis.call('HMGET', KEYS[3], 'pending', 'running', 'dead', 'paused')
 local out = {tonumber(c[1]) or 0, tonumber(c[2]) or 0, tonumber(c[3]) or 0, c[4] and 1 or 0, ''}
 local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 if first then

@@ -8,7 +8,7 @@
 local meta = redis.call('HGET', KEYS[1], ARGV[1])
 if not meta then return 0 end
 local state, token = string.match(meta, '^(%a):%d+:(%d+):')
-if state ~= 'l' or token ~= ARGV[2] then return 0 end
+if state ~= 'r' or token ~= ARGV[2] then return 0 end
 local t = redis.call('TIME')
 local lease_end = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[2], lease_end, ARGV[1])

@@ -1,4 +1,4 @@
--- retry.lua: give a leased job back to run again after a delay, or kill it if that was its
+-- retry.lua: give a running job back to run again after a delay, or kill it if that was its
 -- last attempt.
 --
 -- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead, KEYS[5] errors, KEYS[6] running
@@ -13,9 +13,9 @@
 local meta = redis.call('HGET', KEYS[1], ARGV[1])
 if not meta then return {0, ''} end
 local state, attempt, token, run_ns = string.match(meta, '^(%a):(%d+):(%d+):(%d+)$')
-if state ~= 'l' or token ~= ARGV[2] then return {0, ''} end
+if state ~= 'r' or token ~= ARGV[2] then return {0, ''} end
 if ARGV[7] then redis.call('HSET', KEYS[5], ARGV[1], ARGV[7]) end
-redis.call('HINCRBY', KEYS[3], 'leased', -1)
+redis.call('HINCRBY', KEYS[3], 'running', -1)
 redis.call('ZREM', KEYS[6], ARGV[1])
 local t = redis.call('TIME')
 if tonumber(attempt) >= tonumber(ARGV[4]) then

@@ -1,10 +1,10 @@
 -- schedule.lua: create jobs unless their id exists (idempotent), due at a time or after a delay.
 --
--- KEYS[1] meta    hash  id -> "state:attempt:token:run_at_ns" (state p|l|d)
+-- KEYS[1] meta    hash  id -> "state:attempt:token:run_at_ns" (state p|r|d: pending, running, dead)
 -- KEYS[2] payload hash  id -> payload bytes
 -- KEYS[3] due     zset  pending ids scored by run_at in microseconds (a running job is in
 --                       claim.lua's running set instead, scored by its lease end)
--- KEYS[4] counts  hash  pending | leased | dead
+-- KEYS[4] counts  hash  pending | running | dead
 -- ARGV[1] wake channel (sent the new head's score when a job becomes the first due)
 -- ARGV[2] 'PUBLISH', or 'SPUBLISH' on a cluster (the channel shares the keys' hash tag)
 -- ARGV[3..] groups of 5: id, mode ("at" | "after"), ns (at: run_at in ns, exact) or
