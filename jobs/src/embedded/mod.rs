@@ -4,7 +4,7 @@
 //!
 //! - One thread owns the [`Store`] (and so the file and its write-ahead log, `wal.rs`).
 //!   Every operation, reads included, is a request on its channel; the thread takes every
-//!   request waiting (up to `MAX_BATCH`) and applies them in two transactions: first the
+//!   request waiting (up to `MAX_REQUESTS_PER_COMMIT`) and applies them in two transactions: first the
 //!   extends and reads, logged without fsync and answered at once; then everything else
 //!   (schedules, claims, acks, ...), in arrival order, made durable by one `fdatasync` of
 //!   one log record (or, at a checkpoint, by redb's own durable commit). That is the group
@@ -25,7 +25,6 @@
 //!   personal data, and a umask cannot widen it.
 
 mod record;
-mod series;
 mod store;
 mod wal;
 
@@ -50,8 +49,9 @@ use crate::recurrence::Recurrence;
 use crate::series::{CatchUp, Recurring, RecurringInfo};
 use store::{Op, Reply, Store};
 
-/// Requests applied in one transaction at most: bounds a commit's size and latency.
-const MAX_BATCH: usize = 4096;
+/// Requests the writer thread applies in one transaction at most: bounds a commit's size and
+/// latency.
+const MAX_REQUESTS_PER_COMMIT: usize = 4096;
 
 enum Request {
     Op(Op, oneshot::Sender<Result<Reply, Error>>),
@@ -61,15 +61,15 @@ enum Request {
 pub(crate) struct Embedded {
     path: PathBuf,
     requests: mpsc::Sender<Request>,
-    shared: Arc<Shared>,
+    published: Arc<Published>,
 }
 
 /// What the writer thread publishes.
 #[derive(Default)]
-struct Shared {
+struct Published {
     /// Pending jobs as of the last commit.
     pending: AtomicU64,
-    /// Leased jobs as of the last commit.
+    /// Running jobs as of the last commit.
     running: AtomicU64,
     /// Set when the thread stopped, or as soon as a failure is going to stop it.
     closed: AtomicBool,
@@ -122,7 +122,7 @@ fn open_database(path: &std::path::Path, cache_size: usize) -> Result<redb::Data
     }
 }
 
-impl Shared {
+impl Published {
     /// Records that the store cannot go on (idempotent): from here on every call, `pending`
     /// and `running` included, gets the failure.
     fn fail(&self) {
@@ -158,10 +158,10 @@ impl Embedded {
         let cache_size = config.cache_size;
         let config = config.clone();
         let (requests, receiver) = mpsc::channel();
-        let shared = Arc::new(Shared::default());
+        let published = Arc::new(Published::default());
         let (ready_tx, ready_rx) = oneshot::channel();
         let thread_path = path.clone();
-        let thread_shared = shared.clone();
+        let thread_published = published.clone();
         std::thread::Builder::new()
             .name("wheel-jobs-store".into())
             .spawn(move || {
@@ -181,9 +181,9 @@ impl Embedded {
                 });
                 match opened {
                     Ok(store) => {
-                        thread_shared.publish(store.counts());
+                        thread_published.publish(store.counts());
                         if ready_tx.send(Ok(())).is_ok() {
-                            serve(store, receiver, &thread_shared);
+                            serve(store, receiver, &thread_published);
                         }
                     }
                     Err(err) => {
@@ -198,7 +198,7 @@ impl Embedded {
         Ok(Embedded {
             path,
             requests,
-            shared,
+            published,
         })
     }
 
@@ -206,13 +206,13 @@ impl Embedded {
         let (tx, rx) = oneshot::channel();
         self.requests
             .send(Request::Op(op, tx))
-            .map_err(|_| self.shared.gone())?;
-        rx.await.map_err(|_| self.shared.gone())?
+            .map_err(|_| self.published.gone())?;
+        rx.await.map_err(|_| self.published.gone())?
     }
 }
 
 /// The writer thread's loop: batch, apply, commit, answer.
-fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
+fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, published: &Published) {
     let mut closing = Vec::new();
     let mut panicked = false;
     while let Ok(first) = receiver.recv() {
@@ -227,7 +227,7 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
                 }
                 Request::Close(done) => closing.push(done),
             }
-            if ops.len() < MAX_BATCH && closing.is_empty() {
+            if ops.len() < MAX_REQUESTS_PER_COMMIT && closing.is_empty() {
                 next = receiver.try_recv().ok();
             }
         }
@@ -237,7 +237,7 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
             .into_iter()
             .zip(replies)
             .partition(|(op, _)| !op.needs_fsync());
-        panicked = apply(&mut store, fast, shared) || apply(&mut store, slow, shared);
+        panicked = apply(&mut store, fast, published) || apply(&mut store, slow, published);
         if panicked || store.broken() || !closing.is_empty() {
             break;
         }
@@ -247,14 +247,14 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
     // after a clean stop) before the requests still queued hear that the thread stopped:
     // the failure advises a reopen, and a `close` promises one.
     let closed = if panicked || store.broken() {
-        shared.fail();
+        published.fail();
         let _ = catch_unwind(AssertUnwindSafe(|| drop(store)));
-        Err(shared.gone())
+        Err(published.gone())
     } else {
         catch_unwind(AssertUnwindSafe(|| store.close()))
             .unwrap_or_else(|panic| Err(Error::storage(panic_message(&*panic))))
     };
-    shared.closed.store(true, Release);
+    published.closed.store(true, Release);
     drop(receiver);
     for done in closing {
         let _ = done.send(closed.clone());
@@ -266,7 +266,7 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, shared: &Shared) {
 fn apply(
     store: &mut Store,
     group: Vec<(Op, oneshot::Sender<Result<Reply, Error>>)>,
-    shared: &Shared,
+    published: &Published,
 ) -> bool {
     if group.is_empty() {
         return false;
@@ -274,7 +274,7 @@ fn apply(
     let (ops, replies): (Vec<_>, Vec<_>) = group.into_iter().unzip();
     let (answers, panicked) = match catch_unwind(AssertUnwindSafe(|| store.apply(ops))) {
         Ok(Ok(answers)) => {
-            shared.publish(store.counts());
+            published.publish(store.counts());
             for (reply, answer) in replies.into_iter().zip(answers) {
                 let _ = reply.send(Ok(answer));
             }
@@ -289,7 +289,7 @@ fn apply(
     // A store that cannot go on says so to every later call before anyone hears of this
     // batch's failure.
     if panicked || store.broken() {
-        shared.fail();
+        published.fail();
     }
     for reply in replies {
         let _ = reply.send(Err(answers.clone()));
@@ -367,19 +367,19 @@ impl Backend for Embedded {
     fn pending(&self) -> BoxFuture<'_, Result<u64, Error>> {
         Box::pin(async move {
             // The thread publishes the count after each commit; no request needed.
-            if self.shared.closed.load(Acquire) {
-                return Err(self.shared.gone());
+            if self.published.closed.load(Acquire) {
+                return Err(self.published.gone());
             }
-            Ok(self.shared.pending.load(Relaxed))
+            Ok(self.published.pending.load(Relaxed))
         })
     }
 
     fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
         Box::pin(async move {
-            if self.shared.closed.load(Acquire) {
-                return Err(self.shared.gone());
+            if self.published.closed.load(Acquire) {
+                return Err(self.published.gone());
             }
-            Ok(self.shared.running.load(Relaxed))
+            Ok(self.published.running.load(Relaxed))
         })
     }
 
@@ -456,7 +456,7 @@ impl Backend for Embedded {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
             // Already stopped: fine after a close, the failure after a failure.
-            let stopped = || match self.shared.gone() {
+            let stopped = || match self.published.gone() {
                 err if err.is_closed() => Ok(()),
                 err => Err(err),
             };

@@ -2,12 +2,12 @@
 //!
 //! # Ground rules
 //!
-//! - Seven tables: `jobs` (id → record: the [`Job`] header, the last error and the
+//! - Seven tables: `jobs` (id → record: the [`Job`](crate::model::Job) header, the last error and the
 //!   payload, `record.rs`), `due` ((run_at, id) → (): the pending jobs' keys of due work,
 //!   `model.rs`), `running` ((lease end, id) → (): the running jobs' keys, so it is the lease
 //!   table), `died` ((death time, id) → (): the dead jobs, to list them newest first and
 //!   purge them without a scan), `series` (name → a recurring series' record,
-//!   `series.rs`), `meta` (format version, the per-state [`Counts`], the paused flag, the
+//!   `store/series.rs`), `meta` (format version, the per-state [`Counts`], the paused flag, the
 //!   log's epoch and owner number). A claim reads `due` and `running` up to "now" and takes
 //!   the first keys of both, so what is due and which leases ended are one ordered read,
 //!   and a job moving between them costs the one remove and one insert a single index
@@ -30,29 +30,35 @@
 //!   and the writer thread stops.
 //! - Every read of an index is a bounded range (`take(max)`, `first()`, a page): no
 //!   operation walks the whole queue, and opening reads only `meta`.
-//! - A transition always goes through [`Job`]; the store only keeps the indexes and the
+//! - A transition always goes through [`Job`](crate::model::Job); the store only keeps the indexes and the
 //!   counts in step with it (`Tables::set` in `store/tables.rs`, the one writer of `jobs`,
 //!   `due`, `running`, `died` and the counts).
+//! - Each operation is one function (`store/jobs.rs`, `store/claim.rs`, `store/series.rs`),
+//!   dispatched from its [`Op`] in `store/op.rs`; this file holds the transaction, the log
+//!   and the checkpoints around them.
 
 use std::time::{Duration, Instant, SystemTime};
 
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata};
 
 use super::record::Record;
-use super::series::{self, FirstClaim, Rules};
 use super::wal::Wal;
-use crate::backend::{ClaimBatch, Claimed};
 use crate::config::Config;
 use crate::error::Error;
-use crate::job::{self, add, nanos, Scheduled};
-use crate::model::{self, Claim, Counts, Retry, Status};
+use crate::job::nanos;
+use crate::model::{self, Counts};
 
+mod claim;
+mod jobs;
 mod op;
+mod reply;
+mod series;
 mod tables;
 
-pub(crate) use op::{Op, Reply};
-pub(super) use tables::Tables;
-use tables::*;
+pub(crate) use op::Op;
+pub(crate) use reply::Reply;
+use series::Rules;
+use tables::{storage, Tables, META};
 
 /// The layout of the tables, the job records (`record.rs`) and the log (`wal.rs`). A store
 /// of another format is refused at open, naming the format found: nothing is converted.
@@ -70,11 +76,6 @@ const WAL_LIMIT: u64 = 2 << 20;
 /// disk when its fsync took 4 ms), so fewer of them keep delivery lateness down; replay
 /// at open stays bounded by `WAL_LIMIT`.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
-
-/// A batch whose log record would be longer than this is a checkpoint instead (a bulk
-/// `schedule_many`): it rewrites so many pages that the record saves nothing, and the pages
-/// its commit frees could not be reused before the next checkpoint (the file would grow).
-const LOG_AT_MOST: usize = 256 << 10;
 
 pub(crate) struct Store {
     db: Database,
@@ -135,7 +136,7 @@ impl Store {
             };
             let mut counts = Counts {
                 pending: get("pending")?,
-                leased: get("leased")?,
+                leased: get("running")?,
                 dead: get("dead")?,
             };
             let epoch = get("epoch")?;
@@ -163,7 +164,7 @@ impl Store {
             meta.insert("format", FORMAT).map_err(storage)?;
             meta.insert("epoch", epoch).map_err(storage)?;
             meta.insert("pending", counts.pending).map_err(storage)?;
-            meta.insert("leased", counts.leased).map_err(storage)?;
+            meta.insert("running", counts.leased).map_err(storage)?;
             meta.insert("dead", counts.dead).map_err(storage)?;
             (counts, epoch, paused)
         };
@@ -250,7 +251,7 @@ impl Store {
             if dirty {
                 let mut meta = txn.open_table(META).map_err(storage)?;
                 meta.insert("pending", counts.pending).map_err(storage)?;
-                meta.insert("leased", counts.leased).map_err(storage)?;
+                meta.insert("running", counts.leased).map_err(storage)?;
                 meta.insert("dead", counts.dead).map_err(storage)?;
                 meta.insert("paused", u64::from(t.paused))
                     .map_err(storage)?;
@@ -304,311 +305,6 @@ impl Store {
         self.counts = counts;
         self.paused = paused;
         Ok(replies)
-    }
-
-    fn op(
-        &mut self,
-        t: &mut Tables<'_>,
-        counts: &mut Counts,
-        now: u64,
-        op: Op,
-    ) -> Result<(Reply, bool), Error> {
-        Ok(match op {
-            Op::Schedule { id, when, payload } => {
-                let (outcome, run_at) = schedule(t, counts, now, &id, when, &payload)?;
-                (
-                    Reply::Scheduled(outcome, run_at),
-                    outcome == Scheduled::Created,
-                )
-            }
-            Op::ScheduleMany { jobs } => {
-                let mut outcomes = Vec::with_capacity(jobs.len());
-                for (id, when, payload) in jobs {
-                    outcomes.push(schedule(t, counts, now, &id, when, &payload)?);
-                }
-                let changed = outcomes.iter().any(|(o, _)| *o == Scheduled::Created);
-                (Reply::ScheduledMany(outcomes), changed)
-            }
-            Op::Cancel { id } => match t.load(&id)? {
-                Some(stored) if stored.job.cancel() && !series::is_head(t, &id)? => {
-                    t.set(counts, &id, Some(stored.job), None)?;
-                    (Reply::Bool(true), true)
-                }
-                _ => (Reply::Bool(false), false),
-            },
-            Op::Reschedule { id, when } => match t.load(&id)? {
-                // A series' pending occurrence keeps its time (its id and its series').
-                Some(stored) if !series::is_head(t, &id)? => {
-                    let mut job = stored.job;
-                    if job.reschedule(when.resolve(now)) {
-                        t.set(counts, &id, Some(stored.job), Some(stored.with(job)))?;
-                        (Reply::Moved(Some(job.run_at)), true)
-                    } else {
-                        (Reply::Moved(None), false)
-                    }
-                }
-                _ => (Reply::Moved(None), false),
-            },
-            Op::Get { id } => {
-                let info = t.load(&id)?.map(|stored| stored.info(id));
-                (Reply::Info(info), false)
-            }
-            Op::Claim { max } => {
-                let (batch, changed) = self.claim(t, counts, now, max)?;
-                (Reply::Claimed(batch), changed)
-            }
-            Op::Ack { id, token } => match t.load(&id)? {
-                Some(stored) if stored.job.ack(token) => {
-                    t.set(counts, &id, Some(stored.job), None)?;
-                    (Reply::Bool(true), true)
-                }
-                _ => (Reply::Bool(false), false),
-            },
-            Op::Retry {
-                id,
-                token,
-                after,
-                error,
-            } => {
-                let run_at = add(now, after);
-                match t.load(&id)? {
-                    Some(stored) => {
-                        let mut job = stored.job;
-                        let outcome = job.retry(token, now, run_at, self.max_attempts);
-                        if outcome != Retry::Stale {
-                            let mut record = stored.with(job);
-                            if error.is_some() {
-                                record.error = error.as_deref();
-                            }
-                            t.set(counts, &id, Some(stored.job), Some(record))?;
-                        }
-                        (Reply::Retried(outcome, run_at), outcome != Retry::Stale)
-                    }
-                    None => (Reply::Retried(Retry::Stale, run_at), false),
-                }
-            }
-            Op::Extend { id, token, by } => match t.load(&id)? {
-                Some(stored) => {
-                    let mut job = stored.job;
-                    let extended = job.extend(token, add(now, by));
-                    if extended {
-                        t.set(counts, &id, Some(stored.job), Some(stored.with(job)))?;
-                    }
-                    (Reply::Bool(extended), extended)
-                }
-                None => (Reply::Bool(false), false),
-            },
-            Op::RemoveDead { id } => match t.load(&id)? {
-                Some(stored) if matches!(stored.job.status, Status::Dead { .. }) => {
-                    t.set(counts, &id, Some(stored.job), None)?;
-                    (Reply::Bool(true), true)
-                }
-                _ => (Reply::Bool(false), false),
-            },
-            Op::PurgeDead { limit } => {
-                // Oldest deaths first.
-                let keys = {
-                    let mut keys = Vec::new();
-                    for entry in t.died.iter().map_err(storage)?.take(limit) {
-                        let (key, _) = entry.map_err(storage)?;
-                        let (at, id) = key.value();
-                        keys.push((at, id.to_owned()));
-                    }
-                    keys
-                };
-                for (at, id) in &keys {
-                    if let Some(stored) = t.load(id)? {
-                        t.set(counts, id, Some(stored.job), None)?;
-                    } else {
-                        t.died.remove((*at, id.as_str())).map_err(storage)?;
-                    }
-                }
-                (Reply::Count(keys.len() as u64), !keys.is_empty())
-            }
-            Op::Revive { id, when } => match t.load(&id)? {
-                Some(stored) => {
-                    let mut job = stored.job;
-                    if job.revive(when.resolve(now)) {
-                        t.set(counts, &id, Some(stored.job), Some(stored.with(job)))?;
-                        (Reply::Moved(Some(job.run_at)), true)
-                    } else {
-                        (Reply::Moved(None), false)
-                    }
-                }
-                None => (Reply::Moved(None), false),
-            },
-            Op::ReviveDead { limit, when } => {
-                let run_at = when.resolve(now);
-                let ids = {
-                    let mut ids = Vec::new();
-                    for entry in t.died.iter().map_err(storage)?.take(limit) {
-                        let (key, _) = entry.map_err(storage)?;
-                        ids.push(key.value().1.to_owned());
-                    }
-                    ids
-                };
-                let mut revived = 0;
-                for id in &ids {
-                    let Some(stored) = t.load(id)? else {
-                        return Err(Error::storage(format!(
-                            "the dead index names a missing job {id:?}"
-                        )));
-                    };
-                    let mut job = stored.job;
-                    if job.revive(run_at) {
-                        t.set(counts, id, Some(stored.job), Some(stored.with(job)))?;
-                        revived += 1;
-                    }
-                }
-                (Reply::Revived(revived, run_at), revived > 0)
-            }
-            Op::SetRecurring {
-                name,
-                rule,
-                payload,
-                catch_up,
-            } => {
-                let (outcome, head) = series::set(t, counts, now, &name, &rule, payload, catch_up)?;
-                (Reply::Recurring(outcome, head), true)
-            }
-            Op::CancelRecurring { name } => {
-                let removed = series::cancel(t, counts, &name)?;
-                (Reply::Bool(removed), removed)
-            }
-            Op::ListRecurring => (
-                Reply::RecurringList(series::list(t, &mut self.rules)?),
-                false,
-            ),
-            Op::Pause { paused } => {
-                let changed = t.paused != paused;
-                if changed {
-                    t.paused = paused;
-                    t.log = None;
-                }
-                (Reply::Bool(changed), changed)
-            }
-            Op::Counts => {
-                let next_due = next_pending(t)?;
-                let (p, r, d) = (counts.pending, counts.leased, counts.dead);
-                let c = job::Counts::new(p, r, d, t.paused, next_due);
-                (Reply::Counts(c), false)
-            }
-            Op::List {
-                state,
-                after,
-                limit,
-                payloads,
-            } => {
-                let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
-                (
-                    Reply::Listed(list(t, state, after, limit, payloads)?),
-                    false,
-                )
-            }
-        })
-    }
-
-    /// Leases up to `max` due jobs; whether anything changed (a job delivered or killed).
-    fn claim(
-        &mut self,
-        t: &mut Tables<'_>,
-        counts: &mut Counts,
-        now: u64,
-        max: usize,
-    ) -> Result<(ClaimBatch, bool), Error> {
-        if t.paused {
-            // Nothing is due until a resume, which wakes the consumers itself.
-            let batch = ClaimBatch {
-                jobs: Vec::new(),
-                next_due: None,
-                now,
-                died: 0,
-            };
-            return Ok((batch, false));
-        }
-        // The first `max` keys up to now of pending run_ats and lease ends together.
-        let due: Vec<(u64, String)> = {
-            let mut due = Vec::new();
-            for index in [&t.due, &t.running] {
-                let range = index
-                    .range(..(now.saturating_add(1), ""))
-                    .map_err(storage)?;
-                for entry in range.take(max) {
-                    let (key, _) = entry.map_err(storage)?;
-                    let (at, id) = key.value();
-                    due.push((at, id.to_owned()));
-                }
-            }
-            due.sort_unstable();
-            due.truncate(max);
-            due
-        };
-        let changed = !due.is_empty();
-        let until = add(now, self.lease);
-        let mut jobs = Vec::with_capacity(due.len());
-        let mut died = 0;
-        for (at, mut id) in due {
-            let Some(mut stored) = t.load(&id)? else {
-                return Err(Error::storage(format!(
-                    "due index names a missing job {id:?} at {at}"
-                )));
-            };
-            // The first claim of a series' head moves the series in this transaction.
-            let before = stored.job;
-            let first = before.attempt == 0 && before.status == Status::Pending;
-            if first && id.contains('@') {
-                match series::on_first_claim(t, counts, &mut self.rules, now, &id, before)? {
-                    FirstClaim::Deliver => {}
-                    FirstClaim::Skip => continue,
-                    FirstClaim::Instead(instead) => {
-                        stored = t.load(&instead)?.ok_or_else(|| {
-                            Error::storage(format!("series occurrence {instead:?} is missing"))
-                        })?;
-                        id = instead;
-                    }
-                }
-            }
-            let mut job = stored.job;
-            let token = self.token();
-            let outcome = job.claim(now, until, token, self.max_attempts);
-            if outcome == Claim::NotDue {
-                return Err(Error::storage(format!(
-                    "due index disagrees with job {id:?}"
-                )));
-            }
-            let mut record = stored.with(job);
-            if let Some(error) = stored.job.claim_error() {
-                record.error = Some(error);
-            }
-            t.set(counts, &id, Some(stored.job), Some(record))?;
-            died += u64::from(outcome == Claim::Died);
-            if outcome == Claim::Deliver {
-                jobs.push(Claimed {
-                    id,
-                    payload: stored.payload,
-                    attempt: job.attempt,
-                    run_at: job.run_at,
-                    token,
-                });
-            }
-        }
-        let mut next_due = None;
-        for index in [&t.due, &t.running] {
-            let first = index
-                .first()
-                .map_err(storage)?
-                .map(|(key, _)| key.value().0);
-            next_due = next_due.into_iter().chain(first).min();
-        }
-        Ok((
-            ClaimBatch {
-                jobs,
-                next_due,
-                now,
-                died,
-            },
-            changed,
-        ))
     }
 }
 

@@ -1,14 +1,16 @@
-//! The store's requests ([`Op`]) and answers ([`Reply`]): what the writer thread
-//! (`mod.rs`) sends [`Store::apply`](super::Store::apply) and gets back, one reply per op
-//! in order.
+//! The store's requests ([`Op`]): what the writer thread (`embedded/mod.rs`) sends
+//! [`Store::apply`], and the dispatch of each to the one function that does it.
 
 use std::time::Duration;
 
-use crate::backend::ClaimBatch;
-use crate::job::{self, JobInfo, JobState, Scheduled, When};
-use crate::model::Retry;
+use super::reply::Reply;
+use super::tables::Tables;
+use super::{jobs, series, Store};
+use crate::error::Error;
+use crate::job::{JobState, When};
+use crate::model::Counts;
 use crate::recurrence::Recurrence;
-use crate::series::{CatchUp, Recurring, RecurringInfo};
+use crate::series::CatchUp;
 
 /// One request to the store.
 #[derive(Debug)]
@@ -109,21 +111,67 @@ impl Op {
     }
 }
 
-/// The answer to one [`Op`], in the same order.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Reply {
-    Scheduled(Scheduled, u64),
-    ScheduledMany(Vec<(Scheduled, u64)>),
-    Bool(bool),
-    Moved(Option<u64>),
-    Info(Option<JobInfo>),
-    Claimed(ClaimBatch),
-    Retried(Retry, u64),
-    Count(u64),
-    Counts(job::Counts),
-    /// How many jobs a `ReviveDead` revived, and their run_at.
-    Revived(u64, u64),
-    Listed(Vec<(u64, JobInfo)>),
-    Recurring(Recurring, Option<u64>),
-    RecurringList(Vec<RecurringInfo>),
+// ===== impl Store =====
+
+impl Store {
+    /// Applies one op inside the batch's transaction: its reply, and whether it changed
+    /// anything. Each op's logic is one function (`jobs.rs`, `claim.rs`, `series.rs`).
+    pub(super) fn op(
+        &mut self,
+        t: &mut Tables<'_>,
+        counts: &mut Counts,
+        now: u64,
+        op: Op,
+    ) -> Result<(Reply, bool), Error> {
+        match op {
+            Op::Schedule { id, when, payload } => {
+                jobs::schedule_one(t, counts, now, &id, when, &payload)
+            }
+            Op::ScheduleMany { jobs } => jobs::schedule_many(t, counts, now, jobs),
+            Op::Cancel { id } => jobs::cancel(t, counts, &id),
+            Op::Reschedule { id, when } => jobs::reschedule(t, counts, now, &id, when),
+            Op::Get { id } => jobs::get(t, id),
+            Op::Claim { max } => {
+                let (batch, changed) = self.claim(t, counts, now, max)?;
+                Ok((Reply::Claimed(batch), changed))
+            }
+            Op::Ack { id, token } => jobs::ack(t, counts, &id, token),
+            Op::Retry {
+                id,
+                token,
+                after,
+                error,
+            } => jobs::retry(t, counts, now, self.max_attempts, &id, token, after, error),
+            Op::Extend { id, token, by } => jobs::extend(t, counts, now, &id, token, by),
+            Op::RemoveDead { id } => jobs::remove_dead(t, counts, &id),
+            Op::PurgeDead { limit } => jobs::purge_dead(t, counts, limit),
+            Op::Revive { id, when } => jobs::revive(t, counts, now, &id, when),
+            Op::ReviveDead { limit, when } => jobs::revive_dead(t, counts, now, limit, when),
+            Op::Pause { paused } => jobs::pause(t, paused),
+            Op::Counts => jobs::counts(t, counts),
+            Op::List {
+                state,
+                after,
+                limit,
+                payloads,
+            } => jobs::list(t, state, after, limit, payloads),
+            Op::SetRecurring {
+                name,
+                rule,
+                payload,
+                catch_up,
+            } => {
+                let (outcome, head) = series::set(t, counts, now, &name, &rule, payload, catch_up)?;
+                Ok((Reply::Recurring(outcome, head), true))
+            }
+            Op::CancelRecurring { name } => {
+                let removed = series::cancel(t, counts, &name)?;
+                Ok((Reply::Bool(removed), removed))
+            }
+            Op::ListRecurring => Ok((
+                Reply::RecurringList(series::list(t, &mut self.rules)?),
+                false,
+            )),
+        }
+    }
 }

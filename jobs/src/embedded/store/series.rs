@@ -13,8 +13,10 @@
 
 use std::collections::HashMap;
 
-use super::record;
-use super::store::Tables;
+use redb::ReadableTable;
+
+use super::tables::{storage, Tables};
+use crate::embedded::record;
 use crate::error::Error;
 use crate::model::{Counts, Job, Status};
 use crate::recurrence::Recurrence;
@@ -82,6 +84,30 @@ impl Record {
             rule: rule.to_owned(),
             payload: bytes[rule_end..].to_vec(),
         })
+    }
+}
+
+impl Tables<'_> {
+    fn load_series(&self, name: &str) -> Result<Option<Record>, Error> {
+        match self.series.get(name).map_err(storage)? {
+            Some(bytes) => Ok(Some(Record::decode(bytes.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every series, in name order.
+    fn all_series(&self) -> Result<Vec<(String, Record)>, Error> {
+        let mut out = Vec::new();
+        for entry in self.series.iter().map_err(storage)? {
+            let (name, bytes) = entry.map_err(storage)?;
+            out.push((name.value().to_owned(), Record::decode(bytes.value())?));
+        }
+        Ok(out)
+    }
+
+    /// Stores (or for `None` deletes) a series' record, logged like a job's.
+    fn set_series(&mut self, name: &str, record: Option<&Record>) -> Result<(), Error> {
+        self.put_series(name, record.map(Record::encode).as_deref())
     }
 }
 

@@ -1,15 +1,12 @@
-//! The store's tables and what keeps them in step: [`Tables`] (every index and the counts
-//! written through [`Tables::set`]) and the reads a page
-//! or a claim makes.
+//! The store's tables and what keeps them in step: [`Tables`], every index and the counts
+//! written through [`Tables::set`], and each change appended to the batch's log record.
 
 use redb::{ReadableTable, Table, TableDefinition};
 
-use super::super::record::Record;
-use super::super::series;
-use super::super::wal;
-use super::LOG_AT_MOST;
+use crate::embedded::record::Record;
+use crate::embedded::wal;
 use crate::error::Error;
-use crate::job::{JobInfo, JobState, Scheduled, When};
+use crate::job::{JobInfo, JobState};
 use crate::model::{Counts, Job, Status};
 
 pub(super) const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
@@ -17,13 +14,18 @@ pub(super) const DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::ne
 pub(super) const RUNNING: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("running");
 pub(super) const DIED: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("died");
 pub(super) const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+/// A batch whose log record would be longer than this is a checkpoint instead (a bulk
+/// `schedule_many`): it rewrites so many pages that the record saves nothing, and the pages
+/// its commit frees could not be reused before the next checkpoint (the file would grow).
+pub(super) const LOG_AT_MOST: usize = 256 << 10;
+
 pub(super) const SERIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("series");
 
 pub(super) fn storage(err: impl std::fmt::Display) -> Error {
     Error::storage(err)
 }
 
-pub(in crate::embedded) struct Tables<'t> {
+pub(super) struct Tables<'t> {
     pub(super) jobs: Table<'t, &'static str, &'static [u8]>,
     pub(super) due: Table<'t, (u64, &'static str), ()>,
     pub(super) running: Table<'t, (u64, &'static str), ()>,
@@ -53,8 +55,8 @@ impl<'t> Tables<'t> {
 }
 
 /// A job read from `jobs`, owned.
-pub(in crate::embedded) struct Stored {
-    pub(in crate::embedded) job: Job,
+pub(super) struct Stored {
+    pub(super) job: Job,
     pub(super) error: Option<String>,
     pub(super) payload: Vec<u8>,
 }
@@ -87,7 +89,7 @@ impl Stored {
 }
 
 impl Tables<'_> {
-    pub(in crate::embedded) fn load(&self, id: &str) -> Result<Option<Stored>, Error> {
+    pub(super) fn load(&self, id: &str) -> Result<Option<Stored>, Error> {
         self.load_with(id, true)
     }
 
@@ -110,7 +112,7 @@ impl Tables<'_> {
 
     /// Stores `after` (or deletes the job for `None`) in place of `before`, keeping the due
     /// index, the running and dead indexes and the counts in step.
-    pub(in crate::embedded) fn set(
+    pub(super) fn set(
         &mut self,
         counts: &mut Counts,
         id: &str,
@@ -152,38 +154,6 @@ impl Tables<'_> {
         }
     }
 
-    pub(in crate::embedded) fn load_series(
-        &self,
-        name: &str,
-    ) -> Result<Option<series::Record>, Error> {
-        match self.series.get(name).map_err(storage)? {
-            Some(bytes) => Ok(Some(series::Record::decode(bytes.value())?)),
-            None => Ok(None),
-        }
-    }
-
-    /// Every series, in name order.
-    pub(in crate::embedded) fn all_series(&self) -> Result<Vec<(String, series::Record)>, Error> {
-        let mut out = Vec::new();
-        for entry in self.series.iter().map_err(storage)? {
-            let (name, bytes) = entry.map_err(storage)?;
-            out.push((
-                name.value().to_owned(),
-                series::Record::decode(bytes.value())?,
-            ));
-        }
-        Ok(out)
-    }
-
-    /// Stores (or for `None` deletes) a series' record, logged like a job's.
-    pub(in crate::embedded) fn set_series(
-        &mut self,
-        name: &str,
-        record: Option<&series::Record>,
-    ) -> Result<(), Error> {
-        self.put_series(name, record.map(series::Record::encode).as_deref())
-    }
-
     pub(super) fn put_series(&mut self, name: &str, bytes: Option<&[u8]>) -> Result<(), Error> {
         match bytes {
             Some(bytes) => self.series.insert(name, bytes).map(drop),
@@ -219,71 +189,7 @@ pub(super) fn rekey(
     Ok(())
 }
 
-pub(super) fn schedule(
-    t: &mut Tables<'_>,
-    counts: &mut Counts,
-    now: u64,
-    id: &str,
-    when: When,
-    payload: &[u8],
-) -> Result<(Scheduled, u64), Error> {
-    if let Some(stored) = t.load(id)? {
-        return Ok((Scheduled::Exists, stored.job.run_at));
-    }
-    let job = Job::new(when.resolve(now));
-    let record = Record {
-        job,
-        error: None,
-        payload,
-    };
-    t.set(counts, id, None, Some(record))?;
-    Ok((Scheduled::Created, job.run_at))
-}
-
-/// The earliest `run_at` of a pending job: the first key of `due`.
-pub(super) fn next_pending(t: &Tables<'_>) -> Result<Option<u64>, Error> {
-    Ok(t.due
-        .first()
-        .map_err(storage)?
-        .map(|(key, _)| key.value().0))
-}
-
-/// Up to `limit` jobs in `state` after the position `after`, each with its position: a range
-/// of the state's table, pending by `(run_at, id)`, running by `(lease end, id)`, dead by
-/// `(death time, id)` descending.
-pub(super) fn list(
-    t: &Tables<'_>,
-    state: JobState,
-    after: Option<(u64, &str)>,
-    limit: usize,
-    payloads: bool,
-) -> Result<Vec<(u64, JobInfo)>, Error> {
-    use std::ops::Bound::{Excluded, Unbounded};
-    let start = after.map_or(Unbounded, Excluded);
-    let keys: Box<dyn Iterator<Item = _>> = match state {
-        JobState::Pending => Box::new(t.due.range((start, Unbounded)).map_err(storage)?),
-        JobState::Running => Box::new(t.running.range((start, Unbounded)).map_err(storage)?),
-        JobState::Dead => Box::new(t.died.range((Unbounded, start)).map_err(storage)?.rev()),
-    };
-    let mut out = Vec::with_capacity(limit.min(1024));
-    for entry in keys {
-        if out.len() == limit {
-            break;
-        }
-        let (key, _) = entry.map_err(storage)?;
-        let (at, id) = key.value();
-        let Some(stored) = t.load_with(id, payloads)? else {
-            return Err(Error::storage(format!(
-                "an index names a missing job {id:?}"
-            )));
-        };
-        if self::state(stored.job.status) == state {
-            out.push((at, stored.info(id.to_owned())));
-        }
-    }
-    Ok(out)
-}
-
+/// The public state of a job in `status`.
 pub(super) fn state(status: Status) -> JobState {
     match status {
         Status::Pending => JobState::Pending,

@@ -10,8 +10,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use proptest::prelude::*;
 
+use super::tables::{DIED, SERIES};
 use super::*;
+use crate::backend::ClaimBatch;
+use crate::job::{self, Scheduled};
 use crate::job::{JobInfo, JobState, When};
+use crate::model::Retry;
 use crate::recurrence::Recurrence;
 use crate::series::{CatchUp, Recurring, RecurringInfo};
 
