@@ -3,7 +3,7 @@
 //! # Ground rules
 //!
 //! - Every state change is one Lua script (`lua/*.lua`, each headed by its keys, arguments,
-//!   return value and why it is atomic; `scripts.rs` holds one typed call per script). The
+//!   return value and why it is atomic; `scripts/` holds one typed call per script). The
 //!   state machine is `model.rs`'s, written out in Lua: states `p`/`r`/`d` (pending, running, dead), attempts
 //!   counted at claim, tokens checked by ack, retry and extend, dead after `max_attempts`.
 //! - Keys of one queue share the hash tag `{name}`, so every script touches one cluster slot.
@@ -53,8 +53,9 @@
 //! # Files
 //!
 //! `conn.rs` connects (a server or a cluster) and sets the timeouts; `keys.rs` names each
-//! partition's keys and routes ids; `scripts.rs` runs the scripts; `reply.rs` maps errors
-//! and decodes replies; `batcher.rs` coalesces concurrent schedules and acks; `fold.rs`
+//! partition's keys and routes ids; `scripts/` runs the scripts (one typed function each); `reply.rs` maps errors
+//! and decodes replies; `series/` gives recurring series their occurrences (`series/record.rs`
+//! decodes what `lua/series.lua` stores); `batcher.rs` coalesces concurrent schedules and acks; `fold.rs`
 //! parks acks for the next claim; `wake.rs`
 //! subscribes to wake messages; `backend.rs` is the [`Backend`](crate::backend::Backend)
 //! implementation; this file holds the [`Redis`] value and opens it.
@@ -79,7 +80,7 @@ use self::conn::{connect, Conn};
 use self::fold::Folds;
 use self::keys::{partition_of, tag, Keys};
 use self::reply::redis_error;
-use self::scripts::{micros, NewJob, PartClaim, Scripts};
+use self::scripts::{micros, ClaimReply, NewJob, Scripts};
 use self::wake::{subscribe, subscribe_cluster, Heard, Wake};
 use crate::backend::{BoxFuture, ClaimBatch, Claimed};
 use crate::config::Config;
@@ -105,7 +106,7 @@ struct Partition {
 pub(crate) struct Redis {
     name: String,
     conn: Conn,
-    scripts: Arc<Scripts>,
+    scripts: Scripts,
     parts: Vec<Partition>,
     next_claim: AtomicUsize,
     lease_us: u64,
@@ -177,7 +178,7 @@ impl Redis {
             Wake::Cluster { sharded: true, .. } => "SPUBLISH",
             _ => "PUBLISH",
         };
-        let scripts = Arc::new(Scripts::load());
+        let scripts = Scripts;
         let n = config.partitions;
         let parts: Vec<Partition> = (0..n)
             .map(|i| {
@@ -344,7 +345,7 @@ impl Redis {
             self.max_attempts,
             &acks,
         );
-        let claimed: Result<PartClaim, Error> = match deadline {
+        let claimed: Result<ClaimReply, Error> = match deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, claim)
                 .await
                 .unwrap_or_else(|_| {
@@ -354,8 +355,15 @@ impl Redis {
                 }),
             None => claim.await,
         };
-        taken.answer(claimed.as_ref().map(|c| c.5.as_slice()));
-        let (jobs, now, next, notes, died, _) = claimed?;
+        taken.answer(claimed.as_ref().map(|c| c.acked.as_slice()));
+        let ClaimReply {
+            jobs,
+            now,
+            next_due: next,
+            notes,
+            died,
+            ..
+        } = claimed?;
         // A dry head given its list may be due: look again at once. One whose fill failed
         // stays due, undelivered: look again in a second, not in a loop of claims against
         // a failing fill.

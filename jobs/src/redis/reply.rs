@@ -9,7 +9,7 @@
 //! - A reply of an unexpected shape is a storage error naming what was expected, never a
 //!   panic: the server is not trusted to run our scripts' version.
 
-use ::redis::Value;
+use ::redis::{ParsingError, Value};
 
 use crate::error::Error;
 
@@ -141,4 +141,21 @@ pub(super) fn score_ns(score: &str) -> Result<u64, Error> {
     } else {
         us as u64 * 1000
     })
+}
+
+/// An error of ours as redis-rs's, for a `FromRedisValue` impl (it comes back as a storage
+/// error through [`redis_error`]).
+pub(super) fn parsing(err: Error) -> ParsingError {
+    err.to_string().into()
+}
+
+/// A time field of a script's reply or a series record, in nanoseconds: empty for none.
+pub(super) fn opt_ns(field: &str) -> Result<Option<u64>, Error> {
+    if field.is_empty() {
+        return Ok(None);
+    }
+    field
+        .parse()
+        .map(Some)
+        .map_err(|_| Error::storage(format!("corrupt time {field:?}")))
 }

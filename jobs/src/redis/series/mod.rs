@@ -25,8 +25,11 @@ use std::collections::HashMap;
 
 use ::redis::cmd;
 
+mod record;
+
+pub(super) use record::{entries, SeriesNote, SeriesRecord};
+
 use super::reply::redis_error;
-use super::scripts::{series_record, SeriesNote};
 use super::{Partition, Redis};
 use crate::error::Error;
 use crate::recurrence::Recurrence;
@@ -148,7 +151,12 @@ impl Redis {
                 .await
                 .map_err(redis_error)?;
             for (name, record) in all {
-                let (runs, head, last, text) = series_record(&record)?;
+                let SeriesRecord {
+                    runs,
+                    head,
+                    last,
+                    rule: text,
+                } = SeriesRecord::decode(&record)?;
                 let rule = match self.rules.get(&text) {
                     Ok(rule) => rule,
                     Err(err) => {
