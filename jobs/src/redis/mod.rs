@@ -60,6 +60,8 @@
 //! subscribes to wake messages; `backend.rs` is the [`Backend`](crate::backend::Backend)
 //! implementation; this file holds the [`Redis`] value and opens it.
 
+#[cfg(test)]
+mod agreement;
 mod backend;
 mod batcher;
 mod conn;

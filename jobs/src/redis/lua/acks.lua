@@ -1,6 +1,8 @@
 -- acks.lua: `apply_acks`, prepended to ack.lua and claim.lua (which applies the acks a
 -- consumer folded into its claim first), so the two cannot drift.
 --
+-- Mirrors model.rs `Job::ack` (a lease is checked by its token only) (checked on the same cases by redis/agreement.rs).
+--
 -- apply_acks(meta, payload, counts, errors, running, args, from): args[from], args[from +
 -- 1], ... are pairs id, lease token (at most 512 pairs). Deletes each job whose lease is
 -- held with its token; returns one 1|0 per pair: 1 if the lease was held (the job is

@@ -1,5 +1,7 @@
 -- cancel.lua: remove a pending job.
 --
+-- Mirrors model.rs `Job::cancel` (pending jobs only) (checked on the same cases by redis/agreement.rs).
+--
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
 -- KEYS[5] series (see series.lua), KEYS[6] errors (see claim.lua)
 -- ARGV[1] id

@@ -1,6 +1,11 @@
 -- claim.lua: lease up to ARGV[1] due jobs and expired leases (redelivering them, killing
 -- jobs out of attempts) and report the server's time and the next due time.
 --
+-- Mirrors model.rs `Job::claim` (attempts counted at claim; a job whose attempts reached
+-- max_attempts dies instead) and `Job::claim_error` ("lease expired" for a job taken from
+-- an ended lease), checked on the same cases by redis/agreement.rs; a series head's first
+-- claim mirrors series.rs `on_due` (series.lua).
+--
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua; its field
 -- `paused`, set by pause.lua, stops every claim: nothing claimed, nothing reported due)
 -- KEYS[5] seq     string  lease token counter (INCRBY: a token is never handed out twice)

@@ -1,5 +1,7 @@
 -- extend.lua: move a held lease's end to now + a delay.
 --
+-- Mirrors model.rs `Job::extend` (checked on the same cases by redis/agreement.rs).
+--
 -- KEYS[1] meta (see schedule.lua), KEYS[2] running (see claim.lua)
 -- ARGV[1] id, ARGV[2] token, ARGV[3] delay in microseconds
 --

@@ -1,5 +1,7 @@
 -- reschedule.lua: move a pending job to a new due time.
 --
+-- Mirrors model.rs `Job::reschedule` (pending jobs only).
+--
 -- KEYS[1] meta, KEYS[2] due (see schedule.lua), KEYS[3] series (see series.lua, prepended)
 -- ARGV[1] id, ARGV[2] mode ("at" | "after"), ARGV[3] ns | us, ARGV[4] score, ARGV[5] wake channel,
 -- ARGV[6] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)

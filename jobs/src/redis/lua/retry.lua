@@ -1,6 +1,9 @@
 -- retry.lua: give a running job back to run again after a delay, or kill it if that was its
 -- last attempt.
 --
+-- Mirrors model.rs `Job::retry` (stale token: nothing; last attempt: dead; else pending
+-- again) (checked on the same cases by redis/agreement.rs).
+--
 -- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead, KEYS[5] errors, KEYS[6] running
 -- (see schedule.lua, claim.lua)
 -- ARGV[1] id, ARGV[2] token, ARGV[3] delay in microseconds, ARGV[4] max attempts,

@@ -1,6 +1,8 @@
 -- revive.lua: make dead jobs pending again (attempts from 0, last error kept), one by id or
 -- up to a limit, oldest deaths first.
 --
+-- Mirrors model.rs `Job::revive` (dead jobs only, attempts from 0) (checked on the same cases by redis/agreement.rs).
+--
 -- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead (see schedule.lua, claim.lua)
 -- ARGV[1] "id" then ARGV[2] the id, or "limit" then ARGV[2] how many at most (at most 512)
 -- ARGV[3] mode ("at" | "after"), ARGV[4] ns | us, ARGV[5] score (see schedule.lua),
