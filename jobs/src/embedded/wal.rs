@@ -6,7 +6,7 @@
 //! - A batch's changes are applied to redb in a commit *without* fsync, and durable by one
 //!   record appended here and `fdatasync`'d (one small sequential write instead of
 //!   rewriting every B-tree page the batch touched). A batch is answered only after its
-//!   record is durable. Now and then (by size or age, `store.rs`) a batch is committed
+//!   record is durable. Now and then (by size or age, `store/mod.rs`) a batch is committed
 //!   with redb's own fsync instead, which makes every record before it redundant: that
 //!   commit is a *checkpoint*, and it bumps the store's epoch (kept in redb's `meta`
 //!   table in the same commit).
@@ -31,7 +31,7 @@
 //!   created: a log left beside a deleted and recreated store is never replayed into it),
 //!   `check: u64` (over everything else), then the body: entries of `id_len: u16, id,
 //!   tag: u8` (0: deleted; 1: followed by `len: u32` and the record; 2 and 3 the same for
-//!   a recurring series' record, keyed by its name: store format 3).
+//!   a recurring series' record, keyed by its name).
 //! - Any error writing or syncing the log stops the store (`mod.rs`): after a failed
 //!   fsync the file's state is unknown, so nothing more is answered from it.
 
@@ -416,7 +416,7 @@ mod tests {
         assert_eq!(got, [vec![("a".to_string(), Some(b"one".to_vec()))]]);
     }
 
-    /// Series entries (store format 3) replay beside the jobs' in the same record.
+    /// Series entries replay beside the jobs' in the same record.
     #[test]
     fn series_entries_replay_apart_from_jobs() {
         let dir = tempfile::tempdir().unwrap();

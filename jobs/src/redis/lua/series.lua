@@ -4,6 +4,11 @@
 -- keys in a table S (meta, payload, due, counts: see schedule.lua; series, series_payload,
 -- series_next below; cancel.lua and reschedule.lua only read S.series).
 --
+-- Mirrors jobs/src/series.rs: `series_due` is `on_due` (the catch-up at a head's first
+-- claim), recurring_set.lua's kept head is `keeps_due_head`. The recurring suite
+-- (jobs/tests/it/recurring.rs) runs the same cases on the embedded store, which calls the
+-- Rust, and on Redis, which runs this.
+--
 -- S.series         hash  name -> "version|runs|head_ns|head_text|last_ns|rule" (head empty
 --                        when the recurrence has no occurrence left, last_ns empty before
 --                        the first delivery; version from the seq counter, new at every
