@@ -115,17 +115,14 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 // Layers, bottom up (a module imports only from the layers below it; docs/ARCHITECTURE.md,
-// "wheel-jobs"): core (values and pure rules) → backend (the trait) → embedded, redis (the
-// stores) → queue (the front: JobQueue, builder, consumer, worker) → console (reads only
-// through JobQueue).
+// "wheel-jobs"): core (values and pure rules) → backend (the trait, and under it one folder
+// per store: embedded, redis) → queue (the front: JobQueue, builder, consumer, worker) →
+// console (reads only through JobQueue).
 mod backend;
 #[cfg(feature = "console")]
 pub mod console;
 mod core;
-mod embedded;
 mod queue;
-#[cfg(feature = "redis")]
-mod redis;
 
 pub use crate::core::error::Error;
 pub use crate::core::job::{

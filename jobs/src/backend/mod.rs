@@ -14,6 +14,10 @@
 //! - Futures are boxed so a queue can hold any backend as one `Box<dyn Backend>`; one
 //!   allocation per call is noise beside a store round trip.
 
+pub(crate) mod embedded;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

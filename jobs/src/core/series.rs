@@ -290,9 +290,6 @@ impl Rules {
 
     /// The recurrence whose text form is `text`, parsed on first use;
     /// [`Error::is_storage`] if it does not parse (what a store holds must).
-    // Until the backends drop their own copies of this cache (they are being rewritten
-    // beside this change), only the tests call it.
-    #[allow(dead_code)]
     pub(crate) fn get(&mut self, text: &str) -> Result<&Recurrence, Error> {
         if !self.0.contains_key(text) {
             let rule = text.parse().map_err(|err| {

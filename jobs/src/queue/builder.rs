@@ -12,11 +12,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::embedded::Embedded;
 use crate::core::config::Config;
 use crate::core::error::Error;
 #[cfg(feature = "redis")]
 use crate::core::wakeup::Wakeup;
-use crate::embedded::Embedded;
 use crate::queue::JobQueue;
 
 /// Configures and opens a [`JobQueue`]. Made by [`JobQueue::builder`].
@@ -252,7 +252,7 @@ impl Builder {
     /// partition 0 of the queue `orders`).
     #[cfg(feature = "redis")]
     pub async fn redis(&self, url: &str, name: &str) -> Result<JobQueue, Error> {
-        self.open_redis(crate::redis::Target::Server(url), name)
+        self.open_redis(crate::backend::redis::Target::Server(url), name)
             .await
     }
 
@@ -280,7 +280,7 @@ impl Builder {
         master_name: &str,
         name: &str,
     ) -> Result<JobQueue, Error> {
-        let target = crate::redis::Target::Sentinel {
+        let target = crate::backend::redis::Target::Sentinel {
             sentinels,
             master: master_name,
         };
@@ -297,20 +297,21 @@ impl Builder {
     /// As [`redis`](Self::redis).
     #[cfg(feature = "redis")]
     pub async fn redis_cluster(&self, nodes: &[String], name: &str) -> Result<JobQueue, Error> {
-        self.open_redis(crate::redis::Target::Cluster(nodes), name)
+        self.open_redis(crate::backend::redis::Target::Cluster(nodes), name)
             .await
     }
 
     #[cfg(feature = "redis")]
     async fn open_redis(
         &self,
-        target: crate::redis::Target<'_>,
+        target: crate::backend::redis::Target<'_>,
         name: &str,
     ) -> Result<JobQueue, Error> {
         let mut config = self.checked()?;
         config.name = name.to_owned();
         let wakeup: Arc<Wakeup> = Arc::default();
-        let backend = crate::redis::Redis::open(target, name, &config, wakeup.clone()).await?;
+        let backend =
+            crate::backend::redis::Redis::open(target, name, &config, wakeup.clone()).await?;
         Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))
     }
 }

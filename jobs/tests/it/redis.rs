@@ -10,7 +10,7 @@ mod security;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
-use wheel_jobs::{Delivery, JobQueue, JobState, ListOptions, Recurrence, Scheduled, MIN_LEASE};
+use wheel_jobs::{Delivery, JobQueue, Recurrence, Scheduled};
 
 use crate::support::redis::{RedisServer, DURABLE};
 use crate::support::{ms, next, spawn_reporting_worker};
@@ -419,7 +419,10 @@ async fn series_every_100ms(server: &RedisServer) -> (JobQueue, std::time::Syste
 /// another process of this or an older version would: `keys` named without their
 /// `{orders}:` prefix. Its reply as redis-cli prints it.
 fn eval_series_script(server: &RedisServer, body: &str, keys: &[&str], args: &[&str]) -> String {
-    let script = format!("{}{body}", include_str!("../../src/redis/lua/series.lua"));
+    let script = format!(
+        "{}{body}",
+        include_str!("../../src/backend/redis/lua/series.lua")
+    );
     let keys: Vec<String> = keys.iter().map(|k| format!("{{orders}}:{k}")).collect();
     let count = keys.len().to_string();
     let mut line = vec!["EVAL", &script, &count];
@@ -432,8 +435,8 @@ fn eval_series_script(server: &RedisServer, body: &str, keys: &[&str], args: &[&
 /// its script, as a consumer would send it; its reply as redis-cli prints it.
 fn eval_claim(server: &RedisServer) -> String {
     let claim = concat!(
-        include_str!("../../src/redis/lua/acks.lua"),
-        include_str!("../../src/redis/lua/claim.lua")
+        include_str!("../../src/backend/redis/lua/acks.lua"),
+        include_str!("../../src/backend/redis/lua/claim.lua")
     );
     let keys = [
         "meta",
@@ -474,7 +477,7 @@ async fn a_stale_list_never_makes_a_delivered_occurrence_again() {
     let list = [ran, ran + ms(5), ran + hour, ran + 2 * hour]
         .map(entry)
         .join(",");
-    let set = include_str!("../../src/redis/lua/recurring_set.lua");
+    let set = include_str!("../../src/backend/redis/lua/recurring_set.lua");
     let keys = [
         "meta",
         "payload",
@@ -622,65 +625,6 @@ async fn a_long_backlog_under_all_runs_in_order_with_a_bounded_list() {
     let entries = listed.matches('=').count();
     assert!(entries <= 80, "{entries} occurrences stored");
     drop(consumer);
-    q.close().await.unwrap();
-}
-
-/// The partition (of `n`) a job id was routed to before occurrence ids were routed by
-/// their series: FNV-1a of the whole id.
-fn former_partition(id: &str, n: u64) -> u64 {
-    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    hash % n
-}
-
-/// A partitioned queue upgraded from before recurring series: jobs scheduled then under ids
-/// of an occurrence's exact form (`x@<time>`) live where their whole id routed, not on
-/// their series' partition. Calls find them there: a schedule of the id says it exists,
-/// `get` and `cancel` find them, a delivery's ack lands (it would be redelivered until
-/// dead otherwise).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_under_occurrence_ids_from_before_series_are_found_where_they_are() {
-    let server = RedisServer::start();
-    let q = queue(&server, |b| {
-        b.partitions(3);
-    })
-    .await;
-    // Ids whose former partition is not their series'.
-    let ids: Vec<String> = (0..)
-        .map(|i| (format!("x{i}"), format!("x{i}@2001-01-01T00:00:00Z")))
-        .filter(|(name, id)| former_partition(name, 3) != former_partition(id, 3))
-        .map(|(_, id)| id)
-        .take(2)
-        .collect();
-    // Scheduled as the former version did: on the whole id's partition.
-    for (id, after_us) in [(&ids[0], "0"), (&ids[1], "3600000000")] {
-        let tag = format!("{{orders:{}}}", former_partition(id, 3));
-        let keys = ["meta", "payload", "due", "counts"].map(|k| format!("{tag}:{k}"));
-        let wake = format!("{tag}:wake");
-        let mut line = vec![
-            "EVAL",
-            include_str!("../../src/redis/lua/schedule.lua"),
-            "4",
-        ];
-        line.extend(keys.iter().map(String::as_str));
-        line.extend([&wake, "PUBLISH", id, "after", after_us, "", "old"]);
-        server.cli(&line);
-    }
-    let (due, later) = (ids[0].as_str(), ids[1].as_str());
-    assert_eq!(q.get(due).await.unwrap().unwrap().payload(), b"old");
-    assert_eq!(
-        q.schedule(due, ms(0), "new").await.unwrap(),
-        Scheduled::Exists
-    );
-    assert!(q.cancel(later).await.unwrap());
-    assert!(q.get(later).await.unwrap().is_none());
-    let mut consumer = q.consume();
-    let d = next(&mut consumer).await;
-    assert_eq!((d.id(), d.payload()), (due, &b"old"[..]));
-    assert!(d.ack().await.unwrap());
-    assert!(q.get(due).await.unwrap().is_none());
-    assert_eq!(q.pending().await.unwrap(), 0);
     q.close().await.unwrap();
 }
 
@@ -984,100 +928,32 @@ async fn a_pause_from_one_process_stops_the_others_and_its_resume_wakes_them() {
     b.close().await.unwrap();
 }
 
-/// Running jobs an older version kept in the due index too (scored by their lease end, in
-/// due alone or in due and the running index) are leases all the same: an ended one is
-/// delivered again once, with "lease expired"; a held one stays running, listed and counted
-/// as running, not pending; an entry whose job is gone (acked since) is dropped unseen.
+/// A queue whose layout hash records another keyspace format (an older one, or none: from
+/// before formats were recorded; or one from a later version) is refused at open, and the
+/// error names the format found and the one this version reads: nothing is misread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leases_an_older_version_left_in_the_due_index_end_once() {
+async fn a_keyspace_of_another_format_is_refused_naming_the_format_found() {
     let server = RedisServer::start();
     let q = queue(&server, |_| {}).await;
-    let time = server.cli(&["TIME"]);
-    let [secs, micros] = [0, 1].map(|i| time.lines().nth(i).unwrap().parse::<u64>().unwrap());
-    let now_us = secs * 1_000_000 + micros;
-    let (ended, held) = (
-        (now_us - 1_000_000).to_string(),
-        (now_us + 3_600_000_000).to_string(),
-    );
-    let run_ns = format!("{}", (now_us - 2_000_000) * 1000);
-    for (id, token) in [("in-due", "5"), ("in-both", "6"), ("held", "7")] {
-        let meta = format!("l:1:{token}:{run_ns}");
-        server.cli(&["HSET", "{orders}:meta", id, &meta]);
-        server.cli(&["HSET", "{orders}:payload", id, id]);
-    }
-    server.cli(&[
-        "ZADD",
-        "{orders}:due",
-        &ended,
-        "in-due",
-        &ended,
-        "in-both",
-        &held,
-        "held",
-    ]);
-    server.cli(&["ZADD", "{orders}:due", &ended, "acked"]);
-    server.cli(&["ZADD", "{orders}:running", &ended, "in-both", &held, "held"]);
-    server.cli(&["HSET", "{orders}:counts", "leased", "3"]);
-    server.cli(&["SET", "{orders}:seq", "7"]);
-
-    let mut consumer = q.consume();
-    let mut again = vec![next(&mut consumer).await, next(&mut consumer).await];
-    again.sort_by(|a, b| a.id().cmp(b.id()));
-    let ids: Vec<&str> = again.iter().map(|d| d.id()).collect();
-    assert_eq!(ids, ["in-both", "in-due"]);
-    for d in &again {
-        assert_eq!((d.attempt(), d.payload()), (2, d.id().as_bytes()));
-        let info = q.get(d.id()).await.unwrap().unwrap();
-        assert_eq!(info.last_error(), Some("lease expired"));
-    }
-    let more = tokio::time::timeout(ms(300), consumer.next()).await;
-    assert!(
-        more.is_err(),
-        "nothing else is due: {:?}",
-        more.map(|d| d.map(|d| d.map(|d| d.id().to_owned())))
-    );
-    let c = q.counts().await.unwrap();
-    assert_eq!((c.pending, c.running, c.next_due), (0, 3, None));
-    let pending = q
-        .list(JobState::Pending, &ListOptions::new())
+    q.schedule("job", Duration::from_secs(3600), "p")
         .await
         .unwrap();
-    assert!(pending.jobs().is_empty(), "{:?}", pending.jobs());
-    let running = q
-        .list(JobState::Running, &ListOptions::new())
-        .await
-        .unwrap();
-    let mut ids: Vec<&str> = running.jobs().iter().map(|j| j.id()).collect();
-    ids.sort();
-    assert_eq!(ids, ["held", "in-both", "in-due"]);
-    for d in again {
-        assert!(d.ack().await.unwrap());
+    q.close().await.unwrap();
+    assert_eq!(server.cli(&["HGET", "{orders}:layout", "format"]), "1");
+    for (set, found) in [(Some("0"), "0"), (None, "0"), (Some("2"), "2")] {
+        match set {
+            Some(format) => server.cli(&["HSET", "{orders}:layout", "format", format]),
+            None => server.cli(&["HDEL", "{orders}:layout", "format"]),
+        };
+        let err = JobQueue::builder()
+            .redis(&server.url(), "orders")
+            .await
+            .expect_err("refused");
+        assert!(err.is_storage(), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("format {found}")) && text.contains("format 1 only"),
+            "{text}"
+        );
     }
-    assert_eq!(
-        server.cli(&["ZCARD", "{orders}:due"]),
-        "1",
-        "only the held lease's entry is left"
-    );
-    q.close().await.unwrap();
-}
-
-/// Extending a lease moves it in the running index and drops the entry an older version
-/// kept for it in the due index, which would deliver the job again at the old lease end.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_extended_lease_is_not_delivered_again_at_an_older_versions_entry() {
-    let server = RedisServer::start();
-    let q = queue(&server, |b| {
-        b.lease(MIN_LEASE);
-    })
-    .await;
-    q.schedule("job", Duration::ZERO, "p").await.unwrap();
-    let mut consumer = q.consume();
-    let delivery = next(&mut consumer).await;
-    let lease_end = server.cli(&["ZSCORE", "{orders}:running", "job"]);
-    server.cli(&["ZADD", "{orders}:due", &lease_end, "job"]);
-    assert!(delivery.extend(Duration::from_secs(3600)).await.unwrap());
-    let again = tokio::time::timeout(MIN_LEASE + ms(500), consumer.next()).await;
-    assert!(again.is_err(), "delivered again while its lease is held");
-    assert!(delivery.ack().await.unwrap());
-    q.close().await.unwrap();
 }

@@ -1,0 +1,302 @@
+//! Each operation on jobs, whole: what it reads, the transition it makes through [`Machine`]
+//! (`core/state/mod.rs`), what it writes through [`Tables::set`], and its reply with whether it
+//! changed anything. The claim is in `claim.rs`, the series' operations in `series.rs`.
+
+use redb::ReadableTable;
+
+use super::reply::Reply;
+use super::tables::{state, storage, Tables};
+use crate::backend::embedded::record::Record;
+use crate::core::error::Error;
+use crate::core::job::{self, add, JobInfo, JobState, Scheduled, When};
+use crate::core::state::{Machine, Retry, Status, Tally};
+
+/// What an operation answers, and whether it changed anything (an unchanged batch is
+/// aborted: it costs no commit and no fsync).
+pub(super) type Outcome = Result<(Reply, bool), Error>;
+
+/// Creates the job unless its id exists.
+pub(super) fn schedule(
+    t: &mut Tables<'_>,
+    counts: &mut Tally,
+    now: u64,
+    id: &str,
+    when: When,
+    payload: &[u8],
+) -> Result<(Scheduled, u64), Error> {
+    if let Some(stored) = t.load(id)? {
+        return Ok((Scheduled::Exists, stored.job.run_at));
+    }
+    let job = Machine::new(when.resolve(now));
+    let record = Record {
+        job,
+        error: None,
+        payload,
+    };
+    t.set(counts, id, None, Some(record))?;
+    Ok((Scheduled::Created, job.run_at))
+}
+
+pub(super) fn schedule_one(
+    t: &mut Tables<'_>,
+    counts: &mut Tally,
+    now: u64,
+    id: &str,
+    when: When,
+    payload: &[u8],
+) -> Outcome {
+    let (outcome, run_at) = schedule(t, counts, now, id, when, payload)?;
+    Ok((
+        Reply::Scheduled(outcome, run_at),
+        outcome == Scheduled::Created,
+    ))
+}
+
+pub(super) fn schedule_many(
+    t: &mut Tables<'_>,
+    counts: &mut Tally,
+    now: u64,
+    jobs: Vec<(String, When, Vec<u8>)>,
+) -> Outcome {
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for (id, when, payload) in jobs {
+        outcomes.push(schedule(t, counts, now, &id, when, &payload)?);
+    }
+    let changed = outcomes.iter().any(|(o, _)| *o == Scheduled::Created);
+    Ok((Reply::ScheduledMany(outcomes), changed))
+}
+
+/// Removes a pending job, but the pending occurrence of a series (it would have none).
+pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Tally, id: &str) -> Outcome {
+    match t.load(id)? {
+        Some(stored) if stored.job.cancel() && !super::series::is_head(t, id)? => {
+            t.set(counts, id, Some(stored.job), None)?;
+            Ok((Reply::Bool(true), true))
+        }
+        _ => Ok((Reply::Bool(false), false)),
+    }
+}
+
+/// Moves a pending job; a series' pending occurrence keeps its time (its id and its
+/// series').
+pub(super) fn reschedule(
+    t: &mut Tables<'_>,
+    counts: &mut Tally,
+    now: u64,
+    id: &str,
+    when: When,
+) -> Outcome {
+    match t.load(id)? {
+        Some(stored) if !super::series::is_head(t, id)? => {
+            let mut job = stored.job;
+            if job.reschedule(when.resolve(now)) {
+                t.set(counts, id, Some(stored.job), Some(stored.with(job)))?;
+                Ok((Reply::Moved(Some(job.run_at)), true))
+            } else {
+                Ok((Reply::Moved(None), false))
+            }
+        }
+        _ => Ok((Reply::Moved(None), false)),
+    }
+}
+
+pub(super) fn get(t: &Tables<'_>, id: String) -> Outcome {
+    let info = t.load(&id)?.map(|stored| stored.info(id));
+    Ok((Reply::Info(info), false))
+}
+
+pub(super) fn ack(t: &mut Tables<'_>, counts: &mut Tally, id: &str, token: u64) -> Outcome {
+    match t.load(id)? {
+        Some(stored) if stored.job.ack(token) => {
+            t.set(counts, id, Some(stored.job), None)?;
+            Ok((Reply::Bool(true), true))
+        }
+        _ => Ok((Reply::Bool(false), false)),
+    }
+}
+
+/// A retry, or with an `error` a failure (the job's last error is then replaced).
+#[allow(clippy::too_many_arguments)] // the operation's own arguments, each named once here
+pub(super) fn retry(
+    t: &mut Tables<'_>,
+    counts: &mut Tally,
+    now: u64,
+    max_attempts: u32,
+    id: &str,
+    token: u64,
+    after: std::time::Duration,
+    error: Option<String>,
+) -> Outcome {
+    let run_at = add(now, after);
+    let Some(stored) = t.load(id)? else {
+        return Ok((Reply::Retried(Retry::Stale, run_at), false));
+    };
+    let mut job = stored.job;
+    let outcome = job.retry(token, now, run_at, max_attempts);
+    if outcome != Retry::Stale {
+        let mut record = stored.with(job);
+        if error.is_some() {
+            record.error = error.as_deref();
+        }
+        t.set(counts, id, Some(stored.job), Some(record))?;
+    }
+    Ok((Reply::Retried(outcome, run_at), outcome != Retry::Stale))
+}
+
+pub(super) fn extend(
+    t: &mut Tables<'_>,
+    counts: &mut Tally,
+    now: u64,
+    id: &str,
+    token: u64,
+    by: std::time::Duration,
+) -> Outcome {
+    let Some(stored) = t.load(id)? else {
+        return Ok((Reply::Bool(false), false));
+    };
+    let mut job = stored.job;
+    let extended = job.extend(token, add(now, by));
+    if extended {
+        t.set(counts, id, Some(stored.job), Some(stored.with(job)))?;
+    }
+    Ok((Reply::Bool(extended), extended))
+}
+
+pub(super) fn remove_dead(t: &mut Tables<'_>, counts: &mut Tally, id: &str) -> Outcome {
+    match t.load(id)? {
+        Some(stored) if matches!(stored.job.status, Status::Dead { .. }) => {
+            t.set(counts, id, Some(stored.job), None)?;
+            Ok((Reply::Bool(true), true))
+        }
+        _ => Ok((Reply::Bool(false), false)),
+    }
+}
+
+/// Deletes up to `limit` dead jobs, oldest deaths first.
+pub(super) fn purge_dead(t: &mut Tables<'_>, counts: &mut Tally, limit: usize) -> Outcome {
+    let mut keys = Vec::new();
+    for entry in t.died.iter().map_err(storage)?.take(limit) {
+        let (key, _) = entry.map_err(storage)?;
+        let (at, id) = key.value();
+        keys.push((at, id.to_owned()));
+    }
+    for (at, id) in &keys {
+        if let Some(stored) = t.load(id)? {
+            t.set(counts, id, Some(stored.job), None)?;
+        } else {
+            t.died.remove((*at, id.as_str())).map_err(storage)?;
+        }
+    }
+    Ok((Reply::Count(keys.len() as u64), !keys.is_empty()))
+}
+
+/// Makes a dead job pending again.
+pub(super) fn revive(
+    t: &mut Tables<'_>,
+    counts: &mut Tally,
+    now: u64,
+    id: &str,
+    when: When,
+) -> Outcome {
+    let Some(stored) = t.load(id)? else {
+        return Ok((Reply::Moved(None), false));
+    };
+    let mut job = stored.job;
+    if job.revive(when.resolve(now)) {
+        t.set(counts, id, Some(stored.job), Some(stored.with(job)))?;
+        Ok((Reply::Moved(Some(job.run_at)), true))
+    } else {
+        Ok((Reply::Moved(None), false))
+    }
+}
+
+/// Makes up to `limit` dead jobs pending again, oldest deaths first.
+pub(super) fn revive_dead(
+    t: &mut Tables<'_>,
+    counts: &mut Tally,
+    now: u64,
+    limit: usize,
+    when: When,
+) -> Outcome {
+    let run_at = when.resolve(now);
+    let mut ids = Vec::new();
+    for entry in t.died.iter().map_err(storage)?.take(limit) {
+        let (key, _) = entry.map_err(storage)?;
+        ids.push(key.value().1.to_owned());
+    }
+    let mut revived = 0;
+    for id in &ids {
+        let Some(stored) = t.load(id)? else {
+            return Err(Error::storage(format!(
+                "the dead index names a missing job {id:?}"
+            )));
+        };
+        let mut job = stored.job;
+        if job.revive(run_at) {
+            t.set(counts, id, Some(stored.job), Some(stored.with(job)))?;
+            revived += 1;
+        }
+    }
+    Ok((Reply::Revived(revived, run_at), revived > 0))
+}
+
+/// Stops (or lets again) every claim; the batch is then a checkpoint (the log holds jobs
+/// only, so the flag is made durable by redb's commit).
+pub(super) fn pause(t: &mut Tables<'_>, paused: bool) -> Outcome {
+    let changed = t.paused != paused;
+    if changed {
+        t.paused = paused;
+        t.log = None;
+    }
+    Ok((Reply::Bool(changed), changed))
+}
+
+/// The per-state counts, the paused flag and the next pending job's due time (the first
+/// key of `due`).
+pub(super) fn counts(t: &Tables<'_>, counts: &Tally) -> Outcome {
+    let next_due = t
+        .due
+        .first()
+        .map_err(storage)?
+        .map(|(key, _)| key.value().0);
+    let (p, r, d) = (counts.pending, counts.running, counts.dead);
+    let c = job::Counts::new(p, r, d, t.paused, next_due);
+    Ok((Reply::Counts(c), false))
+}
+
+/// Up to `limit` jobs in `state` after the position `after`, each with its position: a range
+/// of the state's table, pending by `(run_at, id)`, running by `(lease end, id)`, dead by
+/// `(death time, id)` descending.
+pub(super) fn list(
+    t: &Tables<'_>,
+    wanted: JobState,
+    after: Option<(u64, String)>,
+    limit: usize,
+    payloads: bool,
+) -> Outcome {
+    use std::ops::Bound::{Excluded, Unbounded};
+    let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
+    let start = after.map_or(Unbounded, Excluded);
+    let keys: Box<dyn Iterator<Item = _>> = match wanted {
+        JobState::Pending => Box::new(t.due.range((start, Unbounded)).map_err(storage)?),
+        JobState::Running => Box::new(t.running.range((start, Unbounded)).map_err(storage)?),
+        JobState::Dead => Box::new(t.died.range((Unbounded, start)).map_err(storage)?.rev()),
+    };
+    let mut out: Vec<(u64, JobInfo)> = Vec::with_capacity(limit.min(1024));
+    for entry in keys {
+        if out.len() == limit {
+            break;
+        }
+        let (key, _) = entry.map_err(storage)?;
+        let (at, id) = key.value();
+        let Some(stored) = t.load_with(id, payloads)? else {
+            return Err(Error::storage(format!(
+                "an index names a missing job {id:?}"
+            )));
+        };
+        if state(stored.job.status) == wanted {
+            out.push((at, stored.info(id.to_owned())));
+        }
+    }
+    Ok((Reply::Listed(out), false))
+}

@@ -1,0 +1,25 @@
+//! The store's answers: one [`Reply`] per [`Op`](super::Op) of a batch, in order.
+
+use crate::backend::ClaimBatch;
+use crate::core::job::{self, JobInfo, Scheduled};
+use crate::core::series::{Recurring, RecurringInfo};
+use crate::core::state::Retry;
+
+/// The answer to one [`Op`], in the same order.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    Scheduled(Scheduled, u64),
+    ScheduledMany(Vec<(Scheduled, u64)>),
+    Bool(bool),
+    Moved(Option<u64>),
+    Info(Option<JobInfo>),
+    Claimed(ClaimBatch),
+    Retried(Retry, u64),
+    Count(u64),
+    Counts(job::Counts),
+    /// How many jobs a `ReviveDead` revived, and their run_at.
+    Revived(u64, u64),
+    Listed(Vec<(u64, JobInfo)>),
+    Recurring(Recurring, Option<u64>),
+    RecurringList(Vec<RecurringInfo>),
+}

@@ -1,0 +1,431 @@
+//! [`Redis`] as a [`Backend`]: each call routed to its partition and run as its script;
+//! claims across partitions.
+//!
+//! # Ground rules
+//!
+//! - A call that may have committed although it failed (a timeout after the script ran)
+//!   still bumps the epoch (`Redis::changed`), so no `Idle` note outlives a change.
+//! - A claim takes each partition on its own, in rotation: one failing partition never
+//!   costs the leases taken on the others; its error is returned only when nothing was
+//!   claimed.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use super::keys::partition_of;
+use super::scripts::NewJob;
+use super::scripts::MAX_JOBS_PER_SCRIPT;
+use super::{Idle, Redis};
+use crate::backend::{Backend, BoxFuture, ClaimBatch};
+use crate::core::error::Error;
+use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
+use crate::core::recurrence::Recurrence;
+use crate::core::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::state::Retry;
+
+impl Redis {
+    /// `retry.lua`: a retry, or with an `error` a failure.
+    async fn give_back(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: Option<String>,
+    ) -> Result<(Retry, u64), Error> {
+        let mut conn = self.writer()?;
+        let given = (self.scripts)
+            .retry(
+                &mut conn,
+                &self.part(&id).keys,
+                &id,
+                token,
+                after,
+                self.max_attempts,
+                error.as_deref(),
+            )
+            .await;
+        // Even a failed call may have committed (a timeout after the script ran).
+        self.changed();
+        given
+    }
+}
+
+impl Backend for Redis {
+    fn schedule(
+        &self,
+        id: String,
+        when: When,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
+        Box::pin(async move {
+            self.conn()?;
+            let scheduled = self.part(&id).schedules.call((id, when, payload)).await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            scheduled
+        })
+    }
+
+    fn schedule_many(
+        &self,
+        jobs: Vec<(String, When, Vec<u8>)>,
+    ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
+        Box::pin(async move {
+            let n = jobs.len();
+            // Group by partition, one call each, answers back in the callers' order.
+            let mut groups: Vec<(Vec<usize>, Vec<NewJob>)> = (0..self.parts.len())
+                .map(|_| (Vec::new(), Vec::new()))
+                .collect();
+            let mut out = vec![(Scheduled::Exists, 0); n];
+            for (i, job) in jobs.into_iter().enumerate() {
+                let p = partition_of(&job.0, self.parts.len());
+                groups[p].0.push(i);
+                groups[p].1.push(job);
+            }
+            for (part, (positions, jobs)) in self.parts.iter().zip(groups) {
+                if jobs.is_empty() {
+                    continue;
+                }
+                // At most MAX_JOBS_PER_SCRIPT jobs per script: a script blocks the whole server
+                // while it runs, so one huge batch would stall every other client (and
+                // outlast `redis_timeout`, failing a call that did commit).
+                let mut jobs = jobs.into_iter();
+                let mut positions = positions.into_iter();
+                loop {
+                    let chunk: Vec<NewJob> = jobs.by_ref().take(MAX_JOBS_PER_SCRIPT).collect();
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    let mut conn = self.writer()?;
+                    let answers = self.scripts.schedule(&mut conn, &part.keys, &chunk).await;
+                    self.changed();
+                    let answers = answers?;
+                    for (answer, i) in answers.into_iter().zip(positions.by_ref()) {
+                        out[i] = answer;
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let mut conn = self.writer()?;
+            self.scripts
+                .cancel(&mut conn, &self.part(&id).keys, &id)
+                .await
+        })
+    }
+
+    fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(async move {
+            let mut conn = self.writer()?;
+            let moved = (self.scripts)
+                .reschedule(&mut conn, &self.part(&id).keys, &id, when)
+                .await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            moved
+        })
+    }
+
+    fn get(&self, id: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            self.scripts.get(&mut conn, &self.part(&id).keys, &id).await
+        })
+    }
+
+    fn pending(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(self.count("pending"))
+    }
+
+    fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(self.count("running"))
+    }
+
+    fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+        Box::pin(async move {
+            // Partitions in rotation, so every one is served; stop once `max` jobs came.
+            // Each partition is claimed on its own: one that fails (its node down) must not
+            // cost the leases already taken on the others, so their jobs are handed out and
+            // the error is returned only when nothing was claimed.
+            if let Some(idle) = self.known_idle() {
+                return Ok(idle);
+            }
+            let epoch = self.epoch.load(SeqCst);
+            let sent = std::time::Instant::now();
+            let deadline = self.timeout.map(|t| tokio::time::Instant::now() + t);
+            let n = self.parts.len();
+            let first = self.next_claim.fetch_add(1, SeqCst);
+            let mut jobs = Vec::new();
+            let mut wait: Option<u64> = None;
+            let mut now = 0;
+            let mut failed: Option<Error> = None;
+            let mut died = 0;
+            // Whether some partition may hold more due jobs than it gave.
+            let mut more = false;
+            for i in 0..n {
+                let part = &self.parts[(first + i) % n];
+                // At most MAX_JOBS_PER_SCRIPT per script: a script blocks the whole server while it
+                // runs, and a reply that outlasts `redis_timeout` would strand the leases
+                // it took. A larger `max` (prefetch, `run`'s concurrency) just claims again.
+                let want = (max - jobs.len()).min(MAX_JOBS_PER_SCRIPT);
+                let (claimed, part_now, next, part_died) =
+                    match self.claim_part(part, want, deadline).await {
+                        Ok(claim) => claim,
+                        Err(err) => {
+                            failed.get_or_insert(err);
+                            continue;
+                        }
+                    };
+                more |= claimed.len() >= want;
+                died += part_died;
+                jobs.extend(claimed);
+                now = part_now;
+                // Each partition's next due time against its own server's clock.
+                if let Some(next) = next {
+                    let w = next.saturating_sub(part_now);
+                    wait = Some(wait.map_or(w, |x| x.min(w)));
+                }
+                if jobs.len() >= max {
+                    wait = Some(0);
+                    break;
+                }
+            }
+            let complete = failed.is_none();
+            if let Some(err) = failed {
+                if jobs.is_empty() {
+                    return Err(err);
+                }
+                tracing::warn!(error = %err, claimed = jobs.len(), "wheel-jobs: a partition failed to claim; delivering what the others gave");
+            }
+            // Due order across the partitions claimed together (run_at, then id).
+            jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
+            let next_due = wait.map(|w| now.saturating_add(w));
+            let note = match next_due {
+                Some(until) if complete && !more && jobs.len() < max => Some(Idle {
+                    epoch,
+                    until,
+                    now,
+                    sent,
+                }),
+                _ => None,
+            };
+            *self.idle.lock().expect("idle note") = note;
+            Ok(ClaimBatch {
+                jobs,
+                next_due,
+                now,
+                died,
+            })
+        })
+    }
+
+    fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            self.conn()?;
+            let part = self.part(&id);
+            if let Some(answer) = part.folds.park(&id, token).await {
+                return answer;
+            }
+            part.acks.call((id, token)).await
+        })
+    }
+
+    fn retry(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+        Box::pin(self.give_back(id, token, after, None))
+    }
+
+    fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let mut conn = self.conn()?;
+            (self.scripts)
+                .extend(&mut conn, &self.part(&id).keys, &id, token, by)
+                .await
+        })
+    }
+
+    fn remove_dead(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            let mut conn = self.writer()?;
+            (self.scripts)
+                .remove_dead(&mut conn, &self.part(&id).keys, &id)
+                .await
+        })
+    }
+
+    fn purge_dead(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move {
+            // As `revive_dead`: script calls of at most MAX_JOBS_PER_SCRIPT jobs (a script blocks the
+            // server while it runs), partition after partition, `limit` in all.
+            let mut removed = 0;
+            for part in &self.parts {
+                loop {
+                    let want = (limit - removed as usize).min(MAX_JOBS_PER_SCRIPT);
+                    if want == 0 {
+                        break;
+                    }
+                    let mut conn = self.writer()?;
+                    let n = self.scripts.purge_dead(&mut conn, &part.keys, want).await?;
+                    removed += n;
+                    if n < want as u64 {
+                        break;
+                    }
+                }
+            }
+            Ok(removed)
+        })
+    }
+
+    fn schedule_recurring(
+        &self,
+        name: String,
+        rule: Recurrence,
+        payload: Vec<u8>,
+        catch_up: CatchUp,
+    ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
+        Box::pin(async move { self.set_series(&name, &rule, &payload, catch_up).await })
+    }
+
+    fn cancel_recurring(&self, name: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move { self.cancel_series(&name).await })
+    }
+
+    fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<RecurringInfo>, Error>> {
+        Box::pin(self.list_series())
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            self.closed.store(true, SeqCst);
+            self.subscriber.abort();
+            // Parked acks go out through their batchers now, not after the window.
+            for part in &self.parts {
+                part.folds.release();
+            }
+            Ok(())
+        })
+    }
+
+    fn fail(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: String,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+        Box::pin(self.give_back(id, token, after, Some(error)))
+    }
+
+    fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>> {
+        Box::pin(async move {
+            let mut total = Counts::new(0, 0, 0, false, None);
+            for part in &self.parts {
+                let mut conn = self.conn()?;
+                let c = self.scripts.counts(&mut conn, &part.keys).await?;
+                total.pending += c.pending;
+                total.running += c.running;
+                total.dead += c.dead;
+                // A pause or resume that failed half-way shows as paused: retry it.
+                total.paused |= c.paused;
+                total.next_due = total.next_due.into_iter().chain(c.next_due).min();
+            }
+            Ok(total)
+        })
+    }
+
+    fn list(
+        &self,
+        state: JobState,
+        after: Option<(u64, String)>,
+        limit: usize,
+        payloads: bool,
+    ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
+        Box::pin(async move {
+            // Each partition's page after the position, merged: O(partitions × limit).
+            let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
+            let mut jobs = Vec::new();
+            for part in &self.parts {
+                let mut conn = self.conn()?;
+                let page = (self.scripts)
+                    .list(&mut conn, &part.keys, state, after, limit, payloads)
+                    .await?;
+                jobs.extend(page);
+            }
+            jobs.sort_by(|(x, a), (y, b)| (x, a.id()).cmp(&(y, b.id())));
+            if state == JobState::Dead {
+                jobs.reverse();
+            }
+            jobs.truncate(limit);
+            Ok(jobs)
+        })
+    }
+
+    fn revive(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(async move {
+            let mut conn = self.writer()?;
+            let revived = (self.scripts)
+                .revive(&mut conn, &self.part(&id).keys, &id, when)
+                .await;
+            // Even a failed call may have committed (a timeout after the script ran).
+            self.changed();
+            revived
+        })
+    }
+
+    fn revive_dead(
+        &self,
+        limit: usize,
+        when: When,
+    ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>> {
+        Box::pin(async move {
+            // Each partition in script calls of at most MAX_JOBS_PER_SCRIPT jobs (a script blocks the
+            // server while it runs), until it has no more dead jobs or `limit` were revived.
+            let mut total = 0;
+            let mut earliest: Option<u64> = None;
+            for part in &self.parts {
+                loop {
+                    let want = (limit - total as usize).min(MAX_JOBS_PER_SCRIPT);
+                    if want == 0 {
+                        break;
+                    }
+                    let mut conn = self.writer()?;
+                    let revived = self
+                        .scripts
+                        .revive_dead(&mut conn, &part.keys, want, when)
+                        .await;
+                    self.changed();
+                    let (n, run_at) = revived?;
+                    if n > 0 {
+                        total += n;
+                        earliest = Some(earliest.map_or(run_at, |e| e.min(run_at)));
+                    }
+                    if n < want as u64 {
+                        break;
+                    }
+                }
+            }
+            Ok((total, earliest))
+        })
+    }
+
+    fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            // Every partition: its claims read only their own slot's flag.
+            for part in &self.parts {
+                let mut conn = self.writer()?;
+                let set = self.scripts.pause(&mut conn, &part.keys, paused).await;
+                self.changed();
+                set?;
+            }
+            Ok(())
+        })
+    }
+}

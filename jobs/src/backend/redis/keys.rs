@@ -1,0 +1,86 @@
+//! Key names: every key and channel of a queue partition, computed once at open, and which
+//! partition an id belongs to.
+//!
+//! # Ground rules
+//!
+//! - A partition's keys share the hash tag `{tag}` (`{name}`, or `{name:i}` with
+//!   partitions), so every script touches one cluster slot.
+//! - Every process routes an id to the same partition ([`partition_of`], a stable hash):
+//!   a queue must be opened with the same number of partitions everywhere. The first
+//!   open records the count ([`layout`]); an open with another count is refused, and so is
+//!   a queue whose recorded keyspace [`FORMAT`] is another.
+
+/// The layout of a queue's keys and of the values the scripts store in them, recorded in
+/// its layout hash by the first open ([`layout`]); a queue of another format is refused at
+/// open, naming the format found. 1 is the first published format.
+pub(super) const FORMAT: u32 = 1;
+
+/// One partition's keys and wake channel.
+pub(super) struct Keys {
+    pub(super) meta: String,
+    pub(super) payload: String,
+    pub(super) due: String,
+    pub(super) counts: String,
+    pub(super) seq: String,
+    pub(super) dead: String,
+    /// Recurring series (`lua/series.lua`): name → record, name → payload, name → the
+    /// upcoming occurrences after the head.
+    pub(super) series: String,
+    pub(super) series_payload: String,
+    pub(super) series_next: String,
+    pub(super) errors: String,
+    pub(super) running: String,
+    pub(super) wake: String,
+    /// `PUBLISH`, or `SPUBLISH` on a cluster that has it: how the scripts send on `wake`.
+    pub(super) publish: &'static str,
+}
+
+impl Keys {
+    pub(super) fn new(tag: &str, publish: &'static str) -> Keys {
+        Keys {
+            meta: format!("{{{tag}}}:meta"),
+            payload: format!("{{{tag}}}:payload"),
+            due: format!("{{{tag}}}:due"),
+            counts: format!("{{{tag}}}:counts"),
+            seq: format!("{{{tag}}}:seq"),
+            dead: format!("{{{tag}}}:dead"),
+            series: format!("{{{tag}}}:series"),
+            series_payload: format!("{{{tag}}}:series_payload"),
+            series_next: format!("{{{tag}}}:series_next"),
+            errors: format!("{{{tag}}}:errors"),
+            running: format!("{{{tag}}}:running"),
+            wake: format!("{{{tag}}}:wake"),
+            publish,
+        }
+    }
+}
+
+/// The queue's layout hash (its partition count, `lua/layout.lua`): one key for the whole
+/// queue, under the queue's own tag, so `~{name}:*` in an ACL covers it.
+pub(super) fn layout(name: &str) -> String {
+    format!("{{{name}}}:layout")
+}
+
+/// The hash tag of partition `i` of `n` of the queue `name`.
+pub(super) fn tag(name: &str, i: usize, n: usize) -> String {
+    if n == 1 {
+        name.to_owned()
+    } else {
+        format!("{name}:{i}")
+    }
+}
+
+/// The partition (of `n`) that holds the job `id`. An occurrence of a recurring series
+/// (`name@<RFC 3339 UTC time>`) lives with its series, on the partition of `name`: the
+/// claim that takes it creates the next one in the same script.
+pub(super) fn partition_of(id: &str, n: usize) -> usize {
+    let key = crate::core::series::occurrence_series(id).unwrap_or(id);
+    (fnv(key) % n as u64) as usize
+}
+
+/// A stable hash (FNV-1a): every process must route an id to the same partition.
+fn fnv(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}

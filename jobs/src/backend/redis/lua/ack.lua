@@ -1,0 +1,9 @@
+-- ack.lua: running jobs are done: delete them (many acks batched in one call; see
+-- acks.lua, prepended, for the rules).
+--
+-- KEYS[1] meta, KEYS[2] payload, KEYS[3] counts (see schedule.lua)
+-- KEYS[4] errors, KEYS[5] running (see claim.lua: a running job is in running only)
+-- ARGV pairs: id, lease token (at most 512 pairs)
+--
+-- Returns one 1|0 per pair (see acks.lua).
+return apply_acks(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV, 1)

@@ -1,0 +1,47 @@
+-- acks.lua: `apply_acks`, prepended to ack.lua and claim.lua (which applies the acks a
+-- consumer folded into its claim first), so the two cannot drift.
+--
+-- Mirrors core/state `Machine::ack` (a lease is checked by its token only) (checked on the same cases by backend/redis/agreement.rs).
+--
+-- apply_acks(meta, payload, counts, errors, running, args, from): args[from], args[from +
+-- 1], ... are pairs id, lease token (at most 512 pairs). Deletes each job whose lease is
+-- held with its token; returns one 1|0 per pair: 1 if the lease was held (the job is
+-- gone), 0 if the token is stale (redelivered to someone else, or gone, or acked earlier
+-- in this batch): then nothing changes for that job. Atomic with claim, so a late ack can
+-- never delete a job another consumer now holds (the duplicate-run bug of bullmq#3183).
+-- One HMGET reads every job, then one HDEL, HDEL, HDEL, ZREM and HINCRBY delete the done
+-- ones together.
+local function apply_acks(meta, payload, counts, errors, running, args, from)
+  local ids = {}
+  local tokens = {}
+  for i = from, #args, 2 do
+    ids[#ids + 1] = args[i]
+    tokens[#tokens + 1] = args[i + 1]
+  end
+  local out = {}
+  if #ids == 0 then return out end
+  local metas = redis.call('HMGET', meta, unpack(ids))
+  local done = {}
+  local seen = {}
+  for i, id in ipairs(ids) do
+    local ok = 0
+    local m = metas[i]
+    if m and not seen[id] then
+      local state, token = string.match(m, '^(%a):%d+:(%d+):')
+      if state == 'r' and token == tokens[i] then
+        seen[id] = true
+        done[#done + 1] = id
+        ok = 1
+      end
+    end
+    out[i] = ok
+  end
+  if #done > 0 then
+    redis.call('HDEL', meta, unpack(done))
+    redis.call('HDEL', payload, unpack(done))
+    redis.call('HDEL', errors, unpack(done))
+    redis.call('ZREM', running, unpack(done))
+    redis.call('HINCRBY', counts, 'running', -#done)
+  end
+  return out
+end

@@ -1,0 +1,15 @@
+-- layout.lua: the queue's partition count and keyspace format, recorded by the first
+-- process that opens it.
+--
+-- KEYS[1] the queue's layout hash (`{name}:layout`, keys.rs)
+-- ARGV[1] the partition count this process opens the queue with
+-- ARGV[2] the keyspace format this process reads and writes (keys.rs `FORMAT`)
+--
+-- Returns {recorded count, recorded format}: ARGV[1] and ARGV[2] if none was recorded yet;
+-- a format of 0 for a queue recorded before formats were (its keys may be laid out
+-- otherwise). Atomic: of processes opening a new queue at once, one records its count and
+-- format and the others read them.
+local n, format = unpack(redis.call('HMGET', KEYS[1], 'partitions', 'format'))
+if n then return {tonumber(n), tonumber(format) or 0} end
+redis.call('HSET', KEYS[1], 'partitions', ARGV[1], 'format', ARGV[2])
+return {tonumber(ARGV[1]), tonumber(ARGV[2])}

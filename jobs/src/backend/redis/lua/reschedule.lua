@@ -1,0 +1,32 @@
+-- reschedule.lua: move a pending job to a new due time.
+--
+-- Mirrors core/state `Machine::reschedule` (pending jobs only).
+--
+-- KEYS[1] meta, KEYS[2] due (see schedule.lua), KEYS[3] series (see series.lua, prepended)
+-- ARGV[1] id, ARGV[2] mode ("at" | "after"), ARGV[3] ns | us, ARGV[4] score, ARGV[5] wake channel,
+-- ARGV[6] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)
+--
+-- Returns the new run_at in ns (a string), or false if the job is not pending or is the
+-- pending occurrence of a recurring series (its time is its id and the series' schedule).
+-- Atomic, so a claim never sees the old due time after the move (the late-promotion bug of
+-- bullmq#2648).
+local meta = redis.call('HGET', KEYS[1], ARGV[1])
+if not meta or string.sub(meta, 1, 1) ~= 'p' then return false end
+if series_is_head({series = KEYS[3]}, ARGV[1]) then return false end
+local attempt = string.match(meta, '^%a:(%d+):')
+local run_ns, score
+if ARGV[2] == 'after' then
+  local t = redis.call('TIME')
+  score = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[3])
+  run_ns = string.format('%.0f', score) .. '000'
+else
+  run_ns = ARGV[3]
+  score = tonumber(ARGV[4])
+end
+redis.call('HSET', KEYS[1], ARGV[1], 'p:' .. attempt .. ':0:' .. run_ns)
+redis.call('ZADD', KEYS[2], score, ARGV[1])
+local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if tonumber(head[2]) >= score then
+  redis.call(ARGV[6], ARGV[5], string.format('%.0f', score))
+end
+return run_ns

@@ -1,0 +1,51 @@
+-- revive.lua: make dead jobs pending again (attempts from 0, last error kept), one by id or
+-- up to a limit, oldest deaths first.
+--
+-- Mirrors core/state `Machine::revive` (dead jobs only, attempts from 0) (checked on the same cases by backend/redis/agreement.rs).
+--
+-- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead (see schedule.lua, claim.lua)
+-- ARGV[1] "id" then ARGV[2] the id, or "limit" then ARGV[2] how many at most (at most 512)
+-- ARGV[3] mode ("at" | "after"), ARGV[4] ns | us, ARGV[5] score (see schedule.lua),
+-- ARGV[6] wake channel, ARGV[7] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)
+--
+-- Returns {revived, run_at_ns ("" if none)}. Atomic: a job is revived only while it is dead,
+-- and all of a call's jobs get one due time, so the wake message (sent when they become the
+-- first due) is one too.
+local ids
+if ARGV[1] == 'id' then
+  ids = {ARGV[2]}
+else
+  ids = redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[2]) - 1)
+end
+if #ids == 0 then return {0, ''} end
+local run_ns, score
+if ARGV[3] == 'after' then
+  local t = redis.call('TIME')
+  score = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[4])
+  run_ns = string.format('%.0f', score) .. '000'
+else
+  run_ns = ARGV[4]
+  score = tonumber(ARGV[5])
+end
+local metas = redis.call('HMGET', KEYS[1], unpack(ids))
+local meta_writes, scores, revived = {}, {}, {}
+for i, id in ipairs(ids) do
+  if metas[i] and string.sub(metas[i], 1, 1) == 'd' then
+    meta_writes[#meta_writes + 1] = id
+    meta_writes[#meta_writes + 1] = 'p:0:0:' .. run_ns
+    scores[#scores + 1] = score
+    scores[#scores + 1] = id
+    revived[#revived + 1] = id
+  end
+end
+if #revived == 0 then return {0, ''} end
+redis.call('HSET', KEYS[1], unpack(meta_writes))
+redis.call('ZREM', KEYS[4], unpack(revived))
+redis.call('ZADD', KEYS[2], unpack(scores))
+redis.call('HINCRBY', KEYS[3], 'dead', -#revived)
+redis.call('HINCRBY', KEYS[3], 'pending', #revived)
+local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if tonumber(head[2]) >= score then
+  redis.call(ARGV[7], ARGV[6], string.format('%.0f', score))
+end
+return {#revived, run_ns}

@@ -1,0 +1,228 @@
+//! The scripts on one job by id: `schedule.lua`, `ack.lua`, `cancel.lua`, `reschedule.lua`,
+//! `get.lua`, `retry.lua`, `extend.lua`.
+
+use std::time::Duration;
+
+use ::redis::{FromRedisValue, ParsingError, Value};
+
+use super::{job_info, micros, when_args, NewJob, Scripts, MAX_AFTER};
+use crate::backend::redis::conn::Conn;
+use crate::backend::redis::keys::Keys;
+use crate::backend::redis::reply::{array, int, parsing, redis_error, text};
+use crate::core::error::Error;
+use crate::core::job::{JobInfo, Scheduled, When};
+use crate::core::state::Retry;
+
+/// One job's answer in `schedule.lua`'s reply: `{1 | 0 (created | existed), run_at_ns}`.
+struct ScheduleAnswer {
+    created: bool,
+    run_at: u64,
+}
+
+impl FromRedisValue for ScheduleAnswer {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let decode = || -> Result<ScheduleAnswer, Error> {
+            let [created, run_at] = <[Value; 2]>::try_from(array(v)?)
+                .map_err(|_| Error::storage("short schedule reply"))?;
+            Ok(ScheduleAnswer {
+                created: int(&created)? == 1,
+                run_at: int(&run_at)?,
+            })
+        };
+        decode().map_err(parsing)
+    }
+}
+
+/// `retry.lua`'s reply: `{0 (stale) | 1 (pending again) | 2 (dead), run_at_ns or ""}`.
+struct RetryReply {
+    outcome: u64,
+    run_at: String,
+}
+
+impl FromRedisValue for RetryReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let decode = || -> Result<RetryReply, Error> {
+            let [outcome, run_at] = <[Value; 2]>::try_from(array(v)?)
+                .map_err(|_| Error::storage("short retry reply"))?;
+            Ok(RetryReply {
+                outcome: int(&outcome)?,
+                run_at: text(run_at)?,
+            })
+        };
+        decode().map_err(parsing)
+    }
+}
+
+impl Scripts {
+    /// `schedule.lua`: creates each job unless its id exists; the outcomes and run_ats in
+    /// order.
+    pub(in crate::backend::redis) async fn schedule(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        jobs: &[NewJob],
+    ) -> Result<Vec<(Scheduled, u64)>, Error> {
+        let mut call = script!("schedule.lua").prepare_invoke();
+        call.key(&k.meta).key(&k.payload).key(&k.due).key(&k.counts);
+        call.arg(&k.wake).arg(k.publish);
+        for (id, when, payload) in jobs {
+            let (mode, value, score) = when_args(*when);
+            call.arg(id)
+                .arg(mode)
+                .arg(value)
+                .arg(score)
+                .arg(payload.as_slice());
+        }
+        let answers: Vec<ScheduleAnswer> = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(answers
+            .into_iter()
+            .map(|a| {
+                let outcome = if a.created {
+                    Scheduled::Created
+                } else {
+                    Scheduled::Exists
+                };
+                (outcome, a.run_at)
+            })
+            .collect())
+    }
+
+    /// `ack.lua`: deletes each job whose lease is held with its token; one answer each.
+    pub(in crate::backend::redis) async fn ack(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        acks: &[(String, u64)],
+    ) -> Result<Vec<bool>, Error> {
+        let mut call = script!("acks.lua", "ack.lua").prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.counts)
+            .key(&k.errors)
+            .key(&k.running);
+        for (id, token) in acks {
+            call.arg(id).arg(token);
+        }
+        let answers: Vec<u64> = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(answers.into_iter().map(|a| a == 1).collect())
+    }
+
+    /// `cancel.lua`: removes a pending job.
+    pub(in crate::backend::redis) async fn cancel(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+    ) -> Result<bool, Error> {
+        let mut call = script!("series.lua", "cancel.lua").prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.series)
+            .key(&k.errors)
+            .arg(id);
+        let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(removed == 1)
+    }
+
+    /// `reschedule.lua`: moves a pending job; its new run_at if it moved.
+    pub(in crate::backend::redis) async fn reschedule(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+        when: When,
+    ) -> Result<Option<u64>, Error> {
+        let (mode, value, score) = when_args(when);
+        let mut call = script!("series.lua", "reschedule.lua").prepare_invoke();
+        call.key(&k.meta).key(&k.due).key(&k.series);
+        call.arg(id)
+            .arg(mode)
+            .arg(value)
+            .arg(score)
+            .arg(&k.wake)
+            .arg(k.publish);
+        call.invoke_async(conn).await.map_err(redis_error)
+    }
+
+    /// `get.lua`: a job's state, run_at, attempt, last error and payload.
+    pub(in crate::backend::redis) async fn get(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+    ) -> Result<Option<JobInfo>, Error> {
+        let mut call = script!("get.lua").prepare_invoke();
+        call.key(&k.meta).key(&k.payload).key(&k.errors).arg(id);
+        let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
+        if reply == Value::Nil {
+            return Ok(None);
+        }
+        let [meta, payload, error] =
+            <[Value; 3]>::try_from(array(reply)?).map_err(|_| Error::storage("short get reply"))?;
+        job_info(id.to_owned(), meta, error, payload).map(Some)
+    }
+
+    /// `retry.lua`: gives a running job back to run `after` from now, or kills it; with an
+    /// `error` (a failure) that becomes the job's last error.
+    #[allow(clippy::too_many_arguments)] // the script's own arguments, each named once here
+    pub(in crate::backend::redis) async fn retry(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+        token: u64,
+        after: Duration,
+        max_attempts: u32,
+        error: Option<&str>,
+    ) -> Result<(Retry, u64), Error> {
+        let mut call = script!("retry.lua").prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.dead)
+            .key(&k.errors)
+            .key(&k.running);
+        call.arg(id)
+            .arg(token)
+            .arg(micros(after.min(MAX_AFTER)))
+            .arg(max_attempts)
+            .arg(&k.wake)
+            .arg(k.publish);
+        if let Some(error) = error {
+            call.arg(error);
+        }
+        let reply: RetryReply = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(match reply.outcome {
+            1 => (
+                Retry::Pending,
+                reply
+                    .run_at
+                    .parse()
+                    .map_err(|_| Error::storage("bad run_at"))?,
+            ),
+            2 => (Retry::Died, 0),
+            _ => (Retry::Stale, 0),
+        })
+    }
+
+    /// `extend.lua`: moves a held lease's end to `by` from now.
+    pub(in crate::backend::redis) async fn extend(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        id: &str,
+        token: u64,
+        by: Duration,
+    ) -> Result<bool, Error> {
+        let mut call = script!("extend.lua").prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.running)
+            .arg(id)
+            .arg(token)
+            .arg(micros(by.min(MAX_AFTER)));
+        let done: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(done == 1)
+    }
+}

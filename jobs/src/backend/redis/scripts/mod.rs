@@ -1,0 +1,106 @@
+//! The Lua scripts (`lua/*.lua`, each headed by its keys, arguments, return value and why it
+//! is atomic) and one typed function per script, grouped by what they act on: `jobs.rs`
+//! (one job by id), `dead.rs` (dead jobs), `claim.rs`, `queue.rs` (the whole partition:
+//! counts, pages, pause, layout), `series.rs` (recurring series).
+//!
+//! # Ground rules
+//!
+//! - Each function owns its script (`script!`, built once per process), its KEYS and ARGV
+//!   order, and decodes its reply (into a named
+//!   struct through redis-rs's `FromRedisValue` where the reply has more than one part):
+//!   call sites never build a key list by hand, so a script and its caller change together.
+//! - Times cross the boundary as the scripts want them: delays in microseconds, due scores
+//!   in microseconds rounded up (never early), run_at in nanoseconds. Delays past
+//!   [`MAX_AFTER`] are stored as the saturation point (Lua's doubles are exact only below
+//!   2^53 microseconds).
+
+/// The script made of `lua/` files concatenated (shared functions first, then the body),
+/// built once per process: `script!("acks.lua", "ack.lua")`.
+macro_rules! script {
+    ($($file:literal),+) => {{
+        static SCRIPT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| {
+            ::redis::Script::new(concat!($(include_str!(concat!("../lua/", $file))),+))
+        });
+        &*SCRIPT
+    }};
+}
+
+mod claim;
+mod dead;
+mod jobs;
+mod queue;
+mod series;
+
+use std::time::Duration;
+
+use ::redis::Value;
+
+use super::reply::{bytes, text};
+use crate::core::error::Error;
+use crate::core::job::{nanos, JobInfo, JobState, When};
+
+pub(super) use claim::ClaimReply;
+
+/// Jobs one script call takes at most (schedules, acks, claims, purges, revivals): a script
+/// blocks the whole server while it runs, so one huge call would stall every other client
+/// (and could outlast `redis_timeout`, failing a call that did commit). The scripts' headers
+/// say "at most 512".
+pub(super) const MAX_JOBS_PER_SCRIPT: usize = 512;
+
+/// Delays past this are stored as `When::At` the saturation point: Lua's doubles hold
+/// microseconds exactly only below 2^53 (year 2255).
+const MAX_AFTER: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// A job to schedule: id, due time, payload.
+pub(super) type NewJob = (String, When, Vec<u8>);
+
+pub(super) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The script arguments for a due time: mode, value, score.
+fn when_args(when: When) -> (&'static str, String, String) {
+    match when {
+        When::After(d) if d <= MAX_AFTER => ("after", micros(d).to_string(), String::new()),
+        When::After(_) => at_args(u64::MAX),
+        When::At(t) => at_args(nanos(t)),
+    }
+}
+
+fn at_args(ns: u64) -> (&'static str, String, String) {
+    ("at", ns.to_string(), ns.div_ceil(1000).to_string())
+}
+
+/// The typed script calls: a unit value, each call's script being built (its SHA1 taken)
+/// once per process inside the function that owns it (`script!`).
+#[derive(Clone)]
+pub(super) struct Scripts;
+
+/// A job from its `meta` string (`state:attempt:token:run_at_ns`), its last error (`Nil` if
+/// none) and its payload, as the scripts return them.
+fn job_info(id: String, meta: Value, error: Value, payload: Value) -> Result<JobInfo, Error> {
+    let meta = text(meta)?;
+    let corrupt = || Error::storage(format!("corrupt job record {meta:?}"));
+    let fields: Vec<&str> = meta.split(':').collect();
+    let [state, attempt, _, run_at] = fields.as_slice() else {
+        return Err(corrupt());
+    };
+    let state = match *state {
+        "p" => JobState::Pending,
+        "r" => JobState::Running,
+        "d" => JobState::Dead,
+        _ => return Err(corrupt()),
+    };
+    let error = match error {
+        Value::Nil => None,
+        other => Some(text(other)?),
+    };
+    Ok(JobInfo::new(
+        id,
+        state,
+        run_at.parse().map_err(|_| corrupt())?,
+        attempt.parse().map_err(|_| corrupt())?,
+        error,
+        bytes(payload)?,
+    ))
+}

@@ -1,0 +1,90 @@
+//! What `lua/series.lua` stores and reports, decoded: a series' record in `{tag}:series`
+//! ([`SeriesRecord`]), a claim's note about a series ([`SeriesNote`]), and the occurrence
+//! lists the series scripts take ([`entries`]).
+//!
+//! # Ground rules
+//!
+//! - A record is `version|runs|head_ns|head_text|last_ns|rule` (the rule last, since it may
+//!   hold `|`); an empty time field is none. Written only by the scripts; a change of its
+//!   layout changes the keyspace `FORMAT` (`keys.rs`).
+
+use ::redis::{FromRedisValue, ParsingError, Value};
+
+use super::super::reply::{array, int, opt_ns, parsing, text};
+use crate::core::error::Error;
+use crate::core::recurrence::utc_text;
+
+/// One series as `series.lua` stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::backend::redis) struct SeriesRecord {
+    /// [`CatchUp::runs`](crate::core::series::CatchUp::runs).
+    pub(in crate::backend::redis) runs: u32,
+    pub(in crate::backend::redis) head: Option<u64>,
+    pub(in crate::backend::redis) last: Option<u64>,
+    /// The recurrence's text form.
+    pub(in crate::backend::redis) rule: String,
+}
+
+impl SeriesRecord {
+    /// Decodes a record of `{tag}:series`.
+    pub(in crate::backend::redis) fn decode(text: &str) -> Result<SeriesRecord, Error> {
+        let corrupt = || Error::storage(format!("corrupt series record {text:?}"));
+        let mut fields = text.splitn(6, '|');
+        let mut field = || fields.next().ok_or_else(corrupt);
+        let _version = field()?;
+        let runs = field()?.parse().map_err(|_| corrupt())?;
+        let head = opt_ns(field()?)?;
+        let _head_text = field()?;
+        let last = opt_ns(field()?)?;
+        Ok(SeriesRecord {
+            runs,
+            head,
+            last,
+            rule: field()?.to_owned(),
+        })
+    }
+}
+
+/// A claim's note about a recurring series: its list of upcoming occurrences runs low, or
+/// ran out before the claim's time (`dry`: the head waits for Rust to decide the catch-up).
+/// `series.lua` reports it as `{name, 'low' | 'dry', version, head_ns, runs, rule}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::backend::redis) struct SeriesNote {
+    pub(in crate::backend::redis) name: String,
+    pub(in crate::backend::redis) dry: bool,
+    pub(in crate::backend::redis) version: String,
+    pub(in crate::backend::redis) head: Option<u64>,
+    pub(in crate::backend::redis) runs: u32,
+    pub(in crate::backend::redis) rule: String,
+}
+
+impl FromRedisValue for SeriesNote {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let fields = array(v).map_err(parsing)?;
+        let [name, kind, version, head, runs, rule] = <[Value; 6]>::try_from(fields)
+            .map_err(|_| parsing(Error::storage("short series note in a claim reply")))?;
+        let note = || -> Result<SeriesNote, Error> {
+            Ok(SeriesNote {
+                name: text(name)?,
+                dry: text(kind)? == "dry",
+                version: text(version)?,
+                head: opt_ns(&text(head)?)?,
+                runs: u32::try_from(int(&runs)?).unwrap_or(u32::MAX),
+                rule: text(rule)?,
+            })
+        };
+        note().map_err(parsing)
+    }
+}
+
+/// Occurrences as the series scripts take them: `ns=text,...`.
+pub(in crate::backend::redis) fn entries(times: &[u64]) -> String {
+    let mut out = String::new();
+    for (i, at) in times.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&format!("{at}={}", utc_text(*at)));
+    }
+    out
+}
