@@ -27,8 +27,9 @@ use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::sleep::Closed;
+use crate::sleep::Sleep;
+use crate::timer::Timer;
 use crate::wheel::{self, Wheel};
-use crate::{Sleep, Timer};
 
 /// Level-0 buckets of the queue's wheel: 256 one-tick buckets (a quarter second at 1 ms)
 /// keep the per-queue footprint small while most deadlines of a request-scoped queue never

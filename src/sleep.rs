@@ -22,11 +22,11 @@ use std::task::{Context, Poll, Waker};
 use tokio::time::Instant;
 
 use crate::clock::MAX_NANOS;
+use crate::error::Error;
 use crate::loom::Arc;
 use crate::shard::{Closing, Polled, Registered, ShardHandle};
 use crate::stash;
 use crate::wheel::Key;
-use crate::Error;
 
 /// The sleep's timer was shut down or lost its driver: the sleep can never complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,8 +7,9 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
+use crate::error::Elapsed;
 use crate::sleep::Closed;
-use crate::{Elapsed, Sleep};
+use crate::sleep::Sleep;
 
 pin_project! {
     /// Future returned by [`timeout_wheel`](crate::timeout_wheel),

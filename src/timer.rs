@@ -9,11 +9,13 @@ use tokio::time::Instant;
 
 use crate::clock::{self, Clock};
 use crate::driver;
+use crate::error::Error;
 use crate::loom::{global, Arc};
 use crate::shard::{Global, Options, ShardHandle};
+use crate::sleep::Sleep;
 use crate::stash;
 use crate::task::{Executor, ExecutorFn};
-use crate::{Error, Sleep, Timeout};
+use crate::timeout::Timeout;
 
 /// Default tick: 1 ms, like tokio's timer.
 const DEFAULT_TICK: Duration = Duration::from_millis(1);

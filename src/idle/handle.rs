@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use hashbrown::DefaultHashBuilder;
 
 use super::ring::{raise, Chunk, EXPIRED, REMOVED};
-use super::shared::Shared;
+use super::state::TrackerState;
 use super::waiters::Waiter;
 use crate::loom::{Arc, AtomicU64, Ordering};
 
@@ -48,7 +48,7 @@ use crate::loom::{Arc, AtomicU64, Ordering};
 /// ```
 #[must_use = "dropping an IdleHandle stops tracking its key"]
 pub struct IdleHandle<K, S = DefaultHashBuilder> {
-    pub(super) shared: Arc<Shared<K, S>>,
+    pub(super) shared: Arc<TrackerState<K, S>>,
     /// The chunk holding this handle's stamp, at `offset`.
     pub(super) chunk: Chunk,
     pub(super) offset: u32,

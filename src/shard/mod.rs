@@ -47,12 +47,12 @@ mod testing;
 use std::task::Waker;
 
 use crate::clock::Clock;
+use crate::error::Error;
 use crate::loom::{
     lock_shard, Arc, AtomicU64, AtomicU8, AtomicUsize, Notify, Ordering, ShardGuard, ShardLock,
 };
 use crate::task::{Executor, Fired, Job, TaskShared};
 use crate::wheel::{Key, Wheel};
-use crate::Error;
 
 /// Wakers (and fired tasks) collected under one lock hold before they are woken (tokio uses
 /// 32 too).

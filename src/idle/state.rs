@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::expirations::Output;
+use super::output::Output;
 use super::ring::Ring;
 use super::waiters::WaiterTable;
+use crate::clock;
 use crate::loom::{lock, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Notify, Ordering};
-use crate::{clock, Timer};
+use crate::timer::Timer;
 
 /// Most buckets in a shard's ring: a tick finer than `timeout / (MAX_BUCKETS - 2)` is
 /// coarsened to that, so the ring stays small.
@@ -52,7 +53,7 @@ pub(crate) struct Config<S> {
 
 /// One tracker's shared state.
 #[derive(Debug)]
-pub(crate) struct Shared<K, S> {
+pub(crate) struct TrackerState<K, S> {
     pub(crate) epoch: Epoch,
     pub(crate) shards: Box<[Shard<K, S>]>,
     shard_mask: u64,
@@ -65,15 +66,14 @@ pub(crate) struct Shared<K, S> {
     /// `IdleTracker` clones plus `IdleHandle`s: who can still touch.
     pub(super) handles: AtomicUsize,
     pub(crate) state: AtomicU8,
-    pub(super) out: Mutex<Output<K>>,
+    /// Expired keys on their way to the `Expirations` stream.
+    pub(super) out: Output<K>,
     pub(crate) notify: Notify,
     pub(super) start: Instant,
     pub(crate) tick_ns: u64,
     /// The idle timeout, in nanoseconds (rounded up to the timer's tick).
     pub(super) timeout_ns: u64,
-    /// Undelivered expired keys past which a warning is logged.
-    pub(super) warn_undelivered: usize,
-    /// The clock the loom models set (see `Shared::clock_nanos`).
+    /// The clock the loom models set (see `TrackerState::clock_nanos`).
     #[cfg(all(test, wheel_loom))]
     pub(crate) model_clock: crate::loom::ModelClock,
 }
@@ -128,10 +128,10 @@ fn geometry(base: u64, timeout: Duration, tick: Option<Duration>) -> (u64, u64, 
     (tick_ns, timeout_ns, buckets)
 }
 
-// ===== impl Shared =====
+// ===== impl TrackerState =====
 
-impl<K, S: Clone> Shared<K, S> {
-    pub(super) fn new(timer: &Timer, config: Config<S>) -> Shared<K, S> {
+impl<K, S: Clone> TrackerState<K, S> {
+    pub(super) fn new(timer: &Timer, config: Config<S>) -> TrackerState<K, S> {
         let base = timer.tick_duration().as_nanos() as u64;
         let (tick_ns, timeout_ns, buckets) = geometry(base, config.timeout, config.tick);
         let shards = config
@@ -155,7 +155,7 @@ impl<K, S: Clone> Shared<K, S> {
                 }),
             })
             .collect();
-        Shared {
+        TrackerState {
             epoch: Epoch(AtomicU64::new(1)),
             shard_mask: shards.len() as u64 - 1,
             shards,
@@ -170,19 +170,18 @@ impl<K, S: Clone> Shared<K, S> {
             len: AtomicUsize::new(0),
             handles: AtomicUsize::new(1),
             state: AtomicU8::new(RUNNING),
-            out: Mutex::new(Output::new()),
+            out: Output::new(config.warn_undelivered),
             notify: Notify::new(),
             start,
             tick_ns,
             timeout_ns,
-            warn_undelivered: config.warn_undelivered,
             #[cfg(all(test, wheel_loom))]
             model_clock: crate::loom::ModelClock::default(),
         }
     }
 }
 
-impl<K, S> Shared<K, S> {
+impl<K, S> TrackerState<K, S> {
     /// The current epoch.
     #[inline]
     pub(crate) fn epoch(&self) -> u64 {
@@ -313,7 +312,7 @@ impl<K, S> Shared<K, S> {
     }
 }
 
-impl<K, S: BuildHasher> Shared<K, S> {
+impl<K, S: BuildHasher> TrackerState<K, S> {
     pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         self.hasher.hash_one(key)
     }
