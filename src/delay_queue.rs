@@ -458,6 +458,10 @@ impl<T> DelayQueue<T> {
                     now = now.max(next);
                     self.armed = u64::MAX;
                 }
+                // Its runtime is shutting down under this task: pending, as `Sleep`.
+                Poll::Ready(Err(Closed)) if sleep.caller_runtime_shutting_down() => {
+                    return Poll::Pending
+                }
                 Poll::Ready(Err(Closed)) => {
                     panic!("wheel-timer: a DelayQueue was polled after its timer was shut down or lost its runtime")
                 }

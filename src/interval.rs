@@ -135,7 +135,8 @@ pub enum MissedTickBehavior {
 /// # Panics
 ///
 /// As [`Sleep`]: polling after its timer was shut down, or lost its runtime, panics with a
-/// message starting `wheel-timer:`.
+/// message starting `wheel-timer:`, except from a task of the runtime whose shutdown took
+/// the timer's driver (it stays pending).
 ///
 /// # Examples
 ///

@@ -27,7 +27,8 @@ pin_project! {
     ///
     /// # Panics
     ///
-    /// As [`Sleep`]: polling after the timer was shut down or lost its driver panics.
+    /// As [`Sleep`]: polling after the timer was shut down or lost its driver panics, except
+    /// from a task of the runtime whose shutdown took the driver (it stays pending).
     ///
     /// # Examples
     ///

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::clock::{self, Clock};
 use crate::driver;
 use crate::error::Error;
-use crate::loom::{global, Arc};
+use crate::loom::{global, runtime, Arc};
 use crate::shard::{Global, Options, ShardHandle};
 use crate::sleep::Sleep;
 use crate::stash;
@@ -651,6 +651,7 @@ impl Builder {
                 runtime: tokio::runtime::Handle::try_current().ok(),
                 custom: self.executor.clone(),
             },
+            runtime: runtime::current(),
         };
         let global = Arc::new(Global::new(
             clock,

@@ -26,7 +26,8 @@ use std::task::{Poll, Waker};
 use super::ring::Dues;
 use super::state::TrackerState;
 use crate::clock;
-use crate::loom::{lock, Arc, Ordering};
+use crate::loom::{lock, runtime, Arc, Ordering};
+use crate::shard::Closing;
 use crate::timer::Timer;
 
 /// Slots the driver looks at per shard lock hold, so touches of that shard are never
@@ -178,11 +179,11 @@ impl<K: Hash + Eq, S: BuildHasher> TrackerState<K, S> {
 }
 
 impl<K, S> TrackerState<K, S> {
-    /// The driver has exited: marks the tracker `DONE`, ends the stream, empties every shard
-    /// (the keys left can no longer expire: they are dropped, not reported) and releases
-    /// every waiter.
-    pub(crate) fn finish(&self) {
-        self.set_done();
+    /// The driver has exited: marks the tracker `DONE` (`ended_with`: the runtime whose
+    /// shutdown stopped it, if one did), ends the stream, empties every shard (the keys left
+    /// can no longer expire: they are dropped, not reported) and releases every waiter.
+    pub(crate) fn finish(&self, ended_with: Option<runtime::Id>) {
+        self.set_done(ended_with);
         self.out.end();
         let mut keys = Vec::new();
         let mut handles = Vec::new();
@@ -209,11 +210,33 @@ impl<K, S> TrackerState<K, S> {
 /// Stops the tracker however the driver task ends, including being dropped with its
 /// runtime before it was ever polled: so it lives outside the `async` body (a future's
 /// captured values are dropped even when it never ran), as the timer's driver guard does.
-struct Finish<K, S>(Arc<TrackerState<K, S>>);
+struct Finish<K, S> {
+    shared: Arc<TrackerState<K, S>>,
+    timer: Timer,
+    /// The task's loop returned (rather than the task being dropped by its runtime).
+    exited: bool,
+}
+
+impl<K, S> Finish<K, S> {
+    /// The task's loop returned.
+    fn exit(&mut self) {
+        self.exited = true;
+    }
+}
 
 impl<K, S> Drop for Finish<K, S> {
     fn drop(&mut self) {
-        self.0.finish();
+        // Dropped unfinished: by its runtime's shutdown (nothing else drops the task). Exited
+        // on its timer's closing: by the timer's runtime's shutdown if its driver is gone.
+        let global = self.timer.global();
+        let ended_with = if !self.exited {
+            self.shared.runtime
+        } else if global.closing() == Some(Closing::DriverGone) {
+            global.runtime()
+        } else {
+            None
+        };
+        self.shared.finish(ended_with);
     }
 }
 
@@ -226,11 +249,18 @@ where
     K: Hash + Eq + Send + Sync + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {
-    let finish = Finish(shared);
-    async move { run(&finish.0, timer).await }
+    let mut finish = Finish {
+        shared,
+        timer,
+        exited: false,
+    };
+    async move {
+        run(&finish.shared, &finish.timer).await;
+        finish.exit();
+    }
 }
 
-async fn run<K, S>(shared: &TrackerState<K, S>, timer: Timer)
+async fn run<K, S>(shared: &TrackerState<K, S>, timer: &Timer)
 where
     K: Hash + Eq + Send + Sync + 'static,
     S: BuildHasher + Send + Sync + 'static,
@@ -244,7 +274,7 @@ where
     loop {
         let mut notified = pin!(shared.notify.notified());
         notified.as_mut().enable();
-        let wake_at = match shared.step(&timer, &mut scratch) {
+        let wake_at = match shared.step(timer, &mut scratch) {
             Next::Exit => break,
             Next::Again => continue,
             Next::Yield => {

@@ -36,7 +36,9 @@
 //!   store/load so that one of them always sees the other.
 //! - Stopping: when the timer stops, the driver marks the tracker `DONE`, then empties every
 //!   shard under its lock; touches and registrations check `DONE` under the shard lock, so
-//!   a stopped tracker holds nothing (see `driver.rs`).
+//!   a stopped tracker holds nothing (see `driver.rs`). A runtime's shutdown that stopped
+//!   it (dropping its driver task, or its timer's) is recorded with the `DONE` mark, so that
+//!   idle waits polled by that runtime's tasks stay pending instead of completing.
 //! - Waiters (`waiters.rs`): each waiting future or stream direction owns one entry, which
 //!   it replaces when re-polled and removes when dropped.
 //! - Lock order: publisher lock, then one shard lock. Wakers are cloned before a lock is

@@ -1,5 +1,5 @@
-//! One tracker's shared state: its shards, the epoch publisher, its counters and its
-//! configuration (how a timeout and a tick become ring sizes).
+//! [`TrackerState`], one tracker's shared state: its shards, the epoch publisher, its
+//! counters and its configuration (how a timeout and a tick become ring sizes).
 //!
 //! The driver (`driver.rs`) turns the shards; the API (`tracker.rs`, `handle.rs`) touches,
 //! inserts and removes through the methods here, which do their own counting and driver
@@ -14,7 +14,9 @@ use super::output::Output;
 use super::ring::Ring;
 use super::waiters::WaiterTable;
 use crate::clock;
-use crate::loom::{lock, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Notify, Ordering};
+use crate::loom::{
+    lock, runtime, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Notify, Ordering,
+};
 use crate::timer::Timer;
 
 /// Most buckets in a shard's ring: a tick finer than `timeout / (MAX_BUCKETS - 2)` is
@@ -66,6 +68,11 @@ pub(crate) struct TrackerState<K, S> {
     /// `IdleTracker` clones plus `IdleHandle`s: who can still touch.
     pub(super) handles: AtomicUsize,
     pub(crate) state: AtomicU8,
+    /// The runtime whose shutdown stopped the tracker, if one did (its driver task's, or its
+    /// timer's driver's); written before `DONE` is stored.
+    ended_with: Mutex<Option<runtime::Id>>,
+    /// The runtime the driver task runs on.
+    pub(super) runtime: Option<runtime::Id>,
     /// Expired keys on their way to the `Expirations` stream.
     pub(super) out: Output<K>,
     pub(crate) notify: Notify,
@@ -170,6 +177,8 @@ impl<K, S: Clone> TrackerState<K, S> {
             len: AtomicUsize::new(0),
             handles: AtomicUsize::new(1),
             state: AtomicU8::new(RUNNING),
+            ended_with: Mutex::new(None),
+            runtime: runtime::current(),
             out: Output::new(config.warn_undelivered),
             notify: Notify::new(),
             start,
@@ -194,7 +203,20 @@ impl<K, S> TrackerState<K, S> {
         self.state.load(Ordering::Acquire) == DONE
     }
 
-    pub(super) fn set_done(&self) {
+    /// Whether the caller is a task of the runtime whose shutdown stopped the tracker: an
+    /// idle wait polled then stays pending (the task is dropped with the runtime), as a tokio
+    /// sleep would, instead of completing at once (see `Global::caller_runtime_shutting_down`).
+    pub(crate) fn caller_runtime_shutting_down(&self) -> bool {
+        if !self.is_done() {
+            return false;
+        }
+        let ended_with = *lock(&self.ended_with);
+        ended_with.is_some() && runtime::task() == ended_with
+    }
+
+    /// Marks the tracker `DONE`; `ended_with` is the runtime whose shutdown stopped it.
+    pub(super) fn set_done(&self, ended_with: Option<runtime::Id>) {
+        *lock(&self.ended_with) = ended_with;
         self.state.store(DONE, Ordering::Release);
     }
 

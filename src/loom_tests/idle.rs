@@ -259,7 +259,7 @@ fn touch_and_register_vs_stop() {
                 assert!(!handle.is_expired(), "a stopped tracker expired a key");
             })
         };
-        driver.shared.finish();
+        driver.shared.finish(None);
         toucher.join().unwrap();
         assert_eq!(tracker.len(), 0, "a stopped tracker holds a key");
         assert_eq!(driver.ring_len(), 0);

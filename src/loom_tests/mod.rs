@@ -25,6 +25,7 @@
 //! | 12 | `callback.rs` | `TimerTask::cancel` vs fire: one wins, counted and freed once, never runs |
 //! | 13 | `callback.rs` | cancel vs a repeating series' run: the cancel wins, no run afterwards |
 //! | 14 | `turns.rs` | the task's step and the `TurnWaker`'s turn at once vs a registration |
+//! | 15 | `driver_gone.rs` | the driver dropped by its runtime's shutdown vs a task registering: it stays pending, no panic, no lost wake |
 //!
 //! The idle tracker's models (`idle.rs`) play its own driver task with `TrackerState::step`, on a
 //! clock the model sets (`crate::loom::ModelClock`).
@@ -53,6 +54,7 @@
 //! model hands to `turn`, never read from a clock.
 
 mod callback;
+mod driver_gone;
 mod idle;
 mod lifecycle;
 mod shards;
