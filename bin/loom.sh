@@ -3,6 +3,7 @@
 #
 #   bin/loom.sh                        # every model, LOOM_MAX_PREEMPTIONS=3
 #   bin/loom.sh sleep::drop_vs_fire    # one model (any libtest filter under loom_tests::)
+#   bin/loom.sh driver_gone            # the driver dropped by a runtime's shutdown vs a registration
 #   LOOM_MAX_PREEMPTIONS=4 bin/loom.sh shards
 #
 # Builds with `--cfg wheel_loom` (a crate-specific cfg: tokio is built as usual) in its own

@@ -26,11 +26,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::clock::{self, MAX_NANOS};
+use crate::error::Error;
 use crate::loom::Arc;
 use crate::shard::{Closing, Global};
 use crate::task::{Job, TaskShared};
+use crate::timer::Timer;
 use crate::wheel::Key;
-use crate::{Error, Timer};
 
 /// Handle to a callback scheduled with [`Timer::schedule`], [`Timer::schedule_at`],
 /// [`Timer::schedule_async`] or [`Timer::schedule_repeating`]: Netty's `Timeout`.
@@ -491,7 +492,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
     use super::*;
-    use crate::Builder;
+    use crate::timer::Builder;
 
     fn unspawned(max_pending: Option<usize>) -> (Timer, Arc<Global>) {
         let mut builder = Builder::new();

@@ -32,7 +32,9 @@ use tokio::runtime::{Handle, Id};
 use tokio::time::Instant;
 
 use crate::loom::global::Mutex;
-use crate::{Sleep, Timeout, Timer};
+use crate::sleep::Sleep;
+use crate::timeout::Timeout;
+use crate::timer::Timer;
 
 static REGISTRY: Mutex<Vec<(Id, Timer)>> = Mutex::new(Vec::new());
 

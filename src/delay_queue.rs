@@ -27,8 +27,9 @@ use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::sleep::Closed;
+use crate::sleep::Sleep;
+use crate::timer::Timer;
 use crate::wheel::{self, Wheel};
-use crate::{Sleep, Timer};
 
 /// Level-0 buckets of the queue's wheel: 256 one-tick buckets (a quarter second at 1 ms)
 /// keep the per-queue footprint small while most deadlines of a request-scoped queue never
@@ -456,6 +457,10 @@ impl<T> DelayQueue<T> {
                 Poll::Ready(Ok(())) => {
                     now = now.max(next);
                     self.armed = u64::MAX;
+                }
+                // Its runtime is shutting down under this task: pending, as `Sleep`.
+                Poll::Ready(Err(Closed)) if sleep.caller_runtime_shutting_down() => {
+                    return Poll::Pending
                 }
                 Poll::Ready(Err(Closed)) => {
                     panic!("wheel-timer: a DelayQueue was polled after its timer was shut down or lost its runtime")

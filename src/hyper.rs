@@ -30,7 +30,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use tokio::time::Instant;
 
-use crate::Timer;
+use crate::timer::Timer;
 
 /// A [`hyper::rt::Timer`] whose sleeps are wheel [`Sleep`](crate::Sleep)s.
 ///
@@ -129,7 +129,7 @@ impl fmt::Debug for WheelTimer {
 
 /// A wheel sleep as hyper sees it (a type of our own, so `reset` can find it again).
 #[derive(Debug)]
-struct HyperSleep(crate::Sleep);
+struct HyperSleep(crate::sleep::Sleep);
 
 impl Future for HyperSleep {
     type Output = ();

@@ -16,7 +16,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::default::with_default;
-use crate::{Sleep, Timer};
+use crate::sleep::Sleep;
+use crate::timer::Timer;
 
 /// Periods are capped at about 30 years (as tokio does), so deadlines stay representable.
 const MAX_PERIOD: Duration = Duration::from_secs(86400 * 365 * 30);
@@ -134,7 +135,8 @@ pub enum MissedTickBehavior {
 /// # Panics
 ///
 /// As [`Sleep`]: polling after its timer was shut down, or lost its runtime, panics with a
-/// message starting `wheel-timer:`.
+/// message starting `wheel-timer:`, except from a task of the runtime whose shutdown took
+/// the timer's driver (it stays pending).
 ///
 /// # Examples
 ///

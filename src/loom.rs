@@ -6,8 +6,9 @@
 //! models (`src/loom_tests/`, see docs/ARCHITECTURE.md) see every shared access. The only
 //! exceptions are [`global`], for process-wide statics (the default-timer registry and the
 //! instance counter), which need `const` constructors that loom lacks and which no loom model
-//! goes through, and, in loom builds of the tests only, `StdArc` for wakers and
-//! `ModelClock` (see below).
+//! goes through, and, in loom builds of the tests only, `StdArc` for wakers and the model's
+//! stand-ins for what is not memory: `ModelClock` for the clock and `runtime` for the tokio
+//! runtime a poll comes from (see below).
 //!
 //! The crate-specific cfg (not `--cfg loom`) keeps tokio built as usual: a global `--cfg loom`
 //! would rebuild tokio in its own loom mode, without `net`/`fs` (tokio#2463).
@@ -147,6 +148,59 @@ impl ModelClock {
     /// Moves the clock to `nanos` after the start (never backwards).
     pub(crate) fn set(&self, nanos: u64) {
         self.0.fetch_max(nanos, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Which tokio runtime a poll comes from, for the futures' choice between staying pending
+/// and panicking once their timer's driver is gone (`Global::caller_runtime_shutting_down`).
+/// Under loom, whose threads run no runtime, a model says per thread which runtime's task it
+/// plays (`runtime::enter_task`), and every timer is built on `runtime::MODEL`.
+#[cfg(not(all(test, wheel_loom)))]
+pub(crate) mod runtime {
+    pub(crate) use tokio::runtime::Id;
+
+    /// The runtime entered on this thread, the one a timer built here is driven on.
+    pub(crate) fn current() -> Option<Id> {
+        tokio::runtime::Handle::try_current()
+            .ok()
+            .map(|handle| handle.id())
+    }
+
+    /// The runtime of the task being polled on this thread; `None` outside a task (a thread
+    /// blocking on a future with `block_on`, or no runtime at all).
+    pub(crate) fn task() -> Option<Id> {
+        tokio::task::try_id()?;
+        current()
+    }
+}
+
+/// Which tokio runtime a poll comes from, as a loom model plays it (see the std variant).
+#[cfg(all(test, wheel_loom))]
+pub(crate) mod runtime {
+    use std::cell::Cell;
+
+    /// A runtime, by number.
+    pub(crate) type Id = u64;
+
+    /// The runtime every model's timer (and tracker) is built on.
+    pub(crate) const MODEL: Id = 1;
+
+    loom::thread_local! {
+        static TASK: Cell<Option<Id>> = Cell::new(None);
+    }
+
+    pub(crate) fn current() -> Option<Id> {
+        Some(MODEL)
+    }
+
+    pub(crate) fn task() -> Option<Id> {
+        TASK.with(Cell::get)
+    }
+
+    /// From now on the calling loom thread polls as a task of runtime `id` (`None`: as a
+    /// thread outside any task).
+    pub(crate) fn enter_task(id: Option<Id>) {
+        TASK.with(|task| task.set(id));
     }
 }
 

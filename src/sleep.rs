@@ -22,11 +22,11 @@ use std::task::{Context, Poll, Waker};
 use tokio::time::Instant;
 
 use crate::clock::MAX_NANOS;
+use crate::error::Error;
 use crate::loom::Arc;
 use crate::shard::{Closing, Polled, Registered, ShardHandle};
 use crate::stash;
 use crate::wheel::Key;
-use crate::Error;
 
 /// The sleep's timer was shut down or lost its driver: the sleep can never complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +49,9 @@ const PAST: u64 = 1 << 62;
 /// Polling panics if its timer has been shut down ([`Timer::shutdown`](crate::Timer::shutdown))
 /// or its driver is gone because the runtime it ran on was dropped: the sleep can then never
 /// complete, and a panic is louder than a hang. The message starts with `wheel-timer:`.
+/// The exception is a runtime's shutdown, which may drop the driver task while another
+/// worker still polls a task of that runtime: polled from such a task, the sleep stays
+/// pending and is dropped with it, as a tokio sleep would be.
 ///
 /// # Examples
 ///
@@ -251,13 +254,25 @@ impl Sleep {
         Poll::Ready(Ok(()))
     }
 
-    /// The panic of a sleep polled after its timer closed.
+    /// What a sleep polled after its timer closed does: stays pending in a task of the
+    /// runtime whose shutdown took the driver (the task is dropped with the runtime, as it
+    /// would be holding a tokio sleep), else panics.
     #[cold]
-    pub(crate) fn closed(&self) -> ! {
-        if self.handle().global().closing() == Some(Closing::DriverGone) {
+    pub(crate) fn closed<T>(&self) -> Poll<T> {
+        let global = self.handle().global();
+        if global.caller_runtime_shutting_down() {
+            return Poll::Pending;
+        }
+        if global.closing() == Some(Closing::DriverGone) {
             panic!("wheel-timer: a Sleep was polled after its timer's driver stopped (its tokio runtime shut down)");
         }
         panic!("wheel-timer: a Sleep was polled after its timer was shut down");
+    }
+
+    /// Whether a poll that found the timer closed should stay pending rather than report it
+    /// (see [`Sleep::closed`]).
+    pub(crate) fn caller_runtime_shutting_down(&self) -> bool {
+        self.handle().global().caller_runtime_shutting_down()
     }
 
     /// Polls without the closed-timer panic: crate-internal waiters (the idle tracker's

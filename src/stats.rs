@@ -7,7 +7,7 @@
 //! not across shards.
 
 use crate::shard::Snapshot;
-use crate::Timer;
+use crate::timer::Timer;
 
 /// A snapshot of a timer's counters, from [`Timer::stats`].
 ///

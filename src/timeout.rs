@@ -7,8 +7,9 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
+use crate::error::Elapsed;
 use crate::sleep::Closed;
-use crate::{Elapsed, Sleep};
+use crate::sleep::Sleep;
 
 pin_project! {
     /// Future returned by [`timeout_wheel`](crate::timeout_wheel),
@@ -26,7 +27,8 @@ pin_project! {
     ///
     /// # Panics
     ///
-    /// As [`Sleep`]: polling after the timer was shut down or lost its driver panics.
+    /// As [`Sleep`]: polling after the timer was shut down or lost its driver panics, except
+    /// from a task of the runtime whose shutdown took the driver (it stays pending).
     ///
     /// # Examples
     ///

@@ -9,11 +9,13 @@ use tokio::time::Instant;
 
 use crate::clock::{self, Clock};
 use crate::driver;
-use crate::loom::{global, Arc};
+use crate::error::Error;
+use crate::loom::{global, runtime, Arc};
 use crate::shard::{Global, Options, ShardHandle};
+use crate::sleep::Sleep;
 use crate::stash;
 use crate::task::{Executor, ExecutorFn};
-use crate::{Error, Sleep, Timeout};
+use crate::timeout::Timeout;
 
 /// Default tick: 1 ms, like tokio's timer.
 const DEFAULT_TICK: Duration = Duration::from_millis(1);
@@ -649,6 +651,7 @@ impl Builder {
                 runtime: tokio::runtime::Handle::try_current().ok(),
                 custom: self.executor.clone(),
             },
+            runtime: runtime::current(),
         };
         let global = Arc::new(Global::new(
             clock,

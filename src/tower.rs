@@ -38,8 +38,9 @@ use std::time::Duration;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::error::Error;
 use crate::sleep::Closed;
-use crate::{Error, Timer};
+use crate::timer::Timer;
 
 /// The error type of [`Timeout`]: tower's `BoxError`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -209,7 +210,7 @@ pin_project_lite::pin_project! {
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct ResponseFuture<F> {
         #[pin]
-        inner: crate::Timeout<F>,
+        inner: crate::timeout::Timeout<F>,
     }
 }
 

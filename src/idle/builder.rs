@@ -1,4 +1,5 @@
-//! [`IdleTrackerBuilder`]: a tracker's timeout, tick, shards, hasher and backlog warning.
+//! [`IdleTrackerBuilder`] (and `IdleTracker::new`, `IdleTracker::builder`): a tracker's timeout,
+//! tick, shards, hasher and backlog warning.
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -8,13 +9,17 @@ use std::time::Duration;
 use hashbrown::DefaultHashBuilder;
 
 use super::expirations::Expirations;
-use super::shared::{Config, Shared};
-use super::IdleTracker;
+use super::state::{Config, TrackerState};
+use super::tracker::IdleTracker;
 use crate::loom::Arc;
-use crate::Timer;
+use crate::timer::Timer;
 
 /// A tracker, its stream and the state its (not yet spawned) driver runs on.
-pub(crate) type Unspawned<K, S> = (IdleTracker<K, S>, Expirations<K, S>, Arc<Shared<K, S>>);
+pub(crate) type Unspawned<K, S> = (
+    IdleTracker<K, S>,
+    Expirations<K, S>,
+    Arc<TrackerState<K, S>>,
+);
 
 /// Configures an [`IdleTracker`]: its timeout, tick, shards and hasher. From
 /// [`IdleTracker::builder`].
@@ -42,6 +47,64 @@ pub(crate) type Unspawned<K, S> = (IdleTracker<K, S>, Expirations<K, S>, Arc<Sha
 pub struct IdleTrackerBuilder<K, S = DefaultHashBuilder> {
     config: Config<S>,
     key: PhantomData<fn() -> K>,
+}
+
+// ===== impl IdleTracker: construction =====
+
+impl<K> IdleTracker<K>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+{
+    /// A tracker expiring keys `idle_timeout` after their last touch, with the default
+    /// configuration (see [`IdleTracker::builder`]), and the stream of its expired keys.
+    /// Spawns the tracker's driver task on the current tokio runtime.
+    ///
+    /// `idle_timeout` is rounded up to whole ticks of `timer` (at least one;
+    /// `Duration::ZERO` means one tick) and saturates at 146 years.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime context.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wheel_timer::{IdleTracker, Timer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let timer = Timer::new();
+    /// let (tracker, _expirations) = IdleTracker::<u64>::new(&timer, Duration::from_secs(30));
+    /// assert_eq!(tracker.idle_timeout(), Duration::from_secs(30));
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn new(timer: &Timer, idle_timeout: Duration) -> (IdleTracker<K>, Expirations<K>) {
+        Self::builder(idle_timeout).build(timer)
+    }
+
+    /// A builder for a tracker expiring keys idle for `idle_timeout`, to set its tick,
+    /// shards or hasher (see [`IdleTrackerBuilder`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wheel_timer::{IdleTracker, Timer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let timer = Timer::new();
+    /// let (tracker, _expirations) =
+    ///     IdleTracker::<u64>::builder(Duration::from_secs(30)).shards(4).build(&timer);
+    /// // The default tick: 1/64 of the timeout, in whole timer ticks.
+    /// assert_eq!(tracker.tick(), Duration::from_millis(469));
+    /// # }
+    /// ```
+    pub fn builder(idle_timeout: Duration) -> IdleTrackerBuilder<K> {
+        IdleTrackerBuilder::new(idle_timeout)
+    }
 }
 
 // ===== impl IdleTrackerBuilder =====
@@ -138,12 +201,12 @@ impl<K, S> IdleTrackerBuilder<K, S> {
     }
 
     /// The tracker, its stream, and the shared state its driver task runs on, without
-    /// spawning that task (the loom models play it with `Shared::step`).
+    /// spawning that task (the loom models play it with `TrackerState::step`).
     pub(crate) fn unspawned(&self, timer: &Timer) -> Unspawned<K, S>
     where
         S: Clone,
     {
-        let shared = Arc::new(Shared::new(timer, self.config.clone()));
+        let shared = Arc::new(TrackerState::new(timer, self.config.clone()));
         let tracker = IdleTracker::from_shared(shared.clone());
         (tracker, Expirations::new(shared.clone()), shared)
     }

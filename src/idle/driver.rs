@@ -2,7 +2,7 @@
 //! what is due, parks while nothing is tracked, and stops the tracker when its timer stops.
 //!
 //! # Ground rules
-//! - One [`Shared::step`] is one iteration of the task's loop; the loom models call it to
+//! - One [`TrackerState::step`] is one iteration of the task's loop; the loom models call it to
 //!   play the task without a runtime. A step looks at no more than `TURN_BUDGET` slots: a
 //!   turn that must look at more (a million keys due in one tick) is finished over several
 //!   steps, the task yielding to the runtime in between, so other tasks on its worker wait
@@ -14,7 +14,7 @@
 //!   tracker's tick is coarse, and the wheel's levels would add cascade wake-ups), and at
 //!   all times on a sleep of its `Timer` 146 years out: a timer shut down wakes every sleep,
 //!   so the tracker stops even while parked (and its stream ends).
-//! - Stopping (`Shared::finish`) marks the tracker `DONE` before it locks any shard, then
+//! - Stopping (`TrackerState::finish`) marks the tracker `DONE` before it locks any shard, then
 //!   empties every shard: a touch or register checks `DONE` under its shard's lock, so it
 //!   either sees it (and tracks nothing) or ran before the shard was emptied.
 
@@ -24,9 +24,11 @@ use std::pin::pin;
 use std::task::{Poll, Waker};
 
 use super::ring::Dues;
-use super::shared::Shared;
-use crate::loom::{lock, Arc, Ordering};
-use crate::{clock, Timer};
+use super::state::TrackerState;
+use crate::clock;
+use crate::loom::{lock, runtime, Arc, Ordering};
+use crate::shard::Closing;
+use crate::timer::Timer;
 
 /// Slots the driver looks at per shard lock hold, so touches of that shard are never
 /// stalled long.
@@ -34,7 +36,7 @@ const BUDGET: usize = 1024;
 /// Slots one driver step looks at before the task yields to the runtime.
 pub(crate) const TURN_BUDGET: usize = 4096;
 
-/// What the driver task does after a [`Shared::step`].
+/// What the driver task does after a [`TrackerState::step`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Next {
     /// Exit: nothing can touch and nothing is left to expire (or nobody listens), or the
@@ -74,9 +76,9 @@ impl<K> Default for Scratch<K> {
     }
 }
 
-// ===== impl Shared: the driver's side =====
+// ===== impl TrackerState: the driver's side =====
 
-impl<K: Hash + Eq, S: BuildHasher> Shared<K, S> {
+impl<K: Hash + Eq, S: BuildHasher> TrackerState<K, S> {
     /// A turn, or its next slice: publishes a new epoch if a new tick began (not when
     /// resuming), then processes every shard up to the turn's tick. Expired keys are
     /// appended to `scratch.expired` and counted out of `len`; waiters of expired handles
@@ -159,10 +161,10 @@ impl<K: Hash + Eq, S: BuildHasher> Shared<K, S> {
         };
         if !scratch.expired.is_empty() {
             scratch.counted = 0;
-            self.deliver(std::mem::take(&mut scratch.expired));
+            self.out.deliver(std::mem::take(&mut scratch.expired));
         }
         if self.handles.load(Ordering::Acquire) == 0
-            && (self.len.load(Ordering::SeqCst) == 0 || !self.listening())
+            && (self.len.load(Ordering::SeqCst) == 0 || !self.out.listening())
         {
             return Next::Exit;
         }
@@ -176,13 +178,13 @@ impl<K: Hash + Eq, S: BuildHasher> Shared<K, S> {
     }
 }
 
-impl<K, S> Shared<K, S> {
-    /// The driver has exited: marks the tracker `DONE`, ends the stream, empties every shard
-    /// (the keys left can no longer expire: they are dropped, not reported) and releases
-    /// every waiter.
-    pub(crate) fn finish(&self) {
-        self.set_done();
-        self.end_stream();
+impl<K, S> TrackerState<K, S> {
+    /// The driver has exited: marks the tracker `DONE` (`ended_with`: the runtime whose
+    /// shutdown stopped it, if one did), ends the stream, empties every shard (the keys left
+    /// can no longer expire: they are dropped, not reported) and releases every waiter.
+    pub(crate) fn finish(&self, ended_with: Option<runtime::Id>) {
+        self.set_done(ended_with);
+        self.out.end();
         let mut keys = Vec::new();
         let mut handles = Vec::new();
         for shard in self.shards.iter() {
@@ -208,11 +210,33 @@ impl<K, S> Shared<K, S> {
 /// Stops the tracker however the driver task ends, including being dropped with its
 /// runtime before it was ever polled: so it lives outside the `async` body (a future's
 /// captured values are dropped even when it never ran), as the timer's driver guard does.
-struct Finish<K, S>(Arc<Shared<K, S>>);
+struct Finish<K, S> {
+    shared: Arc<TrackerState<K, S>>,
+    timer: Timer,
+    /// The task's loop returned (rather than the task being dropped by its runtime).
+    exited: bool,
+}
+
+impl<K, S> Finish<K, S> {
+    /// The task's loop returned.
+    fn exit(&mut self) {
+        self.exited = true;
+    }
+}
 
 impl<K, S> Drop for Finish<K, S> {
     fn drop(&mut self) {
-        self.0.finish();
+        // Dropped unfinished: by its runtime's shutdown (nothing else drops the task). Exited
+        // on its timer's closing: by the timer's runtime's shutdown if its driver is gone.
+        let global = self.timer.global();
+        let ended_with = if !self.exited {
+            self.shared.runtime
+        } else if global.closing() == Some(Closing::DriverGone) {
+            global.runtime()
+        } else {
+            None
+        };
+        self.shared.finish(ended_with);
     }
 }
 
@@ -220,16 +244,23 @@ impl<K, S> Drop for Finish<K, S> {
 /// tracker's timer) to publish an epoch and expire what is due; parks while nothing is
 /// tracked; exits once nothing can touch and nothing is left to expire (or nobody listens),
 /// or once its timer stops.
-pub(super) fn task<K, S>(shared: Arc<Shared<K, S>>, timer: Timer) -> impl Future<Output = ()>
+pub(super) fn task<K, S>(shared: Arc<TrackerState<K, S>>, timer: Timer) -> impl Future<Output = ()>
 where
     K: Hash + Eq + Send + Sync + 'static,
     S: BuildHasher + Send + Sync + 'static,
 {
-    let finish = Finish(shared);
-    async move { run(&finish.0, timer).await }
+    let mut finish = Finish {
+        shared,
+        timer,
+        exited: false,
+    };
+    async move {
+        run(&finish.shared, &finish.timer).await;
+        finish.exit();
+    }
 }
 
-async fn run<K, S>(shared: &Shared<K, S>, timer: Timer)
+async fn run<K, S>(shared: &TrackerState<K, S>, timer: &Timer)
 where
     K: Hash + Eq + Send + Sync + 'static,
     S: BuildHasher + Send + Sync + 'static,
@@ -243,7 +274,7 @@ where
     loop {
         let mut notified = pin!(shared.notify.notified());
         notified.as_mut().enable();
-        let wake_at = match shared.step(&timer, &mut scratch) {
+        let wake_at = match shared.step(timer, &mut scratch) {
             Next::Exit => break,
             Next::Again => continue,
             Next::Yield => {

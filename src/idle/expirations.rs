@@ -1,39 +1,16 @@
-//! [`Expirations`], the stream of a tracker's expired keys, and the queue its driver fills.
-//!
-//! # Ground rules
-//! - The driver appends one batch per turn to `Output` under the output lock, which nests in
-//!   no other lock; the stream's waker is cloned before that lock is taken and woken or
-//!   dropped after it is released.
-//! - With nobody listening (the stream dropped) batches are dropped at once. While the stream
-//!   lives and is not polled, batches pile up: `undelivered` counts their keys and a warning
-//!   is logged each time it doubles past the tracker's threshold.
+//! [`Expirations`], the stream of a tracker's expired keys (the queue behind it is
+//! `output.rs`).
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll, Waker};
+use std::task::{ready, Context, Poll};
 
 use futures_core::Stream;
 use hashbrown::DefaultHashBuilder;
 
-use super::shared::Shared;
-use crate::loom::{lock, Arc};
-
-/// The expired keys waiting for the stream.
-#[derive(Debug)]
-pub(crate) struct Output<K> {
-    batches: VecDeque<Vec<K>>,
-    waker: Option<Waker>,
-    /// Keys in `batches`.
-    undelivered: usize,
-    /// `undelivered` past which the next warning is logged.
-    warn_at: usize,
-    /// The `Expirations` stream still exists.
-    listening: bool,
-    /// The driver has exited.
-    done: bool,
-}
+use super::state::TrackerState;
+use crate::loom::Arc;
 
 /// The keys of an [`IdleTracker`](crate::IdleTracker) that expired, one batch per tick, as a
 /// [`Stream`](futures_core::Stream) of keys or with [`Expirations::next_batch`].
@@ -74,81 +51,14 @@ pub(crate) struct Output<K> {
 /// ```
 #[must_use = "streams do nothing unless polled"]
 pub struct Expirations<K, S = DefaultHashBuilder> {
-    shared: Arc<Shared<K, S>>,
+    shared: Arc<TrackerState<K, S>>,
     current: std::vec::IntoIter<K>,
-}
-
-// ===== impl Output =====
-
-impl<K> Output<K> {
-    pub(crate) fn new() -> Output<K> {
-        Output {
-            batches: VecDeque::new(),
-            waker: None,
-            undelivered: 0,
-            warn_at: 0,
-            listening: true,
-            done: false,
-        }
-    }
-}
-
-impl<K, S> Shared<K, S> {
-    pub(super) fn listening(&self) -> bool {
-        lock(&self.out).listening
-    }
-
-    /// Expired keys queued for the stream and not yet taken.
-    pub(crate) fn undelivered(&self) -> usize {
-        lock(&self.out).undelivered
-    }
-
-    /// Hands a turn's batch to the stream (or drops it if nobody listens).
-    pub(super) fn deliver(&self, batch: Vec<K>) {
-        let mut out = lock(&self.out);
-        if !out.listening {
-            drop(out);
-            drop(batch);
-            return;
-        }
-        out.undelivered += batch.len();
-        out.batches.push_back(batch);
-        let undelivered = out.undelivered;
-        let warn = undelivered >= out.warn_at.max(self.warn_undelivered);
-        if warn {
-            out.warn_at = undelivered.saturating_mul(2);
-        }
-        let waker = out.waker.take();
-        drop(out);
-        if warn {
-            tracing::warn!(
-                undelivered,
-                "wheel-timer: an idle tracker's Expirations stream is not being polled; \
-                 expired keys pile up (poll it or drop it)"
-            );
-        }
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-
-    /// The driver has exited: ends the stream.
-    pub(super) fn end_stream(&self) {
-        let waker = {
-            let mut out = lock(&self.out);
-            out.done = true;
-            out.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
 }
 
 // ===== impl Expirations =====
 
 impl<K, S> Expirations<K, S> {
-    pub(crate) fn new(shared: Arc<Shared<K, S>>) -> Self {
+    pub(crate) fn new(shared: Arc<TrackerState<K, S>>) -> Self {
         Expirations {
             shared,
             current: Vec::new().into_iter(),
@@ -205,25 +115,7 @@ impl<K, S> Expirations<K, S> {
         if self.current.len() > 0 {
             return Poll::Ready(Some(std::mem::take(&mut self.current).collect()));
         }
-        // Cloned before the lock, and whichever waker is not kept dropped after it.
-        let mut waker = Some(cx.waker().clone());
-        let mut out = lock(&self.shared.out);
-        if let Some(batch) = out.batches.pop_front() {
-            out.undelivered -= batch.len();
-            if out.undelivered == 0 {
-                out.warn_at = 0;
-            }
-            return Poll::Ready(Some(batch));
-        }
-        if out.done {
-            return Poll::Ready(None);
-        }
-        if !out.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            std::mem::swap(&mut out.waker, &mut waker);
-        }
-        drop(out);
-        drop(waker);
-        Poll::Pending
+        self.shared.out.poll_batch(cx)
     }
 }
 
@@ -249,26 +141,19 @@ impl<K, S> Stream for Expirations<K, S> {
 
 impl<K, S> Drop for Expirations<K, S> {
     fn drop(&mut self) {
-        let (batches, waker) = {
-            let mut out = lock(&self.shared.out);
-            out.listening = false;
-            out.undelivered = 0;
-            (std::mem::take(&mut out.batches), out.waker.take())
-        };
-        drop(batches);
-        drop(waker);
+        self.shared.out.close();
         self.shared.notify.notify_one();
     }
 }
 
 impl<K, S> fmt::Debug for Expirations<K, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let out = lock(&self.shared.out);
+        let (batches, undelivered, ended) = self.shared.out.status();
         f.debug_struct("Expirations")
-            .field("queued_batches", &out.batches.len())
-            .field("undelivered", &out.undelivered)
+            .field("queued_batches", &batches)
+            .field("undelivered", &undelivered)
             .field("current_batch_left", &self.current.len())
-            .field("ended", &(out.done && out.batches.is_empty()))
+            .field("ended", &ended)
             .finish()
     }
 }

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use hashbrown::DefaultHashBuilder;
 
 use super::ring::{raise, Chunk, EXPIRED, REMOVED};
-use super::shared::Shared;
+use super::state::TrackerState;
 use super::waiters::Waiter;
 use crate::loom::{Arc, AtomicU64, Ordering};
 
@@ -48,7 +48,7 @@ use crate::loom::{Arc, AtomicU64, Ordering};
 /// ```
 #[must_use = "dropping an IdleHandle stops tracking its key"]
 pub struct IdleHandle<K, S = DefaultHashBuilder> {
-    pub(super) shared: Arc<Shared<K, S>>,
+    pub(super) shared: Arc<TrackerState<K, S>>,
     /// The chunk holding this handle's stamp, at `offset`.
     pub(super) chunk: Chunk,
     pub(super) offset: u32,
@@ -177,7 +177,9 @@ impl<K, S> IdleHandle<K, S> {
 
     /// A future that completes when the key expires — or, so it never waits forever, when
     /// the key is removed from the tracker or superseded by a newer handle, or when the
-    /// tracker's driver stops. [`IdleHandle::is_expired`] tells which.
+    /// tracker's driver stops. [`IdleHandle::is_expired`] tells which. The exception is a
+    /// runtime's shutdown that stopped the driver: polled from a task of that runtime, the
+    /// future stays pending and is dropped with the task, as a tokio sleep would be.
     ///
     /// Any number of tasks may wait at once.
     ///
@@ -215,7 +217,7 @@ impl<K, S> IdleHandle<K, S> {
     /// one it stored before.
     pub(crate) fn poll_idle(&self, cx: &mut Context<'_>, waiter: &mut Option<Waiter>) -> Poll<()> {
         if self.stamp().load(Ordering::Acquire) >= REMOVED {
-            return Poll::Ready(());
+            return self.stopped_or_ready();
         }
         // Cloned before the lock; the waker not kept is dropped after it (user code).
         let waker = cx.waker().clone();
@@ -223,12 +225,25 @@ impl<K, S> IdleHandle<K, S> {
         // Markers are set and waiters taken under this lock, so re-checking here cannot
         // miss a wakeup.
         if self.stamp().load(Ordering::Acquire) >= REMOVED || self.shared.is_done() {
-            return Poll::Ready(());
+            drop(core);
+            return self.stopped_or_ready();
         }
         let unused = core.waiters.set(self.handle, waiter, waker);
         drop(core);
         drop(unused);
         Poll::Pending
+    }
+
+    /// Ready, unless the caller is a task of the runtime whose shutdown stopped the tracker:
+    /// then pending (it is dropped with the runtime), so that a task looping on `idle` does
+    /// not spin through the shutdown.
+    #[inline]
+    fn stopped_or_ready(&self) -> Poll<()> {
+        if self.shared.caller_runtime_shutting_down() {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
     }
 
     /// Removes `waiter`'s waker (its future is gone).

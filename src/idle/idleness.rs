@@ -25,7 +25,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::waiters::Waiter;
-use crate::{Error, Sleep};
+use crate::error::Error;
+use crate::sleep::Sleep;
 
 pub(super) const READ: usize = 0;
 pub(super) const WRITE: usize = 1;

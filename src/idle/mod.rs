@@ -8,7 +8,7 @@
 //!   tracker's tick is its own (by default the timeout / 64), a whole number of its timer's
 //!   ticks.
 //! - Touch time is never read from the clock on the touch path. The driver task publishes
-//!   an *epoch* (`Shared::epoch`) at most once per tick, every tick while anything is
+//!   an *epoch* (`TrackerState::epoch`) at most once per tick, every tick while anything is
 //!   tracked, and records for each epoch it replaces the instant of the replacement: the
 //!   clock is read *after* the new epoch is stored (`SeqCst`), so every touch that recorded
 //!   the old epoch happened before that reading. A key whose stamp says epoch `e` is due at
@@ -32,11 +32,13 @@
 //!   New keys are filed in the next bucket to process and placed properly there.
 //! - Parking: with nothing tracked the driver stops publishing and parks. An insert that
 //!   finds it parked publishes itself (under the publisher lock, reading the clock: the slow
-//!   path) and notifies it; `Shared::park` and `Shared::inserted` pair their `SeqCst`
+//!   path) and notifies it; `TrackerState::park` and `TrackerState::inserted` pair their `SeqCst`
 //!   store/load so that one of them always sees the other.
 //! - Stopping: when the timer stops, the driver marks the tracker `DONE`, then empties every
 //!   shard under its lock; touches and registrations check `DONE` under the shard lock, so
-//!   a stopped tracker holds nothing (see `driver.rs`).
+//!   a stopped tracker holds nothing (see `driver.rs`). A runtime's shutdown that stopped
+//!   it (dropping its driver task, or its timer's) is recorded with the `DONE` mark, so that
+//!   idle waits polled by that runtime's tasks stay pending instead of completing.
 //! - Waiters (`waiters.rs`): each waiting future or stream direction owns one entry, which
 //!   it replaces when re-polled and removes when dropped.
 //! - Lock order: publisher lock, then one shard lock. Wakers are cloned before a lock is
@@ -45,10 +47,12 @@
 //!   which nests in nothing.
 //!
 //! # Files
-//! - `shared.rs`: the shared state, its configuration and the epoch publisher;
+//! - `state.rs`: [`TrackerState`], the state the tracker's handles, driver and stream share,
+//!   with its configuration and the epoch publisher;
 //! - `driver.rs`: the driver task (turns, parking, yielding, stopping);
 //! - `tracker.rs`, `builder.rs`: the [`IdleTracker`] API and its [`IdleTrackerBuilder`];
-//! - `expirations.rs`: the [`Expirations`] stream and its queue;
+//! - `expirations.rs`, `output.rs`: the [`Expirations`] stream and the queue of expired
+//!   keys behind it;
 //! - `handle.rs`, `waiters.rs`, `stream.rs`: per-connection handles, their waiters, sockets;
 //! - `ring.rs`: the sans-IO shard core.
 
@@ -57,8 +61,9 @@ mod driver;
 mod expirations;
 mod handle;
 mod idleness;
+mod output;
 mod ring;
-mod shared;
+mod state;
 mod stream;
 mod tracker;
 mod waiters;
@@ -70,6 +75,6 @@ pub use expirations::Expirations;
 pub use handle::{Idle, IdleHandle};
 pub use idleness::{IdleKind, IdleMode};
 #[cfg(all(test, wheel_loom))]
-pub(crate) use shared::Shared;
+pub(crate) use state::TrackerState;
 pub use stream::{IdleStream, IdleStreamBuilder};
 pub use tracker::IdleTracker;

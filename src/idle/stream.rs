@@ -12,10 +12,11 @@ use pin_project_lite::pin_project;
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use super::handle::IdleHandle;
+use super::idleness::{IdleKind, IdleMode};
 use super::idleness::{Idleness, Status, TrackedKey, READ, WRITE};
 use super::waiters::Waiter;
-use super::{IdleHandle, IdleKind, IdleMode};
-use crate::Timer;
+use crate::timer::Timer;
 
 pin_project! {
     /// Wraps an `AsyncRead + AsyncWrite` (a `TcpStream`…) and watches it for idleness: by

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use hashbrown::DefaultHashBuilder;
 
-use super::expirations::Expirations;
-use super::shared::Shared;
-use super::{IdleHandle, IdleKind, IdleMode, IdleStream, IdleTrackerBuilder};
+use super::handle::IdleHandle;
+use super::idleness::{IdleKind, IdleMode};
+use super::state::TrackerState;
+use super::stream::IdleStream;
 use crate::loom::Arc;
-use crate::Timer;
 
 /// Tracks which keys (connections, sessions, users…) have gone `idle_timeout` without a
-/// touch, and hands them out in batches on its [`Expirations`] stream.
+/// touch, and hands them out in batches on its [`Expirations`](crate::Expirations) stream.
 ///
 /// This is the classic idle-connection ring: every touch resets a key's idle clock, and a
 /// driver task expires each key `idle_timeout` after its last touch, exactly once per idle
@@ -38,7 +38,7 @@ use crate::Timer;
 /// timeout divided by 64 (never finer than the timer's tick), so a 30 s tracker ticks every
 /// 469 ms — two driver turns a second while it tracks keys, none while it tracks nothing
 /// (measured with 100,000 idle keys: under 0.05 % of a core, see the README). Set
-/// it with [`IdleTrackerBuilder::tick`].
+/// it with [`IdleTrackerBuilder::tick`](crate::IdleTrackerBuilder::tick).
 ///
 /// A key expires **never earlier** than `idle_timeout` after its last touch. On tokio's
 /// paused clock (a driver waking exactly on tick boundaries) it expires at most **one
@@ -53,7 +53,7 @@ use crate::Timer;
 /// # Stopping
 ///
 /// The tracker stops when its timer is shut down (or its runtime ends): keys still tracked
-/// are dropped without being reported, [`Expirations`] ends, every
+/// are dropped without being reported, [`Expirations`](crate::Expirations) ends, every
 /// [`IdleHandle::idle`] completes, tracked [`IdleStream`]s fail their reads and writes with
 /// an error saying so, and later touches and registrations track nothing (`len()` stays
 /// 0). A stopped tracker never holds a key that cannot expire.
@@ -70,7 +70,7 @@ use crate::Timer;
 /// seeded randomly per tracker): fast, and only *minimally* resistant to hash flooding — it
 /// defeats precomputed colliding keys, not an attacker who can study the running process.
 /// For keys a hostile client chooses (names, tokens) pick [`std::hash::RandomState`]
-/// (SipHash) with [`IdleTrackerBuilder::hasher`]; socket addresses and server-assigned ids
+/// (SipHash) with [`IdleTrackerBuilder::hasher`](crate::IdleTrackerBuilder::hasher); socket addresses and server-assigned ids
 /// are fine with the default. Lookups take any borrowed form of the key (`&str` for a
 /// `String` key), as a `HashMap`'s do.
 ///
@@ -104,71 +104,15 @@ use crate::Timer;
 /// ```
 #[must_use = "dropping the last IdleTracker and IdleHandle ends its Expirations once the keys left expire"]
 pub struct IdleTracker<K, S = DefaultHashBuilder> {
-    shared: Arc<Shared<K, S>>,
+    shared: Arc<TrackerState<K, S>>,
 }
 
 // ===== impl IdleTracker =====
 
 impl<K, S> IdleTracker<K, S> {
-    /// The tracker handle of `shared`, counted in `Shared::handles` by its creator.
-    pub(super) fn from_shared(shared: Arc<Shared<K, S>>) -> Self {
+    /// The tracker handle of `shared`, counted in `TrackerState::handles` by its creator.
+    pub(super) fn from_shared(shared: Arc<TrackerState<K, S>>) -> Self {
         IdleTracker { shared }
-    }
-}
-
-impl<K> IdleTracker<K>
-where
-    K: Hash + Eq + Send + Sync + 'static,
-{
-    /// A tracker expiring keys `idle_timeout` after their last touch, with the default
-    /// configuration (see [`IdleTracker::builder`]), and the stream of its expired keys.
-    /// Spawns the tracker's driver task on the current tokio runtime.
-    ///
-    /// `idle_timeout` is rounded up to whole ticks of `timer` (at least one;
-    /// `Duration::ZERO` means one tick) and saturates at 146 years.
-    ///
-    /// # Panics
-    ///
-    /// Outside a tokio runtime context.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use wheel_timer::{IdleTracker, Timer};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let timer = Timer::new();
-    /// let (tracker, _expirations) = IdleTracker::<u64>::new(&timer, Duration::from_secs(30));
-    /// assert_eq!(tracker.idle_timeout(), Duration::from_secs(30));
-    /// # }
-    /// ```
-    #[track_caller]
-    pub fn new(timer: &Timer, idle_timeout: Duration) -> (IdleTracker<K>, Expirations<K>) {
-        Self::builder(idle_timeout).build(timer)
-    }
-
-    /// A builder for a tracker expiring keys idle for `idle_timeout`, to set its tick,
-    /// shards or hasher (see [`IdleTrackerBuilder`]).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use wheel_timer::{IdleTracker, Timer};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let timer = Timer::new();
-    /// let (tracker, _expirations) =
-    ///     IdleTracker::<u64>::builder(Duration::from_secs(30)).shards(4).build(&timer);
-    /// // The default tick: 1/64 of the timeout, in whole timer ticks.
-    /// assert_eq!(tracker.tick(), Duration::from_millis(469));
-    /// # }
-    /// ```
-    pub fn builder(idle_timeout: Duration) -> IdleTrackerBuilder<K> {
-        IdleTrackerBuilder::new(idle_timeout)
     }
 }
 
@@ -414,7 +358,7 @@ where
     /// Wraps `io` (a socket…) in an [`IdleStream`] tracked under `key`: every successful
     /// read or write touches the key, and once it expires, reads and writes fail with
     /// [`TimedOut`](std::io::ErrorKind::TimedOut). The key is also reported on the
-    /// [`Expirations`] stream.
+    /// [`Expirations`](crate::Expirations) stream.
     ///
     /// # Panics
     ///
@@ -449,7 +393,7 @@ where
     /// the key — successful reads ([`IdleKind::Read`], as [`IdleTracker::wrap`]), writes
     /// ([`IdleKind::Write`]) or both ([`IdleKind::All`]) — and what the stream does when the
     /// key expires ([`IdleMode`]). Whatever the mode, the key is reported on the
-    /// [`Expirations`] stream. In [`IdleMode::Event`] the stream reports the expiry once
+    /// [`Expirations`](crate::Expirations) stream. In [`IdleMode::Event`] the stream reports the expiry once
     /// (as the error of the read or write in progress, `TimedOut` with [`IdleKind::of`] the
     /// kind), keeps working, and tracks the key again on its next touching activity (as
     /// [`IdleTracker::register`] would: a newer handle of the same key is superseded).
@@ -551,7 +495,7 @@ impl<K, S> IdleTracker<K, S> {
         Duration::from_nanos(self.shared.timeout_ns)
     }
 
-    /// The tracker's tick (see [`IdleTrackerBuilder::tick`]).
+    /// The tracker's tick (see [`IdleTrackerBuilder::tick`](crate::IdleTrackerBuilder::tick)).
     ///
     /// # Examples
     ///
@@ -570,7 +514,7 @@ impl<K, S> IdleTracker<K, S> {
         Duration::from_nanos(self.shared.tick_ns)
     }
 
-    /// Expired keys queued on the [`Expirations`] stream and not yet taken from it: a
+    /// Expired keys queued on the [`Expirations`](crate::Expirations) stream and not yet taken from it: a
     /// stream alive but never polled keeps them all (see [`Expirations`]' *Backlog*).
     ///
     /// # Examples
@@ -592,7 +536,7 @@ impl<K, S> IdleTracker<K, S> {
     /// # }
     /// ```
     pub fn undelivered(&self) -> usize {
-        self.shared.undelivered()
+        self.shared.out.undelivered()
     }
 
     /// Whether the tracker has stopped (its timer shut down, or its runtime ended): nothing

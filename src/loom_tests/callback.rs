@@ -53,7 +53,7 @@ impl Calls {
 
 /// A counted repeating series whose first run is due a period (2^23 ticks) after the timer's
 /// start, rounded up: a turn 1000 ticks later covers any real-clock delay in scheduling.
-fn repeating(timer: &crate::Timer) -> (Calls, crate::TimerTask) {
+fn repeating(timer: &crate::timer::Timer) -> (Calls, crate::callback::TimerTask) {
     let calls = Calls::new();
     let period = Duration::from_millis(2 * BASE);
     let task = timer
@@ -144,7 +144,7 @@ fn cancel_vs_repeating_run() {
     });
 }
 
-/// Model 9 (issue 9 h): a cancel racing a repeating run the driver has already handed to the
+/// Model 9: a cancel racing a repeating run the driver has already handed to the
 /// executor (here the driver's own thread, after it unlocked the shard). The cancel's `true`
 /// settles the callback's fate when it returns: either the cancel took the callback and
 /// dropped it before returning (no run starts afterwards), or a run had already taken it

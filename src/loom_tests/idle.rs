@@ -1,8 +1,8 @@
 //! Models 5 and 6: the idle tracker's touches and removals racing the driver's turn that
 //! expires the key; models 15 and 16: touches and registrations racing the tracker's stop, and
-//! a dropped `Idle` future racing the expiry that takes its key's waiters. The tracker runs on the model's clock (`Shared::model_clock`), one shard
+//! a dropped `Idle` future racing the expiry that takes its key's waiters. The tracker runs on the model's clock (`TrackerState::model_clock`), one shard
 //! and a one-tick timeout; the main thread plays its driver task with [`IdleDriver`], which
-//! calls `Shared::step` the way the task's loop does.
+//! calls `TrackerState::step` the way the task's loop does.
 //!
 //! With a one-tick timeout, epoch `e` (`e >= 2`) is published by the driver's turn at tick
 //! `e - 2` (or, for `e = 2`, by the first insert, at tick 0) and replaced by the turn at tick
@@ -18,9 +18,12 @@ use std::time::Duration;
 use super::model;
 use hashbrown::DefaultHashBuilder;
 
-use crate::idle::{Next, Scratch, Shared};
+use crate::idle::Expirations;
+use crate::idle::IdleTracker;
+use crate::idle::{Next, Scratch, TrackerState};
 use crate::loom::{thread, Arc, AtomicU64, Ordering};
-use crate::{Builder, Expirations, IdleTracker, Timer};
+use crate::timer::Builder;
+use crate::timer::Timer;
 
 /// The tick no turn has finished by (`turned`), or no touch has been seen at (`touched`).
 const NONE: u64 = u64::MAX;
@@ -55,7 +58,7 @@ impl Hash for Key {
 
 /// Plays the tracker's driver task: each [`IdleDriver::step`] is one iteration of its loop.
 struct IdleDriver {
-    shared: Arc<Shared<Key, DefaultHashBuilder>>,
+    shared: Arc<TrackerState<Key, DefaultHashBuilder>>,
     timer: Timer,
     scratch: Scratch<Key>,
 }
@@ -256,7 +259,7 @@ fn touch_and_register_vs_stop() {
                 assert!(!handle.is_expired(), "a stopped tracker expired a key");
             })
         };
-        driver.shared.finish();
+        driver.shared.finish(None);
         toucher.join().unwrap();
         assert_eq!(tracker.len(), 0, "a stopped tracker holds a key");
         assert_eq!(driver.ring_len(), 0);

@@ -1,5 +1,5 @@
 //! Loom models of every cross-thread transition of the timer core, its callback tasks and
-//! the idle tracker (issue 5).
+//! the idle tracker.
 //!
 //! Built only with `--cfg wheel_loom` (run them with `bin/loom.sh`). Each model builds a tiny
 //! timer with [`Builder::build_unspawned`] (1 ms tick, 4 level-0 slots, 1–2 shards), lets loom
@@ -25,8 +25,9 @@
 //! | 12 | `callback.rs` | `TimerTask::cancel` vs fire: one wins, counted and freed once, never runs |
 //! | 13 | `callback.rs` | cancel vs a repeating series' run: the cancel wins, no run afterwards |
 //! | 14 | `turns.rs` | the task's step and the `TurnWaker`'s turn at once vs a registration |
+//! | 15 | `driver_gone.rs` | the driver dropped by its runtime's shutdown vs a task registering: it stays pending, no panic, no lost wake |
 //!
-//! The idle tracker's models (`idle.rs`) play its own driver task with `Shared::step`, on a
+//! The idle tracker's models (`idle.rs`) play its own driver task with `TrackerState::step`, on a
 //! clock the model sets (`crate::loom::ModelClock`).
 //!
 //! # Running
@@ -53,6 +54,7 @@
 //! model hands to `turn`, never read from a clock.
 
 mod callback;
+mod driver_gone;
 mod idle;
 mod lifecycle;
 mod shards;
@@ -70,7 +72,9 @@ use tokio::time::Instant;
 use crate::driver::{self, Next};
 use crate::loom::{global, lock, Arc, AtomicUsize, Mutex, Ordering, StdArc};
 use crate::shard::Global;
-use crate::{Builder, Sleep, Timer};
+use crate::sleep::Sleep;
+use crate::timer::Builder;
+use crate::timer::Timer;
 
 /// The tick models start at (a power of two, so ticks `BASE..BASE + 4` share one level-0
 /// rotation of a 4-slot wheel).

@@ -5,7 +5,7 @@ use std::task::Poll;
 
 use super::{model, sleep_in, Probe, BASE};
 use crate::loom::thread;
-use crate::Sleep;
+use crate::sleep::Sleep;
 
 /// A sleep, its waker, and whether its (only) poll registered it.
 struct Task {

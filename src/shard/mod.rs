@@ -47,12 +47,13 @@ mod testing;
 use std::task::Waker;
 
 use crate::clock::Clock;
+use crate::error::Error;
 use crate::loom::{
-    lock_shard, Arc, AtomicU64, AtomicU8, AtomicUsize, Notify, Ordering, ShardGuard, ShardLock,
+    lock_shard, runtime, Arc, AtomicU64, AtomicU8, AtomicUsize, Notify, Ordering, ShardGuard,
+    ShardLock,
 };
 use crate::task::{Executor, Fired, Job, TaskShared};
 use crate::wheel::{Key, Wheel};
-use crate::Error;
 
 /// Wakers (and fired tasks) collected under one lock hold before they are woken (tokio uses
 /// 32 too).
@@ -70,7 +71,7 @@ const DRIVER_GONE: u8 = 2;
 pub(crate) enum Closing {
     /// `Timer::shutdown`.
     Stopped,
-    /// The driver task ended with its runtime.
+    /// The driver task ended with its runtime (dropped by the runtime's shutdown).
     DriverGone,
 }
 
@@ -93,6 +94,8 @@ pub(crate) struct Global {
     limit: Option<Limit>,
     /// Where fired callbacks run.
     executor: Executor,
+    /// The runtime the driver task runs on (`None`: built outside a runtime, unspawned).
+    runtime: Option<runtime::Id>,
     stats: DriverStats,
 }
 
@@ -101,6 +104,8 @@ pub(crate) struct Global {
 pub(crate) struct Options {
     pub(crate) max_pending: Option<usize>,
     pub(crate) executor: Executor,
+    /// The runtime the driver task is spawned on.
+    pub(crate) runtime: Option<runtime::Id>,
 }
 
 /// The `max_pending` admission counter: allocated entries of both wheels (a sleep from its
@@ -235,6 +240,7 @@ impl Global {
                 count: AtomicUsize::new(0),
             }),
             executor: options.executor,
+            runtime: options.runtime,
             stats: DriverStats::default(),
         }
     }
@@ -274,6 +280,23 @@ impl Global {
             STOPPED => Some(Closing::Stopped),
             _ => Some(Closing::DriverGone),
         }
+    }
+
+    /// Whether the caller is a task of a runtime that is shutting down and took this timer's
+    /// driver with it: the driver task was dropped by its runtime (`Closing::DriverGone`,
+    /// which only a runtime's shutdown does) and the caller is a task of that same runtime,
+    /// which the shutdown drops next. A future of the timer polled then stays pending, as
+    /// tokio's own timers do in a shutdown (their driver outlives every task, so they never
+    /// report it gone to one); polled anywhere else it reports the closure.
+    pub(crate) fn caller_runtime_shutting_down(&self) -> bool {
+        self.closing() == Some(Closing::DriverGone)
+            && self.runtime.is_some()
+            && runtime::task() == self.runtime
+    }
+
+    /// The runtime the driver task runs on.
+    pub(crate) fn runtime(&self) -> Option<runtime::Id> {
+        self.runtime
     }
 
     /// Whether the driver should exit: no handle can schedule and no task is left to fire.

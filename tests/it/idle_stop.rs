@@ -1,4 +1,4 @@
-//! Regression tests of issue 9 for the idle tracker: waiters that outlive their futures, and
+//! Regression tests for the idle tracker: waiters that outlive their futures, and
 //! a tracker or idle stream whose timer was shut down. Paused clock throughout.
 
 use std::future::Future;
@@ -30,7 +30,7 @@ fn is_shutdown(err: &io::Error) -> bool {
             .is_some_and(wheel_timer::Error::is_shutdown)
 }
 
-/// Issue 9a: every `Idle` future polled once and dropped used to leave its waker in the
+/// Every `Idle` future polled once and dropped used to leave its waker in the
 /// handle until the key ended. Now the tracker keeps no waker of a dropped future.
 #[tokio::test(start_paused = true)]
 async fn dropped_idle_futures_leave_no_waker_behind() {
@@ -58,7 +58,7 @@ async fn dropped_idle_futures_leave_no_waker_behind() {
     assert!(!handle.is_expired());
 }
 
-/// Issue 9a: a re-poll with another waker replaces the one stored before, and the last one
+/// A re-poll with another waker replaces the one stored before, and the last one
 /// is the one woken at expiry.
 #[tokio::test(start_paused = true)]
 async fn a_repoll_replaces_the_stored_waker() {
@@ -89,7 +89,7 @@ async fn a_repoll_replaces_the_stored_waker() {
     assert!(poll_noop(idle.as_mut()).is_ready());
 }
 
-/// Issue 9b: shut down while its driver is parked (nothing tracked), a tracker used to keep
+/// Shut down while its driver is parked (nothing tracked), a tracker used to keep
 /// its stream open forever.
 #[tokio::test(start_paused = true)]
 async fn shutdown_while_parked_ends_the_stream() {
@@ -104,7 +104,7 @@ async fn shutdown_while_parked_ends_the_stream() {
     assert!(tracker.is_stopped());
 }
 
-/// Issue 9c: after shutdown, keyed touches used to track keys that could never expire.
+/// After shutdown, keyed touches used to track keys that could never expire.
 #[tokio::test(start_paused = true)]
 async fn a_stopped_tracker_tracks_nothing() {
     let timer = Timer::new();
@@ -135,7 +135,7 @@ async fn a_stopped_tracker_tracks_nothing() {
     assert_eq!(tracker.deadline(&5), None);
 }
 
-/// Issue 9g: after shutdown a tracked stream never timed out while a standalone one
+/// After shutdown a tracked stream never timed out while a standalone one
 /// panicked. Both now fail their I/O, pending or later, with the shutdown error.
 #[tokio::test(start_paused = true)]
 async fn streams_fail_with_a_shutdown_error_once_their_timer_stops() {

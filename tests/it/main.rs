@@ -12,6 +12,7 @@ mod idle_stop;
 mod idle_tcp;
 mod interval;
 mod paused_clock;
+mod runtime_shutdown;
 mod shutdown;
 mod sleep;
 mod stash;

@@ -210,7 +210,7 @@ fn dropping_the_runtime_cancels_pending_tasks() {
     assert!(timer.shutdown().is_empty());
 }
 
-/// A sleep the driver fired before the shutdown stays elapsed and completes (issue 9 e).
+/// A sleep the driver fired before the shutdown stays elapsed and completes.
 #[tokio::test(start_paused = true)]
 async fn a_fired_sleep_stays_elapsed_after_shutdown() {
     let timer = Timer::new();

@@ -384,7 +384,7 @@ async fn pending_counts_registered_sleeps_exactly() {
     assert_eq!(timer.pending(), 4, "three fired");
 }
 
-// ===== tokio's paused-clock patterns, unchanged (issue 9 d) =====
+// ===== tokio's paused-clock patterns, unchanged =====
 
 /// tokio's `advance_once_with_timer` (`tests/time_pause.rs`): `advance` alone, with no extra
 /// yield, drives the wheel to the new time.

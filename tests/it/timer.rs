@@ -258,7 +258,7 @@ fn timer_handles_are_send_sync_and_cheap() {
 }
 
 /// The runtime's default timer serves every library's free functions: shutting it down is
-/// refused with a panic, and their sleeps keep working (issue 10).
+/// refused with a panic, and their sleeps keep working.
 #[tokio::test(start_paused = true)]
 async fn the_default_timer_refuses_shutdown() {
     let refused = std::panic::catch_unwind(|| wheel_timer::default_timer().shutdown());

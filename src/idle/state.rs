@@ -1,5 +1,5 @@
-//! One tracker's shared state: its shards, the epoch publisher, its counters and its
-//! configuration (how a timeout and a tick become ring sizes).
+//! [`TrackerState`], one tracker's shared state: its shards, the epoch publisher, its
+//! counters and its configuration (how a timeout and a tick become ring sizes).
 //!
 //! The driver (`driver.rs`) turns the shards; the API (`tracker.rs`, `handle.rs`) touches,
 //! inserts and removes through the methods here, which do their own counting and driver
@@ -10,11 +10,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::expirations::Output;
+use super::output::Output;
 use super::ring::Ring;
 use super::waiters::WaiterTable;
-use crate::loom::{lock, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Notify, Ordering};
-use crate::{clock, Timer};
+use crate::clock;
+use crate::loom::{
+    lock, runtime, AtomicU64, AtomicU8, AtomicUsize, Mutex, MutexGuard, Notify, Ordering,
+};
+use crate::timer::Timer;
 
 /// Most buckets in a shard's ring: a tick finer than `timeout / (MAX_BUCKETS - 2)` is
 /// coarsened to that, so the ring stays small.
@@ -52,7 +55,7 @@ pub(crate) struct Config<S> {
 
 /// One tracker's shared state.
 #[derive(Debug)]
-pub(crate) struct Shared<K, S> {
+pub(crate) struct TrackerState<K, S> {
     pub(crate) epoch: Epoch,
     pub(crate) shards: Box<[Shard<K, S>]>,
     shard_mask: u64,
@@ -65,15 +68,19 @@ pub(crate) struct Shared<K, S> {
     /// `IdleTracker` clones plus `IdleHandle`s: who can still touch.
     pub(super) handles: AtomicUsize,
     pub(crate) state: AtomicU8,
-    pub(super) out: Mutex<Output<K>>,
+    /// The runtime whose shutdown stopped the tracker, if one did (its driver task's, or its
+    /// timer's driver's); written before `DONE` is stored.
+    ended_with: Mutex<Option<runtime::Id>>,
+    /// The runtime the driver task runs on.
+    pub(super) runtime: Option<runtime::Id>,
+    /// Expired keys on their way to the `Expirations` stream.
+    pub(super) out: Output<K>,
     pub(crate) notify: Notify,
     pub(super) start: Instant,
     pub(crate) tick_ns: u64,
     /// The idle timeout, in nanoseconds (rounded up to the timer's tick).
     pub(super) timeout_ns: u64,
-    /// Undelivered expired keys past which a warning is logged.
-    pub(super) warn_undelivered: usize,
-    /// The clock the loom models set (see `Shared::clock_nanos`).
+    /// The clock the loom models set (see `TrackerState::clock_nanos`).
     #[cfg(all(test, wheel_loom))]
     pub(crate) model_clock: crate::loom::ModelClock,
 }
@@ -128,10 +135,10 @@ fn geometry(base: u64, timeout: Duration, tick: Option<Duration>) -> (u64, u64, 
     (tick_ns, timeout_ns, buckets)
 }
 
-// ===== impl Shared =====
+// ===== impl TrackerState =====
 
-impl<K, S: Clone> Shared<K, S> {
-    pub(super) fn new(timer: &Timer, config: Config<S>) -> Shared<K, S> {
+impl<K, S: Clone> TrackerState<K, S> {
+    pub(super) fn new(timer: &Timer, config: Config<S>) -> TrackerState<K, S> {
         let base = timer.tick_duration().as_nanos() as u64;
         let (tick_ns, timeout_ns, buckets) = geometry(base, config.timeout, config.tick);
         let shards = config
@@ -155,7 +162,7 @@ impl<K, S: Clone> Shared<K, S> {
                 }),
             })
             .collect();
-        Shared {
+        TrackerState {
             epoch: Epoch(AtomicU64::new(1)),
             shard_mask: shards.len() as u64 - 1,
             shards,
@@ -170,19 +177,20 @@ impl<K, S: Clone> Shared<K, S> {
             len: AtomicUsize::new(0),
             handles: AtomicUsize::new(1),
             state: AtomicU8::new(RUNNING),
-            out: Mutex::new(Output::new()),
+            ended_with: Mutex::new(None),
+            runtime: runtime::current(),
+            out: Output::new(config.warn_undelivered),
             notify: Notify::new(),
             start,
             tick_ns,
             timeout_ns,
-            warn_undelivered: config.warn_undelivered,
             #[cfg(all(test, wheel_loom))]
             model_clock: crate::loom::ModelClock::default(),
         }
     }
 }
 
-impl<K, S> Shared<K, S> {
+impl<K, S> TrackerState<K, S> {
     /// The current epoch.
     #[inline]
     pub(crate) fn epoch(&self) -> u64 {
@@ -195,7 +203,20 @@ impl<K, S> Shared<K, S> {
         self.state.load(Ordering::Acquire) == DONE
     }
 
-    pub(super) fn set_done(&self) {
+    /// Whether the caller is a task of the runtime whose shutdown stopped the tracker: an
+    /// idle wait polled then stays pending (the task is dropped with the runtime), as a tokio
+    /// sleep would, instead of completing at once (see `Global::caller_runtime_shutting_down`).
+    pub(crate) fn caller_runtime_shutting_down(&self) -> bool {
+        if !self.is_done() {
+            return false;
+        }
+        let ended_with = *lock(&self.ended_with);
+        ended_with.is_some() && runtime::task() == ended_with
+    }
+
+    /// Marks the tracker `DONE`; `ended_with` is the runtime whose shutdown stopped it.
+    pub(super) fn set_done(&self, ended_with: Option<runtime::Id>) {
+        *lock(&self.ended_with) = ended_with;
         self.state.store(DONE, Ordering::Release);
     }
 
@@ -313,7 +334,7 @@ impl<K, S> Shared<K, S> {
     }
 }
 
-impl<K, S: BuildHasher> Shared<K, S> {
+impl<K, S: BuildHasher> TrackerState<K, S> {
     pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         self.hasher.hash_one(key)
     }
