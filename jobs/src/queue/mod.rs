@@ -628,11 +628,9 @@ async fn refresh_gauges(queue: std::sync::Weak<Hub>) {
         if let Ok(counts) = inner.backend.counts().await {
             inner.metrics.counts(&counts);
         }
+        let timer = inner.config.timer();
         // Not holding the queue while asleep: dropping every handle ends this task.
         drop(inner);
-        // tokio's own timer, not the wheel: one timer per queue, and tokio's outlives the
-        // runtime's tasks at shutdown, where the wheel's driver (a task itself) may be gone
-        // while this task is still polled, and a wheel sleep would panic.
-        tokio::time::sleep(GAUGES_EVERY).await;
+        timer.sleep(GAUGES_EVERY).await;
     }
 }
