@@ -405,6 +405,60 @@ async fn series_changes_wait_for_min_replicas() {
     q.close().await.unwrap();
 }
 
+/// With `min_replicas` and the only replica connected but not acknowledging (stopped, as
+/// during its first full sync or right after a failover), a schedule fails
+/// `is_unavailable` saying how many replicas acknowledged of how many were asked, once the
+/// `WAIT` timeout has run out: the client waits for the `WAIT` (its bound is
+/// `redis_timeout` plus that timeout) instead of giving up at `redis_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_does_not_acknowledge_is_reported_with_the_count() {
+    let primary = RedisServer::on_port(&["--save", "", "--appendonly", "no"]);
+    let port = primary.port.expect("a tcp port").to_string();
+    let replica = RedisServer::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+    ]);
+    let in_sync = std::time::Instant::now();
+    while !primary
+        .cli(&["INFO", "replication"])
+        .contains("state=online")
+    {
+        assert!(
+            in_sync.elapsed() < Duration::from_secs(30),
+            "the replica never synced"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    let wait = ms(1500);
+    let q = queue(&primary, |b| {
+        b.redis_timeout(Some(ms(500))).min_replicas(1, wait);
+    })
+    .await;
+    assert_eq!(
+        q.schedule("acknowledged", ms(0), "p").await.unwrap(),
+        Scheduled::Created
+    );
+    replica.signal("-STOP");
+    let started = std::time::Instant::now();
+    let err = q.schedule("unconfirmed", ms(0), "p").await.unwrap_err();
+    let waited = started.elapsed();
+    replica.signal("-CONT");
+    assert!(err.is_unavailable(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("0 of the 1 replicas asked for acknowledged it within 1.5s"),
+        "{err}"
+    );
+    // The server's WAIT answered after its whole timeout, past redis_timeout.
+    assert!(waited >= wait, "{waited:?}: {err}");
+    q.close().await.unwrap();
+}
+
 /// A queue on `server` with the series `s` every 100 ms; its first occurrence's time.
 async fn series_every_100ms(server: &RedisServer) -> (JobQueue, std::time::SystemTime) {
     let q = queue(server, |_| {}).await;

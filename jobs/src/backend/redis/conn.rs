@@ -75,11 +75,18 @@ impl Conn {
         }
         match acked {
             Value::Int(n) if n >= i64::from(replicas) => Ok(reply),
+            Value::Int(n) => Err(::redis::make_extension_error(
+                "NOREPLICAS".to_owned(),
+                Some(format!(
+                    "written on the primary, but {n} of the {replicas} replicas asked for \
+                     acknowledged it within {wait:?} (min_replicas): it may be lost in a failover"
+                )),
+            )),
             other => Err(::redis::make_extension_error(
                 "NOREPLICAS".to_owned(),
                 Some(format!(
-                    "written on the primary, but WAIT {replicas} {wait_ms} answered {other:?}: \
-                     fewer replicas acknowledged it (min_replicas)"
+                    "written on the primary, but WAIT {replicas} {wait_ms} answered {other:?} \
+                     (min_replicas): it may be lost in a failover"
                 )),
             )),
         }
@@ -126,6 +133,16 @@ impl Conn {
 enum Link {
     Primary(Arc<Primary>),
     Cluster(::redis::cluster_async::ClusterConnection),
+}
+
+/// How long one request may take: `redis_timeout`, plus the `WAIT` timeout with
+/// `min_replicas` (a write's request includes its `WAIT`, which the server answers only
+/// when enough replicas acknowledged or its timeout ran out). `None`: unbounded.
+pub(super) fn request_bound(config: &Config) -> Option<Duration> {
+    config.redis_timeout.map(|t| match config.min_replicas {
+        Some((_, wait)) => t.saturating_add(wait),
+        None => t,
+    })
 }
 
 /// The error of a request that outlived `redis_timeout`: a timeout, so `is_unavailable`.
@@ -279,9 +296,12 @@ pub(super) async fn connect(target: Target<'_>, config: &Config) -> Result<(Conn
             // it is back. (With the manager's default six retries, a call made during an
             // outage waited out the whole backoff, seconds past `redis_timeout`, and a
             // wrong password took as long to fail `open`.)
+            // A write's request includes its `WAIT` (`min_replicas`): the manager must not
+            // give up on it before the `WAIT` does, or the caller would hear of a timeout
+            // instead of how many replicas acknowledged.
             let manager = ::redis::aio::ConnectionManagerConfig::new()
                 .set_number_of_retries(0)
-                .set_response_timeout(config.redis_timeout)
+                .set_response_timeout(request_bound(config))
                 .set_connection_timeout(config.redis_timeout);
             let open = bounded(config.redis_timeout, Primary::open(find, manager));
             let primary = Arc::new(open.await.map_err(redis_error)?);
@@ -335,11 +355,7 @@ pub(super) async fn connect(target: Target<'_>, config: &Config) -> Result<(Conn
     };
     let conn = Conn {
         link,
-        timeout: config.redis_timeout.map(|t| match config.min_replicas {
-            // A write's request includes its `WAIT`.
-            Some((_, wait)) => t.saturating_add(wait),
-            None => t,
-        }),
+        timeout: request_bound(config),
         min_replicas: config.min_replicas,
         waits: false,
     };

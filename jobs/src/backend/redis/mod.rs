@@ -187,7 +187,7 @@ impl Redis {
                 let keys = Arc::new(Keys::new(&tag(name, i, n), publish));
                 let schedules = {
                     let (conn, keys, scripts) = (conn.writes(), keys.clone(), scripts.clone());
-                    Batcher::new(config.redis_timeout, move |jobs: Vec<NewJob>| {
+                    Batcher::new(conn::request_bound(config), move |jobs: Vec<NewJob>| {
                         let (mut conn, keys, scripts) =
                             (conn.clone(), keys.clone(), scripts.clone());
                         async move { scripts.schedule(&mut conn, &keys, &jobs).await }
@@ -195,11 +195,14 @@ impl Redis {
                 };
                 let acks = {
                     let (conn, keys, scripts) = (conn.writes(), keys.clone(), scripts.clone());
-                    Batcher::new(config.redis_timeout, move |acks: Vec<(String, u64)>| {
-                        let (mut conn, keys, scripts) =
-                            (conn.clone(), keys.clone(), scripts.clone());
-                        async move { scripts.ack(&mut conn, &keys, &acks).await }
-                    })
+                    Batcher::new(
+                        conn::request_bound(config),
+                        move |acks: Vec<(String, u64)>| {
+                            let (mut conn, keys, scripts) =
+                                (conn.clone(), keys.clone(), scripts.clone());
+                            async move { scripts.ack(&mut conn, &keys, &acks).await }
+                        },
+                    )
                 };
                 Partition {
                     keys,
