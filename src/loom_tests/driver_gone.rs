@@ -1,4 +1,4 @@
-//! Model 15: the driver task dropped by its runtime's shutdown while a task of that runtime
+//! Model 17: the driver task dropped by its runtime's shutdown while a task of that runtime
 //! registers a sleep.
 
 use super::{allocated, at, fixture, model, Probe, BASE};
@@ -6,7 +6,7 @@ use crate::driver;
 use crate::loom::{runtime, thread};
 use crate::shard::Closing;
 
-/// Model 15: the main thread drops the driver task, whose guard closes the timer with
+/// Model 17: the main thread drops the driver task, whose guard closes the timer with
 /// `Closing::DriverGone` as a runtime's shutdown does, while a loom thread playing a task of
 /// that runtime polls a new sleep (the first poll registers it) and polls it again if it was
 /// woken. No poll panics and none is ready: the sleep stays pending, as a tokio sleep does in

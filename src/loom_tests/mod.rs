@@ -25,7 +25,9 @@
 //! | 12 | `callback.rs` | `TimerTask::cancel` vs fire: one wins, counted and freed once, never runs |
 //! | 13 | `callback.rs` | cancel vs a repeating series' run: the cancel wins, no run afterwards |
 //! | 14 | `turns.rs` | the task's step and the `TurnWaker`'s turn at once vs a registration |
-//! | 15 | `driver_gone.rs` | the driver dropped by its runtime's shutdown vs a task registering: it stays pending, no panic, no lost wake |
+//! | 15 | `idle.rs` | touch and register vs the tracker stopping: the tracker ends empty, `idle()` completes, no expiry |
+//! | 16 | `idle.rs` | a dropped `idle()` wait vs expiry: the other waiter on the handle is still woken |
+//! | 17 | `driver_gone.rs` | the driver dropped by its runtime's shutdown vs a task registering: it stays pending, no panic, no lost wake |
 //!
 //! The idle tracker's models (`idle.rs`) play its own driver task with `TrackerState::step`, on a
 //! clock the model sets (`crate::loom::ModelClock`).
