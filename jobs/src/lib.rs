@@ -140,3 +140,7 @@ pub use crate::queue::delivery::Delivery;
 #[cfg(feature = "serde")]
 pub use crate::queue::typed::{TypedDelivery, TypedQueue};
 pub use crate::queue::JobQueue;
+/// The sqlx this crate was built with (feature `postgres`): its `PgPool`, `PgConnection`
+/// and `Transaction` are what `Builder::postgres_pool` and the transactional forms take.
+#[cfg(feature = "postgres")]
+pub use sqlx;

@@ -65,6 +65,18 @@ impl Delivery {
         }
     }
 
+    /// The queue's shared state, for the transactional forms (`queue/sql.rs`).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn hub(&self) -> &Arc<Hub> {
+        &self.inner
+    }
+
+    /// The lease's token.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn token(&self) -> u64 {
+        self.job.token
+    }
+
     fn settled<T>(&self, answer: Result<T, Error>) -> Result<T, Error> {
         if let (Some(renewal), Ok(_)) = (&self.renewal, &answer) {
             renewal
