@@ -25,6 +25,8 @@ impl Postgres {
         error: Option<String>,
     ) -> Result<(Retry, u64), Error> {
         self.open_check()?;
+        // PostgreSQL's text refuses NUL: one in an error would fail the whole batch.
+        let error = error.map(|e| e.replace('\0', "\u{FFFD}"));
         let settled = self
             .settles
             .call(Settle::Retry {
@@ -88,6 +90,7 @@ impl Backend for Postgres {
     ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
             self.open_check()?;
+            super::names::check_id(&id)?;
             let (_, created) = self.schedules.call((id, when, payload)).await?;
             Ok(match created {
                 Some(run_at) => (Scheduled::Created, run_at),
@@ -101,6 +104,9 @@ impl Backend for Postgres {
         jobs: Vec<(String, When, Vec<u8>)>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
         Box::pin(self.timed(async move {
+            for (id, _, _) in &jobs {
+                super::names::check_id(id)?;
+            }
             // One statement: all or nothing.
             let ids: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
             let created = self.sql.schedule(&self.pool, &self.queue, jobs).await?;

@@ -10,7 +10,8 @@
 //!   library would misread it.
 //! - Opening a schema already at [`VERSION`] takes no lock: one read.
 
-use sqlx::{PgPool, Row};
+use sqlx::postgres::PgConnection;
+use sqlx::{Executor, PgPool, Row};
 
 use super::error::pg_error;
 use super::names::Names;
@@ -35,29 +36,31 @@ fn too_new(names: &Names, found: i32) -> Error {
 }
 
 /// The version recorded in the schema, `None` if it has none yet.
-async fn recorded(ex: impl sqlx::PgExecutor<'_>, names: &Names) -> Result<Option<i32>, Error> {
+async fn recorded(c: &mut PgConnection, names: &Names) -> Result<Option<i32>, Error> {
     let row = db(sqlx::query(&format!(
         "SELECT version FROM {} WHERE id = 1",
         names.version
     ))
-    .fetch_optional(ex)
+    .fetch_optional(c)
     .await)?;
     row.map(|r| db(r.try_get(0))).transpose()
 }
 
 /// Brings the schema to [`VERSION`], or refuses a newer one.
 pub(super) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), Error> {
+    let mut conn = db(pool.acquire().await)?;
     let exists = db(sqlx::query("SELECT to_regclass($1) IS NOT NULL")
         .bind(&names.version)
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await)?;
     if exists.try_get::<bool, _>(0).unwrap_or(false) {
-        match recorded(pool, names).await? {
+        match recorded(&mut conn, names).await? {
             Some(v) if v == VERSION => return Ok(()),
             Some(v) if v > VERSION => return Err(too_new(names, v)),
             _ => {}
         }
     }
+    drop(conn);
     let mut tx = db(pool.begin().await)?;
     db(
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
@@ -65,20 +68,20 @@ pub(super) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), Error> {
             .execute(&mut *tx)
             .await,
     )?;
-    db(sqlx::raw_sql(&format!(
+    let create = format!(
         "CREATE SCHEMA IF NOT EXISTS {}; \
          CREATE TABLE IF NOT EXISTS {} (id integer PRIMARY KEY CHECK (id = 1), version integer NOT NULL)",
         names.quoted, names.version
-    ))
-    .execute(&mut *tx)
-    .await)?;
-    let found = recorded(&mut *tx, names).await?.unwrap_or(0);
+    );
+    // Several statements: the simple query protocol (`Executor::execute` of a `&str`).
+    db(tx.execute(create.as_str()).await)?;
+    let found = recorded(&mut tx, names).await?.unwrap_or(0);
     if found > VERSION {
         return Err(too_new(names, found));
     }
     for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > found) {
         let sql = sql.replace("{schema}", &names.quoted);
-        db(sqlx::raw_sql(&sql).execute(&mut *tx).await)?;
+        db(tx.execute(sql.as_str()).await)?;
         db(sqlx::query(&format!(
             "INSERT INTO {} (id, version) VALUES (1, $1) \
              ON CONFLICT (id) DO UPDATE SET version = excluded.version",

@@ -261,6 +261,7 @@ impl Postgres {
         payload: Vec<u8>,
     ) -> Result<Scheduled, Error> {
         self.open_check()?;
+        names::check_id(&id)?;
         let created = self
             .sql
             .schedule(&mut *conn, &self.queue, vec![(id, when, payload)])

@@ -43,6 +43,17 @@ pub(crate) fn check_queue(queue: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// `Ok` if PostgreSQL can store `id` (the front checked its length): no NUL, which its
+/// text refuses. Checked before a schedule joins a batch, so it cannot fail the others.
+pub(crate) fn check_id(id: &str) -> Result<(), Error> {
+    if id.contains('\0') {
+        return Err(Error::invalid_input(
+            "a job id on PostgreSQL cannot contain NUL (its text type refuses it)",
+        ));
+    }
+    Ok(())
+}
+
 /// The names of one schema's objects, each already quoted and qualified for SQL text.
 #[derive(Debug, Clone)]
 pub(crate) struct Names {
