@@ -345,8 +345,8 @@ impl Builder {
     /// store, shared by every process that opens the same queue in the same schema
     /// ([`postgres_schema`](Self::postgres_schema)). Requires the `postgres` feature.
     ///
-    /// The queue makes a pool of 10 connections, one of them kept by its `LISTEN`
-    /// listener. The schema is created, or upgraded, by the first process that opens it,
+    /// The queue makes a pool of 10 connections, and its `LISTEN` listener one more of its
+    /// own. The schema is created, or upgraded, by the first process that opens it,
     /// under an advisory lock. Every state change is one statement using the server's
     /// clock; [`JobQueue::schedule_in`] and [`Delivery::ack_in`](crate::Delivery::ack_in)
     /// run in the application's own transaction.
@@ -373,8 +373,10 @@ impl Builder {
             .await
     }
 
-    /// [`postgres`](Self::postgres) on the application's own pool: the queue's calls, its
-    /// group commits and its listener (one connection, kept) take connections from it.
+    /// [`postgres`](Self::postgres) on the application's own pool: the queue's calls and
+    /// its group commits take connections from it, each for one statement (a series step:
+    /// one short transaction); its `LISTEN` listener makes one connection of its own with
+    /// the pool's connect options, so it never holds one of the pool's.
     ///
     /// # Examples
     ///

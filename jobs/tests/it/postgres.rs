@@ -403,3 +403,23 @@ async fn bad_names_and_an_unreachable_server_are_clear_errors() {
         .unwrap_err();
     assert!(err.is_unavailable(), "{err}");
 }
+
+/// The test server's URL with another user (and password).
+fn url_as(user: &str) -> String {
+    let url = url();
+    let (scheme, rest) = url.split_once("://").expect("a postgres:// URL");
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{user}@{host}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_user_is_unauthorized_at_once() {
+    let err = Builder::new()
+        .postgres_timeout(None)
+        .postgres(&url_as("no_such_role_wheel_jobs:secret"), "q")
+        .await
+        .unwrap_err();
+    assert!(err.is_unauthorized(), "{err}");
+    // Not retried until a timeout: there is none, and the answer came.
+    assert!(!err.is_unavailable());
+}

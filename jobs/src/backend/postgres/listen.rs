@@ -6,8 +6,9 @@
 //! - The schema's triggers send `pg_notify('<schema>:wake', '<run_at> <queue>')` inside the
 //!   transaction that makes a job pending (a schedule, retry, reschedule, revive, an
 //!   application's `schedule_in`), so it is delivered at commit and never for a rollback;
-//!   an unpause sends `0 <queue>`. This task holds one listener connection (taken from the
-//!   queue's pool and kept) and tells `core/wakeup.rs` about its queue's messages, as a
+//!   an unpause sends `0 <queue>`. This task holds one listener connection of its own,
+//!   outside the queue's pool (made with the pool's connect options, so it never takes a
+//!   connection the application's pool needs), and tells `core/wakeup.rs` about its queue's messages, as a
 //!   local schedule would.
 //! - Every (re)connection counts as "maybe anything is due": whatever was sent while it was
 //!   down is lost, so idle consumers look again. A message lost any other way only delays a
@@ -96,15 +97,19 @@ impl Drop for Listening {
     }
 }
 
-/// Starts the listener of `queue`.
+/// Starts the listener of `queue`, on a connection of its own made with `pool`'s options.
 pub(super) fn spawn(
-    pool: PgPool,
+    pool: &PgPool,
     channel: String,
     queue: String,
     wakeup: &Arc<Wakeup>,
 ) -> Listening {
+    let own = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .connect_lazy_with((*pool.connect_options()).clone());
     Listening(tokio::spawn(listen(
-        pool,
+        own,
         channel,
         queue,
         Arc::downgrade(wakeup),

@@ -73,8 +73,8 @@ pub(crate) enum Target<'a> {
     Pool(PgPool),
 }
 
-/// Connections in the pool the queue makes from a URL: one is the listener's, the others
-/// serve claims, batches and single calls.
+/// Connections in the pool the queue makes from a URL (claims, batches, single calls); the
+/// listener has one more of its own.
 const POOL_SIZE: u32 = 10;
 
 /// How often a claim folds the queue's counter deltas into a slot (at most).
@@ -179,12 +179,7 @@ impl Postgres {
                 async move { sql.settle(&pool, &queue, max_attempts, &batch).await }
             })
         };
-        let listening = listen::spawn(
-            pool.clone(),
-            names.channel.clone(),
-            queue.to_owned(),
-            &wakeup,
-        );
+        let listening = listen::spawn(&pool, names.channel.clone(), queue.to_owned(), &wakeup);
         let seed = mix(crate::core::job::nanos(std::time::SystemTime::now())
             ^ u64::from(std::process::id()).rotate_left(32)
             ^ (Arc::as_ptr(&wakeup) as u64));
