@@ -423,3 +423,53 @@ async fn a_refused_user_is_unauthorized_at_once() {
     // Not retried until a timeout: there is none, and the answer came.
     assert!(!err.is_unavailable());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_handles_compete_and_each_job_is_acked_once() {
+    const JOBS: usize = 5_000;
+    let name = fresh("compete");
+    let a = Builder::new().postgres(&url(), &name).await.unwrap();
+    let b = Builder::new().postgres(&url(), &name).await.unwrap();
+    let jobs = (0..JOBS).map(|i| (format!("job-{i}"), Duration::ZERO, "p"));
+    let created = a.schedule_many(jobs).await.unwrap();
+    assert!(created.iter().all(|s| *s == Scheduled::Created));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(char, String)>();
+    let mut workers = Vec::new();
+    for (who, q) in [('a', a.clone()), ('b', b.clone())] {
+        let tx = tx.clone();
+        workers.push(tokio::spawn(async move {
+            q.run(32, move |d| {
+                let tx = tx.clone();
+                async move {
+                    tx.send((who, d.id().to_owned())).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+        }));
+    }
+    let mut seen = std::collections::HashMap::new();
+    let mut by = std::collections::HashMap::new();
+    for _ in 0..JOBS {
+        let (who, id) = rx.recv().await.unwrap();
+        *seen.entry(id).or_insert(0) += 1;
+        *by.entry(who).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), JOBS, "each job once");
+    assert!(seen.values().all(|&n| n == 1));
+    assert_eq!(by.len(), 2, "both handles took part: {by:?}");
+    // Every ack lands: nothing pending or running is left, and the counters agree.
+    loop {
+        let counts = a.counts().await.unwrap();
+        if counts.running == 0 {
+            assert_eq!((counts.pending, counts.dead), (0, 0));
+            break;
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    for w in workers {
+        w.await.unwrap().unwrap();
+    }
+}
