@@ -188,23 +188,25 @@ impl Builder {
         self
     }
 
-    /// PostgreSQL only: how long a call may take, waiting for a pooled connection or a
-    /// batch included, before it fails with [`Error::is_unavailable`] (default 5 s; `None`:
-    /// no limit). `postgres` connects within it too. While the server is down or
-    /// unreachable every call fails within this bound (plus the runtime's delay in getting
-    /// round to the timed-out task), and calls succeed again as soon as it is back. A call
-    /// that timed out may or may not have committed; every call is idempotent or checked
-    /// by its lease token, so retrying is safe. These timeouts run on tokio's clock, so a
-    /// test on a paused clock wants `None`.
+    /// PostgreSQL only (feature `postgres`): how long a call may take, waiting for a
+    /// pooled connection or a batch included, before it fails with
+    /// [`Error::is_unavailable`] (default 5 s; `None`: no limit). `postgres` connects
+    /// within it too. While the server is down or unreachable every call fails within
+    /// this bound (plus the runtime's delay in getting round to the timed-out task), and
+    /// calls succeed again as soon as it is back. A call that timed out may or may not have
+    /// committed; every call is idempotent or checked by its lease token, so retrying is
+    /// safe. These timeouts run on tokio's clock, so a test on a paused clock wants `None`.
+    #[cfg(feature = "postgres")]
     pub fn postgres_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
         self.config.postgres_timeout = timeout;
         self
     }
 
-    /// PostgreSQL only: the schema the queue's tables live in (default `wheel_jobs`),
-    /// created by [`postgres`](Self::postgres) if missing. 1 to 48 lowercase ASCII letters,
-    /// digits and `_`, not starting with a digit or `pg_`; `postgres` fails with
-    /// [`Error::is_invalid_config`] otherwise.
+    /// PostgreSQL only (feature `postgres`): the schema the queue's tables live in
+    /// (default `wheel_jobs`), created by [`postgres`](Self::postgres) if missing. 1 to 48
+    /// lowercase ASCII letters, digits and `_`, not starting with a digit or `pg_`;
+    /// `postgres` fails with [`Error::is_invalid_config`] otherwise.
+    #[cfg(feature = "postgres")]
     pub fn postgres_schema(&mut self, schema: &str) -> &mut Self {
         self.config.postgres_schema = schema.to_owned();
         self

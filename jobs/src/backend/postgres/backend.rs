@@ -173,20 +173,28 @@ impl Backend for Postgres {
                 })
                 .collect();
             let mut next_due = rows.next_due;
-            let had_heads = !rows.heads.is_empty();
-            if had_heads && jobs.len() < want {
+            if !rows.heads.is_empty() && jobs.len() < want {
                 let room = want - jobs.len();
-                jobs.extend(self.claim_heads(rows.heads, room, token).await?);
+                match self.claim_heads(rows.heads, room, token).await {
+                    Ok(heads) => jobs.extend(heads),
+                    // The jobs already leased are handed out all the same; the heads are
+                    // claimed by a later claim.
+                    Err(err) if !jobs.is_empty() => {
+                        tracing::warn!(error = %err, "wheel-jobs: claiming series heads failed; delivering the other jobs");
+                    }
+                    Err(err) => return Err(err),
+                }
             }
             if rows.paused {
                 next_due = None;
-            } else if jobs.len() >= want || had_heads {
+            } else if jobs.len() >= want {
                 // More may be due: look again at once.
                 next_due = Some(rows.now);
             } else if let Some(next) = next_due.filter(|&n| n <= rows.now) {
-                // Due jobs the claim skipped are locked by another transaction (a claim
-                // or a caller's `cancel_in` in flight): its outcome wakes us if it makes
-                // one pending; look again shortly anyway.
+                // What is due and was not taken is locked by another transaction (a claim,
+                // a series step, a caller's `cancel_in`) or a series head whose step moved
+                // it: the outcome of a commit that makes a job pending wakes us anyway;
+                // look again shortly, not in a loop.
                 next_due = Some(next.max(rows.now.saturating_add(LOCKED_RETRY)));
             }
             jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
