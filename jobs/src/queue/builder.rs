@@ -1,11 +1,12 @@
-//! [`Builder`]: how a [`JobQueue`] is configured and opened, on the embedded store or on
-//! Redis.
+//! [`Builder`]: how a [`JobQueue`] is configured and opened, on the embedded store, on
+//! Redis or on PostgreSQL.
 //!
 //! # Ground rules
 //!
-//! - The only code that names a backend: `open`, `redis` and `redis_cluster` build one and
-//!   hand it to the queue as a [`Backend`](crate::backend::Backend); nothing above the trait
-//!   knows which store it talks to.
+//! - The only code that names a backend: `open`, `redis`, `redis_cluster` and `postgres`
+//!   build one and hand it to the queue as a [`Backend`](crate::backend::Backend); nothing
+//!   above the trait knows which store it talks to (but the transactional forms of
+//!   PostgreSQL, `queue/sql.rs`, which reach it through `Backend::postgres`).
 //! - The configuration is checked once, here ([`Config::checked`]), before anything opens.
 
 use std::path::Path;

@@ -77,7 +77,9 @@ impl Delivery {
         self.job.token
     }
 
-    fn settled<T>(&self, answer: Result<T, Error>) -> Result<T, Error> {
+    /// Tells a `run` loop renewing this delivery's lease that it was settled (`answer`
+    /// succeeded), so the renewals stop.
+    pub(crate) fn settled<T>(&self, answer: Result<T, Error>) -> Result<T, Error> {
         if let (Some(renewal), Ok(_)) = (&self.renewal, &answer) {
             renewal
                 .settled

@@ -136,7 +136,9 @@ impl Delivery {
     /// (its row is locked until then, so the job is not delivered again meanwhile). `false`
     /// or an error: the lease was lost (the job was delivered again, or is gone) or the
     /// check failed, and the caller **must not commit** (roll back: another delivery owns
-    /// the job's effects). A rollback after `true` leaves the job leased to this delivery.
+    /// the job's effects). A rollback after `true` leaves the job leased to this delivery
+    /// until its lease ends (in a [`run`](crate::JobQueue::run) handler, `true` stops the
+    /// lease's renewals, as an ack does), then it is delivered again.
     ///
     /// # Examples
     ///
@@ -160,8 +162,12 @@ impl Delivery {
     /// [`Error::is_invalid_input`] on a queue not on PostgreSQL, [`Error::is_unavailable`]
     /// or [`Error::is_storage`] from the statement.
     pub async fn ack_in(&self, conn: &mut PgConnection) -> Result<bool, Error> {
-        on_postgres(self.hub())?
+        let acked = on_postgres(self.hub())?
             .ack_in(conn, self.id(), self.token())
-            .await
+            .await;
+        match acked {
+            Ok(true) => self.settled(Ok(true)),
+            other => other,
+        }
     }
 }

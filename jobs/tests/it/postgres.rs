@@ -473,3 +473,53 @@ async fn two_handles_compete_and_each_job_is_acked_once() {
         w.await.unwrap().unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_handler_acks_in_its_own_transaction() {
+    let pool = pool().await;
+    let table = orders(&pool).await;
+    sqlx::query(&format!("INSERT INTO {table} VALUES (9, 'finished')"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let queue = Builder::new()
+        .postgres_pool(pool.clone(), &fresh("run_ack_in"))
+        .await
+        .unwrap();
+    queue.schedule("rate:9", Duration::ZERO, "9").await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = {
+        let (queue, pool, table) = (queue.clone(), pool.clone(), table.clone());
+        tokio::spawn(async move {
+            queue
+                .run(4, move |job| {
+                    let (pool, table, tx) = (pool.clone(), table.clone(), tx.clone());
+                    async move {
+                        let mut t = pool.begin().await.map_err(|e| e.to_string())?;
+                        sqlx::query(&format!(
+                            "UPDATE {table} SET status = 'rated' WHERE oid = 9"
+                        ))
+                        .execute(&mut *t)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                        if job.ack_in(&mut t).await.map_err(|e| e.to_string())? {
+                            t.commit().await.map_err(|e| e.to_string())?;
+                        }
+                        tx.send(job.id().to_owned()).unwrap();
+                        Ok::<(), String>(())
+                    }
+                })
+                .await
+        })
+    };
+    assert_eq!(rx.recv().await.unwrap(), "rate:9");
+    let status: String = sqlx::query(&format!("SELECT status FROM {table} WHERE oid = 9"))
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "rated");
+    assert_eq!(queue.get("rate:9").await.unwrap(), None);
+    queue.close().await.unwrap();
+    worker.await.unwrap().unwrap();
+}
