@@ -202,25 +202,28 @@ impl Sql {
                  FROM {dead} WHERE queue = $1 AND id = $2 LIMIT 1"
             ),
             // Machine::claim for each due job: the expired leases first (their last error
-            // becomes Machine::claim_error's), then pending jobs in due order; a job whose
+            // becomes Machine::claim_error's), then pending jobs in due order, $2 in all (a
+            // plain `LIMIT $2` on each index scan: a computed limit makes the planner guess
+            // a large one and cost the plan into JIT compilation); a job whose
             // attempts reached $5 moves to `dead` instead of being leased. Series heads are
             // left to the series step (`series.rs`), which moves the series in the same
             // transaction as the claim of its head.
             claim: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
-                 expired AS (SELECT j.id, j.attempt FROM {jobs} j \
+                 expired AS (SELECT j.id, j.attempt, j.lease_until AS at FROM {jobs} j \
                    WHERE j.queue = $1 AND j.token IS NOT NULL AND j.lease_until <= (SELECT t FROM now) \
                    AND NOT (SELECT p FROM paused) \
                    ORDER BY j.lease_until, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-                 due AS (SELECT j.id, j.attempt FROM {jobs} j \
+                 due AS (SELECT j.id, j.attempt, j.run_at AS at FROM {jobs} j \
                    WHERE j.queue = $1 AND j.token IS NULL AND j.run_at <= (SELECT t FROM now) \
                    AND NOT (SELECT p FROM paused) \
                    AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
-                   ORDER BY j.run_at, j.id LIMIT ($2 - (SELECT count(*) FROM expired)) \
-                   FOR UPDATE SKIP LOCKED), \
-                 picked AS (SELECT id, attempt, true AS expired FROM expired \
-                   UNION ALL SELECT id, attempt, false FROM due), \
+                   ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                 picked AS (SELECT id, attempt, expired FROM (\
+                   SELECT id, attempt, true AS expired, 0 AS k, at FROM expired \
+                   UNION ALL SELECT id, attempt, false, 1, at FROM due) AS both_ \
+                   ORDER BY k, at, id LIMIT $2), \
                  killed AS (DELETE FROM {jobs} j USING picked p \
                    WHERE j.queue = $1 AND j.id = p.id AND p.attempt >= $5 \
                    RETURNING j.queue, j.id, j.run_at, j.attempt, \
