@@ -101,6 +101,18 @@
 //! feature adds `rediss://` URLs (rustls); refused credentials, ACLs or certificates give
 //! [`Error::is_unauthorized`].
 //!
+//! With the `postgres` feature, `Builder::postgres` (or `Builder::postgres_pool`, on the
+//! application's own sqlx pool) puts the same queue in a schema of a PostgreSQL database
+//! (`wheel_jobs` unless `Builder::postgres_schema` names another), created and migrated
+//! by the library: each state change is one statement using the server's clock, claims
+//! take due jobs with `FOR UPDATE SKIP LOCKED`, concurrent schedules and acks share a
+//! commit, and a commit that makes a job due wakes idle consumers over `LISTEN`. Its
+//! point is the application's own transaction: `JobQueue::schedule_in`, `cancel_in` and
+//! `reschedule_in` take a `&mut PgConnection` (a transaction), so an order and its job
+//! commit together or not at all, and `Delivery::ack_in` acknowledges a job in the
+//! transaction that writes its effects (exactly-once effects in that database). An
+//! unreachable server gives [`Error::is_unavailable`] within `postgres_timeout`.
+//!
 //! # Performance
 //!
 //! One durable commit serves every request waiting for it, so throughput grows with
@@ -116,8 +128,8 @@
 
 // Layers, bottom up (a module imports only from the layers below it; docs/ARCHITECTURE.md,
 // "wheel-jobs"): core (values and pure rules) → backend (the trait, and under it one folder
-// per store: embedded, redis) → queue (the front: JobQueue, builder, consumer, worker) →
-// console (reads only through JobQueue).
+// per store: embedded, redis, postgres) → queue (the front: JobQueue, builder, consumer,
+// worker) → console (reads only through JobQueue).
 mod backend;
 #[cfg(feature = "console")]
 pub mod console;
@@ -137,3 +149,7 @@ pub use crate::queue::delivery::Delivery;
 #[cfg(feature = "serde")]
 pub use crate::queue::typed::{TypedDelivery, TypedQueue};
 pub use crate::queue::JobQueue;
+/// The sqlx this crate was built with (feature `postgres`): its `PgPool`, `PgConnection`
+/// and `Transaction` are what `Builder::postgres_pool` and the transactional forms take.
+#[cfg(feature = "postgres")]
+pub use sqlx;

@@ -10,11 +10,14 @@
 //! - Validation of ids and payload sizes happens above, in the front (`queue/`), once for
 //!   all backends.
 //! - A backend imports only `core` (values and pure rules) and this trait; nothing above
-//!   names a backend but the builder's `open`, `redis` and `redis_cluster`.
+//!   names a backend but the builder's `open`, `redis`, `redis_cluster` and `postgres`, and
+//!   the transactional forms of PostgreSQL (`queue/sql.rs`, through [`Backend::postgres`]).
 //! - Futures are boxed so a queue can hold any backend as one `Box<dyn Backend>`; one
 //!   allocation per call is noise beside a store round trip.
 
 pub(crate) mod embedded;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 
@@ -166,4 +169,11 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// durable once it returns. A claim while paused leases nothing and reports nothing due.
     /// Unpausing tells other processes' idle consumers (the local ones the front wakes).
     fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), Error>>;
+
+    /// The PostgreSQL backend, for the transactional forms that run on the caller's
+    /// connection (`JobQueue::schedule_in`, `Delivery::ack_in`); `None` elsewhere.
+    #[cfg(feature = "postgres")]
+    fn postgres(&self) -> Option<&postgres::Postgres> {
+        None
+    }
 }

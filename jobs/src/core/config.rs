@@ -32,6 +32,12 @@ pub(crate) struct Config {
     #[cfg(feature = "redis-tls")]
     pub(crate) tls_ca: Option<std::sync::Arc<[u8]>>,
     pub(crate) safety_wakeup: Duration,
+    /// PostgreSQL: the bound of every call, connecting included.
+    #[cfg(feature = "postgres")]
+    pub(crate) postgres_timeout: Option<Duration>,
+    /// PostgreSQL: the schema the queue's tables live in.
+    #[cfg(feature = "postgres")]
+    pub(crate) postgres_schema: String,
     pub(crate) timer: Option<wheel_timer::Timer>,
     /// What the queue is called in its metrics' `queue` label (`metrics.rs`): the Redis
     /// queue's name, or the embedded store's file name without its extension.
@@ -55,6 +61,10 @@ impl Default for Config {
             #[cfg(feature = "redis-tls")]
             tls_ca: None,
             safety_wakeup: Duration::from_secs(5),
+            #[cfg(feature = "postgres")]
+            postgres_timeout: Some(Duration::from_secs(5)),
+            #[cfg(feature = "postgres")]
+            postgres_schema: "wheel_jobs".to_owned(),
             timer: None,
             name: "jobs".to_owned(),
         }

@@ -42,9 +42,12 @@ enum Kind {
     InvalidInput(std::borrow::Cow<'static, str>),
     Locked,
     Storage(Arc<str>),
-    #[cfg_attr(not(any(feature = "redis", test)), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres", test)),
+        allow(dead_code)
+    )]
     Unavailable(Arc<str>),
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
     Unauthorized(Arc<str>),
     Closed,
     InvalidRecurrence(std::borrow::Cow<'static, str>),
@@ -73,7 +76,7 @@ impl Error {
         }
     }
 
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn invalid_config_owned(why: String) -> Self {
         Error {
             kind: Kind::InvalidConfig(why.into()),
@@ -86,14 +89,14 @@ impl Error {
         }
     }
 
-    #[cfg(any(feature = "redis", test))]
+    #[cfg(any(feature = "redis", feature = "postgres", test))]
     pub(crate) fn unavailable(why: impl fmt::Display) -> Self {
         Error {
             kind: Kind::Unavailable(why.to_string().into()),
         }
     }
 
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn unauthorized(why: impl fmt::Display) -> Self {
         Error {
             kind: Kind::Unauthorized(why.to_string().into()),

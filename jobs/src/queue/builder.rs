@@ -1,11 +1,12 @@
-//! [`Builder`]: how a [`JobQueue`] is configured and opened, on the embedded store or on
-//! Redis.
+//! [`Builder`]: how a [`JobQueue`] is configured and opened, on the embedded store, on
+//! Redis or on PostgreSQL.
 //!
 //! # Ground rules
 //!
-//! - The only code that names a backend: `open`, `redis` and `redis_cluster` build one and
-//!   hand it to the queue as a [`Backend`](crate::backend::Backend); nothing above the trait
-//!   knows which store it talks to.
+//! - The only code that names a backend: `open`, `redis`, `redis_cluster` and `postgres`
+//!   build one and hand it to the queue as a [`Backend`](crate::backend::Backend); nothing
+//!   above the trait knows which store it talks to (but the transactional forms of
+//!   PostgreSQL, `queue/sql.rs`, which reach it through `Backend::postgres`).
 //! - The configuration is checked once, here ([`Config::checked`]), before anything opens.
 
 use std::path::Path;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use crate::backend::embedded::Embedded;
 use crate::core::config::Config;
 use crate::core::error::Error;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres"))]
 use crate::core::wakeup::Wakeup;
 use crate::queue::JobQueue;
 
@@ -188,6 +189,30 @@ impl Builder {
         self
     }
 
+    /// PostgreSQL only (feature `postgres`): how long a call may take, waiting for a
+    /// pooled connection or a batch included, before it fails with
+    /// [`Error::is_unavailable`] (default 5 s; `None`: no limit). `postgres` connects
+    /// within it too. While the server is down or unreachable every call fails within
+    /// this bound (plus the runtime's delay in getting round to the timed-out task), and
+    /// calls succeed again as soon as it is back. A call that timed out may or may not have
+    /// committed; every call is idempotent or checked by its lease token, so retrying is
+    /// safe. These timeouts run on tokio's clock, so a test on a paused clock wants `None`.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
+        self.config.postgres_timeout = timeout;
+        self
+    }
+
+    /// PostgreSQL only (feature `postgres`): the schema the queue's tables live in
+    /// (default `wheel_jobs`), created by [`postgres`](Self::postgres) if missing. 1 to 48
+    /// lowercase ASCII letters, digits and `_`, not starting with a digit or `pg_`;
+    /// `postgres` fails with [`Error::is_invalid_config`] otherwise.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_schema(&mut self, schema: &str) -> &mut Self {
+        self.config.postgres_schema = schema.to_owned();
+        self
+    }
+
     /// The wheel that consumers arm their one timer on (default: the runtime's
     /// [`default_timer`](wheel_timer::default_timer)).
     pub fn timer(&mut self, timer: wheel_timer::Timer) -> &mut Self {
@@ -312,6 +337,79 @@ impl Builder {
         let wakeup: Arc<Wakeup> = Arc::default();
         let backend =
             crate::backend::redis::Redis::open(target, name, &config, wakeup.clone()).await?;
+        Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Builder {
+    /// Opens the queue `queue` on the PostgreSQL server at `url`
+    /// (`postgres://user:password@host:port/database`, `?sslmode=require` for TLS with
+    /// rustls and the webpki roots), with the same API and guarantees as the embedded
+    /// store, shared by every process that opens the same queue in the same schema
+    /// ([`postgres_schema`](Self::postgres_schema)). Requires the `postgres` feature.
+    ///
+    /// The queue makes a pool of 10 connections, and its `LISTEN` listener one more of its
+    /// own. The schema is created, or upgraded, by the first process that opens it,
+    /// under an advisory lock. Every state change is one statement using the server's
+    /// clock; [`JobQueue::schedule_in`] and [`Delivery::ack_in`](crate::Delivery::ack_in)
+    /// run in the application's own transaction.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), wheel_jobs::Error> {
+    /// let queue = wheel_jobs::JobQueue::builder()
+    ///     .postgres("postgres://app@localhost/shop", "orders")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_unavailable`] if the server cannot be reached within
+    /// [`postgres_timeout`](Self::postgres_timeout), [`Error::is_unauthorized`] at once if
+    /// it refuses the user or password (or we refuse its TLS certificate),
+    /// [`Error::is_invalid_config`] for a bad URL, schema or queue name (1 to 256 bytes,
+    /// no NUL) or a schema created by a newer wheel-jobs (both versions named).
+    pub async fn postgres(&self, url: &str, queue: &str) -> Result<JobQueue, Error> {
+        self.open_postgres(crate::backend::postgres::Target::Url(url), queue)
+            .await
+    }
+
+    /// [`postgres`](Self::postgres) on the application's own pool: the queue's calls and
+    /// its group commits take connections from it, each for one statement (a series step:
+    /// one short transaction); its `LISTEN` listener makes one connection of its own with
+    /// the pool's connect options, so it never holds one of the pool's.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = wheel_jobs::sqlx::PgPool::connect("postgres://app@localhost/shop").await?;
+    /// let queue = wheel_jobs::JobQueue::builder().postgres_pool(pool.clone(), "orders").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`postgres`](Self::postgres).
+    pub async fn postgres_pool(&self, pool: sqlx::PgPool, queue: &str) -> Result<JobQueue, Error> {
+        self.open_postgres(crate::backend::postgres::Target::Pool(pool), queue)
+            .await
+    }
+
+    async fn open_postgres(
+        &self,
+        target: crate::backend::postgres::Target<'_>,
+        queue: &str,
+    ) -> Result<JobQueue, Error> {
+        let mut config = self.checked()?;
+        config.name = queue.to_owned();
+        let wakeup: Arc<Wakeup> = Arc::default();
+        let backend =
+            crate::backend::postgres::Postgres::open(target, queue, &config, wakeup.clone())
+                .await?;
         Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))
     }
 }

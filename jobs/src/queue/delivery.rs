@@ -65,7 +65,21 @@ impl Delivery {
         }
     }
 
-    fn settled<T>(&self, answer: Result<T, Error>) -> Result<T, Error> {
+    /// The queue's shared state, for the transactional forms (`queue/sql.rs`).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn hub(&self) -> &Arc<Hub> {
+        &self.inner
+    }
+
+    /// The lease's token.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn token(&self) -> u64 {
+        self.job.token
+    }
+
+    /// Tells a `run` loop renewing this delivery's lease that it was settled (`answer`
+    /// succeeded), so the renewals stop.
+    pub(crate) fn settled<T>(&self, answer: Result<T, Error>) -> Result<T, Error> {
         if let (Some(renewal), Ok(_)) = (&self.renewal, &answer) {
             renewal
                 .settled

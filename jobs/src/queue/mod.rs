@@ -16,6 +16,8 @@ pub(crate) mod delivery;
 pub(crate) mod hub;
 pub(crate) mod metrics;
 mod recurring;
+#[cfg(feature = "postgres")]
+mod sql;
 #[cfg(feature = "serde")]
 pub(crate) mod typed;
 pub(crate) mod worker;

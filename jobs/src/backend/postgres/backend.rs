@@ -1,0 +1,359 @@
+//! [`Postgres`] as a [`Backend`]: each call one statement (or, for series, one transaction),
+//! within `postgres_timeout`.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use super::batch::MAX_BATCH;
+use super::error::pg_error;
+use super::sql::{span, Settle, Settled};
+use super::{Postgres, LOCKED_RETRY};
+use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed};
+use crate::core::error::Error;
+use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
+use crate::core::recurrence::Recurrence;
+use crate::core::series::{CatchUp, Recurring, RecurringInfo};
+use crate::core::state::Retry;
+
+impl Postgres {
+    /// A retry, or with an `error` a failure.
+    async fn give_back(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: Option<String>,
+    ) -> Result<(Retry, u64), Error> {
+        self.open_check()?;
+        // PostgreSQL's text refuses NUL: one in an error would fail the whole batch.
+        let error = error.map(|e| e.replace('\0', "\u{FFFD}"));
+        let settled = self
+            .settles
+            .call(Settle::Retry {
+                id,
+                token: token as i64,
+                after: span(after),
+                error,
+            })
+            .await?;
+        Ok(match settled {
+            Settled::Pending(at) => (Retry::Pending, at),
+            Settled::Died(at) => (Retry::Died, at),
+            Settled::Acked | Settled::Stale => (Retry::Stale, 0),
+        })
+    }
+
+    /// The series heads the claim statement left out: each one's first claim in one
+    /// transaction with the series' step; what it delivers, leased under `token`.
+    async fn claim_heads(
+        &self,
+        heads: Vec<String>,
+        room: usize,
+        token: i64,
+    ) -> Result<Vec<Claimed>, Error> {
+        let mut tx = self.pool.begin().await.map_err(pg_error)?;
+        let now = self.sql.now(&mut *tx).await?;
+        let mut out = Vec::new();
+        for head in heads.into_iter().take(room) {
+            let Some(id) = self
+                .series
+                .first_claim(&mut tx, &self.queue, &self.rules, now, &head)
+                .await?
+            else {
+                continue;
+            };
+            if let Some((payload, attempt, run_at)) = self
+                .series
+                .lease(&mut tx, &self.queue, &id, token, self.lease_ns)
+                .await?
+            {
+                out.push(Claimed {
+                    id,
+                    payload,
+                    attempt,
+                    run_at,
+                    token: token as u64,
+                });
+            }
+        }
+        tx.commit().await.map_err(pg_error)?;
+        Ok(out)
+    }
+}
+
+impl Backend for Postgres {
+    fn schedule(
+        &self,
+        id: String,
+        when: When,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
+        Box::pin(async move {
+            self.open_check()?;
+            super::names::check_id(&id)?;
+            let (_, created) = self.schedules.call((id, when, payload)).await?;
+            Ok(match created {
+                Some(run_at) => (Scheduled::Created, run_at),
+                None => (Scheduled::Exists, 0),
+            })
+        })
+    }
+
+    fn schedule_many(
+        &self,
+        jobs: Vec<(String, When, Vec<u8>)>,
+    ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
+        Box::pin(self.timed(async move {
+            for (id, _, _) in &jobs {
+                super::names::check_id(id)?;
+            }
+            // One statement: all or nothing.
+            let ids: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
+            let created = self.sql.schedule(&self.pool, &self.queue, jobs).await?;
+            Ok(super::answers(&ids, created)
+                .into_iter()
+                .map(|(_, c)| match c {
+                    Some(run_at) => (Scheduled::Created, run_at),
+                    None => (Scheduled::Exists, 0),
+                })
+                .collect())
+        }))
+    }
+
+    fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(self.timed(async move { self.sql.cancel(&self.pool, &self.queue, &id).await }))
+    }
+
+    fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(self.timed(async move {
+            self.sql
+                .reschedule(&self.pool, &self.queue, &id, when)
+                .await
+        }))
+    }
+
+    fn get(&self, id: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>> {
+        Box::pin(self.timed(async move { self.sql.get(&self.pool, &self.queue, &id).await }))
+    }
+
+    fn pending(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move { Ok(self.counts().await?.pending) })
+    }
+
+    fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move { Ok(self.counts().await?.running) })
+    }
+
+    fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+        Box::pin(self.timed(async move {
+            if self.fold_due() {
+                self.sql.fold(&self.pool, &self.queue, self.slot()).await?;
+            }
+            let token = self.token();
+            let want = max.min(MAX_BATCH);
+            let rows = (self.sql)
+                .claim(
+                    &self.pool,
+                    &self.queue,
+                    want,
+                    self.lease_ns,
+                    token,
+                    self.max_attempts,
+                )
+                .await?;
+            let mut jobs: Vec<Claimed> = rows
+                .jobs
+                .into_iter()
+                .map(|(id, payload, attempt, run_at)| Claimed {
+                    id,
+                    payload,
+                    attempt,
+                    run_at,
+                    token: token as u64,
+                })
+                .collect();
+            let mut next_due = rows.next_due;
+            if !rows.heads.is_empty() && jobs.len() < want {
+                let room = want - jobs.len();
+                match self.claim_heads(rows.heads, room, token).await {
+                    Ok(heads) => jobs.extend(heads),
+                    // The jobs already leased are handed out all the same; the heads are
+                    // claimed by a later claim.
+                    Err(err) if !jobs.is_empty() => {
+                        tracing::warn!(error = %err, "wheel-jobs: claiming series heads failed; delivering the other jobs");
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
+            if rows.paused {
+                next_due = None;
+            } else if jobs.len() >= want {
+                // More may be due: look again at once.
+                next_due = Some(rows.now);
+            } else if let Some(next) = next_due.filter(|&n| n <= rows.now) {
+                // What is due and was not taken is locked by another transaction (a claim,
+                // a series step, a caller's `cancel_in`) or a series head whose step moved
+                // it: the outcome of a commit that makes a job pending wakes us anyway;
+                // look again shortly, not in a loop.
+                next_due = Some(next.max(rows.now.saturating_add(LOCKED_RETRY)));
+            }
+            jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
+            Ok(ClaimBatch {
+                jobs,
+                next_due,
+                now: rows.now,
+                died: rows.died,
+            })
+        }))
+    }
+
+    fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(async move {
+            self.open_check()?;
+            let settled = self
+                .settles
+                .call(Settle::Ack {
+                    id,
+                    token: token as i64,
+                })
+                .await?;
+            Ok(settled == Settled::Acked)
+        })
+    }
+
+    fn retry(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+        Box::pin(self.give_back(id, token, after, None))
+    }
+
+    fn extend(&self, id: String, token: u64, by: Duration) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(self.timed(async move {
+            self.sql
+                .extend(&self.pool, &self.queue, &id, token as i64, span(by))
+                .await
+        }))
+    }
+
+    fn remove_dead(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(
+            self.timed(async move { self.sql.remove_dead(&self.pool, &self.queue, &id).await }),
+        )
+    }
+
+    fn purge_dead(&self, limit: usize) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(
+            self.timed(async move { self.sql.purge_dead(&self.pool, &self.queue, limit).await }),
+        )
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            self.closed.store(true, SeqCst);
+            Ok(())
+        })
+    }
+
+    fn schedule_recurring(
+        &self,
+        name: String,
+        rule: Recurrence,
+        payload: Vec<u8>,
+        catch_up: CatchUp,
+    ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
+        Box::pin(self.timed(async move {
+            let mut tx = self.pool.begin().await.map_err(pg_error)?;
+            let now = self.sql.now(&mut *tx).await?;
+            let set = self
+                .series
+                .set(&mut tx, &self.queue, now, &name, &rule, payload, catch_up)
+                .await?;
+            tx.commit().await.map_err(pg_error)?;
+            Ok(set)
+        }))
+    }
+
+    fn cancel_recurring(&self, name: String) -> BoxFuture<'_, Result<bool, Error>> {
+        Box::pin(self.timed(async move {
+            let mut tx = self.pool.begin().await.map_err(pg_error)?;
+            let cancelled = self.series.cancel(&mut tx, &self.queue, &name).await?;
+            tx.commit().await.map_err(pg_error)?;
+            Ok(cancelled)
+        }))
+    }
+
+    fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<RecurringInfo>, Error>> {
+        Box::pin(self.timed(async move {
+            let mut conn = self.pool.acquire().await.map_err(pg_error)?;
+            self.series.list(&mut conn, &self.queue, &self.rules).await
+        }))
+    }
+
+    fn fail(
+        &self,
+        id: String,
+        token: u64,
+        after: Duration,
+        error: String,
+    ) -> BoxFuture<'_, Result<(Retry, u64), Error>> {
+        Box::pin(self.give_back(id, token, after, Some(error)))
+    }
+
+    fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>> {
+        Box::pin(self.timed(async move {
+            if self.fold_due() {
+                self.sql.fold(&self.pool, &self.queue, self.slot()).await?;
+            }
+            let (pending, running, dead, paused, next_due) =
+                self.sql.counts(&self.pool, &self.queue).await?;
+            Ok(Counts::new(pending, running, dead, paused, next_due))
+        }))
+    }
+
+    fn list(
+        &self,
+        state: JobState,
+        after: Option<(u64, String)>,
+        limit: usize,
+        payloads: bool,
+    ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
+        Box::pin(self.timed(async move {
+            self.sql
+                .list(&self.pool, &self.queue, state, after, limit, payloads)
+                .await
+        }))
+    }
+
+    fn revive(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(
+            self.timed(async move { self.sql.revive(&self.pool, &self.queue, &id, when).await }),
+        )
+    }
+
+    fn revive_dead(
+        &self,
+        limit: usize,
+        when: When,
+    ) -> BoxFuture<'_, Result<(u64, Option<u64>), Error>> {
+        Box::pin(self.timed(async move {
+            self.sql
+                .revive_dead(&self.pool, &self.queue, limit, when)
+                .await
+        }))
+    }
+
+    fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.timed(async move {
+            self.sql
+                .set_paused(&self.pool, &self.queue, paused, &self.names.channel)
+                .await
+        }))
+    }
+
+    fn postgres(&self) -> Option<&Postgres> {
+        Some(self)
+    }
+}

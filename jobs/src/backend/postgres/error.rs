@@ -1,0 +1,47 @@
+//! sqlx's errors as the crate's [`Error`]s: the same meaning as on every backend.
+//!
+//! - The server unreachable, gone, shutting down or out of connections, the pool out of
+//!   time, a transaction chosen as a deadlock or serialization victim: `is_unavailable`
+//!   (retrying is safe: every call is idempotent or token-checked).
+//! - Refused credentials or privileges, a refused TLS certificate: `is_unauthorized`.
+//! - A NUL byte in an id or a queue name (PostgreSQL's text refuses it): `is_invalid_input`.
+//! - Anything else (a schema someone altered, a corrupt reply): `is_storage`.
+
+use crate::core::error::Error;
+
+/// `err` as the crate's error.
+pub(super) fn pg_error(err: sqlx::Error) -> Error {
+    match &err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => Error::unavailable(format!("postgres: {err}")),
+        sqlx::Error::PoolClosed => Error::closed(),
+        sqlx::Error::Tls(_) => Error::unauthorized(format!("postgres TLS: {err}")),
+        sqlx::Error::Configuration(_) => Error::invalid_config_owned(format!("postgres: {err}")),
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            match code.as_ref() {
+                // invalid_authorization_specification, invalid_password,
+                // insufficient_privilege.
+                "28000" | "28P01" | "42501" => Error::unauthorized(format!("postgres: {err}")),
+                // character_not_in_repertoire, untranslatable_character: a NUL in text.
+                "22021" | "22P05" => Error::invalid_input(format!("postgres: {err}")),
+                // serialization_failure, deadlock_detected, too_many_connections,
+                // admin_shutdown, crash_shutdown, cannot_connect_now, connection errors
+                // (class 08), a read-only standby (25006).
+                c if c == "40001"
+                    || c == "40P01"
+                    || c == "53300"
+                    || c.starts_with("57P")
+                    || c.starts_with("08")
+                    || c == "25006" =>
+                {
+                    Error::unavailable(format!("postgres: {err}"))
+                }
+                _ => Error::storage(format!("postgres: {err}")),
+            }
+        }
+        _ => Error::storage(format!("postgres: {err}")),
+    }
+}

@@ -1,0 +1,95 @@
+//! The schema's versions: created and migrated by the library from the SQL files in
+//! `migrations/`, under a transaction-scoped advisory lock, so many processes opening at
+//! once apply each version exactly once.
+//!
+//! # Ground rules
+//!
+//! - Version `n` is `migrations/000n_*.sql`, applied in one transaction with the version
+//!   row; files are never edited once released (a change is a new file and version).
+//! - A schema at a newer version than [`VERSION`] is refused with both versions named: this
+//!   library would misread it.
+//! - Opening a schema already at [`VERSION`] takes no lock: one read.
+
+use sqlx::postgres::PgConnection;
+use sqlx::{Executor, PgPool, Row};
+
+use super::error::pg_error;
+use super::names::Names;
+use crate::core::error::Error;
+
+/// The versions this library knows, in order.
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_jobs.sql"))];
+
+/// The schema version this library writes.
+pub(super) const VERSION: i32 = 1;
+
+fn db<T>(r: Result<T, sqlx::Error>) -> Result<T, Error> {
+    r.map_err(pg_error)
+}
+
+fn too_new(names: &Names, found: i32) -> Error {
+    Error::invalid_config_owned(format!(
+        "the PostgreSQL schema {:?} is at version {found}, newer than version {VERSION} that \
+         this wheel-jobs knows: open it with a newer wheel-jobs",
+        names.schema
+    ))
+}
+
+/// The version recorded in the schema, `None` if it has none yet.
+async fn recorded(c: &mut PgConnection, names: &Names) -> Result<Option<i32>, Error> {
+    let row = db(sqlx::query(&format!(
+        "SELECT version FROM {} WHERE id = 1",
+        names.version
+    ))
+    .fetch_optional(c)
+    .await)?;
+    row.map(|r| db(r.try_get(0))).transpose()
+}
+
+/// Brings the schema to [`VERSION`], or refuses a newer one.
+pub(super) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), Error> {
+    let mut conn = db(pool.acquire().await)?;
+    let exists = db(sqlx::query("SELECT to_regclass($1) IS NOT NULL")
+        .bind(&names.version)
+        .fetch_one(&mut *conn)
+        .await)?;
+    if exists.try_get::<bool, _>(0).unwrap_or(false) {
+        match recorded(&mut conn, names).await? {
+            Some(v) if v == VERSION => return Ok(()),
+            Some(v) if v > VERSION => return Err(too_new(names, v)),
+            _ => {}
+        }
+    }
+    drop(conn);
+    let mut tx = db(pool.begin().await)?;
+    db(
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(names.migration_lock())
+            .execute(&mut *tx)
+            .await,
+    )?;
+    let create = format!(
+        "CREATE SCHEMA IF NOT EXISTS {}; \
+         CREATE TABLE IF NOT EXISTS {} (id integer PRIMARY KEY CHECK (id = 1), version integer NOT NULL)",
+        names.quoted, names.version
+    );
+    // Several statements: the simple query protocol (`Executor::execute` of a `&str`).
+    db(tx.execute(create.as_str()).await)?;
+    let found = recorded(&mut tx, names).await?.unwrap_or(0);
+    if found > VERSION {
+        return Err(too_new(names, found));
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > found) {
+        let sql = sql.replace("{schema}", &names.quoted);
+        db(tx.execute(sql.as_str()).await)?;
+        db(sqlx::query(&format!(
+            "INSERT INTO {} (id, version) VALUES (1, $1) \
+             ON CONFLICT (id) DO UPDATE SET version = excluded.version",
+            names.version
+        ))
+        .bind(version)
+        .execute(&mut *tx)
+        .await)?;
+    }
+    db(tx.commit().await)
+}

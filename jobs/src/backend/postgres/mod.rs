@@ -1,0 +1,355 @@
+//! The PostgreSQL backend (feature `postgres`): a queue in a schema of the application's
+//! own database, so a job can be scheduled, cancelled or acknowledged inside the
+//! application's transaction (`JobQueue::schedule_in`, `Delivery::ack_in`).
+//!
+//! # Ground rules
+//!
+//! - The server's clock only: every "now" is `clock_timestamp()` in the statement that uses
+//!   it (`sql.rs`); clients with skewed clocks never deliver early.
+//! - Each `Backend` call is one statement in its own transaction, but for recurring series
+//!   (one transaction of several statements, `series.rs`). Concurrent acks and retries
+//!   share one statement and one commit (`batch.rs`), so do concurrent schedules.
+//! - Claims take due jobs with `FOR UPDATE SKIP LOCKED`, lease them and bump their attempt
+//!   (or kill those out of attempts) in the same statement, so competing consumers in any
+//!   number of processes never wait on each other and never take one job twice.
+//! - Counts and wake-ups are kept by the schema's statement triggers, whoever writes (the
+//!   library, or an application's transaction): `counts` sums at most 16 folded slot rows and
+//!   the deltas not yet folded, never a `COUNT(*)`; a wake is a `pg_notify` inside the
+//!   writing transaction, so only a commit wakes anyone (`listen.rs`).
+//! - `postgres_timeout` bounds every call (queueing for a batch or a pool connection
+//!   included): an unreachable server gives `is_unavailable` within it. A call that timed
+//!   out may or may not have committed; every call is idempotent or token-checked.
+//! - Jobs in a queue are the rows of `jobs` (pending, running) and `dead` whose `queue` is
+//!   its name; many queues share a schema.
+//!
+//! # Files
+//!
+//! `names.rs` names the schema's objects; `migrate.rs` creates and upgrades the schema from
+//! `migrations/`; `sql.rs` holds each statement with its typed function; `series.rs` the
+//! recurring series' steps; `batch.rs` the group commit; `listen.rs` the `LISTEN` task;
+//! `error.rs` maps sqlx's errors; `backend.rs` is the [`Backend`](crate::backend::Backend)
+//! implementation; this file holds the [`Postgres`] value and opens it.
+//!
+//! A new `Backend` operation touches `sql.rs` (its statement and function), `backend.rs`
+//! (the method), and, if it changes a job's state, the triggers of a new migration file
+//! when counts or wake-ups must follow.
+
+mod backend;
+mod batch;
+mod error;
+mod listen;
+mod migrate;
+pub(crate) mod names;
+mod series;
+mod sql;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::PgPool;
+
+use self::batch::{timed_out, Batcher};
+use self::error::pg_error;
+use self::names::Names;
+use self::series::SeriesSql;
+use self::sql::{NewJob, Settle, Settled, Sql};
+use crate::core::config::Config;
+use crate::core::error::Error;
+use crate::core::job::{Scheduled, When};
+use crate::core::series::Rules;
+use crate::core::state::mix;
+use crate::core::wakeup::Wakeup;
+
+/// Where the queue's connections come from.
+#[derive(Debug)]
+pub(crate) enum Target<'a> {
+    /// A `postgres://` URL: the queue makes its own pool.
+    Url(&'a str),
+    /// The application's pool.
+    Pool(PgPool),
+}
+
+/// Connections in the pool the queue makes from a URL (claims, batches, single calls); the
+/// listener has one more of its own.
+const POOL_SIZE: u32 = 10;
+
+/// How often a claim folds the queue's counter deltas into a slot (at most).
+const FOLD_EVERY: Duration = Duration::from_secs(1);
+
+/// After a claim that left due jobs locked by others (in flight elsewhere), how long an
+/// idle consumer waits before looking again (nanoseconds): their commit or rollback wakes
+/// it anyway when it makes one pending.
+const LOCKED_RETRY: u64 = 10_000_000;
+
+pub(crate) struct Postgres {
+    pool: PgPool,
+    queue: String,
+    names: Arc<Names>,
+    sql: Arc<Sql>,
+    series: SeriesSql,
+    lease_ns: i64,
+    max_attempts: u32,
+    timeout: Option<Duration>,
+    schedules: Batcher<NewJob, (String, Option<u64>)>,
+    settles: Batcher<Settle, Settled>,
+    closed: AtomicBool,
+    /// Stops the listener when the backend goes.
+    _listening: listen::Listening,
+    rules: Mutex<Rules>,
+    tokens: AtomicU64,
+    token_seed: u64,
+    last_fold: Mutex<Option<Instant>>,
+}
+
+impl fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Postgres")
+            .field("schema", &self.names.schema)
+            .field("queue", &self.queue)
+            .finish()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.schedules.task.abort();
+        self.settles.task.abort();
+    }
+}
+
+impl Postgres {
+    pub(crate) async fn open(
+        target: Target<'_>,
+        queue: &str,
+        config: &Config,
+        wakeup: Arc<Wakeup>,
+    ) -> Result<Postgres, Error> {
+        names::check_queue(queue)?;
+        names::check_schema(&config.postgres_schema)?;
+        let timeout = config.postgres_timeout;
+        let opened = async {
+            let pool = match target {
+                Target::Url(url) => {
+                    let options = PgConnectOptions::from_str(url)
+                        .map_err(|err| {
+                            Error::invalid_config_owned(format!("a bad PostgreSQL URL: {err}"))
+                        })?
+                        // JIT compiling a claim costs more than running it (~100 ms against
+                        // ~1 ms at 1M jobs): never worth it for these short statements.
+                        .options([("jit", "off")]);
+                    PgPoolOptions::new()
+                        .max_connections(POOL_SIZE)
+                        .acquire_timeout(timeout.unwrap_or(Duration::from_secs(30)))
+                        .connect_with(options)
+                        .await
+                        .map_err(pg_error)?
+                }
+                Target::Pool(pool) => pool,
+            };
+            let names = Names::new(&config.postgres_schema);
+            migrate::migrate(&pool, &names).await?;
+            let sql = Sql::new(&names);
+            sql.add_queue(&pool, queue).await?;
+            Ok::<_, Error>((pool, names, sql))
+        };
+        let (pool, names, sql) = match timeout {
+            Some(t) => tokio::time::timeout(t, opened)
+                .await
+                .map_err(|_| Error::unavailable(timed_out(t)))??,
+            None => opened.await?,
+        };
+        let names = Arc::new(names);
+        let sql = Arc::new(sql);
+        let max_attempts = config.max_attempts;
+        let schedules = {
+            let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.to_owned());
+            Batcher::new(timeout, move |jobs: Vec<NewJob>| {
+                let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
+                async move {
+                    let ids: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
+                    let created = sql.schedule(&pool, &queue, jobs).await?;
+                    Ok(answers(&ids, created))
+                }
+            })
+        };
+        let settles = {
+            let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.to_owned());
+            Batcher::new(timeout, move |batch: Vec<Settle>| {
+                let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
+                async move { sql.settle(&pool, &queue, max_attempts, &batch).await }
+            })
+        };
+        let listening = listen::spawn(&pool, names.channel.clone(), queue.to_owned(), &wakeup);
+        let seed = mix(crate::core::job::nanos(std::time::SystemTime::now())
+            ^ u64::from(std::process::id()).rotate_left(32)
+            ^ (Arc::as_ptr(&wakeup) as u64));
+        Ok(Postgres {
+            pool,
+            queue: queue.to_owned(),
+            series: SeriesSql::new(&names),
+            names,
+            sql,
+            lease_ns: sql::span(config.lease),
+            max_attempts,
+            timeout,
+            schedules,
+            settles,
+            closed: AtomicBool::new(false),
+            _listening: listening,
+            rules: Mutex::default(),
+            tokens: AtomicU64::new(0),
+            token_seed: seed,
+            last_fold: Mutex::new(None),
+        })
+    }
+
+    /// Fails once the queue is closed.
+    fn open_check(&self) -> Result<(), Error> {
+        if self.closed.load(SeqCst) {
+            return Err(Error::closed());
+        }
+        Ok(())
+    }
+
+    /// `call` within `postgres_timeout`.
+    async fn timed<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        self.open_check()?;
+        match self.timeout {
+            Some(t) => tokio::time::timeout(t, call)
+                .await
+                .map_err(|_| Error::unavailable(timed_out(t)))?,
+            None => call.await,
+        }
+    }
+
+    /// A fresh lease token: a per-handle random seed and a counter, mixed.
+    fn token(&self) -> i64 {
+        let n = self.tokens.fetch_add(1, SeqCst);
+        mix(self.token_seed.wrapping_add(n)) as i64
+    }
+
+    /// Whether a fold of the counter deltas is due (at most one per `FOLD_EVERY`).
+    fn fold_due(&self) -> bool {
+        let mut last = self.last_fold.lock().expect("fold clock");
+        let due = last.is_none_or(|at| at.elapsed() >= FOLD_EVERY);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    }
+
+    /// A counter slot for a fold.
+    fn slot(&self) -> i16 {
+        (self.token() as u64 % names::SLOTS as u64) as i16
+    }
+
+    /// `schedule` on the caller's connection (in its transaction): the job exists if and
+    /// only if that transaction commits; the commit wakes the idle consumers.
+    pub(crate) async fn schedule_in(
+        &self,
+        conn: &mut PgConnection,
+        id: String,
+        when: When,
+        payload: Vec<u8>,
+    ) -> Result<Scheduled, Error> {
+        self.open_check()?;
+        names::check_id(&id)?;
+        let created = self
+            .sql
+            .schedule(&mut *conn, &self.queue, vec![(id, when, payload)])
+            .await?;
+        Ok(if created.is_empty() {
+            Scheduled::Exists
+        } else {
+            Scheduled::Created
+        })
+    }
+
+    /// `cancel` on the caller's connection.
+    pub(crate) async fn cancel_in(&self, conn: &mut PgConnection, id: &str) -> Result<bool, Error> {
+        self.open_check()?;
+        self.sql.cancel(&mut *conn, &self.queue, id).await
+    }
+
+    /// `reschedule` on the caller's connection.
+    pub(crate) async fn reschedule_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        when: When,
+    ) -> Result<bool, Error> {
+        self.open_check()?;
+        Ok(self
+            .sql
+            .reschedule(&mut *conn, &self.queue, id, when)
+            .await?
+            .is_some())
+    }
+
+    /// An ack on the caller's connection: `true` if the lease was held, and then the job is
+    /// deleted when (and only if) the caller's transaction commits.
+    pub(crate) async fn ack_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        token: u64,
+    ) -> Result<bool, Error> {
+        self.open_check()?;
+        let answers = self
+            .sql
+            .settle(
+                &mut *conn,
+                &self.queue,
+                self.max_attempts,
+                &[Settle::Ack {
+                    id: id.to_owned(),
+                    token: token as i64,
+                }],
+            )
+            .await?;
+        Ok(answers.first() == Some(&Settled::Acked))
+    }
+}
+
+/// The answers of a schedule statement: created (with its run_at) for the first request
+/// of each id the statement inserted, exists for the others.
+fn answers(ids: &[String], created: Vec<(String, u64)>) -> Vec<(String, Option<u64>)> {
+    let mut created: std::collections::HashMap<String, u64> = created.into_iter().collect();
+    ids.iter()
+        .map(|id| (id.clone(), created.remove(id)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duplicate_id_in_a_batch_is_created_once() {
+        let ids = ["a", "b", "a"].map(String::from);
+        let got = answers(&ids, vec![("a".into(), 5)]);
+        assert_eq!(
+            got,
+            vec![
+                ("a".to_owned(), Some(5)),
+                ("b".to_owned(), None),
+                ("a".to_owned(), None)
+            ]
+        );
+    }
+
+    #[test]
+    fn stored_times_saturate_at_never() {
+        assert_eq!(sql::dec(sql::enc(u64::MAX)), u64::MAX);
+        assert_eq!(sql::dec(sql::enc(42)), 42);
+        assert_eq!(sql::dec(-5), 0);
+        assert_eq!(sql::span(Duration::MAX), i64::MAX);
+    }
+}

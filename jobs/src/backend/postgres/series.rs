@@ -1,0 +1,545 @@
+//! Recurring series on PostgreSQL: each series step as statements inside one transaction,
+//! the rules in `core/series.rs` (this file follows `embedded/series.rs` step for step).
+//!
+//! # Ground rules
+//!
+//! - `series` holds a series' record: catch-up policy (`runs`), the head's time and job id,
+//!   the last delivered occurrence's time, the recurrence's text form and the payload. The
+//!   head is an ordinary pending job in `jobs`.
+//! - Setting and cancelling a series take a transaction-scoped advisory lock on the
+//!   series, then its row; the claim step takes the series row and then the head's job row
+//!   with `SKIP LOCKED` (it never waits, so it cannot deadlock against a setter): a head
+//!   that is busy is claimed by a later claim.
+//! - The first claim of a head (the main claim statement leaves heads out) runs
+//!   [`first_claim`] and leases what it delivers in the same transaction: the series moves
+//!   if and only if its head is claimed.
+
+use sqlx::postgres::PgConnection;
+use sqlx::Row;
+
+use super::error::pg_error;
+use super::names::Names;
+use super::sql::{dec, enc};
+use crate::core::error::Error;
+use crate::core::recurrence::Recurrence;
+use crate::core::series::{self, occurrence_id, CatchUp, Recurring, RecurringInfo, Rules, Step};
+use crate::core::state::{Machine, Status};
+
+fn db<T>(r: Result<T, sqlx::Error>) -> Result<T, Error> {
+    r.map_err(pg_error)
+}
+
+/// One series as stored.
+#[derive(Debug, Clone)]
+pub(super) struct Record {
+    runs: u32,
+    head: Option<u64>,
+    last: Option<u64>,
+    rule: String,
+    payload: Vec<u8>,
+}
+
+/// The statements of the series steps.
+#[derive(Debug)]
+pub(super) struct SeriesSql {
+    lock: String,
+    load: String,
+    load_skip_locked: String,
+    save: String,
+    delete: String,
+    list: String,
+    load_job: String,
+    load_job_skip_locked: String,
+    load_dead: String,
+    insert_job: String,
+    delete_pending: String,
+    set_payload: String,
+    lease: String,
+    schema: String,
+}
+
+impl SeriesSql {
+    pub(super) fn new(n: &Names) -> SeriesSql {
+        let Names {
+            jobs, dead, series, ..
+        } = n;
+        let load = format!(
+            "SELECT runs, head, last, rule, payload FROM {series} WHERE queue = $1 AND name = $2 FOR UPDATE"
+        );
+        SeriesSql {
+            lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))".to_owned(),
+            load_skip_locked: format!("{load} SKIP LOCKED"),
+            load,
+            save: format!(
+                "INSERT INTO {series} (queue, name, runs, head, head_id, last, rule, payload) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (queue, name) DO UPDATE SET \
+                 runs = excluded.runs, head = excluded.head, head_id = excluded.head_id, \
+                 last = excluded.last, rule = excluded.rule, payload = excluded.payload"
+            ),
+            delete: format!("DELETE FROM {series} WHERE queue = $1 AND name = $2"),
+            list: format!(
+                "SELECT name, runs, head, last, rule FROM {series} WHERE queue = $1 ORDER BY name"
+            ),
+            load_job: format!(
+                "SELECT run_at, attempt, token, lease_until FROM {jobs} \
+                 WHERE queue = $1 AND id = $2 FOR UPDATE"
+            ),
+            load_job_skip_locked: format!(
+                "SELECT run_at, attempt, token, lease_until FROM {jobs} \
+                 WHERE queue = $1 AND id = $2 FOR UPDATE SKIP LOCKED"
+            ),
+            load_dead: format!("SELECT died_at FROM {dead} WHERE queue = $1 AND id = $2"),
+            insert_job: format!(
+                "INSERT INTO {jobs} (queue, id, run_at, payload) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (queue, id) DO NOTHING RETURNING 1"
+            ),
+            delete_pending: format!(
+                "DELETE FROM {jobs} WHERE queue = $1 AND id = $2 AND token IS NULL"
+            ),
+            set_payload: format!(
+                "UPDATE {jobs} SET payload = $3 WHERE queue = $1 AND id = $2 AND token IS NULL"
+            ),
+            // Machine::claim of a head, which is pending with attempt 0 (so never killed).
+            lease: format!(
+                "UPDATE {jobs} SET attempt = attempt + 1, token = $3, \
+                 lease_until = LEAST((extract(epoch FROM clock_timestamp()) * 1000000000)::numeric + $4, \
+                 9223372036854775807)::bigint \
+                 WHERE queue = $1 AND id = $2 AND token IS NULL RETURNING payload, attempt, run_at"
+            ),
+            schema: n.schema.clone(),
+        }
+    }
+
+    /// Serializes the setters of one series.
+    async fn lock(&self, c: &mut PgConnection, queue: &str, name: &str) -> Result<(), Error> {
+        let key = format!("wheel-jobs series {} {queue} {name}", self.schema);
+        db(sqlx::query(&self.lock).bind(key).execute(c).await)?;
+        Ok(())
+    }
+
+    async fn load(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        name: &str,
+        skip_locked: bool,
+    ) -> Result<Option<Record>, Error> {
+        let text = if skip_locked {
+            &self.load_skip_locked
+        } else {
+            &self.load
+        };
+        let row = db(sqlx::query(text)
+            .bind(queue)
+            .bind(name)
+            .fetch_optional(c)
+            .await)?;
+        row.map(|r| {
+            Ok(Record {
+                runs: u32::try_from(db(r.try_get::<i64, _>(0))?).unwrap_or(u32::MAX),
+                head: db(r.try_get::<Option<i64>, _>(1))?.map(dec),
+                last: db(r.try_get::<Option<i64>, _>(2))?.map(dec),
+                rule: db(r.try_get(3))?,
+                payload: db(r.try_get(4))?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn save(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        name: &str,
+        r: &Record,
+    ) -> Result<(), Error> {
+        db(sqlx::query(&self.save)
+            .bind(queue)
+            .bind(name)
+            .bind(i64::from(r.runs))
+            .bind(r.head.map(enc))
+            .bind(r.head.map(|h| occurrence_id(name, h)))
+            .bind(r.last.map(enc))
+            .bind(&r.rule)
+            .bind(&r.payload)
+            .execute(c)
+            .await)?;
+        Ok(())
+    }
+
+    /// The job `id` as the state machine sees it, locked if it is pending or running.
+    async fn load_job(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        id: &str,
+    ) -> Result<Option<Machine>, Error> {
+        let row = db(sqlx::query(&self.load_job)
+            .bind(queue)
+            .bind(id)
+            .fetch_optional(&mut *c)
+            .await)?;
+        if let Some(r) = row {
+            let token: Option<i64> = db(r.try_get(2))?;
+            let until: Option<i64> = db(r.try_get(3))?;
+            let status = match (token, until) {
+                (Some(token), Some(until)) => Status::Running {
+                    token: token as u64,
+                    until: dec(until),
+                },
+                _ => Status::Pending,
+            };
+            return Ok(Some(Machine {
+                run_at: dec(db(r.try_get(0))?),
+                attempt: u32::try_from(db(r.try_get::<i32, _>(1))?).unwrap_or(0),
+                status,
+            }));
+        }
+        let dead = db(sqlx::query(&self.load_dead)
+            .bind(queue)
+            .bind(id)
+            .fetch_optional(c)
+            .await)?;
+        dead.map(|r| {
+            Ok(Machine {
+                run_at: 0,
+                attempt: 0,
+                status: Status::Dead {
+                    at: dec(db(r.try_get(0))?),
+                },
+            })
+        })
+        .transpose()
+    }
+
+    /// Makes the occurrence at `at` (or the first after it whose id is free, and after
+    /// `last`) the head of `name` (`embedded/series.rs` `place_head`).
+    #[allow(clippy::too_many_arguments)] // the series' parts, each named once here
+    async fn place_head(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        rule: &Recurrence,
+        name: &str,
+        mut at: Option<u64>,
+        last: Option<u64>,
+        payload: &[u8],
+    ) -> Result<Option<u64>, Error> {
+        while let Some(time) = at {
+            if let Some(last) = last.filter(|&last| time <= last) {
+                // At or before an occurrence delivered already: times only grow.
+                at = rule.next_after_nanos(last);
+                continue;
+            }
+            let id = occurrence_id(name, time);
+            match self.load_job(c, queue, &id).await? {
+                None => {
+                    let inserted = db(sqlx::query(&self.insert_job)
+                        .bind(queue)
+                        .bind(&id)
+                        .bind(enc(time))
+                        .bind(payload)
+                        .fetch_optional(&mut *c)
+                        .await)?;
+                    if inserted.is_some() {
+                        return Ok(Some(time));
+                    }
+                    // Scheduled by hand meanwhile: look at it again.
+                }
+                // Never delivered: it becomes the head as it is.
+                Some(job) if job.status == Status::Pending && job.attempt == 0 => {
+                    return Ok(Some(time))
+                }
+                // Delivered already: never made twice, that time is skipped.
+                Some(_) => at = rule.next_after_nanos(time),
+            }
+        }
+        Ok(None)
+    }
+
+    async fn drop_head(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        name: &str,
+        head: Option<u64>,
+    ) -> Result<(), Error> {
+        let Some(head) = head else { return Ok(()) };
+        db(sqlx::query(&self.delete_pending)
+            .bind(queue)
+            .bind(occurrence_id(name, head))
+            .execute(c)
+            .await)?;
+        Ok(())
+    }
+
+    /// Gives the head at `head`, if still a never-delivered pending job, the payload.
+    async fn keep_head(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        name: &str,
+        head: Option<u64>,
+        payload: &[u8],
+    ) -> Result<Option<u64>, Error> {
+        let Some(head) = head else { return Ok(None) };
+        let id = occurrence_id(name, head);
+        match self.load_job(c, queue, &id).await? {
+            Some(job) if job.status == Status::Pending && job.attempt == 0 => {
+                db(sqlx::query(&self.set_payload)
+                    .bind(queue)
+                    .bind(&id)
+                    .bind(payload)
+                    .execute(&mut *c)
+                    .await)?;
+                Ok(Some(head))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// `schedule_recurring`, in the caller's transaction (`embedded/series.rs` `set`).
+    #[allow(clippy::too_many_arguments)] // the series' parts, each named once here
+    pub(super) async fn set(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        now: u64,
+        name: &str,
+        rule: &Recurrence,
+        payload: Vec<u8>,
+        catch_up: CatchUp,
+    ) -> Result<(Recurring, Option<u64>), Error> {
+        self.lock(c, queue, name).await?;
+        let old = self.load(c, queue, name, false).await?;
+        let text = rule.to_string();
+        let mut kept = None;
+        let outcome = match &old {
+            Some(old) if old.rule == text => {
+                kept = self.keep_head(c, queue, name, old.head, &payload).await?;
+                Recurring::Updated
+            }
+            Some(old) => {
+                match old.head {
+                    Some(head) if head <= now && keeps_due_head(old, head, now) => {}
+                    _ => self.drop_head(c, queue, name, old.head).await?,
+                }
+                Recurring::Updated
+            }
+            None => Recurring::Created,
+        };
+        let last = old.and_then(|old| old.last);
+        let head = match kept {
+            Some(head) => Some(head),
+            None => {
+                let first = rule.next_after_nanos(now);
+                self.place_head(c, queue, rule, name, first, last, &payload)
+                    .await?
+            }
+        };
+        let record = Record {
+            runs: catch_up.runs(),
+            head,
+            last,
+            rule: text,
+            payload,
+        };
+        self.save(c, queue, name, &record).await?;
+        Ok((outcome, head))
+    }
+
+    /// `cancel_recurring`, in the caller's transaction.
+    pub(super) async fn cancel(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        name: &str,
+    ) -> Result<bool, Error> {
+        self.lock(c, queue, name).await?;
+        let Some(old) = self.load(c, queue, name, false).await? else {
+            return Ok(false);
+        };
+        self.drop_head(c, queue, name, old.head).await?;
+        db(sqlx::query(&self.delete)
+            .bind(queue)
+            .bind(name)
+            .execute(c)
+            .await)?;
+        Ok(true)
+    }
+
+    /// `list_recurring`: every series in name order but those whose rule no longer parses.
+    pub(super) async fn list(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        rules: &std::sync::Mutex<Rules>,
+    ) -> Result<Vec<RecurringInfo>, Error> {
+        let rows = db(sqlx::query(&self.list).bind(queue).fetch_all(c).await)?;
+        let mut out = Vec::new();
+        for r in rows {
+            let name: String = db(r.try_get(0))?;
+            let text: String = db(r.try_get(4))?;
+            let rule = match rules.lock().expect("rules").get(&text) {
+                Ok(rule) => rule.clone(),
+                Err(err) => {
+                    series::unparsable(&name, &text, &err);
+                    continue;
+                }
+            };
+            let runs = u32::try_from(db(r.try_get::<i64, _>(1))?).unwrap_or(u32::MAX);
+            out.push(RecurringInfo::new(
+                name,
+                rule,
+                CatchUp::from_runs(runs),
+                db(r.try_get::<Option<i64>, _>(2))?.map(dec),
+                db(r.try_get::<Option<i64>, _>(3))?.map(dec),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The first claim of the due head `id` at `now`, in the claim's transaction
+    /// (`embedded/series.rs` `on_first_claim`): moves the series by [`series::on_due`] and
+    /// returns the job to deliver (the head, or a later occurrence the catch-up picks), or
+    /// `None` if the series or its head is busy elsewhere, moved, or superseded by one not
+    /// yet due.
+    pub(super) async fn first_claim(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        rules: &std::sync::Mutex<Rules>,
+        now: u64,
+        id: &str,
+    ) -> Result<Option<String>, Error> {
+        let Some(name) = series::series_of(id) else {
+            return Ok(None);
+        };
+        let Some(mut record) = self.load(c, queue, name, true).await? else {
+            return Ok(None);
+        };
+        let Some(mut head) = record.head.filter(|&h| occurrence_id(name, h) == id) else {
+            return Ok(None);
+        };
+        // The head's job, locked without waiting; a head must be pending and never delivered.
+        match self.load_job_skip_locked(c, queue, id).await? {
+            Some(job) if job.status == Status::Pending && job.attempt == 0 && job.run_at <= now => {
+            }
+            _ => return Ok(None),
+        }
+        let parsed = rules.lock().expect("rules").get(&record.rule).cloned();
+        let rule = match parsed {
+            Ok(rule) => rule,
+            Err(err) => {
+                // Failing the claim would fail every claim that meets this head, for good.
+                series::unparsable(name, &record.rule, &err);
+                record.last = Some(head);
+                record.head = None;
+                self.save(c, queue, name, &record).await?;
+                return Ok(Some(id.to_owned()));
+            }
+        };
+        let catch_up = CatchUp::from_runs(record.runs);
+        let mut head_id = id.to_owned();
+        // At most twice round: an occurrence the catch-up picks is within the policy's
+        // count, so its own step is `Deliver`; each round the head only grows.
+        loop {
+            match series::on_due(&rule, catch_up, head, now) {
+                Step::Deliver { next } => {
+                    record.last = Some(head);
+                    record.head = self
+                        .place_head(c, queue, &rule, name, next, record.last, &record.payload)
+                        .await?;
+                    self.save(c, queue, name, &record).await?;
+                    return Ok(Some(head_id));
+                }
+                Step::Skip { to } => {
+                    db(sqlx::query(&self.delete_pending)
+                        .bind(queue)
+                        .bind(&head_id)
+                        .execute(&mut *c)
+                        .await)?;
+                    record.head = self
+                        .place_head(c, queue, &rule, name, to, record.last, &record.payload)
+                        .await?;
+                    let due = record.head.filter(|&h| h <= now);
+                    let loaded = match due {
+                        Some(h) => self
+                            .load_job(c, queue, &occurrence_id(name, h))
+                            .await?
+                            .filter(|job| job.status == Status::Pending)
+                            .map(|_| h),
+                        None => None,
+                    };
+                    let Some(h) = loaded else {
+                        self.save(c, queue, name, &record).await?;
+                        return Ok(None);
+                    };
+                    (head, head_id) = (h, occurrence_id(name, h));
+                }
+            }
+        }
+    }
+
+    async fn load_job_skip_locked(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        id: &str,
+    ) -> Result<Option<Machine>, Error> {
+        let row = db(sqlx::query(&self.load_job_skip_locked)
+            .bind(queue)
+            .bind(id)
+            .fetch_optional(c)
+            .await)?;
+        row.map(|r| {
+            Ok(Machine {
+                run_at: dec(db(r.try_get(0))?),
+                attempt: u32::try_from(db(r.try_get::<i32, _>(1))?).unwrap_or(0),
+                status: match db(r.try_get::<Option<i64>, _>(2))? {
+                    None => Status::Pending,
+                    Some(token) => Status::Running {
+                        token: token as u64,
+                        until: 0,
+                    },
+                },
+            })
+        })
+        .transpose()
+    }
+
+    /// Leases the job `id` under `token` for `lease` ns: (payload, attempt, run_at).
+    pub(super) async fn lease(
+        &self,
+        c: &mut PgConnection,
+        queue: &str,
+        id: &str,
+        token: i64,
+        lease: i64,
+    ) -> Result<Option<(Vec<u8>, u32, u64)>, Error> {
+        let row = db(sqlx::query(&self.lease)
+            .bind(queue)
+            .bind(id)
+            .bind(token)
+            .bind(lease)
+            .fetch_optional(c)
+            .await)?;
+        row.map(|r| {
+            Ok((
+                db(r.try_get(0))?,
+                u32::try_from(db(r.try_get::<i32, _>(1))?).unwrap_or(0),
+                dec(db(r.try_get(2))?),
+            ))
+        })
+        .transpose()
+    }
+}
+
+/// Whether the old series' head at `head`, due at `now`, runs before a new recurrence
+/// replaces it (one whose rule no longer parses keeps it: nothing is dropped on a guess).
+fn keeps_due_head(old: &Record, head: u64, now: u64) -> bool {
+    match old.rule.parse::<Recurrence>() {
+        Ok(rule) => series::keeps_due_head(&rule, CatchUp::from_runs(old.runs), head, now),
+        Err(_) => true,
+    }
+}

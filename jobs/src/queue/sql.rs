@@ -1,0 +1,173 @@
+//! The transactional forms of a queue on PostgreSQL (feature `postgres`): schedule, cancel,
+//! reschedule and ack inside the application's own transaction, so "insert the order" and
+//! "schedule its job" commit together or not at all.
+//!
+//! # Ground rules
+//!
+//! - Each form runs one statement on the caller's connection (a `Transaction` derefs to
+//!   one) and changes nothing else: the caller's commit makes it durable, a rollback undoes
+//!   it, and the commit's `NOTIFY` wakes idle consumers in every process.
+//! - Input is checked as by the plain forms; a queue on another backend refuses with
+//!   [`Error::is_invalid_input`].
+
+use sqlx::PgConnection;
+
+use crate::backend::postgres::Postgres;
+use crate::core::error::Error;
+use crate::core::job::{check_id, check_payload, Scheduled, When};
+use crate::queue::delivery::Delivery;
+use crate::queue::hub::Hub;
+use crate::queue::JobQueue;
+
+fn on_postgres(hub: &Hub) -> Result<&Postgres, Error> {
+    hub.backend.postgres().ok_or_else(|| {
+        Error::invalid_input("a transactional form needs a queue opened with Builder::postgres")
+    })
+}
+
+impl JobQueue {
+    /// [`schedule`](Self::schedule) inside the caller's transaction: the job exists if and
+    /// only if that transaction commits, and its commit wakes idle consumers. `conn` is a
+    /// connection of the queue's database (a `&mut *tx` of an open
+    /// [`Transaction`](sqlx::Transaction)); the queue's schema must be visible on it.
+    ///
+    /// [`Scheduled::Exists`] as for `schedule`; a job another open transaction is creating
+    /// under the same id makes this call wait for that transaction's end.
+    ///
+    /// # Examples
+    ///
+    /// The order and its 48 h rating job commit together:
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn f(pool: wheel_jobs::sqlx::PgPool, queue: wheel_jobs::JobQueue) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = pool.begin().await?;
+    /// wheel_jobs::sqlx::query("INSERT INTO orders (oid, status) VALUES ($1, 'finished')")
+    ///     .bind(42_i64)
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// queue.schedule_in(&mut tx, "rate:42", Duration::from_secs(48 * 3600), "5 stars").await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_id`], [`Error::is_payload_too_large`],
+    /// [`Error::is_invalid_input`] on a queue not on PostgreSQL, [`Error::is_unavailable`]
+    /// or [`Error::is_storage`] from the statement (the caller's transaction is then
+    /// aborted, as PostgreSQL aborts it on any error).
+    pub async fn schedule_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        when: impl Into<When>,
+        payload: impl Into<Vec<u8>>,
+    ) -> Result<Scheduled, Error> {
+        check_id(id)?;
+        let payload = payload.into();
+        check_payload(&payload, self.inner.config.max_payload)?;
+        on_postgres(&self.inner)?
+            .schedule_in(conn, id.to_owned(), when.into(), payload)
+            .await
+    }
+
+    /// [`cancel`](Self::cancel) inside the caller's transaction: the job is gone if and only
+    /// if that transaction commits ("paid" cancels the payment timeout in the payment's
+    /// transaction). The job's row stays locked until then, so no consumer claims it
+    /// meanwhile.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(pool: wheel_jobs::sqlx::PgPool, queue: wheel_jobs::JobQueue) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = pool.begin().await?;
+    /// wheel_jobs::sqlx::query("UPDATE orders SET status = 'paid' WHERE oid = $1")
+    ///     .bind(42_i64)
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// queue.cancel_in(&mut tx, "unpaid-timeout:42").await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule_in`](Self::schedule_in).
+    pub async fn cancel_in(&self, conn: &mut PgConnection, id: &str) -> Result<bool, Error> {
+        check_id(id)?;
+        on_postgres(&self.inner)?.cancel_in(conn, id).await
+    }
+
+    /// [`reschedule`](Self::reschedule) inside the caller's transaction.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn f(pool: wheel_jobs::sqlx::PgPool, queue: wheel_jobs::JobQueue) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = pool.begin().await?;
+    /// queue.reschedule_in(&mut tx, "rate:42", Duration::from_secs(3600)).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule_in`](Self::schedule_in).
+    pub async fn reschedule_in(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        when: impl Into<When>,
+    ) -> Result<bool, Error> {
+        check_id(id)?;
+        on_postgres(&self.inner)?
+            .reschedule_in(conn, id, when.into())
+            .await
+    }
+}
+
+impl Delivery {
+    /// [`ack`](Self::ack) inside the caller's transaction, so a handler's effects in the
+    /// same database and the job's completion commit together: exactly-once effects.
+    ///
+    /// `true`: the lease was held, and the job is deleted when the transaction commits
+    /// (its row is locked until then, so the job is not delivered again meanwhile). `false`
+    /// or an error: the lease was lost (the job was delivered again, or is gone) or the
+    /// check failed, and the caller **must not commit** (roll back: another delivery owns
+    /// the job's effects). A rollback after `true` leaves the job leased to this delivery
+    /// until its lease ends (in a [`run`](crate::JobQueue::run) handler, `true` stops the
+    /// lease's renewals, as an ack does), then it is delivered again.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f(pool: wheel_jobs::sqlx::PgPool, job: wheel_jobs::Delivery) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = pool.begin().await?;
+    /// wheel_jobs::sqlx::query("UPDATE orders SET stars = 5 WHERE oid = $1 AND stars IS NULL")
+    ///     .bind(42_i64)
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// if job.ack_in(&mut tx).await? {
+    ///     tx.commit().await?;
+    /// } else {
+    ///     tx.rollback().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`] on a queue not on PostgreSQL, [`Error::is_unavailable`]
+    /// or [`Error::is_storage`] from the statement.
+    pub async fn ack_in(&self, conn: &mut PgConnection) -> Result<bool, Error> {
+        let acked = on_postgres(self.hub())?
+            .ack_in(conn, self.id(), self.token())
+            .await;
+        match acked {
+            Ok(true) => self.settled(Ok(true)),
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,525 @@
+//! The behavioural suite on PostgreSQL (feature `postgres`), and the cases only PostgreSQL
+//! has: transactional enqueue and completion, wake-ups across handles on commit, the
+//! schema's versions, hostile names.
+//!
+//! The server comes from `WHEEL_JOBS_TEST_POSTGRES` (a `postgres://` URL whose user may
+//! create schemas and tables); every harness opens a fresh queue name in it.
+
+run_shared_suite!(harness());
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::Duration;
+
+use wheel_jobs::sqlx::{self, Row};
+use wheel_jobs::{Builder, Error, JobQueue, JobState, Scheduled};
+
+use crate::suite::{hour_ticks, idle_consumer};
+use crate::support::{ms, next, BoxFuture, Harness};
+
+/// The test server's URL.
+fn url() -> String {
+    std::env::var("WHEEL_JOBS_TEST_POSTGRES").expect(
+        "set WHEEL_JOBS_TEST_POSTGRES to a postgres:// URL of a server the tests may write to",
+    )
+}
+
+/// A name no other test (of this run or an earlier one) uses.
+fn fresh(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{prefix}_{}_{}_{}",
+        std::process::id(),
+        nanos,
+        N.fetch_add(1, SeqCst)
+    )
+}
+
+/// A fresh queue in the default schema of the test server.
+pub struct PgHarness {
+    url: String,
+    queue: String,
+}
+
+pub fn harness() -> PgHarness {
+    PgHarness {
+        url: url(),
+        queue: fresh("q"),
+    }
+}
+
+impl Harness for PgHarness {
+    fn open<'a>(&'a self, builder: &'a Builder) -> BoxFuture<'a, Result<JobQueue, Error>> {
+        Box::pin(async move { builder.postgres(&self.url, &self.queue).await })
+    }
+}
+
+async fn pool() -> sqlx::PgPool {
+    sqlx::PgPool::connect(&url()).await.expect("test pool")
+}
+
+/// A fresh `orders` table: (oid, status).
+async fn orders(pool: &sqlx::PgPool) -> String {
+    let table = fresh("orders");
+    sqlx::query(&format!(
+        "CREATE TABLE {table} (oid bigint PRIMARY KEY, status text NOT NULL)"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    table
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_order_and_its_job_commit_or_roll_back_together() {
+    let pool = pool().await;
+    let table = orders(&pool).await;
+    let queue = Builder::new()
+        .postgres_pool(pool.clone(), &fresh("shop"))
+        .await
+        .unwrap();
+    let insert = format!("INSERT INTO {table} (oid, status) VALUES ($1, 'unpaid')");
+    let in_48h = Duration::from_secs(48 * 3600);
+
+    // Rolled back: neither the order nor the job.
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&insert)
+        .bind(1_i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let created = queue
+        .schedule_in(&mut tx, "rate:1", in_48h, "5")
+        .await
+        .unwrap();
+    assert_eq!(created, Scheduled::Created);
+    tx.rollback().await.unwrap();
+    assert_eq!(queue.get("rate:1").await.unwrap(), None);
+    assert_eq!(queue.pending().await.unwrap(), 0);
+
+    // Committed: both.
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&insert)
+        .bind(2_i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    queue
+        .schedule_in(&mut tx, "unpaid-timeout:2", Duration::from_secs(1800), "2")
+        .await
+        .unwrap();
+    // Not visible outside the transaction before its commit.
+    assert_eq!(queue.get("unpaid-timeout:2").await.unwrap(), None);
+    tx.commit().await.unwrap();
+    let job = queue
+        .get("unpaid-timeout:2")
+        .await
+        .unwrap()
+        .expect("committed");
+    assert_eq!(job.state(), JobState::Pending);
+    assert_eq!(queue.pending().await.unwrap(), 1);
+
+    // "Paid" cancels the timeout in the payment's transaction; a rollback keeps it.
+    let pay = format!("UPDATE {table} SET status = 'paid' WHERE oid = $1");
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&pay)
+        .bind(2_i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert!(queue.cancel_in(&mut tx, "unpaid-timeout:2").await.unwrap());
+    tx.rollback().await.unwrap();
+    assert!(queue.get("unpaid-timeout:2").await.unwrap().is_some());
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&pay)
+        .bind(2_i64)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert!(queue.cancel_in(&mut tx, "unpaid-timeout:2").await.unwrap());
+    tx.commit().await.unwrap();
+    assert_eq!(queue.get("unpaid-timeout:2").await.unwrap(), None);
+    let status: String = sqlx::query(&format!("SELECT status FROM {table} WHERE oid = 2"))
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "paid");
+    assert_eq!(queue.counts().await.unwrap().pending, 0);
+
+    // The transactional forms' futures can be spawned.
+    fn assert_send<T: Send>(_: &T) {}
+    let mut conn = pool.acquire().await.unwrap();
+    let scheduling = queue.schedule_in(&mut conn, "s", Duration::ZERO, "p");
+    assert_send(&scheduling);
+    drop(scheduling);
+    assert_send(&queue.cancel_in(&mut conn, "s"));
+    assert_send(&queue.reschedule_in(&mut conn, "s", Duration::ZERO));
+    drop(conn);
+
+    // Moved in a transaction.
+    let mut tx = pool.begin().await.unwrap();
+    queue
+        .schedule_in(&mut tx, "later", in_48h, "p")
+        .await
+        .unwrap();
+    assert!(queue
+        .reschedule_in(&mut tx, "later", Duration::ZERO)
+        .await
+        .unwrap());
+    tx.commit().await.unwrap();
+    let mut consumer = queue.consume();
+    assert_eq!(next(&mut consumer).await.id(), "later");
+    queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_wakes_an_idle_consumer_of_another_handle() {
+    let pool = pool().await;
+    let name = fresh("wake");
+    let timer = hour_ticks();
+    let mut builder = Builder::new();
+    builder
+        .timer(timer.clone())
+        .safety_wakeup(Duration::from_secs(3600));
+    let sleeper = builder.postgres(&url(), &name).await.unwrap();
+    let writer = Builder::new()
+        .postgres_pool(pool.clone(), &name)
+        .await
+        .unwrap();
+    let waiting = idle_consumer(&sleeper, &timer).await;
+    let mut tx = pool.begin().await.unwrap();
+    writer
+        .schedule_in(&mut tx, "woken", Duration::ZERO, "p")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the commit's notification wakes the consumer")
+        .unwrap();
+    assert_eq!(woken, "woken");
+    sleeper.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_in_commits_the_effect_with_the_ack_and_fails_on_a_lost_lease() {
+    let pool = pool().await;
+    let table = orders(&pool).await;
+    sqlx::query(&format!("INSERT INTO {table} VALUES (7, 'finished')"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let queue = Builder::new()
+        .postgres_pool(pool.clone(), &fresh("ack"))
+        .await
+        .unwrap();
+    queue.schedule("rate:7", Duration::ZERO, "5").await.unwrap();
+    let rate = format!("UPDATE {table} SET status = 'rated' WHERE oid = 7");
+    let mut consumer = queue.consume();
+    let first = next(&mut consumer).await;
+    assert_eq!(first.attempt(), 1);
+
+    // Rolled back after a good ack_in: the job stays leased to this delivery.
+    let mut tx = pool.begin().await.unwrap();
+    assert!(first.ack_in(&mut tx).await.unwrap());
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        queue.get("rate:7").await.unwrap().unwrap().state(),
+        JobState::Running
+    );
+
+    // The lease is lost: the job was given back and delivered again.
+    assert!(first.retry(ms(0)).await.unwrap());
+    let second = next(&mut consumer).await;
+    assert_eq!(second.attempt(), 2);
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&rate).execute(&mut *tx).await.unwrap();
+    assert!(!first.ack_in(&mut tx).await.unwrap(), "a stale delivery");
+    tx.rollback().await.unwrap();
+
+    // The holder's effect and ack commit together.
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&rate).execute(&mut *tx).await.unwrap();
+    assert!(second.ack_in(&mut tx).await.unwrap());
+    tx.commit().await.unwrap();
+    assert_eq!(queue.get("rate:7").await.unwrap(), None);
+    assert!(!second.ack().await.unwrap(), "already acked");
+    let status: String = sqlx::query(&format!("SELECT status FROM {table} WHERE oid = 7"))
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "rated");
+    let counts = queue.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.running, counts.dead), (0, 0, 0));
+    queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_forms_need_a_postgres_queue() {
+    let dir = crate::support::temp_dir();
+    let embedded = JobQueue::open(dir.path().join("jobs.redb")).await.unwrap();
+    let pool = pool().await;
+    let mut conn = pool.acquire().await.unwrap();
+    let err = embedded
+        .schedule_in(&mut conn, "x", Duration::ZERO, "p")
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    embedded.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_ids_and_queue_names_are_data() {
+    let hostile_queue = format!("'; DROP TABLE wheel_jobs.jobs; -- \"{}\"", fresh("q"));
+    let queue = Builder::new()
+        .postgres(&url(), &hostile_queue)
+        .await
+        .unwrap();
+    let ids = [
+        "x'); DROP TABLE \"wheel_jobs\".\"jobs\"; --",
+        "\"; DELETE FROM wheel_jobs.dead; --",
+        "$1 $2 \\ % _ @ ' \"",
+        "名前@2026-12-01T12:00:00Z",
+    ];
+    for id in ids {
+        assert_eq!(
+            queue.schedule(id, Duration::ZERO, id).await.unwrap(),
+            Scheduled::Created,
+            "{id}"
+        );
+        assert_eq!(
+            queue.get(id).await.unwrap().unwrap().payload(),
+            id.as_bytes()
+        );
+    }
+    let page = queue
+        .list(JobState::Pending, &wheel_jobs::ListOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(page.jobs().len(), ids.len());
+    let mut consumer = queue.consume();
+    for _ in ids {
+        let delivery = next(&mut consumer).await;
+        assert!(ids.contains(&delivery.id()));
+        assert!(delivery.ack().await.unwrap());
+    }
+    assert_eq!(queue.counts().await.unwrap().pending, 0);
+    // A NUL, which PostgreSQL's text refuses, is refused as input, changing nothing.
+    let err = queue
+        .schedule("a\0b", Duration::ZERO, "p")
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    // The tables are all there: another queue works.
+    let other = harness();
+    let plain = other.open(&Builder::new()).await.unwrap();
+    plain
+        .schedule("still-here", Duration::ZERO, "p")
+        .await
+        .unwrap();
+    assert_eq!(plain.pending().await.unwrap(), 1);
+    plain.close().await.unwrap();
+    queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_is_refused_naming_both_versions() {
+    let schema = fresh("wj_newer");
+    let mut builder = Builder::new();
+    builder.postgres_schema(&schema);
+    let queue = builder.postgres(&url(), "orders").await.unwrap();
+    queue.schedule("kept", Duration::ZERO, "p").await.unwrap();
+    queue.close().await.unwrap();
+    let pool = pool().await;
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".schema_version SET version = 99"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let err = builder.postgres(&url(), "orders").await.unwrap_err();
+    assert!(err.is_invalid_config(), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("version 99") && text.contains("version 1"),
+        "{text}"
+    );
+    sqlx::query(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .execute(&pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_processes_opening_at_once_migrate_once() {
+    let schema = fresh("wj_race");
+    let mut opens = Vec::new();
+    for i in 0..8 {
+        let schema = schema.clone();
+        opens.push(tokio::spawn(async move {
+            Builder::new()
+                .postgres_schema(&schema)
+                .postgres(&url(), &format!("q{i}"))
+                .await
+        }));
+    }
+    for open in opens {
+        let queue = open.await.unwrap().expect("every open succeeds");
+        queue.schedule("j", Duration::ZERO, "p").await.unwrap();
+        assert_eq!(queue.pending().await.unwrap(), 1);
+        queue.close().await.unwrap();
+    }
+    let pool = pool().await;
+    sqlx::query(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .execute(&pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_and_an_unreachable_server_are_clear_errors() {
+    for schema in ["Bad", "pg_x", "a;b", ""] {
+        let err = Builder::new()
+            .postgres_schema(schema)
+            .postgres(&url(), "q")
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_config(), "{schema:?}: {err}");
+    }
+    let err = Builder::new().postgres(&url(), "").await.unwrap_err();
+    assert!(err.is_invalid_config(), "{err}");
+    let err = Builder::new().postgres("not a url", "q").await.unwrap_err();
+    assert!(err.is_invalid_config(), "{err}");
+    // Nothing listens on port 1: unavailable, within the timeout.
+    let err = Builder::new()
+        .postgres_timeout(Some(ms(500)))
+        .postgres("postgres://nobody@127.0.0.1:1/db", "q")
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+}
+
+/// The test server's URL with another user (and password).
+fn url_as(user: &str) -> String {
+    let url = url();
+    let (scheme, rest) = url.split_once("://").expect("a postgres:// URL");
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{user}@{host}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_user_is_unauthorized_at_once() {
+    let err = Builder::new()
+        .postgres_timeout(None)
+        .postgres(&url_as("no_such_role_wheel_jobs:secret"), "q")
+        .await
+        .unwrap_err();
+    assert!(err.is_unauthorized(), "{err}");
+    // Not retried until a timeout: there is none, and the answer came.
+    assert!(!err.is_unavailable());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_handles_compete_and_each_job_is_acked_once() {
+    const JOBS: usize = 5_000;
+    let name = fresh("compete");
+    let a = Builder::new().postgres(&url(), &name).await.unwrap();
+    let b = Builder::new().postgres(&url(), &name).await.unwrap();
+    let jobs = (0..JOBS).map(|i| (format!("job-{i}"), Duration::ZERO, "p"));
+    let created = a.schedule_many(jobs).await.unwrap();
+    assert!(created.iter().all(|s| *s == Scheduled::Created));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(char, String)>();
+    let mut workers = Vec::new();
+    for (who, q) in [('a', a.clone()), ('b', b.clone())] {
+        let tx = tx.clone();
+        workers.push(tokio::spawn(async move {
+            q.run(32, move |d| {
+                let tx = tx.clone();
+                async move {
+                    tx.send((who, d.id().to_owned())).unwrap();
+                    Ok::<(), String>(())
+                }
+            })
+            .await
+        }));
+    }
+    let mut seen = std::collections::HashMap::new();
+    let mut by = std::collections::HashMap::new();
+    for _ in 0..JOBS {
+        let (who, id) = rx.recv().await.unwrap();
+        *seen.entry(id).or_insert(0) += 1;
+        *by.entry(who).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), JOBS, "each job once");
+    assert!(seen.values().all(|&n| n == 1));
+    assert_eq!(by.len(), 2, "both handles took part: {by:?}");
+    // Every ack lands: nothing pending or running is left, and the counters agree.
+    loop {
+        let counts = a.counts().await.unwrap();
+        if counts.running == 0 {
+            assert_eq!((counts.pending, counts.dead), (0, 0));
+            break;
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    for w in workers {
+        w.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_handler_acks_in_its_own_transaction() {
+    let pool = pool().await;
+    let table = orders(&pool).await;
+    sqlx::query(&format!("INSERT INTO {table} VALUES (9, 'finished')"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let queue = Builder::new()
+        .postgres_pool(pool.clone(), &fresh("run_ack_in"))
+        .await
+        .unwrap();
+    queue.schedule("rate:9", Duration::ZERO, "9").await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = {
+        let (queue, pool, table) = (queue.clone(), pool.clone(), table.clone());
+        tokio::spawn(async move {
+            queue
+                .run(4, move |job| {
+                    let (pool, table, tx) = (pool.clone(), table.clone(), tx.clone());
+                    async move {
+                        let mut t = pool.begin().await.map_err(|e| e.to_string())?;
+                        sqlx::query(&format!(
+                            "UPDATE {table} SET status = 'rated' WHERE oid = 9"
+                        ))
+                        .execute(&mut *t)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                        if job.ack_in(&mut t).await.map_err(|e| e.to_string())? {
+                            t.commit().await.map_err(|e| e.to_string())?;
+                        }
+                        tx.send(job.id().to_owned()).unwrap();
+                        Ok::<(), String>(())
+                    }
+                })
+                .await
+        })
+    };
+    assert_eq!(rx.recv().await.unwrap(), "rate:9");
+    let status: String = sqlx::query(&format!("SELECT status FROM {table} WHERE oid = 9"))
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "rated");
+    assert_eq!(queue.get("rate:9").await.unwrap(), None);
+    queue.close().await.unwrap();
+    worker.await.unwrap().unwrap();
+}
