@@ -13,5 +13,7 @@ mod embedded;
 mod kill;
 #[cfg(feature = "metrics")]
 mod metrics;
+#[cfg(feature = "postgres")]
+mod postgres_server;
 #[cfg(feature = "redis")]
 mod redis;
