@@ -15,5 +15,7 @@ mod kill;
 mod metrics;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_server;
 #[cfg(feature = "redis")]
 mod redis;

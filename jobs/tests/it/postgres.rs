@@ -2,25 +2,23 @@
 //! has: transactional enqueue and completion, wake-ups across handles on commit, the
 //! schema's versions, hostile names.
 //!
-//! The server comes from `WHEEL_JOBS_TEST_POSTGRES` (a `postgres://` URL whose user may
-//! create schemas and tables); every harness opens a fresh queue name in it.
+//! The server is the test binary's own (`support/postgres.rs`: `initdb` into a temporary
+//! directory, stopped when the binary exits); every harness opens a fresh queue name in it.
 
-run_shared_suite!(harness());
+run_shared_suite!(crate::support::postgres::harness());
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use wheel_jobs::sqlx::{self, Row};
-use wheel_jobs::{Builder, Error, JobQueue, JobState, Scheduled};
+use wheel_jobs::{Builder, JobQueue, JobState, Scheduled};
 
 use crate::suite::{hour_ticks, idle_consumer};
-use crate::support::{ms, next, BoxFuture, Harness};
+use crate::support::{ms, next, Harness};
 
-/// The test server's URL.
+/// The test server's URL (its unix socket).
 fn url() -> String {
-    std::env::var("WHEEL_JOBS_TEST_POSTGRES").expect(
-        "set WHEEL_JOBS_TEST_POSTGRES to a postgres:// URL of a server the tests may write to",
-    )
+    crate::support::postgres::shared().url()
 }
 
 /// A name no other test (of this run or an earlier one) uses.
@@ -36,25 +34,6 @@ fn fresh(prefix: &str) -> String {
         nanos,
         N.fetch_add(1, SeqCst)
     )
-}
-
-/// A fresh queue in the default schema of the test server.
-pub struct PgHarness {
-    url: String,
-    queue: String,
-}
-
-pub fn harness() -> PgHarness {
-    PgHarness {
-        url: url(),
-        queue: fresh("q"),
-    }
-}
-
-impl Harness for PgHarness {
-    fn open<'a>(&'a self, builder: &'a Builder) -> BoxFuture<'a, Result<JobQueue, Error>> {
-        Box::pin(async move { builder.postgres(&self.url, &self.queue).await })
-    }
 }
 
 async fn pool() -> sqlx::PgPool {
@@ -316,7 +295,7 @@ async fn hostile_ids_and_queue_names_are_data() {
         .unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
     // The tables are all there: another queue works.
-    let other = harness();
+    let other = crate::support::postgres::harness();
     let plain = other.open(&Builder::new()).await.unwrap();
     plain
         .schedule("still-here", Duration::ZERO, "p")

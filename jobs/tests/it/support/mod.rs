@@ -8,7 +8,9 @@
 //! - `redis.rs`: a `redis-server` of the test's own on loopback, and the Redis harnesses;
 //! - `cluster.rs`: a 3-master Redis Cluster;
 //! - `sentinel.rs`: a primary, a replica and three sentinels;
-//! - `tls.rs`: a test certificate authority and the server certificate it signs.
+//! - `tls.rs`: a test certificate authority and the server certificate it signs;
+//! - `postgres.rs`: a PostgreSQL server of the binary's own in a temporary directory, shared
+//!   by the tests (a queue each), and the PostgreSQL harness.
 //!
 //! # Adding a backend
 //!
@@ -31,6 +33,9 @@ use wheel_jobs::{Builder, Consumer, Delivery, Error, JobQueue};
 #[cfg(feature = "redis")]
 pub mod cluster;
 pub mod embedded;
+#[cfg(feature = "postgres")]
+#[allow(dead_code)] // the command's tests, which share this folder, use a part of it
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redis")]
@@ -92,7 +97,7 @@ fn send_signal(child: &std::process::Child, signal: &str) {
 }
 
 /// A free TCP port on 127.0.0.1 (free when asked: a server started at once gets it).
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
