@@ -5,7 +5,7 @@
 //! # Ground rules
 //!
 //! - The server's clock only: every "now" is `clock_timestamp()` in the statement that uses
-//!   it (`sql.rs`); clients with skewed clocks never deliver early.
+//!   it (`sql/`); clients with skewed clocks never deliver early.
 //! - Each `Backend` call is one statement in its own transaction, but for recurring series
 //!   (one transaction of several statements, `series.rs`). Concurrent acks and retries
 //!   share one statement and one commit (`batch.rs`), so do concurrent schedules.
@@ -25,12 +25,12 @@
 //! # Files
 //!
 //! `names.rs` names the schema's objects; `migrate.rs` creates and upgrades the schema from
-//! `migrations/`; `sql.rs` holds each statement with its typed function; `series.rs` the
+//! `migrations/`; `sql/` holds each statement with its typed function, one file per group; `series.rs` the
 //! recurring series' steps; `batch.rs` the group commit; `listen.rs` the `LISTEN` task;
 //! `error.rs` maps sqlx's errors; `backend.rs` is the [`Backend`](crate::backend::Backend)
 //! implementation; this file holds the [`Postgres`] value and opens it.
 //!
-//! A new `Backend` operation touches `sql.rs` (its statement and function), `backend.rs`
+//! A new `Backend` operation touches `sql/<group>.rs` (its statement and function), `backend.rs`
 //! (the method), and, if it changes a job's state, the triggers of a new migration file
 //! when counts or wake-ups must follow.
 

@@ -1,0 +1,286 @@
+//! The statements of a consumer's lease: `claim` (lease due jobs, kill those out of
+//! attempts), `settle` (acks and retries, hence failures, of many jobs in one statement),
+//! `extend`.
+
+use sqlx::postgres::PgExecutor;
+use sqlx::Row;
+
+use super::{attempt, db, dec, later, not_head, Sql, NOW};
+use crate::backend::postgres::names::Names;
+use crate::core::error::Error;
+
+/// A settlement of a leased job, for the shared ack / retry statement.
+#[derive(Debug, Clone)]
+pub(in crate::backend::postgres) enum Settle {
+    Ack {
+        id: String,
+        token: i64,
+    },
+    /// Retry after `after` ns; with `Some(error)` a failure recording it.
+    Retry {
+        id: String,
+        token: i64,
+        after: i64,
+        error: Option<String>,
+    },
+}
+
+/// What a settlement did: acked; back to pending at (ns); dead at (ns); stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::backend::postgres) enum Settled {
+    Acked,
+    Pending(u64),
+    Died(u64),
+    Stale,
+}
+
+/// One row of a claim's answer.
+#[derive(Debug)]
+pub(in crate::backend::postgres) struct ClaimRows {
+    pub(in crate::backend::postgres) jobs: Vec<(String, Vec<u8>, u32, u64)>,
+    pub(in crate::backend::postgres) now: u64,
+    pub(in crate::backend::postgres) died: u64,
+    pub(in crate::backend::postgres) next_due: Option<u64>,
+    pub(in crate::backend::postgres) paused: bool,
+    /// Series heads due, left to the series step (`series.rs`).
+    pub(in crate::backend::postgres) heads: Vec<String>,
+}
+
+/// The SQL text of these statements for one schema.
+#[derive(Debug)]
+pub(super) struct ClaimSql {
+    claim: String,
+    settle: String,
+    extend: String,
+}
+
+impl ClaimSql {
+    pub(super) fn new(n: &Names) -> ClaimSql {
+        let Names {
+            jobs,
+            dead,
+            series,
+            queues,
+            ..
+        } = n;
+        ClaimSql {
+            // Machine::claim for each due job: the expired leases first (their last error
+            // becomes Machine::claim_error's), then pending jobs in due order, $2 in all (a
+            // plain `LIMIT $2` on each index scan: a computed limit makes the planner guess
+            // a large one and cost the plan into JIT compilation); a job whose
+            // attempts reached $5 moves to `dead` instead of being leased. Series heads are
+            // left to the series step (`series.rs`), which moves the series in the same
+            // transaction as the claim of its head.
+            claim: format!(
+                "WITH now AS (SELECT {NOW} AS t), \
+                 paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
+                 expired AS (SELECT j.id, j.attempt, j.lease_until AS at FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.token IS NOT NULL AND j.lease_until <= (SELECT t FROM now) \
+                   AND NOT (SELECT p FROM paused) \
+                   ORDER BY j.lease_until, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                 due AS (SELECT j.id, j.attempt, j.run_at AS at FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.token IS NULL AND j.run_at <= (SELECT t FROM now) \
+                   AND NOT (SELECT p FROM paused) \
+                   AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
+                   ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                 picked AS (SELECT id, attempt, expired FROM (\
+                   SELECT id, attempt, true AS expired, 0 AS k, at FROM expired \
+                   UNION ALL SELECT id, attempt, false, 1, at FROM due) AS both_ \
+                   ORDER BY k, at, id LIMIT $2), \
+                 killed AS (DELETE FROM {jobs} j USING picked p \
+                   WHERE j.queue = $1 AND j.id = p.id AND p.attempt >= $5 \
+                   RETURNING j.queue, j.id, j.run_at, j.attempt, \
+                   CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END AS last_error, j.payload), \
+                 buried AS (INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload) \
+                   SELECT queue, id, run_at, attempt, (SELECT t FROM now), last_error, payload FROM killed \
+                   RETURNING 1), \
+                 leased AS (UPDATE {jobs} j SET attempt = j.attempt + 1, token = $4, \
+                   lease_until = {until}, \
+                   last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END \
+                   FROM picked p WHERE j.queue = $1 AND j.id = p.id AND p.attempt < $5 \
+                   RETURNING j.id, j.payload, j.attempt, j.run_at), \
+                 next_pending AS (SELECT j.run_at AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL \
+                   AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.id = j.id) ORDER BY j.run_at, j.id LIMIT 1), \
+                 next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL \
+                   AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1), \
+                 heads AS (SELECT s.head_id FROM {series} s WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) \
+                   AND NOT (SELECT p FROM paused) ORDER BY s.head LIMIT $2) \
+                 SELECT 0 AS kind, id, payload, attempt, run_at AS at FROM leased \
+                 UNION ALL SELECT 1, NULL, NULL, (SELECT count(*) FROM buried)::int, (SELECT t FROM now) \
+                 UNION ALL SELECT 2, NULL, NULL, (SELECT p FROM paused)::int, \
+                   LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
+                   CASE WHEN EXISTS (SELECT 1 FROM leased) THEN {until} END) \
+                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL FROM heads",
+                head = not_head(series, "j.id"),
+                until = later("$3"),
+            ),
+            // Acks (Machine::ack: the token must hold) and retries (Machine::retry: with the
+            // token, back to pending, or dead if that was the last attempt, $8) of many jobs
+            // in one statement and one commit.
+            settle: format!(
+                "WITH now AS (SELECT {NOW} AS t), \
+                 acked AS (DELETE FROM {jobs} j USING unnest($2::text[], $3::bigint[]) AS a(id, token) \
+                   WHERE j.queue = $1 AND j.id = a.id AND j.token = a.token RETURNING j.id, a.token), \
+                 r AS (SELECT * FROM unnest($4::text[], $5::bigint[], $6::bigint[], $7::text[]) \
+                   AS r(id, token, after, error)), \
+                 back AS (UPDATE {jobs} j SET run_at = {after}, token = NULL, lease_until = NULL, \
+                   last_error = coalesce(r.error, j.last_error) \
+                   FROM r WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token AND j.attempt < $8 \
+                   RETURNING j.id, r.token, j.run_at), \
+                 gone AS (DELETE FROM {jobs} j USING r \
+                   WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token AND j.attempt >= $8 \
+                   RETURNING j.queue, j.id, r.token, j.run_at, j.attempt, \
+                   coalesce(r.error, j.last_error) AS last_error, j.payload), \
+                 buried AS (INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload) \
+                   SELECT queue, id, run_at, attempt, (SELECT t FROM now), last_error, payload FROM gone \
+                   RETURNING id) \
+                 SELECT 0 AS kind, id, token, 0::bigint AS at FROM acked \
+                 UNION ALL SELECT 1, id, token, run_at FROM back \
+                 UNION ALL SELECT 2, id, token, (SELECT t FROM now) FROM gone",
+                after = later("r.after"),
+            ),
+            // Machine::extend.
+            extend: format!(
+                "WITH now AS (SELECT {NOW} AS t) \
+                 UPDATE {jobs} SET lease_until = {} WHERE queue = $1 AND id = $2 AND token = $3 RETURNING 1",
+                later("$4")
+            ),
+        }
+    }
+}
+
+impl Sql {
+    /// Claims up to `max` due jobs under `token` for `lease` ns, killing those out of
+    /// `max_attempts`.
+    pub(in crate::backend::postgres) async fn claim(
+        &self,
+        ex: impl PgExecutor<'_>,
+        queue: &str,
+        max: usize,
+        lease: i64,
+        token: i64,
+        max_attempts: u32,
+    ) -> Result<ClaimRows, Error> {
+        let rows = db(sqlx::query(&self.claims.claim)
+            .bind(queue)
+            .bind(i64::try_from(max).unwrap_or(i64::MAX))
+            .bind(lease)
+            .bind(token)
+            .bind(i32::try_from(max_attempts).unwrap_or(i32::MAX))
+            .fetch_all(ex)
+            .await)?;
+        let mut out = ClaimRows {
+            jobs: Vec::new(),
+            now: 0,
+            died: 0,
+            next_due: None,
+            paused: false,
+            heads: Vec::new(),
+        };
+        for r in &rows {
+            match db(r.try_get::<i32, _>(0))? {
+                0 => out.jobs.push((
+                    db(r.try_get(1))?,
+                    db(r.try_get(2))?,
+                    attempt(r, 3)?,
+                    dec(db(r.try_get(4))?),
+                )),
+                1 => {
+                    out.died = attempt(r, 3)?.into();
+                    out.now = dec(db(r.try_get(4))?);
+                }
+                2 => {
+                    out.paused = db(r.try_get::<i32, _>(3))? != 0;
+                    out.next_due = db(r.try_get::<Option<i64>, _>(4))?.map(dec);
+                }
+                _ => out.heads.push(db(r.try_get(1))?),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Acks and retries, in one statement; the answers in order.
+    pub(in crate::backend::postgres) async fn settle(
+        &self,
+        ex: impl PgExecutor<'_>,
+        queue: &str,
+        max_attempts: u32,
+        batch: &[Settle],
+    ) -> Result<Vec<Settled>, Error> {
+        let (mut ack_ids, mut ack_tokens) = (Vec::new(), Vec::new());
+        let (mut ids, mut tokens, mut afters, mut errors) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for s in batch {
+            match s {
+                Settle::Ack { id, token } => {
+                    ack_ids.push(id.as_str());
+                    ack_tokens.push(*token);
+                }
+                Settle::Retry {
+                    id,
+                    token,
+                    after,
+                    error,
+                } => {
+                    ids.push(id.as_str());
+                    tokens.push(*token);
+                    afters.push(*after);
+                    errors.push(error.as_deref());
+                }
+            }
+        }
+        let rows = db(sqlx::query(&self.claims.settle)
+            .bind(queue)
+            .bind(ack_ids)
+            .bind(ack_tokens)
+            .bind(ids)
+            .bind(tokens)
+            .bind(afters)
+            .bind(errors)
+            .bind(i32::try_from(max_attempts).unwrap_or(i32::MAX))
+            .fetch_all(ex)
+            .await)?;
+        let mut done = std::collections::HashMap::new();
+        for r in &rows {
+            let id: String = db(r.try_get(1))?;
+            let token: i64 = db(r.try_get(2))?;
+            let at = dec(db(r.try_get(3))?);
+            let answer = match db(r.try_get::<i32, _>(0))? {
+                0 => Settled::Acked,
+                1 => Settled::Pending(at),
+                _ => Settled::Died(at),
+            };
+            done.insert((id, token), answer);
+        }
+        Ok(batch
+            .iter()
+            .map(|s| {
+                let key = match s {
+                    Settle::Ack { id, token } | Settle::Retry { id, token, .. } => {
+                        (id.clone(), *token)
+                    }
+                };
+                // Each change answers one request: a duplicate of it is stale.
+                done.remove(&key).unwrap_or(Settled::Stale)
+            })
+            .collect())
+    }
+
+    pub(in crate::backend::postgres) async fn extend(
+        &self,
+        ex: impl PgExecutor<'_>,
+        queue: &str,
+        id: &str,
+        token: i64,
+        by: i64,
+    ) -> Result<bool, Error> {
+        let row = db(sqlx::query(&self.claims.extend)
+            .bind(queue)
+            .bind(id)
+            .bind(token)
+            .bind(by)
+            .fetch_optional(ex)
+            .await)?;
+        Ok(row.is_some())
+    }
+}
