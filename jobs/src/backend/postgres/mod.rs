@@ -25,14 +25,15 @@
 //! # Files
 //!
 //! `names.rs` names the schema's objects; `migrate.rs` creates and upgrades the schema from
-//! `migrations/`; `sql/` holds each statement with its typed function, one file per group; `series.rs` the
-//! recurring series' steps; `batch.rs` the group commit; `listen.rs` the `LISTEN` task;
-//! `error.rs` maps sqlx's errors; `backend.rs` is the [`Backend`](crate::backend::Backend)
-//! implementation; this file holds the [`Postgres`] value and opens it.
+//! `migrations/`; `sql/` holds each statement with its typed function, one file per group;
+//! `series.rs` the recurring series' steps; `batch.rs` the group commit; `listen.rs` the
+//! `LISTEN` task; `error.rs` maps sqlx's errors; `backend.rs` is the
+//! [`Backend`](crate::backend::Backend) implementation; this file holds the [`Postgres`]
+//! value and opens it.
 //!
-//! A new `Backend` operation touches `sql/<group>.rs` (its statement and function), `backend.rs`
-//! (the method), and, if it changes a job's state, the triggers of a new migration file
-//! when counts or wake-ups must follow.
+//! A new `Backend` operation touches `sql/<group>.rs` (its statement and function),
+//! `backend.rs` (the method), and, if it changes a job's state, the triggers of a new
+//! migration file when counts or wake-ups must follow.
 
 mod backend;
 mod batch;
