@@ -2,9 +2,10 @@
 //! comments so that `cargo test` compiles and runs every Rust example in them. The crate
 //! has no code of its own; see `docs/guide/README.md` for the guide.
 //!
-//! The Redis and console chapters compile with this crate's features of the same names
-//! (`cargo test -p wheel-guide --features redis,console`): turning them on for a plain
-//! `cargo test` would turn on wheel-jobs' Redis and browser tests, which need servers.
+//! The Redis, console and PostgreSQL chapters compile with this crate's features of the
+//! same names (`cargo test -p wheel-guide --features redis,console,postgres`): turning
+//! them on for a plain `cargo test` would turn on wheel-jobs' Redis, browser and
+//! PostgreSQL tests, which need servers.
 #![forbid(unsafe_code)]
 
 /// The workspace README's examples.
@@ -61,6 +62,11 @@ pub struct ConsoleDoctests;
 #[doc = include_str!("../redis.md")]
 #[cfg(all(doctest, feature = "redis"))]
 pub struct RedisDoctests;
+
+/// Chapter: PostgreSQL, the job and the order in one commit (feature `postgres`).
+#[doc = include_str!("../postgres.md")]
+#[cfg(all(doctest, feature = "postgres"))]
+pub struct PostgresDoctests;
 
 /// Chapter: performance.
 #[doc = include_str!("../performance.md")]
