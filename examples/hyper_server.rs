@@ -40,9 +40,6 @@ use tokio::time::Instant;
 use wheel_timer::hyper::WheelTimer;
 use wheel_timer::{IdleTracker, Timer};
 
-#[path = "support/cpu.rs"]
-mod cpu;
-
 /// HTTP/1 server with wheel-backed header and idle timeouts, under a self-made loopback load.
 #[derive(Parser, Debug)]
 #[command(name = "hyper_server")]
@@ -144,7 +141,6 @@ async fn main() -> ExitCode {
         })
     };
 
-    let cpu0 = cpu::process_cpu();
     let started = Instant::now();
     let mut clients = tokio::task::JoinSet::new();
     for _ in 0..args.active {
@@ -179,7 +175,6 @@ async fn main() -> ExitCode {
     {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let cpu = cpu::process_cpu().saturating_sub(cpu0);
     server.abort();
     reporter.abort();
 
@@ -192,7 +187,7 @@ async fn main() -> ExitCode {
         args.active, args.requests, args.idle, args.dribbling
     );
     println!(
-        "idle timeout {:?}, header timeout {:?}: ran {wall:.2?}, server process CPU {cpu:.2?}",
+        "idle timeout {:?}, header timeout {:?}: ran {wall:.2?}",
         idle_timeout, header_timeout
     );
     println!("requests served:                      {requests}");

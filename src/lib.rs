@@ -103,7 +103,7 @@
 //! their own shard, so they share no lock on the hot path, and the driver sleeps straight to
 //! the next occupied bucket (no wakeups while idle). Figures beside tokio, tokio-util and
 //! pingora-timeout, with the commands that produce them, are in the README's "Performance"
-//! section (`cargo bench`, `cargo run --release --example compare`).
+//! section (`cargo bench`, `cargo run --release -p wheel-bench --bin compare`).
 //!
 //! # Correctness
 //!

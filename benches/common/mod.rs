@@ -22,7 +22,7 @@ pub fn poll_pinned<F: Future + ?Sized>(f: Pin<&mut F>) -> bool {
 /// Create + first poll + drop: the whole life of a timeout that never fires.
 ///
 /// `make` builds the future in its pinned slot, as an `.await` or `pin!` does and as
-/// `examples/compare.rs` does: passing the future by value would add a move of it to every
+/// `bench/src/bin/compare.rs` does: passing the future by value would add a move of it to every
 /// operation, which costs each peer by its size (≈ 13 ns for tokio's 112-byte `Sleep`,
 /// nothing measurable for ours) and is not part of the work compared.
 pub fn poll_once<F: Future>(make: impl FnOnce() -> F) {
@@ -77,7 +77,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// [`runtime`] with a tokio sleep always pending on its timer, for the create + first poll +
-/// drop benches (`sleep`, `timeout`; `examples/compare.rs` does the same).
+/// drop benches (`sleep`, `timeout`; `bench/src/bin/compare.rs` does the same).
 ///
 /// tokio's time driver computes its next wake-up only when it parks, and a sleep registered
 /// while that is unset or later than the sleep's deadline wakes it (an eventfd write),

@@ -109,7 +109,7 @@
 //! deliveries + acks/s through [`JobQueue::run`] (claims are fsync'd too, so a slow disk
 //! lowers this: ~25,000 with a 4 ms fsync); a store of 10M pending jobs opens in
 //! milliseconds with 6 MiB RSS. Figures and the command that reproduces them
-//! (`cargo run --release -p wheel-jobs --example bench -- --big`) are in the README's
+//! (`cargo run --release -p wheel-bench --bin jobs -- --big`) are in the README's
 //! "Durable jobs" section.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]

@@ -1,4 +1,4 @@
-//! A peer for wheel-jobs' bench (`jobs/examples/bench.rs`): apalis 0.7.4 with its SQLite
+//! A peer for wheel-jobs' bench (`bench/src/bin/jobs.rs`): apalis 0.7.4 with its SQLite
 //! backend (apalis-sql 0.7.4, sqlx 0.8), the same shapes of work on the same machine.
 //!
 //! ```text

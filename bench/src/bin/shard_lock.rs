@@ -5,8 +5,8 @@
 //! and the worst single operation (lock, work, unlock) any thread saw, plus its p99.9.
 //!
 //! ```text
-//! cargo run --release --example shard_lock                 # 32 threads, 2 s per lock
-//! cargo run --release --example shard_lock -- 8 5          # 8 threads, 5 s per lock
+//! cargo run --release -p wheel-bench --bin shard_lock          # 32 threads, 2 s per lock
+//! cargo run --release -p wheel-bench --bin shard_lock -- 8 5   # 8 threads, 5 s per lock
 //! ```
 //!
 //! 32 threads on a 2-vCPU machine is the adversarial case: every shard's threads preempted
@@ -15,6 +15,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
+
+use clap::Parser;
 
 /// The work done under the lock: what a register or a cancel does to a shard (push to a
 /// bucket list, bump a counter, pop another entry).
@@ -106,10 +108,21 @@ fn hammer(lock: Arc<dyn Lock>, threads: usize, run: Duration) -> Outcome {
     }
 }
 
+/// One lock, many threads: the shard's spin lock beside `std::sync::Mutex`.
+#[derive(Debug, Parser)]
+#[command(name = "shard_lock")]
+struct Args {
+    /// Threads hammering the lock
+    #[arg(default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: u16,
+    /// Seconds each lock is hammered
+    #[arg(default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    secs: u64,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let threads: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(32);
-    let secs: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
+    let Args { threads, secs } = Args::parse();
+    let threads = usize::from(threads);
     let run = Duration::from_secs(secs);
     println!("{threads} threads on one lock, {secs} s each\n");
     println!("| lock | throughput | worst single operation | p99.9 |");

@@ -24,15 +24,15 @@
 //!   than 0.5 ms worse than tokio.
 //!
 //! ```text
-//! cargo run --release --example compare            # about two minutes
-//! cargo run --release --example compare -- --quick # about a minute
-//! cargo run --release --example compare -- --fresh # the fresh-timer rows only
-//! cargo run --release --example compare -- --create-poll-drop # those rows only, seconds
+//! cargo run --release -p wheel-bench --bin compare            # about two minutes
+//! cargo run --release -p wheel-bench --bin compare -- --quick # about a minute
+//! cargo run --release -p wheel-bench --bin compare -- --fresh # the fresh-timer rows only
+//! cargo run --release -p wheel-bench --bin compare -- --create-poll-drop # those rows only, seconds
 //! ```
 //!
 //! It exits with status 1 if one of our invariants fails (an early wake-up, an allocation per
 //! operation). CPU time comes from `/proc/self/stat` (utime + stime, in 1/100 s), memory from
-//! `/proc/self/status` (VmRSS), both read by `examples/support/cpu.rs`, so this runs on Linux
+//! `/proc/self/status` (VmRSS), both read by `bench/src/cpu.rs`, so this runs on Linux
 //! only. On a shared machine every figure is
 //! noisy; compare the ratios of one run rather than absolutes across runs.
 
@@ -49,10 +49,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use tokio::runtime::Runtime;
 
-#[path = "support/cpu.rs"]
-mod cpu;
-
-use cpu::{load_average, machine_steal, process_cpu, threads_cpu};
+use wheel_bench::cpu::{self, load_average, machine_steal, process_cpu, threads_cpu};
 
 /// Whole-program figures of wheel-timer beside tokio::time (sizes, allocations, memory and
 /// CPU per pending timer, lateness), printed as one Markdown table.

@@ -1,15 +1,8 @@
-//! CPU-time and memory readings shared by the examples, from Linux's `/proc` (one reader,
-//! not one per example). Include it with
+//! CPU-time and memory readings shared by the harnesses, from Linux's `/proc` (one reader,
+//! not one per harness).
 //!
-//! ```ignore
-//! #[path = "support/cpu.rs"]
-//! mod cpu;
-//! ```
-//!
-//! Each example uses a subset. Readers that cannot get a figure return zero (or `"?"`), so
-//! an example still runs where `/proc` is missing; its figures then say so by being zero.
-
-#![allow(dead_code)]
+//! Each harness uses a subset. Readers that cannot get a figure return zero (or `"?"`), so
+//! a harness still runs where `/proc` is missing; its figures then say so by being zero.
 
 use std::time::Duration;
 

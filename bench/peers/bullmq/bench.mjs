@@ -1,10 +1,10 @@
 // BullMQ on the same redis-server as wheel-jobs' bench, for a same-run comparison.
 //
-//   cd jobs/bench/bullmq && npm install
+//   cd bench/peers/bullmq && npm install
 //   node bench.mjs /tmp/rb/redis.sock [concurrency, default 50]
 //
-// Prints the same figures as `cargo run --release -p wheel-jobs --features redis --example
-// bench -- --redis redis+unix:///tmp/rb/redis.sock`: adds/s (one at a time with 64 in
+// Prints the same figures as `cargo run --release -p wheel-bench --bin jobs -- --redis
+// redis+unix:///tmp/rb/redis.sock`: adds/s (one at a time with 64 in
 // flight, and in bulk), deliveries + acks/s with 100k jobs already due (no-op processor,
 // concurrency 50 unless given, removeOnComplete), and lateness after the due time for 100k
 // jobs due over 10 s and for 1,000 jobs over 10 s. With each phase, per job: the requests

@@ -1,11 +1,11 @@
 //! Throughput and lateness of the embedded job store, and what 10M pending jobs cost.
 //!
 //! ```text
-//! cargo run --release -p wheel-jobs --example bench            # about 40 s
-//! cargo run --release -p wheel-jobs --example bench -- --big   # adds the 10M-job store (minutes, ~1 GB of disk)
-//! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis+unix:///tmp/redis.sock
-//! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis://127.0.0.1:6379 --min-replicas 1
-//! cargo run --release -p wheel-jobs --features redis --example bench -- --redis redis+unix:///tmp/redis.sock --big   # adds 1M pending jobs
+//! cargo run --release -p wheel-bench --bin jobs            # about 40 s
+//! cargo run --release -p wheel-bench --bin jobs -- --big   # adds the 10M-job store (minutes, ~1 GB of disk)
+//! cargo run --release -p wheel-bench --bin jobs -- --redis redis+unix:///tmp/redis.sock
+//! cargo run --release -p wheel-bench --bin jobs -- --redis redis://127.0.0.1:6379 --min-replicas 1
+//! cargo run --release -p wheel-bench --bin jobs -- --redis redis+unix:///tmp/redis.sock --big   # adds 1M pending jobs
 //! ```
 //!
 //! `--min-replicas N` (with `--redis`, a primary with N replicas) measures only schedules/s,
@@ -13,7 +13,7 @@
 //!
 //! `--concurrency N` sets the handlers `run` may run at once in the delivery and lateness
 //! phases (default 256 on the embedded store; 50 on Redis, BullMQ's concurrency in
-//! `jobs/bench/bullmq/bench.mjs`). On Redis each phase also prints, per job, what the
+//! `bench/peers/bullmq/bench.mjs`). On Redis each phase also prints, per job, what the
 //! server counted (`INFO`): script calls, which are all the requests this client sends
 //! (one command each, never pipelined; the few other commands are this harness's), and
 //! reads (requests that arrive together are one read).
@@ -25,7 +25,7 @@
 //! the process's RSS after opening it and consuming its first due job, then the latency
 //! (p50/p99 of 2,000 calls one after another) of `get`, `counts` and a 50-job `list` page
 //! (the first, and one resumed from a cursor) on that store; on Redis, the same latencies
-//! with 1M pending jobs. Targets (issue 12):
+//! with 1M pending jobs. Goals:
 //! ≥ 50,000 schedules/s with 64 schedulers, ≥ 50,000 deliveries + acks/s, p99 lateness
 //! ≤ 10 ms, open ≤ 1 s.
 
@@ -38,13 +38,12 @@ use wheel_jobs::JobQueue;
 
 /// Throughput and lateness of the job store (see the module docs for what each phase does).
 #[derive(Parser, Debug)]
-#[command(name = "bench")]
+#[command(name = "jobs")]
 struct Args {
     /// Also build a store of 10M pending jobs and time opening it (minutes, ~1 GB of disk).
     #[arg(long)]
     big: bool,
-    /// Measure on the Redis server at this URL instead of the embedded store (needs
-    /// `--features redis`).
+    /// Measure on the Redis server at this URL instead of the embedded store.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
     /// With `--redis`: measure only schedules/s, without and with `min_replicas(N, 1 s)`,
@@ -77,12 +76,10 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// Where the queue lives: `None` for the embedded store, else a Redis URL (`--redis URL`,
-/// with the `redis` feature).
+/// Where the queue lives: `None` for the embedded store, else a Redis URL (`--redis URL`).
 static REDIS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
 
 async fn fresh(dir: &std::path::Path, name: &str, quick_repair: bool) -> JobQueue {
-    #[cfg(feature = "redis")]
     if let Some(url) = REDIS.get().cloned().flatten() {
         return JobQueue::builder()
             .redis(&url, &unique(name))
@@ -100,7 +97,6 @@ async fn fresh(dir: &std::path::Path, name: &str, quick_repair: bool) -> JobQueu
 }
 
 /// A queue name no earlier run used.
-#[cfg(feature = "redis")]
 fn unique(name: &str) -> String {
     let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
     format!("{name}-{}", now.unwrap().as_nanos())
@@ -108,7 +104,6 @@ fn unique(name: &str) -> String {
 
 /// `--min-replicas N`: schedules/s with 1 and 64 schedulers, without and with
 /// `min_replicas(N, 1 s)`, alternated over 3 rounds; the medians and their ratios.
-#[cfg(feature = "redis")]
 async fn replicated(url: &str, replicas: u32) {
     let mut runs: [[Vec<f64>; 2]; 2] = Default::default();
     for _ in 0..3 {
@@ -318,7 +313,6 @@ async fn operate(queue: &JobQueue, jobs: usize, what: &str) {
 
 /// Redis only: the server's memory in use (`INFO memory` used_memory), in bytes.
 async fn used_memory() -> Option<u64> {
-    #[cfg(feature = "redis")]
     if let Some(url) = REDIS.get().cloned().flatten() {
         let client = redis::Client::open(url).ok()?;
         let mut conn = client.get_multiplexed_async_connection().await.ok()?;
@@ -338,7 +332,6 @@ async fn used_memory() -> Option<u64> {
 /// Redis only: what the server has served so far: script calls, client reads, and the
 /// microseconds it spent in scripts.
 async fn script_calls() -> Option<[u64; 3]> {
-    #[cfg(feature = "redis")]
     if let Some(url) = REDIS.get().cloned().flatten() {
         let client = redis::Client::open(url).ok()?;
         let mut conn = client.get_multiplexed_async_connection().await.ok()?;
@@ -484,9 +477,6 @@ async fn main() {
         fsync_ms(dir.path())
     );
     let redis = args.redis.clone();
-    if redis.is_some() && cfg!(not(feature = "redis")) {
-        panic!("--redis needs `--features redis`");
-    }
     REDIS.set(redis.clone()).unwrap();
     let concurrency = match args.concurrency {
         Some(n) => n,
@@ -496,7 +486,6 @@ async fn main() {
     CONCURRENCY.set(concurrency).unwrap();
     if redis.is_some() {
         println!("-- redis backend: {}", redis.as_deref().unwrap_or_default());
-        #[cfg(feature = "redis")]
         if let (Some(url), Some(replicas)) = (&redis, args.min_replicas) {
             return replicated(url, replicas).await;
         }

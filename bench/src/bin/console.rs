@@ -1,8 +1,8 @@
 //! How fast the console's pages answer on a big queue.
 //!
 //! ```text
-//! cargo run --release -p wheel-jobs --example console_bench --features console -- --jobs 10000000 --store /tmp/big.redb
-//! cargo run --release -p wheel-jobs --example console_bench --features console,redis -- --jobs 1000000 --redis redis+unix:///tmp/rb/redis.sock
+//! cargo run --release -p wheel-bench --bin console -- --jobs 10000000 --store /tmp/big.redb
+//! cargo run --release -p wheel-bench --bin console -- --jobs 1000000 --redis redis+unix:///tmp/rb/redis.sock
 //! ```
 //!
 //! Fills the queue up to `--jobs` pending jobs (ids `job-00000000`…, due over the next 30
@@ -24,7 +24,7 @@ use wheel_jobs::JobQueue;
 
 /// Time the console's pages on a big queue (see the module docs).
 #[derive(Parser, Debug)]
-#[command(name = "console_bench")]
+#[command(name = "console")]
 struct Args {
     /// Pending jobs to have in the queue.
     #[arg(long, default_value_t = 1_000_000)]
@@ -49,10 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut builder = JobQueue::builder();
     builder.max_attempts(1).lease(Duration::from_secs(3600));
     let queue = match &args.redis {
-        #[cfg(feature = "redis")]
         Some(url) => builder.redis(url, "console-bench").await?,
-        #[cfg(not(feature = "redis"))]
-        Some(_) => return Err("--redis needs the `redis` feature".into()),
         None => {
             let path = args.store.clone().unwrap_or(temp.join("bench.redb"));
             builder.open(path).await?
