@@ -11,8 +11,10 @@
 //!   no such counter);
 //! - create + first poll + drop of a never-firing 1 s sleep and timeout (the `sleep` and
 //!   `timeout` benches' work, measured the same way: each future built in place, on a
-//!   runtime with one tokio sleep kept pending): thread CPU time per operation, medians of
-//!   interleaved rounds of 1M operations, on a plain thread and inside a task;
+//!   runtime with one tokio sleep kept pending): thread CPU time per operation, on a plain
+//!   thread and inside a task; a warm-up round, then 31 rounds (9 with `--quick`) of 200k
+//!   operations per case, the cases alternating within each round; the ratio is the median
+//!   of the per-round ratios, with their quartiles (the spread a reader should expect);
 //! - lateness of 10k and 100k concurrent tasks sleeping 10–60 ms on a two-worker multi-thread
 //!   runtime and the real clock: min / p50 / p99 / max, and how many woke early (must be 0
 //!   for ours). At 100k the tasks need more CPU than the 50 ms window holds on a small
@@ -309,8 +311,10 @@ fn allocations(report: &mut Report) {
 
 // ===== create + first poll + drop =====
 
-/// Operations per round of the create + first poll + drop section.
-const CPD_OPS: u64 = 1_000_000;
+/// Operations per round of the create + first poll + drop section: short rounds (≈ 20 ms per
+/// case) keep the cases compared within one round close in time, so a change of load
+/// between rounds moves both figures of a ratio alike.
+const CPD_OPS: u64 = 200_000;
 
 /// Thread CPU time per operation of `CPD_OPS` runs of `op`, in ns. CPU time, not wall time:
 /// on a shared machine the wall clock also counts the slices another process ran in.
@@ -325,25 +329,38 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// ns per create + first poll + drop of a never-firing 1 s sleep or timeout, one thread,
-/// for each case: `rounds` rounds of 1M operations, the cases interleaved (each round starts
-/// with a different one), median per case. Cases are ours, then tokio's.
-fn cpd_medians(rounds: usize, cases: &mut [Box<dyn FnMut() -> f64 + '_>]) -> Vec<f64> {
-    let mut samples = vec![Vec::new(); cases.len()];
-    for round in 0..rounds {
-        for i in 0..cases.len() {
-            let case = (round + i) % cases.len();
-            samples[case].push(cases[case]());
-        }
-    }
-    samples.into_iter().map(median).collect()
+/// The 25th and 75th percentiles of `v`.
+fn quartiles(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 4], v[(3 * v.len()) / 4])
 }
 
-/// [`cpd_medians`] of our sleep (`Timer`, free fn), tokio's, then the same for a timeout
+/// Per-round samples (ns per operation) of each case: one warm-up round (not kept), then
+/// `rounds` rounds in which every case runs once, in an order that alternates each round
+/// (forwards, then backwards), so that no case always runs first or right after another.
+fn cpd_samples(rounds: usize, cases: &mut [Box<dyn FnMut() -> f64 + '_>]) -> Vec<Vec<f64>> {
+    let mut samples = vec![Vec::new(); cases.len()];
+    for round in 0..=rounds {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..cases.len()).collect()
+        } else {
+            (0..cases.len()).rev().collect()
+        };
+        for case in order {
+            let ns = cases[case]();
+            if round > 0 {
+                samples[case].push(ns);
+            }
+        }
+    }
+    samples
+}
+
+/// Per-round samples of our sleep (`Timer`, free fn), tokio's, then the same for a timeout
 /// around a pending future, in the current runtime context.
-fn cpd_figures(timer: &wheel_timer::Timer, rounds: usize) -> Vec<f64> {
+fn cpd_figures(timer: &wheel_timer::Timer, rounds: usize) -> Vec<Vec<f64>> {
     let delay = Duration::from_secs(1);
-    cpd_medians(
+    cpd_samples(
         rounds,
         &mut [
             Box::new(move || cpu_ns_per_op(move || assert!(poll_noop(pin!(timer.sleep(delay)))))),
@@ -378,11 +395,23 @@ fn cpd_figures(timer: &wheel_timer::Timer, rounds: usize) -> Vec<f64> {
     )
 }
 
+/// The median over rounds of `tokio[r] / ours[r]`, and the quartiles of those ratios.
+fn round_ratios(tokio: &[f64], ours: &[f64]) -> (f64, f64, f64) {
+    let ratios: Vec<f64> = tokio.iter().zip(ours).map(|(t, o)| t / o).collect();
+    let (q1, q3) = quartiles(ratios.clone());
+    (median(ratios), q1, q3)
+}
+
 /// The same figure as the `sleep` and `timeout` benches (same work, another harness), so a
 /// reader sees the ratio without criterion: on the calling thread (outside any task) and
 /// inside a task on a runtime worker.
+///
+/// Each ratio is the median of per-round ratios (ours and tokio's measured in the same
+/// round, a few milliseconds apart), with its interquartile range: a load that changes
+/// between rounds moves both figures of one round's ratio, so the ratio repeats where the
+/// absolute figures do not.
 fn create_poll_drop(report: &mut Report, quick: bool) {
-    let rounds = if quick { 3 } else { 7 };
+    let rounds = if quick { 9 } else { 31 };
     let rt = multi_thread();
     // As in the benches (`benches/common`, `runtime_with_pending_timer`): a tokio sleep is
     // always pending, due before every measured deadline, so tokio's driver never parks
@@ -409,19 +438,29 @@ fn create_poll_drop(report: &mut Report, quick: bool) {
         };
         let metric = |what: &str| {
             format!(
-                "create + first poll + drop, {what}, {place} (thread CPU, median of {rounds} \
-                 rounds of 1M): `Timer` / free fn"
+                "create + first poll + drop, {what}, {place} (thread CPU, medians of {rounds} \
+                 interleaved rounds of {}k; ratio: median of per-round ratios [quartiles]): \
+                 `Timer` / free fn",
+                CPD_OPS / 1000
             )
         };
         for (what, ours, free, tokio) in [
-            ("sleep 1 s", f[0], f[1], f[2]),
-            ("timeout 1 s, pending future", f[3], f[4], f[5]),
+            ("sleep 1 s", &f[0], &f[1], &f[2]),
+            ("timeout 1 s, pending future", &f[3], &f[4], &f[5]),
         ] {
+            let (r_ours, lo_ours, hi_ours) = round_ratios(tokio, ours);
+            let (r_free, lo_free, hi_free) = round_ratios(tokio, free);
             report.row(
                 metric(what),
-                format!("{ours:.1} / {free:.1} ns"),
-                format!("{tokio:.1} ns"),
-                format!("{} / {}", ratio(tokio, ours), ratio(tokio, free)),
+                format!(
+                    "{:.1} / {:.1} ns",
+                    median(ours.clone()),
+                    median(free.clone())
+                ),
+                format!("{:.1} ns", median(tokio.clone())),
+                format!(
+                    "{r_ours:.2}× [{lo_ours:.2}–{hi_ours:.2}] / {r_free:.2}× [{lo_free:.2}–{hi_free:.2}]"
+                ),
             );
         }
     }
