@@ -15,6 +15,8 @@
 //!   thread and inside a task; a warm-up round, then 31 rounds (9 with `--quick`) of 200k
 //!   operations per case, the cases alternating within each round; the ratio is the median
 //!   of the per-round ratios, with their quartiles (the spread a reader should expect);
+//! - a keyed idle touch among 100k keys in random order beside tokio `Sleep::reset` and
+//!   tokio-util `DelayQueue::reset`, rounds as above;
 //! - lateness of 10k and 100k concurrent tasks sleeping 10–60 ms on a two-worker multi-thread
 //!   runtime and the real clock: min / p50 / p99 / max, and how many woke early (must be 0
 //!   for ours). At 100k the tasks need more CPU than the 50 ms window holds on a small
@@ -30,6 +32,7 @@
 //! cargo run --release -p wheel-bench --bin compare -- --quick # about a minute
 //! cargo run --release -p wheel-bench --bin compare -- --fresh # the fresh-timer rows only
 //! cargo run --release -p wheel-bench --bin compare -- --create-poll-drop # those rows only, seconds
+//! cargo run --release -p wheel-bench --bin compare -- --touch # the keyed touch rows only, seconds
 //! ```
 //!
 //! It exits with status 1 if one of our invariants fails (an early wake-up, an allocation per
@@ -67,6 +70,9 @@ struct Args {
     /// Only the create + first poll + drop rows (a few seconds).
     #[arg(long)]
     create_poll_drop: bool,
+    /// Only the keyed idle touch rows (a few seconds).
+    #[arg(long)]
+    touch: bool,
 }
 
 /// Resident set size, in bytes.
@@ -466,6 +472,82 @@ fn create_poll_drop(report: &mut Report, quick: bool) {
     }
 }
 
+// ===== keyed idle touch =====
+
+/// A keyed touch among 100k keys in a fixed random order, the seed's per-packet operation:
+/// ours (`IdleTracker::touch`) beside re-arming one tokio `Sleep` per key
+/// (`Sleep::reset(now + timeout)` and a poll, as the `idle_touch` bench) and tokio-util's
+/// `DelayQueue::reset`, on one thread, thread CPU time. Rounds as in the create + poll + drop
+/// rows (a warm-up, then alternating rounds of 200k touches per peer; ratios are medians of
+/// per-round ratios), because this figure swings with the load more than any other: each
+/// touch is a few dependent reads of lines among megabytes of state, so its time is where
+/// those lines are (L2, L3 or memory), which other processes decide.
+fn touch_section(report: &mut Report, quick: bool) {
+    const KEYS: usize = 100_000;
+    let rounds = if quick { 9 } else { 31 };
+    let idle = Duration::from_secs(3600);
+    let rt = multi_thread();
+    let _enter = rt.enter();
+    let timer = wheel_timer::Timer::new();
+    let (tracker, _expirations) = wheel_timer::IdleTracker::<u64>::new(&timer, idle);
+    (0..KEYS as u64).for_each(|k| tracker.touch(k));
+    let mut sleeps: Vec<Pin<Box<tokio::time::Sleep>>> = (0..KEYS)
+        .map(|_| {
+            let mut sleep = Box::pin(tokio::time::sleep(idle));
+            assert!(poll_noop(sleep.as_mut()));
+            sleep
+        })
+        .collect();
+    let mut queue = tokio_util::time::DelayQueue::with_capacity(KEYS);
+    let keys: Vec<_> = (0..KEYS as u32).map(|i| queue.insert(i, idle)).collect();
+    let mut order: Vec<u32> = (0..KEYS as u32).collect();
+    let mut rng = SplitMix(1);
+    for i in (1..KEYS).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    // One cursor per peer, each cycling through the same order.
+    let (mut a, mut b, mut c) = (0usize, 0usize, 0usize);
+    let next = |cursor: &mut usize| {
+        let key = order[*cursor];
+        *cursor = (*cursor + 1) % KEYS;
+        key
+    };
+    let samples = cpd_samples(
+        rounds,
+        &mut [
+            // The key comes with the packet: computed, not read from a table.
+            Box::new(|| cpu_ns_per_op(|| tracker.touch(u64::from(next(&mut a))))),
+            Box::new(|| {
+                cpu_ns_per_op(|| {
+                    let mut sleep = sleeps[next(&mut b) as usize].as_mut();
+                    sleep.as_mut().reset(tokio::time::Instant::now() + idle);
+                    std::hint::black_box(poll_noop(sleep));
+                })
+            }),
+            Box::new(|| cpu_ns_per_op(|| queue.reset(&keys[next(&mut c) as usize], idle))),
+        ],
+    );
+    let (r_tokio, lo_tokio, hi_tokio) = round_ratios(&samples[1], &samples[0]);
+    let (r_queue, lo_queue, hi_queue) = round_ratios(&samples[2], &samples[0]);
+    report.row(
+        format!(
+            "keyed idle touch, 100k keys, random order, 1 thread (thread CPU, medians of \
+             {rounds} interleaved rounds of {}k): ours / tokio `Sleep::reset` + poll / \
+             tokio-util `DelayQueue::reset`; ratio: median of per-round ratios [quartiles]",
+            CPD_OPS / 1000
+        ),
+        format!("{:.1} ns", median(samples[0].clone())),
+        format!(
+            "{:.1} / {:.1} ns",
+            median(samples[1].clone()),
+            median(samples[2].clone())
+        ),
+        format!(
+            "{r_tokio:.2}× [{lo_tokio:.2}–{hi_tokio:.2}] / {r_queue:.2}× [{lo_queue:.2}–{hi_queue:.2}]"
+        ),
+    );
+}
+
 // ===== memory and CPU with many pending timers =====
 
 /// N pending timers of one peer, as a program would hold them: ours in place (`Sleep` is
@@ -838,7 +920,7 @@ async fn fresh_timer_async(seed: u64, round: usize) -> ([f64; 4], usize) {
     let timer = wheel_timer::Timer::new();
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for k in 0..FRESH_SLEEPS {
-        let order = if (k + round) % 2 == 0 {
+        let order = if (k + round).is_multiple_of(2) {
             [Peer::Wheel, Peer::Tokio]
         } else {
             [Peer::Tokio, Peer::Wheel]
@@ -873,6 +955,7 @@ fn main() -> ExitCode {
         quick,
         fresh: fresh_only,
         create_poll_drop: cpd_only,
+        touch: touch_only,
     } = Args::parse();
     let started = Instant::now();
     let load_before = load_average();
@@ -880,8 +963,13 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     // Memory first: later sections leave freed heap behind that could hide new allocations
     // from RSS.
-    if cpd_only {
-        create_poll_drop(&mut report, quick);
+    if cpd_only || touch_only {
+        if cpd_only {
+            create_poll_drop(&mut report, quick);
+        }
+        if touch_only {
+            touch_section(&mut report, quick);
+        }
     } else if !fresh_only {
         eprintln!("pending timers: CPU and memory…");
         pending_section(&mut report, quick);
@@ -890,10 +978,12 @@ fn main() -> ExitCode {
         allocations(&mut report);
         eprintln!("create + first poll + drop…");
         create_poll_drop(&mut report, quick);
+        eprintln!("keyed idle touch…");
+        touch_section(&mut report, quick);
         eprintln!("lateness…");
         lateness_section(&mut report, quick);
     }
-    if !cpd_only {
+    if !cpd_only && !touch_only {
         eprintln!("fresh timers…");
         fresh_section(&mut report);
     }
