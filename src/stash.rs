@@ -79,7 +79,7 @@ mod imp {
         }
 
         /// A sleep's handle of the cached default shard, if it is cached and its timer runs.
-        #[inline]
+        #[inline(always)]
         fn take_default(&self) -> Option<Arc<ShardHandle>> {
             let shard = self.default.take()?;
             let out = shard.global().is_running().then(|| self.take(&shard));
@@ -144,7 +144,7 @@ mod imp {
 
     /// A handle for a new sleep on the cached default shard, if the current task (`Some`) is
     /// the one that last confirmed it and its timer runs.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take_default_in_task(task: Option<tokio::task::Id>) -> Option<Arc<ShardHandle>> {
         LOCAL
             .try_with(|local| {
