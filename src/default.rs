@@ -20,9 +20,13 @@
 //! are replaced on the next miss, so a runtime built after another was dropped gets a fresh
 //! timer.
 //!
-//! The cache is borrowed while the caller's closure runs, so the closure runs no user code:
-//! the sleep and timeout functions only take the thread's shard handle in it
-//! (`Timer::sleep_handle`) and build their futures after.
+//! There are two caches with the same rules. The sleep and timeout functions need only the
+//! thread's shard of the timer: the thread's stash (`crate::stash`) keeps it with the
+//! runtime and the task that confirmed it, so inside that task a sleep costs tokio's task id
+//! and the one thread-local access `Timer::sleep` makes anyway (callgrind: 638 instructions
+//! per create + poll + drop against `Timer::sleep`'s 604). [`default_timer`] and the
+//! intervals need the `Timer` itself, kept here; that cache is borrowed while the caller's
+//! closure runs, so the closure runs no user code.
 
 use std::cell::RefCell;
 use std::future::IntoFuture;
@@ -32,13 +36,17 @@ use tokio::runtime::{Handle, Id};
 use tokio::time::Instant;
 
 use crate::loom::global::Mutex;
+use crate::loom::Arc;
+use crate::shard::ShardHandle;
 use crate::sleep::Sleep;
+use crate::stash;
 use crate::timeout::Timeout;
 use crate::timer::Timer;
 
 static REGISTRY: Mutex<Vec<(Id, Timer)>> = Mutex::new(Vec::new());
 
-/// The calling thread's last answer: one thread-local, so the fast path is one access.
+/// The calling thread's last answer for `with_default` (the free functions' sleeps use
+/// the thread's cached default shard instead, kept beside its stash: see `sleep_handle`).
 struct Cached {
     runtime: Id,
     /// The task that last confirmed `runtime` (see the module docs); `None` outside a task.
@@ -48,6 +56,40 @@ struct Cached {
 
 thread_local! {
     static CACHE: RefCell<Option<Cached>> = const { RefCell::new(None) };
+}
+
+/// The shard handle for a new sleep on the current runtime's default timer: the calling
+/// thread's shard, taken from its stash when the stash holds it (as `Timer::sleep_handle`).
+///
+/// The thread's stash keeps the answer (`stash::take_default_in_task`): inside the task
+/// that last confirmed it, that is one read of tokio's task id and one thread-local
+/// access, the stash's own, so the free functions cost what `Timer::sleep` does.
+#[track_caller]
+#[inline]
+pub(crate) fn sleep_handle() -> Arc<ShardHandle> {
+    let task = tokio::task::try_id();
+    if task.is_some() {
+        if let Some(handle) = stash::take_default_in_task(task) {
+            return handle;
+        }
+    }
+    sleep_handle_slow(task)
+}
+
+/// [`sleep_handle`] naming the runtime through its handle.
+#[track_caller]
+#[inline(never)]
+fn sleep_handle_slow(task: Option<tokio::task::Id>) -> Arc<ShardHandle> {
+    let handle = current_handle();
+    let id = handle.id();
+    if let Some(shard) = stash::take_default_of(id, task) {
+        return shard;
+    }
+    let timer = with_handle(&handle, task, Timer::clone);
+    let shard = timer.shard_handle();
+    let out = stash::take(&shard);
+    stash::set_default(id, task, shard);
+    out
 }
 
 /// Runs `f` with the current runtime's default timer. `f` must not run user code (it is
@@ -66,23 +108,35 @@ pub(crate) fn with_default<R>(f: impl FnOnce(&Timer) -> R) -> R {
         });
         match fast {
             Some(out) => out,
-            None => with_default_slow(task, f.expect("not called on the fast path")),
+            None => with_handle(
+                &current_handle(),
+                task,
+                f.expect("not called on the fast path"),
+            ),
         }
     } else {
-        with_default_slow(task, f)
+        with_handle(&current_handle(), task, f)
     }
 }
 
-/// [`with_default`] naming the runtime through its handle; `task` (the current task, if
-/// any) is remembered as the one that confirmed the answer.
 #[track_caller]
-fn with_default_slow<R>(task: Option<tokio::task::Id>, f: impl FnOnce(&Timer) -> R) -> R {
-    let handle = match Handle::try_current() {
+fn current_handle() -> Handle {
+    match Handle::try_current() {
         Ok(handle) => handle,
         Err(_) => panic!(
             "wheel-timer: the free functions (sleep_wheel, timeout_wheel, …) must be called from inside a tokio runtime context"
         ),
-    };
+    }
+}
+
+/// [`with_default`] for the runtime of `handle`; `task` (the current task, if any) is
+/// remembered as the one that confirmed the answer.
+#[track_caller]
+fn with_handle<R>(
+    handle: &Handle,
+    task: Option<tokio::task::Id>,
+    f: impl FnOnce(&Timer) -> R,
+) -> R {
     let id = handle.id();
     // The hit is answered inside the access and returns the (small) result alone; a miss
     // fills the cache in a second access.
@@ -98,7 +152,7 @@ fn with_default_slow<R>(task: Option<tokio::task::Id>, f: impl FnOnce(&Timer) ->
         return out;
     }
     let f = f.expect("not called on a hit");
-    let timer = lookup(&handle, id);
+    let timer = lookup(handle, id);
     let (out, stale) = CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
         let stale = cache.replace(Cached {
@@ -174,7 +228,7 @@ pub fn default_timer() -> Timer {
 #[track_caller]
 #[inline]
 pub fn sleep_wheel(duration: Duration) -> Sleep {
-    Sleep::after(with_default(Timer::sleep_handle), duration)
+    Sleep::after(sleep_handle(), duration)
 }
 
 /// Waits until `deadline`, on the current runtime's default timer: the wheel's drop-in for
@@ -196,7 +250,7 @@ pub fn sleep_wheel(duration: Duration) -> Sleep {
 #[track_caller]
 #[inline]
 pub fn sleep_wheel_until(deadline: Instant) -> Sleep {
-    Sleep::until(with_default(Timer::sleep_handle), deadline)
+    Sleep::until(sleep_handle(), deadline)
 }
 
 /// Requires `future` to complete within `duration`, on the current runtime's default timer:
@@ -220,10 +274,7 @@ pub fn sleep_wheel_until(deadline: Instant) -> Sleep {
 #[inline]
 pub fn timeout_wheel<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F::IntoFuture> {
     let future = future.into_future();
-    Timeout::new(
-        future,
-        Sleep::after(with_default(Timer::sleep_handle), duration),
-    )
+    Timeout::new(future, Sleep::after(sleep_handle(), duration))
 }
 
 /// Requires `future` to complete by `deadline`, on the current runtime's default timer: the
@@ -248,8 +299,5 @@ pub fn timeout_wheel<F: IntoFuture>(duration: Duration, future: F) -> Timeout<F:
 #[inline]
 pub fn timeout_wheel_at<F: IntoFuture>(deadline: Instant, future: F) -> Timeout<F::IntoFuture> {
     let future = future.into_future();
-    Timeout::new(
-        future,
-        Sleep::until(with_default(Timer::sleep_handle), deadline),
-    )
+    Timeout::new(future, Sleep::until(sleep_handle(), deadline))
 }

@@ -34,8 +34,9 @@ use crate::wheel::{self, Wheel};
 /// Level-0 buckets of the queue's wheel: 256 one-tick buckets (a quarter second at 1 ms)
 /// keep the per-queue footprint small while most deadlines of a request-scoped queue never
 /// cascade more than once. The wheel then has 9 upper levels of 64 buckets; with the due
-/// list that is 833 `u32` list heads (3,332 bytes) plus 10 occupancy bitmaps (504 bytes with
-/// their words), about 3.8 KB per queue before any value is inserted.
+/// list that is 833 `u32` list heads (3,332 bytes) plus one occupancy bit per head (120 bytes
+/// with the summary word) and the level tables (224 bytes), about 3.7 KB per queue before any
+/// value is inserted.
 const SLOTS: usize = 256;
 
 /// A queue of values that each come out once their deadline is reached, the wheel's drop-in

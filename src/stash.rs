@@ -27,6 +27,11 @@
 //! The loom models build without the stash (a `thread_local!` would be shared by a model's
 //! threads): every sleep there counts its own reference.
 
+//! The thread-local also keeps the default timer's answer for the free functions
+//! (`crate::default`): the current runtime's default timer's shard for this thread, with the
+//! runtime and the task that confirmed it. Both live in one thread-local so that a free
+//! function's sleep inside a task costs one thread-local access, as `Timer::sleep` does.
+
 use crate::loom::Arc;
 use crate::shard::{Global, ShardHandle};
 
@@ -34,21 +39,64 @@ use crate::shard::{Global, ShardHandle};
 mod imp {
     use std::cell::Cell;
 
+    use tokio::runtime::Id;
+
     use super::{Arc, Global, ShardHandle};
 
+    /// The calling thread's handles.
+    struct Local {
+        /// The shard handle of the last sleep dropped on this thread.
+        stash: Cell<Option<Arc<ShardHandle>>>,
+        /// This thread's shard of the default timer of `runtime` (see `crate::default`).
+        default: Cell<Option<Arc<ShardHandle>>>,
+        runtime: Cell<Option<Id>>,
+        /// The task that last confirmed `runtime`; `None` outside a task.
+        task: Cell<Option<tokio::task::Id>>,
+    }
+
     thread_local! {
-        static STASH: Cell<Option<Arc<ShardHandle>>> = const { Cell::new(None) };
+        static LOCAL: Local = const {
+            Local {
+                stash: Cell::new(None),
+                default: Cell::new(None),
+                runtime: Cell::new(None),
+                task: Cell::new(None),
+            }
+        };
+    }
+
+    impl Local {
+        /// `want` itself if the stash holds it, else a new reference to it.
+        #[inline]
+        fn take(&self, want: &Arc<ShardHandle>) -> Arc<ShardHandle> {
+            match self.stash.take() {
+                Some(handle) if Arc::ptr_eq(&handle, want) => handle,
+                other => {
+                    self.stash.set(other);
+                    want.clone()
+                }
+            }
+        }
+
+        /// A sleep's handle of the cached default shard, if it is cached and its timer runs.
+        #[inline(always)]
+        fn take_default(&self) -> Option<Arc<ShardHandle>> {
+            let shard = self.default.take()?;
+            let out = shard.global().is_running().then(|| self.take(&shard));
+            self.default.set(Some(shard));
+            out
+        }
     }
 
     /// The stashed handle if `wanted` accepts it; otherwise the stash is left as it was.
     /// Runs no user code.
     #[inline]
     fn take_if(wanted: impl FnOnce(&Arc<ShardHandle>) -> bool) -> Option<Arc<ShardHandle>> {
-        STASH
-            .try_with(|stash| match stash.take() {
+        LOCAL
+            .try_with(|local| match local.stash.take() {
                 Some(handle) if wanted(&handle) => Some(handle),
                 other => {
-                    stash.set(other);
+                    local.stash.set(other);
                     None
                 }
             })
@@ -59,7 +107,9 @@ mod imp {
     /// `want` itself if the thread's stash holds it, else a new reference to it.
     #[inline]
     pub(crate) fn take(want: &Arc<ShardHandle>) -> Arc<ShardHandle> {
-        take_if(|handle| Arc::ptr_eq(handle, want)).unwrap_or_else(|| want.clone())
+        LOCAL
+            .try_with(|local| local.take(want))
+            .unwrap_or_else(|_| want.clone())
     }
 
     /// Keeps a dropped sleep's `handle` for the thread's next sleep, releasing the one the
@@ -72,19 +122,78 @@ mod imp {
             return;
         }
         let mut handle = Some(handle);
-        let old = STASH.try_with(|stash| stash.replace(handle.take()));
+        let old = LOCAL.try_with(|local| local.stash.replace(handle.take()));
         // The old reference, or this one while the thread exits, is released here.
         drop((old, handle));
     }
 
-    /// Releases the calling thread's stash if it holds a handle of `global`'s timer.
+    /// Releases the calling thread's stash, and its cached default shard, if they hold a
+    /// handle of `global`'s timer.
     pub(crate) fn forget(global: &Global) {
         drop(take_if(|handle| std::ptr::eq(&**handle.global(), global)));
+        let of_global = |handle: &Arc<ShardHandle>| std::ptr::eq(&**handle.global(), global);
+        let default = LOCAL.try_with(|local| match local.default.take() {
+            Some(handle) if of_global(&handle) => Some(handle),
+            other => {
+                local.default.set(other);
+                None
+            }
+        });
+        drop(default);
+    }
+
+    /// A handle for a new sleep on the cached default shard, if the current task (`Some`) is
+    /// the one that last confirmed it and its timer runs.
+    #[inline(always)]
+    pub(crate) fn take_default_in_task(task: Option<tokio::task::Id>) -> Option<Arc<ShardHandle>> {
+        LOCAL
+            .try_with(|local| {
+                if local.task.get() == task {
+                    local.take_default()
+                } else {
+                    None
+                }
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// A handle for a new sleep on the cached default shard, if it is `runtime`'s and its
+    /// timer runs; `task` becomes the task that confirmed it.
+    pub(crate) fn take_default_of(
+        runtime: Id,
+        task: Option<tokio::task::Id>,
+    ) -> Option<Arc<ShardHandle>> {
+        LOCAL
+            .try_with(|local| {
+                if local.runtime.get() != Some(runtime) {
+                    return None;
+                }
+                let out = local.take_default()?;
+                local.task.set(task);
+                Some(out)
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// Caches `shard`, this thread's shard of `runtime`'s default timer, confirmed by `task`.
+    pub(crate) fn set_default(runtime: Id, task: Option<tokio::task::Id>, shard: Arc<ShardHandle>) {
+        let mut shard = Some(shard);
+        let old = LOCAL.try_with(|local| {
+            local.runtime.set(Some(runtime));
+            local.task.set(task);
+            local.default.replace(shard.take())
+        });
+        // The replaced handle (a stopped timer's) is released with nothing borrowed.
+        drop((old, shard));
     }
 }
 
 #[cfg(all(test, wheel_loom))]
 mod imp {
+    use tokio::runtime::Id;
+
     use super::{Arc, Global, ShardHandle};
 
     pub(crate) fn take(want: &Arc<ShardHandle>) -> Arc<ShardHandle> {
@@ -96,6 +205,18 @@ mod imp {
     }
 
     pub(crate) fn forget(_: &Global) {}
+
+    pub(crate) fn take_default_in_task(_: Option<tokio::task::Id>) -> Option<Arc<ShardHandle>> {
+        None
+    }
+
+    pub(crate) fn take_default_of(_: Id, _: Option<tokio::task::Id>) -> Option<Arc<ShardHandle>> {
+        None
+    }
+
+    pub(crate) fn set_default(_: Id, _: Option<tokio::task::Id>, shard: Arc<ShardHandle>) {
+        drop(shard);
+    }
 }
 
-pub(crate) use imp::{forget, put, take};
+pub(crate) use imp::{forget, put, set_default, take, take_default_in_task, take_default_of};

@@ -364,6 +364,7 @@ impl Timer {
     }
 
     /// Whether the timer is still taking work (not shut down, driver alive).
+    #[inline]
     pub(crate) fn is_running(&self) -> bool {
         self.inner.global.is_running()
     }

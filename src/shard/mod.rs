@@ -264,6 +264,7 @@ impl Global {
     }
 
     /// Whether the timer still takes work (not shut down, driver alive).
+    #[inline]
     pub(crate) fn is_running(&self) -> bool {
         self.state.load(Ordering::Acquire) == RUNNING
     }

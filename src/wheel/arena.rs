@@ -148,37 +148,47 @@ impl<T> Arena<T> {
     ///
     /// When [`MAX_ENTRIES`] entries are live.
     #[track_caller]
+    #[inline]
     pub(super) fn alloc(&mut self, tick: u64, value: T) -> Key {
-        let index = if self.free_head != NIL {
-            let index = self.free_head;
-            let entry = &mut self.entries[index as usize];
-            self.free_head = entry.next;
-            entry.next = NIL;
-            entry.prev = NIL;
-            entry.bucket = DETACHED;
-            entry.tick = tick;
-            entry.value = Some(value);
-            index
-        } else {
-            assert!(
-                self.entries.len() < MAX_ENTRIES,
-                "wheel-timer: more than {MAX_ENTRIES} timers in one shard"
-            );
-            self.entries.push(Entry {
-                next: NIL,
-                prev: NIL,
-                bucket: DETACHED,
-                generation: self.generation_floor,
-                tick,
-                value: Some(value),
-            });
-            (self.entries.len() - 1) as u32
-        };
+        if self.free_head == NIL {
+            return self.alloc_new(tick, value);
+        }
+        let index = self.free_head;
+        let entry = &mut self.entries[index as usize];
+        self.free_head = entry.next;
+        entry.next = NIL;
+        entry.prev = NIL;
+        entry.bucket = DETACHED;
+        entry.tick = tick;
+        entry.value = Some(value);
         self.live += 1;
-        Key::new(index, self.entries[index as usize].generation)
+        Key::new(index, entry.generation)
+    }
+
+    /// [`alloc`](Self::alloc) with an empty free list: a new slot at the end (kept out of
+    /// line, so that reusing a freed slot, the steady state, stays small).
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    fn alloc_new(&mut self, tick: u64, value: T) -> Key {
+        assert!(
+            self.entries.len() < MAX_ENTRIES,
+            "wheel-timer: more than {MAX_ENTRIES} timers in one shard"
+        );
+        self.entries.push(Entry {
+            next: NIL,
+            prev: NIL,
+            bucket: DETACHED,
+            generation: self.generation_floor,
+            tick,
+            value: Some(value),
+        });
+        self.live += 1;
+        Key::new((self.entries.len() - 1) as u32, self.generation_floor)
     }
 
     /// Frees a detached entry and returns its value.
+    #[inline]
     pub(super) fn free(&mut self, index: u32) -> T {
         let entry = &mut self.entries[index as usize];
         debug_assert_eq!(entry.bucket, DETACHED, "free of a linked entry");
@@ -194,6 +204,7 @@ impl<T> Arena<T> {
     }
 
     /// The index of `key`'s entry if the key is live.
+    #[inline]
     pub(super) fn resolve(&self, key: Key) -> Option<u32> {
         match self.entries.get(key.index() as usize) {
             Some(e) if e.generation == key.generation() && e.bucket != FREE => Some(key.index()),
@@ -239,6 +250,7 @@ impl<T> Arena<T> {
     }
 
     /// Pushes the detached entry `index` onto the list whose head is `*head`.
+    #[inline]
     pub(super) fn push(&mut self, head: &mut u32, bucket: u32, index: u32) {
         let old = *head;
         {
@@ -255,6 +267,7 @@ impl<T> Arena<T> {
     }
 
     /// Unlinks `index` from the list whose head is `*head`; the entry becomes detached.
+    #[inline]
     pub(super) fn unlink(&mut self, head: &mut u32, index: u32) {
         let (prev, next) = {
             let entry = &mut self.entries[index as usize];

@@ -16,6 +16,10 @@
 //!   processes the bucket (cascading its entries down or into the due list) first. So an entry
 //!   is never returned before its tick and never skipped.
 //! - Insert, remove and reschedule are O(1); a timer cascades at most once per level.
+//! - A bucket's bit in `occupied` is set exactly while its list is non-empty (the due list's
+//!   bit is never set). Buckets are numbered as their list heads are, so a remove finds the
+//!   bit from the entry's `bucket` alone; level 0 is padded to at least 64 buckets so that
+//!   every upper level's 64 buckets are one bitmap word.
 
 mod arena;
 mod bitmap;
@@ -40,14 +44,30 @@ const UPPER_BITS: u32 = 6;
 #[derive(Debug)]
 pub(crate) struct Wheel<T> {
     arena: Arena<T>,
-    /// List heads: level 0's buckets, then 64 per upper level, then the due list.
+    /// List heads, one per bucket: level 0's buckets (padded to at least 64, so that every
+    /// upper level is one word of `occupied`), then 64 per upper level, then the due list.
     heads: Box<[u32]>,
-    /// One occupancy bitmap per level.
-    levels: Box<[Bitmap]>,
+    /// Occupancy of the buckets, one bit per list head (same index): a bucket's bit is found
+    /// from its head's index alone, without its level.
+    occupied: Bitmap,
+    /// Where each level's buckets start in `heads`, and which tick bits pick the bucket.
+    levels: Box<[Level]>,
+    /// The level of a tick, by the highest bit in which it differs from `elapsed` (the
+    /// insert's hot path: a table read instead of a division and two branches).
+    places: [u8; 64],
     /// log2 of level 0's bucket count.
     bits0: u32,
     elapsed: u64,
     scheduled: usize,
+}
+
+/// One level's layout: its buckets are `heads[base..base + mask + 1]`, and a tick's bucket
+/// is `base + ((tick >> shift) & mask)`.
+#[derive(Debug, Clone, Copy)]
+struct Level {
+    base: u32,
+    shift: u32,
+    mask: u64,
 }
 
 /// A bucket that `poll` must process at `deadline`.
@@ -75,14 +95,35 @@ impl<T> Wheel<T> {
         } else {
             (61 - bits0) / UPPER_BITS + 1
         } as usize;
+        let base0 = slots.max(1 << UPPER_BITS);
         let mut levels = Vec::with_capacity(upper + 1);
-        levels.push(Bitmap::new(slots));
-        levels.extend((0..upper).map(|_| Bitmap::new(1 << UPPER_BITS)));
-        let buckets = slots + (upper << UPPER_BITS) + 1;
+        levels.push(Level {
+            base: 0,
+            shift: 0,
+            mask: slots as u64 - 1,
+        });
+        levels.extend((1..=upper).map(|level| Level {
+            base: (base0 + ((level - 1) << UPPER_BITS)) as u32,
+            shift: bits0 + UPPER_BITS * (level as u32 - 1),
+            mask: (1 << UPPER_BITS) - 1,
+        }));
+        // The level whose digit holds bit `high`; bits above the top level's (never set in
+        // a tick's difference from `elapsed`, both being at most MAX_TICK) map to the top.
+        let places = std::array::from_fn(|high| {
+            let high = high as u32;
+            if high < bits0 {
+                0
+            } else {
+                (1 + (high - bits0) / UPPER_BITS).min(upper as u32) as u8
+            }
+        });
+        let buckets = base0 + (upper << UPPER_BITS) + 1;
         Wheel {
             arena: Arena::new(),
             heads: vec![arena::NIL; buckets].into_boxed_slice(),
+            occupied: Bitmap::new(buckets),
             levels: levels.into_boxed_slice(),
+            places,
             bits0,
             elapsed: 0,
             scheduled: 0,
@@ -106,6 +147,7 @@ impl<T> Wheel<T> {
     ///
     /// When [`MAX_ENTRIES`] entries are allocated.
     #[track_caller]
+    #[inline]
     pub(crate) fn insert(&mut self, tick: u64, value: T) -> Key {
         let tick = tick.min(MAX_TICK);
         let key = self.arena.alloc(tick, value);
@@ -114,6 +156,7 @@ impl<T> Wheel<T> {
     }
 
     /// Unschedules and frees `key`'s entry, returning its value; `None` if the key is stale.
+    #[inline]
     pub(crate) fn try_remove(&mut self, key: Key) -> Option<T> {
         let index = self.arena.resolve(key)?;
         self.unlink(index);
@@ -271,37 +314,38 @@ impl<T> Wheel<T> {
     }
 
     fn bucket_index(&self, level: usize, slot: usize) -> usize {
-        if level == 0 {
-            slot
-        } else {
-            (1 << self.bits0) + ((level - 1) << UPPER_BITS) + slot
-        }
+        self.levels[level].base as usize + slot
     }
 
-    /// Level and slot for a tick strictly after `elapsed`.
-    fn place(&self, tick: u64) -> (usize, usize) {
+    /// The level of the highest bit in which a tick strictly after `elapsed` differs from
+    /// it.
+    #[inline]
+    fn level_of(&self, tick: u64) -> Level {
         debug_assert!(tick > self.elapsed);
         let low0 = (1u64 << self.bits0) - 1;
         let masked = (self.elapsed ^ tick) | low0;
-        let high = 63 - masked.leading_zeros();
-        let level = if high < self.bits0 {
-            0
-        } else {
-            1 + ((high - self.bits0) / UPPER_BITS) as usize
-        };
-        let slot = (tick >> self.shift(level)) & ((1u64 << self.level_bits(level)) - 1);
-        (level, slot as usize)
+        self.levels[usize::from(self.places[(63 - masked.leading_zeros()) as usize & 63])]
     }
 
-    #[inline]
+    /// Level and slot for a tick strictly after `elapsed`.
+    #[cfg(test)]
+    fn place(&self, tick: u64) -> (usize, usize) {
+        let level = self.level_of(tick);
+        let index = self.levels.iter().position(|l| l.base == level.base);
+        let slot = (tick >> level.shift) & level.mask;
+        (index.expect("a level of the wheel"), slot as usize)
+    }
+
+    #[inline(always)]
     fn link(&mut self, index: u32) {
         let tick = self.arena.get(index).tick;
         let bucket = if tick <= self.elapsed {
             self.due_head()
         } else {
-            let (level, slot) = self.place(tick);
-            self.levels[level].set(slot);
-            self.bucket_index(level, slot)
+            let level = self.level_of(tick);
+            let bucket = level.base as usize + ((tick >> level.shift) & level.mask) as usize;
+            self.occupied.set(bucket);
+            bucket
         };
         let mut head = self.heads[bucket];
         self.arena.push(&mut head, bucket as u32, index);
@@ -309,7 +353,7 @@ impl<T> Wheel<T> {
         self.scheduled += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     fn unlink(&mut self, index: u32) {
         let bucket = self.arena.get(index).bucket;
         if bucket == DETACHED {
@@ -320,31 +364,40 @@ impl<T> Wheel<T> {
         self.arena.unlink(&mut head, index);
         self.heads[bucket] = head;
         self.scheduled -= 1;
-        if head == arena::NIL && bucket != self.due_head() {
-            let (level, slot) = self.bucket_position(bucket);
-            self.levels[level].clear(slot);
+        if head == arena::NIL {
+            // The due list's bit is never set; clearing it is harmless.
+            self.occupied.clear(bucket);
         }
     }
 
+    /// Level and slot of a bucket (a list head's index).
+    #[cfg(test)]
     fn bucket_position(&self, bucket: usize) -> (usize, usize) {
-        let slots0 = 1usize << self.bits0;
-        if bucket < slots0 {
-            (0, bucket)
-        } else {
-            let rest = bucket - slots0;
-            (1 + (rest >> UPPER_BITS), rest & ((1 << UPPER_BITS) - 1))
-        }
+        let level = self
+            .levels
+            .iter()
+            .rposition(|l| l.base as usize <= bucket)
+            .expect("level 0 starts at 0");
+        (level, bucket - self.levels[level].base as usize)
+    }
+
+    /// The first occupied bucket of `level` at or after `from` in the level's current
+    /// rotation, as a slot of the level.
+    fn level_next_set(&self, level: usize, from: usize) -> Option<usize> {
+        let l = self.levels[level];
+        let slot = self.occupied.next_set(l.base as usize + from)? - l.base as usize;
+        (slot as u64 <= l.mask).then_some(slot)
     }
 
     /// The first occupied bucket, lowest level first (a lower level's buckets all come due
     /// before any bucket of a higher level).
     fn next_bucket(&self) -> Option<Expiration> {
-        self.levels.iter().enumerate().find_map(|(level, bitmap)| {
+        (0..self.levels.len()).find_map(|level| {
             let shift = self.shift(level);
             let span = shift + self.level_bits(level);
             let now_slot =
                 ((self.elapsed >> shift) & ((1u64 << self.level_bits(level)) - 1)) as usize;
-            let slot = bitmap.next_set(now_slot)?;
+            let slot = self.level_next_set(level, now_slot)?;
             let rotation_start = self.elapsed & !low_mask(span);
             let deadline = rotation_start + ((slot as u64) << shift);
             debug_assert!(deadline >= self.elapsed);
@@ -361,7 +414,7 @@ impl<T> Wheel<T> {
     fn process(&mut self, exp: Expiration) {
         let bucket = self.bucket_index(exp.level, exp.slot);
         let mut next = std::mem::replace(&mut self.heads[bucket], arena::NIL);
-        self.levels[exp.level].clear(exp.slot);
+        self.occupied.clear(bucket);
         while next != arena::NIL {
             let index = next;
             let entry = self.arena.get_mut(index);

@@ -100,7 +100,7 @@ fn check_place(slots: usize, elapsed: u64, tick: u64, level: usize, slot: usize)
     );
     let key = wheel.insert(tick, tick);
     assert_eq!(wheel.heads[wheel.bucket_index(level, slot)], key.index());
-    assert_eq!(wheel.levels[level].next_set(0), Some(slot));
+    assert_eq!(wheel.level_next_set(level, 0), Some(slot));
     assert_eq!(
         wheel.bucket_position(wheel.bucket_index(level, slot)),
         (level, slot)
@@ -490,7 +490,7 @@ fn remove_after_cascade() {
     assert_eq!(wheel.poll(4096), None);
     assert_eq!(wheel.try_remove(gone), Some(1));
     assert_eq!(drive(&mut wheel), [(5001, 2)]);
-    assert!(wheel.levels.iter().all(|l| l.next_set(0).is_none()));
+    assert!((0..wheel.levels.len()).all(|l| wheel.level_next_set(l, 0).is_none()));
 }
 
 // ===== next_expiration and poll =====

@@ -11,8 +11,12 @@
 //!   no such counter);
 //! - create + first poll + drop of a never-firing 1 s sleep and timeout (the `sleep` and
 //!   `timeout` benches' work, measured the same way: each future built in place, on a
-//!   runtime with one tokio sleep kept pending): thread CPU time per operation, medians of
-//!   interleaved rounds of 1M operations, on a plain thread and inside a task;
+//!   runtime with one tokio sleep kept pending): thread CPU time per operation, on a plain
+//!   thread and inside a task; a warm-up round, then 31 rounds (9 with `--quick`) of 200k
+//!   operations per case, the cases alternating within each round; the ratio is the median
+//!   of the per-round ratios, with their quartiles (the spread a reader should expect);
+//! - a keyed idle touch among 100k keys in random order beside tokio `Sleep::reset` and
+//!   tokio-util `DelayQueue::reset`, rounds as above;
 //! - lateness of 10k and 100k concurrent tasks sleeping 10–60 ms on a two-worker multi-thread
 //!   runtime and the real clock: min / p50 / p99 / max, and how many woke early (must be 0
 //!   for ours). At 100k the tasks need more CPU than the 50 ms window holds on a small
@@ -28,6 +32,7 @@
 //! cargo run --release -p wheel-bench --bin compare -- --quick # about a minute
 //! cargo run --release -p wheel-bench --bin compare -- --fresh # the fresh-timer rows only
 //! cargo run --release -p wheel-bench --bin compare -- --create-poll-drop # those rows only, seconds
+//! cargo run --release -p wheel-bench --bin compare -- --touch # the keyed touch rows only, seconds
 //! ```
 //!
 //! It exits with status 1 if one of our invariants fails (an early wake-up, an allocation per
@@ -65,6 +70,9 @@ struct Args {
     /// Only the create + first poll + drop rows (a few seconds).
     #[arg(long)]
     create_poll_drop: bool,
+    /// Only the keyed idle touch rows (a few seconds).
+    #[arg(long)]
+    touch: bool,
 }
 
 /// Resident set size, in bytes.
@@ -309,8 +317,10 @@ fn allocations(report: &mut Report) {
 
 // ===== create + first poll + drop =====
 
-/// Operations per round of the create + first poll + drop section.
-const CPD_OPS: u64 = 1_000_000;
+/// Operations per round of the create + first poll + drop section: short rounds (≈ 20 ms per
+/// case) keep the cases compared within one round close in time, so a change of load
+/// between rounds moves both figures of a ratio alike.
+const CPD_OPS: u64 = 200_000;
 
 /// Thread CPU time per operation of `CPD_OPS` runs of `op`, in ns. CPU time, not wall time:
 /// on a shared machine the wall clock also counts the slices another process ran in.
@@ -325,25 +335,38 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// ns per create + first poll + drop of a never-firing 1 s sleep or timeout, one thread,
-/// for each case: `rounds` rounds of 1M operations, the cases interleaved (each round starts
-/// with a different one), median per case. Cases are ours, then tokio's.
-fn cpd_medians(rounds: usize, cases: &mut [Box<dyn FnMut() -> f64 + '_>]) -> Vec<f64> {
-    let mut samples = vec![Vec::new(); cases.len()];
-    for round in 0..rounds {
-        for i in 0..cases.len() {
-            let case = (round + i) % cases.len();
-            samples[case].push(cases[case]());
-        }
-    }
-    samples.into_iter().map(median).collect()
+/// The 25th and 75th percentiles of `v`.
+fn quartiles(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 4], v[(3 * v.len()) / 4])
 }
 
-/// [`cpd_medians`] of our sleep (`Timer`, free fn), tokio's, then the same for a timeout
+/// Per-round samples (ns per operation) of each case: one warm-up round (not kept), then
+/// `rounds` rounds in which every case runs once, in an order that alternates each round
+/// (forwards, then backwards), so that no case always runs first or right after another.
+fn cpd_samples(rounds: usize, cases: &mut [Box<dyn FnMut() -> f64 + '_>]) -> Vec<Vec<f64>> {
+    let mut samples = vec![Vec::new(); cases.len()];
+    for round in 0..=rounds {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..cases.len()).collect()
+        } else {
+            (0..cases.len()).rev().collect()
+        };
+        for case in order {
+            let ns = cases[case]();
+            if round > 0 {
+                samples[case].push(ns);
+            }
+        }
+    }
+    samples
+}
+
+/// Per-round samples of our sleep (`Timer`, free fn), tokio's, then the same for a timeout
 /// around a pending future, in the current runtime context.
-fn cpd_figures(timer: &wheel_timer::Timer, rounds: usize) -> Vec<f64> {
+fn cpd_figures(timer: &wheel_timer::Timer, rounds: usize) -> Vec<Vec<f64>> {
     let delay = Duration::from_secs(1);
-    cpd_medians(
+    cpd_samples(
         rounds,
         &mut [
             Box::new(move || cpu_ns_per_op(move || assert!(poll_noop(pin!(timer.sleep(delay)))))),
@@ -378,11 +401,23 @@ fn cpd_figures(timer: &wheel_timer::Timer, rounds: usize) -> Vec<f64> {
     )
 }
 
+/// The median over rounds of `tokio[r] / ours[r]`, and the quartiles of those ratios.
+fn round_ratios(tokio: &[f64], ours: &[f64]) -> (f64, f64, f64) {
+    let ratios: Vec<f64> = tokio.iter().zip(ours).map(|(t, o)| t / o).collect();
+    let (q1, q3) = quartiles(ratios.clone());
+    (median(ratios), q1, q3)
+}
+
 /// The same figure as the `sleep` and `timeout` benches (same work, another harness), so a
 /// reader sees the ratio without criterion: on the calling thread (outside any task) and
 /// inside a task on a runtime worker.
+///
+/// Each ratio is the median of per-round ratios (ours and tokio's measured in the same
+/// round, a few milliseconds apart), with its interquartile range: a load that changes
+/// between rounds moves both figures of one round's ratio, so the ratio repeats where the
+/// absolute figures do not.
 fn create_poll_drop(report: &mut Report, quick: bool) {
-    let rounds = if quick { 3 } else { 7 };
+    let rounds = if quick { 9 } else { 31 };
     let rt = multi_thread();
     // As in the benches (`benches/common`, `runtime_with_pending_timer`): a tokio sleep is
     // always pending, due before every measured deadline, so tokio's driver never parks
@@ -409,22 +444,108 @@ fn create_poll_drop(report: &mut Report, quick: bool) {
         };
         let metric = |what: &str| {
             format!(
-                "create + first poll + drop, {what}, {place} (thread CPU, median of {rounds} \
-                 rounds of 1M): `Timer` / free fn"
+                "create + first poll + drop, {what}, {place} (thread CPU, medians of {rounds} \
+                 interleaved rounds of {}k; ratio: median of per-round ratios [quartiles]): \
+                 `Timer` / free fn",
+                CPD_OPS / 1000
             )
         };
         for (what, ours, free, tokio) in [
-            ("sleep 1 s", f[0], f[1], f[2]),
-            ("timeout 1 s, pending future", f[3], f[4], f[5]),
+            ("sleep 1 s", &f[0], &f[1], &f[2]),
+            ("timeout 1 s, pending future", &f[3], &f[4], &f[5]),
         ] {
+            let (r_ours, lo_ours, hi_ours) = round_ratios(tokio, ours);
+            let (r_free, lo_free, hi_free) = round_ratios(tokio, free);
             report.row(
                 metric(what),
-                format!("{ours:.1} / {free:.1} ns"),
-                format!("{tokio:.1} ns"),
-                format!("{} / {}", ratio(tokio, ours), ratio(tokio, free)),
+                format!(
+                    "{:.1} / {:.1} ns",
+                    median(ours.clone()),
+                    median(free.clone())
+                ),
+                format!("{:.1} ns", median(tokio.clone())),
+                format!(
+                    "{r_ours:.2}× [{lo_ours:.2}–{hi_ours:.2}] / {r_free:.2}× [{lo_free:.2}–{hi_free:.2}]"
+                ),
             );
         }
     }
+}
+
+// ===== keyed idle touch =====
+
+/// A keyed touch among 100k keys in a fixed random order, the seed's per-packet operation:
+/// ours (`IdleTracker::touch`) beside re-arming one tokio `Sleep` per key
+/// (`Sleep::reset(now + timeout)` and a poll, as the `idle_touch` bench) and tokio-util's
+/// `DelayQueue::reset`, on one thread, thread CPU time. Rounds as in the create + poll + drop
+/// rows (a warm-up, then alternating rounds of 200k touches per peer; ratios are medians of
+/// per-round ratios), because this figure swings with the load more than any other: each
+/// touch is a few dependent reads of lines among megabytes of state, so its time is where
+/// those lines are (L2, L3 or memory), which other processes decide.
+fn touch_section(report: &mut Report, quick: bool) {
+    const KEYS: usize = 100_000;
+    let rounds = if quick { 9 } else { 31 };
+    let idle = Duration::from_secs(3600);
+    let rt = multi_thread();
+    let _enter = rt.enter();
+    let timer = wheel_timer::Timer::new();
+    let (tracker, _expirations) = wheel_timer::IdleTracker::<u64>::new(&timer, idle);
+    (0..KEYS as u64).for_each(|k| tracker.touch(k));
+    let mut sleeps: Vec<Pin<Box<tokio::time::Sleep>>> = (0..KEYS)
+        .map(|_| {
+            let mut sleep = Box::pin(tokio::time::sleep(idle));
+            assert!(poll_noop(sleep.as_mut()));
+            sleep
+        })
+        .collect();
+    let mut queue = tokio_util::time::DelayQueue::with_capacity(KEYS);
+    let keys: Vec<_> = (0..KEYS as u32).map(|i| queue.insert(i, idle)).collect();
+    let mut order: Vec<u32> = (0..KEYS as u32).collect();
+    let mut rng = SplitMix(1);
+    for i in (1..KEYS).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    // One cursor per peer, each cycling through the same order.
+    let (mut a, mut b, mut c) = (0usize, 0usize, 0usize);
+    let next = |cursor: &mut usize| {
+        let key = order[*cursor];
+        *cursor = (*cursor + 1) % KEYS;
+        key
+    };
+    let samples = cpd_samples(
+        rounds,
+        &mut [
+            // The key comes with the packet: computed, not read from a table.
+            Box::new(|| cpu_ns_per_op(|| tracker.touch(u64::from(next(&mut a))))),
+            Box::new(|| {
+                cpu_ns_per_op(|| {
+                    let mut sleep = sleeps[next(&mut b) as usize].as_mut();
+                    sleep.as_mut().reset(tokio::time::Instant::now() + idle);
+                    std::hint::black_box(poll_noop(sleep));
+                })
+            }),
+            Box::new(|| cpu_ns_per_op(|| queue.reset(&keys[next(&mut c) as usize], idle))),
+        ],
+    );
+    let (r_tokio, lo_tokio, hi_tokio) = round_ratios(&samples[1], &samples[0]);
+    let (r_queue, lo_queue, hi_queue) = round_ratios(&samples[2], &samples[0]);
+    report.row(
+        format!(
+            "keyed idle touch, 100k keys, random order, 1 thread (thread CPU, medians of \
+             {rounds} interleaved rounds of {}k): ours / tokio `Sleep::reset` + poll / \
+             tokio-util `DelayQueue::reset`; ratio: median of per-round ratios [quartiles]",
+            CPD_OPS / 1000
+        ),
+        format!("{:.1} ns", median(samples[0].clone())),
+        format!(
+            "{:.1} / {:.1} ns",
+            median(samples[1].clone()),
+            median(samples[2].clone())
+        ),
+        format!(
+            "{r_tokio:.2}× [{lo_tokio:.2}–{hi_tokio:.2}] / {r_queue:.2}× [{lo_queue:.2}–{hi_queue:.2}]"
+        ),
+    );
 }
 
 // ===== memory and CPU with many pending timers =====
@@ -834,6 +955,7 @@ fn main() -> ExitCode {
         quick,
         fresh: fresh_only,
         create_poll_drop: cpd_only,
+        touch: touch_only,
     } = Args::parse();
     let started = Instant::now();
     let load_before = load_average();
@@ -841,8 +963,13 @@ fn main() -> ExitCode {
     let mut report = Report::default();
     // Memory first: later sections leave freed heap behind that could hide new allocations
     // from RSS.
-    if cpd_only {
-        create_poll_drop(&mut report, quick);
+    if cpd_only || touch_only {
+        if cpd_only {
+            create_poll_drop(&mut report, quick);
+        }
+        if touch_only {
+            touch_section(&mut report, quick);
+        }
     } else if !fresh_only {
         eprintln!("pending timers: CPU and memory…");
         pending_section(&mut report, quick);
@@ -851,10 +978,12 @@ fn main() -> ExitCode {
         allocations(&mut report);
         eprintln!("create + first poll + drop…");
         create_poll_drop(&mut report, quick);
+        eprintln!("keyed idle touch…");
+        touch_section(&mut report, quick);
         eprintln!("lateness…");
         lateness_section(&mut report, quick);
     }
-    if !cpd_only {
+    if !cpd_only && !touch_only {
         eprintln!("fresh timers…");
         fresh_section(&mut report);
     }
