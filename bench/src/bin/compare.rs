@@ -850,7 +850,7 @@ const FRESH_TIMERS: usize = 20;
 /// Sleeps per fresh timer, each paired with a tokio sleep.
 const FRESH_SLEEPS: usize = 150;
 
-/// Lateness of fresh timers beside tokio's on the same runtime (issue 9 f): every timer is
+/// Lateness of fresh timers beside tokio's on the same runtime: every timer is
 /// new, so a phase that its driver got wrong shows in its whole row. One row per runtime:
 /// the median over the timers of each timer's p50 and p99, and how many timers are more than
 /// 0.5 ms worse than tokio at p50 and at p99.
