@@ -1,13 +1,13 @@
-//! Where the queue is (`--store`, or `--redis` and `--queue`), and opening it with errors an
-//! operator can act on.
+//! Where the queue is (`--store`, or `--redis` or `--postgres` and `--queue`), and opening it
+//! with errors an operator can act on.
 
 use std::path::PathBuf;
 
 use wheel_jobs::{Error, JobQueue};
 
-/// Where the queue is: one of `--store` and `--redis` (the group `place`, required by
-/// `Cli`), and `--queue` with `--redis`, so a command line without them exits 2 like any
-/// bad one.
+/// Where the queue is: one of `--store`, `--redis` and `--postgres` (the group `place`,
+/// required by `Cli`), and `--queue` with `--redis` or `--postgres`, so a command line
+/// without them exits 2 like any bad one.
 #[derive(clap::Args, Debug)]
 pub struct Target {
     /// The embedded store: the file the app opens (`jobs.redb`).
@@ -20,9 +20,19 @@ pub struct Target {
     #[arg(long, value_name = "URL", group = "place", requires = "queue")]
     redis: Vec<String>,
 
-    /// The queue's name on Redis.
-    #[cfg(feature = "redis")]
-    #[arg(long, value_name = "NAME", requires = "redis")]
+    /// A PostgreSQL server: `postgres://user:password@host:port/database` (the queue's
+    /// tables are in the schema `wheel_jobs`).
+    #[cfg(feature = "postgres")]
+    #[arg(long, value_name = "URL", group = "place", requires = "queue")]
+    postgres: Option<String>,
+
+    /// The queue's name on Redis or PostgreSQL.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    #[cfg_attr(
+        not(feature = "postgres"),
+        arg(long, value_name = "NAME", requires = "redis")
+    )]
+    #[cfg_attr(feature = "postgres", arg(long, value_name = "NAME"))]
     queue: Option<String>,
 
     /// The queue's partitions on Redis: the number every process of the app uses.
@@ -57,7 +67,29 @@ impl Target {
         if !self.redis.is_empty() {
             return self.open_redis().await;
         }
-        unreachable!("clap requires --store or --redis")
+        #[cfg(feature = "postgres")]
+        if let Some(url) = &self.postgres {
+            return self.open_postgres(url).await;
+        }
+        unreachable!("clap requires --store, --redis or --postgres")
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn open_postgres(&self, url: &str) -> Result<JobQueue, String> {
+        let Some(name) = &self.queue else {
+            unreachable!("clap requires --queue with --postgres")
+        };
+        JobQueue::builder()
+            .postgres(url, name)
+            .await
+            .map_err(|err| {
+                let at = without_password(url);
+                if err.is_unavailable() {
+                    format!("cannot reach PostgreSQL at {at}: {err}")
+                } else {
+                    format!("cannot open the queue {name:?} on {at}: {err}")
+                }
+            })
     }
 
     #[cfg(feature = "redis")]
@@ -119,7 +151,7 @@ fn store_error(path: &std::path::Path, err: &Error) -> String {
 /// `pass`/`password` query pair (`redis+unix://` URLs carry it there): errors end up in
 /// logs. Parsed as the client parses it (the `url` crate, which redis uses), so a password
 /// holding `@` or `/` is masked whole; a URL that does not parse is shown as its scheme only.
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres"))]
 fn without_password(url: &str) -> String {
     let Ok(mut parsed) = url::Url::parse(url) else {
         let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);

@@ -22,3 +22,8 @@ mod embedded {
 mod redis {
     cli_suite!(crate::support::redis::harness());
 }
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    cli_suite!(crate::support::postgres::harness());
+}

@@ -29,6 +29,15 @@ impl Place for crate::support::redis::RedisHarness {
     }
 }
 
+#[cfg(feature = "postgres")]
+impl Place for crate::support::postgres::PgHarness {
+    fn args(&self) -> Vec<String> {
+        ["--postgres", self.url(), "--queue", self.queue()]
+            .map(str::to_owned)
+            .to_vec()
+    }
+}
+
 /// What one run of the binary did.
 #[derive(Debug)]
 pub struct Ran {
