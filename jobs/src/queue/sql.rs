@@ -32,7 +32,10 @@ impl JobQueue {
     /// [`Transaction`](sqlx::Transaction)); the queue's schema must be visible on it.
     ///
     /// [`Scheduled::Exists`] as for `schedule`; a job another open transaction is creating
-    /// under the same id makes this call wait for that transaction's end.
+    /// under the same id makes this call wait for that transaction's end. The other way
+    /// round too: until this transaction ends, a plain [`schedule`](crate::JobQueue::schedule)
+    /// of the same id (from any handle) waits for it, up to `postgres_timeout`, then answers
+    /// as its commit or rollback decides; schedules of other ids do not wait.
     ///
     /// # Examples
     ///

@@ -107,9 +107,13 @@ impl Backend for Postgres {
             for (id, _, _) in &jobs {
                 super::names::check_id(id)?;
             }
-            // One statement: all or nothing.
-            let ids: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
-            let created = self.sql.schedule(&self.pool, &self.queue, jobs).await?;
+            // One transaction: all or nothing.
+            let created = self
+                .sql
+                .schedule_tx(&self.pool, &self.queue, &jobs, None)
+                .await
+                .map_err(pg_error)?;
+            let ids: Vec<String> = jobs.into_iter().map(|j| j.0).collect();
             Ok(super::answers(&ids, created)
                 .into_iter()
                 .map(|(_, c)| match c {

@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::PgPool;
 
-use self::batch::{timed_out, Batcher};
+use self::batch::{answer, timed_out, Batcher, Reply};
 use self::error::pg_error;
 use self::names::Names;
 use self::series::SeriesSql;
@@ -85,6 +85,13 @@ const FOLD_EVERY: Duration = Duration::from_secs(1);
 /// idle consumer waits before looking again (nanoseconds): their commit or rollback wakes
 /// it anyway when it makes one pending.
 const LOCKED_RETRY: u64 = 10_000_000;
+
+/// The longest an idle consumer backs off while due jobs stay locked by others (ns).
+const LOCKED_RETRY_MAX: u64 = 1_000_000_000;
+
+/// How long a batch of schedules waits on another transaction's row lock before it is
+/// re-run one request at a time (at most: a short `postgres_timeout` shortens it).
+const BATCH_LOCK_WAIT: Duration = Duration::from_millis(100);
 
 pub(crate) struct Postgres {
     pool: PgPool,
@@ -168,20 +175,21 @@ impl Postgres {
         let max_attempts = config.max_attempts;
         let schedules = {
             let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.to_owned());
-            Batcher::new(timeout, move |jobs: Vec<NewJob>| {
+            Batcher::new(timeout, move |jobs: Vec<NewJob>, replies| {
                 let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
-                async move {
-                    let ids: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
-                    let created = sql.schedule(&pool, &queue, jobs).await?;
-                    Ok(answers(&ids, created))
-                }
+                schedule_batch(pool, sql, queue, timeout, jobs, replies)
             })
         };
         let settles = {
             let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.to_owned());
-            Batcher::new(timeout, move |batch: Vec<Settle>| {
+            Batcher::new(timeout, move |batch: Vec<Settle>, replies| {
                 let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
-                async move { sql.settle(&pool, &queue, max_attempts, &batch).await }
+                async move {
+                    answer(
+                        replies,
+                        sql.settle(&pool, &queue, max_attempts, &batch).await,
+                    )
+                }
             })
         };
         let listening = listen::spawn(&pool, names.channel.clone(), queue.to_owned(), &wakeup);
@@ -264,7 +272,7 @@ impl Postgres {
         names::check_id(&id)?;
         let created = self
             .sql
-            .schedule(&mut *conn, &self.queue, vec![(id, when, payload)])
+            .schedule(conn, &self.queue, &[(id, when, payload)])
             .await?;
         Ok(if created.is_empty() {
             Scheduled::Exists
@@ -317,6 +325,56 @@ impl Postgres {
             .await?;
         Ok(answers.first() == Some(&Settled::Acked))
     }
+}
+
+/// One batch of schedules: one transaction whose lock waits are short. When it loses one
+/// (on a row an open transaction inserts or kills, or as a deadlock victim against a
+/// transaction inserting in another order), each request runs alone, in order; one that
+/// still waits on a lock then waits alone, in a task of its own, up to its own timeout, so
+/// only the contested ids wait for the transaction that holds them.
+async fn schedule_batch(
+    pool: PgPool,
+    sql: Arc<Sql>,
+    queue: String,
+    timeout: Option<Duration>,
+    jobs: Vec<NewJob>,
+    replies: Vec<Reply<(String, Option<u64>)>>,
+) {
+    let short = Some(timeout.map_or(BATCH_LOCK_WAIT, |t| (t / 4).min(BATCH_LOCK_WAIT)));
+    match sql.schedule_tx(&pool, &queue, &jobs, short).await {
+        Ok(created) => {
+            let ids: Vec<String> = jobs.into_iter().map(|j| j.0).collect();
+            return answer(replies, Ok(answers(&ids, created)));
+        }
+        Err(err) if !error::is_contended(&err) => return answer(replies, Err(pg_error(err))),
+        Err(_) => {}
+    }
+    for (job, reply) in jobs.into_iter().zip(replies) {
+        if reply.is_closed() {
+            continue;
+        }
+        let one = std::slice::from_ref(&job);
+        match sql.schedule_tx(&pool, &queue, one, short).await {
+            Err(err) if error::is_contended(&err) => {
+                let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
+                tokio::spawn(async move {
+                    let one = std::slice::from_ref(&job);
+                    let result = sql.schedule_tx(&pool, &queue, one, timeout).await;
+                    let _ = reply.send(one_answer(&job.0, result));
+                });
+            }
+            result => drop(reply.send(one_answer(&job.0, result))),
+        }
+    }
+}
+
+/// The answer to a schedule of `id` alone.
+fn one_answer(
+    id: &str,
+    result: Result<Vec<(String, u64)>, sqlx::Error>,
+) -> Result<(String, Option<u64>), Error> {
+    let created = result.map_err(pg_error)?;
+    Ok((id.to_owned(), created.first().map(|&(_, at)| at)))
 }
 
 /// The answers of a schedule statement: created (with its run_at) for the first request
