@@ -143,6 +143,12 @@ impl Delivery {
     /// until its lease ends (in a [`run`](crate::JobQueue::run) handler, `true` stops the
     /// lease's renewals, as an ack does), then it is delivered again.
     ///
+    /// Use a `READ COMMITTED` transaction (PostgreSQL's default). A lease renewal (which
+    /// [`run`](crate::JobQueue::run) makes while the handler works) committed after the
+    /// transaction's snapshot was taken makes `ack_in` under `REPEATABLE READ` or
+    /// `SERIALIZABLE` fail with a serialization error ([`Error::is_unavailable`]): roll back,
+    /// and the job is delivered again.
+    ///
     /// # Examples
     ///
     /// ```no_run
