@@ -52,11 +52,12 @@ impl JobsSql {
                  SELECT id, run_at FROM ins",
                 run_at = run_at("i.at", "i.after"),
             ),
-            // The jobs just inserted ($2) whose id died meanwhile: see the module docs.
+            // The jobs just inserted ($2) whose id died meanwhile: see the module docs. (In
+            // the caller's transaction they are still pending: nobody else sees them yet.)
             undead: format!(
                 "DELETE FROM {jobs} j USING {dead} d \
                  WHERE j.queue = $1 AND d.queue = $1 AND j.id = d.id AND j.id = ANY($2::text[]) \
-                 RETURNING j.id"
+                 AND j.token IS NULL RETURNING j.id"
             ),
             lock_timeout: "SELECT set_config('lock_timeout', $1, true)".to_owned(),
             // Machine::cancel: only a pending job, and not a series' pending occurrence.
