@@ -54,10 +54,13 @@ impl JobsSql {
             ),
             // The jobs just inserted ($2) whose id died meanwhile: see the module docs. (In
             // the caller's transaction they are still pending: nobody else sees them yet.)
+            // Driven from `dead` (usually no row of these ids), one probe of `jobs`' key per
+            // dead id: a join the planner costs from a young table's missing statistics
+            // scans the queue's jobs.
             undead: format!(
-                "DELETE FROM {jobs} j USING {dead} d \
-                 WHERE j.queue = $1 AND d.queue = $1 AND j.id = d.id AND j.id = ANY($2::text[]) \
-                 AND j.token IS NULL RETURNING j.id"
+                "WITH d AS MATERIALIZED (SELECT id FROM {dead} WHERE queue = $1 AND id = ANY($2::text[])) \
+                 DELETE FROM {jobs} j USING d \
+                 WHERE j.queue = $1 AND j.id = d.id AND j.token IS NULL RETURNING j.id"
             ),
             lock_timeout: "SELECT set_config('lock_timeout', $1, true)".to_owned(),
             // Machine::cancel: only a pending job, and not a series' pending occurrence.
