@@ -1,8 +1,8 @@
 //! The statements on one job by id: `schedule` (many at once), `cancel`, `reschedule`,
 //! `get`.
 //!
-//! A schedule is two statements in the caller's transaction: the insert, then the removal
-//! of what it inserted under an id that is dead. The insert's `NOT EXISTS dead` reads the
+//! A schedule is two statements in the caller's transaction: the insert, then the lookup
+//! of what it inserted under an id that is dead (and, rarely, their removal). The insert's `NOT EXISTS dead` reads the
 //! statement's snapshot: when its `ON CONFLICT` waited on a claim that kills the job (the
 //! `jobs` row deleted, a `dead` row inserted), the kill's commit lets the insert through
 //! while the new `dead` row stays invisible to it. The second statement's fresh snapshot
@@ -26,8 +26,8 @@ pub(in crate::backend::postgres) type NewJob = (String, When, Vec<u8>);
 #[derive(Debug)]
 pub(super) struct JobsSql {
     schedule: String,
+    died: String,
     undead: String,
-    lock_timeout: String,
     cancel: String,
     reschedule: String,
     get: String,
@@ -54,15 +54,15 @@ impl JobsSql {
             ),
             // The jobs just inserted ($2) whose id died meanwhile: see the module docs. (In
             // the caller's transaction they are still pending: nobody else sees them yet.)
-            // Driven from `dead` (usually no row of these ids), one probe of `jobs`' key per
-            // dead id: a join the planner costs from a young table's missing statistics
-            // scans the queue's jobs.
+            // Of the jobs just inserted ($2), those whose id died meanwhile (see the module
+            // docs); usually none, and then the delete below is not sent.
+            died: format!("SELECT id FROM {dead} WHERE queue = $1 AND id = ANY($2::text[])"),
+            // In the caller's transaction the rows just inserted are still pending: nobody
+            // else sees them yet.
             undead: format!(
-                "WITH d AS MATERIALIZED (SELECT id FROM {dead} WHERE queue = $1 AND id = ANY($2::text[])) \
-                 DELETE FROM {jobs} j USING d \
-                 WHERE j.queue = $1 AND j.id = d.id AND j.token IS NULL RETURNING j.id"
+                "DELETE FROM {jobs} WHERE queue = $1 AND id = ANY($2::text[]) AND token IS NULL \
+                 RETURNING id"
             ),
-            lock_timeout: "SELECT set_config('lock_timeout', $1, true)".to_owned(),
             // Machine::cancel: only a pending job, and not a series' pending occurrence.
             cancel: format!(
                 "DELETE FROM {jobs} WHERE queue = $1 AND id = $2 AND token IS NULL AND {} RETURNING 1",
@@ -109,15 +109,17 @@ impl Sql {
         jobs: &[NewJob],
         lock_timeout: Option<Duration>,
     ) -> Result<Vec<(String, u64)>, sqlx::Error> {
-        let mut tx = pool.begin().await?;
-        if let Some(t) = lock_timeout {
+        // READ COMMITTED whatever the server's default: the second statement must see the
+        // deaths committed while the first one waited. One round trip with the timeout.
+        let begin = match lock_timeout {
             // 0 turns the timeout off: wait at least 1 ms.
-            let ms = t.as_millis().clamp(1, i32::MAX as u128);
-            sqlx::query(&self.jobs.lock_timeout)
-                .bind(format!("{ms}ms"))
-                .execute(&mut *tx)
-                .await?;
-        }
+            Some(t) => format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{}ms'",
+                t.as_millis().clamp(1, i32::MAX as u128)
+            ),
+            None => "BEGIN ISOLATION LEVEL READ COMMITTED".to_owned(),
+        };
+        let mut tx = pool.begin_with(begin).await?;
         let created = self.schedule_raw(&mut tx, queue, jobs).await?;
         tx.commit().await?;
         Ok(created)
@@ -159,18 +161,26 @@ impl Sql {
             return Ok(created);
         }
         let ids: Vec<&str> = created.iter().map(|(id, _)| id.as_str()).collect();
-        let undead = sqlx::query(&self.jobs.undead)
+        let died = sqlx::query(&self.jobs.died)
             .bind(queue)
             .bind(ids)
             .fetch_all(&mut *conn)
-            .await?;
-        if !undead.is_empty() {
-            let dead = undead
-                .iter()
-                .map(|r| r.try_get::<String, _>(0))
-                .collect::<Result<std::collections::HashSet<_>, _>>()?;
-            created.retain(|(id, _)| !dead.contains(id));
+            .await?
+            .iter()
+            .map(|r| r.try_get::<String, _>(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        if died.is_empty() {
+            return Ok(created);
         }
+        let undead = sqlx::query(&self.jobs.undead)
+            .bind(queue)
+            .bind(died)
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<String, _>(0))
+            .collect::<Result<std::collections::HashSet<_>, _>>()?;
+        created.retain(|(id, _)| !undead.contains(id));
         Ok(created)
     }
 
