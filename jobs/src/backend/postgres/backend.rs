@@ -1,5 +1,5 @@
-//! [`Postgres`] as a [`Backend`]: each call one statement (or, for series, one transaction),
-//! within `postgres_timeout`.
+//! [`Postgres`] as a [`Backend`]: each call one statement (or, for series and schedules, one
+//! transaction), within `postgres_timeout`.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;

@@ -1,5 +1,5 @@
-//! [`Batcher`]: concurrent calls coalesced into one statement and one commit (group commit,
-//! as `redis/batcher.rs` does for script calls).
+//! [`Batcher`]: concurrent calls coalesced into one transaction and one commit (group
+//! commit, as `redis/batcher.rs` does for script calls).
 //!
 //! # Ground rules
 //!
