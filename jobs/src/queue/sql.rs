@@ -4,8 +4,8 @@
 //!
 //! # Ground rules
 //!
-//! - Each form runs one statement on the caller's connection (a `Transaction` derefs to
-//!   one) and changes nothing else: the caller's commit makes it durable, a rollback undoes
+//! - Each form runs one statement (`schedule_in` two) on the caller's connection (a
+//!   `Transaction` derefs to one) and changes nothing else: the caller's commit makes it durable, a rollback undoes
 //!   it, and the commit's `NOTIFY` wakes idle consumers in every process.
 //! - Input is checked as by the plain forms; a queue on another backend refuses with
 //!   [`Error::is_invalid_input`].
@@ -32,7 +32,10 @@ impl JobQueue {
     /// [`Transaction`](sqlx::Transaction)); the queue's schema must be visible on it.
     ///
     /// [`Scheduled::Exists`] as for `schedule`; a job another open transaction is creating
-    /// under the same id makes this call wait for that transaction's end.
+    /// under the same id makes this call wait for that transaction's end. The other way
+    /// round too: until this transaction ends, a plain [`schedule`](crate::JobQueue::schedule)
+    /// of the same id (from any handle) waits for it, up to `postgres_timeout`, then answers
+    /// as its commit or rollback decides; schedules of other ids do not wait.
     ///
     /// # Examples
     ///
@@ -139,6 +142,12 @@ impl Delivery {
     /// the job's effects). A rollback after `true` leaves the job leased to this delivery
     /// until its lease ends (in a [`run`](crate::JobQueue::run) handler, `true` stops the
     /// lease's renewals, as an ack does), then it is delivered again.
+    ///
+    /// Use a `READ COMMITTED` transaction (PostgreSQL's default). A lease renewal (which
+    /// [`run`](crate::JobQueue::run) makes while the handler works) committed after the
+    /// transaction's snapshot was taken makes `ack_in` under `REPEATABLE READ` or
+    /// `SERIALIZABLE` fail with a serialization error ([`Error::is_unavailable`]): roll back,
+    /// and the job is delivered again.
     ///
     /// # Examples
     ///

@@ -502,3 +502,119 @@ async fn a_run_handler_acks_in_its_own_transaction() {
     queue.close().await.unwrap();
     worker.await.unwrap().unwrap();
 }
+
+/// Waits until a statement of another connection waits on a lock `holder`'s backend holds.
+async fn blocked_by(pool: &sqlx::PgPool, holder: i32) {
+    loop {
+        let waiting: i64 = sqlx::query(
+            "SELECT count(*) FROM pg_locks l WHERE NOT l.granted \
+             AND $1 = ANY(pg_blocking_pids(l.pid))",
+        )
+        .bind(holder)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+        .get(0);
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_waiting_on_a_kill_answers_exists_and_leaves_the_job_dead() {
+    let pool = pool().await;
+    let name = fresh("kill");
+    let queue = Builder::new()
+        .postgres_pool(pool.clone(), &name)
+        .await
+        .unwrap();
+    queue.schedule("x", Duration::ZERO, "p").await.unwrap();
+
+    // What a claim's kill does to `x`, left uncommitted.
+    let mut tx = pool.begin().await.unwrap();
+    let holder: i32 = sqlx::query("SELECT pg_backend_pid()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap()
+        .get(0);
+    sqlx::query(
+        "WITH killed AS (DELETE FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'x' \
+           RETURNING queue, id, run_at, attempt, last_error, payload) \
+         INSERT INTO wheel_jobs.dead (queue, id, run_at, attempt, died_at, last_error, payload) \
+         SELECT queue, id, run_at, attempt, run_at, last_error, payload FROM killed",
+    )
+    .bind(&name)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+
+    let scheduling = {
+        let queue = queue.clone();
+        tokio::spawn(async move { queue.schedule("x", Duration::ZERO, "q").await })
+    };
+    blocked_by(&pool, holder).await;
+    tx.commit().await.unwrap();
+    assert_eq!(scheduling.await.unwrap().unwrap(), Scheduled::Exists);
+    assert_eq!(
+        queue.get("x").await.unwrap().unwrap().state(),
+        JobState::Dead
+    );
+    let rows = |table: &'static str| {
+        let (pool, name) = (pool.clone(), name.clone());
+        async move {
+            let n: i64 = sqlx::query(&format!(
+                "SELECT count(*) FROM wheel_jobs.{table} WHERE queue = $1"
+            ))
+            .bind(&name)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+            .get(0);
+            n as u64
+        }
+    };
+    let counts = queue.counts().await.unwrap();
+    assert_eq!(
+        (counts.pending + counts.running, counts.dead),
+        (rows("jobs").await, rows("dead").await)
+    );
+    assert_eq!((counts.pending, counts.dead), (0, 1));
+    queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_schedule_in_stalls_only_its_own_id() {
+    let pool = pool().await;
+    let queue = Builder::new()
+        .postgres_pool(pool.clone(), &fresh("stall"))
+        .await
+        .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let holder: i32 = sqlx::query("SELECT pg_backend_pid()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap()
+        .get(0);
+    queue
+        .schedule_in(&mut tx, "x", Duration::ZERO, "p")
+        .await
+        .unwrap();
+    // The same id waits for the open transaction...
+    let same = {
+        let queue = queue.clone();
+        tokio::spawn(async move { queue.schedule("x", Duration::ZERO, "q").await })
+    };
+    blocked_by(&pool, holder).await;
+    // ...and another id, though it may share the waiting batch, does not.
+    assert_eq!(
+        queue.schedule("y", Duration::ZERO, "q").await.unwrap(),
+        Scheduled::Created
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(same.await.unwrap().unwrap(), Scheduled::Exists);
+    let counts = queue.counts().await.unwrap();
+    assert_eq!(counts.pending, 2);
+    queue.close().await.unwrap();
+}

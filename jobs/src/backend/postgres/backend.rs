@@ -1,5 +1,5 @@
-//! [`Postgres`] as a [`Backend`]: each call one statement (or, for series, one transaction),
-//! within `postgres_timeout`.
+//! [`Postgres`] as a [`Backend`]: each call one statement (or, for series and schedules, one
+//! transaction), within `postgres_timeout`.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::batch::MAX_BATCH;
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
-use super::{Postgres, LOCKED_RETRY};
+use super::Postgres;
 use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed};
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
@@ -107,9 +107,13 @@ impl Backend for Postgres {
             for (id, _, _) in &jobs {
                 super::names::check_id(id)?;
             }
-            // One statement: all or nothing.
-            let ids: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
-            let created = self.sql.schedule(&self.pool, &self.queue, jobs).await?;
+            // One transaction: all or nothing.
+            let created = self
+                .sql
+                .schedule_tx(&self.pool, &self.queue, &jobs, None)
+                .await
+                .map_err(pg_error)?;
+            let ids: Vec<String> = jobs.into_iter().map(|j| j.0).collect();
             Ok(super::answers(&ids, created)
                 .into_iter()
                 .map(|(_, c)| match c {
@@ -186,16 +190,22 @@ impl Backend for Postgres {
                 }
             }
             if rows.paused {
+                self.unlocked();
                 next_due = None;
             } else if jobs.len() >= want {
                 // More may be due: look again at once.
+                self.unlocked();
                 next_due = Some(rows.now);
             } else if let Some(next) = next_due.filter(|&n| n <= rows.now) {
                 // What is due and was not taken is locked by another transaction (a claim,
-                // a series step, a caller's `cancel_in`) or a series head whose step moved
-                // it: the outcome of a commit that makes a job pending wakes us anyway;
-                // look again shortly, not in a loop.
-                next_due = Some(next.max(rows.now.saturating_add(LOCKED_RETRY)));
+                // a series step, a caller's open transaction) or a series head whose step
+                // moved it: the outcome of a commit that makes a job pending wakes us
+                // anyway; look again shortly, not in a loop, and ever less often while
+                // claims lease nothing (a wake claims at once all the same).
+                let wait = self.locked_wait(jobs.is_empty());
+                next_due = Some(next.max(rows.now.saturating_add(wait)));
+            } else {
+                self.unlocked();
             }
             jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
             Ok(ClaimBatch {

@@ -1,5 +1,5 @@
-//! [`Batcher`]: concurrent calls coalesced into one statement and one commit (group commit,
-//! as `redis/batcher.rs` does for script calls).
+//! [`Batcher`]: concurrent calls coalesced into one transaction and one commit (group
+//! commit, as `redis/batcher.rs` does for script calls).
 //!
 //! # Ground rules
 //!
@@ -9,12 +9,14 @@
 //!   nobody would learn its outcome, so it is never applied.
 //! - One task per batcher runs one statement at a time on one pooled connection: under load
 //!   the requests that arrive during a statement share the next one.
+//! - The batch's `run` answers every reply it is given (with [`answer`] for all at once, or
+//!   one by one: a batch stalled on one contested row answers the others first).
 
 use std::time::Duration;
 
 use crate::core::error::Error;
 
-type Reply<T> = tokio::sync::oneshot::Sender<Result<T, Error>>;
+pub(super) type Reply<T> = tokio::sync::oneshot::Sender<Result<T, Error>>;
 
 /// The most requests one statement carries.
 pub(super) const MAX_BATCH: usize = 512;
@@ -26,11 +28,12 @@ pub(super) struct Batcher<Req, Resp> {
 }
 
 impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
-    /// A batcher whose callers wait at most `timeout` for `run` to answer their request.
+    /// A batcher whose callers wait at most `timeout` for `run` to answer their request
+    /// (`run` gets the requests and their replies, in the same order).
     pub(super) fn new<F, Fut>(timeout: Option<Duration>, run: F) -> Self
     where
-        F: Fn(Vec<Req>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<Vec<Resp>, Error>> + Send,
+        F: Fn(Vec<Req>, Vec<Reply<Resp>>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
     {
         let (requests, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Req, Reply<Resp>)>();
         let task = tokio::spawn(async move {
@@ -43,22 +46,7 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
                 if reqs.is_empty() {
                     continue;
                 }
-                match run(reqs).await {
-                    Ok(answers) if answers.len() == replies.len() => {
-                        for (reply, answer) in replies.into_iter().zip(answers) {
-                            let _ = reply.send(Ok(answer));
-                        }
-                    }
-                    Ok(_) => {
-                        let err = Error::storage("short batch reply from postgres");
-                        replies
-                            .into_iter()
-                            .for_each(|r| drop(r.send(Err(err.clone()))));
-                    }
-                    Err(err) => replies
-                        .into_iter()
-                        .for_each(|r| drop(r.send(Err(err.clone())))),
-                }
+                run(reqs, replies).await;
             }
         });
         Batcher {
@@ -78,6 +66,26 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
             None => rx.await,
         };
         answer.map_err(|_| Error::closed())?
+    }
+}
+
+/// Answers `replies` with `result`'s answers in order, or all with its error.
+pub(super) fn answer<T>(replies: Vec<Reply<T>>, result: Result<Vec<T>, Error>) {
+    match result {
+        Ok(answers) if answers.len() == replies.len() => {
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(Ok(answer));
+            }
+        }
+        Ok(_) => {
+            let err = Error::storage("short batch reply from postgres");
+            replies
+                .into_iter()
+                .for_each(|r| drop(r.send(Err(err.clone()))));
+        }
+        Err(err) => replies
+            .into_iter()
+            .for_each(|r| drop(r.send(Err(err.clone())))),
     }
 }
 

@@ -1,8 +1,9 @@
 //! sqlx's errors as the crate's [`Error`]s: the same meaning as on every backend.
 //!
 //! - The server unreachable, gone, shutting down or out of connections, the pool out of
-//!   time, a transaction chosen as a deadlock or serialization victim: `is_unavailable`
-//!   (retrying is safe: every call is idempotent or token-checked).
+//!   time, a transaction chosen as a deadlock or serialization victim, a statement or lock
+//!   wait cancelled by `statement_timeout` or `lock_timeout`: `is_unavailable` (retrying is
+//!   safe: every call is idempotent or token-checked).
 //! - Refused credentials or privileges, a refused TLS certificate: `is_unauthorized`.
 //! - A NUL byte in an id or a queue name (PostgreSQL's text refuses it): `is_invalid_input`.
 //! - Anything else (a schema someone altered, a corrupt reply): `is_storage`.
@@ -27,11 +28,14 @@ pub(super) fn pg_error(err: sqlx::Error) -> Error {
                 "28000" | "28P01" | "42501" => Error::unauthorized(format!("postgres: {err}")),
                 // character_not_in_repertoire, untranslatable_character: a NUL in text.
                 "22021" | "22P05" => Error::invalid_input(format!("postgres: {err}")),
-                // serialization_failure, deadlock_detected, too_many_connections,
+                // serialization_failure, deadlock_detected, lock_not_available
+                // (lock_timeout), query_canceled (statement_timeout), too_many_connections,
                 // admin_shutdown, crash_shutdown, cannot_connect_now, connection errors
                 // (class 08), a read-only standby (25006).
                 c if c == "40001"
                     || c == "40P01"
+                    || c == "55P03"
+                    || c == "57014"
                     || c == "53300"
                     || c.starts_with("57P")
                     || c.starts_with("08")
@@ -43,5 +47,14 @@ pub(super) fn pg_error(err: sqlx::Error) -> Error {
             }
         }
         _ => Error::storage(format!("postgres: {err}")),
+    }
+}
+
+/// Whether `err` is a lost wait on another transaction's lock: `lock_timeout` (55P03) or a
+/// deadlock victim (40P01). A batch that hits one is re-run one request at a time.
+pub(super) fn is_contended(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("55P03" | "40P01")),
+        _ => false,
     }
 }

@@ -7,8 +7,12 @@
 //! - The server's clock only: every "now" is `clock_timestamp()` in the statement that uses
 //!   it (`sql/`); clients with skewed clocks never deliver early.
 //! - Each `Backend` call is one statement in its own transaction, but for recurring series
-//!   (one transaction of several statements, `series.rs`). Concurrent acks and retries
-//!   share one statement and one commit (`batch.rs`), so do concurrent schedules.
+//!   (one transaction of several statements, `series.rs`) and schedules (the insert, then
+//!   the removal of what a concurrent kill made dead, `sql/jobs.rs`). Concurrent acks and
+//!   retries share one statement and one commit (`batch.rs`), so do concurrent schedules:
+//!   their batch inserts in id order (one lock order) and waits on a row lock at most
+//!   [`BATCH_LOCK_WAIT`], then runs each request alone, so an application's open
+//!   transaction on one id stalls only the schedules of that id.
 //! - Claims take due jobs with `FOR UPDATE SKIP LOCKED`, lease them and bump their attempt
 //!   (or kill those out of attempts) in the same statement, so competing consumers in any
 //!   number of processes never wait on each other and never take one job twice.
@@ -53,7 +57,7 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::PgPool;
 
-use self::batch::{timed_out, Batcher};
+use self::batch::{answer, timed_out, Batcher, Reply};
 use self::error::pg_error;
 use self::names::Names;
 use self::series::SeriesSql;
@@ -83,8 +87,16 @@ const FOLD_EVERY: Duration = Duration::from_secs(1);
 
 /// After a claim that left due jobs locked by others (in flight elsewhere), how long an
 /// idle consumer waits before looking again (nanoseconds): their commit or rollback wakes
-/// it anyway when it makes one pending.
+/// it anyway when it makes one pending. Claims that keep leasing nothing double it, up to
+/// [`LOCKED_RETRY_MAX`]: an application transaction may hold a due row for long.
 const LOCKED_RETRY: u64 = 10_000_000;
+
+/// The longest an idle consumer backs off while due jobs stay locked by others (ns).
+const LOCKED_RETRY_MAX: u64 = 1_000_000_000;
+
+/// How long a batch of schedules waits on another transaction's row lock before it is
+/// re-run one request at a time (at most: a short `postgres_timeout` shortens it).
+const BATCH_LOCK_WAIT: Duration = Duration::from_millis(100);
 
 pub(crate) struct Postgres {
     pool: PgPool,
@@ -104,6 +116,9 @@ pub(crate) struct Postgres {
     tokens: AtomicU64,
     token_seed: u64,
     last_fold: Mutex<Option<Instant>>,
+    /// The current back-off of claims that lease nothing while due jobs are locked by
+    /// others (ns; 0 after any lease or a claim that found nothing due).
+    locked_backoff: AtomicU64,
 }
 
 impl fmt::Debug for Postgres {
@@ -168,20 +183,21 @@ impl Postgres {
         let max_attempts = config.max_attempts;
         let schedules = {
             let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.to_owned());
-            Batcher::new(timeout, move |jobs: Vec<NewJob>| {
+            Batcher::new(timeout, move |jobs: Vec<NewJob>, replies| {
                 let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
-                async move {
-                    let ids: Vec<String> = jobs.iter().map(|j| j.0.clone()).collect();
-                    let created = sql.schedule(&pool, &queue, jobs).await?;
-                    Ok(answers(&ids, created))
-                }
+                schedule_batch(pool, sql, queue, timeout, jobs, replies)
             })
         };
         let settles = {
             let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.to_owned());
-            Batcher::new(timeout, move |batch: Vec<Settle>| {
+            Batcher::new(timeout, move |batch: Vec<Settle>, replies| {
                 let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
-                async move { sql.settle(&pool, &queue, max_attempts, &batch).await }
+                async move {
+                    answer(
+                        replies,
+                        sql.settle(&pool, &queue, max_attempts, &batch).await,
+                    )
+                }
             })
         };
         let listening = listen::spawn(&pool, names.channel.clone(), queue.to_owned(), &wakeup);
@@ -205,6 +221,7 @@ impl Postgres {
             tokens: AtomicU64::new(0),
             token_seed: seed,
             last_fold: Mutex::new(None),
+            locked_backoff: AtomicU64::new(0),
         })
     }
 
@@ -246,6 +263,24 @@ impl Postgres {
         due
     }
 
+    /// How long to wait before the next claim when the last one left due jobs locked by
+    /// others: `stalled` when it leased nothing at all (the back-off grows), else the
+    /// back-off starts over.
+    fn locked_wait(&self, stalled: bool) -> u64 {
+        if !stalled {
+            self.locked_backoff.store(0, SeqCst);
+            return LOCKED_RETRY;
+        }
+        let wait = backoff(self.locked_backoff.load(SeqCst));
+        self.locked_backoff.store(wait, SeqCst);
+        wait
+    }
+
+    /// Any claim that leased or found nothing due ends a back-off.
+    fn unlocked(&self) {
+        self.locked_backoff.store(0, SeqCst);
+    }
+
     /// A counter slot for a fold.
     fn slot(&self) -> i16 {
         (self.token() as u64 % names::SLOTS as u64) as i16
@@ -264,7 +299,7 @@ impl Postgres {
         names::check_id(&id)?;
         let created = self
             .sql
-            .schedule(&mut *conn, &self.queue, vec![(id, when, payload)])
+            .schedule(conn, &self.queue, &[(id, when, payload)])
             .await?;
         Ok(if created.is_empty() {
             Scheduled::Exists
@@ -319,6 +354,66 @@ impl Postgres {
     }
 }
 
+/// One batch of schedules: one transaction whose lock waits are short. When it loses one
+/// (on a row an open transaction inserts or kills, or as a deadlock victim against a
+/// transaction inserting in another order), each request runs alone, in order; one that
+/// still waits on a lock then waits alone, in a task of its own, up to its own timeout, so
+/// only the contested ids wait for the transaction that holds them.
+async fn schedule_batch(
+    pool: PgPool,
+    sql: Arc<Sql>,
+    queue: String,
+    timeout: Option<Duration>,
+    jobs: Vec<NewJob>,
+    replies: Vec<Reply<(String, Option<u64>)>>,
+) {
+    let short = Some(timeout.map_or(BATCH_LOCK_WAIT, |t| (t / 4).min(BATCH_LOCK_WAIT)));
+    match sql.schedule_tx(&pool, &queue, &jobs, short).await {
+        Ok(created) => {
+            let ids: Vec<String> = jobs.into_iter().map(|j| j.0).collect();
+            return answer(replies, Ok(answers(&ids, created)));
+        }
+        Err(err) if !error::is_contended(&err) => return answer(replies, Err(pg_error(err))),
+        Err(_) => {}
+    }
+    for (job, reply) in jobs.into_iter().zip(replies) {
+        if reply.is_closed() {
+            continue;
+        }
+        let one = std::slice::from_ref(&job);
+        match sql.schedule_tx(&pool, &queue, one, short).await {
+            Err(err) if error::is_contended(&err) => {
+                let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
+                tokio::spawn(async move {
+                    let one = std::slice::from_ref(&job);
+                    let result = sql.schedule_tx(&pool, &queue, one, timeout).await;
+                    let _ = reply.send(one_answer(&job.0, result));
+                });
+            }
+            result => drop(reply.send(one_answer(&job.0, result))),
+        }
+    }
+}
+
+/// The answer to a schedule of `id` alone.
+fn one_answer(
+    id: &str,
+    result: Result<Vec<(String, u64)>, sqlx::Error>,
+) -> Result<(String, Option<u64>), Error> {
+    let created = result.map_err(pg_error)?;
+    Ok((id.to_owned(), created.first().map(|&(_, at)| at)))
+}
+
+/// The back-off after `prev` (0: none yet): [`LOCKED_RETRY`], doubling to
+/// [`LOCKED_RETRY_MAX`].
+fn backoff(prev: u64) -> u64 {
+    if prev == 0 {
+        LOCKED_RETRY
+    } else {
+        prev.saturating_mul(2).min(LOCKED_RETRY_MAX)
+    }
+}
+
 /// The answers of a schedule statement: created (with its run_at) for the first request
 /// of each id the statement inserted, exists for the others.
 fn answers(ids: &[String], created: Vec<(String, u64)>) -> Vec<(String, Option<u64>)> {
@@ -344,6 +439,16 @@ mod tests {
                 ("a".to_owned(), None)
             ]
         );
+    }
+
+    #[test]
+    fn the_locked_back_off_doubles_from_10_ms_to_1_s() {
+        let mut waits = vec![backoff(0)];
+        while waits.len() < 9 {
+            waits.push(backoff(*waits.last().unwrap()));
+        }
+        let ms: Vec<u64> = waits.iter().map(|w| w / 1_000_000).collect();
+        assert_eq!(ms, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
     }
 
     #[test]

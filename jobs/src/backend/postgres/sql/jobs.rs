@@ -1,7 +1,17 @@
 //! The statements on one job by id: `schedule` (many at once), `cancel`, `reschedule`,
 //! `get`.
+//!
+//! A schedule is two statements in the caller's transaction: the insert, then the lookup
+//! of what it inserted under an id that is dead (and, rarely, their removal). The insert's `NOT EXISTS dead` reads the
+//! statement's snapshot: when its `ON CONFLICT` waited on a claim that kills the job (the
+//! `jobs` row deleted, a `dead` row inserted), the kill's commit lets the insert through
+//! while the new `dead` row stays invisible to it. The second statement's fresh snapshot
+//! (READ COMMITTED) sees that death; its delete's trigger delta cancels the insert's, so
+//! the counts stay exact.
 
-use sqlx::postgres::PgExecutor;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnection, PgExecutor, PgPool};
 use sqlx::Row;
 
 use super::{attempt, db, dec, not_head, run_at, when, Sql, NOW};
@@ -16,6 +26,8 @@ pub(in crate::backend::postgres) type NewJob = (String, When, Vec<u8>);
 #[derive(Debug)]
 pub(super) struct JobsSql {
     schedule: String,
+    died: String,
+    undead: String,
     cancel: String,
     reschedule: String,
     get: String,
@@ -35,10 +47,21 @@ impl JobsSql {
                  ins AS (INSERT INTO {jobs} (queue, id, run_at, payload) \
                    SELECT $1, input.id, input.run_at, input.payload FROM input \
                    WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
-                   ORDER BY input.ord \
+                   ORDER BY input.id, input.ord \
                    ON CONFLICT (queue, id) DO NOTHING RETURNING id, run_at) \
                  SELECT id, run_at FROM ins",
                 run_at = run_at("i.at", "i.after"),
+            ),
+            // The jobs just inserted ($2) whose id died meanwhile: see the module docs. (In
+            // the caller's transaction they are still pending: nobody else sees them yet.)
+            // Of the jobs just inserted ($2), those whose id died meanwhile (see the module
+            // docs); usually none, and then the delete below is not sent.
+            died: format!("SELECT id FROM {dead} WHERE queue = $1 AND id = ANY($2::text[])"),
+            // In the caller's transaction the rows just inserted are still pending: nobody
+            // else sees them yet.
+            undead: format!(
+                "DELETE FROM {jobs} WHERE queue = $1 AND id = ANY($2::text[]) AND token IS NULL \
+                 RETURNING id"
             ),
             // Machine::cancel: only a pending job, and not a series' pending occurrence.
             cancel: format!(
@@ -65,13 +88,49 @@ impl JobsSql {
 
 impl Sql {
     /// Creates the jobs that do not exist (as pending, dead or running), in order: the
-    /// created ones' ids and run_ats.
+    /// created ones' ids and run_ats. Two statements on `conn`: run them in a transaction
+    /// (the caller's, or [`Sql::schedule_tx`]'s).
     pub(in crate::backend::postgres) async fn schedule(
         &self,
-        ex: impl PgExecutor<'_>,
+        conn: &mut PgConnection,
         queue: &str,
-        jobs: Vec<NewJob>,
+        jobs: &[NewJob],
     ) -> Result<Vec<(String, u64)>, Error> {
+        db(self.schedule_raw(conn, queue, jobs).await)
+    }
+
+    /// [`Sql::schedule`] in a transaction of its own on a connection of `pool`; with a
+    /// `lock_timeout`, waiting longer on another transaction's row fails (SQLSTATE 55P03).
+    /// The raw error, so the caller can tell a contended lock from a failure.
+    pub(in crate::backend::postgres) async fn schedule_tx(
+        &self,
+        pool: &PgPool,
+        queue: &str,
+        jobs: &[NewJob],
+        lock_timeout: Option<Duration>,
+    ) -> Result<Vec<(String, u64)>, sqlx::Error> {
+        // READ COMMITTED whatever the server's default: the second statement must see the
+        // deaths committed while the first one waited. One round trip with the timeout.
+        let begin = match lock_timeout {
+            // 0 turns the timeout off: wait at least 1 ms.
+            Some(t) => format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{}ms'",
+                t.as_millis().clamp(1, i32::MAX as u128)
+            ),
+            None => "BEGIN ISOLATION LEVEL READ COMMITTED".to_owned(),
+        };
+        let mut tx = pool.begin_with(begin).await?;
+        let created = self.schedule_raw(&mut tx, queue, jobs).await?;
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    async fn schedule_raw(
+        &self,
+        conn: &mut PgConnection,
+        queue: &str,
+        jobs: &[NewJob],
+    ) -> Result<Vec<(String, u64)>, sqlx::Error> {
         let n = jobs.len();
         let (mut ids, mut ats, mut afters, mut payloads) = (
             Vec::with_capacity(n),
@@ -80,23 +139,49 @@ impl Sql {
             Vec::with_capacity(n),
         );
         for (id, w, payload) in jobs {
-            let (at, after) = when(w);
-            ids.push(id);
+            let (at, after) = when(*w);
+            ids.push(id.as_str());
             ats.push(at);
             afters.push(after);
-            payloads.push(payload);
+            payloads.push(payload.as_slice());
         }
-        let rows = db(sqlx::query(&self.jobs.schedule)
+        let rows = sqlx::query(&self.jobs.schedule)
             .bind(queue)
             .bind(ids)
             .bind(ats)
             .bind(afters)
             .bind(payloads)
-            .fetch_all(ex)
-            .await)?;
-        rows.iter()
-            .map(|r| Ok((db(r.try_get(0))?, dec(db(r.try_get(1))?))))
-            .collect()
+            .fetch_all(&mut *conn)
+            .await?;
+        let mut created = rows
+            .iter()
+            .map(|r| Ok((r.try_get::<String, _>(0)?, dec(r.try_get(1)?))))
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        if created.is_empty() {
+            return Ok(created);
+        }
+        let ids: Vec<&str> = created.iter().map(|(id, _)| id.as_str()).collect();
+        let died = sqlx::query(&self.jobs.died)
+            .bind(queue)
+            .bind(ids)
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<String, _>(0))
+            .collect::<Result<Vec<_>, _>>()?;
+        if died.is_empty() {
+            return Ok(created);
+        }
+        let undead = sqlx::query(&self.jobs.undead)
+            .bind(queue)
+            .bind(died)
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<String, _>(0))
+            .collect::<Result<std::collections::HashSet<_>, _>>()?;
+        created.retain(|(id, _)| !undead.contains(id));
+        Ok(created)
     }
 
     pub(in crate::backend::postgres) async fn cancel(
