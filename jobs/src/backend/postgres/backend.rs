@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::batch::MAX_BATCH;
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
-use super::Postgres;
+use super::{Postgres, LOCKED_RETRY};
 use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed};
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
@@ -190,22 +190,16 @@ impl Backend for Postgres {
                 }
             }
             if rows.paused {
-                self.unlocked();
                 next_due = None;
             } else if jobs.len() >= want {
                 // More may be due: look again at once.
-                self.unlocked();
                 next_due = Some(rows.now);
             } else if let Some(next) = next_due.filter(|&n| n <= rows.now) {
                 // What is due and was not taken is locked by another transaction (a claim,
-                // a series step, a caller's open transaction) or a series head whose step
-                // moved it: the outcome of a commit that makes a job pending wakes us
-                // anyway; look again shortly, not in a loop, and ever less often while
-                // claims lease nothing (a wake claims at once all the same).
-                let wait = self.locked_wait(jobs.is_empty());
-                next_due = Some(next.max(rows.now.saturating_add(wait)));
-            } else {
-                self.unlocked();
+                // a series step, a caller's `cancel_in`) or a series head whose step moved
+                // it: the outcome of a commit that makes a job pending wakes us anyway;
+                // look again shortly, not in a loop.
+                next_due = Some(next.max(rows.now.saturating_add(LOCKED_RETRY)));
             }
             jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
             Ok(ClaimBatch {

@@ -7,12 +7,8 @@
 //! - The server's clock only: every "now" is `clock_timestamp()` in the statement that uses
 //!   it (`sql/`); clients with skewed clocks never deliver early.
 //! - Each `Backend` call is one statement in its own transaction, but for recurring series
-//!   (one transaction of several statements, `series.rs`) and schedules (the insert, then
-//!   the removal of what a concurrent kill made dead, `sql/jobs.rs`). Concurrent acks and
-//!   retries share one statement and one commit (`batch.rs`), so do concurrent schedules:
-//!   their batch inserts in id order (one lock order) and waits on a row lock at most
-//!   [`BATCH_LOCK_WAIT`], then runs each request alone, so an application's open
-//!   transaction on one id stalls only the schedules of that id.
+//!   (one transaction of several statements, `series.rs`). Concurrent acks and retries
+//!   share one statement and one commit (`batch.rs`), so do concurrent schedules.
 //! - Claims take due jobs with `FOR UPDATE SKIP LOCKED`, lease them and bump their attempt
 //!   (or kill those out of attempts) in the same statement, so competing consumers in any
 //!   number of processes never wait on each other and never take one job twice.
@@ -87,12 +83,8 @@ const FOLD_EVERY: Duration = Duration::from_secs(1);
 
 /// After a claim that left due jobs locked by others (in flight elsewhere), how long an
 /// idle consumer waits before looking again (nanoseconds): their commit or rollback wakes
-/// it anyway when it makes one pending. Claims that keep leasing nothing double it, up to
-/// [`LOCKED_RETRY_MAX`]: an application transaction may hold a due row for long.
+/// it anyway when it makes one pending.
 const LOCKED_RETRY: u64 = 10_000_000;
-
-/// The longest an idle consumer backs off while due jobs stay locked by others (ns).
-const LOCKED_RETRY_MAX: u64 = 1_000_000_000;
 
 /// How long a batch of schedules waits on another transaction's row lock before it is
 /// re-run one request at a time (at most: a short `postgres_timeout` shortens it).
@@ -116,9 +108,6 @@ pub(crate) struct Postgres {
     tokens: AtomicU64,
     token_seed: u64,
     last_fold: Mutex<Option<Instant>>,
-    /// The current back-off of claims that lease nothing while due jobs are locked by
-    /// others (ns; 0 after any lease or a claim that found nothing due).
-    locked_backoff: AtomicU64,
 }
 
 impl fmt::Debug for Postgres {
@@ -221,7 +210,6 @@ impl Postgres {
             tokens: AtomicU64::new(0),
             token_seed: seed,
             last_fold: Mutex::new(None),
-            locked_backoff: AtomicU64::new(0),
         })
     }
 
@@ -261,24 +249,6 @@ impl Postgres {
             *last = Some(Instant::now());
         }
         due
-    }
-
-    /// How long to wait before the next claim when the last one left due jobs locked by
-    /// others: `stalled` when it leased nothing at all (the back-off grows), else the
-    /// back-off starts over.
-    fn locked_wait(&self, stalled: bool) -> u64 {
-        if !stalled {
-            self.locked_backoff.store(0, SeqCst);
-            return LOCKED_RETRY;
-        }
-        let wait = backoff(self.locked_backoff.load(SeqCst));
-        self.locked_backoff.store(wait, SeqCst);
-        wait
-    }
-
-    /// Any claim that leased or found nothing due ends a back-off.
-    fn unlocked(&self) {
-        self.locked_backoff.store(0, SeqCst);
     }
 
     /// A counter slot for a fold.
@@ -404,16 +374,6 @@ fn one_answer(
     Ok((id.to_owned(), created.first().map(|&(_, at)| at)))
 }
 
-/// The back-off after `prev` (0: none yet): [`LOCKED_RETRY`], doubling to
-/// [`LOCKED_RETRY_MAX`].
-fn backoff(prev: u64) -> u64 {
-    if prev == 0 {
-        LOCKED_RETRY
-    } else {
-        prev.saturating_mul(2).min(LOCKED_RETRY_MAX)
-    }
-}
-
 /// The answers of a schedule statement: created (with its run_at) for the first request
 /// of each id the statement inserted, exists for the others.
 fn answers(ids: &[String], created: Vec<(String, u64)>) -> Vec<(String, Option<u64>)> {
@@ -439,16 +399,6 @@ mod tests {
                 ("a".to_owned(), None)
             ]
         );
-    }
-
-    #[test]
-    fn the_locked_back_off_doubles_from_10_ms_to_1_s() {
-        let mut waits = vec![backoff(0)];
-        while waits.len() < 9 {
-            waits.push(backoff(*waits.last().unwrap()));
-        }
-        let ms: Vec<u64> = waits.iter().map(|w| w / 1_000_000).collect();
-        assert_eq!(ms, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
     }
 
     #[test]
