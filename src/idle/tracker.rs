@@ -515,7 +515,7 @@ impl<K, S> IdleTracker<K, S> {
     }
 
     /// Expired keys queued on the [`Expirations`](crate::Expirations) stream and not yet taken from it: a
-    /// stream alive but never polled keeps them all (see [`Expirations`]' *Backlog*).
+    /// stream alive but never polled keeps them all (see [`Expirations`](super::expirations::Expirations)' *Backlog*).
     ///
     /// # Examples
     ///
