@@ -205,15 +205,7 @@ impl Sql {
         id: &str,
         w: When,
     ) -> Result<Option<u64>, Error> {
-        let (at, after) = when(w);
-        let row = db(sqlx::query(&self.jobs.reschedule)
-            .bind(queue)
-            .bind(id)
-            .bind(at)
-            .bind(after)
-            .fetch_optional(ex)
-            .await)?;
-        row.map(|r| Ok(dec(db(r.try_get(0))?))).transpose()
+        super::move_job(ex, &self.jobs.reschedule, queue, id, w).await
     }
 
     pub(in crate::backend::postgres) async fn get(

@@ -124,6 +124,27 @@ impl Sql {
 }
 
 /// Column `i` as an attempt count.
+/// Runs `statement`, which moves the job `id` of `queue` to a new run_at (binds: queue, id,
+/// and [`when`]'s pair) and returns it if the job was in the state it moves from: the
+/// shape `reschedule` (pending) and `revive` (dead) share.
+async fn move_job(
+    ex: impl PgExecutor<'_>,
+    statement: &str,
+    queue: &str,
+    id: &str,
+    w: When,
+) -> Result<Option<u64>, Error> {
+    let (at, after) = when(w);
+    let row = db(sqlx::query(statement)
+        .bind(queue)
+        .bind(id)
+        .bind(at)
+        .bind(after)
+        .fetch_optional(ex)
+        .await)?;
+    row.map(|r| Ok(dec(db(r.try_get(0))?))).transpose()
+}
+
 fn attempt(r: &PgRow, i: usize) -> Result<u32, Error> {
     Ok(u32::try_from(db(r.try_get::<i32, _>(i))?).unwrap_or(0))
 }
