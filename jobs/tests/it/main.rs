@@ -17,5 +17,7 @@ mod metrics;
 mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_server;
+#[cfg(feature = "postgres")]
+mod postgres_tls;
 #[cfg(feature = "redis")]
 mod redis;

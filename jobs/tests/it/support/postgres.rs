@@ -7,7 +7,9 @@
 //!   and its unix socket (`.s.PGSQL.<port>`) at the top; it also listens on a free TCP port
 //!   of 127.0.0.1. `fsync` and `synchronous_commit` keep their defaults (on): a commit the
 //!   server acknowledged survives a kill -9 of the server. Authentication is `trust` for the
-//!   superuser `postgres`.
+//!   superuser `postgres`. [`PgServer::start_tls`] adds `ssl=on` with a certificate from
+//!   `tls.rs`'s test CA, copied into the data directory (the server wants its key file
+//!   owned by it and private).
 //! - `initdb` refuses to run as root: as root, the directory belongs to the `postgres` user
 //!   and `initdb` and `postgres` run through `runuser -u postgres --`; otherwise they run as
 //!   the current user. Our child is then `runuser`, not the postmaster: signals go to the
@@ -26,6 +28,7 @@
 //! [`harness_on`]).
 
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
@@ -33,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use wheel_jobs::{Builder, Error, JobQueue};
 
+use super::tls::TestCa;
 use super::{free_port, BoxFuture, Harness};
 
 /// How long a start (`initdb`, then the server accepting connections, crash recovery
@@ -65,6 +69,42 @@ impl PgServer {
 
     /// A new server with `settings` (`name=value`, as `postgres -c` takes them).
     pub fn start_with(settings: &[&str]) -> PgServer {
+        let mut server = PgServer::init(settings);
+        server.restart();
+        server
+    }
+
+    /// A new server that also serves TLS (`ssl=on`) on its TCP port, with the server
+    /// certificate `ca` signed (for `localhost` and 127.0.0.1). Clients may connect with
+    /// or without TLS: initdb's `host` lines in `pg_hba.conf` take both.
+    pub fn start_tls(ca: &TestCa) -> PgServer {
+        let mut server = PgServer::init(&[
+            "ssl=on",
+            // Relative to the data directory, where they are copied.
+            "ssl_cert_file=server.crt",
+            "ssl_key_file=server.key",
+        ]);
+        for name in ["server.crt", "server.key"] {
+            let to = server.data().join(name);
+            std::fs::copy(ca.dir.path().join(name), &to).expect("copy a PEM file");
+            // The server refuses a key file others may read.
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600))
+                .expect("chmod 600");
+            if as_root() {
+                let status = Command::new("chown")
+                    .arg("postgres:")
+                    .arg(&to)
+                    .status()
+                    .expect("chown");
+                assert!(status.success(), "chown postgres: {}", to.display());
+            }
+        }
+        server.restart();
+        server
+    }
+
+    /// A new data directory (initdb), its server not started yet.
+    fn init(settings: &[&str]) -> PgServer {
         let dir = super::temp_dir().keep();
         let watch = r#"cat >/dev/null
             pm=$(head -n 1 "$1/data/postmaster.pid" 2>/dev/null)
@@ -81,7 +121,7 @@ impl PgServer {
             .stdin(Stdio::piped())
             .spawn()
             .expect("sh (the server's watchdog)");
-        let mut server = PgServer {
+        let server = PgServer {
             dir,
             port: free_port(),
             settings: settings.iter().map(|s| s.to_string()).collect(),
@@ -110,7 +150,6 @@ impl PgServer {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        server.restart();
         server
     }
 
