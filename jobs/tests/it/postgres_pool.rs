@@ -28,7 +28,7 @@ const SCHEDULERS: usize = 4;
 async fn schedule_some(queue: JobQueue, pool: sqlx::PgPool, who: usize) {
     for n in 0..JOBS / SCHEDULERS {
         let id = format!("{who}-{n}");
-        if who % 2 == 0 {
+        if who.is_multiple_of(2) {
             queue.schedule(&id, Duration::ZERO, "p").await.unwrap();
         } else {
             let mut tx = pool.begin().await.unwrap();
