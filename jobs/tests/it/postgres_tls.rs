@@ -1,8 +1,9 @@
 //! PostgreSQL over TLS (feature `postgres`): a server of the test's own with `ssl=on` and a
 //! certificate signed by a CA made in the test (`support/tls.rs`), reached on its TCP port
-//! with sqlx's rustls. The right CA works end to end; a server certificate we refuse, or a
-//! server without TLS when the URL requires it, fails `open` at once with
-//! `is_unauthorized`: retrying cannot fix either.
+//! with sqlx's rustls. The right CA works end to end; a server certificate we refuse, a
+//! server without TLS when the URL requires it, a wrong password, or a plain connection
+//! the server refuses fails `open` at once with `is_unauthorized`: retrying cannot fix
+//! any of them.
 
 use std::time::Duration;
 
@@ -150,4 +151,46 @@ async fn postgres_sslmode_require_against_a_server_without_tls_is_a_clear_error(
         .await
         .unwrap();
     queue.close().await.unwrap();
+}
+
+/// Credentials over TLS, on a server that takes TCP only over TLS and other roles by
+/// password: the right password works; a wrong one, or a connection without TLS, is
+/// refused at once with `is_unauthorized`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_wrong_password_or_no_tls_is_unauthorized_at_once() {
+    let ca = TestCa::new();
+    let server = PgServer::start_tls(&ca);
+    server.psql("CREATE ROLE app LOGIN SUPERUSER PASSWORD 'right'");
+    let verified = format!("sslmode=verify-full&sslrootcert={}", ca.file("ca.crt"));
+    let as_app = |password: &str, params: &str| {
+        format!(
+            "postgres://app:{password}@localhost:{}/postgres?{params}",
+            server.port()
+        )
+    };
+
+    let queue = Builder::new()
+        .postgres_timeout(TIMEOUT)
+        .postgres(&as_app("right", &verified), "creds")
+        .await
+        .unwrap();
+    queue.schedule("a", Duration::ZERO, "p").await.unwrap();
+    let delivery = next(&mut queue.consume()).await;
+    assert!(delivery.ack().await.unwrap(), "the lease was held");
+    queue.close().await.unwrap();
+
+    let err = open_error(&as_app("wrong", &verified)).await;
+    assert!(err.is_unauthorized(), "a wrong password: {err}");
+    assert!(!err.is_unavailable(), "a wrong password: {err}");
+    assert!(err.to_string().contains("password"), "{err}");
+
+    // The server has no line for a TCP connection without TLS, whoever asks.
+    for url in [
+        as_app("right", "sslmode=disable"),
+        tls_url(&server, "sslmode=disable"),
+    ] {
+        let err = open_error(&url).await;
+        assert!(err.is_unauthorized(), "{url}: {err}");
+        assert!(err.to_string().contains("no encryption"), "{url}: {err}");
+    }
 }

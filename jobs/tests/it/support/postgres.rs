@@ -9,7 +9,8 @@
 //!   server acknowledged survives a kill -9 of the server. Authentication is `trust` for the
 //!   superuser `postgres`. [`PgServer::start_tls`] adds `ssl=on` with a certificate from
 //!   `tls.rs`'s test CA, copied into the data directory (the server wants its key file
-//!   owned by it and private).
+//!   owned by it and private), and takes TCP connections only over TLS, other roles
+//!   only with their password.
 //! - `initdb` refuses to run as root: as root, the directory belongs to the `postgres` user
 //!   and `initdb` and `postgres` run through `runuser -u postgres --`; otherwise they run as
 //!   the current user. Our child is then `runuser`, not the postmaster: signals go to the
@@ -47,6 +48,15 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// once, each with a pool of its own.
 const MAX_CONNECTIONS: &str = "max_connections=500";
 
+/// [`PgServer::start_tls`]'s `pg_hba.conf`: the unix socket (`psql`) trusted; TCP only
+/// over TLS (`hostssl`; no line takes a connection without it), `postgres` trusted, every
+/// other role by password (SCRAM).
+const TLS_HBA: &str = "\
+local all all trust
+hostssl all postgres 127.0.0.1/32 trust
+hostssl all all 127.0.0.1/32 scram-sha-256
+";
+
 /// A PostgreSQL server of our own in a temporary directory, stopped (and the directory
 /// removed) on drop.
 pub struct PgServer {
@@ -74,9 +84,9 @@ impl PgServer {
         server
     }
 
-    /// A new server that also serves TLS (`ssl=on`) on its TCP port, with the server
-    /// certificate `ca` signed (for `localhost` and 127.0.0.1). Clients may connect with
-    /// or without TLS: initdb's `host` lines in `pg_hba.conf` take both.
+    /// A new server that serves TLS (`ssl=on`) with the server certificate `ca` signed
+    /// (for `localhost` and 127.0.0.1), and on its TCP port only over TLS ([`TLS_HBA`]):
+    /// `postgres` without a password, any other role with its password.
     pub fn start_tls(ca: &TestCa) -> PgServer {
         let mut server = PgServer::init(&[
             "ssl=on",
@@ -84,20 +94,23 @@ impl PgServer {
             "ssl_cert_file=server.crt",
             "ssl_key_file=server.key",
         ]);
-        for name in ["server.crt", "server.key"] {
-            let to = server.data().join(name);
-            std::fs::copy(ca.dir.path().join(name), &to).expect("copy a PEM file");
-            // The server refuses a key file others may read.
-            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600))
-                .expect("chmod 600");
-            if as_root() {
-                let status = Command::new("chown")
-                    .arg("postgres:")
-                    .arg(&to)
-                    .status()
-                    .expect("chown");
-                assert!(status.success(), "chown postgres: {}", to.display());
-            }
+        let data = server.data();
+        let key = data.join("server.key");
+        std::fs::copy(ca.dir.path().join("server.crt"), data.join("server.crt"))
+            .expect("copy the certificate");
+        std::fs::copy(ca.dir.path().join("server.key"), &key).expect("copy the key");
+        // The server refuses a key file others may read.
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        // Replaces initdb's file (whose owner it keeps).
+        std::fs::write(data.join("pg_hba.conf"), TLS_HBA).expect("pg_hba.conf");
+        if as_root() {
+            let status = Command::new("chown")
+                .arg("postgres:")
+                .arg(data.join("server.crt"))
+                .arg(&key)
+                .status()
+                .expect("chown");
+            assert!(status.success(), "chown postgres: the certificate and key");
         }
         server.restart();
         server
