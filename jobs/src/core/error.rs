@@ -177,13 +177,16 @@ impl Error {
         matches!(self.kind, Kind::Unavailable(_))
     }
 
-    /// Redis only: the server refused us, or we refused the server. Either the credentials
-    /// are wrong (`WRONGPASS`, or `NOAUTH`: the URL has no password and the server wants
-    /// one), or the user's ACL denies a command, key or channel the queue needs (`NOPERM`;
-    /// the README's "On Redis" gives the rule a queue needs), or the server's TLS
-    /// certificate is not signed by a trusted CA or not for the host in the URL. Retrying
-    /// does not help: [`JobQueue::run`](crate::JobQueue::run) returns it, and
-    /// [`Builder::redis`](crate::Builder::redis) fails with it at once.
+    /// Redis and PostgreSQL: the server refused us, or we refused the server. Either the
+    /// credentials are wrong (`WRONGPASS`, or `NOAUTH`: the URL has no password and the
+    /// server wants one; PostgreSQL's `28P01`, `28000`), or the user's ACL or privileges deny
+    /// a command, key, channel or table the queue needs (`NOPERM`, `42501`; the README's "On
+    /// Redis" gives the rule a queue needs), or the server's TLS certificate is not signed by
+    /// a trusted CA or not for the host in the URL, or (PostgreSQL) the URL says
+    /// `sslmode=require` and the server serves no TLS. Retrying does not help:
+    /// [`JobQueue::run`](crate::JobQueue::run) returns it, and
+    /// [`Builder::redis`](crate::Builder::redis) and
+    /// [`Builder::postgres`](crate::Builder::postgres) fail with it at once.
     pub fn is_unauthorized(&self) -> bool {
         matches!(self.kind, Kind::Unauthorized(_))
     }

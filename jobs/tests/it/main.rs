@@ -16,6 +16,10 @@ mod metrics;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_pool;
+#[cfg(feature = "postgres")]
 mod postgres_server;
+#[cfg(feature = "postgres")]
+mod postgres_tls;
 #[cfg(feature = "redis")]
 mod redis;

@@ -4,7 +4,11 @@
 //!   time, a transaction chosen as a deadlock or serialization victim, a statement or lock
 //!   wait cancelled by `statement_timeout` or `lock_timeout`: `is_unavailable` (retrying is
 //!   safe: every call is idempotent or token-checked).
-//! - Refused credentials or privileges, a refused TLS certificate: `is_unauthorized`.
+//! - Refused credentials or privileges; a server certificate we refuse (not signed by the
+//!   `sslrootcert` CA, for another host), or `sslmode=require` against a server without
+//!   TLS: `is_unauthorized`. Retrying cannot fix them, so the pool does not retry them
+//!   either (it retries only a refused TCP connection and a server starting up): `open`
+//!   fails with them at once.
 //! - A NUL byte in an id or a queue name (PostgreSQL's text refuses it): `is_invalid_input`.
 //! - Anything else (a schema someone altered, a corrupt reply): `is_storage`.
 
@@ -13,6 +17,9 @@ use crate::core::error::Error;
 /// `err` as the crate's error.
 pub(super) fn pg_error(err: sqlx::Error) -> Error {
     match &err {
+        sqlx::Error::Io(io) if untrusted_certificate(io) => {
+            Error::unauthorized(format!("postgres TLS: {err}"))
+        }
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::WorkerCrashed
@@ -48,6 +55,19 @@ pub(super) fn pg_error(err: sqlx::Error) -> Error {
         }
         _ => Error::storage(format!("postgres: {err}")),
     }
+}
+
+/// Whether the TLS handshake failed on the server's certificate (not signed by a trusted
+/// CA, expired, for another name). sqlx's rustls handshake returns rustls's error inside
+/// an `io::Error`, which alone would read as a retried outage.
+fn untrusted_certificate(io: &std::io::Error) -> bool {
+    let tls = io
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    matches!(
+        tls,
+        Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+    )
 }
 
 /// Whether `err` is a lost wait on another transaction's lock: `lock_timeout` (55P03) or a

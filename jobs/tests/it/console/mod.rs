@@ -1,6 +1,7 @@
 //! The web console (feature `console`): every route and action through the router
 //! in-process (`tower::ServiceExt::oneshot`), on each backend; the guard (token, host,
-//! CSRF) and mounting; and one real browser (`browser.rs`).
+//! CSRF) and mounting; and one real browser (`browser.rs`). The backends: embedded, redis
+//! (feature `redis`), postgres (feature `postgres`).
 
 mod browser;
 #[macro_use]
@@ -16,4 +17,9 @@ mod embedded {
 #[cfg(feature = "redis")]
 mod redis {
     console_suite!(crate::support::redis::harness());
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    console_suite!(crate::support::postgres::harness());
 }

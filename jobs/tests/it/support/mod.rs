@@ -40,7 +40,8 @@ pub mod postgres;
 pub mod redis;
 #[cfg(feature = "redis")]
 pub mod sentinel;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres"))]
+#[allow(dead_code)] // the TLS tests of each backend use a part of it, the command's none
 pub mod tls;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -7,7 +7,10 @@
 //!   and its unix socket (`.s.PGSQL.<port>`) at the top; it also listens on a free TCP port
 //!   of 127.0.0.1. `fsync` and `synchronous_commit` keep their defaults (on): a commit the
 //!   server acknowledged survives a kill -9 of the server. Authentication is `trust` for the
-//!   superuser `postgres`.
+//!   superuser `postgres`. [`PgServer::start_tls`] adds `ssl=on` with a certificate from
+//!   `tls.rs`'s test CA, copied into the data directory (the server wants its key file
+//!   owned by it and private), and takes TCP connections only over TLS, other roles
+//!   only with their password.
 //! - `initdb` refuses to run as root: as root, the directory belongs to the `postgres` user
 //!   and `initdb` and `postgres` run through `runuser -u postgres --`; otherwise they run as
 //!   the current user. Our child is then `runuser`, not the postmaster: signals go to the
@@ -26,6 +29,7 @@
 //! [`harness_on`]).
 
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
@@ -33,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use wheel_jobs::{Builder, Error, JobQueue};
 
+use super::tls::TestCa;
 use super::{free_port, BoxFuture, Harness};
 
 /// How long a start (`initdb`, then the server accepting connections, crash recovery
@@ -42,6 +47,15 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Connections the server accepts: the shared server serves every test of the binary at
 /// once, each with a pool of its own.
 const MAX_CONNECTIONS: &str = "max_connections=500";
+
+/// [`PgServer::start_tls`]'s `pg_hba.conf`: the unix socket (`psql`) trusted; TCP only
+/// over TLS (`hostssl`; no line takes a connection without it), `postgres` trusted, every
+/// other role by password (SCRAM).
+const TLS_HBA: &str = "\
+local all all trust
+hostssl all postgres 127.0.0.1/32 trust
+hostssl all all 127.0.0.1/32 scram-sha-256
+";
 
 /// A PostgreSQL server of our own in a temporary directory, stopped (and the directory
 /// removed) on drop.
@@ -65,6 +79,45 @@ impl PgServer {
 
     /// A new server with `settings` (`name=value`, as `postgres -c` takes them).
     pub fn start_with(settings: &[&str]) -> PgServer {
+        let mut server = PgServer::init(settings);
+        server.restart();
+        server
+    }
+
+    /// A new server that serves TLS (`ssl=on`) with the server certificate `ca` signed
+    /// (for `localhost` and 127.0.0.1), and on its TCP port only over TLS ([`TLS_HBA`]):
+    /// `postgres` without a password, any other role with its password.
+    pub fn start_tls(ca: &TestCa) -> PgServer {
+        let mut server = PgServer::init(&[
+            "ssl=on",
+            // Relative to the data directory, where they are copied.
+            "ssl_cert_file=server.crt",
+            "ssl_key_file=server.key",
+        ]);
+        let data = server.data();
+        let key = data.join("server.key");
+        std::fs::copy(ca.dir.path().join("server.crt"), data.join("server.crt"))
+            .expect("copy the certificate");
+        std::fs::copy(ca.dir.path().join("server.key"), &key).expect("copy the key");
+        // The server refuses a key file others may read.
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        // Replaces initdb's file (whose owner it keeps).
+        std::fs::write(data.join("pg_hba.conf"), TLS_HBA).expect("pg_hba.conf");
+        if as_root() {
+            let status = Command::new("chown")
+                .arg("postgres:")
+                .arg(data.join("server.crt"))
+                .arg(&key)
+                .status()
+                .expect("chown");
+            assert!(status.success(), "chown postgres: the certificate and key");
+        }
+        server.restart();
+        server
+    }
+
+    /// A new data directory (initdb), its server not started yet.
+    fn init(settings: &[&str]) -> PgServer {
         let dir = super::temp_dir().keep();
         let watch = r#"cat >/dev/null
             pm=$(head -n 1 "$1/data/postmaster.pid" 2>/dev/null)
@@ -81,7 +134,7 @@ impl PgServer {
             .stdin(Stdio::piped())
             .spawn()
             .expect("sh (the server's watchdog)");
-        let mut server = PgServer {
+        let server = PgServer {
             dir,
             port: free_port(),
             settings: settings.iter().map(|s| s.to_string()).collect(),
@@ -110,7 +163,6 @@ impl PgServer {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        server.restart();
         server
     }
 

@@ -6,14 +6,12 @@ use super::temp_dir;
 /// A certificate authority made for one test, and a server certificate it signed for
 /// `localhost` and 127.0.0.1, as PEM files (`ca.crt`, `server.crt`, `server.key`) in a
 /// temporary directory.
-#[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
 pub struct TestCa {
     pub dir: tempfile::TempDir,
     /// The CA certificate, PEM: what a client trusts.
     pub ca_pem: Vec<u8>,
 }
 
-#[cfg_attr(not(feature = "redis-tls"), allow(dead_code))]
 impl TestCa {
     pub fn new() -> TestCa {
         use rcgen::{
