@@ -136,7 +136,7 @@ async fn missing(pool: &PgPool, queue: &str, ids: &[String]) -> Vec<String> {
     .await
 }
 
-/// kill -9 of the server (and every backend process) twice while 4 tasks schedule and a
+/// kill -9 of the server (and every backend process) twice while 16 tasks schedule and a
 /// `run` worker acks each job in the transaction that records it (`acks`): after each
 /// restart every schedule that returned `Ok` before the kill is there (pending, leased, or
 /// acked), the calls made while the server is down fail with `is_unavailable`, and the
@@ -146,6 +146,7 @@ async fn missing(pool: &PgPool, queue: &str, ids: &[String]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_server_killed_under_load_loses_no_acknowledged_schedule_and_run_resumes() {
     const ROUNDS: usize = 2;
+    const SCHEDULERS: usize = 16;
     let mut server = PgServer::start();
     let url = server.url();
     let name = fresh_queue();
@@ -170,7 +171,7 @@ async fn a_postgres_server_killed_under_load_loses_no_acknowledged_schedule_and_
     let stop = Arc::new(AtomicBool::new(false));
     let oks = Arc::new(Mutex::new(Vec::new()));
     let errors = Arc::new(Mutex::new(Vec::new()));
-    let schedulers: Vec<_> = (0..4)
+    let schedulers: Vec<_> = (0..SCHEDULERS)
         .map(|t| {
             let (queue, stop, oks, errors) =
                 (queue.clone(), stop.clone(), oks.clone(), errors.clone());
@@ -212,10 +213,11 @@ async fn a_postgres_server_killed_under_load_loses_no_acknowledged_schedule_and_
 
     let (oks_r, handled_r, pool_r, queue_r) = (&oks, &handled, &pool, &queue);
     for round in 1..=ROUNDS {
-        // Under load: schedules and acks flowing.
+        // Under load: schedules and acks flowing (since the last restart).
+        let (scheduled, acked) = (oks.lock().unwrap().len(), handled.load(SeqCst));
         until("schedules and acks before the kill", move || async move {
-            (oks_r.lock().unwrap().len() >= round * 300 && handled_r.load(SeqCst) >= round * 100)
-                .then_some(())
+            let ok = oks_r.lock().unwrap().len() >= scheduled + 300;
+            (ok && handled_r.load(SeqCst) >= acked + 100).then_some(())
         })
         .await;
         let before: Vec<String> = oks.lock().unwrap().iter().map(|s| s.id.clone()).collect();
@@ -341,8 +343,8 @@ fn unavailable<T: std::fmt::Debug>(what: &str, result: Result<T, Error>, took: D
 const STOP_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A server stopped by SIGSTOP (its connections open, nothing answering): a schedule, a
-/// claim, an ack, a read and the counts each fail with `is_unavailable` within the
-/// `postgres_timeout`; after SIGCONT the same queue schedules, claims and acks again,
+/// claim, an ack, a read, the counts and opening another queue each fail with
+/// `is_unavailable` within the `postgres_timeout`; after SIGCONT the same queue schedules, claims and acks again,
 /// without being reopened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_postgres_server_is_unavailable_and_the_same_queue_works_after_sigcont() {
@@ -374,6 +376,10 @@ async fn a_stopped_postgres_server_is_unavailable_and_the_same_queue_works_after
     let get = (queue.get("held").await, t.elapsed());
     let t = Instant::now();
     let counts = (queue.counts().await, t.elapsed());
+    let t = Instant::now();
+    let mut builder = Builder::new();
+    builder.postgres_timeout(Some(STOP_TIMEOUT));
+    let opened = (builder.postgres(&server.url(), "other").await, t.elapsed());
     server.signal("-CONT");
 
     unavailable("schedule", schedule.0, schedule.1);
@@ -381,6 +387,11 @@ async fn a_stopped_postgres_server_is_unavailable_and_the_same_queue_works_after
     unavailable("ack", ack.0, ack.1);
     unavailable("get", get.0, get.1);
     unavailable("counts", counts.0, counts.1);
+    unavailable("open", opened.0, opened.1);
+    eprintln!(
+        "stopped: schedule {:?}, claim {:?}, ack {:?}, get {:?}, counts {:?}, open {:?}",
+        schedule.1, claim.1, ack.1, get.1, counts.1, opened.1
+    );
 
     // The same handle, consumer and delivery work again. The calls that timed out may or
     // may not have been applied (their statements ran once the server went on).
