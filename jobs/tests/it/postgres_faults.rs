@@ -3,7 +3,7 @@
 //! one of them SIGKILLed.
 //!
 //! A test that kills or stops the server starts one of its own (`PgServer::start`); the
-//! processes' test runs on the binary's shared server. The child processes are this test
+//! test of competing processes runs on the binary's shared server. The child processes are this test
 //! binary run again (`kill.rs`'s `spawn_child`). Every wait is a poll of a condition with a
 //! deadline ([`DEADLINE`]), so a test that goes wrong fails instead of hanging.
 
@@ -79,9 +79,9 @@ async fn scalar(pool: &PgPool, sql: &str) -> i64 {
 // ===== kill -9 of the server under load =====
 
 /// One schedule that returned `Ok`.
-struct Scheduled {
+struct Acknowledged {
     id: String,
-    /// The wall-clock time it was scheduled at, for a `When::At` schedule.
+    /// The wall-clock time it was scheduled for, for a `When::At` schedule.
     at: Option<SystemTime>,
 }
 
@@ -92,7 +92,7 @@ async fn schedule_until(
     queue: JobQueue,
     task: usize,
     stop: Arc<AtomicBool>,
-    oks: Arc<Mutex<Vec<Scheduled>>>,
+    oks: Arc<Mutex<Vec<Acknowledged>>>,
     errors: Arc<Mutex<Vec<Error>>>,
 ) {
     for n in 0.. {
@@ -107,7 +107,7 @@ async fn schedule_until(
             None => When::After(delay),
         };
         match queue.schedule(&id, when, id.as_bytes()).await {
-            Ok(_) => oks.lock().unwrap().push(Scheduled { id, at }),
+            Ok(_) => oks.lock().unwrap().push(Acknowledged { id, at }),
             Err(err) => {
                 errors.lock().unwrap().push(err);
                 // A back-off while the server is away, not a synchronization.
@@ -297,7 +297,7 @@ async fn a_postgres_server_killed_under_load_loses_no_acknowledged_schedule_and_
     .get(0);
     assert_eq!(moved, 0, "jobs delivered with another run_at than asked");
     // Every failed call while the server was away is `is_unavailable`.
-    let errors = errors.lock().unwrap();
+    let errors = std::mem::take(&mut *errors.lock().unwrap());
     let other: Vec<String> = errors
         .iter()
         .filter(|e| !e.is_unavailable())
@@ -344,8 +344,9 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A server stopped by SIGSTOP (its connections open, nothing answering): a schedule, a
 /// claim, an ack, a read, the counts and opening another queue each fail with
-/// `is_unavailable` within the `postgres_timeout`; after SIGCONT the same queue schedules, claims and acks again,
-/// without being reopened.
+/// `is_unavailable` within the `postgres_timeout`; after SIGCONT the same queue schedules,
+/// claims and acks again without being reopened, and a `run` worker whose claims failed
+/// through the stop runs the next job by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_postgres_server_is_unavailable_and_the_same_queue_works_after_sigcont() {
     let server = PgServer::start();
@@ -359,6 +360,16 @@ async fn a_stopped_postgres_server_is_unavailable_and_the_same_queue_works_after
     queue.schedule("held", Duration::ZERO, "p").await.unwrap();
     let mut consumer = queue.consume();
     let held = next(&mut consumer).await;
+    // A `run` worker on another queue of the server, claiming every 100 ms while idle: its
+    // claims fail through the stop, and it goes on by itself after it.
+    let other = Builder::new()
+        .postgres_timeout(Some(STOP_TIMEOUT))
+        .safety_wakeup(ms(100))
+        .postgres(&server.url(), &fresh_queue())
+        .await
+        .unwrap();
+    let (ran, mut ran_rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = crate::support::spawn_reporting_worker(other.clone(), 2, ran);
 
     // Each call's result and how long it took; the assertions come after SIGCONT.
     server.signal("-STOP");
@@ -413,6 +424,15 @@ async fn a_stopped_postgres_server_is_unavailable_and_the_same_queue_works_after
     let counts = queue.counts().await.unwrap();
     assert_eq!((counts.running, counts.dead), (0, 0), "{counts:?}");
     queue.close().await.unwrap();
+
+    other
+        .schedule("for-run", Duration::ZERO, "p")
+        .await
+        .unwrap();
+    let ran = tokio::time::timeout(DEADLINE, ran_rx.recv()).await;
+    assert_eq!(ran.expect("the worker ran it").as_deref(), Some("for-run"));
+    other.close().await.unwrap();
+    worker.await.unwrap().unwrap();
 }
 
 // ===== competing consumers in several processes =====
