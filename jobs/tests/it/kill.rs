@@ -1,6 +1,7 @@
 //! `kill -9`: the test binary re-runs itself as a child (the environment variable
 //! `WHEEL_JOBS_KILL_CHILD` selects the role), which the test kills with SIGKILL at random
-//! points, then reopens the store and checks what survived.
+//! points, then reopens the store and checks what survived. `postgres_faults.rs` starts its
+//! consumer processes with the same helpers.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
