@@ -439,8 +439,8 @@ fn unavailable<T: std::fmt::Debug>(what: &str, result: Result<T, Error>, took: D
 const STOP_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A server stopped by SIGSTOP (its connections open, nothing answering): a schedule, a
-/// claim, an ack, a read, the counts and opening another queue each fail with
-/// `is_unavailable` within the `postgres_timeout`; after SIGCONT the same queue schedules,
+/// claim, an ack, a read, the counts, opening another queue and a burst of 64 calls at
+/// once each fail with `is_unavailable` within the `postgres_timeout`; after SIGCONT the same queue schedules,
 /// claims and acks again without being reopened, and a `run` worker whose claims failed
 /// through the stop runs the next job by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -487,6 +487,30 @@ async fn a_stopped_postgres_server_is_unavailable_and_the_same_queue_works_after
     let mut builder = Builder::new();
     builder.postgres_timeout(Some(STOP_TIMEOUT));
     let opened = (builder.postgres(&server.url(), "other").await, t.elapsed());
+    // A burst of calls at once, more than the pool has connections.
+    let burst: Vec<_> = (0..32)
+        .flat_map(|i| {
+            let (a, b) = (queue.clone(), queue.clone());
+            [
+                tokio::spawn(async move {
+                    let t = Instant::now();
+                    let id = format!("burst-{i}");
+                    (
+                        a.schedule(&id, Duration::ZERO, "p").await.map(drop),
+                        t.elapsed(),
+                    )
+                }),
+                tokio::spawn(async move {
+                    let t = Instant::now();
+                    (b.get("held").await.map(drop), t.elapsed())
+                }),
+            ]
+        })
+        .collect();
+    let mut bursts = Vec::new();
+    for call in burst {
+        bursts.push(call.await.unwrap());
+    }
     server.signal("-CONT");
 
     unavailable("schedule", schedule.0, schedule.1);
@@ -495,6 +519,9 @@ async fn a_stopped_postgres_server_is_unavailable_and_the_same_queue_works_after
     unavailable("get", get.0, get.1);
     unavailable("counts", counts.0, counts.1);
     unavailable("open", opened.0, opened.1);
+    for (result, took) in bursts {
+        unavailable("a call of the burst", result, took);
+    }
     eprintln!(
         "stopped: schedule {:?}, claim {:?}, ack {:?}, get {:?}, counts {:?}, open {:?}",
         schedule.1, claim.1, ack.1, get.1, counts.1, opened.1
@@ -514,7 +541,8 @@ async fn a_stopped_postgres_server_is_unavailable_and_the_same_queue_works_after
         assert!(seen.insert(d.id().to_owned()), "{} twice", d.id());
     }
     assert!(
-        seen.iter().all(|id| id == "after" || id == "during"),
+        seen.iter()
+            .all(|id| id == "after" || id == "during" || id.starts_with("burst-")),
         "{seen:?}"
     );
     let counts = queue.counts().await.unwrap();
