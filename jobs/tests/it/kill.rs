@@ -1,6 +1,7 @@
 //! `kill -9`: the test binary re-runs itself as a child (the environment variable
 //! `WHEEL_JOBS_KILL_CHILD` selects the role), which the test kills with SIGKILL at random
-//! points, then reopens the store and checks what survived.
+//! points, then reopens the store and checks what survived. `postgres_faults.rs` starts its
+//! consumer processes with the same helpers.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -44,12 +45,18 @@ fn seed() -> u64 {
 }
 
 /// A child process, SIGKILLed and reaped on drop (so a failing test leaves no orphan).
-struct Killed(Child);
+pub(crate) struct Killed(Child);
 
 impl Killed {
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         self.0.kill().unwrap(); // SIGKILL
         self.0.wait().unwrap();
+    }
+
+    /// Its process id.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.id()
     }
 }
 
@@ -62,7 +69,7 @@ impl Drop for Killed {
 
 /// Starts this test binary running only `test` in the child role `role`; returns it once it
 /// printed "ready", with the rest of its output lines.
-fn spawn_child(test: &str, role: &str, path: &Path) -> (Killed, mpsc::Receiver<String>) {
+pub(crate) fn spawn_child(test: &str, role: &str, path: &Path) -> (Killed, mpsc::Receiver<String>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(ROLE, role)
@@ -90,12 +97,13 @@ fn spawn_child(test: &str, role: &str, path: &Path) -> (Killed, mpsc::Receiver<S
     (child, rx)
 }
 
-fn child_role() -> Option<(String, std::path::PathBuf)> {
+/// In a child: its role and path (or URL); `None` in the parent.
+pub(crate) fn child_role() -> Option<(String, std::path::PathBuf)> {
     let role = std::env::var(ROLE).ok()?;
     Some((role, std::env::var(PATH).expect("path").into()))
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -381,6 +389,43 @@ fn a_redis_consumer_process_killed_mid_handler_has_its_jobs_redelivered() {
     });
 }
 
+/// The same on PostgreSQL, on a queue of its own on the binary's shared server (the child's
+/// role is the queue's name), the parent's queue open the whole time.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_postgres_consumer_process_killed_mid_handler_has_its_jobs_redelivered() {
+    const TEST: &str =
+        "kill::a_postgres_consumer_process_killed_mid_handler_has_its_jobs_redelivered";
+    if let Some((queue, url)) = child_role() {
+        runtime().block_on(async {
+            let queue = JobQueue::builder()
+                .lease(ms(300))
+                .prefetch(4)
+                .postgres(url.to_str().unwrap(), &queue)
+                .await
+                .unwrap();
+            consume_then_hang(queue).await
+        });
+        return;
+    }
+    let h = crate::support::postgres::harness();
+    let rt = runtime();
+    let queue = rt.block_on(async {
+        let queue = JobQueue::builder()
+            .postgres(h.url(), h.queue())
+            .await
+            .unwrap();
+        schedule_jobs(&queue).await;
+        queue
+    });
+    let (child, lines) = spawn_child(TEST, h.queue(), Path::new(h.url()));
+    let (acked, hung) = kill_mid_handler(child, lines);
+    rt.block_on(async {
+        check_redelivery(&queue, &acked, &hung).await;
+        queue.close().await.unwrap();
+    });
+}
+
 /// Child: takes one delivery, prints its attempt, then hangs in the handler (the parent
 /// SIGKILLs it: "the handler crashed the process").
 async fn deliver_then_hang(path: &Path) {
@@ -595,6 +640,44 @@ fn a_recurring_occurrence_killed_mid_handler_on_redis_comes_back_and_its_success
         queue
     });
     let (child, lines) = spawn_child(TEST, "consume", std::path::Path::new(&server.url()));
+    let hung = kill_in_occurrence(child, lines);
+    rt.block_on(async {
+        check_series_after_kill(&queue, &hung).await;
+        queue.close().await.unwrap();
+    });
+}
+
+/// The same on PostgreSQL, on a queue of its own on the binary's shared server.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_recurring_occurrence_killed_mid_handler_on_postgres_comes_back_and_its_successor_exists_once()
+{
+    const TEST: &str = "kill::a_recurring_occurrence_killed_mid_handler_on_postgres_comes_back_and_its_successor_exists_once";
+    if let Some((queue, url)) = child_role() {
+        runtime().block_on(async {
+            let queue = JobQueue::builder()
+                .lease(wheel_jobs::MIN_LEASE)
+                .prefetch(1)
+                .postgres(url.to_str().unwrap(), &queue)
+                .await
+                .unwrap();
+            take_occurrence_then_hang(queue).await
+        });
+        return;
+    }
+    let h = crate::support::postgres::harness();
+    let rt = runtime();
+    let queue = rt.block_on(async {
+        let queue = JobQueue::builder()
+            .lease(wheel_jobs::MIN_LEASE)
+            .postgres(h.url(), h.queue())
+            .await
+            .unwrap();
+        let every = wheel_jobs::Recurrence::every(EVERY).unwrap();
+        queue.schedule_recurring("tick", every, "t").await.unwrap();
+        queue
+    });
+    let (child, lines) = spawn_child(TEST, h.queue(), Path::new(h.url()));
     let hung = kill_in_occurrence(child, lines);
     rt.block_on(async {
         check_series_after_kill(&queue, &hung).await;

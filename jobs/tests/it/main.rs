@@ -16,6 +16,8 @@ mod metrics;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_faults;
+#[cfg(feature = "postgres")]
 mod postgres_pool;
 #[cfg(feature = "postgres")]
 mod postgres_server;
