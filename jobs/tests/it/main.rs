@@ -1,7 +1,7 @@
 //! Public-API tests of wheel-jobs (one binary, one module per concern).
 //!
 //! `suite/` is the shared suite, written once against a [`support::Harness`] and run on
-//! every backend: the embedded store (`embedded`) and Redis (`redis`). `support/` starts what
+//! every backend: the embedded store (`embedded`), Redis (`redis`) and PostgreSQL (`postgres`). `support/` starts what
 //! the tests need, one file per thing; its module doc says how a backend joins the suite.
 
 mod support;
