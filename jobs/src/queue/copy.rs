@@ -148,7 +148,11 @@ impl JobQueue {
                     payload: job.payload().to_vec(),
                 });
             }
-            let earliest = jobs.iter().filter(|j| j.died_at.is_none()).map(|j| j.run_at).min();
+            let earliest = jobs
+                .iter()
+                .filter(|j| j.died_at.is_none())
+                .map(|j| j.run_at)
+                .min();
             let written = to.inner.backend.import(jobs).await?;
             let n = written.iter().filter(|&&w| w).count() as u64;
             copied.jobs += n;

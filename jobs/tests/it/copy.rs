@@ -41,12 +41,21 @@ async fn fill(source: &JobQueue) -> Filled {
             assert_eq!(delivery.id(), id);
             assert!(delivery.fail(Duration::ZERO, error).await.unwrap());
         }
-        assert_eq!(source.get(id).await.unwrap().unwrap().state(), JobState::Dead);
+        assert_eq!(
+            source.get(id).await.unwrap().unwrap().state(),
+            JobState::Dead
+        );
     }
-    source.schedule("retrying", Duration::ZERO, BYTES).await.unwrap();
+    source
+        .schedule("retrying", Duration::ZERO, BYTES)
+        .await
+        .unwrap();
     let delivery = next(&mut consumer).await;
     assert!(delivery.fail(HOUR, "boom").await.unwrap());
-    source.schedule("busy", Duration::ZERO, BYTES).await.unwrap();
+    source
+        .schedule("busy", Duration::ZERO, BYTES)
+        .await
+        .unwrap();
     let before = SystemTime::now();
     let busy = next(&mut consumer).await;
     let after = SystemTime::now();
@@ -110,7 +119,12 @@ async fn check(source: &JobQueue, dest: &JobQueue, filled: &Filled) {
     );
     let dead = dest.get("z-first-dead").await.unwrap().unwrap();
     assert_eq!(
-        (dead.state(), dead.attempt(), dead.last_error(), dead.payload()),
+        (
+            dead.state(),
+            dead.attempt(),
+            dead.last_error(),
+            dead.payload()
+        ),
         (JobState::Dead, 2, Some("fatal <b>\n at line 2"), BYTES)
     );
     // The deaths' order: the later first, though its id sorts first.
@@ -181,7 +195,12 @@ pub async fn copies_every_state_and_the_series(from: impl Harness, to: impl Harn
 
     let again = source.copy_to(&dest).await.unwrap();
     assert_eq!(
-        (again.jobs, again.existing, again.series, again.existing_series),
+        (
+            again.jobs,
+            again.existing,
+            again.series,
+            again.existing_series
+        ),
         (0, total, 0, 1),
         "{again:?}"
     );

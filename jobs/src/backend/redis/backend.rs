@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::keys::partition_of;
 use super::conn::Conn;
+use super::keys::partition_of;
 use super::keys::Keys;
 use super::scripts::{NewJob, MAX_JOBS_PER_SCRIPT};
 use super::{Idle, Redis};

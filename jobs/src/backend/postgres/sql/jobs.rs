@@ -21,8 +21,8 @@ use sqlx::postgres::{PgConnection, PgExecutor, PgPool};
 use sqlx::Row;
 
 use super::{attempt, db, dec, enc, not_head, run_at, when, Sql, NOW};
-use crate::backend::Import;
 use crate::backend::postgres::names::Names;
+use crate::backend::Import;
 use crate::core::error::Error;
 use crate::core::job::{JobInfo, JobState, When};
 
@@ -271,7 +271,11 @@ impl Sql {
                 .map(|r| r.try_get::<String, _>(0))
                 .collect::<Result<std::collections::HashSet<_>, _>>()?;
             let undead = self
-                .undo_dead(&mut tx, queue, inserted.iter().map(String::as_str).collect())
+                .undo_dead(
+                    &mut tx,
+                    queue,
+                    inserted.iter().map(String::as_str).collect(),
+                )
                 .await?;
             let mut written = Vec::with_capacity(n);
             let mut seen = std::collections::HashSet::new();
