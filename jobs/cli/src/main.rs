@@ -125,10 +125,11 @@ enum Command {
         #[arg(long, value_name = "N")]
         count: Option<u64>,
     },
-    /// Copy every job and recurring series of a queue into another, on any backends (the
-    /// place options before the command are not used: --from and --to name the queues).
-    /// Only what the destination lacks is written: run it again after an interruption.
-    /// Pause the source and stop its workers first.
+    /// Copy a queue's jobs and recurring series into another queue, on any backends.
+    ///
+    /// --from and --to name the two queues (not --store, --redis or --postgres). Only what
+    /// the destination lacks is written: run it again after an interruption. Pause the
+    /// source and stop its workers first.
     Copy {
         /// The queue to copy: an embedded store's path, or a `redis://`, `rediss://`,
         /// `redis+unix://`, `postgres://` or `postgresql://` URL (with --from-queue).

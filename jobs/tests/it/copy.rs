@@ -206,7 +206,12 @@ pub async fn copies_every_state_and_the_series(from: impl Harness, to: impl Harn
     );
     check(&source, &dest, &filled).await;
 
-    // The destination is a working queue: the copied due job comes, its second attempt.
+    // Durable: the same after a reopen.
+    dest.close().await.unwrap();
+    let dest = open(&to).await;
+    check(&source, &dest, &filled).await;
+
+    // The destination is a working queue: the copied due job comes, its first attempt.
     let mut consumer = dest.consume();
     let due = next(&mut consumer).await;
     assert_eq!((due.id(), due.attempt(), due.payload()), ("due", 1, BYTES));
