@@ -130,6 +130,7 @@ enum Command {
     /// --from and --to name the two queues (not --store, --redis or --postgres). Only what
     /// the destination lacks is written: run it again after an interruption. Pause the
     /// source and stop its workers first.
+    #[command(override_usage = "wheel-jobs copy [OPTIONS] --from <PLACE> --to <PLACE>")]
     Copy {
         /// The queue to copy: an embedded store's path, or a `redis://`, `rediss://`,
         /// `redis+unix://`, `postgres://` or `postgresql://` URL (with --from-queue).
