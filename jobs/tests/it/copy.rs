@@ -16,6 +16,9 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// The payload of every kind of job: bytes that are not UTF-8, and a NUL.
 const BYTES: &[u8] = &[0x00, 0xff, 0x10, b'x'];
 
+/// An id that would break SQL or a script spliced from it.
+const HOSTILE: &str = "o'; DROP TABLE jobs; -- \" {x}:meta @";
+
 fn bulk_id(i: usize) -> String {
     format!("bulk-{i:04}")
 }
@@ -30,7 +33,8 @@ struct Filled {
 
 /// A source with a job in every state: two dead (died in the order
 /// "z-first-dead", "a-second-dead"), one pending after a failure ("retrying"), one running
-/// ("busy"), one due and never delivered ("due"), one at a fixed time ("at"), [`BULK`]
+/// ("busy"), one due and never delivered ("due"), one at a fixed time ("at"), one under
+/// [`HOSTILE`], [`BULK`]
 /// pending ones (more than a page), and the series "yearly". Paused, as a copy wants it.
 async fn fill(source: &JobQueue) -> Filled {
     let mut consumer = source.consume();
@@ -66,6 +70,7 @@ async fn fill(source: &JobQueue) -> Filled {
     source.schedule("due", Duration::ZERO, BYTES).await.unwrap();
     let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_922_400_000);
     source.schedule("at", at, BYTES).await.unwrap();
+    source.schedule(HOSTILE, HOUR, BYTES).await.unwrap();
     let bulk = (0..BULK).map(|i| (bulk_id(i), HOUR + ms(i as u64), format!("p{i}")));
     source.schedule_many(bulk).await.unwrap();
     // Yearly: its next occurrence stays ahead for the whole test.
@@ -77,7 +82,14 @@ async fn fill(source: &JobQueue) -> Filled {
     // Dropped, not settled: "busy" stays running in the source until its lease ends.
     drop(busy);
     Filled {
-        kept: vec!["z-first-dead", "a-second-dead", "retrying", "due", "at"],
+        kept: vec![
+            "z-first-dead",
+            "a-second-dead",
+            "retrying",
+            "due",
+            "at",
+            HOSTILE,
+        ],
         lease_end: (before + HOUR, after + HOUR),
     }
 }
@@ -159,14 +171,14 @@ async fn check(source: &JobQueue, dest: &JobQueue, filled: &Filled) {
     assert_eq!(series[0].next_run(), was.next_run());
 
     let counts = dest.counts().await.unwrap();
-    // bulk, retrying, busy, due, at, and the series' one occurrence.
+    // bulk, retrying, busy, due, at, the hostile id, and the series' one occurrence.
     assert_eq!(
         (counts.pending, counts.running, counts.dead),
-        (BULK as u64 + 5, 0, 2),
+        (BULK as u64 + 6, 0, 2),
         "{counts:?}"
     );
     let pending = ids(dest, JobState::Pending).await;
-    assert_eq!(pending.len(), BULK + 5, "the index agrees with the counter");
+    assert_eq!(pending.len(), BULK + 6, "the index agrees with the counter");
     assert_eq!(pending[0], "due", "the due one first");
     let mut source_pending = ids(source, JobState::Pending).await;
     source_pending.push("busy".to_owned());
@@ -184,7 +196,7 @@ pub async fn copies_every_state_and_the_series(from: impl Harness, to: impl Harn
     let dest = open(&to).await;
 
     let copied = source.copy_to(&dest).await.unwrap();
-    let total = BULK as u64 + 7;
+    let total = BULK as u64 + 8;
     assert_eq!(
         (copied.jobs, copied.existing, copied.running),
         (total, 0, 1),
@@ -235,7 +247,7 @@ pub async fn a_copy_into_a_half_filled_queue_completes_it(from: impl Harness, to
     dest.schedule("retrying", HOUR, "mine").await.unwrap();
 
     let copied = source.copy_to(&dest).await.unwrap();
-    let total = BULK as u64 + 7;
+    let total = BULK as u64 + 8;
     let present = BULK as u64 / 2 + 1;
     assert_eq!(
         (copied.jobs, copied.existing),
@@ -247,7 +259,7 @@ pub async fn a_copy_into_a_half_filled_queue_completes_it(from: impl Harness, to
     let counts = dest.counts().await.unwrap();
     assert_eq!(
         (counts.pending, counts.dead),
-        (BULK as u64 + 5, 2),
+        (BULK as u64 + 6, 2),
         "{counts:?}"
     );
     for i in [0, 1, 2, BULK - 1] {
@@ -257,7 +269,7 @@ pub async fn a_copy_into_a_half_filled_queue_completes_it(from: impl Harness, to
     }
     let again = source.copy_to(&dest).await.unwrap();
     assert_eq!((again.jobs, again.existing), (0, total));
-    assert_eq!(ids(&dest, JobState::Pending).await.len(), BULK + 5);
+    assert_eq!(ids(&dest, JobState::Pending).await.len(), BULK + 6);
     dest.close().await.unwrap();
     source.close().await.unwrap();
 }
