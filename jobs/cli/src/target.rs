@@ -303,7 +303,55 @@ fn without_password(url: &str) -> String {
 
 #[cfg(all(test, feature = "redis"))]
 mod tests {
-    use super::without_password;
+    use super::{without_password, Place};
+
+    #[test]
+    fn a_copy_end_is_a_store_path_or_a_url_by_its_scheme() {
+        assert_eq!(
+            Place::parse("from", "data/jobs.redb", None, 1),
+            Ok(Place::Store("data/jobs.redb".into()))
+        );
+        for url in [
+            "redis://h/",
+            "rediss://:pw@h:6380/2",
+            "REDIS+unix:///run/r.sock",
+        ] {
+            assert_eq!(
+                Place::parse("to", url, Some("orders"), 3),
+                Ok(Place::Redis {
+                    urls: vec![url.to_owned()],
+                    cluster: false,
+                    partitions: 3,
+                    queue: "orders".to_owned(),
+                }),
+                "{url}"
+            );
+        }
+        for url in ["postgres://app@db/shop", "postgresql://db/shop"] {
+            let parsed = Place::parse("to", url, Some("orders"), 1);
+            #[cfg(feature = "postgres")]
+            assert_eq!(
+                parsed,
+                Ok(Place::Postgres {
+                    url: url.to_owned(),
+                    queue: "orders".to_owned(),
+                }),
+                "{url}"
+            );
+            #[cfg(not(feature = "postgres"))]
+            assert_eq!(
+                parsed,
+                Err(
+                    "--to: this wheel-jobs was built without PostgreSQL (cargo feature \
+                     `postgres`), so it cannot open the queue \"orders\""
+                        .to_owned()
+                )
+            );
+        }
+        assert!(Place::parse("from", "http://h/", Some("q"), 1)
+            .unwrap_err()
+            .starts_with("--from: http:// is no kind of place"));
+    }
 
     #[test]
     fn passwords_are_hidden() {
