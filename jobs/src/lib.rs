@@ -145,6 +145,7 @@ pub use crate::core::recurrence::Recurrence;
 pub use crate::core::series::{CatchUp, Recurring, RecurringInfo};
 pub use crate::queue::builder::Builder;
 pub use crate::queue::consumer::Consumer;
+pub use crate::queue::copy::Copied;
 pub use crate::queue::delivery::Delivery;
 #[cfg(feature = "serde")]
 pub use crate::queue::typed::{TypedDelivery, TypedQueue};

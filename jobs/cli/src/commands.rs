@@ -8,11 +8,16 @@ use wheel_jobs::console::Console;
 use wheel_jobs::{Cursor, JobQueue, JobState, ListOptions, Scheduled, When};
 
 use crate::format::{self, counts_json, counts_text, job_json, job_text, row_text};
+use crate::target::Place;
 use crate::{Cli, Command};
 
 /// Runs the command line's command, then closes the queue (on the embedded store, that
 /// releases the file for the app).
 pub async fn run(cli: Cli) -> Result<(), String> {
+    if let Command::Copy { .. } = &cli.command {
+        let (from, to) = copy_places(&cli.command)?;
+        return copy(&from, &to, Out { json: cli.json }).await;
+    }
     // Read what the command needs before opening: a missing payload file must not leave a
     // store created or touched.
     let payload = match &cli.command {
@@ -64,6 +69,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
         Command::Resume => pause(&queue, false, out).await,
         Command::Watch { every, count } => watch(&queue, every, count, out).await,
         Command::Serve { listen, token } => serve(&queue, listen, token, out).await,
+        Command::Copy { .. } => unreachable!("copy opens its own two queues"),
     };
     let closed = queue.close().await;
     result?;
@@ -324,6 +330,98 @@ async fn purge_dead(queue: &JobQueue, out: Out) -> Result<(), String> {
     out.print(
         || format!("purged {purged} dead jobs"),
         json!({ "purged": purged }),
+    );
+    Ok(())
+}
+
+/// `copy`'s two places, parsed (a bad one is a bad command line).
+pub fn copy_places(command: &Command) -> Result<(Place, Place), String> {
+    let Command::Copy {
+        from,
+        to,
+        from_queue,
+        to_queue,
+        #[cfg(feature = "redis")]
+        from_partitions,
+        #[cfg(feature = "redis")]
+        to_partitions,
+    } = command
+    else {
+        unreachable!("copy_places is asked about copy only")
+    };
+    #[cfg(not(feature = "redis"))]
+    let (from_partitions, to_partitions) = (&1, &1);
+    let from = Place::parse("from", from, from_queue.as_deref(), *from_partitions)?;
+    let to = Place::parse("to", to, to_queue.as_deref(), *to_partitions)?;
+    Ok((from, to))
+}
+
+/// Copies `from` into `to` (`JobQueue::copy_to`), then closes both. A source on a server
+/// must be paused: jobs that move while it is read could be missed. An embedded source
+/// needs no pause: while this command holds its file, no app runs on it.
+async fn copy(from: &Place, to: &Place, out: Out) -> Result<(), String> {
+    let source = from
+        .open(false)
+        .await
+        .map_err(|err| format!("--from: {err}"))?;
+    let copied = copy_from(&source, to, from.is_store(), out).await;
+    let closed = source.close().await;
+    copied?;
+    closed.map_err(|err| format!("closing the source: {err}"))
+}
+
+async fn copy_from(source: &JobQueue, to: &Place, still: bool, out: Out) -> Result<(), String> {
+    if !still
+        && !source
+            .counts()
+            .await
+            .map_err(|e| format!("--from: {e}"))?
+            .paused
+    {
+        return Err(
+            "the source queue is not paused: pause it (`wheel-jobs … pause`) and stop its \
+             workers first, so that no job moves while it is copied"
+                .to_owned(),
+        );
+    }
+    let dest = to.open(true).await.map_err(|err| format!("--to: {err}"))?;
+    let copied = source.copy_to(&dest).await;
+    let closed = dest.close().await;
+    let copied =
+        copied.map_err(|err| format!("copying: {err} (run the copy again to finish it)"))?;
+    closed.map_err(|err| format!("closing the destination: {err}"))?;
+    out.print(
+        || {
+            let mut text = format!(
+                "copied {} jobs ({} already there)",
+                copied.jobs, copied.existing
+            );
+            if copied.running > 0 {
+                text.push_str(&format!(
+                    ", {} of them running in the source: pending at their lease's end",
+                    copied.running
+                ));
+            }
+            text.push_str(&format!(
+                "\ncopied {} recurring series ({} already there)",
+                copied.series, copied.existing_series
+            ));
+            if copied.ended_series > 0 {
+                text.push_str(&format!(
+                    ", {} ended (no occurrence left) not copied",
+                    copied.ended_series
+                ));
+            }
+            text
+        },
+        json!({
+            "jobs": copied.jobs,
+            "existing": copied.existing,
+            "running": copied.running,
+            "series": copied.series,
+            "existing_series": copied.existing_series,
+            "ended_series": copied.ended_series,
+        }),
     );
     Ok(())
 }

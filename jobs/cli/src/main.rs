@@ -6,6 +6,7 @@
 //! wheel-jobs --store jobs.redb stats
 //! wheel-jobs --redis redis://127.0.0.1/ --queue orders get rate:order-42 --json
 //! wheel-jobs --store jobs.redb serve --listen 127.0.0.1:8080
+//! wheel-jobs copy --from jobs.redb --to postgres://app@db/app --to-queue orders
 //! ```
 //!
 //! # Ground rules
@@ -124,6 +125,35 @@ enum Command {
         #[arg(long, value_name = "N")]
         count: Option<u64>,
     },
+    /// Copy a queue's jobs and recurring series into another queue, on any backends.
+    ///
+    /// --from and --to name the two queues (not --store, --redis or --postgres). Only what
+    /// the destination lacks is written: run it again after an interruption. Pause the
+    /// source and stop its workers first.
+    #[command(override_usage = "wheel-jobs copy [OPTIONS] --from <PLACE> --to <PLACE>")]
+    Copy {
+        /// The queue to copy: an embedded store's path, or a `redis://`, `rediss://`,
+        /// `redis+unix://`, `postgres://` or `postgresql://` URL (with --from-queue).
+        #[arg(long, value_name = "PLACE")]
+        from: String,
+        /// Where to copy it, written as --from (a store's path is created if missing).
+        #[arg(long, value_name = "PLACE")]
+        to: String,
+        /// The source queue's name on Redis or PostgreSQL.
+        #[arg(long, value_name = "NAME")]
+        from_queue: Option<String>,
+        /// The destination queue's name on Redis or PostgreSQL.
+        #[arg(long, value_name = "NAME")]
+        to_queue: Option<String>,
+        /// The source's partitions on Redis: the number every process of its app uses.
+        #[cfg(feature = "redis")]
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        from_partitions: usize,
+        /// The destination's partitions on Redis: the number its app will use.
+        #[cfg(feature = "redis")]
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        to_partitions: usize,
+    },
     /// Serve the web console (and, on the embedded store, hold it until stopped).
     Serve {
         /// Where to listen, IP:PORT. Other than a loopback address, a token is required.
@@ -167,9 +197,45 @@ fn parse_cursor(s: &str) -> Result<Cursor, String> {
     s.parse().map_err(|err: wheel_jobs::Error| err.to_string())
 }
 
+impl Cli {
+    /// What clap cannot say: the place's rules (`Target::check`), or for `copy` that its
+    /// two places parse and no global place is given. An error is a bad command line.
+    fn check(&self) -> Result<(), String> {
+        if let Command::Copy { .. } = self.command {
+            if self.target.given() {
+                return Err("copy names its queues with --from and --to, not --store, \
+                            --redis or --postgres"
+                    .to_owned());
+            }
+            let (from, to) = commands::copy_places(&self.command)?;
+            if from == to {
+                return Err("--from and --to name the same queue".to_owned());
+            }
+            return Ok(());
+        }
+        self.target.check()
+    }
+}
+
+/// The command line, parsed. `copy` names its two queues itself (`--from`, `--to`), so the
+/// global place is required of every command but it: `copy` is parsed with the place
+/// group optional, any other command as declared (so its errors are clap's own).
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let relaxed = || Cli::command().mut_group("place", |group| group.required(false));
+    let copy = relaxed()
+        .ignore_errors(true)
+        .try_get_matches()
+        .is_ok_and(|matches| matches.subcommand_name() == Some("copy"));
+    if !copy {
+        return Cli::try_parse();
+    }
+    Cli::from_arg_matches(&relaxed().try_get_matches()?)
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => match cli.target.check() {
+    let cli = match parse() {
+        Ok(cli) => match cli.check() {
             Ok(()) => cli,
             Err(message) => {
                 eprintln!("wheel-jobs: {message}");

@@ -1,5 +1,5 @@
-//! Where the queue is (`--store`, or `--redis` or `--postgres` and `--queue`), and opening it
-//! with errors an operator can act on.
+//! Where the queue is (`--store`, or `--redis` or `--postgres` and `--queue`; or for `copy`,
+//! each of `--from` and `--to`), and opening it with errors an operator can act on.
 
 use std::path::PathBuf;
 
@@ -57,69 +57,195 @@ impl Target {
         Ok(())
     }
 
+    /// Whether the command line names a place (`copy` names two of its own instead).
+    pub fn given(&self) -> bool {
+        let given = self.store.is_some();
+        #[cfg(feature = "redis")]
+        let given = given || !self.redis.is_empty();
+        #[cfg(feature = "postgres")]
+        let given = given || self.postgres.is_some();
+        given
+    }
+
     /// Opens the queue. An embedded store must exist unless `create`: a mistyped path
     /// would otherwise leave a new, empty store behind and report it empty.
     pub async fn open(&self, create: bool) -> Result<JobQueue, String> {
+        self.place().open(create).await
+    }
+
+    fn place(&self) -> Place {
         if let Some(path) = &self.store {
-            return open_store(path, create).await;
+            return Place::Store(path.clone());
         }
         #[cfg(feature = "redis")]
         if !self.redis.is_empty() {
-            return self.open_redis().await;
+            let Some(queue) = self.queue.clone() else {
+                unreachable!("clap requires --queue with --redis")
+            };
+            return Place::Redis {
+                urls: self.redis.clone(),
+                cluster: self.cluster,
+                partitions: self.partitions,
+                queue,
+            };
         }
         #[cfg(feature = "postgres")]
         if let Some(url) = &self.postgres {
-            return self.open_postgres(url).await;
+            let Some(queue) = self.queue.clone() else {
+                unreachable!("clap requires --queue with --postgres")
+            };
+            return Place::Postgres {
+                url: url.clone(),
+                queue,
+            };
         }
         unreachable!("clap requires --store, --redis or --postgres")
     }
+}
 
+/// Where a queue is, however the command line named it: the global options (`Target`) or
+/// one end of `copy` ([`Place::parse`]). Opened one way for both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// The embedded store's file.
+    Store(PathBuf),
+    /// A queue on a Redis server, or on a cluster (`urls` its nodes).
+    #[cfg(feature = "redis")]
+    Redis {
+        urls: Vec<String>,
+        cluster: bool,
+        partitions: usize,
+        queue: String,
+    },
+    /// A queue on a PostgreSQL server.
     #[cfg(feature = "postgres")]
-    async fn open_postgres(&self, url: &str) -> Result<JobQueue, String> {
-        let Some(name) = &self.queue else {
-            unreachable!("clap requires --queue with --postgres")
+    Postgres { url: String, queue: String },
+}
+
+impl Place {
+    /// A place written as one word (`copy --from`, `--to`): a URL by its scheme
+    /// (`redis://`, `rediss://`, `redis+unix://`, `postgres://`, `postgresql://`), which
+    /// needs `queue`; anything else the path of an embedded store. `option` names the
+    /// option in errors, which are bad command lines (exit 2).
+    pub fn parse(
+        option: &str,
+        text: &str,
+        queue: Option<&str>,
+        #[cfg_attr(not(feature = "redis"), allow(unused_variables))] partitions: usize,
+    ) -> Result<Place, String> {
+        let scheme = text
+            .split_once("://")
+            .map(|(scheme, _)| scheme.to_ascii_lowercase());
+        let Some(scheme) = scheme else {
+            return match queue {
+                Some(_) => Err(format!(
+                    "--{option}-queue names a queue on Redis or PostgreSQL; --{option} {text} \
+                     is a store's path"
+                )),
+                None => Ok(Place::Store(PathBuf::from(text))),
+            };
         };
-        JobQueue::builder()
-            .postgres(url, name)
-            .await
-            .map_err(|err| {
-                let at = without_password(url);
-                if err.is_unavailable() {
-                    format!("cannot reach PostgreSQL at {at}: {err}")
-                } else {
-                    format!("cannot open the queue {name:?} on {at}: {err}")
-                }
-            })
+        let (kind, feature) = match scheme.as_str() {
+            "redis" | "rediss" | "redis+unix" => ("Redis", "redis"),
+            "postgres" | "postgresql" => ("PostgreSQL", "postgres"),
+            _ => {
+                return Err(format!(
+                    "--{option}: {scheme}:// is no kind of place: give a store's path, a \
+                     redis://, rediss://, redis+unix://, postgres:// or postgresql:// URL"
+                ))
+            }
+        };
+        let Some(queue) = queue else {
+            return Err(format!(
+                "--{option} names a queue on {kind}: give its name with --{option}-queue NAME"
+            ));
+        };
+        match kind {
+            #[cfg(feature = "redis")]
+            "Redis" => Ok(Place::Redis {
+                urls: vec![text.to_owned()],
+                cluster: false,
+                partitions,
+                queue: queue.to_owned(),
+            }),
+            #[cfg(feature = "postgres")]
+            "PostgreSQL" => Ok(Place::Postgres {
+                url: text.to_owned(),
+                queue: queue.to_owned(),
+            }),
+            _ => Err(format!(
+                "--{option}: this wheel-jobs was built without {kind} (cargo feature \
+                 `{feature}`), so it cannot open the queue {queue:?}"
+            )),
+        }
     }
 
-    #[cfg(feature = "redis")]
-    async fn open_redis(&self) -> Result<JobQueue, String> {
-        let Some(name) = &self.queue else {
-            unreachable!("clap requires --queue with --redis")
-        };
-        let mut builder = JobQueue::builder();
-        builder.partitions(self.partitions);
-        let opened = if self.cluster {
-            builder.redis_cluster(&self.redis, name).await
-        } else if let [url] = self.redis.as_slice() {
-            builder.redis(url, name).await
-        } else {
-            unreachable!("Target::check refuses several --redis URLs without --cluster")
-        };
-        opened.map_err(|err| {
-            let at = self
-                .redis
-                .iter()
-                .map(|url| without_password(url))
-                .collect::<Vec<_>>()
-                .join(", ");
+    /// Whether this is an embedded store: its file lock keeps any app off it while the
+    /// command holds it.
+    pub fn is_store(&self) -> bool {
+        matches!(self, Place::Store(_))
+    }
+
+    /// Opens the queue. An embedded store must exist unless `create`.
+    pub async fn open(&self, create: bool) -> Result<JobQueue, String> {
+        match self {
+            Place::Store(path) => open_store(path, create).await,
+            #[cfg(feature = "redis")]
+            Place::Redis {
+                urls,
+                cluster,
+                partitions,
+                queue,
+            } => open_redis(urls, *cluster, *partitions, queue).await,
+            #[cfg(feature = "postgres")]
+            Place::Postgres { url, queue } => open_postgres(url, queue).await,
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &str, name: &str) -> Result<JobQueue, String> {
+    JobQueue::builder()
+        .postgres(url, name)
+        .await
+        .map_err(|err| {
+            let at = without_password(url);
             if err.is_unavailable() {
-                format!("cannot reach Redis at {at}: {err}")
+                format!("cannot reach PostgreSQL at {at}: {err}")
             } else {
                 format!("cannot open the queue {name:?} on {at}: {err}")
             }
         })
-    }
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(
+    urls: &[String],
+    cluster: bool,
+    partitions: usize,
+    name: &str,
+) -> Result<JobQueue, String> {
+    let mut builder = JobQueue::builder();
+    builder.partitions(partitions);
+    let opened = if cluster {
+        builder.redis_cluster(urls, name).await
+    } else if let [url] = urls {
+        builder.redis(url, name).await
+    } else {
+        unreachable!("Target::check refuses several --redis URLs without --cluster")
+    };
+    opened.map_err(|err| {
+        let at = urls
+            .iter()
+            .map(|url| without_password(url))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if err.is_unavailable() {
+            format!("cannot reach Redis at {at}: {err}")
+        } else {
+            format!("cannot open the queue {name:?} on {at}: {err}")
+        }
+    })
 }
 
 async fn open_store(path: &std::path::Path, create: bool) -> Result<JobQueue, String> {
@@ -177,7 +303,55 @@ fn without_password(url: &str) -> String {
 
 #[cfg(all(test, feature = "redis"))]
 mod tests {
-    use super::without_password;
+    use super::{without_password, Place};
+
+    #[test]
+    fn a_copy_end_is_a_store_path_or_a_url_by_its_scheme() {
+        assert_eq!(
+            Place::parse("from", "data/jobs.redb", None, 1),
+            Ok(Place::Store("data/jobs.redb".into()))
+        );
+        for url in [
+            "redis://h/",
+            "rediss://:pw@h:6380/2",
+            "REDIS+unix:///run/r.sock",
+        ] {
+            assert_eq!(
+                Place::parse("to", url, Some("orders"), 3),
+                Ok(Place::Redis {
+                    urls: vec![url.to_owned()],
+                    cluster: false,
+                    partitions: 3,
+                    queue: "orders".to_owned(),
+                }),
+                "{url}"
+            );
+        }
+        for url in ["postgres://app@db/shop", "postgresql://db/shop"] {
+            let parsed = Place::parse("to", url, Some("orders"), 1);
+            #[cfg(feature = "postgres")]
+            assert_eq!(
+                parsed,
+                Ok(Place::Postgres {
+                    url: url.to_owned(),
+                    queue: "orders".to_owned(),
+                }),
+                "{url}"
+            );
+            #[cfg(not(feature = "postgres"))]
+            assert_eq!(
+                parsed,
+                Err(
+                    "--to: this wheel-jobs was built without PostgreSQL (cargo feature \
+                     `postgres`), so it cannot open the queue \"orders\""
+                        .to_owned()
+                )
+            );
+        }
+        assert!(Place::parse("from", "http://h/", Some("q"), 1)
+            .unwrap_err()
+            .starts_with("--from: http:// is no kind of place"));
+    }
 
     #[test]
     fn passwords_are_hidden() {

@@ -57,6 +57,20 @@ pub(crate) struct ClaimBatch {
     pub(crate) died: u64,
 }
 
+/// A job as a copy between queues writes it (`queue/copy.rs`): exactly as the source holds
+/// it, pending at `run_at` or dead since `died_at`, with its attempts, last error and
+/// payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Import {
+    pub(crate) id: String,
+    pub(crate) run_at: u64,
+    pub(crate) attempt: u32,
+    pub(crate) last_error: Option<String>,
+    pub(crate) payload: Vec<u8>,
+    /// `Some(death time)` for a dead job, `None` for a pending one.
+    pub(crate) died_at: Option<u64>,
+}
+
 /// A store of jobs. See the module docs for the rules every implementation follows.
 pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Creates the job unless the id exists; returns the outcome and the job's run_at.
@@ -72,6 +86,12 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         &self,
         jobs: Vec<(String, When, Vec<u8>)>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>>;
+
+    /// Writes each job exactly as given unless its id exists (pending, running or dead),
+    /// in one atomic step per store call (on Redis per partition and script call, as
+    /// [`schedule_many`](Self::schedule_many)); answers in order, `true` where it wrote.
+    /// The counters follow, and a pending job wakes idle consumers like a schedule.
+    fn import(&self, jobs: Vec<Import>) -> BoxFuture<'_, Result<Vec<bool>, Error>>;
 
     /// Removes a pending job.
     fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>>;

@@ -278,6 +278,12 @@ mod tests {
         ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
             down()
         }
+        fn import(
+            &self,
+            _: Vec<crate::backend::Import>,
+        ) -> BoxFuture<'_, Result<Vec<bool>, Error>> {
+            down()
+        }
         fn cancel(&self, _: String) -> BoxFuture<'_, Result<bool, Error>> {
             down()
         }

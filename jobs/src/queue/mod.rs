@@ -12,6 +12,7 @@
 
 pub(crate) mod builder;
 pub(crate) mod consumer;
+pub(crate) mod copy;
 pub(crate) mod delivery;
 pub(crate) mod hub;
 pub(crate) mod metrics;

@@ -9,6 +9,7 @@ mod support;
 mod suite;
 #[cfg(feature = "console")]
 mod console;
+mod copy;
 mod embedded;
 mod kill;
 #[cfg(feature = "metrics")]

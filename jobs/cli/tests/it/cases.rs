@@ -4,6 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use wheel_jobs::{JobQueue, JobState};
 
+pub use crate::copy::copy_moves_a_queue_and_again_writes_nothing;
 use crate::run::{on, run_with_input, Place};
 use crate::support::{busy_and_failed, ms, next, FAILED_WITH};
 
@@ -17,6 +18,7 @@ macro_rules! cli_suite {
             serve_shows_the_queue_and_stops_on_sigterm,
             terminal_controls_in_ids_and_payloads_are_escaped,
             cancel_of_a_series_occurrence_names_the_series,
+            copy_moves_a_queue_and_again_writes_nothing,
         );
     };
     ($harness:expr; $($name:ident),* $(,)?) => {

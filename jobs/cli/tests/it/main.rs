@@ -1,6 +1,6 @@
 //! The `wheel-jobs` binary, run as a child process: every subcommand on each backend with
-//! `--json` parsed back (`cases.rs`), `serve` (`serve.rs`), and the error exits
-//! (`errors.rs`).
+//! `--json` parsed back (`cases.rs`), `serve` (`serve.rs`), `copy` (`copy.rs`), and the
+//! error exits (`errors.rs`).
 
 // The jobs crate's test harnesses (a temporary store, a redis-server of the test's own);
 // this binary uses only some of what they offer.
@@ -11,6 +11,7 @@ mod support;
 mod run;
 #[macro_use]
 mod cases;
+mod copy;
 mod errors;
 mod serve;
 

@@ -11,12 +11,48 @@ use crate::support::Harness;
 pub trait Place: Harness {
     /// The options that name the harness's queue.
     fn args(&self) -> Vec<String>;
+
+    /// The options that name, as the end `end` (`from`, `to`) of a `copy`, the harness's
+    /// queue, or with `other` an empty queue beside it on the same backend.
+    fn copy_end(&self, end: &str, other: bool) -> Vec<String>;
+
+    /// Whether it is an embedded store.
+    fn is_store(&self) -> bool {
+        false
+    }
 }
 
 impl Place for EmbeddedHarness {
     fn args(&self) -> Vec<String> {
         vec!["--store".into(), self.path().display().to_string()]
     }
+
+    fn copy_end(&self, end: &str, other: bool) -> Vec<String> {
+        let path = match other {
+            true => self.dir.path().join("other.redb"),
+            false => self.path(),
+        };
+        vec![format!("--{end}"), path.display().to_string()]
+    }
+
+    fn is_store(&self) -> bool {
+        true
+    }
+}
+
+/// A copy end on a server: its URL and queue.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn server_end(end: &str, url: &str, queue: &str, other: bool) -> Vec<String> {
+    let queue = match other {
+        true => format!("{queue}_other"),
+        false => queue.to_owned(),
+    };
+    vec![
+        format!("--{end}"),
+        url.to_owned(),
+        format!("--{end}-queue"),
+        queue,
+    ]
 }
 
 #[cfg(feature = "redis")]
@@ -27,6 +63,10 @@ impl Place for crate::support::redis::RedisHarness {
             .map(str::to_owned)
             .to_vec()
     }
+
+    fn copy_end(&self, end: &str, other: bool) -> Vec<String> {
+        server_end(end, self.url(), "test", other)
+    }
 }
 
 #[cfg(feature = "postgres")]
@@ -35,6 +75,10 @@ impl Place for crate::support::postgres::PgHarness {
         ["--postgres", self.url(), "--queue", self.queue()]
             .map(str::to_owned)
             .to_vec()
+    }
+
+    fn copy_end(&self, end: &str, other: bool) -> Vec<String> {
+        server_end(end, self.url(), self.queue(), other)
     }
 }
 

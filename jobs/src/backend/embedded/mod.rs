@@ -40,7 +40,7 @@ use std::time::Duration;
 use redb::DatabaseError;
 use tokio::sync::oneshot;
 
-use crate::backend::{Backend, BoxFuture, ClaimBatch};
+use crate::backend::{Backend, BoxFuture, ClaimBatch, Import};
 use crate::core::config::Config;
 use crate::core::error::{panic_message, Error};
 use crate::core::job::{self, JobInfo, JobState, Scheduled, When};
@@ -343,6 +343,12 @@ impl Backend for Embedded {
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
         Box::pin(async move {
             expect_reply!(self.call(Op::ScheduleMany { jobs }).await?, Reply::ScheduledMany(v) => v)
+        })
+    }
+
+    fn import(&self, jobs: Vec<Import>) -> BoxFuture<'_, Result<Vec<bool>, Error>> {
+        Box::pin(async move {
+            expect_reply!(self.call(Op::Import { jobs }).await?, Reply::Imported(v) => v)
         })
     }
 

@@ -8,7 +8,7 @@ use super::batch::MAX_BATCH;
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
 use super::{Postgres, LOCKED_RETRY};
-use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed};
+use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed, Import};
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::core::recurrence::Recurrence;
@@ -121,6 +121,16 @@ impl Backend for Postgres {
                     None => (Scheduled::Exists, 0),
                 })
                 .collect())
+        }))
+    }
+
+    fn import(&self, jobs: Vec<Import>) -> BoxFuture<'_, Result<Vec<bool>, Error>> {
+        Box::pin(self.timed(async move {
+            for job in &jobs {
+                super::names::check_id(&job.id)?;
+            }
+            // One transaction: all or nothing.
+            self.sql.import(&self.pool, &self.queue, &jobs).await
         }))
     }
 

@@ -11,6 +11,9 @@
 //! - `extend.lua` ↔ [`Machine::extend`]
 //! - `cancel.lua` ↔ [`Machine::cancel`]
 //! - `revive.lua` ↔ [`Machine::revive`]
+//!
+//! and `import.lua` (a copy's jobs, no transition) writes a pending or dead job exactly as
+//! [`store`] lays it out, and leaves an existing id alone.
 
 use std::time::Duration;
 
@@ -318,4 +321,72 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
         }
     }
     assert_eq!(cases, 4 * 3 * (2 + 3 * 6 + 2 * 3));
+}
+
+#[test]
+fn import_writes_a_job_as_the_scripts_keep_it_and_leaves_an_existing_one() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let import = script(&[include_str!("lua/import.lua")]);
+    let call = |conn: &mut Connection, job: &Machine, error: Option<&str>| -> Vec<u64> {
+        let (letter, score) = match job.status {
+            Status::Dead { at } => ("d", at / 1000),
+            _ => ("p", job.run_at.div_ceil(1000)),
+        };
+        import
+            .key(&k.meta)
+            .key(&k.payload)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.dead)
+            .key(&k.errors)
+            .arg(&k.wake)
+            .arg("PUBLISH")
+            .arg(ID)
+            .arg(letter)
+            .arg(job.attempt)
+            .arg(job.run_at)
+            .arg(score)
+            .arg(if error.is_some() { "1" } else { "0" })
+            .arg(error.unwrap_or(""))
+            .arg("p")
+            .invoke(conn)
+            .unwrap()
+    };
+    // Every key the scripts keep for the one job, as `(key, field or member, value)`.
+    let dump = |conn: &mut Connection| -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for hash in [&k.meta, &k.payload, &k.counts, &k.errors] {
+            let all: Vec<(String, String)> = conn.hgetall(hash).unwrap();
+            out.extend(all.into_iter().map(|(f, v)| (hash.clone(), f, v)));
+        }
+        for index in [&k.due, &k.dead, &k.running] {
+            let all: Vec<(String, String)> = conn.zrange_withscores(index, 0, -1).unwrap();
+            out.extend(all.into_iter().map(|(m, s)| (index.clone(), m, s)));
+        }
+        out.sort();
+        out
+    };
+    for attempt in 0..=3 {
+        for job in jobs(attempt) {
+            if matches!(job.status, Status::Running { .. }) {
+                continue; // a copy writes a running job as pending
+            }
+            let case = format!("{job:?}");
+            store(&mut conn, &k, job);
+            let _: () = conn.hset(&k.errors, ID, "boom").unwrap();
+            let laid_out = dump(&mut conn);
+            let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+            assert_eq!(call(&mut conn, &job, Some("boom")), [1], "{case}");
+            assert_eq!(dump(&mut conn), laid_out, "{case}");
+            // Again, or over another job of the id: nothing changes.
+            let other = Machine {
+                attempt: attempt + 1,
+                ..jobs(0)[2]
+            };
+            assert_eq!(call(&mut conn, &other, None), [0], "{case}");
+            assert_eq!(dump(&mut conn), laid_out, "{case}");
+        }
+    }
 }

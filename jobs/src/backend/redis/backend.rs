@@ -10,13 +10,15 @@
 //!   claimed.
 
 use std::sync::atomic::Ordering::SeqCst;
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::conn::Conn;
 use super::keys::partition_of;
-use super::scripts::NewJob;
-use super::scripts::MAX_JOBS_PER_SCRIPT;
+use super::keys::Keys;
+use super::scripts::{NewJob, MAX_JOBS_PER_SCRIPT};
 use super::{Idle, Redis};
-use crate::backend::{Backend, BoxFuture, ClaimBatch};
+use crate::backend::{Backend, BoxFuture, ClaimBatch, Import};
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::core::recurrence::Recurrence;
@@ -50,6 +52,49 @@ impl Redis {
     }
 }
 
+impl Redis {
+    /// Runs `script` on `items` grouped by partition, at most [`MAX_JOBS_PER_SCRIPT`] per
+    /// call, and puts the answers back in the callers' order (`filler` until answered).
+    async fn per_partition<'a, T, A, F, Fut>(
+        &'a self,
+        items: Vec<T>,
+        id_of: impl Fn(&T) -> &str,
+        filler: A,
+        script: F,
+    ) -> Result<Vec<A>, Error>
+    where
+        A: Clone,
+        F: Fn(Conn, Arc<Keys>, Vec<T>) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<A>, Error>> + 'a,
+    {
+        let mut groups: Vec<(Vec<usize>, Vec<T>)> = (0..self.parts.len())
+            .map(|_| (Vec::new(), Vec::new()))
+            .collect();
+        let mut out = vec![filler; items.len()];
+        for (i, item) in items.into_iter().enumerate() {
+            let p = partition_of(id_of(&item), self.parts.len());
+            groups[p].0.push(i);
+            groups[p].1.push(item);
+        }
+        for (part, (positions, items)) in self.parts.iter().zip(groups) {
+            // At most MAX_JOBS_PER_SCRIPT jobs per script: a script blocks the whole server
+            // while it runs, so one huge batch would stall every other client (and outlast
+            // `redis_timeout`, failing a call that did commit).
+            let mut items = items.into_iter();
+            for positions in positions.chunks(MAX_JOBS_PER_SCRIPT) {
+                let chunk: Vec<T> = items.by_ref().take(positions.len()).collect();
+                let answers = script(self.writer()?, part.keys.clone(), chunk).await;
+                // Even a failed call may have committed (a timeout after the script ran).
+                self.changed();
+                for (answer, &i) in answers?.into_iter().zip(positions) {
+                    out[i] = answer;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl Backend for Redis {
     fn schedule(
         &self,
@@ -71,41 +116,21 @@ impl Backend for Redis {
         jobs: Vec<(String, When, Vec<u8>)>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
         Box::pin(async move {
-            let n = jobs.len();
-            // Group by partition, one call each, answers back in the callers' order.
-            let mut groups: Vec<(Vec<usize>, Vec<NewJob>)> = (0..self.parts.len())
-                .map(|_| (Vec::new(), Vec::new()))
-                .collect();
-            let mut out = vec![(Scheduled::Exists, 0); n];
-            for (i, job) in jobs.into_iter().enumerate() {
-                let p = partition_of(&job.0, self.parts.len());
-                groups[p].0.push(i);
-                groups[p].1.push(job);
-            }
-            for (part, (positions, jobs)) in self.parts.iter().zip(groups) {
-                if jobs.is_empty() {
-                    continue;
-                }
-                // At most MAX_JOBS_PER_SCRIPT jobs per script: a script blocks the whole server
-                // while it runs, so one huge batch would stall every other client (and
-                // outlast `redis_timeout`, failing a call that did commit).
-                let mut jobs = jobs.into_iter();
-                let mut positions = positions.into_iter();
-                loop {
-                    let chunk: Vec<NewJob> = jobs.by_ref().take(MAX_JOBS_PER_SCRIPT).collect();
-                    if chunk.is_empty() {
-                        break;
-                    }
-                    let mut conn = self.writer()?;
-                    let answers = self.scripts.schedule(&mut conn, &part.keys, &chunk).await;
-                    self.changed();
-                    let answers = answers?;
-                    for (answer, i) in answers.into_iter().zip(positions.by_ref()) {
-                        out[i] = answer;
-                    }
-                }
-            }
-            Ok(out)
+            let schedule = |mut conn: Conn, keys: Arc<Keys>, chunk: Vec<NewJob>| async move {
+                self.scripts.schedule(&mut conn, &keys, &chunk).await
+            };
+            let filler = (Scheduled::Exists, 0);
+            self.per_partition(jobs, |job| &job.0, filler, schedule)
+                .await
+        })
+    }
+
+    fn import(&self, jobs: Vec<Import>) -> BoxFuture<'_, Result<Vec<bool>, Error>> {
+        Box::pin(async move {
+            let import = |mut conn: Conn, keys: Arc<Keys>, chunk: Vec<Import>| async move {
+                self.scripts.import(&mut conn, &keys, &chunk).await
+            };
+            self.per_partition(jobs, |job| &job.id, false, import).await
         })
     }
 

@@ -7,6 +7,7 @@ use redb::ReadableTable;
 use super::reply::Reply;
 use super::tables::{state, storage, Tables};
 use crate::backend::embedded::record::Record;
+use crate::backend::Import;
 use crate::core::error::Error;
 use crate::core::job::{self, add, JobInfo, JobState, Scheduled, When};
 use crate::core::state::{Machine, Retry, Status, Tally};
@@ -64,6 +65,35 @@ pub(super) fn schedule_many(
     }
     let changed = outcomes.iter().any(|(o, _)| *o == Scheduled::Created);
     Ok((Reply::ScheduledMany(outcomes), changed))
+}
+
+/// Writes each job as given unless its id exists: pending at its `run_at`, or dead since
+/// its `died_at`, its attempts and last error kept (a copy from another queue).
+pub(super) fn import(t: &mut Tables<'_>, counts: &mut Tally, jobs: Vec<Import>) -> Outcome {
+    let mut written = Vec::with_capacity(jobs.len());
+    for job in &jobs {
+        if t.load(&job.id)?.is_some() {
+            written.push(false);
+            continue;
+        }
+        let status = match job.died_at {
+            Some(at) => Status::Dead { at },
+            None => Status::Pending,
+        };
+        let record = Record {
+            job: Machine {
+                run_at: job.run_at,
+                attempt: job.attempt,
+                status,
+            },
+            error: job.last_error.as_deref(),
+            payload: &job.payload,
+        };
+        t.set(counts, &job.id, None, Some(record))?;
+        written.push(true);
+    }
+    let changed = written.contains(&true);
+    Ok((Reply::Imported(written), changed))
 }
 
 /// Removes a pending job, but the pending occurrence of a series (it would have none).

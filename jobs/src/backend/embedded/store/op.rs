@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::reply::Reply;
 use super::tables::Tables;
 use super::{jobs, series, Store};
+use crate::backend::Import;
 use crate::core::error::Error;
 use crate::core::job::{JobState, When};
 use crate::core::recurrence::Recurrence;
@@ -17,6 +18,10 @@ use crate::core::state::Tally;
 pub(crate) enum Op {
     ScheduleMany {
         jobs: Vec<(String, When, Vec<u8>)>,
+    },
+    /// Writes jobs exactly as given where their ids are free (a copy between queues).
+    Import {
+        jobs: Vec<Import>,
     },
     Schedule {
         id: String,
@@ -128,6 +133,7 @@ impl Store {
                 jobs::schedule_one(t, counts, now, &id, when, &payload)
             }
             Op::ScheduleMany { jobs } => jobs::schedule_many(t, counts, now, jobs),
+            Op::Import { jobs } => jobs::import(t, counts, jobs),
             Op::Cancel { id } => jobs::cancel(t, counts, &id),
             Op::Reschedule { id, when } => jobs::reschedule(t, counts, now, &id, when),
             Op::Get { id } => jobs::get(t, id),

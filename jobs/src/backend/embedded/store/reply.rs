@@ -11,6 +11,8 @@ pub(crate) enum Reply {
     Scheduled(Scheduled, u64),
     ScheduledMany(Vec<(Scheduled, u64)>),
     Bool(bool),
+    /// Per job of an `Import`, whether it was written.
+    Imported(Vec<bool>),
     Moved(Option<u64>),
     Info(Option<JobInfo>),
     Claimed(ClaimBatch),

@@ -1,5 +1,5 @@
-//! The statements on one job by id: `schedule` (many at once), `cancel`, `reschedule`,
-//! `get`.
+//! The statements on one job by id: `schedule` (many at once), `import` (a copy's jobs),
+//! `cancel`, `reschedule`, `get`.
 //!
 //! A schedule is two statements in the caller's transaction: the insert, then the lookup
 //! of what it inserted under an id that is dead (and, rarely, their removal). The insert's `NOT EXISTS dead` reads the
@@ -8,14 +8,21 @@
 //! while the new `dead` row stays invisible to it. The second statement's fresh snapshot
 //! (READ COMMITTED) sees that death; its delete's trigger delta cancels the insert's, so
 //! the counts stay exact.
+//!
+//! An import writes every job as pending first, through the same insert and the same check:
+//! the `jobs` key is what orders it against a schedule or a kill of the same id. The dead
+//! ones then move to `dead` in the same transaction (their `jobs` rows were never visible
+//! to anyone), so an id is never in both tables, and the trigger deltas (pending in, pending
+//! out, dead in) leave the counts exact.
 
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgExecutor, PgPool};
 use sqlx::Row;
 
-use super::{attempt, db, dec, not_head, run_at, when, Sql, NOW};
+use super::{attempt, db, dec, enc, not_head, run_at, when, Sql, NOW};
 use crate::backend::postgres::names::Names;
+use crate::backend::Import;
 use crate::core::error::Error;
 use crate::core::job::{JobInfo, JobState, When};
 
@@ -26,6 +33,8 @@ pub(in crate::backend::postgres) type NewJob = (String, When, Vec<u8>);
 #[derive(Debug)]
 pub(super) struct JobsSql {
     schedule: String,
+    import: String,
+    bury: String,
     died: String,
     undead: String,
     cancel: String,
@@ -51,6 +60,28 @@ impl JobsSql {
                    ON CONFLICT (queue, id) DO NOTHING RETURNING id, run_at) \
                  SELECT id, run_at FROM ins",
                 run_at = run_at("i.at", "i.after"),
+            ),
+            // Each job as given, pending, where its id is free (see the module docs).
+            import: format!(
+                "WITH input AS (SELECT i.* FROM unnest($2::text[], $3::bigint[], $4::integer[], \
+                   $5::text[], $6::bytea[]) WITH ORDINALITY AS i(id, run_at, attempt, last_error, payload, ord)), \
+                 ins AS (INSERT INTO {jobs} (queue, id, run_at, attempt, last_error, payload) \
+                   SELECT $1, input.id, input.run_at, input.attempt, input.last_error, input.payload \
+                   FROM input \
+                   WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
+                   ORDER BY input.id, input.ord \
+                   ON CONFLICT (queue, id) DO NOTHING RETURNING id) \
+                 SELECT id FROM ins"
+            ),
+            // The imported dead jobs ($2), pending since `import` in this transaction, moved
+            // to `dead` with their death times ($3).
+            bury: format!(
+                "WITH input AS (SELECT * FROM unnest($2::text[], $3::bigint[]) AS i(id, died_at)), \
+                 moved AS (DELETE FROM {jobs} j USING input \
+                   WHERE j.queue = $1 AND j.id = input.id AND j.token IS NULL \
+                   RETURNING j.id, j.run_at, j.attempt, input.died_at, j.last_error, j.payload) \
+                 INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload) \
+                 SELECT $1, id, run_at, attempt, died_at, last_error, payload FROM moved"
             ),
             // The jobs just inserted ($2) whose id died meanwhile: see the module docs. (In
             // the caller's transaction they are still pending: nobody else sees them yet.)
@@ -157,10 +188,24 @@ impl Sql {
             .iter()
             .map(|r| Ok((r.try_get::<String, _>(0)?, dec(r.try_get(1)?))))
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
-        if created.is_empty() {
-            return Ok(created);
-        }
         let ids: Vec<&str> = created.iter().map(|(id, _)| id.as_str()).collect();
+        let undead = self.undo_dead(conn, queue, ids).await?;
+        created.retain(|(id, _)| !undead.contains(id));
+        Ok(created)
+    }
+
+    /// Of the jobs `ids` just inserted as pending in this transaction, deletes those whose
+    /// id is dead (the module docs say how that happens) and returns them; usually none,
+    /// and then the delete is not sent.
+    async fn undo_dead(
+        &self,
+        conn: &mut PgConnection,
+        queue: &str,
+        ids: Vec<&str>,
+    ) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+        if ids.is_empty() {
+            return Ok(Default::default());
+        }
         let died = sqlx::query(&self.jobs.died)
             .bind(queue)
             .bind(ids)
@@ -170,18 +215,93 @@ impl Sql {
             .map(|r| r.try_get::<String, _>(0))
             .collect::<Result<Vec<_>, _>>()?;
         if died.is_empty() {
-            return Ok(created);
+            return Ok(Default::default());
         }
-        let undead = sqlx::query(&self.jobs.undead)
+        sqlx::query(&self.jobs.undead)
             .bind(queue)
             .bind(died)
             .fetch_all(&mut *conn)
             .await?
             .iter()
             .map(|r| r.try_get::<String, _>(0))
-            .collect::<Result<std::collections::HashSet<_>, _>>()?;
-        created.retain(|(id, _)| !undead.contains(id));
-        Ok(created)
+            .collect()
+    }
+
+    /// Writes each job as given unless its id exists, in one transaction of its own on a
+    /// connection of `pool` (see the module docs): whether it wrote, in order (an id twice
+    /// is written once, the first time).
+    pub(in crate::backend::postgres) async fn import(
+        &self,
+        pool: &PgPool,
+        queue: &str,
+        jobs: &[Import],
+    ) -> Result<Vec<bool>, Error> {
+        let n = jobs.len();
+        let (mut ids, mut run_ats, mut attempts, mut errors, mut payloads) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for job in jobs {
+            ids.push(job.id.as_str());
+            run_ats.push(enc(job.run_at));
+            attempts.push(i32::try_from(job.attempt).unwrap_or(i32::MAX));
+            // PostgreSQL's text refuses NUL.
+            errors.push(job.last_error.as_ref().map(|e| e.replace('\0', "\u{FFFD}")));
+            payloads.push(job.payload.as_slice());
+        }
+        let run = async {
+            // READ COMMITTED whatever the server's default: the check after the insert must
+            // see the deaths committed while it waited (the module docs).
+            let mut tx = pool
+                .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
+                .await?;
+            let inserted = sqlx::query(&self.jobs.import)
+                .bind(queue)
+                .bind(&ids)
+                .bind(run_ats)
+                .bind(attempts)
+                .bind(errors)
+                .bind(payloads)
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|r| r.try_get::<String, _>(0))
+                .collect::<Result<std::collections::HashSet<_>, _>>()?;
+            let undead = self
+                .undo_dead(
+                    &mut tx,
+                    queue,
+                    inserted.iter().map(String::as_str).collect(),
+                )
+                .await?;
+            let mut written = Vec::with_capacity(n);
+            let mut seen = std::collections::HashSet::new();
+            let (mut dead_ids, mut died_ats) = (Vec::new(), Vec::new());
+            for job in jobs {
+                let wrote = seen.insert(job.id.as_str())
+                    && inserted.contains(&job.id)
+                    && !undead.contains(&job.id);
+                if let (true, Some(at)) = (wrote, job.died_at) {
+                    dead_ids.push(job.id.as_str());
+                    died_ats.push(enc(at));
+                }
+                written.push(wrote);
+            }
+            if !dead_ids.is_empty() {
+                sqlx::query(&self.jobs.bury)
+                    .bind(queue)
+                    .bind(dead_ids)
+                    .bind(died_ats)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(written)
+        };
+        db(run.await)
     }
 
     pub(in crate::backend::postgres) async fn cancel(

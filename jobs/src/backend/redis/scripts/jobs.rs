@@ -1,4 +1,4 @@
-//! The scripts on one job by id: `schedule.lua`, `ack.lua`, `cancel.lua`, `reschedule.lua`,
+//! The scripts on one job by id: `schedule.lua`, `import.lua`, `ack.lua`, `cancel.lua`, `reschedule.lua`,
 //! `get.lua`, `retry.lua`, `extend.lua`.
 
 use std::time::Duration;
@@ -9,6 +9,7 @@ use super::{job_info, micros, when_args, NewJob, Scripts, MAX_AFTER};
 use crate::backend::redis::conn::Conn;
 use crate::backend::redis::keys::Keys;
 use crate::backend::redis::reply::{array, int, parsing, redis_error, text};
+use crate::backend::Import;
 use crate::core::error::Error;
 use crate::core::job::{JobInfo, Scheduled, When};
 use crate::core::state::Retry;
@@ -85,6 +86,41 @@ impl Scripts {
                 (outcome, a.run_at)
             })
             .collect())
+    }
+
+    /// `import.lua`: writes each job as given unless its id exists; whether it wrote, in
+    /// order.
+    pub(in crate::backend::redis) async fn import(
+        &self,
+        conn: &mut Conn,
+        k: &Keys,
+        jobs: &[Import],
+    ) -> Result<Vec<bool>, Error> {
+        let mut call = script!("import.lua").prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.dead)
+            .key(&k.errors);
+        call.arg(&k.wake).arg(k.publish);
+        for job in jobs {
+            // Due scores round up (never early); the dead index is in microseconds.
+            let (state, score) = match job.died_at {
+                Some(at) => ("d", at / 1000),
+                None => ("p", job.run_at.div_ceil(1000)),
+            };
+            call.arg(&job.id)
+                .arg(state)
+                .arg(job.attempt)
+                .arg(job.run_at)
+                .arg(score)
+                .arg(if job.last_error.is_some() { "1" } else { "0" })
+                .arg(job.last_error.as_deref().unwrap_or(""))
+                .arg(job.payload.as_slice());
+        }
+        let answers: Vec<u64> = call.invoke_async(conn).await.map_err(redis_error)?;
+        Ok(answers.into_iter().map(|a| a == 1).collect())
     }
 
     /// `ack.lua`: deletes each job whose lease is held with its token; one answer each.
