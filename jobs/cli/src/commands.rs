@@ -356,12 +356,21 @@ pub fn copy_places(command: &Command) -> Result<(Place, Place), String> {
     Ok((from, to))
 }
 
+/// How `copy` opens both ends: with the largest `max_payload` there is, so that any job
+/// an app could store (whatever limit it raised its own queue to) is copied. The limit
+/// only checks what is written; it reserves nothing.
+fn copy_builder() -> wheel_jobs::Builder {
+    let mut builder = JobQueue::builder();
+    builder.max_payload(wheel_jobs::MAX_PAYLOAD);
+    builder
+}
+
 /// Copies `from` into `to` (`JobQueue::copy_to`), then closes both. A source on a server
 /// must be paused: jobs that move while it is read could be missed. An embedded source
 /// needs no pause: while this command holds its file, no app runs on it.
 async fn copy(from: &Place, to: &Place, out: Out) -> Result<(), String> {
     let source = from
-        .open(false)
+        .open(false, &copy_builder())
         .await
         .map_err(|err| format!("--from: {err}"))?;
     let copied = copy_from(&source, to, from.is_store(), out).await;
@@ -384,11 +393,21 @@ async fn copy_from(source: &JobQueue, to: &Place, still: bool, out: Out) -> Resu
                 .to_owned(),
         );
     }
-    let dest = to.open(true).await.map_err(|err| format!("--to: {err}"))?;
+    let dest = to
+        .open(true, &copy_builder())
+        .await
+        .map_err(|err| format!("--to: {err}"))?;
     let copied = source.copy_to(&dest).await;
     let closed = dest.close().await;
-    let copied =
-        copied.map_err(|err| format!("copying: {err} (run the copy again to finish it)"))?;
+    let copied = copied.map_err(|err| {
+        // A lost connection or a failed write passes; a job the destination refuses comes
+        // back at every run, so running it again is no advice then.
+        if err.is_unavailable() || err.is_storage() {
+            format!("copying: {err} (what was copied stays: run the copy again to finish it)")
+        } else {
+            format!("copying: {err} (what was copied before it stays)")
+        }
+    })?;
     closed.map_err(|err| format!("closing the destination: {err}"))?;
     out.print(
         || {

@@ -197,15 +197,28 @@ fn parse_cursor(s: &str) -> Result<Cursor, String> {
     s.parse().map_err(|err: wheel_jobs::Error| err.to_string())
 }
 
+/// Why `copy` refuses the global options of a place: each of its ends has its own.
+#[cfg(feature = "redis")]
+const COPY_OPTIONS: &str = "copy names its queues' options --from-queue, --to-queue, \
+                            --from-partitions and --to-partitions: --queue, --partitions and \
+                            --cluster are for the other commands";
+#[cfg(not(feature = "redis"))]
+const COPY_OPTIONS: &str = "copy names its queues' options --from-queue and --to-queue: \
+                            --queue is for the other commands";
+
 impl Cli {
     /// What clap cannot say: the place's rules (`Target::check`), or for `copy` that its
-    /// two places parse and no global place is given. An error is a bad command line.
+    /// two places parse and no global place, nor any option of one, is given. An error is
+    /// a bad command line.
     fn check(&self) -> Result<(), String> {
         if let Command::Copy { .. } = self.command {
             if self.target.given() {
                 return Err("copy names its queues with --from and --to, not --store, \
                             --redis or --postgres"
                     .to_owned());
+            }
+            if self.target.options_given() {
+                return Err(COPY_OPTIONS.to_owned());
             }
             let (from, to) = commands::copy_places(&self.command)?;
             if from == to {

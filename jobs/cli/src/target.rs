@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use wheel_jobs::{Error, JobQueue};
+use wheel_jobs::{Builder, Error, JobQueue};
 
 /// Where the queue is: one of `--store`, `--redis` and `--postgres` (the group `place`,
 /// required by `Cli`), and `--queue` with `--redis` or `--postgres`, so a command line
@@ -35,10 +35,11 @@ pub struct Target {
     #[cfg_attr(feature = "postgres", arg(long, value_name = "NAME"))]
     queue: Option<String>,
 
-    /// The queue's partitions on Redis: the number every process of the app uses.
+    /// The queue's partitions on Redis: the number every process of the app uses
+    /// (default 1).
     #[cfg(feature = "redis")]
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    partitions: usize,
+    #[arg(long, value_name = "N")]
+    partitions: Option<usize>,
 
     /// `--redis` names nodes of a Redis Cluster.
     #[cfg(feature = "redis")]
@@ -67,10 +68,22 @@ impl Target {
         given
     }
 
+    /// Whether the command line gives an option of the place other than the place itself
+    /// (`--queue`, `--partitions`, `--cluster`): `copy` has its own for each end.
+    pub fn options_given(&self) -> bool {
+        #[cfg(any(feature = "redis", feature = "postgres"))]
+        let given = self.queue.is_some();
+        #[cfg(not(any(feature = "redis", feature = "postgres")))]
+        let given = false;
+        #[cfg(feature = "redis")]
+        let given = given || self.partitions.is_some() || self.cluster;
+        given
+    }
+
     /// Opens the queue. An embedded store must exist unless `create`: a mistyped path
     /// would otherwise leave a new, empty store behind and report it empty.
     pub async fn open(&self, create: bool) -> Result<JobQueue, String> {
-        self.place().open(create).await
+        self.place().open(create, &JobQueue::builder()).await
     }
 
     fn place(&self) -> Place {
@@ -85,7 +98,7 @@ impl Target {
             return Place::Redis {
                 urls: self.redis.clone(),
                 cluster: self.cluster,
-                partitions: self.partitions,
+                partitions: self.partitions.unwrap_or(1),
                 queue,
             };
         }
@@ -186,46 +199,45 @@ impl Place {
         matches!(self, Place::Store(_))
     }
 
-    /// Opens the queue. An embedded store must exist unless `create`.
-    pub async fn open(&self, create: bool) -> Result<JobQueue, String> {
+    /// Opens the queue, configured by `builder` (the place's own settings, such as Redis
+    /// partitions, set on top). An embedded store must exist unless `create`.
+    pub async fn open(&self, create: bool, builder: &Builder) -> Result<JobQueue, String> {
         match self {
-            Place::Store(path) => open_store(path, create).await,
+            Place::Store(path) => open_store(path, create, builder).await,
             #[cfg(feature = "redis")]
             Place::Redis {
                 urls,
                 cluster,
                 partitions,
                 queue,
-            } => open_redis(urls, *cluster, *partitions, queue).await,
+            } => open_redis(builder, urls, *cluster, *partitions, queue).await,
             #[cfg(feature = "postgres")]
-            Place::Postgres { url, queue } => open_postgres(url, queue).await,
+            Place::Postgres { url, queue } => open_postgres(builder, url, queue).await,
         }
     }
 }
 
 #[cfg(feature = "postgres")]
-async fn open_postgres(url: &str, name: &str) -> Result<JobQueue, String> {
-    JobQueue::builder()
-        .postgres(url, name)
-        .await
-        .map_err(|err| {
-            let at = without_password(url);
-            if err.is_unavailable() {
-                format!("cannot reach PostgreSQL at {at}: {err}")
-            } else {
-                format!("cannot open the queue {name:?} on {at}: {err}")
-            }
-        })
+async fn open_postgres(builder: &Builder, url: &str, name: &str) -> Result<JobQueue, String> {
+    builder.postgres(url, name).await.map_err(|err| {
+        let at = without_password(url);
+        if err.is_unavailable() {
+            format!("cannot reach PostgreSQL at {at}: {err}")
+        } else {
+            format!("cannot open the queue {name:?} on {at}: {err}")
+        }
+    })
 }
 
 #[cfg(feature = "redis")]
 async fn open_redis(
+    builder: &Builder,
     urls: &[String],
     cluster: bool,
     partitions: usize,
     name: &str,
 ) -> Result<JobQueue, String> {
-    let mut builder = JobQueue::builder();
+    let mut builder = builder.clone();
     builder.partitions(partitions);
     let opened = if cluster {
         builder.redis_cluster(urls, name).await
@@ -248,14 +260,19 @@ async fn open_redis(
     })
 }
 
-async fn open_store(path: &std::path::Path, create: bool) -> Result<JobQueue, String> {
+async fn open_store(
+    path: &std::path::Path,
+    create: bool,
+    builder: &Builder,
+) -> Result<JobQueue, String> {
     if !create && !path.exists() {
         return Err(format!(
             "no store at {} (only `schedule` creates one)",
             path.display()
         ));
     }
-    JobQueue::open(path)
+    builder
+        .open(path)
         .await
         .map_err(|err| store_error(path, &err))
 }

@@ -37,6 +37,8 @@ enum Kind {
     PayloadTooLarge {
         len: usize,
         max: usize,
+        /// The job it belongs to, where the caller named none itself (a copy's page).
+        id: Option<Arc<str>>,
     },
     InvalidConfig(std::borrow::Cow<'static, str>),
     InvalidInput(std::borrow::Cow<'static, str>),
@@ -66,7 +68,18 @@ impl Error {
 
     pub(crate) fn payload_too_large(len: usize, max: usize) -> Self {
         Error {
-            kind: Kind::PayloadTooLarge { len, max },
+            kind: Kind::PayloadTooLarge { len, max, id: None },
+        }
+    }
+
+    /// A payload too large, of the job `id`: for a batch the caller did not write itself.
+    pub(crate) fn payload_too_large_of(id: &str, len: usize, max: usize) -> Self {
+        Error {
+            kind: Kind::PayloadTooLarge {
+                len,
+                max,
+                id: Some(id.into()),
+            },
         }
     }
 
@@ -212,9 +225,17 @@ impl fmt::Display for Error {
             Kind::InvalidId { len, max } => {
                 write!(f, "invalid job id: {len} bytes, the limit is {max}")
             }
-            Kind::PayloadTooLarge { len, max } => {
+            Kind::PayloadTooLarge { len, max, id: None } => {
                 write!(f, "payload too large: {len} bytes, the limit is {max}")
             }
+            Kind::PayloadTooLarge {
+                len,
+                max,
+                id: Some(id),
+            } => write!(
+                f,
+                "payload too large: the job {id:?}'s is {len} bytes, the limit is {max}"
+            ),
             Kind::InvalidConfig(why) => write!(f, "invalid job queue configuration: {why}"),
             Kind::InvalidInput(why) => write!(f, "invalid input: {why}"),
             Kind::Locked => f.write_str("the job store is locked by another process or handle"),

@@ -16,16 +16,22 @@
 //! - A running job has no lease in the destination: it is written pending at its lease's
 //!   end with the attempts it has, which is when and how the source would deliver it again.
 //! - Series come after jobs, through [`JobQueue::schedule_recurring_with`], only for names
-//!   the destination lacks. Their pending occurrence, copied as a job, is adopted by the
-//!   series as the store's series rules adopt any never-delivered job under the id
-//!   (`core/series.rs`): the series goes on with the same next occurrence, never two.
+//!   the destination lacks, so a new series' first occurrence is its first after now
+//!   (that call takes no other). A pending occurrence still ahead is that one: copied as
+//!   a job, it is adopted by the series as the store's series rules adopt any
+//!   never-delivered job under the id (`core/series.rs`), and the series goes on with the
+//!   same next occurrence. One already due (it fell due while the source was paused) is
+//!   not: it stays an ordinary job and runs once, the series' catch-up policy applied
+//!   neither to it nor to the occurrences missed after it, and the series' next
+//!   occurrence is its first after the copy. Either way the series has one pending
+//!   occurrence, never two.
 
 use std::collections::HashSet;
 
 use super::JobQueue;
 use crate::backend::Import;
 use crate::core::error::Error;
-use crate::core::job::{check_payload, nanos, JobState};
+use crate::core::job::{nanos, JobState};
 use crate::core::series::occurrence_id;
 
 /// Jobs read and written per step: within one Redis script call's limit.
@@ -58,9 +64,13 @@ impl JobQueue {
     /// it in the same order). A running job is written pending, due at the end of its
     /// lease, with its attempts: as if its lease ran out, which is when this queue would
     /// deliver it again. Each series is created with its recurrence, catch-up policy and
-    /// payload, and its pending occurrence (copied as a job) stays its next one; its
-    /// [`last_run`](crate::RecurringInfo::last_run) starts empty. Whether the queue is
-    /// paused is not copied.
+    /// payload; its [`last_run`](crate::RecurringInfo::last_run) starts empty. Its pending
+    /// occurrence, copied as a job, stays its next one if still ahead. If it is due
+    /// already (it fell due while this queue was paused), it runs once in `to` as an
+    /// ordinary job, whatever the series' [`CatchUp`](crate::CatchUp) policy would have
+    /// run of the occurrences missed since (none under `CatchUp::None`, several under
+    /// `CatchUp::All`), and the series' next occurrence there is its first after the
+    /// copy. Whether the queue is paused is not copied.
     ///
     /// Only ids and series names that `to` lacks are written; the rest are counted and left
     /// alone. So a copy that failed halfway is completed by calling it again, and a second
@@ -101,9 +111,11 @@ impl JobQueue {
     /// [`Error::is_payload_too_large`] for a payload above `to`'s
     /// [`max_payload`](crate::Builder::max_payload); [`Error::is_invalid_input`] for an id
     /// `to`'s backend cannot store (PostgreSQL refuses NUL), or a series whose pending
-    /// occurrence vanished while it was copied (the source was not still);
-    /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`] of either
-    /// queue. The pages written before the error stay written: call it again.
+    /// occurrence vanished while it was copied (the source was not still); both name the
+    /// job or series. [`Error::is_storage`], [`Error::is_unavailable`],
+    /// [`Error::is_closed`] of either queue. The pages written before the error stay
+    /// written: after a storage or connection failure, call it again; an input error comes
+    /// back at the same job until its cause is fixed (a larger `max_payload` for `to`).
     pub async fn copy_to(&self, to: &JobQueue) -> Result<Copied, Error> {
         let mut copied = Copied::default();
         for state in [JobState::Pending, JobState::Running, JobState::Dead] {
@@ -132,7 +144,13 @@ impl JobQueue {
             after = Some((*at, last.id().to_owned()));
             let mut jobs = Vec::with_capacity(page.len());
             for (at, job) in page {
-                check_payload(job.payload(), max)?;
+                if job.payload().len() > max {
+                    return Err(Error::payload_too_large_of(
+                        job.id(),
+                        job.payload().len(),
+                        max,
+                    ));
+                }
                 let run_at = nanos(job.run_at());
                 let (run_at, died_at) = match state {
                     JobState::Pending => (run_at, None),

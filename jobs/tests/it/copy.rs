@@ -1,11 +1,11 @@
 //! `JobQueue::copy_to` between backends: every job copied as it was (run_at, attempts, last
 //! error, payload bytes, a dead job's place in the dead list), a running job made pending
-//! at its lease's end, series kept with their next occurrence (never doubled), a second
-//! copy writing nothing, and a copy into a half-filled destination completing it without
-//! doubles. Written once over two harnesses; each pair of backends is one test below
+//! at its lease's end, series kept with their next occurrence (never doubled; an overdue
+//! one runs once as an ordinary job), a second copy writing nothing, and a copy into a
+//! half-filled destination completing it without doubles. Written once over two harnesses; each pair of backends is one test below
 //! (the PostgreSQL ones carry `postgres` in their names: CI runs `-- postgres` for them).
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use wheel_jobs::{CatchUp, JobQueue, JobState, ListOptions, Recurrence};
 
@@ -296,7 +296,95 @@ async fn a_payload_above_the_destinations_limit_is_refused() {
         .unwrap();
     let err = source.copy_to(&dest).await.unwrap_err();
     assert!(err.is_payload_too_large(), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "payload too large: the job \"big\"'s is 2048 bytes, the limit is 1024"
+    );
     assert_eq!(dest.counts().await.unwrap().pending, 0);
+    dest.close().await.unwrap();
+    source.close().await.unwrap();
+}
+
+/// The occurrence id of "daily" at `at`.
+fn daily_at(at: SystemTime) -> String {
+    format!("daily@{}", jiff::Timestamp::try_from(at).unwrap())
+}
+
+/// A series whose pending occurrence fell due while the source was paused: the new series
+/// in the destination starts at its first occurrence after the copy, and the overdue one,
+/// copied as an ordinary job, runs once there (under `CatchUp::None` too), leaving the
+/// series one pending occurrence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overdue_series_occurrence_runs_once_and_the_series_goes_on() {
+    let (from, to) = (embedded::harness(), embedded::harness());
+    let source = open(&from).await;
+    // Daily at a second just ahead: it comes due during the test, the next one a day later.
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 2;
+    let due = UNIX_EPOCH + Duration::from_secs(secs);
+    let of_day = secs % 86_400;
+    let cron = format!(
+        "{} {} {} * * *",
+        of_day % 60,
+        of_day / 60 % 60,
+        of_day / 3600
+    );
+    let daily = Recurrence::cron(&cron).unwrap();
+    source
+        .schedule_recurring_with("daily", daily, BYTES, CatchUp::None)
+        .await
+        .unwrap();
+    source.pause().await.unwrap();
+    assert_eq!(
+        source.list_recurring().await.unwrap()[0].next_run(),
+        Some(due)
+    );
+    while SystemTime::now() <= due {
+        tokio::time::sleep(ms(100)).await;
+    }
+
+    let dest = open(&to).await;
+    let copied = source.copy_to(&dest).await.unwrap();
+    assert_eq!((copied.jobs, copied.series), (1, 1), "{copied:?}");
+    let next_day = due + Duration::from_secs(86_400);
+    let series = dest.list_recurring().await.unwrap();
+    assert_eq!(series.len(), 1);
+    assert_eq!(
+        series[0].next_run(),
+        Some(next_day),
+        "its first after the copy"
+    );
+    assert_eq!(series[0].catch_up(), CatchUp::None);
+    let (overdue, head) = (daily_at(due), daily_at(next_day));
+    assert!(dest.recurring_of(&overdue).await.unwrap().is_none());
+    assert_eq!(
+        ids(&dest, JobState::Pending).await,
+        [overdue.clone(), head.clone()]
+    );
+
+    let mut consumer = dest.consume();
+    let delivery = next(&mut consumer).await;
+    assert_eq!(
+        (
+            delivery.id(),
+            delivery.attempt(),
+            delivery.run_at(),
+            delivery.payload()
+        ),
+        (overdue.as_str(), 1, due, BYTES)
+    );
+    assert!(delivery.ack().await.unwrap());
+    // Its claim moved nothing: the series' one pending occurrence is the same.
+    assert_eq!(ids(&dest, JobState::Pending).await, [head]);
+    assert_eq!(dest.counts().await.unwrap().running, 0);
+    assert_eq!(
+        dest.list_recurring().await.unwrap()[0].next_run(),
+        Some(next_day)
+    );
+    drop(consumer);
     dest.close().await.unwrap();
     source.close().await.unwrap();
 }

@@ -1,8 +1,9 @@
 //! Public-API tests of wheel-jobs (one binary, one module per concern).
 //!
 //! `suite/` is the shared suite, written once against a [`support::Harness`] and run on
-//! every backend: the embedded store (`embedded`), Redis (`redis`) and PostgreSQL (`postgres`). `support/` starts what
-//! the tests need, one file per thing; its module doc says how a backend joins the suite.
+//! every backend: the embedded store (`embedded`), Redis (`redis`) and PostgreSQL
+//! (`postgres`). `support/` starts what the tests need, one file per thing; its module doc
+//! says how a backend joins the suite.
 
 mod support;
 #[macro_use]

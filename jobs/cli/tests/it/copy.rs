@@ -156,6 +156,75 @@ async fn bad_copy_command_lines_exit_2() {
     assert!(!std::path::Path::new(to).exists(), "nothing was created");
 }
 
+/// `--queue`, `--partitions` or `--cluster` before `copy` would be silently unused: each end
+/// has its own options.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn the_options_of_a_global_place_before_copy_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join("to.redb");
+    let to = to.to_str().unwrap();
+    let from = ["--from", "redis://127.0.0.1:1/", "--from-queue", "q"];
+    for global in [
+        &["--queue", "X", "--partitions", "4"][..],
+        &["--queue", "X"],
+        &["--partitions", "1"],
+        &["--cluster"],
+    ] {
+        let mut args = global.to_vec();
+        args.push("copy");
+        args.extend(from);
+        args.extend(["--to", to]);
+        let line = run(&args).await;
+        assert_eq!(
+            line.failed(2),
+            "wheel-jobs: copy names its queues' options --from-queue, --to-queue, \
+             --from-partitions and --to-partitions: --queue, --partitions and --cluster are \
+             for the other commands",
+            "{args:?}"
+        );
+    }
+    assert!(!std::path::Path::new(to).exists(), "nothing was created");
+}
+
+/// An app that raised its `max_payload` stored a job above the default 1 MiB: `copy` opens
+/// both ends with the largest limit, so the job is copied, its bytes whole.
+#[tokio::test]
+async fn a_payload_above_the_default_limit_is_copied() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source.redb");
+    let to = dir.path().join("to.redb");
+    let big: Vec<u8> = (0..2 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let queue = JobQueue::builder()
+        .max_payload(4 << 20)
+        .open(&source)
+        .await
+        .unwrap();
+    queue
+        .schedule("big", Duration::from_secs(3600), big.clone())
+        .await
+        .unwrap();
+    queue.close().await.unwrap();
+
+    let line = run(&[
+        "copy",
+        "--from",
+        source.to_str().unwrap(),
+        "--to",
+        to.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(
+        line.ok(),
+        "copied 1 jobs (0 already there)\ncopied 0 recurring series (0 already there)\n"
+    );
+    let dest = JobQueue::open(&to).await.unwrap();
+    let job = dest.get("big").await.unwrap().unwrap();
+    assert_eq!(job.payload().len(), 2 << 20);
+    assert!(job.payload() == &big[..], "the same bytes");
+    dest.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_copy_from_a_missing_or_garbage_store_is_an_error_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -47,9 +47,10 @@ pub(crate) fn check_queue(queue: &str) -> Result<(), Error> {
 /// text refuses. Checked before a schedule joins a batch, so it cannot fail the others.
 pub(crate) fn check_id(id: &str) -> Result<(), Error> {
     if id.contains('\0') {
-        return Err(Error::invalid_input(
-            "a job id on PostgreSQL cannot contain NUL (its text type refuses it)",
-        ));
+        return Err(Error::invalid_input(format!(
+            "the job id {id:?} cannot be stored on PostgreSQL: it contains NUL, which its \
+             text type refuses"
+        )));
     }
     Ok(())
 }

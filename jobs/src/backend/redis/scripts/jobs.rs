@@ -1,5 +1,5 @@
-//! The scripts on one job by id: `schedule.lua`, `import.lua`, `ack.lua`, `cancel.lua`, `reschedule.lua`,
-//! `get.lua`, `retry.lua`, `extend.lua`.
+//! The scripts on one job by id: `schedule.lua`, `import.lua`, `ack.lua`, `cancel.lua`,
+//! `reschedule.lua`, `get.lua`, `retry.lua`, `extend.lua`.
 
 use std::time::Duration;
 
