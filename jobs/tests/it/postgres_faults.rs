@@ -705,3 +705,176 @@ async fn scalar_bound(pool: &PgPool, sql: &str, ids: &[String]) -> i64 {
         .unwrap()
         .get(0)
 }
+
+// ===== a client process killed inside its transaction =====
+
+/// Child: on the queue `queue`, in one transaction, does `step` ("order": inserts order 1;
+/// "job": inserts order 1 and schedules its timeout; "effect": takes the due job, writes its
+/// effect and acks it with `ack_in`), prints the step's name on a line of its own and
+/// waits, the transaction open, to be killed.
+async fn hold_open_transaction(url: &str, step: &str, queue: &str) {
+    let jobs = Builder::new()
+        .lease(wheel_jobs::MIN_LEASE)
+        .postgres(url, queue)
+        .await
+        .unwrap();
+    let pool = test_pool(url).await;
+    println!("\nready");
+    let mut tx = pool.begin().await.unwrap();
+    if step == "effect" {
+        let mut consumer = jobs.consume();
+        let delivery = next(&mut consumer).await;
+        sqlx::query(&format!("INSERT INTO {} (id) VALUES ($1)", effects(queue)))
+            .bind(delivery.id())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        assert!(delivery.ack_in(&mut tx).await.unwrap());
+    } else {
+        sqlx::query(&format!(
+            "INSERT INTO {} (oid, status) VALUES (1, 'unpaid')",
+            orders_of(queue)
+        ))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        if step == "job" {
+            let in_30_min = Duration::from_secs(1800);
+            jobs.schedule_in(&mut tx, "unpaid-timeout:1", in_30_min, "1")
+                .await
+                .unwrap();
+        }
+    }
+    println!("\n{step}");
+    std::future::pending::<()>().await;
+}
+
+/// The orders table of the queue `queue`.
+fn orders_of(queue: &str) -> String {
+    format!("orders_{queue}")
+}
+
+/// Waits for the child's line `step`, then SIGKILLs it.
+fn kill_after(
+    mut child: crate::kill::Killed,
+    lines: std::sync::mpsc::Receiver<String>,
+    step: &str,
+) {
+    while lines.recv_timeout(DEADLINE).expect("child output") != step {}
+    child.kill();
+}
+
+/// The seed's case, killed: a client process SIGKILLed after inserting the order (and
+/// again after also scheduling its timeout), its transaction open, leaves neither the
+/// order nor the job; the same transaction run again then commits both.
+#[test]
+fn a_postgres_client_killed_between_the_order_and_its_job_leaves_neither() {
+    const TEST: &str =
+        "postgres_faults::a_postgres_client_killed_between_the_order_and_its_job_leaves_neither";
+    if let Some((role, url)) = child_role() {
+        let (step, queue) = role.split_once(':').unwrap();
+        runtime().block_on(hold_open_transaction(url.to_str().unwrap(), step, queue));
+        return;
+    }
+    let url = shared().url();
+    let name = fresh_queue();
+    let orders = orders_of(&name);
+    let rt = runtime();
+    let (queue, pool) = rt.block_on(async {
+        let pool = test_pool(&url).await;
+        let create = format!("CREATE TABLE {orders} (oid bigint PRIMARY KEY, status text)");
+        sqlx::query(&create).execute(&pool).await.unwrap();
+        (Builder::new().postgres(&url, &name).await.unwrap(), pool)
+    });
+    for step in ["order", "job"] {
+        let (child, lines) = spawn_child(TEST, &format!("{step}:{name}"), Path::new(&url));
+        kill_after(child, lines, step);
+        rt.block_on(async {
+            let count = format!("SELECT count(*) FROM {orders}");
+            assert_eq!(
+                scalar(&pool, &count).await,
+                0,
+                "killed after {step}: no order"
+            );
+            assert_eq!(queue.get("unpaid-timeout:1").await.unwrap(), None, "{step}");
+            assert_eq!(queue.counts().await.unwrap().pending, 0, "{step}");
+        });
+    }
+    rt.block_on(async {
+        // Nothing was left locked: the same order and job commit (once the server has
+        // noticed the killed connections and released their locks).
+        let mut tx = pool.begin().await.unwrap();
+        let insert = format!("INSERT INTO {orders} (oid, status) VALUES (1, 'unpaid')");
+        sqlx::query(&insert).execute(&mut *tx).await.unwrap();
+        let created = queue
+            .schedule_in(&mut tx, "unpaid-timeout:1", Duration::from_secs(1800), "1")
+            .await
+            .unwrap();
+        assert_eq!(created, wheel_jobs::Scheduled::Created);
+        tx.commit().await.unwrap();
+        assert!(queue.get("unpaid-timeout:1").await.unwrap().is_some());
+        assert_eq!(queue.counts().await.unwrap().pending, 1);
+        queue.close().await.unwrap();
+    });
+}
+
+/// A worker process SIGKILLed between its effect and its commit (the effect written and
+/// the job acked with `ack_in` in one open transaction): neither the effect nor the ack
+/// happened, the job is delivered again once its lease ends, and its second run's effect
+/// and ack commit once.
+#[test]
+fn a_postgres_worker_killed_between_its_effect_and_its_commit_leaves_neither() {
+    const TEST: &str =
+        "postgres_faults::a_postgres_worker_killed_between_its_effect_and_its_commit_leaves_neither";
+    if let Some((role, url)) = child_role() {
+        let (step, queue) = role.split_once(':').unwrap();
+        runtime().block_on(hold_open_transaction(url.to_str().unwrap(), step, queue));
+        return;
+    }
+    let url = shared().url();
+    let name = fresh_queue();
+    let table = effects(&name);
+    let rt = runtime();
+    let (queue, pool) = rt.block_on(async {
+        let pool = test_pool(&url).await;
+        let create = format!("CREATE TABLE {table} (id text PRIMARY KEY)");
+        sqlx::query(&create).execute(&pool).await.unwrap();
+        let queue = Builder::new()
+            .lease(wheel_jobs::MIN_LEASE)
+            .postgres(&url, &name)
+            .await
+            .unwrap();
+        queue
+            .schedule("charge:1", Duration::ZERO, "1")
+            .await
+            .unwrap();
+        (queue, pool)
+    });
+    let (child, lines) = spawn_child(TEST, &format!("effect:{name}"), Path::new(&url));
+    kill_after(child, lines, "effect");
+    rt.block_on(async {
+        let count = format!("SELECT count(*) FROM {table}");
+        assert_eq!(scalar(&pool, &count).await, 0, "the killed effect");
+        assert!(
+            queue.get("charge:1").await.unwrap().is_some(),
+            "the killed ack"
+        );
+        let mut consumer = queue.consume();
+        let again = next(&mut consumer).await;
+        assert_eq!((again.id(), again.attempt()), ("charge:1", 2));
+        let mut tx = pool.begin().await.unwrap();
+        let insert = format!("INSERT INTO {table} (id) VALUES ($1)");
+        sqlx::query(&insert)
+            .bind(again.id())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        assert!(again.ack_in(&mut tx).await.unwrap());
+        tx.commit().await.unwrap();
+        assert_eq!(scalar(&pool, &count).await, 1, "one effect");
+        assert_eq!(queue.get("charge:1").await.unwrap(), None);
+        let counts = queue.counts().await.unwrap();
+        assert_eq!((counts.pending, counts.running, counts.dead), (0, 0, 0));
+        queue.close().await.unwrap();
+    });
+}
