@@ -184,6 +184,7 @@ mod imp {
 
     /// A handle for a new sleep on the cached default shard, if it is `runtime`'s and its
     /// timer runs; `task` becomes the task that confirmed it.
+    #[inline]
     pub(crate) fn take_default_of(
         runtime: Id,
         task: Option<tokio::task::Id>,
