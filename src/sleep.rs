@@ -277,6 +277,7 @@ impl Sleep {
 
     /// Polls without the closed-timer panic: crate-internal waiters (the idle tracker's
     /// driver) stop cleanly on `Err(Closed)` instead.
+    #[inline(always)]
     pub(crate) fn poll_unless_closed(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
         if self.deadline & (ELAPSED | PAST) != 0 {
             return Self::complete(&mut self.deadline);

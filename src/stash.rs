@@ -49,6 +49,11 @@ mod imp {
         stash: Cell<Option<Arc<ShardHandle>>>,
         /// This thread's shard of the default timer of `runtime` (see `crate::default`).
         default: Cell<Option<Arc<ShardHandle>>>,
+        /// The address of `default`'s handle, 0 when none is cached: the free functions' fast
+        /// path matches the stash against it without taking `default` out of its cell. While
+        /// it is not 0, `default` holds a reference to that handle, so no other handle can
+        /// live at that address.
+        default_addr: Cell<usize>,
         runtime: Cell<Option<Id>>,
         /// The task that last confirmed `runtime`; `None` outside a task.
         task: Cell<Option<tokio::task::Id>>,
@@ -59,6 +64,7 @@ mod imp {
             Local {
                 stash: Cell::new(None),
                 default: Cell::new(None),
+                default_addr: Cell::new(0),
                 runtime: Cell::new(None),
                 task: Cell::new(None),
             }
@@ -79,10 +85,25 @@ mod imp {
         }
 
         /// A sleep's handle of the cached default shard, if it is cached and its timer runs.
+        ///
+        /// In a loop of sleeps the stash holds that very handle (the last sleep dropped here
+        /// was on it): it is recognised by its address and taken, and `default` is not
+        /// touched (taking it out of its cell and putting it back costs two stores and the
+        /// check for an old value to drop).
         #[inline(always)]
         fn take_default(&self) -> Option<Arc<ShardHandle>> {
+            match self.stash.take() {
+                Some(handle) if Arc::as_ptr(&handle) as usize == self.default_addr.get() => {
+                    if handle.global().is_running() {
+                        return Some(handle);
+                    }
+                    self.stash.set(Some(handle));
+                    return None;
+                }
+                other => self.stash.set(other),
+            }
             let shard = self.default.take()?;
-            let out = shard.global().is_running().then(|| self.take(&shard));
+            let out = shard.global().is_running().then(|| shard.clone());
             self.default.set(Some(shard));
             out
         }
@@ -133,7 +154,10 @@ mod imp {
         drop(take_if(|handle| std::ptr::eq(&**handle.global(), global)));
         let of_global = |handle: &Arc<ShardHandle>| std::ptr::eq(&**handle.global(), global);
         let default = LOCAL.try_with(|local| match local.default.take() {
-            Some(handle) if of_global(&handle) => Some(handle),
+            Some(handle) if of_global(&handle) => {
+                local.default_addr.set(0);
+                Some(handle)
+            }
             other => {
                 local.default.set(other);
                 None
@@ -160,6 +184,7 @@ mod imp {
 
     /// A handle for a new sleep on the cached default shard, if it is `runtime`'s and its
     /// timer runs; `task` becomes the task that confirmed it.
+    #[inline]
     pub(crate) fn take_default_of(
         runtime: Id,
         task: Option<tokio::task::Id>,
@@ -183,7 +208,11 @@ mod imp {
         let old = LOCAL.try_with(|local| {
             local.runtime.set(Some(runtime));
             local.task.set(task);
-            local.default.replace(shard.take())
+            let shard = shard.take();
+            local
+                .default_addr
+                .set(shard.as_ref().map_or(0, |s| Arc::as_ptr(s) as usize));
+            local.default.replace(shard)
         });
         // The replaced handle (a stopped timer's) is released with nothing borrowed.
         drop((old, shard));

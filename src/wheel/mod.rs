@@ -147,7 +147,7 @@ impl<T> Wheel<T> {
     ///
     /// When [`MAX_ENTRIES`] entries are allocated.
     #[track_caller]
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert(&mut self, tick: u64, value: T) -> Key {
         let tick = tick.min(MAX_TICK);
         let key = self.arena.alloc(tick, value);
@@ -156,7 +156,7 @@ impl<T> Wheel<T> {
     }
 
     /// Unschedules and frees `key`'s entry, returning its value; `None` if the key is stale.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_remove(&mut self, key: Key) -> Option<T> {
         let index = self.arena.resolve(key)?;
         self.unlink(index);
