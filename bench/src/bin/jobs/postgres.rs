@@ -21,7 +21,8 @@
 //! run on this machine and the URL's user must be a superuser, or the figure is left out.
 //!
 //! `--hold-snapshot SECS` measures instead what a `REPEATABLE READ` transaction left open
-//! in another session does to deliveries + acks: rounds of N due jobs drained by `run(50)`,
+//! in another session does to deliveries + acks: rounds of N due jobs drained by `run(50)`
+//! on one queue,
 //! for SECS before the transaction begins, SECS while it is open and SECS after it ends,
 //! each round's rate printed with the jobs table's dead tuples and size.
 //! `--autovacuum-tuned` first sets the per-table autovacuum settings docs/guide/postgres.md
@@ -422,7 +423,7 @@ pub async fn hold_snapshot(url: &str, n: usize, secs: u64, tuned: bool) {
     let start = Instant::now();
     let mut rates: [Vec<f64>; 3] = Default::default();
     let mut holder: Option<tokio::task::JoinHandle<()>> = None;
-    let mut round = 0;
+    let name = unique("vacuum");
     loop {
         let at = start.elapsed();
         let period = if at < span {
@@ -460,8 +461,13 @@ pub async fn hold_snapshot(url: &str, n: usize, secs: u64, tuned: bool) {
                 println!("t = {:.0} s: released", start.elapsed().as_secs_f64());
             }
         }
-        round += 1;
-        let queue = b.queue(&format!("vacuum{round}")).await;
+        // One queue for every round, as a service has: what a round leaves dead sits in
+        // the index range the next round's claims scan.
+        let queue = JobQueue::builder()
+            .postgres_schema(SCHEMA)
+            .postgres(&b.url, &name)
+            .await
+            .expect("open the queue on postgres");
         let now = SystemTime::now();
         load(&queue, n, |_| now).await;
         let (took, _) = work(&queue, n as u64, async {}).await;
