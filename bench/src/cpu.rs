@@ -40,16 +40,38 @@ pub fn threads_cpu() -> Duration {
 
 /// utime + stime of a `/proc/…/stat` file.
 fn stat_cpu(path: &str) -> Duration {
-    let stat = std::fs::read_to_string(path).unwrap_or_default();
-    // Fields after the parenthesised command name start at field 3 ("state"); utime and
-    // stime are fields 14 and 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks = stat_ticks(path, false).unwrap_or(0);
+    USER_HZ_TICK * u32::try_from(ticks).unwrap_or(u32::MAX)
+}
+
+/// utime + stime (and with `reaped`, cutime + cstime: children waited for) of a
+/// `/proc/…/stat` file, in ticks; `None` if it cannot be read.
+fn stat_ticks(path: &str, reaped: bool) -> Option<u64> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the parenthesised command name start at field 3 ("state"); utime,
+    // stime, cutime and cstime are fields 14 to 17.
+    let rest = stat.rsplit_once(')')?.1;
     let fields: Vec<u64> = rest
         .split_whitespace()
         .map(|f| f.parse().unwrap_or(0))
         .collect();
-    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
-    USER_HZ_TICK * u32::try_from(ticks).unwrap_or(u32::MAX)
+    let take = if reaped { 4 } else { 2 };
+    Some(fields.iter().skip(11).take(take).sum())
+}
+
+/// CPU time so far of a server that forks a process per connection (PostgreSQL's
+/// postmaster, `pid`): its own, that of the children it has reaped (connections that
+/// closed), and that of those still running; `None` if `/proc` does not show it. What
+/// `bench/peers/pg-common.mjs` measures for the peers, read the same way.
+pub fn server_cpu(pid: u32) -> Option<Duration> {
+    let mut ticks = stat_ticks(&format!("/proc/{pid}/stat"), true)?;
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    for child in children.split_whitespace() {
+        // One that exited since the listing is in the postmaster's cutime.
+        ticks += stat_ticks(&format!("/proc/{child}/stat"), false).unwrap_or(0);
+    }
+    Some(USER_HZ_TICK * u32::try_from(ticks).unwrap_or(u32::MAX))
 }
 
 /// The machine's load average over the last minute, from `/proc/loadavg`.

@@ -70,25 +70,31 @@ impl ClaimSql {
             // a large one and cost the plan into JIT compilation); a job whose
             // attempts reached $5 moves to `dead` instead of being leased. Series heads are
             // left to the series step (`series.rs`), which moves the series in the same
-            // transaction as the claim of its head.
+            // transaction as the claim of its head. The kill and the lease find the picked
+            // rows by `ctid` (the version the pick locked), a TID scan whatever the
+            // statistics say: joined on (queue, id) alone, a queue the table's statistics
+            // do not know yet (new since the last ANALYZE) was estimated at one row, and
+            // the planner scanned the whole queue once per picked job, 0.9 s per claim of
+            // 50 among 20,000 due. (A picked row updated by a commit after this statement's
+            // snapshot is then not leased, only left pending; it was locked, not changed.)
             claim: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
-                 expired AS (SELECT j.id, j.attempt, j.lease_until AS at FROM {jobs} j \
+                 expired AS (SELECT j.ctid AS tid, j.id, j.attempt, j.lease_until AS at FROM {jobs} j \
                    WHERE j.queue = $1 AND j.token IS NOT NULL AND j.lease_until <= (SELECT t FROM now) \
                    AND NOT (SELECT p FROM paused) \
                    ORDER BY j.lease_until, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-                 due AS (SELECT j.id, j.attempt, j.run_at AS at FROM {jobs} j \
+                 due AS (SELECT j.ctid AS tid, j.id, j.attempt, j.run_at AS at FROM {jobs} j \
                    WHERE j.queue = $1 AND j.token IS NULL AND j.run_at <= (SELECT t FROM now) \
                    AND NOT (SELECT p FROM paused) \
                    AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
                    ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-                 picked AS (SELECT id, attempt, expired FROM (\
-                   SELECT id, attempt, true AS expired, 0 AS k, at FROM expired \
-                   UNION ALL SELECT id, attempt, false, 1, at FROM due) AS both_ \
+                 picked AS (SELECT tid, id, attempt, expired FROM (\
+                   SELECT tid, id, attempt, true AS expired, 0 AS k, at FROM expired \
+                   UNION ALL SELECT tid, id, attempt, false, 1, at FROM due) AS both_ \
                    ORDER BY k, at, id LIMIT $2), \
                  killed AS (DELETE FROM {jobs} j USING picked p \
-                   WHERE j.queue = $1 AND j.id = p.id AND p.attempt >= $5 \
+                   WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id AND p.attempt >= $5 \
                    RETURNING j.queue, j.id, j.run_at, j.attempt, \
                    CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END AS last_error, j.payload), \
                  buried AS (INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload) \
@@ -97,7 +103,7 @@ impl ClaimSql {
                  leased AS (UPDATE {jobs} j SET attempt = j.attempt + 1, token = $4, \
                    lease_until = {until}, \
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END \
-                   FROM picked p WHERE j.queue = $1 AND j.id = p.id AND p.attempt < $5 \
+                   FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id AND p.attempt < $5 \
                    RETURNING j.id, j.payload, j.attempt, j.run_at), \
                  next_pending AS (SELECT j.run_at AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL \
                    AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.id = j.id) ORDER BY j.run_at, j.id LIMIT 1), \

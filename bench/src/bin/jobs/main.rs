@@ -6,7 +6,12 @@
 //! cargo run --release -p wheel-bench --bin jobs -- --redis redis+unix:///tmp/redis.sock
 //! cargo run --release -p wheel-bench --bin jobs -- --redis redis://127.0.0.1:6379 --min-replicas 1
 //! cargo run --release -p wheel-bench --bin jobs -- --redis redis+unix:///tmp/redis.sock --big   # adds 1M pending jobs
+//! cargo run --release -p wheel-bench --bin jobs -- --postgres postgres://postgres@127.0.0.1:5432/postgres
+//! cargo run --release -p wheel-bench --bin jobs -- --postgres postgres://postgres@127.0.0.1:5432/postgres --hold-snapshot 60
 //! ```
+//!
+//! `--postgres URL` runs the phases of the PostgreSQL benchmark instead, the ones the
+//! graphile-worker and pg-boss harnesses in `bench/peers/` run (`postgres.rs` lists them).
 //!
 //! `--min-replicas N` (with `--redis`, a primary with N replicas) measures only schedules/s,
 //! without and with `Builder::min_replicas(N, 1 s)`, alternated over three rounds.
@@ -36,6 +41,8 @@ use std::time::{Duration, Instant, SystemTime};
 use clap::Parser;
 use wheel_jobs::JobQueue;
 
+mod postgres;
+
 /// Throughput and lateness of the job store (see the module docs for what each phase does).
 #[derive(Parser, Debug)]
 #[command(name = "jobs")]
@@ -50,6 +57,20 @@ struct Args {
     /// alternated over 3 rounds (the server needs N replicas).
     #[arg(long, value_name = "N")]
     min_replicas: Option<u32>,
+    /// Measure the PostgreSQL phases (`postgres.rs`) on the server at this URL.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// With `--postgres`: jobs per phase.
+    #[arg(long, value_name = "N", default_value_t = 20_000)]
+    n: usize,
+    /// With `--postgres`: measure only deliveries + acks/s before, during and after a
+    /// REPEATABLE READ transaction held open this many seconds in another session.
+    #[arg(long, value_name = "SECS")]
+    hold_snapshot: Option<u64>,
+    /// With `--hold-snapshot`: the per-table autovacuum settings docs/guide/postgres.md
+    /// recommends, instead of the server's defaults.
+    #[arg(long)]
+    autovacuum_tuned: bool,
     /// Handlers `run` may run at once [default: 256 embedded, 50 on Redis].
     #[arg(long, value_name = "N")]
     concurrency: Option<usize>,
@@ -467,6 +488,12 @@ async fn main() {
         println!("ready");
         schedules(&queue, 64, usize::MAX / 128).await;
         return;
+    }
+    if let Some(url) = &args.postgres {
+        return match args.hold_snapshot {
+            Some(secs) => postgres::hold_snapshot(url, args.n, secs, args.autovacuum_tuned).await,
+            None => postgres::measure(url, args.n).await,
+        };
     }
     let big = args.big;
     let dir =
