@@ -75,8 +75,11 @@ impl ClaimSql {
             // statistics say: joined on (queue, id) alone, a queue the table's statistics
             // do not know yet (new since the last ANALYZE) was estimated at one row, and
             // the planner scanned the whole queue once per picked job, 0.9 s per claim of
-            // 50 among 20,000 due. (A picked row updated by a commit after this statement's
-            // snapshot is then not leased, only left pending; it was locked, not changed.)
+            // 50 among 20,000 due. A picked row updated by a commit after this statement's
+            // snapshot is locked in its new version, which the snapshot cannot see: it is
+            // neither leased nor killed, only left as it is, and the next due time below
+            // counts it (it excludes the leased and killed rows, not the picked ones), so
+            // the consumer looks again at once rather than at the next lease's end.
             claim: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
@@ -106,9 +109,11 @@ impl ClaimSql {
                    FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id AND p.attempt < $5 \
                    RETURNING j.id, j.payload, j.attempt, j.run_at), \
                  next_pending AS (SELECT j.run_at AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL \
-                   AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.id = j.id) ORDER BY j.run_at, j.id LIMIT 1), \
+                   AND NOT EXISTS (SELECT 1 FROM leased l WHERE l.id = j.id) \
+                   AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) ORDER BY j.run_at, j.id LIMIT 1), \
                  next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL \
-                   AND NOT EXISTS (SELECT 1 FROM picked p WHERE p.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1), \
+                   AND NOT EXISTS (SELECT 1 FROM leased l WHERE l.id = j.id) \
+                   AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1), \
                  heads AS (SELECT s.head_id FROM {series} s WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) \
                    AND NOT (SELECT p FROM paused) ORDER BY s.head LIMIT $2) \
                  SELECT 0 AS kind, id, payload, attempt, run_at AS at FROM leased \
