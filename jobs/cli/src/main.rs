@@ -235,7 +235,16 @@ impl Cli {
 /// group optional, any other command as declared (so its errors are clap's own).
 fn parse() -> Result<Cli, clap::Error> {
     use clap::{CommandFactory, FromArgMatches};
-    let relaxed = || Cli::command().mut_group("place", |group| group.required(false));
+    // Relaxed: no place required, and `--queue` not tied to `--redis`, so that `check`
+    // answers a global option given to `copy` with its own message.
+    let relaxed = || {
+        let command = Cli::command().mut_group("place", |group| group.required(false));
+        #[cfg(any(feature = "redis", feature = "postgres"))]
+        let command = command.mut_arg("queue", |arg| {
+            arg.requires(clap::builder::Resettable::Reset)
+        });
+        command
+    };
     let copy = relaxed()
         .ignore_errors(true)
         .try_get_matches()
