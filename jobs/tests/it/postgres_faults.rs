@@ -749,6 +749,30 @@ async fn hold_open_transaction(url: &str, step: &str, queue: &str) {
     std::future::pending::<()>().await;
 }
 
+/// In a child process of the two tests below: holds its transaction open until killed
+/// (`hold_open_transaction`, its role "step:queue"). `false` in the parent.
+fn run_as_transaction_child() -> bool {
+    let Some((role, url)) = child_role() else {
+        return false;
+    };
+    let (step, queue) = role.split_once(':').unwrap();
+    runtime().block_on(hold_open_transaction(url.to_str().unwrap(), step, queue));
+    true
+}
+
+/// The parent's queue `name` (leases of `MIN_LEASE`, as the child's) and a pool on which
+/// `create` made the test's table.
+async fn queue_and_table(url: &str, name: &str, create: &str) -> (JobQueue, PgPool) {
+    let pool = test_pool(url).await;
+    sqlx::query(create).execute(&pool).await.unwrap();
+    let queue = Builder::new()
+        .lease(wheel_jobs::MIN_LEASE)
+        .postgres(url, name)
+        .await
+        .unwrap();
+    (queue, pool)
+}
+
 /// The orders table of the queue `queue`.
 fn orders_of(queue: &str) -> String {
     format!("orders_{queue}")
@@ -771,21 +795,13 @@ fn kill_after(
 fn a_postgres_client_killed_between_the_order_and_its_job_leaves_neither() {
     const TEST: &str =
         "postgres_faults::a_postgres_client_killed_between_the_order_and_its_job_leaves_neither";
-    if let Some((role, url)) = child_role() {
-        let (step, queue) = role.split_once(':').unwrap();
-        runtime().block_on(hold_open_transaction(url.to_str().unwrap(), step, queue));
+    if run_as_transaction_child() {
         return;
     }
-    let url = shared().url();
-    let name = fresh_queue();
+    let (rt, url, name) = (runtime(), shared().url(), fresh_queue());
     let orders = orders_of(&name);
-    let rt = runtime();
-    let (queue, pool) = rt.block_on(async {
-        let pool = test_pool(&url).await;
-        let create = format!("CREATE TABLE {orders} (oid bigint PRIMARY KEY, status text)");
-        sqlx::query(&create).execute(&pool).await.unwrap();
-        (Builder::new().postgres(&url, &name).await.unwrap(), pool)
-    });
+    let create = format!("CREATE TABLE {orders} (oid bigint PRIMARY KEY, status text)");
+    let (queue, pool) = rt.block_on(queue_and_table(&url, &name, &create));
     for step in ["order", "job"] {
         let (child, lines) = spawn_child(TEST, &format!("{step}:{name}"), Path::new(&url));
         kill_after(child, lines, step);
@@ -826,24 +842,14 @@ fn a_postgres_client_killed_between_the_order_and_its_job_leaves_neither() {
 fn a_postgres_worker_killed_between_its_effect_and_its_commit_leaves_neither() {
     const TEST: &str =
         "postgres_faults::a_postgres_worker_killed_between_its_effect_and_its_commit_leaves_neither";
-    if let Some((role, url)) = child_role() {
-        let (step, queue) = role.split_once(':').unwrap();
-        runtime().block_on(hold_open_transaction(url.to_str().unwrap(), step, queue));
+    if run_as_transaction_child() {
         return;
     }
-    let url = shared().url();
-    let name = fresh_queue();
+    let (rt, url, name) = (runtime(), shared().url(), fresh_queue());
     let table = effects(&name);
-    let rt = runtime();
+    let create = format!("CREATE TABLE {table} (id text PRIMARY KEY)");
     let (queue, pool) = rt.block_on(async {
-        let pool = test_pool(&url).await;
-        let create = format!("CREATE TABLE {table} (id text PRIMARY KEY)");
-        sqlx::query(&create).execute(&pool).await.unwrap();
-        let queue = Builder::new()
-            .lease(wheel_jobs::MIN_LEASE)
-            .postgres(&url, &name)
-            .await
-            .unwrap();
+        let (queue, pool) = queue_and_table(&url, &name, &create).await;
         queue
             .schedule("charge:1", Duration::ZERO, "1")
             .await
