@@ -183,7 +183,9 @@ impl Builder {
     /// told it a job is due (default 5 s; each sleep is drawn between 3/4 of this and all of
     /// it, so idle consumers do not read the store in step). This wakeup only covers what no
     /// notification reported: a wall-clock step, or a Redis wake message lost while a
-    /// subscription was down. Must be at least 1 ms.
+    /// subscription was down. Must be at least 1 ms. On PostgreSQL at most 60 s (a larger
+    /// value is taken as 60 s): a job due more than 60 s after its commit wakes no one
+    /// then, and the safety wakeup is how idle consumers find it.
     pub fn safety_wakeup(&mut self, wakeup: Duration) -> &mut Self {
         self.config.safety_wakeup = wakeup;
         self
@@ -406,6 +408,9 @@ impl Builder {
     ) -> Result<JobQueue, Error> {
         let mut config = self.checked()?;
         config.name = queue.to_owned();
+        // A job due beyond the horizon wakes no one at its commit: the safety wakeup finds it.
+        let horizon = crate::backend::postgres::WAKE_HORIZON;
+        config.safety_wakeup = config.safety_wakeup.min(horizon);
         let wakeup: Arc<Wakeup> = Arc::default();
         let backend =
             crate::backend::postgres::Postgres::open(target, queue, &config, wakeup.clone())

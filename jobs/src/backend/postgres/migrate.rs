@@ -18,10 +18,13 @@ use super::names::Names;
 use crate::core::error::Error;
 
 /// The versions this library knows, in order.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_jobs.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("migrations/0001_jobs.sql")),
+    (2, include_str!("migrations/0002_wake_soon.sql")),
+];
 
 /// The schema version this library writes.
-pub(super) const VERSION: i32 = 1;
+pub(super) const VERSION: i32 = 2;
 
 fn db<T>(r: Result<T, sqlx::Error>) -> Result<T, Error> {
     r.map_err(pg_error)

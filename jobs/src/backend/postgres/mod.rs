@@ -78,6 +78,13 @@ pub(crate) enum Target<'a> {
 /// listener has one more of its own.
 const POOL_SIZE: u32 = 10;
 
+/// How far ahead a job may be due and still wake idle consumers at its commit (the
+/// schema's triggers, `migrations/0002_wake_soon.sql`, say 60 s too): a commit that sent a
+/// notification waits for every other such commit, so one 48 h ahead sends none. An idle
+/// consumer of a PostgreSQL queue looks at least this often (the builder caps
+/// `safety_wakeup` at it), so it finds such a job before the job is due.
+pub(crate) const WAKE_HORIZON: Duration = Duration::from_secs(60);
+
 /// How often a claim folds the queue's counter deltas into a slot (at most).
 const FOLD_EVERY: Duration = Duration::from_secs(1);
 
