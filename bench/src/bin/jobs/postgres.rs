@@ -1,4 +1,4 @@
-//! `--postgres URL`: the phases of issue 30's PostgreSQL benchmark, as
+//! `--postgres URL`: the phases of the PostgreSQL benchmark, as
 //! `bench/peers/graphile-worker/bench.mjs` and `bench/peers/pg-boss/bench.mjs` run them on
 //! the same server, with N (`--n`, default 20,000):
 //!
