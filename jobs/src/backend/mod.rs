@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
+use crate::core::kind::Spec;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{CatchUp, Recurring, RecurringInfo};
 use crate::core::state::Retry;
@@ -42,7 +43,21 @@ pub(crate) struct Claimed {
     pub(crate) attempt: u32,
     pub(crate) run_at: u64,
     pub(crate) token: u64,
+    /// What the job was stored with: its kind, priority, attempts, backoff and lease.
+    pub(crate) spec: Spec,
 }
+
+/// A job to schedule: its id, when it is due, its payload and its resolved options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NewJob {
+    pub(crate) id: String,
+    pub(crate) when: When,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) spec: Spec,
+}
+
+/// Which jobs a claim takes: every kind (`None`, as `run` and `consume` do), or one.
+pub(crate) type KindFilter = Option<String>;
 
 /// What one claim returned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,22 +84,19 @@ pub(crate) struct Import {
     pub(crate) payload: Vec<u8>,
     /// `Some(death time)` for a dead job, `None` for a pending one.
     pub(crate) died_at: Option<u64>,
+    pub(crate) spec: Spec,
 }
 
 /// A store of jobs. See the module docs for the rules every implementation follows.
 pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
-    /// Creates the job unless the id exists; returns the outcome and the job's run_at.
-    fn schedule(
-        &self,
-        id: String,
-        when: When,
-        payload: Vec<u8>,
-    ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>>;
+    /// Creates the job, with its spec, unless the id exists; returns the outcome and the
+    /// job's run_at.
+    fn schedule(&self, job: NewJob) -> BoxFuture<'_, Result<(Scheduled, u64), Error>>;
 
     /// [`schedule`](Self::schedule) for many jobs in one atomic step, answers in order.
     fn schedule_many(
         &self,
-        jobs: Vec<(String, When, Vec<u8>)>,
+        jobs: Vec<NewJob>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>>;
 
     /// Writes each job exactly as given unless its id exists (pending, running or dead),
@@ -106,9 +118,11 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Jobs leased to consumers.
     fn running(&self) -> BoxFuture<'_, Result<u64, Error>>;
 
-    /// Leases up to `max` due jobs (redelivering expired leases, killing jobs out of
-    /// attempts) and reports the next due time.
-    fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>>;
+    /// Leases up to `max` due jobs of the kinds `kind` names (redelivering expired leases,
+    /// killing jobs out of their own attempts, each lease the job's own), highest priority
+    /// first, then earliest due, then by id; and reports the next due time among those
+    /// kinds. Jobs of other kinds are neither touched nor reported.
+    fn claim(&self, max: usize, kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>>;
 
     fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>>;
 
@@ -157,20 +171,21 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         error: String,
     ) -> BoxFuture<'_, Result<(Retry, u64), Error>>;
 
-    /// The per-state counters, whether claims are paused, and the earliest pending `run_at`
-    /// (the head of the due index): never a scan.
+    /// The per-state counters (in all and per kind), whether claims are paused, and the
+    /// earliest pending `run_at` (the head of the due index): never a scan.
     fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>>;
 
     /// Up to `limit` jobs in `state`, in that state's list order, after the position `after`
     /// (a job's `listed_at` and id; `core/state`), each with its own position: pending and
     /// by `(run_at, id)`, running by `(lease end, id)`, dead by `(death time, id)`
-    /// descending. A range read of one index: O(limit).
+    /// descending. A range read of one index: O(limit). With `kind`, only jobs of that kind.
     fn list(
         &self,
         state: JobState,
         after: Option<(u64, String)>,
         limit: usize,
         payloads: bool,
+        kind: KindFilter,
     ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>>;
 
     /// Makes a dead job pending again at `when`, its attempts counted from 0 and its last

@@ -10,10 +10,12 @@
 //!   settings, Redis its partitions and timeout) and the state machine's (lease,
 //!   attempts).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::core::error::Error;
-use crate::core::job::{MAX_PAYLOAD, MIN_LEASE};
+use crate::core::job::MAX_PAYLOAD;
+use crate::core::kind::{Defaults, JobOptions, Spec, MIN_LEASE};
 
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -21,6 +23,8 @@ pub(crate) struct Config {
     pub(crate) max_attempts: u32,
     pub(crate) max_payload: usize,
     pub(crate) backoff: (Duration, Duration),
+    /// Per-kind defaults ([`Builder::kind`](crate::Builder::kind)).
+    pub(crate) kinds: BTreeMap<String, JobOptions>,
     pub(crate) prefetch: usize,
     pub(crate) cache_size: usize,
     pub(crate) quick_repair: bool,
@@ -52,6 +56,7 @@ impl Default for Config {
             max_attempts: 5,
             max_payload: 1 << 20,
             backoff: (Duration::from_secs(1), Duration::from_secs(3600)),
+            kinds: BTreeMap::new(),
             prefetch: 64,
             cache_size: 64 << 20,
             quick_repair: true,
@@ -112,6 +117,27 @@ impl Config {
         }
         let mut c = self.clone();
         c.lease = c.lease.max(MIN_LEASE);
+        for (kind, options) in &c.kinds {
+            let resolved = c.defaults().resolve(&options.clone().of_kind(kind.clone()));
+            if let Err(e) = resolved {
+                return Err(Error::invalid_config_owned(format!("kind {kind:?}: {e}")));
+            }
+        }
         Ok(c)
+    }
+
+    /// What jobs' options resolve from: the queue's lease, attempts and backoff, and the
+    /// kinds' defaults.
+    pub(crate) fn defaults(&self) -> Defaults {
+        Defaults {
+            spec: Spec {
+                kind: String::new(),
+                priority: 0,
+                max_attempts: self.max_attempts,
+                backoff: self.backoff,
+                lease: self.lease,
+            },
+            kinds: self.kinds.clone(),
+        }
     }
 }

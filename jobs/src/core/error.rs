@@ -89,7 +89,6 @@ impl Error {
         }
     }
 
-    #[cfg(any(feature = "redis", feature = "postgres"))]
     pub(crate) fn invalid_config_owned(why: String) -> Self {
         Error {
             kind: Kind::InvalidConfig(why.into()),

@@ -14,23 +14,15 @@
 //!   front before any backend sees it: a failure costs one bounded string, whatever the
 //!   handler's error.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::core::error::Error;
+use crate::core::kind::Spec;
 
 /// The longest job id, in bytes.
 pub const MAX_ID_LEN: usize = 256;
-
-/// The shortest lease: [`Builder::lease`](crate::Builder::lease) raises a shorter
-/// (non-zero) one to this.
-///
-/// A lease starts when the store reads the claim that takes it, and the claim is committed
-/// (fsync'd, maybe behind a batch of other writes) before its jobs are handed out. A
-/// consumer never hands out a job whose lease may have ended, so a lease shorter than a
-/// commit would be spent waiting for that commit: the job dropped, its attempt gone. One
-/// second is far above a commit's time even on a slow disk.
-pub const MIN_LEASE: Duration = Duration::from_secs(1);
 
 /// The largest [`Builder::max_payload`](crate::Builder::max_payload): Redis's limit for one
 /// string, and well inside the embedded store's 4 GiB per value (and per log record).
@@ -131,6 +123,7 @@ pub struct JobInfo {
     attempt: u32,
     last_error: Option<String>,
     payload: Vec<u8>,
+    spec: Spec,
 }
 
 impl JobInfo {
@@ -142,6 +135,7 @@ impl JobInfo {
         attempt: u32,
         last_error: Option<String>,
         payload: Vec<u8>,
+        spec: Spec,
     ) -> JobInfo {
         JobInfo {
             id,
@@ -150,7 +144,29 @@ impl JobInfo {
             attempt,
             last_error,
             payload,
+            spec,
         }
+    }
+
+    /// The job's kind: `""` for a job scheduled without one.
+    pub fn kind(&self) -> &str {
+        &self.spec.kind
+    }
+
+    /// The job's priority: among due jobs, higher is claimed first.
+    pub fn priority(&self) -> i8 {
+        self.spec.priority
+    }
+
+    /// How many deliveries the job gets before it is dead (its own, resolved when it was
+    /// scheduled).
+    pub fn max_attempts(&self) -> u32 {
+        self.spec.max_attempts
+    }
+
+    /// What the job is stored with.
+    pub(crate) fn spec(&self) -> &Spec {
+        &self.spec
     }
 
     /// The job's id.
@@ -194,6 +210,8 @@ impl fmt::Debug for JobInfo {
         f.debug_struct("JobInfo")
             .field("id", &self.id)
             .field("state", &self.state)
+            .field("kind", &self.spec.kind)
+            .field("priority", &self.spec.priority)
             .field("run_at", &self.run_at())
             .field("attempt", &self.attempt)
             .field("last_error", &self.last_error)
@@ -223,6 +241,9 @@ pub struct Counts {
     /// The earliest `run_at` of a pending job (in the past if jobs are due and not yet
     /// claimed, say while paused); `None` if nothing is pending.
     pub next_due: Option<SystemTime>,
+    /// The same counts per kind, for every kind with a job in any state (`""` is the kind
+    /// of jobs scheduled without one), in kind order.
+    pub kinds: BTreeMap<String, KindCounts>,
 }
 
 impl Counts {
@@ -240,6 +261,41 @@ impl Counts {
             dead,
             paused,
             next_due: next_due.map(system_time),
+            kinds: BTreeMap::new(),
+        }
+    }
+
+    /// The snapshot with its per-kind counts (kinds with no job left out).
+    pub(crate) fn with_kinds(
+        mut self,
+        kinds: impl IntoIterator<Item = (String, KindCounts)>,
+    ) -> Counts {
+        self.kinds = kinds
+            .into_iter()
+            .filter(|(_, c)| c.pending + c.running + c.dead > 0)
+            .collect();
+        self
+    }
+}
+
+/// How many jobs of one kind are in each state, in [`Counts::kinds`](crate::Counts::kinds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KindCounts {
+    /// Jobs of the kind waiting for their `run_at`.
+    pub pending: u64,
+    /// Jobs of the kind leased to consumers.
+    pub running: u64,
+    /// Jobs of the kind out of attempts.
+    pub dead: u64,
+}
+
+impl KindCounts {
+    pub(crate) fn new(pending: u64, running: u64, dead: u64) -> KindCounts {
+        KindCounts {
+            pending,
+            running,
+            dead,
         }
     }
 }

@@ -29,6 +29,7 @@ pub struct ListOptions {
     limit: usize,
     after: Option<Cursor>,
     payloads: bool,
+    kind: Option<String>,
 }
 
 impl Default for ListOptions {
@@ -47,6 +48,7 @@ impl ListOptions {
             limit: 100,
             after: None,
             payloads: true,
+            kind: None,
         }
     }
 
@@ -70,6 +72,18 @@ impl ListOptions {
     pub fn payloads(&mut self, with: bool) -> &mut Self {
         self.payloads = with;
         self
+    }
+
+    /// Only jobs of `kind` (`""`: jobs scheduled without one). A cursor continues the
+    /// filtered list it came from.
+    pub fn kind(&mut self, kind: &str) -> &mut Self {
+        self.kind = Some(kind.to_owned());
+        self
+    }
+
+    /// The kind the listing is limited to ([`kind`](Self::kind)).
+    pub(crate) fn kind_filter(&self) -> Option<&str> {
+        self.kind.as_deref()
     }
 
     /// Whether pages carry payloads ([`payloads`](Self::payloads)).
@@ -271,7 +285,19 @@ mod tests {
     use super::*;
 
     fn info(id: &str) -> JobInfo {
-        JobInfo::new(id.to_owned(), JobState::Pending, 7, 0, None, Vec::new())
+        let spec = crate::core::config::Config::default()
+            .defaults()
+            .plain()
+            .clone();
+        JobInfo::new(
+            id.to_owned(),
+            JobState::Pending,
+            7,
+            0,
+            None,
+            Vec::new(),
+            spec,
+        )
     }
 
     fn cursor(state: JobState, at: u64, id: &str) -> Cursor {

@@ -6,6 +6,8 @@
 //! - [`error`]: the one error type, opaque with `is_*` queries.
 //! - [`job`]: what a caller sees of a job ([`When`](job::When), [`JobInfo`](job::JobInfo),
 //!   [`JobState`](job::JobState), [`Counts`](job::Counts)), the limits, time conversion.
+//! - [`kind`]: kinds and per-job options ([`JobOptions`](kind::JobOptions)), resolved into
+//!   the [`Spec`](kind::Spec) a job is stored with.
 //! - [`state`]: the state machine of one stored job, the one every backend applies.
 //! - [`recurrence`] and [`series`]: when a recurring series' occurrences fall, and what a
 //!   store does when one falls due.
@@ -16,6 +18,7 @@
 pub(crate) mod config;
 pub(crate) mod error;
 pub(crate) mod job;
+pub(crate) mod kind;
 pub(crate) mod list;
 pub(crate) mod recurrence;
 pub(crate) mod series;

@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::backend::embedded::Embedded;
 use crate::core::config::Config;
 use crate::core::error::Error;
+use crate::core::kind::JobOptions;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 use crate::core::wakeup::Wakeup;
 use crate::queue::JobQueue;
@@ -89,6 +90,26 @@ impl Builder {
     /// at most `max`, plus up to 25 % jitter.
     pub fn backoff(&mut self, first: Duration, max: Duration) -> &mut Self {
         self.config.backoff = (first, max);
+        self
+    }
+
+    /// The defaults of the jobs of `kind`: each option set in `options` applies to a job of
+    /// that kind that does not set it itself ([`JobQueue::schedule_with`]); the rest come from
+    /// this builder. The kind named inside `options`, if any, is ignored: `kind` names it.
+    /// Checked when the queue opens ([`Error::is_invalid_config`](crate::Error::is_invalid_config)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wheel_jobs::{JobOptions, JobQueue};
+    ///
+    /// let mut builder = JobQueue::builder();
+    /// builder
+    ///     .max_attempts(25)
+    ///     .kind("capture", JobOptions::new().max_attempts(3).priority(10))
+    ///     .kind("reminder", JobOptions::new().backoff(Duration::from_secs(60), Duration::from_secs(3600)));
+    /// ```
+    pub fn kind(&mut self, kind: &str, options: JobOptions) -> &mut Self {
+        self.config.kinds.insert(kind.to_owned(), options);
         self
     }
 

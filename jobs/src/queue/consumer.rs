@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use futures_core::Stream;
 
-use crate::backend::{BoxFuture, Claimed};
+use crate::backend::{BoxFuture, Claimed, KindFilter};
 use crate::core::error::Error;
 use crate::core::state;
 use crate::core::wakeup::Slot;
@@ -87,6 +87,7 @@ fn safety_wait(max: Duration, seed: u64) -> Duration {
 pub struct Consumer {
     inner: Arc<Hub>,
     slot: Arc<Slot>,
+    kind: KindFilter,
     /// Claimed jobs and when their lease ends on the local clock (`None`: beyond it).
     buffered: VecDeque<(Claimed, Option<Instant>)>,
     fetch: Option<Fetch>,
@@ -121,6 +122,7 @@ fn stop_if_closing(inner: &Hub, slot: &Slot) -> Result<(), Error> {
 pub(crate) async fn fetch(
     inner: Arc<Hub>,
     slot: Arc<Slot>,
+    kind: KindFilter,
     max: usize,
     errors: u32,
 ) -> Result<(Vec<Claimed>, Instant), Error> {
@@ -150,7 +152,7 @@ pub(crate) async fn fetch(
         stop_if_closing(&inner, &slot)?;
         slot.set(u64::MAX);
         let sent = Instant::now();
-        let batch = match inner.backend.claim(max).await {
+        let batch = match inner.backend.claim(max, kind.clone()).await {
             Ok(batch) => batch,
             Err(err) => {
                 slot.set(0);
@@ -181,11 +183,12 @@ pub(crate) async fn fetch(
 }
 
 impl Consumer {
-    pub(crate) fn new(inner: Arc<Hub>) -> Consumer {
+    pub(crate) fn new(inner: Arc<Hub>, kind: KindFilter) -> Consumer {
         let slot = Arc::new(inner.wakeup.register());
         Consumer {
             inner,
             slot,
+            kind,
             buffered: VecDeque::new(),
             fetch: None,
             errors: 0,
@@ -222,6 +225,7 @@ impl Stream for Consumer {
                 Box::pin(fetch(
                     this.inner.clone(),
                     this.slot.clone(),
+                    this.kind.clone(),
                     max,
                     this.errors,
                 ))
@@ -231,9 +235,10 @@ impl Stream for Consumer {
             match result {
                 Ok((jobs, sent)) => {
                     this.errors = 0;
-                    let lease_end = sent.checked_add(this.inner.config.lease);
-                    this.buffered
-                        .extend(jobs.into_iter().map(|job| (job, lease_end)));
+                    this.buffered.extend(jobs.into_iter().map(|job| {
+                        let lease_end = sent.checked_add(job.spec.lease);
+                        (job, lease_end)
+                    }));
                 }
                 Err(err) if err.is_closed() => this.done = true,
                 Err(err) => {
@@ -266,15 +271,13 @@ mod tests {
     impl Backend for Unreachable {
         fn schedule(
             &self,
-            _: String,
-            _: When,
-            _: Vec<u8>,
+            _: crate::backend::NewJob,
         ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
             down()
         }
         fn schedule_many(
             &self,
-            _: Vec<(String, When, Vec<u8>)>,
+            _: Vec<crate::backend::NewJob>,
         ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
             down()
         }
@@ -299,7 +302,7 @@ mod tests {
         fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
             down()
         }
-        fn claim(&self, _: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+        fn claim(&self, _: usize, _: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
             self.claims.fetch_add(1, SeqCst);
             down()
         }
@@ -359,6 +362,7 @@ mod tests {
             _: Option<(u64, String)>,
             _: usize,
             _: bool,
+            _: KindFilter,
         ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
             down()
         }

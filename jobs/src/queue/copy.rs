@@ -135,7 +135,11 @@ impl JobQueue {
         let max = to.inner.config.max_payload;
         let mut after = None;
         loop {
-            let page = self.inner.backend.list(state, after, PAGE, true).await?;
+            let page = self
+                .inner
+                .backend
+                .list(state, after, PAGE, true, None)
+                .await?;
             // Until a page comes back empty: a short page proves nothing on a backend that
             // merges partitions.
             let Some((at, last)) = page.last() else {
@@ -164,6 +168,7 @@ impl JobQueue {
                     attempt: job.attempt(),
                     last_error: job.last_error().map(str::to_owned),
                     payload: job.payload().to_vec(),
+                    spec: job.spec().clone(),
                 });
             }
             let earliest = jobs

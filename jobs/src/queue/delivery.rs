@@ -98,6 +98,16 @@ impl Delivery {
         &self.job.payload
     }
 
+    /// The job's kind: `""` for a job scheduled without one.
+    pub fn kind(&self) -> &str {
+        &self.job.spec.kind
+    }
+
+    /// The job's priority (higher is claimed first among due jobs).
+    pub fn priority(&self) -> i8 {
+        self.job.spec.priority
+    }
+
     /// 1 on the first delivery, then one more per redelivery or retry.
     pub fn attempt(&self) -> u32 {
         self.job.attempt

@@ -21,6 +21,7 @@ use tokio::sync::Notify;
 
 use crate::backend::Backend;
 use crate::core::config::Config;
+use crate::core::kind::Defaults;
 use crate::core::wakeup::Wakeup;
 use crate::queue::metrics::Metrics;
 
@@ -29,6 +30,8 @@ use crate::queue::metrics::Metrics;
 pub(crate) struct Hub {
     pub(crate) backend: Box<dyn Backend>,
     pub(crate) config: Config,
+    /// What jobs' options resolve from (the config's, computed once).
+    pub(crate) defaults: Defaults,
     pub(crate) wakeup: Arc<Wakeup>,
     pub(crate) drain: Drain,
     pub(crate) metrics: Metrics,
@@ -38,6 +41,7 @@ impl Hub {
     pub(crate) fn new(backend: Box<dyn Backend>, config: Config, wakeup: Arc<Wakeup>) -> Hub {
         Hub {
             metrics: Metrics::new(&config.name),
+            defaults: config.defaults(),
             backend,
             config,
             wakeup,

@@ -27,10 +27,11 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, NewJob};
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::{check_id, check_payload, Counts, JobInfo, JobState, Scheduled, When};
+use crate::core::kind::{JobOptions, Spec};
 use crate::core::list::{ListOptions, Page};
 use crate::core::wakeup::Wakeup;
 use crate::queue::consumer::Consumer;
@@ -109,11 +110,69 @@ impl JobQueue {
         check_id(id)?;
         let payload = payload.into();
         check_payload(&payload, self.inner.config.max_payload)?;
-        let (outcome, run_at) = self
-            .inner
-            .backend
-            .schedule(id.to_owned(), when.into(), payload)
-            .await?;
+        let spec = self.inner.defaults.plain().clone();
+        self.schedule_spec(id, when.into(), payload, spec).await
+    }
+
+    /// [`schedule`](Self::schedule) with options: the job's kind, priority, attempts,
+    /// backoff and lease. Options left unset come from the kind's defaults
+    /// ([`Builder::kind`](crate::Builder::kind)), then from the queue's; the result is stored
+    /// with the job.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wheel_jobs::{JobOptions, Scheduled};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-schedule-with-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// # let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// let capture = JobOptions::kind("capture").priority(10).max_attempts(3);
+    /// let outcome = queue.schedule_with("capture:order-42", Duration::ZERO, "42", &capture).await?;
+    /// assert_eq!(outcome, Scheduled::Created);
+    /// let job = queue.get("capture:order-42").await?.expect("stored");
+    /// assert_eq!((job.kind(), job.priority()), ("capture", 10));
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule`](Self::schedule), and [`Error::is_invalid_input`] for a kind longer
+    /// than [`MAX_KIND_LEN`](crate::MAX_KIND_LEN) bytes or with a control character,
+    /// `max_attempts` 0 or a zero lease.
+    pub async fn schedule_with(
+        &self,
+        id: &str,
+        when: impl Into<When>,
+        payload: impl Into<Vec<u8>>,
+        options: &JobOptions,
+    ) -> Result<Scheduled, Error> {
+        check_id(id)?;
+        let payload = payload.into();
+        check_payload(&payload, self.inner.config.max_payload)?;
+        let spec = self.inner.defaults.resolve(options)?;
+        self.schedule_spec(id, when.into(), payload, spec).await
+    }
+
+    async fn schedule_spec(
+        &self,
+        id: &str,
+        when: When,
+        payload: Vec<u8>,
+        spec: Spec,
+    ) -> Result<Scheduled, Error> {
+        let job = NewJob {
+            id: id.to_owned(),
+            when,
+            payload,
+            spec,
+        };
+        let (outcome, run_at) = self.inner.backend.schedule(job).await?;
         if outcome == Scheduled::Created {
             self.inner.metrics.scheduled(1);
             self.inner.wakeup.due_at(run_at);
@@ -158,13 +217,54 @@ impl JobQueue {
         W: Into<When>,
         P: Into<Vec<u8>>,
     {
+        let spec = self.inner.defaults.plain().clone();
+        self.schedule_many_spec(jobs, spec).await
+    }
+
+    /// [`schedule_many`](Self::schedule_many) with the same options for every job (see
+    /// [`schedule_with`](Self::schedule_with)).
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule_many`](Self::schedule_many) and [`schedule_with`](Self::schedule_with).
+    pub async fn schedule_many_with<I, S, W, P>(
+        &self,
+        jobs: I,
+        options: &JobOptions,
+    ) -> Result<Vec<Scheduled>, Error>
+    where
+        I: IntoIterator<Item = (S, W, P)>,
+        S: Into<String>,
+        W: Into<When>,
+        P: Into<Vec<u8>>,
+    {
+        let spec = self.inner.defaults.resolve(options)?;
+        self.schedule_many_spec(jobs, spec).await
+    }
+
+    async fn schedule_many_spec<I, S, W, P>(
+        &self,
+        jobs: I,
+        spec: Spec,
+    ) -> Result<Vec<Scheduled>, Error>
+    where
+        I: IntoIterator<Item = (S, W, P)>,
+        S: Into<String>,
+        W: Into<When>,
+        P: Into<Vec<u8>>,
+    {
         let max = self.inner.config.max_payload;
         let mut batch = Vec::new();
         for (id, when, payload) in jobs {
             let (id, payload) = (id.into(), payload.into());
             check_id(&id)?;
             check_payload(&payload, max)?;
-            batch.push((id, when.into(), payload));
+            batch.push(NewJob {
+                id,
+                when: when.into(),
+                payload,
+                spec: spec.clone(),
+            });
         }
         if batch.is_empty() {
             return Ok(Vec::new());
@@ -338,8 +438,9 @@ impl JobQueue {
         let after = after.map(|(at, id)| (at, id.to_owned()));
         // One more than the page: whether a next page exists.
         let payloads = options.with_payloads();
+        let kind = options.kind_filter().map(str::to_owned);
         let jobs = (self.inner.backend)
-            .list(state, after, limit + 1, payloads)
+            .list(state, after, limit + 1, payloads, kind)
             .await?;
         Ok(Page::new(state, limit, jobs))
     }
@@ -582,12 +683,86 @@ impl JobQueue {
             concurrency > 0,
             "wheel-jobs: run needs a concurrency of at least 1"
         );
-        worker::run(self.inner.clone(), concurrency, handler)
+        worker::run(self.inner.clone(), None, concurrency, handler)
+    }
+
+    /// [`run`](Self::run) for the jobs of one kind: claims only jobs of `kind`, at most
+    /// `concurrency` at once. Jobs of other kinds are left to the workers that handle them
+    /// (a kind no worker handles stays pending, counted in [`Counts::kinds`]). Run one per
+    /// kind a process handles, each with its own cap; the kind `""` is the jobs scheduled
+    /// without one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wheel_jobs::JobOptions;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-run-kind-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// queue.schedule_with("rate:7", Duration::ZERO, "5", &JobOptions::kind("rate")).await?;
+    /// queue.schedule_with("remind:7", Duration::ZERO, "", &JobOptions::kind("remind")).await?;
+    /// let (done, mut ran) = tokio::sync::mpsc::unbounded_channel();
+    /// let worker = queue.clone();
+    /// tokio::spawn(async move {
+    ///     worker.run_kind("rate", 4, move |job| {
+    ///         let done = done.clone();
+    ///         async move {
+    ///             done.send(job.id().to_owned()).ok();
+    ///             Ok::<(), std::io::Error>(())
+    ///         }
+    ///     }).await
+    /// });
+    /// assert_eq!(ran.recv().await.as_deref(), Some("rate:7"));
+    /// // Nobody handles "remind" here: it stays pending.
+    /// assert_eq!(queue.counts().await?.kinds["remind"].pending, 1);
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run).
+    ///
+    /// # Panics
+    ///
+    /// Panics if `concurrency` is 0.
+    #[track_caller]
+    pub fn run_kind<F, Fut, E>(
+        &self,
+        kind: &str,
+        concurrency: usize,
+        handler: F,
+    ) -> impl Future<Output = Result<(), Error>> + Send
+    where
+        F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        assert!(
+            concurrency > 0,
+            "wheel-jobs: run_kind needs a concurrency of at least 1"
+        );
+        worker::run(
+            self.inner.clone(),
+            Some(kind.to_owned()),
+            concurrency,
+            handler,
+        )
     }
 
     /// A stream of due jobs, each leased to the receiver. See [`Consumer`].
     pub fn consume(&self) -> Consumer {
-        Consumer::new(self.inner.clone())
+        Consumer::new(self.inner.clone(), None)
+    }
+
+    /// [`consume`](Self::consume) for the jobs of one kind only.
+    pub fn consume_kind(&self, kind: &str) -> Consumer {
+        Consumer::new(self.inner.clone(), Some(kind.to_owned()))
     }
 
     /// Stops claiming (every consumer stream ends once its buffer is empty), waits for the

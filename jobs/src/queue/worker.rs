@@ -30,13 +30,13 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::backend::Claimed;
+use crate::backend::{Claimed, KindFilter};
 use crate::core::error::{panic_message, Error};
 use crate::core::job::capped_error;
 use crate::queue::consumer::{fetch, Fetch};
@@ -70,13 +70,14 @@ async fn handle<F, Fut, E>(
     E: fmt::Display + Send + 'static,
 {
     let (id, token, attempt) = (job.id.clone(), job.token, job.attempt);
+    let (job_backoff, lease) = (job.spec.backoff, job.spec.lease);
     let renewal = Arc::new(Renewal::default());
     let delivery = Delivery::new(inner.clone(), job, Some(renewal.clone()));
     let started = Instant::now();
     let outcome = match catch_unwind(AssertUnwindSafe(|| handler(delivery))) {
         Ok(future) => {
             let run = in_handler(CatchUnwind(Box::pin(future)));
-            keep_leased(&inner, &id, token, &renewal, run).await
+            keep_leased(&inner, &id, token, lease, &renewal, run).await
         }
         Err(panic) => Err(panic),
     };
@@ -93,7 +94,7 @@ async fn handle<F, Fut, E>(
         Ok(Err(err)) => capped_error(err),
         Err(panic) => capped_error(format_args!("panicked: {}", panic_message(&*panic))),
     };
-    let (first, max) = inner.config.backoff;
+    let (first, max) = job_backoff;
     let after = backoff(first, max, attempt, token);
     tracing::warn!(job = %id, attempt, error = %failure, retry_in = ?after, "wheel-jobs: job failed");
     if let Err(err) = retry(&inner, &id, token, after, Some(failure)).await {
@@ -112,11 +113,11 @@ async fn keep_leased<T>(
     inner: &Hub,
     id: &str,
     token: u64,
+    lease: Duration,
     renewal: &Renewal,
     run: impl Future<Output = T>,
 ) -> T {
     let timer = inner.config.timer();
-    let lease = inner.config.lease;
     tokio::pin!(run);
     loop {
         tokio::select! {
@@ -164,9 +165,10 @@ async fn keep_leased<T>(
 }
 
 /// The loop behind [`JobQueue::run`](crate::JobQueue::run) (see its docs), on `inner`'s
-/// store; `concurrency` is at least 1.
+/// store, claiming the jobs of the kinds `kind` names; `concurrency` is at least 1.
 pub(crate) async fn run<F, Fut, E>(
     inner: Arc<Hub>,
+    kind: KindFilter,
     concurrency: usize,
     handler: F,
 ) -> Result<(), Error>
@@ -191,7 +193,13 @@ where
                 held.push(permit);
             }
             if !held.is_empty() {
-                let fetching = fetch(inner.clone(), slot.clone(), held.len(), unavailable);
+                let fetching = fetch(
+                    inner.clone(),
+                    slot.clone(),
+                    kind.clone(),
+                    held.len(),
+                    unavailable,
+                );
                 claim = Some(Box::pin(fetching));
             }
         }

@@ -40,7 +40,7 @@ use std::time::Duration;
 use redb::DatabaseError;
 use tokio::sync::oneshot;
 
-use crate::backend::{Backend, BoxFuture, ClaimBatch, Import};
+use crate::backend::{Backend, BoxFuture, ClaimBatch, Import, KindFilter, NewJob};
 use crate::core::config::Config;
 use crate::core::error::{panic_message, Error};
 use crate::core::job::{self, JobInfo, JobState, Scheduled, When};
@@ -326,12 +326,10 @@ impl Embedded {
 }
 
 impl Backend for Embedded {
-    fn schedule(
-        &self,
-        id: String,
-        when: When,
-        payload: Vec<u8>,
-    ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
+    fn schedule(&self, job: NewJob) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
+        let NewJob {
+            id, when, payload, ..
+        } = job;
         Box::pin(async move {
             expect_reply!(self.call(Op::Schedule { id, when, payload }).await?, Reply::Scheduled(s, at) => (s, at))
         })
@@ -339,8 +337,12 @@ impl Backend for Embedded {
 
     fn schedule_many(
         &self,
-        jobs: Vec<(String, When, Vec<u8>)>,
+        jobs: Vec<NewJob>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
+        let jobs = jobs
+            .into_iter()
+            .map(|j| (j.id, j.when, j.payload))
+            .collect();
         Box::pin(async move {
             expect_reply!(self.call(Op::ScheduleMany { jobs }).await?, Reply::ScheduledMany(v) => v)
         })
@@ -389,7 +391,7 @@ impl Backend for Embedded {
         })
     }
 
-    fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+    fn claim(&self, max: usize, _kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(async move {
             expect_reply!(self.call(Op::Claim { max }).await?, Reply::Claimed(c) => c)
         })
@@ -493,6 +495,7 @@ impl Backend for Embedded {
         after: Option<(u64, String)>,
         limit: usize,
         payloads: bool,
+        _kind: KindFilter,
     ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
         Box::pin(async move {
             let op = Op::List {

@@ -94,6 +94,7 @@ impl Store {
                     attempt: job.attempt,
                     run_at: job.run_at,
                     token,
+                    spec: self.plain.clone(),
                 });
             }
         }

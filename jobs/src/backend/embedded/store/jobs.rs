@@ -10,6 +10,7 @@ use crate::backend::embedded::record::Record;
 use crate::backend::Import;
 use crate::core::error::Error;
 use crate::core::job::{self, add, JobInfo, JobState, Scheduled, When};
+use crate::core::kind::Spec;
 use crate::core::state::{Machine, Retry, Status, Tally};
 
 /// What an operation answers, and whether it changed anything (an unchanged batch is
@@ -130,8 +131,8 @@ pub(super) fn reschedule(
     }
 }
 
-pub(super) fn get(t: &Tables<'_>, id: String) -> Outcome {
-    let info = t.load(&id)?.map(|stored| stored.info(id));
+pub(super) fn get(t: &Tables<'_>, id: String, plain: &Spec) -> Outcome {
+    let info = t.load(&id)?.map(|stored| stored.info(id, plain.clone()));
     Ok((Reply::Info(info), false))
 }
 
@@ -303,6 +304,7 @@ pub(super) fn list(
     after: Option<(u64, String)>,
     limit: usize,
     payloads: bool,
+    plain: &Spec,
 ) -> Outcome {
     use std::ops::Bound::{Excluded, Unbounded};
     let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
@@ -325,7 +327,7 @@ pub(super) fn list(
             )));
         };
         if state(stored.job.status) == wanted {
-            out.push((at, stored.info(id.to_owned())));
+            out.push((at, stored.info(id.to_owned(), plain.clone())));
         }
     }
     Ok((Reply::Listed(out), false))

@@ -46,6 +46,7 @@ use super::wal::Wal;
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::nanos;
+use crate::core::kind::Spec;
 use crate::core::state::{self, Tally};
 
 mod claim;
@@ -91,6 +92,8 @@ pub(crate) struct Store {
     paused: bool,
     lease: Duration,
     max_attempts: u32,
+    /// The spec of a job scheduled without options.
+    plain: Spec,
     quick_repair: bool,
     seed: u64,
     issued: u64,
@@ -184,6 +187,7 @@ impl Store {
             paused,
             lease: config.lease,
             max_attempts: config.max_attempts,
+            plain: config.defaults().plain().clone(),
             quick_repair: config.quick_repair,
             seed: state::mix(seed),
             issued: 0,

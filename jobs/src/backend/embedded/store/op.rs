@@ -136,7 +136,7 @@ impl Store {
             Op::Import { jobs } => jobs::import(t, counts, jobs),
             Op::Cancel { id } => jobs::cancel(t, counts, &id),
             Op::Reschedule { id, when } => jobs::reschedule(t, counts, now, &id, when),
-            Op::Get { id } => jobs::get(t, id),
+            Op::Get { id } => jobs::get(t, id, &self.plain),
             Op::Claim { max } => {
                 let (batch, changed) = self.claim(t, counts, now, max)?;
                 Ok((Reply::Claimed(batch), changed))
@@ -160,7 +160,7 @@ impl Store {
                 after,
                 limit,
                 payloads,
-            } => jobs::list(t, state, after, limit, payloads),
+            } => jobs::list(t, state, after, limit, payloads, &self.plain),
             Op::SetRecurring {
                 name,
                 rule,

@@ -7,6 +7,7 @@ use crate::backend::embedded::record::Record;
 use crate::backend::embedded::wal;
 use crate::core::error::Error;
 use crate::core::job::{JobInfo, JobState};
+use crate::core::kind::Spec;
 use crate::core::state::{Machine, Status, Tally};
 
 pub(super) const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
@@ -71,7 +72,7 @@ impl Stored {
         }
     }
 
-    pub(super) fn info(self, id: String) -> JobInfo {
+    pub(super) fn info(self, id: String, spec: Spec) -> JobInfo {
         let Stored {
             job,
             error,
@@ -84,6 +85,7 @@ impl Stored {
             job.attempt,
             error,
             payload,
+            spec,
         )
     }
 }

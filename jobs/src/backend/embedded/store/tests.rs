@@ -457,6 +457,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     j.attempt,
                     j.error.clone(),
                     j.payload.clone(),
+                    store.plain.clone(),
                 )
             });
             prop_assert_eq!(reply, Reply::Info(expect));

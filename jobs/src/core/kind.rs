@@ -1,0 +1,249 @@
+//! Kinds and per-job options: [`JobOptions`] (what a caller asks for, per job or per kind)
+//! and [`Spec`] (what a job is stored with, every option resolved).
+//!
+//! # Ground rules
+//!
+//! - Options resolve once, at schedule time: the job's own, else its kind's defaults
+//!   ([`Builder::kind`](crate::Builder::kind)), else the queue's. The result is stored on the
+//!   job, so changing a default never changes a job already scheduled (River and Oban do the
+//!   same).
+//! - A kind is 0 to [`MAX_KIND_LEN`] bytes with no control character; `""` is the kind of
+//!   every job scheduled without one. Priorities are `i8`, higher first, 0 by default.
+//! - A resolved lease is at least [`MIN_LEASE`], as the builder's is.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::core::error::Error;
+
+/// The longest kind name, in bytes.
+pub const MAX_KIND_LEN: usize = 64;
+
+/// The shortest lease: [`Builder::lease`](crate::Builder::lease) raises a shorter
+/// (non-zero) one to this.
+///
+/// A lease starts when the store reads the claim that takes it, and the claim is committed
+/// (fsync'd, maybe behind a batch of other writes) before its jobs are handed out. A
+/// consumer never hands out a job whose lease may have ended, so a lease shorter than a
+/// commit would be spent waiting for that commit: the job dropped, its attempt gone. One
+/// second is far above a commit's time even on a slow disk.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+
+/// Options for one job, or the defaults of one kind: its kind, priority, attempts, backoff
+/// and lease. Each unset option comes from the kind's defaults
+/// ([`Builder::kind`](crate::Builder::kind)), then from the queue's builder.
+///
+/// The options are resolved when the job is scheduled and stored with it: changing a
+/// default later does not change a job already scheduled.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use wheel_jobs::JobOptions;
+///
+/// let capture = JobOptions::kind("capture")
+///     .priority(10)
+///     .max_attempts(3)
+///     .backoff(Duration::from_secs(5), Duration::from_secs(60))
+///     .lease(Duration::from_secs(120));
+/// assert_eq!(capture.kind_name(), Some("capture"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobOptions {
+    kind: Option<String>,
+    priority: Option<i8>,
+    max_attempts: Option<u32>,
+    backoff: Option<(Duration, Duration)>,
+    lease: Option<Duration>,
+}
+
+impl JobOptions {
+    /// No option set: every one comes from the defaults.
+    pub fn new() -> JobOptions {
+        JobOptions::default()
+    }
+
+    /// Options for a job of `kind` (the kind's defaults fill in the rest).
+    pub fn kind(kind: impl Into<String>) -> JobOptions {
+        JobOptions {
+            kind: Some(kind.into()),
+            ..JobOptions::default()
+        }
+    }
+
+    /// The same options for a job of `kind`.
+    pub fn of_kind(mut self, kind: impl Into<String>) -> JobOptions {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Among due jobs, higher priorities are claimed first (default 0).
+    pub fn priority(mut self, priority: i8) -> JobOptions {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Deliveries before the job is dead (at least 1).
+    pub fn max_attempts(mut self, attempts: u32) -> JobOptions {
+        self.max_attempts = Some(attempts);
+        self
+    }
+
+    /// The retry delay after a failed attempt: `first`, doubling per attempt, at most `max`.
+    pub fn backoff(mut self, first: Duration, max: Duration) -> JobOptions {
+        self.backoff = Some((first, max));
+        self
+    }
+
+    /// How long a delivery is leased before it is redelivered (non-zero; raised to
+    /// [`MIN_LEASE`]).
+    pub fn lease(mut self, lease: Duration) -> JobOptions {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The kind these options name, if any.
+    pub fn kind_name(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+}
+
+/// What a job is stored with: its kind and every option resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Spec {
+    pub(crate) kind: String,
+    pub(crate) priority: i8,
+    pub(crate) max_attempts: u32,
+    /// The retry delay: first, doubling per attempt, at most the second.
+    pub(crate) backoff: (Duration, Duration),
+    pub(crate) lease: Duration,
+}
+
+/// The defaults a [`Spec`] resolves from: the queue's own and its kinds'.
+#[derive(Debug, Clone)]
+pub(crate) struct Defaults {
+    pub(crate) spec: Spec,
+    pub(crate) kinds: BTreeMap<String, JobOptions>,
+}
+
+impl Defaults {
+    /// The spec of a job scheduled with `options`: the job's own options, else its kind's,
+    /// else the queue's; or why the options cannot be used.
+    pub(crate) fn resolve(&self, options: &JobOptions) -> Result<Spec, Error> {
+        let kind = options.kind.clone().unwrap_or_default();
+        check_kind(&kind)?;
+        let of_kind = self.kinds.get(&kind);
+        // The job's own option, else its kind's, else the queue's.
+        macro_rules! pick {
+            ($field:ident) => {
+                options
+                    .$field
+                    .or_else(|| of_kind.and_then(|o| o.$field))
+                    .unwrap_or(self.spec.$field)
+            };
+        }
+        let spec = Spec {
+            priority: pick!(priority),
+            max_attempts: pick!(max_attempts),
+            backoff: pick!(backoff),
+            lease: pick!(lease),
+            kind,
+        };
+        check_spec(spec)
+    }
+
+    /// The spec of a job scheduled without options (kind `""`).
+    pub(crate) fn plain(&self) -> &Spec {
+        &self.spec
+    }
+}
+
+/// `Ok` if `kind` is a valid kind: at most [`MAX_KIND_LEN`] bytes, no control character.
+pub(crate) fn check_kind(kind: &str) -> Result<(), Error> {
+    if kind.len() > MAX_KIND_LEN {
+        return Err(Error::invalid_input(format!(
+            "a kind is at most {MAX_KIND_LEN} bytes, this one {}",
+            kind.len()
+        )));
+    }
+    if kind.chars().any(char::is_control) {
+        return Err(Error::invalid_input(
+            "a kind must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// `spec` with its lease raised to [`MIN_LEASE`], or why it cannot be used.
+pub(crate) fn check_spec(mut spec: Spec) -> Result<Spec, Error> {
+    if spec.max_attempts == 0 {
+        return Err(Error::invalid_input("max_attempts must be at least 1"));
+    }
+    if spec.lease.is_zero() {
+        return Err(Error::invalid_input("the lease must not be zero"));
+    }
+    spec.lease = spec.lease.max(MIN_LEASE);
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> Defaults {
+        let mut kinds = BTreeMap::new();
+        kinds.insert(
+            "capture".to_owned(),
+            JobOptions::new().max_attempts(3).priority(5),
+        );
+        Defaults {
+            spec: Spec {
+                kind: String::new(),
+                priority: 0,
+                max_attempts: 25,
+                backoff: (Duration::from_secs(1), Duration::from_secs(60)),
+                lease: Duration::from_secs(30),
+            },
+            kinds,
+        }
+    }
+
+    #[test]
+    fn a_job_beats_its_kind_and_its_kind_beats_the_queue() {
+        let d = defaults();
+        let plain = d.resolve(&JobOptions::new()).unwrap();
+        assert_eq!(&plain, d.plain());
+        let capture = d.resolve(&JobOptions::kind("capture")).unwrap();
+        assert_eq!((capture.max_attempts, capture.priority), (3, 5));
+        assert_eq!(capture.lease, Duration::from_secs(30));
+        let own = d
+            .resolve(&JobOptions::kind("capture").priority(-3).max_attempts(7))
+            .unwrap();
+        assert_eq!((own.max_attempts, own.priority), (7, -3));
+        let other = d.resolve(&JobOptions::kind("remind")).unwrap();
+        assert_eq!((other.kind.as_str(), other.max_attempts), ("remind", 25));
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        let d = defaults();
+        for bad in [
+            JobOptions::new().max_attempts(0),
+            JobOptions::new().lease(Duration::ZERO),
+            JobOptions::kind("x".repeat(MAX_KIND_LEN + 1)),
+            JobOptions::kind("a\nb"),
+            JobOptions::kind("nul\0"),
+        ] {
+            let err = d.resolve(&bad).unwrap_err();
+            assert!(err.is_invalid_input(), "{bad:?}: {err}");
+        }
+        let short = d
+            .resolve(&JobOptions::new().lease(Duration::from_millis(1)))
+            .unwrap();
+        assert_eq!(short.lease, MIN_LEASE);
+        assert!(d
+            .resolve(&JobOptions::kind("x".repeat(MAX_KIND_LEN)))
+            .is_ok());
+    }
+}
