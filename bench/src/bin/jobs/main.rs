@@ -10,6 +10,13 @@
 //! cargo run --release -p wheel-bench --bin jobs -- --postgres postgres://postgres@127.0.0.1:5432/postgres --hold-snapshot 60
 //! ```
 //!
+//! `--kinds` measures what kinds and priorities cost against the plain path instead
+//! (`kinds.rs`), on the embedded store or the `--redis` / `--postgres` URL given:
+//!
+//! ```text
+//! cargo run --release -p wheel-bench --bin jobs -- --kinds [--n 20000 --rounds 3]
+//! ```
+//!
 //! `--postgres URL` runs the phases of the PostgreSQL benchmark instead, the ones the
 //! graphile-worker and pg-boss harnesses in `bench/peers/` run (`postgres.rs` lists them).
 //!
@@ -41,6 +48,7 @@ use std::time::{Duration, Instant, SystemTime};
 use clap::Parser;
 use wheel_jobs::JobQueue;
 
+mod kinds;
 mod postgres;
 
 /// Throughput and lateness of the job store (see the module docs for what each phase does).
@@ -60,9 +68,16 @@ struct Args {
     /// Measure the PostgreSQL phases (`postgres.rs`) on the server at this URL.
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
-    /// With `--postgres`: jobs per phase.
+    /// With `--postgres` or `--kinds`: jobs per phase.
     #[arg(long, value_name = "N", default_value_t = 20_000)]
     n: usize,
+    /// Measure instead what kinds and priorities cost against the plain path (`kinds.rs`),
+    /// on the embedded store, or on `--redis URL` or `--postgres URL`.
+    #[arg(long)]
+    kinds: bool,
+    /// With `--kinds`: rounds, each running the three variants in turn.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    rounds: usize,
     /// With `--postgres`: measure only deliveries + acks/s before, during and after a
     /// REPEATABLE READ transaction held open this many seconds in another session.
     #[arg(long, value_name = "SECS")]
@@ -488,6 +503,17 @@ async fn main() {
         println!("ready");
         schedules(&queue, 64, usize::MAX / 128).await;
         return;
+    }
+    if args.kinds {
+        let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()))
+            .expect("a temporary directory");
+        let (place, concurrency) = match (&args.redis, &args.postgres) {
+            (Some(url), _) => (kinds::Place::Redis(url.clone()), 50),
+            (None, Some(url)) => (kinds::Place::Postgres(url.clone()), 50),
+            (None, None) => (kinds::Place::Embedded(dir.path().to_owned()), 256),
+        };
+        let concurrency = args.concurrency.unwrap_or(concurrency);
+        return kinds::measure(place, args.n, args.rounds, concurrency).await;
     }
     if let Some(url) = &args.postgres {
         return match args.hold_snapshot {

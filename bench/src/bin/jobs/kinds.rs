@@ -1,0 +1,228 @@
+//! `--kinds`: what kinds and priorities cost against the plain path, on the backend the
+//! other flags name (the embedded store by default, `--redis URL`, `--postgres URL`), with N
+//! jobs per phase (`--n`) over R rounds (`--rounds`), the three variants alternated within
+//! each round so the machine's noise falls on all of them alike:
+//!
+//! - `plain`: N due jobs through `schedule_many`, drained by one `run(c)`;
+//! - `priorities`: the same jobs at priorities -1, 0 and 1 (`schedule_many_with`), drained
+//!   by one `run(c)`, which claims the highest level first;
+//! - `kinds`: the same jobs spread over four kinds and the three priorities, drained by four
+//!   `run_kind(kind, c / 4)` workers.
+//!
+//! Each phase first times N / 5 single schedules with 64 in flight (`schedule` for `plain`,
+//! `schedule_with` with a kind and a priority for the others), due in an hour, then the
+//! drain: deliveries + acks per second until the handlers saw N jobs and the queue's counts
+//! show none left. Prints every round, then the medians and each variant's ratio to
+//! `plain`.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use wheel_jobs::{JobOptions, JobQueue};
+
+use super::unique;
+
+/// Where the queues of the phases live.
+pub enum Place {
+    Embedded(std::path::PathBuf),
+    Redis(String),
+    Postgres(String),
+}
+
+const KINDS: [&str; 4] = ["rate", "remind", "capture", "digest"];
+const PRIORITIES: [i8; 3] = [-1, 0, 1];
+const PAYLOAD: &[u8] = b"payload-16-bytes";
+const CHUNK: usize = 10_000;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Plain,
+    Priorities,
+    Kinds,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Plain => "plain",
+            Variant::Priorities => "priorities",
+            Variant::Kinds => "kinds",
+        }
+    }
+
+    /// The options job `i` is scheduled with (`None`: the plain `schedule`).
+    fn options(self, i: usize) -> Option<JobOptions> {
+        let priority = PRIORITIES[i % PRIORITIES.len()];
+        match self {
+            Variant::Plain => None,
+            Variant::Priorities => Some(JobOptions::new().priority(priority)),
+            Variant::Kinds => {
+                Some(JobOptions::kind(KINDS[(i / 3) % KINDS.len()]).priority(priority))
+            }
+        }
+    }
+}
+
+async fn open(place: &Place, phase: &str) -> JobQueue {
+    match place {
+        Place::Embedded(dir) => {
+            let path = dir.join(format!("{}.redb", unique(phase)));
+            JobQueue::open(path).await.expect("open")
+        }
+        Place::Redis(url) => JobQueue::builder()
+            .redis(url, &unique(phase))
+            .await
+            .expect("redis"),
+        Place::Postgres(url) => JobQueue::builder()
+            .postgres_schema("wheel_bench_kinds")
+            .postgres(url, &unique(phase))
+            .await
+            .expect("postgres"),
+    }
+}
+
+/// Single schedules of `n` jobs, 64 in flight, due in an hour: jobs per second.
+async fn schedules(queue: &JobQueue, variant: Variant, n: usize) -> f64 {
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (queue, next) = (queue.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Relaxed);
+                    if i >= n {
+                        return;
+                    }
+                    let id = format!("single-{i:08}");
+                    let hour = Duration::from_secs(3600);
+                    let done = match variant.options(i) {
+                        None => queue.schedule(&id, hour, PAYLOAD).await,
+                        Some(o) => queue.schedule_with(&id, hour, PAYLOAD, &o).await,
+                    };
+                    done.expect("schedule");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("scheduler");
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Loads `n` due jobs, grouped by their options into `schedule_many(_with)` calls.
+async fn load(queue: &JobQueue, variant: Variant, n: usize) {
+    let now = SystemTime::now();
+    for base in (0..n).step_by(CHUNK) {
+        let ids: Vec<usize> = (base..(base + CHUNK).min(n)).collect();
+        let mut groups: Vec<(Option<JobOptions>, Vec<usize>)> = Vec::new();
+        for i in ids {
+            let options = variant.options(i);
+            match groups.iter_mut().find(|(o, _)| *o == options) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((options, vec![i])),
+            }
+        }
+        for (options, members) in groups {
+            let jobs = members
+                .into_iter()
+                .map(|i| (format!("job-{i:08}"), now, PAYLOAD));
+            match options {
+                None => queue.schedule_many(jobs).await,
+                Some(o) => queue.schedule_many_with(jobs, &o).await,
+            }
+            .expect("schedule_many");
+        }
+    }
+}
+
+/// Drains the `n` due jobs with the variant's workers: deliveries + acks per second.
+async fn drain(queue: &JobQueue, variant: Variant, n: u64, concurrency: usize) -> f64 {
+    let handled = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    let count = |handled: Arc<AtomicU64>| {
+        move |_job| {
+            handled.fetch_add(1, Relaxed);
+            async { Ok::<(), String>(()) }
+        }
+    };
+    if variant == Variant::Kinds {
+        for kind in KINDS {
+            let (queue, handler) = (queue.clone(), count(handled.clone()));
+            let cap = (concurrency / KINDS.len()).max(1);
+            workers.push(tokio::spawn(async move {
+                queue.run_kind(kind, cap, handler).await
+            }));
+        }
+    } else {
+        let (queue, handler) = (queue.clone(), count(handled.clone()));
+        workers.push(tokio::spawn(async move {
+            queue.run(concurrency, handler).await
+        }));
+    }
+    while handled.load(Relaxed) < n {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    loop {
+        let counts = queue.counts().await.expect("counts");
+        if counts.pending + counts.running == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    for w in workers {
+        w.abort();
+    }
+    rate
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The `--kinds` measurement (see the module docs).
+pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) {
+    let variants = [Variant::Plain, Variant::Priorities, Variant::Kinds];
+    let mut single = vec![Vec::new(); variants.len()];
+    let mut drained = vec![Vec::new(); variants.len()];
+    println!(
+        "kinds and priorities against the plain path: N = {n}, {rounds} rounds, run({concurrency}), load average {}",
+        wheel_bench::cpu::load_average()
+    );
+    for round in 0..rounds {
+        // A different variant goes first in each round.
+        for k in 0..variants.len() {
+            let v = (round + k) % variants.len();
+            let variant = variants[v];
+            let queue = open(&place, variant.name()).await;
+            let s = schedules(&queue, variant, n / 5).await;
+            queue.close().await.expect("close");
+            let queue = open(&place, variant.name()).await;
+            load(&queue, variant, n).await;
+            let d = drain(&queue, variant, n as u64, concurrency).await;
+            queue.close().await.expect("close");
+            println!(
+                "round {}: {:<10} single schedules {s:>8.0}/s, deliveries + acks {d:>8.0}/s",
+                round + 1,
+                variant.name()
+            );
+            single[v].push(s);
+            drained[v].push(d);
+        }
+    }
+    let plain = (median(&mut single[0]), median(&mut drained[0]));
+    for (v, variant) in variants.iter().enumerate() {
+        let (s, d) = (median(&mut single[v]), median(&mut drained[v]));
+        println!(
+            "median {:<10} single schedules {s:>8.0}/s ({:.2}x plain), deliveries + acks {d:>8.0}/s ({:.2}x plain)",
+            variant.name(),
+            s / plain.0,
+            d / plain.1
+        );
+    }
+}
