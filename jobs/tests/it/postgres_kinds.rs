@@ -188,7 +188,26 @@ async fn a_claim_of_one_kind_never_touches_another_kinds_jobs() {
     let remind = counts.kinds["remind"];
     assert_eq!((remind.pending, remind.running, remind.dead), (0, 0, 1));
     assert!(!counts.kinds.contains_key("rate"));
-    drop((rates, reminders));
+
+    // The kind "" is a kind like the others: its claims and lists leave the named ones.
+    queue
+        .schedule_with("remind:4", ago(60), "r", &JobOptions::kind("remind"))
+        .await
+        .unwrap();
+    queue.schedule("plain:1", ago(1), "p").await.unwrap();
+    let page = queue
+        .list(JobState::Pending, ListOptions::new().kind(""))
+        .await
+        .unwrap();
+    let ids: Vec<_> = page.jobs().iter().map(|j| j.id()).collect();
+    assert_eq!(ids, ["plain:1"]);
+    let mut plain = queue.consume_kind("");
+    let job = next(&mut plain).await;
+    assert_eq!((job.id(), job.kind()), ("plain:1", ""));
+    assert!(job.ack().await.unwrap());
+    let waiting = queue.get("remind:4").await.unwrap().unwrap();
+    assert_eq!((waiting.state(), waiting.attempt()), (JobState::Pending, 0));
+    drop((rates, reminders, plain));
     queue.close().await.unwrap();
 }
 

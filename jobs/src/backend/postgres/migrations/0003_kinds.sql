@@ -24,14 +24,18 @@ ALTER TABLE {schema}.dead
     ADD COLUMN backoff_max bigint,
     ADD COLUMN lease bigint;
 
--- The due indexes, one per claim shape, both read one priority level at a time (a claim
--- finds the levels in use by a skip scan, then reads each level's due head with
--- `run_at <= now`, so no scan walks a level's future jobs): every kind (`run`, `consume`,
--- lists and counts of pending jobs, the next due time), and one kind (`run_kind`,
--- `consume_kind`), which never reads another kind's rows.
+-- The due indexes, both read one priority level at a time (a claim finds the levels in use
+-- by a skip scan, then reads each level's due head with `run_at <= now`, so no scan walks a
+-- level's future jobs): every kind (`run`, `consume`, lists and counts of pending jobs, the
+-- next due time), and one named kind (`run_kind`, `consume_kind`), which never reads
+-- another kind's rows. Jobs of the kind '' (every job scheduled without options) are left
+-- out of the second: a plain schedule writes one due index entry, as in version 2 (two cost
+-- 43 % more WAL per inserted row). A claim of the kind '' reads the first, past other
+-- kinds' due jobs of its levels.
 DROP INDEX {schema}.jobs_pending;
 CREATE INDEX jobs_pending ON {schema}.jobs (queue, priority DESC, run_at, id) WHERE token IS NULL;
-CREATE INDEX jobs_due ON {schema}.jobs (queue, kind, priority DESC, run_at, id) WHERE token IS NULL;
+CREATE INDEX jobs_due ON {schema}.jobs (queue, kind, priority DESC, run_at, id)
+    WHERE token IS NULL AND kind <> '';
 
 -- Counters per queue and kind. The rows of version 2 are the kind '' (every job had it).
 ALTER TABLE {schema}.counts ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT '';

@@ -5,7 +5,7 @@
 use sqlx::postgres::PgExecutor;
 use sqlx::Row;
 
-use super::{attempt, db, dec, later, not_head, spec, spec_cols, Sql, NOW};
+use super::{attempt, db, dec, later, not_head, spec, spec_cols, Kinds, Sql, NOW};
 use crate::backend::postgres::names::Names;
 use crate::core::error::Error;
 use crate::core::kind::Spec;
@@ -53,8 +53,8 @@ pub(in crate::backend::postgres) struct ClaimRows {
 /// The SQL text of these statements for one schema.
 #[derive(Debug)]
 pub(super) struct ClaimSql {
-    /// A claim of every kind, and of the kind `$6`.
-    claim: [String; 2],
+    /// A claim of every kind, of the kind `''`, of the kind `$6` ([`Kinds`]).
+    claim: [String; 3],
     settle: String,
     extend: String,
 }
@@ -80,9 +80,11 @@ impl ClaimSql {
         // `run_at <= now` range of the index, locked with SKIP LOCKED. The `LIMIT $2` over
         // that nested loop stops it once enough are locked, so lower levels are neither
         // read nor locked when higher ones fill the claim: O(levels + jobs claimed), and no
-        // scan walks a level's future jobs. With a kind ($6) every read is of that kind's
-        // rows (`jobs_due`), but for the expired leases (`jobs_running` has no kind: it
-        // holds as many rows as the fleet runs jobs, not the backlog).
+        // scan walks a level's future jobs. With a named kind ($6) every read of pending
+        // jobs is of that kind's rows (`jobs_due`); the kind '' reads `jobs_pending`, past
+        // other kinds' due jobs of its levels (not their future ones). Expired leases come
+        // from `jobs_running`, which has no kind: it holds as many rows as the fleet runs
+        // jobs, not the backlog.
         //
         // Series heads are left to the series step (`series.rs`), which moves the series
         // in the same transaction as the claim of its head; they are plain jobs (kind
@@ -95,8 +97,14 @@ impl ClaimSql {
         // cannot see: it is neither leased nor killed, only left as it is, and the next
         // due time below counts it (it excludes the leased and killed rows, not the picked
         // ones), so the consumer looks again at once rather than at the next lease's end.
-        let claim = |kind: &str, heads: &str| {
-            let kj = kind.replace("kind", "j.kind");
+        let claim = |kinds: Kinds| {
+            let kj = kinds.rows("j");
+            // Series heads are of the kind '': a claim of a named kind leaves them.
+            let heads = if kinds == Kinds::Named {
+                "AND false"
+            } else {
+                ""
+            };
             format!(
                 "WITH RECURSIVE now AS (SELECT {NOW} AS t), \
                  paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
@@ -150,7 +158,7 @@ impl ClaimSql {
                    LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
                    (SELECT min(lease_until) FROM leased)), '', 0::smallint, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL FROM heads",
-                levels = super::levels(jobs, kind),
+                levels = super::levels(jobs, kinds),
                 head = not_head(series, "j.id"),
                 until = later("coalesce(j.lease, $3)"),
                 spec = spec_cols(""),
@@ -158,11 +166,7 @@ impl ClaimSql {
             )
         };
         ClaimSql {
-            claim: [
-                claim("", ""),
-                // Series heads are of the kind '': only a claim of that kind takes them.
-                claim("AND kind = $6", "AND $6 = ''"),
-            ],
+            claim: Kinds::EACH.map(claim),
             // Acks (Machine::ack: the token must hold) and retries (Machine::retry: with the
             // token, back to pending, or dead if that was the job's last attempt, its own
             // `max_attempts` or, NULL, the queue's $8) of many jobs in one statement and one
@@ -215,16 +219,13 @@ impl Sql {
         kind: Option<&str>,
     ) -> Result<ClaimRows, Error> {
         let plain = &self.plain;
-        let query = sqlx::query(&self.claims.claim[usize::from(kind.is_some())])
+        let query = sqlx::query(&self.claims.claim[Kinds::of(kind) as usize])
             .bind(queue)
             .bind(i64::try_from(max).unwrap_or(i64::MAX))
             .bind(super::span(plain.lease))
             .bind(token)
             .bind(i32::try_from(plain.max_attempts).unwrap_or(i32::MAX));
-        let query = match kind {
-            Some(kind) => query.bind(kind),
-            None => query,
-        };
+        let query = Kinds::bind(kind, query);
         let rows = db(query.fetch_all(ex).await)?;
         let mut out = ClaimRows {
             jobs: Vec::new(),

@@ -102,10 +102,62 @@ fn spec_cols(t: &str) -> String {
     format!("{t}kind, {t}priority, {t}max_attempts, {t}backoff_first, {t}backoff_max, {t}lease")
 }
 
+/// Which jobs a statement reads: every kind, the kind `''`, or the named kind `$6`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kinds {
+    All,
+    Plain,
+    Named,
+}
+
+impl Kinds {
+    const EACH: [Kinds; 3] = [Kinds::All, Kinds::Plain, Kinds::Named];
+
+    /// Which statement of a group of three serves `kind`.
+    fn of(kind: Option<&str>) -> Kinds {
+        match kind {
+            None => Kinds::All,
+            Some("") => Kinds::Plain,
+            Some(_) => Kinds::Named,
+        }
+    }
+
+    /// The condition on a row of `jobs` or `dead` (alias `t`, `""` for none). A named
+    /// kind's says `<> ''` too, so the planner may use `jobs_due` (whose rows it is).
+    fn rows(self, t: &str) -> String {
+        let t = if t.is_empty() {
+            String::new()
+        } else {
+            format!("{t}.")
+        };
+        match self {
+            Kinds::All => String::new(),
+            Kinds::Plain => format!("AND {t}kind = ''"),
+            Kinds::Named => format!("AND {t}kind = $6 AND {t}kind <> ''"),
+        }
+    }
+
+    /// The binding of `$6`, if the statement has one.
+    fn bind<'q>(
+        kind: Option<&'q str>,
+        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        match kind {
+            Some(k) if !k.is_empty() => q.bind(k),
+            _ => q,
+        }
+    }
+}
+
 /// SQL for "the priority levels in use among pending jobs" as a recursive CTE named
 /// `levels(lvl)`, highest first, ending in a NULL row: a skip scan, one index probe per
-/// level, of `jobs_pending` (every kind) or, with `kind` (`"AND kind = $n"`), `jobs_due`.
-fn levels(jobs: &str, kind: &str) -> String {
+/// level, of `jobs_due` for a named kind, else of `jobs_pending` (all levels: the kind
+/// `''` has no index of its own).
+fn levels(jobs: &str, kinds: Kinds) -> String {
+    let kind = match kinds {
+        Kinds::Named => kinds.rows(""),
+        Kinds::All | Kinds::Plain => String::new(),
+    };
     format!(
         "levels(lvl) AS (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL {kind} \
          UNION ALL SELECT (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL {kind} \

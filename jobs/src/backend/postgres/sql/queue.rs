@@ -4,7 +4,7 @@
 use sqlx::postgres::PgExecutor;
 use sqlx::Row;
 
-use super::{attempt, db, dec, enc, spec, spec_cols, Sql};
+use super::{attempt, db, dec, enc, spec, spec_cols, Kinds, Sql};
 use crate::backend::postgres::names::Names;
 use crate::core::error::Error;
 use crate::core::job::{JobInfo, JobState, KindCounts};
@@ -22,8 +22,8 @@ pub(in crate::backend::postgres) type CountRows = (
 pub(super) struct QueueSql {
     fold: String,
     counts: String,
-    /// By state (pending, running, dead), then without and with a position, then without
-    /// and with a kind: `[state * 4 + after * 2 + kind]`.
+    /// By state (pending, running, dead), then without and with a position, then by
+    /// [`Kinds`]: `[state * 6 + after * 3 + kinds]`.
     list: Vec<String>,
     set_paused: String,
     add_queue: String,
@@ -43,31 +43,31 @@ impl QueueSql {
         let columns = format!(
             "id, run_at, attempt, last_error, CASE WHEN $5 THEN payload ELSE ''::bytea END AS payload, {spec}"
         );
-        let mut list = Vec::with_capacity(12);
+        let mut list = Vec::with_capacity(18);
         for (table, at, filter, cmp, order) in [
             (jobs, "run_at", "AND token IS NULL", ">", "ASC"),
             (jobs, "lease_until", "AND token IS NOT NULL", ">", "ASC"),
             (dead, "died_at", "", "<", "DESC"),
         ] {
             for after in [false, true] {
-                for by_kind in [false, true] {
+                for kinds in Kinds::EACH {
                     let position = if after {
                         format!("AND ({at}, id) {cmp} ($2, $3)")
                     } else {
                         String::new()
                     };
-                    let kind = if by_kind { "AND kind = $6" } else { "" };
+                    let kind = kinds.rows("");
                     list.push(if at == "run_at" {
                         // Pending jobs: each priority level's page, merged (the due indexes
                         // are by priority first): O(levels × limit), never another kind's
-                        // rows with a kind.
+                        // rows with a named kind.
                         format!(
                             "WITH RECURSIVE {levels} SELECT x.* FROM levels l CROSS JOIN LATERAL (\
                              SELECT run_at AS at, {columns} FROM {table} \
                              WHERE queue = $1 {filter} {kind} AND priority = l.lvl {position} \
                              ORDER BY run_at, id LIMIT $4) x WHERE l.lvl IS NOT NULL \
                              ORDER BY x.at, x.id LIMIT $4",
-                            levels = super::levels(jobs, kind),
+                            levels = super::levels(jobs, kinds),
                         )
                     } else {
                         // Running and dead jobs: one index range, read past other kinds'
@@ -103,7 +103,7 @@ impl QueueSql {
                    WHERE l.lvl IS NOT NULL), \
                  array_agg(kind ORDER BY kind), array_agg(p ORDER BY kind), array_agg(r ORDER BY kind), \
                  array_agg(d ORDER BY kind) FROM k",
-                levels = super::levels(jobs, ""),
+                levels = super::levels(jobs, Kinds::All),
             ),
             list,
             set_paused: format!(
@@ -182,11 +182,11 @@ impl Sql {
     ) -> Result<Vec<(u64, JobInfo)>, Error> {
         let base = match state {
             JobState::Pending => 0,
-            JobState::Running => 4,
-            JobState::Dead => 8,
+            JobState::Running => 6,
+            JobState::Dead => 12,
         };
         let text =
-            &self.queue.list[base + 2 * usize::from(after.is_some()) + usize::from(kind.is_some())];
+            &self.queue.list[base + 3 * usize::from(after.is_some()) + Kinds::of(kind) as usize];
         let (at, id) = after.map_or((0, String::new()), |(at, id)| (enc(at), id));
         let query = sqlx::query(text)
             .bind(queue)
@@ -194,10 +194,7 @@ impl Sql {
             .bind(id)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .bind(payloads);
-        let query = match kind {
-            Some(kind) => query.bind(kind),
-            None => query,
-        };
+        let query = Kinds::bind(kind, query);
         let rows = db(query.fetch_all(ex).await)?;
         rows.iter()
             .map(|r| {
