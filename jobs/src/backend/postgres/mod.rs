@@ -11,7 +11,11 @@
 //!   share one statement and one commit (`batch.rs`), so do concurrent schedules.
 //! - Claims take due jobs with `FOR UPDATE SKIP LOCKED`, lease them and bump their attempt
 //!   (or kill those out of attempts) in the same statement, so competing consumers in any
-//!   number of processes never wait on each other and never take one job twice.
+//!   number of processes never wait on each other and never take one job twice. A claim
+//!   names its kinds (all, or one) and takes higher priorities first, one priority level
+//!   at a time (`sql/claim.rs`); each job is leased and killed by its own spec.
+//! - A job's options are stored on its row; a NULL option (a row written before schema
+//!   version 3, a series occurrence) is the queue's own: the `plain` spec of the handle.
 //! - Counts and wake-ups are kept by the schema's statement triggers, whoever writes (the
 //!   library, or an application's transaction): `counts` sums at most 16 folded slot rows and
 //!   the deltas not yet folded, never a `COUNT(*)`; a wake is a `pg_notify` inside the
