@@ -13,8 +13,10 @@
 use sqlx::PgConnection;
 
 use crate::backend::postgres::Postgres;
+use crate::backend::NewJob;
 use crate::core::error::Error;
 use crate::core::job::{check_id, check_payload, Scheduled, When};
+use crate::core::kind::{JobOptions, Spec};
 use crate::queue::delivery::Delivery;
 use crate::queue::hub::Hub;
 use crate::queue::JobQueue;
@@ -67,12 +69,69 @@ impl JobQueue {
         when: impl Into<When>,
         payload: impl Into<Vec<u8>>,
     ) -> Result<Scheduled, Error> {
-        check_id(id)?;
-        let payload = payload.into();
-        check_payload(&payload, self.inner.config.max_payload)?;
-        on_postgres(&self.inner)?
-            .schedule_in(conn, id.to_owned(), when.into(), payload)
+        let spec = self.inner.defaults.plain().clone();
+        self.schedule_in_spec(conn, id, when.into(), payload.into(), spec)
             .await
+    }
+
+    /// [`schedule_in`](Self::schedule_in) with options, as
+    /// [`schedule_with`](Self::schedule_with) takes them: the job, with its kind,
+    /// priority, attempts, backoff and lease, exists if and only if the caller's
+    /// transaction commits.
+    ///
+    /// # Examples
+    ///
+    /// The payment and its capture job, of its own kind and priority, commit together:
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use wheel_jobs::JobOptions;
+    /// # async fn f(pool: wheel_jobs::sqlx::PgPool, queue: wheel_jobs::JobQueue) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = pool.begin().await?;
+    /// wheel_jobs::sqlx::query("INSERT INTO payments (oid, status) VALUES ($1, 'authorized')")
+    ///     .bind(42_i64)
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// let capture = JobOptions::kind("capture").priority(10).max_attempts(3);
+    /// queue.schedule_in_with(&mut tx, "capture:42", Duration::from_secs(60), "42", &capture).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule_in`](Self::schedule_in), and as [`schedule_with`](Self::schedule_with)
+    /// for options that cannot be used ([`Error::is_invalid_input`]).
+    pub async fn schedule_in_with(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        when: impl Into<When>,
+        payload: impl Into<Vec<u8>>,
+        options: &JobOptions,
+    ) -> Result<Scheduled, Error> {
+        let spec = self.inner.defaults.resolve(options)?;
+        self.schedule_in_spec(conn, id, when.into(), payload.into(), spec)
+            .await
+    }
+
+    async fn schedule_in_spec(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        when: When,
+        payload: Vec<u8>,
+        spec: Spec,
+    ) -> Result<Scheduled, Error> {
+        check_id(id)?;
+        check_payload(&payload, self.inner.config.max_payload)?;
+        let job = NewJob {
+            id: id.to_owned(),
+            when,
+            payload,
+            spec,
+        };
+        on_postgres(&self.inner)?.schedule_in(conn, job).await
     }
 
     /// [`cancel`](Self::cancel) inside the caller's transaction: the job is gone if and only

@@ -20,6 +20,8 @@ mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_faults;
 #[cfg(feature = "postgres")]
+mod postgres_kinds;
+#[cfg(feature = "postgres")]
 mod postgres_pool;
 #[cfg(feature = "postgres")]
 mod postgres_server;

@@ -371,7 +371,7 @@ async fn a_newer_schema_is_refused_naming_both_versions() {
     assert!(err.is_invalid_config(), "{err}");
     let text = err.to_string();
     assert!(
-        text.contains("version 99") && text.contains("version 2"),
+        text.contains("version 99") && text.contains("version 3"),
         "{text}"
     );
     sqlx::query(&format!("DROP SCHEMA \"{schema}\" CASCADE"))

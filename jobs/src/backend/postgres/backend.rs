@@ -8,7 +8,7 @@ use super::batch::MAX_BATCH;
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
 use super::{Postgres, LOCKED_RETRY};
-use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed, Import};
+use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed, Import, KindFilter, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::core::recurrence::Recurrence;
@@ -62,9 +62,9 @@ impl Postgres {
             else {
                 continue;
             };
-            if let Some((payload, attempt, run_at)) = self
+            if let Some((payload, attempt, run_at, spec)) = self
                 .series
-                .lease(&mut tx, &self.queue, &id, token, self.lease_ns)
+                .lease(&mut tx, &self.queue, &id, token, &self.plain)
                 .await?
             {
                 out.push(Claimed {
@@ -73,6 +73,7 @@ impl Postgres {
                     attempt,
                     run_at,
                     token: token as u64,
+                    spec,
                 });
             }
         }
@@ -82,16 +83,11 @@ impl Postgres {
 }
 
 impl Backend for Postgres {
-    fn schedule(
-        &self,
-        id: String,
-        when: When,
-        payload: Vec<u8>,
-    ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
+    fn schedule(&self, job: NewJob) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
             self.open_check()?;
-            super::names::check_id(&id)?;
-            let (_, created) = self.schedules.call((id, when, payload)).await?;
+            super::names::check_id(&job.id)?;
+            let (_, created) = self.schedules.call(job).await?;
             Ok(match created {
                 Some(run_at) => (Scheduled::Created, run_at),
                 None => (Scheduled::Exists, 0),
@@ -101,11 +97,11 @@ impl Backend for Postgres {
 
     fn schedule_many(
         &self,
-        jobs: Vec<(String, When, Vec<u8>)>,
+        jobs: Vec<NewJob>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
         Box::pin(self.timed(async move {
-            for (id, _, _) in &jobs {
-                super::names::check_id(id)?;
+            for job in &jobs {
+                super::names::check_id(&job.id)?;
             }
             // One transaction: all or nothing.
             let created = self
@@ -113,7 +109,7 @@ impl Backend for Postgres {
                 .schedule_tx(&self.pool, &self.queue, &jobs, None)
                 .await
                 .map_err(pg_error)?;
-            let ids: Vec<String> = jobs.into_iter().map(|j| j.0).collect();
+            let ids: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
             Ok(super::answers(&ids, created)
                 .into_iter()
                 .map(|(_, c)| match c {
@@ -158,7 +154,7 @@ impl Backend for Postgres {
         Box::pin(async move { Ok(self.counts().await?.running) })
     }
 
-    fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+    fn claim(&self, max: usize, kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(self.timed(async move {
             if self.fold_due() {
                 self.sql.fold(&self.pool, &self.queue, self.slot()).await?;
@@ -166,24 +162,18 @@ impl Backend for Postgres {
             let token = self.token();
             let want = max.min(MAX_BATCH);
             let rows = (self.sql)
-                .claim(
-                    &self.pool,
-                    &self.queue,
-                    want,
-                    self.lease_ns,
-                    token,
-                    self.max_attempts,
-                )
+                .claim(&self.pool, &self.queue, want, token, kind.as_deref())
                 .await?;
             let mut jobs: Vec<Claimed> = rows
                 .jobs
                 .into_iter()
-                .map(|(id, payload, attempt, run_at)| Claimed {
+                .map(|(id, payload, attempt, run_at, spec)| Claimed {
                     id,
                     payload,
                     attempt,
                     run_at,
                     token: token as u64,
+                    spec,
                 })
                 .collect();
             let mut next_due = rows.next_due;
@@ -211,7 +201,11 @@ impl Backend for Postgres {
                 // look again shortly, not in a loop.
                 next_due = Some(next.max(rows.now.saturating_add(LOCKED_RETRY)));
             }
-            jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
+            // Handed out in claim order: priority, then due time, then id.
+            jobs.sort_by(|x, y| {
+                let key = |c: &Claimed| (std::cmp::Reverse(c.spec.priority), c.run_at);
+                (key(x), &x.id).cmp(&(key(y), &y.id))
+            });
             Ok(ClaimBatch {
                 jobs,
                 next_due,
@@ -321,9 +315,9 @@ impl Backend for Postgres {
             if self.fold_due() {
                 self.sql.fold(&self.pool, &self.queue, self.slot()).await?;
             }
-            let (pending, running, dead, paused, next_due) =
+            let ((pending, running, dead), paused, next_due, kinds) =
                 self.sql.counts(&self.pool, &self.queue).await?;
-            Ok(Counts::new(pending, running, dead, paused, next_due))
+            Ok(Counts::new(pending, running, dead, paused, next_due).with_kinds(kinds))
         }))
     }
 
@@ -333,10 +327,12 @@ impl Backend for Postgres {
         after: Option<(u64, String)>,
         limit: usize,
         payloads: bool,
+        kind: KindFilter,
     ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
         Box::pin(self.timed(async move {
+            let kind = kind.as_deref();
             self.sql
-                .list(&self.pool, &self.queue, state, after, limit, payloads)
+                .list(&self.pool, &self.queue, state, after, limit, payloads, kind)
                 .await
         }))
     }

@@ -21,10 +21,11 @@ use crate::core::error::Error;
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_jobs.sql")),
     (2, include_str!("migrations/0002_wake_soon.sql")),
+    (3, include_str!("migrations/0003_kinds.sql")),
 ];
 
 /// The schema version this library writes.
-pub(super) const VERSION: i32 = 2;
+pub(super) const VERSION: i32 = 3;
 
 fn db<T>(r: Result<T, sqlx::Error>) -> Result<T, Error> {
     r.map_err(pg_error)

@@ -11,7 +11,11 @@
 //!   share one statement and one commit (`batch.rs`), so do concurrent schedules.
 //! - Claims take due jobs with `FOR UPDATE SKIP LOCKED`, lease them and bump their attempt
 //!   (or kill those out of attempts) in the same statement, so competing consumers in any
-//!   number of processes never wait on each other and never take one job twice.
+//!   number of processes never wait on each other and never take one job twice. A claim
+//!   names its kinds (all, or one) and takes higher priorities first, one priority level
+//!   at a time (`sql/claim.rs`); each job is leased and killed by its own spec.
+//! - A job's options are stored on its row; a NULL option (a row written before schema
+//!   version 3, a series occurrence) is the queue's own: the `plain` spec of the handle.
 //! - Counts and wake-ups are kept by the schema's statement triggers, whoever writes (the
 //!   library, or an application's transaction): `counts` sums at most 16 folded slot rows and
 //!   the deltas not yet folded, never a `COUNT(*)`; a wake is a `pg_notify` inside the
@@ -57,10 +61,12 @@ use self::batch::{answer, timed_out, Batcher, Reply};
 use self::error::pg_error;
 use self::names::Names;
 use self::series::SeriesSql;
-use self::sql::{NewJob, Settle, Settled, Sql};
+use self::sql::{Settle, Settled, Sql};
+use crate::backend::NewJob;
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::{Scheduled, When};
+use crate::core::kind::Spec;
 use crate::core::series::Rules;
 use crate::core::state::mix;
 use crate::core::wakeup::Wakeup;
@@ -103,8 +109,8 @@ pub(crate) struct Postgres {
     names: Arc<Names>,
     sql: Arc<Sql>,
     series: SeriesSql,
-    lease_ns: i64,
-    max_attempts: u32,
+    /// The spec of a job scheduled without options, which NULL options read as.
+    plain: Spec,
     timeout: Option<Duration>,
     schedules: Batcher<NewJob, (String, Option<u64>)>,
     settles: Batcher<Settle, Settled>,
@@ -169,7 +175,7 @@ impl Postgres {
             };
             let names = Names::new(&config.postgres_schema);
             migrate::migrate(&pool, &names).await?;
-            let sql = Sql::new(&names);
+            let sql = Sql::new(&names, config.defaults().plain().clone());
             sql.add_queue(&pool, queue).await?;
             Ok::<_, Error>((pool, names, sql))
         };
@@ -181,7 +187,6 @@ impl Postgres {
         };
         let names = Arc::new(names);
         let sql = Arc::new(sql);
-        let max_attempts = config.max_attempts;
         let schedules = {
             let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.to_owned());
             Batcher::new(timeout, move |jobs: Vec<NewJob>, replies| {
@@ -193,12 +198,7 @@ impl Postgres {
             let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.to_owned());
             Batcher::new(timeout, move |batch: Vec<Settle>, replies| {
                 let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
-                async move {
-                    answer(
-                        replies,
-                        sql.settle(&pool, &queue, max_attempts, &batch).await,
-                    )
-                }
+                async move { answer(replies, sql.settle(&pool, &queue, &batch).await) }
             })
         };
         let listening = listen::spawn(&pool, names.channel.clone(), queue.to_owned(), &wakeup);
@@ -211,8 +211,7 @@ impl Postgres {
             series: SeriesSql::new(&names),
             names,
             sql,
-            lease_ns: sql::span(config.lease),
-            max_attempts,
+            plain: config.defaults().plain().clone(),
             timeout,
             schedules,
             settles,
@@ -273,16 +272,11 @@ impl Postgres {
     pub(crate) async fn schedule_in(
         &self,
         conn: &mut PgConnection,
-        id: String,
-        when: When,
-        payload: Vec<u8>,
+        job: NewJob,
     ) -> Result<Scheduled, Error> {
         self.open_check()?;
-        names::check_id(&id)?;
-        let created = self
-            .sql
-            .schedule(conn, &self.queue, &[(id, when, payload)])
-            .await?;
+        names::check_id(&job.id)?;
+        let created = self.sql.schedule(conn, &self.queue, &[job]).await?;
         Ok(if created.is_empty() {
             Scheduled::Exists
         } else {
@@ -325,7 +319,6 @@ impl Postgres {
             .settle(
                 &mut *conn,
                 &self.queue,
-                self.max_attempts,
                 &[Settle::Ack {
                     id: id.to_owned(),
                     token: token as i64,
@@ -352,7 +345,7 @@ async fn schedule_batch(
     let short = Some(timeout.map_or(BATCH_LOCK_WAIT, |t| (t / 4).min(BATCH_LOCK_WAIT)));
     match sql.schedule_tx(&pool, &queue, &jobs, short).await {
         Ok(created) => {
-            let ids: Vec<String> = jobs.into_iter().map(|j| j.0).collect();
+            let ids: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
             return answer(replies, Ok(answers(&ids, created)));
         }
         Err(err) if !error::is_contended(&err) => return answer(replies, Err(pg_error(err))),
@@ -369,10 +362,10 @@ async fn schedule_batch(
                 tokio::spawn(async move {
                     let one = std::slice::from_ref(&job);
                     let result = sql.schedule_tx(&pool, &queue, one, timeout).await;
-                    let _ = reply.send(one_answer(&job.0, result));
+                    let _ = reply.send(one_answer(&job.id, result));
                 });
             }
-            result => drop(reply.send(one_answer(&job.0, result))),
+            result => drop(reply.send(one_answer(&job.id, result))),
         }
     }
 }

@@ -21,6 +21,7 @@ use super::error::pg_error;
 use super::names::Names;
 use super::sql::{dec, enc};
 use crate::core::error::Error;
+use crate::core::kind::Spec;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{self, occurrence_id, CatchUp, Recurring, RecurringInfo, Rules, Step};
 use crate::core::state::{Machine, Status};
@@ -99,12 +100,15 @@ impl SeriesSql {
             set_payload: format!(
                 "UPDATE {jobs} SET payload = $3 WHERE queue = $1 AND id = $2 AND token IS NULL"
             ),
-            // Machine::claim of a head, which is pending with attempt 0 (so never killed).
+            // Machine::claim of a head, which is pending with attempt 0 (so never killed),
+            // for its own lease (NULL, as an occurrence is written: the queue's, $4).
             lease: format!(
                 "UPDATE {jobs} SET attempt = attempt + 1, token = $3, \
-                 lease_until = LEAST((extract(epoch FROM clock_timestamp()) * 1000000000)::numeric + $4, \
-                 9223372036854775807)::bigint \
-                 WHERE queue = $1 AND id = $2 AND token IS NULL RETURNING payload, attempt, run_at"
+                 lease_until = LEAST((extract(epoch FROM clock_timestamp()) * 1000000000)::numeric \
+                 + coalesce(lease, $4), 9223372036854775807)::bigint \
+                 WHERE queue = $1 AND id = $2 AND token IS NULL \
+                 RETURNING payload, attempt, run_at, kind, priority, max_attempts, backoff_first, \
+                 backoff_max, lease"
             ),
             schema: n.schema.clone(),
         }
@@ -508,20 +512,21 @@ impl SeriesSql {
         .transpose()
     }
 
-    /// Leases the job `id` under `token` for `lease` ns: (payload, attempt, run_at).
+    /// Leases the job `id` under `token` for its own lease (NULL options: `plain`'s):
+    /// (payload, attempt, run_at, spec).
     pub(super) async fn lease(
         &self,
         c: &mut PgConnection,
         queue: &str,
         id: &str,
         token: i64,
-        lease: i64,
-    ) -> Result<Option<(Vec<u8>, u32, u64)>, Error> {
+        plain: &Spec,
+    ) -> Result<Option<(Vec<u8>, u32, u64, Spec)>, Error> {
         let row = db(sqlx::query(&self.lease)
             .bind(queue)
             .bind(id)
             .bind(token)
-            .bind(lease)
+            .bind(super::sql::span(plain.lease))
             .fetch_optional(c)
             .await)?;
         row.map(|r| {
@@ -529,6 +534,7 @@ impl SeriesSql {
                 db(r.try_get(0))?,
                 u32::try_from(db(r.try_get::<i32, _>(1))?).unwrap_or(0),
                 dec(db(r.try_get(2))?),
+                super::sql::spec(&r, 3, plain)?,
             ))
         })
         .transpose()

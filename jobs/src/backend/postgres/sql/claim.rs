@@ -5,9 +5,10 @@
 use sqlx::postgres::PgExecutor;
 use sqlx::Row;
 
-use super::{attempt, db, dec, later, not_head, Sql, NOW};
+use super::{attempt, db, dec, later, not_head, spec, spec_cols, Kinds, Sql, NOW};
 use crate::backend::postgres::names::Names;
 use crate::core::error::Error;
+use crate::core::kind::Spec;
 
 /// A settlement of a leased job, for the shared ack / retry statement.
 #[derive(Debug, Clone)]
@@ -34,10 +35,13 @@ pub(in crate::backend::postgres) enum Settled {
     Stale,
 }
 
+/// One job a claim leased: id, payload, attempt, run_at, spec.
+pub(in crate::backend::postgres) type Leased = (String, Vec<u8>, u32, u64, Spec);
+
 /// One row of a claim's answer.
 #[derive(Debug)]
 pub(in crate::backend::postgres) struct ClaimRows {
-    pub(in crate::backend::postgres) jobs: Vec<(String, Vec<u8>, u32, u64)>,
+    pub(in crate::backend::postgres) jobs: Vec<Leased>,
     pub(in crate::backend::postgres) now: u64,
     pub(in crate::backend::postgres) died: u64,
     pub(in crate::backend::postgres) next_due: Option<u64>,
@@ -49,7 +53,8 @@ pub(in crate::backend::postgres) struct ClaimRows {
 /// The SQL text of these statements for one schema.
 #[derive(Debug)]
 pub(super) struct ClaimSql {
-    claim: String,
+    /// A claim of every kind, of the kind `''`, of the kind `$6` ([`Kinds`]).
+    claim: [String; 3],
     settle: String,
     extend: String,
 }
@@ -63,71 +68,109 @@ impl ClaimSql {
             queues,
             ..
         } = n;
-        ClaimSql {
-            // Machine::claim for each due job: the expired leases first (their last error
-            // becomes Machine::claim_error's), then pending jobs in due order, $2 in all (a
-            // plain `LIMIT $2` on each index scan: a computed limit makes the planner guess
-            // a large one and cost the plan into JIT compilation); a job whose
-            // attempts reached $5 moves to `dead` instead of being leased. Series heads are
-            // left to the series step (`series.rs`), which moves the series in the same
-            // transaction as the claim of its head. The kill and the lease find the picked
-            // rows by `ctid` (the version the pick locked), a TID scan whatever the
-            // statistics say: joined on (queue, id) alone, a queue the table's statistics
-            // do not know yet (new since the last ANALYZE) was estimated at one row, and
-            // the planner scanned the whole queue once per picked job, 0.9 s per claim of
-            // 50 among 20,000 due. A picked row updated by a commit after this statement's
-            // snapshot is locked in its new version, which the snapshot cannot see: it is
-            // neither leased nor killed, only left as it is, and the next due time below
-            // counts it (it excludes the leased and killed rows, not the picked ones), so
-            // the consumer looks again at once rather than at the next lease's end.
-            claim: format!(
-                "WITH now AS (SELECT {NOW} AS t), \
+        // Machine::claim for each due job: the expired leases first (their last error
+        // becomes Machine::claim_error's), then pending jobs by priority, due time and id,
+        // $2 in all (a plain `LIMIT $2` on each index scan: a computed limit makes the
+        // planner guess a large one and cost the plan into JIT compilation); a job whose
+        // attempts reached its own `max_attempts` (NULL: the queue's, $5) moves to `dead`
+        // instead of being leased, and each lease is the job's own (NULL: $3).
+        //
+        // Pending jobs are read one priority level at a time, highest first: `levels`
+        // finds the levels in use (one index probe each), and each level's due jobs are a
+        // `run_at <= now` range of the index, locked with SKIP LOCKED. The `LIMIT $2` over
+        // that nested loop stops it once enough are locked, so lower levels are neither
+        // read nor locked when higher ones fill the claim: O(levels + jobs claimed), and no
+        // scan walks a level's future jobs. With a named kind ($6) every read of pending
+        // jobs is of that kind's rows (`jobs_due`); the kind '' reads `jobs_pending`, past
+        // other kinds' due jobs of its levels (not their future ones). Expired leases come
+        // from `jobs_running`, which has no kind: it holds as many rows as the fleet runs
+        // jobs, not the backlog.
+        //
+        // Series heads are left to the series step (`series.rs`), which moves the series
+        // in the same transaction as the claim of its head; they are plain jobs (kind
+        // ''). The kill and the lease find the picked rows by `ctid` (the version the pick
+        // locked), a TID scan whatever the statistics say: joined on (queue, id) alone, a
+        // queue the table's statistics do not know yet (new since the last ANALYZE) was
+        // estimated at one row, and the planner scanned the whole queue once per picked
+        // job, 0.9 s per claim of 50 among 20,000 due. A picked row updated by a commit
+        // after this statement's snapshot is locked in its new version, which the snapshot
+        // cannot see: it is neither leased nor killed, only left as it is, and the next
+        // due time below counts it (it excludes the leased and killed rows, not the picked
+        // ones), so the consumer looks again at once rather than at the next lease's end.
+        let claim = |kinds: Kinds| {
+            let kj = kinds.rows("j");
+            // Series heads are of the kind '': a claim of a named kind leaves them.
+            let heads = if kinds == Kinds::Named {
+                "AND false"
+            } else {
+                ""
+            };
+            format!(
+                "WITH RECURSIVE now AS (SELECT {NOW} AS t), \
                  paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
-                 expired AS (SELECT j.ctid AS tid, j.id, j.attempt, j.lease_until AS at FROM {jobs} j \
-                   WHERE j.queue = $1 AND j.token IS NOT NULL AND j.lease_until <= (SELECT t FROM now) \
+                 {levels}, \
+                 expired AS (SELECT j.ctid AS tid, j.id, j.attempt, j.max_attempts AS most, j.priority AS prio, \
+                   j.lease_until AS at FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.token IS NOT NULL {kj} AND j.lease_until <= (SELECT t FROM now) \
                    AND NOT (SELECT p FROM paused) \
                    ORDER BY j.lease_until, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-                 due AS (SELECT j.ctid AS tid, j.id, j.attempt, j.run_at AS at FROM {jobs} j \
-                   WHERE j.queue = $1 AND j.token IS NULL AND j.run_at <= (SELECT t FROM now) \
-                   AND NOT (SELECT p FROM paused) \
+                 due AS (SELECT d.* FROM levels l CROSS JOIN LATERAL (\
+                   SELECT j.ctid AS tid, j.id, j.attempt, j.max_attempts AS most, j.priority AS prio, \
+                   j.run_at AS at FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.token IS NULL {kj} AND j.priority = l.lvl \
+                   AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
                    AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
-                   ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-                 picked AS (SELECT tid, id, attempt, expired FROM (\
-                   SELECT tid, id, attempt, true AS expired, 0 AS k, at FROM expired \
-                   UNION ALL SELECT tid, id, attempt, false, 1, at FROM due) AS both_ \
-                   ORDER BY k, at, id LIMIT $2), \
+                   ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED) d \
+                   WHERE l.lvl IS NOT NULL LIMIT $2), \
+                 picked AS (SELECT tid, id, attempt, most, expired FROM (\
+                   SELECT tid, id, attempt, most, true AS expired, 0 AS k, prio, at FROM expired \
+                   UNION ALL SELECT tid, id, attempt, most, false, 1, prio, at FROM due) AS both_ \
+                   ORDER BY k, prio DESC, at, id LIMIT $2), \
                  killed AS (DELETE FROM {jobs} j USING picked p \
-                   WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id AND p.attempt >= $5 \
+                   WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id AND p.attempt >= coalesce(p.most, $5) \
                    RETURNING j.queue, j.id, j.run_at, j.attempt, \
-                   CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END AS last_error, j.payload), \
-                 buried AS (INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload) \
-                   SELECT queue, id, run_at, attempt, (SELECT t FROM now), last_error, payload FROM killed \
+                   CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END AS last_error, j.payload, \
+                   {spec_j}), \
+                 buried AS (INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload, {spec}) \
+                   SELECT queue, id, run_at, attempt, (SELECT t FROM now), last_error, payload, {spec} FROM killed \
                    RETURNING 1), \
                  leased AS (UPDATE {jobs} j SET attempt = j.attempt + 1, token = $4, \
                    lease_until = {until}, \
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END \
-                   FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id AND p.attempt < $5 \
-                   RETURNING j.id, j.payload, j.attempt, j.run_at), \
-                 next_pending AS (SELECT j.run_at AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL \
-                   AND NOT EXISTS (SELECT 1 FROM leased l WHERE l.id = j.id) \
-                   AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) ORDER BY j.run_at, j.id LIMIT 1), \
-                 next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL \
-                   AND NOT EXISTS (SELECT 1 FROM leased l WHERE l.id = j.id) \
+                   FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
+                   AND p.attempt < coalesce(p.most, $5) \
+                   RETURNING j.id, j.payload, j.attempt, j.run_at, j.lease_until, {spec_j}), \
+                 next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL (\
+                   SELECT j.run_at AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL {kj} \
+                   AND j.priority = l.lvl \
+                   AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
+                   AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) \
+                   ORDER BY j.run_at, j.id LIMIT 1) h WHERE l.lvl IS NOT NULL), \
+                 next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
+                   AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
                    AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1), \
                  heads AS (SELECT s.head_id FROM {series} s WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) \
-                   AND NOT (SELECT p FROM paused) ORDER BY s.head LIMIT $2) \
-                 SELECT 0 AS kind, id, payload, attempt, run_at AS at FROM leased \
-                 UNION ALL SELECT 1, NULL, NULL, (SELECT count(*) FROM buried)::int, (SELECT t FROM now) \
+                   AND NOT (SELECT p FROM paused) {heads} ORDER BY s.head LIMIT $2) \
+                 SELECT 0 AS row_, id, payload, attempt, run_at AS at, {spec} FROM leased \
+                 UNION ALL SELECT 1, NULL, NULL, (SELECT count(*) FROM buried)::int, (SELECT t FROM now), \
+                   '', 0::smallint, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 2, NULL, NULL, (SELECT p FROM paused)::int, \
                    LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
-                   CASE WHEN EXISTS (SELECT 1 FROM leased) THEN {until} END) \
-                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL FROM heads",
+                   (SELECT min(lease_until) FROM leased)), '', 0::smallint, NULL, NULL, NULL, NULL \
+                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL FROM heads",
+                levels = super::levels(jobs, kinds),
                 head = not_head(series, "j.id"),
-                until = later("$3"),
-            ),
+                until = later("coalesce(j.lease, $3)"),
+                spec = spec_cols(""),
+                spec_j = spec_cols("j"),
+            )
+        };
+        ClaimSql {
+            claim: Kinds::EACH.map(claim),
             // Acks (Machine::ack: the token must hold) and retries (Machine::retry: with the
-            // token, back to pending, or dead if that was the last attempt, $8) of many jobs
-            // in one statement and one commit.
+            // token, back to pending, or dead if that was the job's last attempt, its own
+            // `max_attempts` or, NULL, the queue's $8) of many jobs in one statement and one
+            // commit.
             settle: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  acked AS (DELETE FROM {jobs} j USING unnest($2::text[], $3::bigint[]) AS a(id, token) \
@@ -136,19 +179,23 @@ impl ClaimSql {
                    AS r(id, token, after, error)), \
                  back AS (UPDATE {jobs} j SET run_at = {after}, token = NULL, lease_until = NULL, \
                    last_error = coalesce(r.error, j.last_error) \
-                   FROM r WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token AND j.attempt < $8 \
+                   FROM r WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token \
+                   AND j.attempt < coalesce(j.max_attempts, $8) \
                    RETURNING j.id, r.token, j.run_at), \
                  gone AS (DELETE FROM {jobs} j USING r \
-                   WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token AND j.attempt >= $8 \
+                   WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token \
+                   AND j.attempt >= coalesce(j.max_attempts, $8) \
                    RETURNING j.queue, j.id, r.token, j.run_at, j.attempt, \
-                   coalesce(r.error, j.last_error) AS last_error, j.payload), \
-                 buried AS (INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload) \
-                   SELECT queue, id, run_at, attempt, (SELECT t FROM now), last_error, payload FROM gone \
+                   coalesce(r.error, j.last_error) AS last_error, j.payload, {spec_j}), \
+                 buried AS (INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload, {spec}) \
+                   SELECT queue, id, run_at, attempt, (SELECT t FROM now), last_error, payload, {spec} FROM gone \
                    RETURNING id) \
                  SELECT 0 AS kind, id, token, 0::bigint AS at FROM acked \
                  UNION ALL SELECT 1, id, token, run_at FROM back \
                  UNION ALL SELECT 2, id, token, (SELECT t FROM now) FROM gone",
                 after = later("r.after"),
+                spec = spec_cols(""),
+                spec_j = spec_cols("j"),
             ),
             // Machine::extend.
             extend: format!(
@@ -161,25 +208,25 @@ impl ClaimSql {
 }
 
 impl Sql {
-    /// Claims up to `max` due jobs under `token` for `lease` ns, killing those out of
-    /// `max_attempts`.
+    /// Claims up to `max` due jobs of `kind` (every kind for `None`) under `token`, each for
+    /// its own lease, killing those out of their own attempts.
     pub(in crate::backend::postgres) async fn claim(
         &self,
         ex: impl PgExecutor<'_>,
         queue: &str,
         max: usize,
-        lease: i64,
         token: i64,
-        max_attempts: u32,
+        kind: Option<&str>,
     ) -> Result<ClaimRows, Error> {
-        let rows = db(sqlx::query(&self.claims.claim)
+        let plain = &self.plain;
+        let query = sqlx::query(&self.claims.claim[Kinds::of(kind) as usize])
             .bind(queue)
             .bind(i64::try_from(max).unwrap_or(i64::MAX))
-            .bind(lease)
+            .bind(super::span(plain.lease))
             .bind(token)
-            .bind(i32::try_from(max_attempts).unwrap_or(i32::MAX))
-            .fetch_all(ex)
-            .await)?;
+            .bind(i32::try_from(plain.max_attempts).unwrap_or(i32::MAX));
+        let query = Kinds::bind(kind, query);
+        let rows = db(query.fetch_all(ex).await)?;
         let mut out = ClaimRows {
             jobs: Vec::new(),
             now: 0,
@@ -195,6 +242,7 @@ impl Sql {
                     db(r.try_get(2))?,
                     attempt(r, 3)?,
                     dec(db(r.try_get(4))?),
+                    spec(r, 5, plain)?,
                 )),
                 1 => {
                     out.died = attempt(r, 3)?.into();
@@ -215,7 +263,6 @@ impl Sql {
         &self,
         ex: impl PgExecutor<'_>,
         queue: &str,
-        max_attempts: u32,
         batch: &[Settle],
     ) -> Result<Vec<Settled>, Error> {
         let (mut ack_ids, mut ack_tokens) = (Vec::new(), Vec::new());
@@ -248,7 +295,7 @@ impl Sql {
             .bind(tokens)
             .bind(afters)
             .bind(errors)
-            .bind(i32::try_from(max_attempts).unwrap_or(i32::MAX))
+            .bind(i32::try_from(self.plain.max_attempts).unwrap_or(i32::MAX))
             .fetch_all(ex)
             .await)?;
         let mut done = std::collections::HashMap::new();

@@ -4,7 +4,7 @@
 use sqlx::postgres::PgExecutor;
 use sqlx::Row;
 
-use super::{db, dec, run_at, when, Sql, NOW};
+use super::{db, dec, run_at, spec_cols, when, Sql, NOW};
 use crate::backend::postgres::names::Names;
 use crate::core::error::Error;
 use crate::core::job::When;
@@ -20,27 +20,30 @@ pub(super) struct DeadSql {
 impl DeadSql {
     pub(super) fn new(n: &Names) -> DeadSql {
         let Names { jobs, dead, .. } = n;
+        let spec = spec_cols("");
         DeadSql {
             remove_dead: format!("DELETE FROM {dead} WHERE queue = $1 AND id = $2 RETURNING 1"),
             purge_dead: format!(
                 "DELETE FROM {dead} WHERE queue = $1 AND id IN (SELECT id FROM {dead} \
                  WHERE queue = $1 ORDER BY died_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)"
             ),
-            // Machine::revive: pending again, attempts from 0, the last error kept.
+            // Machine::revive: pending again, attempts from 0, the last error and the spec
+            // kept.
             revive: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
-                 d AS (DELETE FROM {dead} WHERE queue = $1 AND id = $2 RETURNING queue, id, last_error, payload) \
-                 INSERT INTO {jobs} (queue, id, run_at, attempt, last_error, payload) \
-                 SELECT queue, id, {}, 0, last_error, payload FROM d RETURNING run_at",
+                 d AS (DELETE FROM {dead} WHERE queue = $1 AND id = $2 \
+                   RETURNING queue, id, last_error, payload, {spec}) \
+                 INSERT INTO {jobs} (queue, id, run_at, attempt, last_error, payload, {spec}) \
+                 SELECT queue, id, {}, 0, last_error, payload, {spec} FROM d RETURNING run_at",
                 run_at("$3", "$4")
             ),
             revive_dead: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  d AS (DELETE FROM {dead} WHERE queue = $1 AND id IN (SELECT id FROM {dead} \
                    WHERE queue = $1 ORDER BY died_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) \
-                   RETURNING queue, id, last_error, payload), \
-                 ins AS (INSERT INTO {jobs} (queue, id, run_at, attempt, last_error, payload) \
-                   SELECT queue, id, {}, 0, last_error, payload FROM d RETURNING run_at) \
+                   RETURNING queue, id, last_error, payload, {spec}), \
+                 ins AS (INSERT INTO {jobs} (queue, id, run_at, attempt, last_error, payload, {spec}) \
+                   SELECT queue, id, {}, 0, last_error, payload, {spec} FROM d RETURNING run_at) \
                  SELECT count(*)::bigint, min(run_at) FROM ins",
                 run_at("$3", "$4")
             ),

@@ -20,14 +20,11 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnection, PgExecutor, PgPool};
 use sqlx::Row;
 
-use super::{attempt, db, dec, enc, not_head, run_at, when, Sql, NOW};
+use super::{attempt, db, dec, enc, not_head, run_at, spec, spec_cols, when, SpecArrays, Sql, NOW};
 use crate::backend::postgres::names::Names;
-use crate::backend::Import;
+use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{JobInfo, JobState, When};
-
-/// One job to schedule: id, when, payload.
-pub(in crate::backend::postgres) type NewJob = (String, When, Vec<u8>);
 
 /// The SQL text of these statements for one schema.
 #[derive(Debug)]
@@ -48,30 +45,40 @@ impl JobsSql {
             jobs, dead, series, ..
         } = n;
         JobsSql {
+            // Every option of the spec is written: a default changed later does not change
+            // the job (NULL is for rows written before version 3).
             schedule: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
-                 input AS (SELECT i.id, i.ord, {run_at}::bigint AS run_at, i.payload \
-                   FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bytea[]) \
-                   WITH ORDINALITY AS i(id, at, after, payload, ord)), \
-                 ins AS (INSERT INTO {jobs} (queue, id, run_at, payload) \
-                   SELECT $1, input.id, input.run_at, input.payload FROM input \
+                 input AS (SELECT i.id, i.ord, {run_at}::bigint AS run_at, i.payload, {spec_i} \
+                   FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bytea[], {spec_types}) \
+                   WITH ORDINALITY AS i(id, at, after, payload, {spec}, ord)), \
+                 ins AS (INSERT INTO {jobs} (queue, id, run_at, payload, {spec}) \
+                   SELECT $1, input.id, input.run_at, input.payload, {spec_input} FROM input \
                    WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
                    ORDER BY input.id, input.ord \
                    ON CONFLICT (queue, id) DO NOTHING RETURNING id, run_at) \
                  SELECT id, run_at FROM ins",
                 run_at = run_at("i.at", "i.after"),
+                spec = spec_cols(""),
+                spec_i = spec_cols("i"),
+                spec_input = spec_cols("input"),
+                spec_types = spec_types(6),
             ),
             // Each job as given, pending, where its id is free (see the module docs).
             import: format!(
                 "WITH input AS (SELECT i.* FROM unnest($2::text[], $3::bigint[], $4::integer[], \
-                   $5::text[], $6::bytea[]) WITH ORDINALITY AS i(id, run_at, attempt, last_error, payload, ord)), \
-                 ins AS (INSERT INTO {jobs} (queue, id, run_at, attempt, last_error, payload) \
-                   SELECT $1, input.id, input.run_at, input.attempt, input.last_error, input.payload \
-                   FROM input \
+                   $5::text[], $6::bytea[], {spec_types}) \
+                   WITH ORDINALITY AS i(id, run_at, attempt, last_error, payload, {spec}, ord)), \
+                 ins AS (INSERT INTO {jobs} (queue, id, run_at, attempt, last_error, payload, {spec}) \
+                   SELECT $1, input.id, input.run_at, input.attempt, input.last_error, input.payload, \
+                   {spec_input} FROM input \
                    WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
                    ORDER BY input.id, input.ord \
                    ON CONFLICT (queue, id) DO NOTHING RETURNING id) \
-                 SELECT id FROM ins"
+                 SELECT id FROM ins",
+                spec = spec_cols(""),
+                spec_input = spec_cols("input"),
+                spec_types = spec_types(7),
             ),
             // The imported dead jobs ($2), pending since `import` in this transaction, moved
             // to `dead` with their death times ($3).
@@ -79,9 +86,11 @@ impl JobsSql {
                 "WITH input AS (SELECT * FROM unnest($2::text[], $3::bigint[]) AS i(id, died_at)), \
                  moved AS (DELETE FROM {jobs} j USING input \
                    WHERE j.queue = $1 AND j.id = input.id AND j.token IS NULL \
-                   RETURNING j.id, j.run_at, j.attempt, input.died_at, j.last_error, j.payload) \
-                 INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload) \
-                 SELECT $1, id, run_at, attempt, died_at, last_error, payload FROM moved"
+                   RETURNING j.id, j.run_at, j.attempt, input.died_at, j.last_error, j.payload, {spec_j}) \
+                 INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload, {spec}) \
+                 SELECT $1, id, run_at, attempt, died_at, last_error, payload, {spec} FROM moved",
+                spec = spec_cols(""),
+                spec_j = spec_cols("j"),
             ),
             // The jobs just inserted ($2) whose id died meanwhile: see the module docs. (In
             // the caller's transaction they are still pending: nobody else sees them yet.)
@@ -108,10 +117,11 @@ impl JobsSql {
                 not_head(series, "$2")
             ),
             get: format!(
-                "SELECT run_at, attempt, token IS NOT NULL AS running, false AS dead, last_error, payload \
-                 FROM {jobs} WHERE queue = $1 AND id = $2 \
-                 UNION ALL SELECT run_at, attempt, false, true, last_error, payload \
-                 FROM {dead} WHERE queue = $1 AND id = $2 LIMIT 1"
+                "SELECT run_at, attempt, token IS NOT NULL AS running, false AS dead, last_error, payload, \
+                 {spec} FROM {jobs} WHERE queue = $1 AND id = $2 \
+                 UNION ALL SELECT run_at, attempt, false, true, last_error, payload, {spec} \
+                 FROM {dead} WHERE queue = $1 AND id = $2 LIMIT 1",
+                spec = spec_cols(""),
             ),
         }
     }
@@ -169,21 +179,22 @@ impl Sql {
             Vec::with_capacity(n),
             Vec::with_capacity(n),
         );
-        for (id, w, payload) in jobs {
-            let (at, after) = when(*w);
-            ids.push(id.as_str());
+        let mut specs = SpecArrays::default();
+        for job in jobs {
+            let (at, after) = when(job.when);
+            ids.push(job.id.as_str());
             ats.push(at);
             afters.push(after);
-            payloads.push(payload.as_slice());
+            payloads.push(job.payload.as_slice());
+            specs.push(&job.spec);
         }
-        let rows = sqlx::query(&self.jobs.schedule)
+        let query = sqlx::query(&self.jobs.schedule)
             .bind(queue)
             .bind(ids)
             .bind(ats)
             .bind(afters)
-            .bind(payloads)
-            .fetch_all(&mut *conn)
-            .await?;
+            .bind(payloads);
+        let rows = specs.bind(query).fetch_all(&mut *conn).await?;
         let mut created = rows
             .iter()
             .map(|r| Ok((r.try_get::<String, _>(0)?, dec(r.try_get(1)?))))
@@ -244,7 +255,9 @@ impl Sql {
             Vec::with_capacity(n),
             Vec::with_capacity(n),
         );
+        let mut specs = SpecArrays::default();
         for job in jobs {
+            specs.push(&job.spec);
             ids.push(job.id.as_str());
             run_ats.push(enc(job.run_at));
             attempts.push(i32::try_from(job.attempt).unwrap_or(i32::MAX));
@@ -258,13 +271,15 @@ impl Sql {
             let mut tx = pool
                 .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
                 .await?;
-            let inserted = sqlx::query(&self.jobs.import)
+            let query = sqlx::query(&self.jobs.import)
                 .bind(queue)
                 .bind(&ids)
                 .bind(run_ats)
                 .bind(attempts)
                 .bind(errors)
-                .bind(payloads)
+                .bind(payloads);
+            let inserted = specs
+                .bind(query)
                 .fetch_all(&mut *tx)
                 .await?
                 .iter()
@@ -352,6 +367,24 @@ impl Sql {
             attempt(&r, 1)?,
             db(r.try_get(4))?,
             db(r.try_get(5))?,
+            spec(&r, 6, &self.plain)?,
         )))
     }
+}
+
+/// The types of [`spec_cols`]' parameter arrays from `$first` on, for `unnest`.
+fn spec_types(first: usize) -> String {
+    [
+        "text[]",
+        "smallint[]",
+        "integer[]",
+        "bigint[]",
+        "bigint[]",
+        "bigint[]",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, t)| format!("${}::{t}", first + i))
+    .collect::<Vec<_>>()
+    .join(", ")
 }

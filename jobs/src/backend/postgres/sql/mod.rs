@@ -31,9 +31,9 @@ use super::error::pg_error;
 use super::names::Names;
 use crate::core::error::Error;
 use crate::core::job::When;
+use crate::core::kind::Spec;
 
 pub(super) use claim::{Settle, Settled};
-pub(super) use jobs::NewJob;
 
 /// The server's clock, nanoseconds since the Unix epoch.
 const NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
@@ -91,7 +91,141 @@ fn not_head(series: &str, id: &str) -> String {
     )
 }
 
-/// The statements of one schema, by group.
+/// A job's stored spec as a select list (`migrations/0003_kinds.sql`), with the columns'
+/// table alias `t` (`""` for none); [`spec`] decodes it.
+fn spec_cols(t: &str) -> String {
+    let t = if t.is_empty() {
+        String::new()
+    } else {
+        format!("{t}.")
+    };
+    format!("{t}kind, {t}priority, {t}max_attempts, {t}backoff_first, {t}backoff_max, {t}lease")
+}
+
+/// Which jobs a statement reads: every kind, the kind `''`, or the named kind `$6`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kinds {
+    All,
+    Plain,
+    Named,
+}
+
+impl Kinds {
+    const EACH: [Kinds; 3] = [Kinds::All, Kinds::Plain, Kinds::Named];
+
+    /// Which statement of a group of three serves `kind`.
+    fn of(kind: Option<&str>) -> Kinds {
+        match kind {
+            None => Kinds::All,
+            Some("") => Kinds::Plain,
+            Some(_) => Kinds::Named,
+        }
+    }
+
+    /// The condition on a row of `jobs` or `dead` (alias `t`, `""` for none). A named
+    /// kind's says `<> ''` too, so the planner may use `jobs_due` (whose rows it is).
+    fn rows(self, t: &str) -> String {
+        let t = if t.is_empty() {
+            String::new()
+        } else {
+            format!("{t}.")
+        };
+        match self {
+            Kinds::All => String::new(),
+            Kinds::Plain => format!("AND {t}kind = ''"),
+            Kinds::Named => format!("AND {t}kind = $6 AND {t}kind <> ''"),
+        }
+    }
+
+    /// The binding of `$6`, if the statement has one.
+    fn bind<'q>(
+        kind: Option<&'q str>,
+        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        match kind {
+            Some(k) if !k.is_empty() => q.bind(k),
+            _ => q,
+        }
+    }
+}
+
+/// SQL for "the priority levels in use among pending jobs" as a recursive CTE named
+/// `levels(lvl)`, highest first, ending in a NULL row: a skip scan, one index probe per
+/// level, of `jobs_due` for a named kind, else of `jobs_pending` (all levels: the kind
+/// `''` has no index of its own).
+fn levels(jobs: &str, kinds: Kinds) -> String {
+    let kind = match kinds {
+        Kinds::Named => kinds.rows(""),
+        Kinds::All | Kinds::Plain => String::new(),
+    };
+    format!(
+        "levels(lvl) AS (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL {kind} \
+         UNION ALL SELECT (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL {kind} \
+         AND priority < l.lvl) FROM levels l WHERE l.lvl IS NOT NULL)"
+    )
+}
+
+/// The spec in the columns `i..i + 6` of `r` ([`spec_cols`]): NULL options are `plain`'s
+/// (rows written before version 3, series occurrences).
+pub(super) fn spec(r: &PgRow, i: usize, plain: &Spec) -> Result<Spec, Error> {
+    let ns = |j: usize| -> Result<Option<std::time::Duration>, Error> {
+        Ok(db(r.try_get::<Option<i64>, _>(i + j))?
+            .map(|v| std::time::Duration::from_nanos(u64::try_from(v).unwrap_or(0))))
+    };
+    let priority: i16 = db(r.try_get(i + 1))?;
+    Ok(Spec {
+        kind: db(r.try_get(i))?,
+        priority: i8::try_from(priority).unwrap_or(if priority < 0 { i8::MIN } else { i8::MAX }),
+        max_attempts: db(r.try_get::<Option<i32>, _>(i + 2))?
+            .map_or(plain.max_attempts, |a| u32::try_from(a).unwrap_or(1)),
+        backoff: (
+            ns(3)?.unwrap_or(plain.backoff.0),
+            ns(4)?.unwrap_or(plain.backoff.1),
+        ),
+        lease: ns(5)?.unwrap_or(plain.lease),
+    })
+}
+
+/// Specs as the parameter arrays of [`spec_cols`]' columns, for `unnest`.
+#[derive(Debug, Default)]
+struct SpecArrays<'a> {
+    kinds: Vec<&'a str>,
+    priorities: Vec<i16>,
+    max_attempts: Vec<i32>,
+    backoff_first: Vec<i64>,
+    backoff_max: Vec<i64>,
+    leases: Vec<i64>,
+}
+
+impl<'a> SpecArrays<'a> {
+    fn push(&mut self, s: &'a Spec) {
+        self.kinds.push(&s.kind);
+        self.priorities.push(s.priority.into());
+        self.max_attempts
+            .push(i32::try_from(s.max_attempts).unwrap_or(i32::MAX));
+        self.backoff_first.push(span(s.backoff.0));
+        self.backoff_max.push(span(s.backoff.1));
+        self.leases.push(span(s.lease));
+    }
+
+    /// Binds the arrays, in [`spec_cols`]' order.
+    fn bind<'q>(
+        self,
+        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>
+    where
+        'a: 'q,
+    {
+        q.bind(self.kinds)
+            .bind(self.priorities)
+            .bind(self.max_attempts)
+            .bind(self.backoff_first)
+            .bind(self.backoff_max)
+            .bind(self.leases)
+    }
+}
+
+/// The statements of one schema, by group, and the spec NULL options stand for.
 #[derive(Debug)]
 pub(super) struct Sql {
     jobs: jobs::JobsSql,
@@ -99,6 +233,8 @@ pub(super) struct Sql {
     dead: dead::DeadSql,
     queue: queue::QueueSql,
     now: String,
+    /// The queue's plain spec (`Defaults::plain`): what a row's NULL options read as.
+    plain: Spec,
 }
 
 fn db<T>(r: Result<T, sqlx::Error>) -> Result<T, Error> {
@@ -106,8 +242,9 @@ fn db<T>(r: Result<T, sqlx::Error>) -> Result<T, Error> {
 }
 
 impl Sql {
-    pub(super) fn new(n: &Names) -> Sql {
+    pub(super) fn new(n: &Names, plain: Spec) -> Sql {
         Sql {
+            plain,
             jobs: jobs::JobsSql::new(n),
             claims: claim::ClaimSql::new(n),
             dead: dead::DeadSql::new(n),
@@ -123,7 +260,6 @@ impl Sql {
     }
 }
 
-/// Column `i` as an attempt count.
 /// Runs `statement`, which moves the job `id` of `queue` to a new run_at (binds: queue, id,
 /// and [`when`]'s pair) and returns it if the job was in the state it moves from: the
 /// shape `reschedule` (pending) and `revive` (dead) share.
@@ -145,6 +281,7 @@ async fn move_job(
     row.map(|r| Ok(dec(db(r.try_get(0))?))).transpose()
 }
 
+/// Column `i` as an attempt count.
 fn attempt(r: &PgRow, i: usize) -> Result<u32, Error> {
     Ok(u32::try_from(db(r.try_get::<i32, _>(i))?).unwrap_or(0))
 }

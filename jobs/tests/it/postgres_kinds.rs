@@ -1,0 +1,346 @@
+//! Kinds, per-job options and priorities on PostgreSQL (feature `postgres`): the upgrade
+//! of a version-2 schema with jobs in it, the kind filter of a claim (expired leases
+//! included), the claim order by priority past a level's future jobs, per-kind counts and
+//! lists, and `schedule_in_with` in the caller's transaction.
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::{Duration, SystemTime};
+
+use wheel_jobs::sqlx::{self, Executor, Row};
+use wheel_jobs::{Builder, JobOptions, JobState, ListOptions, Scheduled};
+
+use crate::support::{next, Harness};
+
+fn url() -> String {
+    crate::support::postgres::shared().url()
+}
+
+/// A name no other test (of this run or an earlier one) uses.
+fn fresh(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{prefix}_{}_{}_{}",
+        std::process::id(),
+        nanos,
+        N.fetch_add(1, SeqCst)
+    )
+}
+
+async fn pool() -> sqlx::PgPool {
+    sqlx::PgPool::connect(&url()).await.expect("test pool")
+}
+
+fn ago(secs: u64) -> SystemTime {
+    SystemTime::now() - Duration::from_secs(secs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_schema_upgrades_and_its_jobs_read_as_the_plain_spec() {
+    let schema = fresh("wj_v2");
+    let pool = pool().await;
+    // The schema as version 2 of the library left it, made from its own files.
+    let quoted = format!("\"{schema}\"");
+    let mut v2 = format!(
+        "CREATE SCHEMA {quoted}; \
+         CREATE TABLE {quoted}.schema_version (id integer PRIMARY KEY CHECK (id = 1), version integer NOT NULL); \
+         INSERT INTO {quoted}.schema_version VALUES (1, 2);"
+    );
+    for file in [
+        include_str!("../../src/backend/postgres/migrations/0001_jobs.sql"),
+        include_str!("../../src/backend/postgres/migrations/0002_wake_soon.sql"),
+    ] {
+        v2.push_str(&file.replace("{schema}", &quoted));
+    }
+    pool.execute(v2.as_str()).await.unwrap();
+    let now = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
+    pool.execute(
+        format!(
+            "INSERT INTO {quoted}.jobs (queue, id, run_at, attempt, payload) VALUES \
+             ('orders', 'old-due', {now} - 2000000000, 0, 'a'), \
+             ('orders', 'old-tired', {now} - 1000000000, 2, 'b'), \
+             ('orders', 'old-later', {now} + 3600000000000, 0, 'c'); \
+             INSERT INTO {quoted}.dead (queue, id, run_at, attempt, died_at, last_error, payload) \
+             VALUES ('orders', 'old-dead', 1, 5, 2, 'boom', 'd')"
+        )
+        .as_str(),
+    )
+    .await
+    .unwrap();
+
+    let mut builder = Builder::new();
+    builder
+        .postgres_schema(&schema)
+        .max_attempts(3)
+        .lease(Duration::from_secs(30));
+    let queue = builder.postgres(&url(), "orders").await.unwrap();
+    let version: i32 = sqlx::query(&format!("SELECT version FROM {quoted}.schema_version"))
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 3);
+
+    // Counted under the kind "" with the totals, read with the queue's own options.
+    let counts = queue.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.running, counts.dead), (3, 0, 1));
+    assert_eq!(counts.kinds.len(), 1);
+    let plain = counts.kinds[""];
+    assert_eq!((plain.pending, plain.running, plain.dead), (3, 0, 1));
+    for id in ["old-due", "old-tired", "old-later", "old-dead"] {
+        let job = queue.get(id).await.unwrap().expect(id);
+        assert_eq!((job.kind(), job.priority(), job.max_attempts()), ("", 0, 3));
+    }
+
+    // Claimable, in due order; the job at its second attempt dies by the queue's 3.
+    let mut consumer = queue.consume();
+    let first = next(&mut consumer).await;
+    let second = next(&mut consumer).await;
+    assert_eq!((first.id(), second.id()), ("old-due", "old-tired"));
+    assert_eq!((first.attempt(), second.attempt()), (1, 3));
+    assert!(first.ack().await.unwrap());
+    assert!(second.fail(Duration::ZERO, "still tired").await.unwrap());
+    let tired = queue.get("old-tired").await.unwrap().unwrap();
+    assert_eq!(tired.state(), JobState::Dead);
+    assert_eq!(tired.last_error(), Some("still tired"));
+
+    // A revived old job keeps reading as plain; new jobs store their own options.
+    assert!(queue.revive("old-dead", Duration::ZERO).await.unwrap());
+    let revived = next(&mut consumer).await;
+    assert_eq!((revived.id(), revived.kind()), ("old-dead", ""));
+    assert!(revived.ack().await.unwrap());
+    let opts = JobOptions::kind("rate").priority(3).max_attempts(7);
+    queue
+        .schedule_with("new", Duration::ZERO, "n", &opts)
+        .await
+        .unwrap();
+    let new = next(&mut consumer).await;
+    assert_eq!((new.id(), new.kind(), new.priority()), ("new", "rate", 3));
+    assert!(new.ack().await.unwrap());
+    let counts = queue.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.running, counts.dead), (1, 0, 1));
+    assert!(!counts.kinds.contains_key("rate"));
+    drop(consumer);
+    queue.close().await.unwrap();
+    pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_of_one_kind_never_touches_another_kinds_jobs() {
+    let harness = crate::support::postgres::harness();
+    let queue = harness.open(&Builder::new()).await.unwrap();
+    // A remind job whose lease ends at once and whose one attempt is spent by then.
+    let remind = JobOptions::kind("remind")
+        .max_attempts(1)
+        .lease(Duration::from_secs(1));
+    queue
+        .schedule_with("remind:1", Duration::ZERO, "r", &remind)
+        .await
+        .unwrap();
+    queue
+        .schedule_with("remind:2", Duration::ZERO, "r", &JobOptions::kind("remind"))
+        .await
+        .unwrap();
+    let mut reminders = queue.consume_kind("remind");
+    let leased = next(&mut reminders).await;
+    let other = next(&mut reminders).await;
+    assert_eq!((leased.id(), other.id()), ("remind:1", "remind:2"));
+    drop(reminders);
+    assert!(other.ack().await.unwrap());
+    queue
+        .schedule_with("rate:1", Duration::ZERO, "5", &JobOptions::kind("rate"))
+        .await
+        .unwrap();
+    // Past remind:1's lease: a rate claim neither kills it nor redelivers it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut rates = queue.consume_kind("rate");
+    let rate = next(&mut rates).await;
+    assert_eq!((rate.id(), rate.kind()), ("rate:1", "rate"));
+    assert!(rate.ack().await.unwrap());
+    let untouched = queue.get("remind:1").await.unwrap().unwrap();
+    assert_eq!(
+        (untouched.state(), untouched.attempt()),
+        (JobState::Running, 1)
+    );
+    let counts = queue.counts().await.unwrap();
+    assert_eq!(counts.kinds["remind"].running, 1);
+    assert_eq!(counts.kinds["remind"].dead, 0);
+    // Its own kind's claim kills it, by its own max_attempts (the queue's is 5).
+    queue
+        .schedule_with("remind:3", Duration::ZERO, "r", &JobOptions::kind("remind"))
+        .await
+        .unwrap();
+    let mut reminders = queue.consume_kind("remind");
+    let third = next(&mut reminders).await;
+    assert_eq!(third.id(), "remind:3");
+    assert!(third.ack().await.unwrap());
+    let dead = queue.get("remind:1").await.unwrap().unwrap();
+    assert_eq!(
+        (dead.state(), dead.last_error()),
+        (JobState::Dead, Some("lease expired"))
+    );
+    let counts = queue.counts().await.unwrap();
+    let remind = counts.kinds["remind"];
+    assert_eq!((remind.pending, remind.running, remind.dead), (0, 0, 1));
+    assert!(!counts.kinds.contains_key("rate"));
+
+    // The kind "" is a kind like the others: its claims and lists leave the named ones.
+    queue
+        .schedule_with("remind:4", ago(60), "r", &JobOptions::kind("remind"))
+        .await
+        .unwrap();
+    queue.schedule("plain:1", ago(1), "p").await.unwrap();
+    let page = queue
+        .list(JobState::Pending, ListOptions::new().kind(""))
+        .await
+        .unwrap();
+    let ids: Vec<_> = page.jobs().iter().map(|j| j.id()).collect();
+    assert_eq!(ids, ["plain:1"]);
+    let mut plain = queue.consume_kind("");
+    let job = next(&mut plain).await;
+    assert_eq!((job.id(), job.kind()), ("plain:1", ""));
+    assert!(job.ack().await.unwrap());
+    let waiting = queue.get("remind:4").await.unwrap().unwrap();
+    assert_eq!((waiting.state(), waiting.attempt()), (JobState::Pending, 0));
+    drop((rates, reminders, plain));
+    queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priorities_order_the_claim_past_a_levels_future_jobs() {
+    let harness = crate::support::postgres::harness();
+    let mut builder = Builder::new();
+    builder.prefetch(16);
+    let queue = harness.open(&builder).await.unwrap();
+    let at = |p: i8| JobOptions::new().priority(p);
+    // The top level holds only future jobs: a claim must look past them.
+    let future: Vec<_> = (0..200)
+        .map(|i| (format!("later:{i:03}"), Duration::from_secs(3600), "f"))
+        .collect();
+    queue.schedule_many_with(future, &at(9)).await.unwrap();
+    queue
+        .schedule_with("low", ago(30), "l", &at(-5))
+        .await
+        .unwrap();
+    // The same run_at: by id.
+    let ten_ago = ago(10);
+    queue
+        .schedule_with("mid-b", ten_ago, "m", &at(0))
+        .await
+        .unwrap();
+    queue
+        .schedule_with("mid-a", ten_ago, "m", &at(0))
+        .await
+        .unwrap();
+    queue
+        .schedule_with("mid-0", ago(20), "m", &at(0))
+        .await
+        .unwrap();
+    let kind = JobOptions::kind("rate").priority(5);
+    queue
+        .schedule_with("high", ago(1), "h", &kind)
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let mut order = Vec::new();
+    for _ in 0..5 {
+        let job = next(&mut consumer).await;
+        order.push((job.id().to_owned(), job.priority()));
+        assert!(job.ack().await.unwrap());
+    }
+    let want = [
+        ("high", 5),
+        ("mid-0", 0),
+        ("mid-a", 0),
+        ("mid-b", 0),
+        ("low", -5),
+    ];
+    let want: Vec<_> = want.iter().map(|(id, p)| (id.to_string(), *p)).collect();
+    assert_eq!(order, want);
+
+    // Lists follow the pending order (run_at, id) across levels, per kind if asked.
+    let page = queue
+        .list(JobState::Pending, ListOptions::new().limit(3))
+        .await
+        .unwrap();
+    let ids: Vec<_> = page.jobs().iter().map(|j| j.id()).collect();
+    assert_eq!(ids, ["later:000", "later:001", "later:002"]);
+    queue
+        .schedule_with(
+            "rate:2",
+            ago(5),
+            "r",
+            &JobOptions::kind("rate").priority(-1),
+        )
+        .await
+        .unwrap();
+    let page = queue
+        .list(JobState::Pending, ListOptions::new().kind("rate"))
+        .await
+        .unwrap();
+    let ids: Vec<_> = page.jobs().iter().map(|j| j.id()).collect();
+    assert_eq!(ids, ["rate:2"]);
+    assert_eq!(page.jobs()[0].priority(), -1);
+    let counts = queue.counts().await.unwrap();
+    assert_eq!(counts.pending, 201);
+    assert_eq!(
+        (counts.kinds[""].pending, counts.kinds["rate"].pending),
+        (200, 1)
+    );
+    drop(consumer);
+    queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_in_with_commits_or_rolls_back_with_the_transaction() {
+    let pool = pool().await;
+    let queue = Builder::new()
+        .postgres_pool(pool.clone(), &fresh("pay"))
+        .await
+        .unwrap();
+    let capture = JobOptions::kind("capture").priority(10).max_attempts(3);
+
+    let mut tx = pool.begin().await.unwrap();
+    let created = queue
+        .schedule_in_with(&mut tx, "capture:1", Duration::ZERO, "1", &capture)
+        .await
+        .unwrap();
+    assert_eq!(created, Scheduled::Created);
+    tx.rollback().await.unwrap();
+    assert_eq!(queue.get("capture:1").await.unwrap(), None);
+    let counts = queue.counts().await.unwrap();
+    assert_eq!(counts.pending, 0);
+    assert!(counts.kinds.is_empty());
+
+    let mut tx = pool.begin().await.unwrap();
+    queue
+        .schedule_in_with(&mut tx, "capture:1", Duration::ZERO, "1", &capture)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let job = queue.get("capture:1").await.unwrap().unwrap();
+    assert_eq!(
+        (job.kind(), job.priority(), job.max_attempts()),
+        ("capture", 10, 3)
+    );
+    assert_eq!(queue.counts().await.unwrap().kinds["capture"].pending, 1);
+    let bad = JobOptions::kind("capture").max_attempts(0);
+    let mut tx = pool.begin().await.unwrap();
+    let err = queue
+        .schedule_in_with(&mut tx, "capture:2", Duration::ZERO, "2", &bad)
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    tx.rollback().await.unwrap();
+    let mut consumer = queue.consume_kind("capture");
+    let delivered = next(&mut consumer).await;
+    assert_eq!((delivered.id(), delivered.priority()), ("capture:1", 10));
+    assert!(delivered.ack().await.unwrap());
+    drop(consumer);
+    queue.close().await.unwrap();
+}
