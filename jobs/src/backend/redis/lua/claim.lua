@@ -20,7 +20,7 @@
 --                         job is here only, not in due (one index per state, so a claim
 --                         moves each job from due to running and an ack removes it from
 --                         running: one sorted-set write each, as when due held both); and
---                         RUNNING_PIN, below, scored +inf
+--                         RUNNING_PIN (kinds.lua), scored +inf
 -- KEYS[12] levels (see kinds.lua, prepended)
 -- ARGV[1] max jobs (at most 512), ARGV[2] the queue's plain spec tail (kinds.lua: the lease
 -- and max attempts of a job stored without its spec), ARGV[3] '*' for every kind or '='
@@ -51,12 +51,6 @@
 -- An index entry whose job is gone or in another state is dropped when read: the scripts
 -- never leave one, but a key edited by hand must not fail every claim.
 
--- Not a job (longer than any id, 256 bytes, and than zset-max-listpack-value): a member
--- that keeps a running set skiplist-encoded from the first lease on. A set this small
--- (a partition's running jobs, mostly under 128) is otherwise a listpack, in which a lease,
--- added at the tail (the latest end), costs a walk over every entry: 3 µs per job with 50
--- running, against 0.4 µs in a skiplist, the most of a claim and ack's index work.
-local RUNNING_PIN = 'skiplist pin, not a job (see claim.lua) ' .. string.rep('=', 260)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local plain = ARGV[2]
