@@ -509,7 +509,7 @@ fn eval_claim(server: &RedisServer) -> String {
     ];
     // The plain spec's tail (`scripts::spec_tail`): priority 0, 25 attempts, lease 30 s,
     // backoff 1 s to 1 h, kind "". Every kind ("*").
-    let plain = ":0:25:30000000000:1000000000:3600000000000:";
+    let plain = ":0:25:30000000000:1000000000:3600000000000\x1f";
     eval_series_script(server, claim, &keys, &["10", plain, "*"])
 }
 

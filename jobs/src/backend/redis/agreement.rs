@@ -103,7 +103,7 @@ fn tail(spec: Option<(&str, i8)>, max: u32) -> String {
     match spec {
         None => String::new(),
         Some((kind, p)) => format!(
-            ":{p}:{max}:{}:1000000000:60000000000:{kind}",
+            ":{p}:{max}:{}:1000000000:60000000000\x1f{kind}",
             OWN_LEASE_US * 1000
         ),
     }
@@ -114,7 +114,7 @@ fn tail(spec: Option<(&str, i8)>, max: u32) -> String {
 fn plain_tail(spec: Option<(&str, i8)>, max: u32) -> String {
     let plain = if spec.is_none() { max } else { 100 };
     format!(
-        ":0:{plain}:{}:1000000000:60000000000:",
+        ":0:{plain}:{}:1000000000:60000000000\x1f",
         PLAIN_LEASE_US * 1000
     )
 }
@@ -143,9 +143,11 @@ fn level_of(meta: &str) -> (i8, String) {
     if tail.is_empty() {
         return (0, String::new());
     }
-    let mut t = tail.splitn(6, ':');
-    let p = t.next().unwrap().parse().unwrap();
-    (p, t.nth(4).unwrap().to_owned())
+    let (numbers, kind) = tail.split_once('\x1f').unwrap();
+    (
+        numbers.split(':').next().unwrap().parse().unwrap(),
+        kind.to_owned(),
+    )
 }
 
 /// Checks that the indexes and counters agree with the jobs' metas: each job in exactly the

@@ -7,10 +7,15 @@
 //!   state machine is `core/state/mod.rs`'s, written out in Lua: states `p`/`r`/`d` (pending, running, dead), attempts
 //!   counted at claim, tokens checked by ack, retry and extend, dead after `max_attempts`.
 //! - Keys of one queue share the hash tag `{name}`, so every script touches one cluster slot.
-//!   The due index is a sorted set of pending **ids** scored by run_at microseconds, the
-//!   running index one of running ids scored by lease end (each job in its state's index
-//!   only, as on the embedded store: `lua/claim.lua`); payloads live in their own hash, so
-//!   cancel by id is O(log n).
+//!   The due index is a sorted set of pending **ids** per (priority, kind) in use, scored by
+//!   run_at microseconds, the running index one of running ids per kind in use, scored by
+//!   lease end (each job in its state's index of its level or kind only, as on the embedded
+//!   store: `lua/claim.lua`, `lua/kinds.lua`); payloads live in their own hash, so cancel by
+//!   id is O(log n).
+//! - Each job stores its spec (kind, priority, attempts, backoff, lease) in its meta string;
+//!   one stored without (a series' occurrence, a job of keyspace format 1) is of the plain
+//!   spec of the queue reading it. A claim leases each job for its own lease and kills it at
+//!   its own attempts; a claim of one kind reads only that kind's sets.
 //! - Time is the server's (`TIME` inside the scripts): `When::After` delays, lease ends and
 //!   "now" at a claim. A `When::At` is a wall-clock instant the caller chose; its score is
 //!   rounded up to the microsecond, so it is never delivered early.

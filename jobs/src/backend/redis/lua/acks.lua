@@ -24,21 +24,36 @@ local function apply_acks(meta, payload, counts, errors, running, levels, args, 
   local metas = redis.call('HMGET', meta, unpack(ids))
   local done = {}
   local seen = {}
-  local rems = {}
-  local counted = {}
+  -- Per kind met but "": its running set's acks (most batches have none).
+  local by_kind = {}
   local kinds = {}
+  local plain = {}
   for i, id in ipairs(ids) do
     local ok = 0
     local m = metas[i]
     if m and not seen[id] then
-      local state, _, token, _, tail = job_parse(m)
+      local state, token = string.match(m, '^(%a):%d+:(%d+):')
+      -- The kind: "" for a meta ending in the kind's separator or without a spec (kinds.lua),
+      -- else what follows the separator.
+      local kind = ''
+      if string.byte(m, -1) ~= 31 then
+        local sep = string.find(m, '\31', 1, true)
+        if sep then kind = string.sub(m, sep + 1) end
+      end
       if state == 'r' and token == tokens[i] then
-        local _, kind = job_level(tail)
         seen[id] = true
         done[#done + 1] = id
-        g_push(rems, running_key(running, kind), id)
-        tally(counted, 'running', kind, -1)
-        kinds[kind] = true
+        if kind == '' then
+          plain[#plain + 1] = id
+        else
+          local list = by_kind[kind]
+          if not list then
+            list = {}
+            by_kind[kind] = list
+            kinds[#kinds + 1] = kind
+          end
+          list[#list + 1] = id
+        end
         ok = 1
       end
     end
@@ -48,9 +63,15 @@ local function apply_acks(meta, payload, counts, errors, running, levels, args, 
     redis.call('HDEL', meta, unpack(done))
     redis.call('HDEL', payload, unpack(done))
     redis.call('HDEL', errors, unpack(done))
-    g_run(rems, 'ZREM')
-    tally_flush(counts, counted)
-    for kind in pairs(kinds) do running_tidy(levels, running, kind) end
+    redis.call('HINCRBY', counts, 'running', -#done)
+    if #plain > 0 then redis.call('ZREM', running, unpack(plain)) end
+    for _, kind in ipairs(kinds) do
+      local list = by_kind[kind]
+      local f = 'running:' .. kind
+      redis.call('ZREM', running_key(running, kind), unpack(list))
+      if redis.call('HINCRBY', counts, f, -#list) == 0 then redis.call('HDEL', counts, f) end
+      running_tidy(levels, running, kind)
+    end
   end
   return out
 end

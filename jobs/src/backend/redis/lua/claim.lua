@@ -36,7 +36,8 @@
 --
 -- Returns {now_us, next_due_us ("" if none), notes, how many jobs it killed, the folded
 -- acks' answers (one 1|0 per pair, see acks.lua), then per delivered job: id, payload,
--- attempt, run_at_ns, token, spec tail (the plain one for a job stored without)};
+-- attempt, run_at_ns, token, spec tail (the plain one for a job stored without; "" for the
+-- same as the job before's in this reply, so a batch of one spec sends it once)};
 -- next_due_us is the first of the claimed kinds' due heads and running heads (a lease end
 -- wakes consumers too); notes are series.lua's {name,
 -- 'low' | 'dry', version, head_ns, runs, rule}. The first claim of a recurring series' head
@@ -138,16 +139,31 @@ local notes = {}
 local out = {now, '', notes, 0, acked}
 if #ids > 0 then
   local metas = redis.call('HMGET', KEYS[1], unpack(ids))
+  -- One record per spec tail met (a batch's jobs mostly share one): its level's and kind's
+  -- sets, its attempts and lease, and what this claim does to them.
+  local recs = {}
+  local order = {}
+  local function rec_of(tail)
+    local r = recs[tail]
+    if not r then
+      local p, kind, max_attempts, lease = job_spec(tail, plain)
+      r = {p = p, kind = kind, max = max_attempts, lease = lease,
+           due = due_key(KEYS[3], p, kind), running = running_key(KEYS[11], kind),
+           due_rems = {}, run_rems = {}, leases = {}, leased = 0, died_p = 0, died_r = 0}
+      recs[tail] = r
+      order[#order + 1] = r
+    end
+    return r
+  end
   local jobs = {}
   local leasing = 0
   for i, id in ipairs(ids) do
     local state, attempt, _, run_ns, tail = job_parse(metas[i])
-    if state ~= 'p' and state ~= 'r' then state = nil end
-    if state then
-      local p, kind, own_max, own_lease = job_spec(tail, plain)
+    if state == 'p' or state == 'r' then
       attempt = tonumber(attempt)
-      jobs[i] = {state, attempt, run_ns, tail, p, kind, own_max, own_lease}
-      if attempt < own_max then leasing = leasing + 1 end
+      local r = recs[tail] or rec_of(tail)
+      jobs[i] = {state, attempt, run_ns, tail, r}
+      if attempt < r.max then leasing = leasing + 1 end
     else
       jobs[i] = {}
     end
@@ -156,18 +172,13 @@ if #ids > 0 then
   if leasing > 0 then token = redis.call('INCRBY', KEYS[5], leasing) - leasing end
   local payloads = redis.call('HMGET', KEYS[2], unpack(ids))
   local meta_writes = {}
-  local leases = {}
-  local due_rems = {}
-  local running_rems = {}
   local died = {}
   local died_scores = {}
   local expired = {}
-  local counted = {}
-  local dues_left = {}
-  local runs_left = {}
+  local sent = nil
   for i, due_id in ipairs(ids) do
     local id = due_id
-    local state, attempt, run_ns, tail, p, kind, own_max, own_lease = unpack(jobs[i])
+    local state, attempt, run_ns, tail, r = unpack(jobs[i])
     local payload = payloads[i]
     if taken[due_id] then
       -- Leased already by this claim, as the occurrence that superseded a series' head.
@@ -181,7 +192,7 @@ if #ids > 0 then
         -- just now (or adopted), it is leased like the head would have been.
         local _
         _, _, _, run_ns, tail = job_parse(redis.call('HGET', KEYS[1], id))
-        p, kind, own_max, own_lease = job_spec(tail, plain)
+        r = rec_of(tail)
         payload = redis.call('HGET', KEYS[2], id)
       end
     end
@@ -191,44 +202,35 @@ if #ids > 0 then
     elseif not id then
       -- A series' head that was superseded (deleted) or awaits its list: not delivered.
     else
-      local due = due_key(KEYS[3], p, kind)
-      local running = running_key(KEYS[11], kind)
       if state == 'r' then
         expired[#expired + 1] = id
         expired[#expired + 1] = 'lease expired'
       end
-      if attempt >= own_max then
+      if attempt >= r.max then
         meta_writes[#meta_writes + 1] = id
         meta_writes[#meta_writes + 1] = 'd:' .. attempt .. ':0:' .. run_ns .. tail
         died[#died + 1] = id
         died_scores[#died_scores + 1] = now
         died_scores[#died_scores + 1] = id
         if state == 'p' then
-          g_push(due_rems, due, id)
-          dues_left[due] = {p, kind}
-          tally(counted, 'pending', kind, -1)
+          r.due_rems[#r.due_rems + 1] = id
+          r.died_p = r.died_p + 1
         else
-          g_push(running_rems, running, id)
-          runs_left[kind] = true
-          tally(counted, 'running', kind, -1)
+          r.run_rems[#r.run_rems + 1] = id
+          r.died_r = r.died_r + 1
         end
-        tally(counted, 'dead', kind, 1)
       else
         attempt = attempt + 1
         token = token + 1
         meta_writes[#meta_writes + 1] = id
         meta_writes[#meta_writes + 1] = 'r:' .. attempt .. ':' .. token .. ':' .. run_ns .. tail
-        if not leases[running] then
-          g_push(leases, running, '+inf', RUNNING_PIN)
-          running_note(KEYS[12], kind)
-        end
-        g_push(leases, running, now + own_lease, id)
+        local leases = r.leases
+        leases[#leases + 1] = now + r.lease
+        leases[#leases + 1] = id
         taken[id] = true
         if state == 'p' then
-          g_push(due_rems, due, id)
-          dues_left[due] = {p, kind}
-          tally(counted, 'pending', kind, -1)
-          tally(counted, 'running', kind, 1)
+          r.due_rems[#r.due_rems + 1] = id
+          r.leased = r.leased + 1
         end
         if tail == '' then tail = plain end
         out[#out + 1] = id
@@ -236,20 +238,42 @@ if #ids > 0 then
         out[#out + 1] = attempt
         out[#out + 1] = run_ns
         out[#out + 1] = token
-        out[#out + 1] = tail
+        if tail == sent then
+          out[#out + 1] = ''
+        else
+          out[#out + 1] = tail
+          sent = tail
+        end
       end
     end
   end
   if #meta_writes > 0 then redis.call('HSET', KEYS[1], unpack(meta_writes)) end
   if #expired > 0 then redis.call('HSET', KEYS[10], unpack(expired)) end
-  g_run(due_rems, 'ZREM')
-  g_run(running_rems, 'ZREM')
-  g_run(leases, 'ZADD')
+  local counted = {}
+  local pinned = {}
+  for _, r in ipairs(order) do
+    if #r.due_rems > 0 then redis.call('ZREM', r.due, unpack(r.due_rems)) end
+    if #r.run_rems > 0 then redis.call('ZREM', r.running, unpack(r.run_rems)) end
+    if #r.leases > 0 then
+      if not pinned[r.running] then
+        pinned[r.running] = true
+        redis.call('ZADD', r.running, '+inf', RUNNING_PIN, unpack(r.leases))
+        running_note(KEYS[12], r.kind)
+      else
+        redis.call('ZADD', r.running, unpack(r.leases))
+      end
+    end
+    tally(counted, 'pending', r.kind, -(r.leased + r.died_p))
+    tally(counted, 'running', r.kind, r.leased - r.died_r)
+    tally(counted, 'dead', r.kind, r.died_p + r.died_r)
+  end
   out[4] = #died
   if #died > 0 then redis.call('ZADD', KEYS[6], unpack(died_scores)) end
   tally_flush(KEYS[4], counted)
-  for _, level in pairs(dues_left) do level_tidy(KEYS[12], KEYS[3], level[1], level[2]) end
-  for kind in pairs(runs_left) do running_tidy(KEYS[12], KEYS[11], kind) end
+  for _, r in ipairs(order) do
+    if #r.due_rems > 0 then level_tidy(KEYS[12], KEYS[3], r.p, r.kind) end
+    if #r.run_rems > 0 then running_tidy(KEYS[12], KEYS[11], r.kind) end
+  end
 end
 -- The next due time among the claimed kinds: the first of their due heads and lease ends.
 local head = nil

@@ -4,9 +4,11 @@
 --
 -- A job's meta is "state:attempt:token:run_at_ns" and then, for a job stored with its spec
 -- (every job `schedule` and `import` write), the tail
--- ":priority:max_attempts:lease_ns:backoff_first_ns:backoff_max_ns:kind" (the kind last: it
--- may hold ':'). A meta without a tail (a series' occurrence, or a job written by format 1)
--- is a job of the queue's plain spec: kind "", priority 0, the queue's attempts and lease.
+-- ":priority:max_attempts:lease_ns:backoff_first_ns:backoff_max_ns" then the byte 0x1f (US,
+-- which no kind holds: kinds have no control characters) and the kind, last since it may
+-- hold ':'. So a meta ending in 0x1f is of kind "", one byte read (acks.lua). A meta without
+-- a tail (a series' occurrence, or a job written by format 1) is a job of the queue's plain
+-- spec: kind "", priority 0, the queue's attempts and lease.
 --
 -- Indexes, all under the partition's hash tag, named from the keys the script is given:
 --   due            zset  pending ids of kind "" and priority 0 (the plain level; format 1's
@@ -45,18 +47,31 @@ local function ns_us(ns)
 end
 
 -- priority, kind, max_attempts, lease in microseconds of a tail; `plain` (the queue's
--- plain tail, as Rust sends it) stands for an empty one.
+-- plain tail, as Rust sends it) stands for an empty one. Parsed once per tail per script.
+local SPECS = {}
 local function job_spec(tail, plain)
   if tail == '' then tail = plain end
-  local p, max, lease, kind = string.match(tail, '^:(%-?%d+):(%d+):(%d+):%d+:%d+:(.*)$')
-  return tonumber(p), kind, tonumber(max), ns_us(lease)
+  local spec = SPECS[tail]
+  if not spec then
+    local p, max, lease, kind = string.match(tail, '^:(%-?%d+):(%d+):(%d+):%d+:%d+\31(.*)$')
+    spec = {tonumber(p), kind, tonumber(max), ns_us(lease)}
+    SPECS[tail] = spec
+  end
+  return spec[1], spec[2], spec[3], spec[4]
 end
 
--- priority and kind of a tail ("" is priority 0, kind "").
+-- priority and kind of a tail ("" is priority 0, kind ""). A batch's jobs mostly share
+-- one tail: each is parsed once per script.
+local LEVELS = {}
 local function job_level(tail)
   if tail == '' then return 0, '' end
-  local p, kind = string.match(tail, '^:(%-?%d+):%d+:%d+:%d+:%d+:(.*)$')
-  return tonumber(p), kind
+  local level = LEVELS[tail]
+  if not level then
+    local p, kind = string.match(tail, '^:(%-?%d+):%d+:%d+:%d+:%d+\31(.*)$')
+    level = {tonumber(p), kind}
+    LEVELS[tail] = level
+  end
+  return level[1], level[2]
 end
 
 local function due_key(due, p, kind)

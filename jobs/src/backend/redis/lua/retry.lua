@@ -17,7 +17,7 @@
 local state, attempt, token, run_ns, tail = job_parse(redis.call('HGET', KEYS[1], ARGV[1]))
 if state ~= 'r' or token ~= ARGV[2] then return {0, ''} end
 local p, kind = job_level(tail)
-local _, _, max_attempts = job_spec(tail, ':0:' .. ARGV[4] .. ':0:0:0:')
+local _, _, max_attempts = job_spec(tail, ':0:' .. ARGV[4] .. ':0:0:0\31')
 if ARGV[7] then redis.call('HSET', KEYS[5], ARGV[1], ARGV[7]) end
 local counted = {}
 tally(counted, 'running', kind, -1)

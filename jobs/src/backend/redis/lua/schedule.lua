@@ -12,7 +12,8 @@
 -- ARGV[2] 'PUBLISH', or 'SPUBLISH' on a cluster (the channel shares the keys' hash tag)
 -- ARGV[3..] groups of 6: id, mode ("at" | "after"), ns (at: run_at in ns, exact) or
 --           us (after: delay in microseconds), score (at: ceil(ns / 1000)), payload, the
---           job's spec tail (kinds.lua)
+--           job's spec tail (kinds.lua), or "" for the same as the job before's (a batch's
+--           jobs mostly share one: it is sent once)
 --
 -- Returns one {created (1|0), run_at_ns} per job, in order.
 -- Atomic because a script runs alone: the existence check and the three writes cannot
@@ -34,8 +35,10 @@ local scores = {}
 local earliest = {}
 local counted = {}
 local any = false
+local tail = ''
 for j, id in ipairs(ids) do
   local i = 3 + (j - 1) * 6
+  if ARGV[i + 5] ~= '' then tail = ARGV[i + 5] end
   local run_ns = created[id] or (metas[j] and string.match(metas[j], '^%a:%d+:%d+:(%d+)'))
   if run_ns then
     out[j] = {0, run_ns}
@@ -48,7 +51,6 @@ for j, id in ipairs(ids) do
       run_ns = ARGV[i + 2]
       score = tonumber(ARGV[i + 3])
     end
-    local tail = ARGV[i + 5]
     local p, kind = job_level(tail)
     local key = due_key(KEYS[3], p, kind)
     created[id] = run_ns

@@ -30,8 +30,8 @@ pub(in crate::backend::redis) struct ClaimReply {
 
 impl FromRedisValue for ClaimReply {
     /// `{now_us, next_due_us or "", notes, died, acks' answers, then per job: id, payload,
-    /// attempt, run_at_ns, token, spec tail}` (see `claim.lua`: the tail is never empty,
-    /// the script gives the plain one for a job stored without).
+    /// attempt, run_at_ns, token, spec tail}` (see `claim.lua`: the plain tail for a job
+    /// stored without; "" for the same as the job before's).
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
         let decode = || -> Result<ClaimReply, Error> {
             let mut items = array(v)?.into_iter();
@@ -54,13 +54,18 @@ impl FromRedisValue for ClaimReply {
                 .map(|v| Ok(int(v)? == 1))
                 .collect::<Result<Vec<bool>, Error>>()?;
             let rest: Vec<Value> = items.collect();
-            let mut jobs = Vec::with_capacity(rest.len() / 6);
+            let mut jobs: Vec<Claimed> = Vec::with_capacity(rest.len() / 6);
             for chunk in rest.chunks(6) {
                 let [id, payload, attempt, run_at, token, tail] = chunk else {
                     return Err(Error::storage("short claim reply"));
                 };
-                let spec = tail_spec(&text(tail.clone())?)?
-                    .ok_or_else(|| Error::storage("a claimed job without its spec"))?;
+                let spec = match tail_spec(&text(tail.clone())?)? {
+                    Some(spec) => spec,
+                    None => jobs
+                        .last()
+                        .map(|job| job.spec.clone())
+                        .ok_or_else(|| Error::storage("a claimed job without its spec"))?,
+                };
                 jobs.push(Claimed {
                     id: text(id.clone())?,
                     payload: bytes(payload.clone())?,

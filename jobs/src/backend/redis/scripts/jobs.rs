@@ -71,14 +71,22 @@ impl Scripts {
             .key(&k.counts)
             .key(&k.levels);
         call.arg(&k.wake).arg(k.publish);
+        // A spec is sent once for a run of jobs that share it ("": the one before's).
+        let mut last: Option<&Spec> = None;
         for job in jobs {
             let (mode, value, score) = when_args(job.when);
+            let tail = if last == Some(&job.spec) {
+                String::new()
+            } else {
+                spec_tail(&job.spec)
+            };
+            last = Some(&job.spec);
             call.arg(&job.id)
                 .arg(mode)
                 .arg(value)
                 .arg(score)
                 .arg(job.payload.as_slice())
-                .arg(spec_tail(&job.spec));
+                .arg(tail);
         }
         let answers: Vec<ScheduleAnswer> = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(answers

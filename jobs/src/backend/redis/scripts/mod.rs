@@ -87,12 +87,12 @@ fn filter_arg(kind: &KindFilter) -> String {
 pub(super) struct Scripts;
 
 /// The tail of a job's meta string that stores its spec (`lua/kinds.lua`):
-/// `:priority:max_attempts:lease_ns:backoff_first_ns:backoff_max_ns:kind`, the kind last
-/// (it may hold `:`), durations in nanoseconds (exact; the scripts floor the lease to
-/// microseconds for its score).
+/// `:priority:max_attempts:lease_ns:backoff_first_ns:backoff_max_ns`, the byte 0x1f (no kind
+/// holds a control character), then the kind, last (it may hold `:`); durations in
+/// nanoseconds (exact; the scripts floor the lease to microseconds for its score).
 pub(super) fn spec_tail(spec: &Spec) -> String {
     format!(
-        ":{}:{}:{}:{}:{}:{}",
+        ":{}:{}:{}:{}:{}\x1f{}",
         spec.priority,
         spec.max_attempts,
         spec.lease.as_nanos(),
@@ -109,7 +109,8 @@ pub(super) fn tail_spec(tail: &str) -> Result<Option<Spec>, Error> {
         return Ok(None);
     }
     let corrupt = || Error::storage(format!("corrupt job spec {tail:?}"));
-    let mut fields = tail.strip_prefix(':').ok_or_else(corrupt)?.splitn(6, ':');
+    let (numbers, kind) = tail.split_once('\x1f').ok_or_else(corrupt)?;
+    let mut fields = numbers.strip_prefix(':').ok_or_else(corrupt)?.split(':');
     let mut field = || fields.next().ok_or_else(corrupt);
     let priority = field()?.parse().map_err(|_| corrupt())?;
     let max_attempts = field()?.parse().map_err(|_| corrupt())?;
@@ -120,7 +121,10 @@ pub(super) fn tail_spec(tail: &str) -> Result<Option<Spec>, Error> {
     };
     let lease = duration()?;
     let backoff = (duration()?, duration()?);
-    let kind = field()?.to_owned();
+    if fields.next().is_some() {
+        return Err(corrupt());
+    }
+    let kind = kind.to_owned();
     Ok(Some(Spec {
         kind,
         priority,
