@@ -1173,3 +1173,113 @@ async fn a_claim_of_one_kind_touches_no_other_kinds_jobs_and_takes_priorities_fi
     assert_eq!(counts.kinds["b"].dead, 1, "{counts:?}");
     q.close().await.unwrap();
 }
+
+/// Lists read every due set of a state's kinds and merge them: pending jobs in `(run_at,
+/// id)` order whatever their priority and kind, a kind's page only its own, across pages by
+/// the cursor; running and dead jobs the same by kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_merge_the_levels_and_filter_by_kind() {
+    let server = RedisServer::start();
+    let q = queue(&server, |_| {}).await;
+    let base = SystemTime::now() + Duration::from_secs(3600);
+    let at = |s: u64| base + Duration::from_secs(s);
+    let jobs = [
+        ("a1", 1, "a", 5),
+        ("b2", 2, "b", 0),
+        ("p3", 3, "", 0),
+        ("a4", 4, "a", -3),
+        ("b5", 5, "b", 7),
+        ("a6", 6, "a", 5),
+        ("q7", 7, "", 2),
+    ];
+    for (id, s, kind, p) in jobs {
+        let options = JobOptions::kind(kind).priority(p);
+        q.schedule_with(id, at(s), "p", &options).await.unwrap();
+    }
+    // Every kind, two to a page: run_at order across the seven due sets.
+    let mut seen = Vec::new();
+    let mut options = wheel_jobs::ListOptions::new();
+    options.limit(2);
+    loop {
+        let page = q.list(JobState::Pending, &options).await.unwrap();
+        seen.extend(page.jobs().iter().map(|j| j.id().to_owned()));
+        match page.cursor() {
+            Some(cursor) => {
+                options.after(cursor);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a1", "b2", "p3", "a4", "b5", "a6", "q7"]);
+    for (kind, expect) in [
+        ("a", vec!["a1", "a4", "a6"]),
+        ("b", vec!["b2", "b5"]),
+        ("", vec!["p3", "q7"]),
+        ("none", vec![]),
+    ] {
+        let mut seen = Vec::new();
+        let mut options = wheel_jobs::ListOptions::new();
+        options.limit(1).kind(kind);
+        loop {
+            let page = q.list(JobState::Pending, &options).await.unwrap();
+            for job in page.jobs() {
+                assert_eq!(job.kind(), kind);
+                seen.push(job.id().to_owned());
+            }
+            match page.cursor() {
+                Some(cursor) => {
+                    options.after(cursor);
+                }
+                None => break,
+            }
+        }
+        assert_eq!(seen, expect, "kind {kind:?}");
+    }
+    // Running and dead by kind: one due job of each kind leased, one of kind b dead.
+    for (id, kind) in [("ra", "a"), ("rb", "b"), ("db", "b")] {
+        let options = JobOptions::kind(kind).max_attempts(1);
+        q.schedule_with(id, Duration::ZERO, "p", &options)
+            .await
+            .unwrap();
+    }
+    let mut bs = q.consume_kind("b");
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let d = next(&mut bs).await;
+        if d.id() == "db" {
+            assert!(d.fail(Duration::ZERO, "boom").await.unwrap());
+        } else {
+            held.push(d);
+        }
+    }
+    let mut a = q.consume_kind("a");
+    held.push(next(&mut a).await);
+    let ids = |state, kind: Option<&str>| {
+        let q = q.clone();
+        let kind = kind.map(str::to_owned);
+        async move {
+            let mut options = wheel_jobs::ListOptions::new();
+            if let Some(kind) = &kind {
+                options.kind(kind);
+            }
+            let page = q.list(state, &options).await.unwrap();
+            let mut ids: Vec<String> = page.jobs().iter().map(|j| j.id().to_owned()).collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(ids(JobState::Running, None).await, ["ra", "rb"]);
+    assert_eq!(ids(JobState::Running, Some("a")).await, ["ra"]);
+    assert_eq!(ids(JobState::Running, Some("")).await, Vec::<String>::new());
+    assert_eq!(ids(JobState::Dead, Some("b")).await, ["db"]);
+    assert_eq!(ids(JobState::Dead, Some("a")).await, Vec::<String>::new());
+    let counts = q.counts().await.unwrap();
+    let of = |kind: &str| counts.kinds.get(kind).copied().unwrap_or_default();
+    assert_eq!((of("a").pending, of("a").running, of("a").dead), (3, 1, 0));
+    assert_eq!((of("b").pending, of("b").running, of("b").dead), (2, 1, 1));
+    assert_eq!((of("").pending, of("").running, of("").dead), (2, 0, 0));
+    for d in held {
+        assert!(d.ack().await.unwrap());
+    }
+    q.close().await.unwrap();
+}
