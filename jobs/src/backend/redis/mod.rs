@@ -93,7 +93,7 @@ use crate::backend::{BoxFuture, ClaimBatch, Claimed, KindFilter, NewJob};
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::Scheduled;
-use crate::core::kind::Spec;
+use crate::core::kind::{Spec, MIN_LEASE};
 use crate::core::wakeup::Wakeup;
 
 pub(crate) use self::conn::Target;
@@ -217,7 +217,9 @@ impl Redis {
                     keys,
                     schedules,
                     acks,
-                    folds: Folds::new(config.min_replicas.is_none(), config.lease),
+                    // A job's own lease may be shorter than the queue's, never than
+                    // MIN_LEASE: the window stays within a quarter of every lease.
+                    folds: Folds::new(config.min_replicas.is_none(), MIN_LEASE),
                 }
             })
             .collect();
