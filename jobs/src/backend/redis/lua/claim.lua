@@ -155,17 +155,16 @@ if #ids > 0 then
     end
     return r
   end
-  local jobs = {}
+  -- Per job, in parallel arrays (no table per job): state, attempt, run_ns, tail, record.
+  local states, attempts, runs_ns, tails, rs = {}, {}, {}, {}, {}
   local leasing = 0
-  for i, id in ipairs(ids) do
+  for i = 1, #ids do
     local state, attempt, _, run_ns, tail = job_parse(metas[i])
     if state == 'p' or state == 'r' then
       attempt = tonumber(attempt)
       local r = recs[tail] or rec_of(tail)
-      jobs[i] = {state, attempt, run_ns, tail, r}
+      states[i], attempts[i], runs_ns[i], tails[i], rs[i] = state, attempt, run_ns, tail, r
       if attempt < r.max then leasing = leasing + 1 end
-    else
-      jobs[i] = {}
     end
   end
   local token = 0
@@ -178,7 +177,7 @@ if #ids > 0 then
   local sent = nil
   for i, due_id in ipairs(ids) do
     local id = due_id
-    local state, attempt, run_ns, tail, r = unpack(jobs[i])
+    local state, attempt, run_ns, tail, r = states[i], attempts[i], runs_ns[i], tails[i], rs[i]
     local payload = payloads[i]
     if taken[due_id] then
       -- Leased already by this claim, as the occurrence that superseded a series' head.
