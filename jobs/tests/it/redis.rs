@@ -10,7 +10,7 @@ mod security;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
-use wheel_jobs::{Delivery, JobQueue, Recurrence, Scheduled};
+use wheel_jobs::{Delivery, JobOptions, JobQueue, JobState, Recurrence, Scheduled};
 
 use crate::support::redis::{RedisServer, DURABLE};
 use crate::support::{ms, next, spawn_reporting_worker};
@@ -469,12 +469,13 @@ async fn series_every_100ms(server: &RedisServer) -> (JobQueue, std::time::Syste
     (q, head)
 }
 
-/// Runs a series script (`series.lua`, then `body`) on the queue `orders` by `EVAL`, as
+/// Runs a series script (`kinds.lua`, `series.lua`, then `body`) on the queue `orders` by `EVAL`, as
 /// another process of this or an older version would: `keys` named without their
 /// `{orders}:` prefix. Its reply as redis-cli prints it.
 fn eval_series_script(server: &RedisServer, body: &str, keys: &[&str], args: &[&str]) -> String {
     let script = format!(
-        "{}{body}",
+        "{}{}{body}",
+        include_str!("../../src/backend/redis/lua/kinds.lua"),
         include_str!("../../src/backend/redis/lua/series.lua")
     );
     let keys: Vec<String> = keys.iter().map(|k| format!("{{orders}}:{k}")).collect();
@@ -504,8 +505,12 @@ fn eval_claim(server: &RedisServer) -> String {
         "series_next",
         "errors",
         "running",
+        "levels",
     ];
-    eval_series_script(server, claim, &keys, &["10", "30000000", "25"])
+    // The plain spec's tail (`scripts::spec_tail`): priority 0, 25 attempts, lease 30 s,
+    // backoff 1 s to 1 h, kind "". Every kind ("*").
+    let plain = ":0:25:30000000000:1000000000:3600000000000\x1f";
+    eval_series_script(server, claim, &keys, &["10", plain, "*"])
 }
 
 /// `recurring_set.lua` handed a list computed before a claim moved the series (its Rust
@@ -540,6 +545,7 @@ async fn a_stale_list_never_makes_a_delivered_occurrence_again() {
         "series",
         "series_payload",
         "series_next",
+        "levels",
         "seq",
     ];
     let args = [
@@ -993,8 +999,9 @@ async fn a_keyspace_of_another_format_is_refused_naming_the_format_found() {
         .await
         .unwrap();
     q.close().await.unwrap();
-    assert_eq!(server.cli(&["HGET", "{orders}:layout", "format"]), "1");
-    for (set, found) in [(Some("0"), "0"), (None, "0"), (Some("2"), "2")] {
+    assert_eq!(server.cli(&["HGET", "{orders}:layout", "format"]), "2");
+    // Format 1 is upgraded at open instead (`an_older_keyspace_is_upgraded_and_reads_as_the_plain_spec`).
+    for (set, found) in [(Some("0"), "0"), (None, "0"), (Some("3"), "3")] {
         match set {
             Some(format) => server.cli(&["HSET", "{orders}:layout", "format", format]),
             None => server.cli(&["HDEL", "{orders}:layout", "format"]),
@@ -1006,8 +1013,273 @@ async fn a_keyspace_of_another_format_is_refused_naming_the_format_found() {
         assert!(err.is_storage(), "{err}");
         let text = err.to_string();
         assert!(
-            text.contains(&format!("format {found}")) && text.contains("format 1 only"),
+            text.contains(&format!("format {found}")) && text.contains("format 2 only"),
             "{text}"
         );
     }
+}
+
+/// A queue written by format 1 (no spec stored with its jobs, one due set, counters of
+/// all jobs): the open records format 2 (which a process of the older version then refuses,
+/// as it refuses every other format), and its jobs read, list, count and run as jobs of the
+/// plain spec of the queue being opened (its attempts, its lease), kind "".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_keyspace_is_upgraded_and_reads_as_the_plain_spec() {
+    let server = RedisServer::start();
+    let now = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let due_ns = (now.as_nanos() - 1_000_000_000).to_string();
+    let due_us = (now.as_micros() - 1_000_000).to_string();
+    // What format 1 wrote for a pending job due a second ago and a dead job (keys.rs,
+    // schedule.lua and claim.lua of that version).
+    for line in [
+        vec!["HSET", "{orders}:layout", "partitions", "1", "format", "1"],
+        vec!["HSET", "{orders}:meta", "old", &format!("p:0:0:{due_ns}")],
+        vec!["HSET", "{orders}:meta", "gone", &format!("d:3:0:{due_ns}")],
+        vec!["HSET", "{orders}:payload", "old", "p", "gone", "q"],
+        vec!["ZADD", "{orders}:due", &due_us, "old"],
+        vec!["ZADD", "{orders}:dead", &due_us, "gone"],
+        vec!["HSET", "{orders}:counts", "pending", "1", "dead", "1"],
+    ] {
+        server.cli(&line);
+    }
+    let q = queue(&server, |b| {
+        b.max_attempts(7).lease(Duration::from_secs(40));
+    })
+    .await;
+    assert_eq!(server.cli(&["HGET", "{orders}:layout", "format"]), "2");
+    let old = q.get("old").await.unwrap().expect("the old job");
+    assert_eq!(
+        (
+            old.kind(),
+            old.priority(),
+            old.max_attempts(),
+            old.attempt()
+        ),
+        ("", 0, 7, 0)
+    );
+    let gone = q.get("gone").await.unwrap().expect("the old dead job");
+    assert_eq!((gone.state(), gone.max_attempts()), (JobState::Dead, 7));
+    let counts = q.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.dead), (1, 1));
+    let plain = counts.kinds.get("").copied().unwrap_or_default();
+    assert_eq!(
+        (plain.pending, plain.running, plain.dead),
+        (1, 0, 1),
+        "{counts:?}"
+    );
+    assert_eq!(counts.kinds.len(), 1, "{counts:?}");
+    // Claimed as a job of kind "", by a consumer of every kind and by one of kind "".
+    let mut consumer = q.consume_kind("");
+    let d = next(&mut consumer).await;
+    assert_eq!((d.id(), d.kind(), d.attempt()), ("old", "", 1));
+    // Leased for the queue's lease (40 s), as a job of the plain spec.
+    let lease_end: f64 = server
+        .cli(&["ZSCORE", "{orders}:running", "old"])
+        .parse()
+        .unwrap();
+    let claimed_us = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as f64;
+    assert!(lease_end > claimed_us + 30e6, "{lease_end} {claimed_us}");
+    assert!(d.ack().await.unwrap());
+    let counts = q.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.running, counts.dead), (0, 0, 1));
+    q.close().await.unwrap();
+}
+
+/// A claim of one kind reads nothing of another kind's: kind b's due set and running set
+/// are not even read (`OBJECT IDLETIME` keeps counting), b's expired lease of a job out of
+/// its attempts is neither redelivered nor killed; and it takes its own kind's due jobs by
+/// priority (highest first), then run_at, then id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_of_one_kind_touches_no_other_kinds_jobs_and_takes_priorities_first() {
+    let server = RedisServer::start();
+    let q = queue(&server, |b| {
+        b.lease(Duration::from_secs(1));
+    })
+    .await;
+    let b = JobOptions::kind("b").max_attempts(1);
+    q.schedule_with("b-held", Duration::ZERO, "p", &b)
+        .await
+        .unwrap();
+    let mut bs = q.consume_kind("b");
+    let held = next(&mut bs).await;
+    assert_eq!((held.id(), held.attempt()), ("b-held", 1));
+    // Leased and let go: its lease ends in a second, with its one attempt spent.
+    drop(held);
+    drop(bs);
+    for i in 0..100 {
+        q.schedule_with(&format!("b-{i:03}"), Duration::ZERO, "p", &b)
+            .await
+            .unwrap();
+    }
+    let now = SystemTime::now();
+    let a = |p: i8| JobOptions::kind("a").priority(p);
+    for (id, at, p) in [
+        ("a-low", now - Duration::from_secs(3), -1),
+        ("a-mid-later", now - Duration::from_secs(1), 0),
+        ("a-mid-same-2", now - Duration::from_secs(2), 0),
+        ("a-mid-same-1", now - Duration::from_secs(2), 0),
+        ("a-high", now, 5),
+        ("a-future", now + Duration::from_secs(3600), 9),
+    ] {
+        q.schedule_with(id, at, "p", &a(p)).await.unwrap();
+    }
+    // Long enough for b's lease to end and for its keys' idle time to count whole seconds.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let mut consumer = q.consume_kind("a");
+    let mut order = Vec::new();
+    for _ in 0..5 {
+        let d = next(&mut consumer).await;
+        assert_eq!(d.kind(), "a");
+        order.push(d.id().to_owned());
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(
+        order,
+        [
+            "a-high",
+            "a-mid-same-1",
+            "a-mid-same-2",
+            "a-mid-later",
+            "a-low"
+        ]
+    );
+    for key in ["{orders}:due:0:b", "{orders}:running:b"] {
+        let idle: u64 = server.cli(&["OBJECT", "IDLETIME", key]).parse().unwrap();
+        assert!(
+            idle >= 2,
+            "{key} was read by a claim of kind a: idle {idle} s"
+        );
+    }
+    let held = q.get("b-held").await.unwrap().unwrap();
+    assert_eq!((held.state(), held.attempt()), (JobState::Running, 1));
+    assert_eq!(server.cli(&["ZCARD", "{orders}:due:0:b"]), "100");
+    let counts = q.counts().await.unwrap();
+    let of = |kind: &str| counts.kinds.get(kind).copied().unwrap_or_default();
+    assert_eq!(
+        (of("b").pending, of("b").running, of("b").dead),
+        (100, 1, 0)
+    );
+    assert_eq!((of("a").pending, of("a").running), (1, 0));
+    // Kind b's own claim kills its expired job by b's own attempts (1), then runs the rest.
+    let mut bs = q.consume_kind("b");
+    let d = next(&mut bs).await;
+    assert_eq!(d.id(), "b-000");
+    let counts = q.counts().await.unwrap();
+    assert_eq!(counts.kinds["b"].dead, 1, "{counts:?}");
+    q.close().await.unwrap();
+}
+
+/// Lists read every due set of a state's kinds and merge them: pending jobs in `(run_at,
+/// id)` order whatever their priority and kind, a kind's page only its own, across pages by
+/// the cursor; running and dead jobs the same by kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_merge_the_levels_and_filter_by_kind() {
+    let server = RedisServer::start();
+    let q = queue(&server, |_| {}).await;
+    let base = SystemTime::now() + Duration::from_secs(3600);
+    let at = |s: u64| base + Duration::from_secs(s);
+    let jobs = [
+        ("a1", 1, "a", 5),
+        ("b2", 2, "b", 0),
+        ("p3", 3, "", 0),
+        ("a4", 4, "a", -3),
+        ("b5", 5, "b", 7),
+        ("a6", 6, "a", 5),
+        ("q7", 7, "", 2),
+    ];
+    for (id, s, kind, p) in jobs {
+        let options = JobOptions::kind(kind).priority(p);
+        q.schedule_with(id, at(s), "p", &options).await.unwrap();
+    }
+    // Every kind, two to a page: run_at order across the seven due sets.
+    let mut seen = Vec::new();
+    let mut options = wheel_jobs::ListOptions::new();
+    options.limit(2);
+    loop {
+        let page = q.list(JobState::Pending, &options).await.unwrap();
+        seen.extend(page.jobs().iter().map(|j| j.id().to_owned()));
+        match page.cursor() {
+            Some(cursor) => {
+                options.after(cursor);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a1", "b2", "p3", "a4", "b5", "a6", "q7"]);
+    for (kind, expect) in [
+        ("a", vec!["a1", "a4", "a6"]),
+        ("b", vec!["b2", "b5"]),
+        ("", vec!["p3", "q7"]),
+        ("none", vec![]),
+    ] {
+        let mut seen = Vec::new();
+        let mut options = wheel_jobs::ListOptions::new();
+        options.limit(1).kind(kind);
+        loop {
+            let page = q.list(JobState::Pending, &options).await.unwrap();
+            for job in page.jobs() {
+                assert_eq!(job.kind(), kind);
+                seen.push(job.id().to_owned());
+            }
+            match page.cursor() {
+                Some(cursor) => {
+                    options.after(cursor);
+                }
+                None => break,
+            }
+        }
+        assert_eq!(seen, expect, "kind {kind:?}");
+    }
+    // Running and dead by kind: one due job of each kind leased, one of kind b dead.
+    for (id, kind) in [("ra", "a"), ("rb", "b"), ("db", "b")] {
+        let options = JobOptions::kind(kind).max_attempts(1);
+        q.schedule_with(id, Duration::ZERO, "p", &options)
+            .await
+            .unwrap();
+    }
+    let mut bs = q.consume_kind("b");
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let d = next(&mut bs).await;
+        if d.id() == "db" {
+            assert!(d.fail(Duration::ZERO, "boom").await.unwrap());
+        } else {
+            held.push(d);
+        }
+    }
+    let mut a = q.consume_kind("a");
+    held.push(next(&mut a).await);
+    let ids = |state, kind: Option<&str>| {
+        let q = q.clone();
+        let kind = kind.map(str::to_owned);
+        async move {
+            let mut options = wheel_jobs::ListOptions::new();
+            if let Some(kind) = &kind {
+                options.kind(kind);
+            }
+            let page = q.list(state, &options).await.unwrap();
+            let mut ids: Vec<String> = page.jobs().iter().map(|j| j.id().to_owned()).collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(ids(JobState::Running, None).await, ["ra", "rb"]);
+    assert_eq!(ids(JobState::Running, Some("a")).await, ["ra"]);
+    assert_eq!(ids(JobState::Running, Some("")).await, Vec::<String>::new());
+    assert_eq!(ids(JobState::Dead, Some("b")).await, ["db"]);
+    assert_eq!(ids(JobState::Dead, Some("a")).await, Vec::<String>::new());
+    let counts = q.counts().await.unwrap();
+    let of = |kind: &str| counts.kinds.get(kind).copied().unwrap_or_default();
+    assert_eq!((of("a").pending, of("a").running, of("a").dead), (3, 1, 0));
+    assert_eq!((of("b").pending, of("b").running, of("b").dead), (2, 1, 1));
+    assert_eq!((of("").pending, of("").running, of("").dead), (2, 0, 0));
+    for d in held {
+        assert!(d.ack().await.unwrap());
+    }
+    q.close().await.unwrap();
 }

@@ -14,7 +14,15 @@
 //!
 //! and `import.lua` (a copy's jobs, no transition) writes a pending or dead job exactly as
 //! [`store`] lays it out, and leaves an existing id alone.
+//!
+//! Each case runs for a job stored without its spec (format 1's, and a series'
+//! occurrence: the queue's plain attempts and lease apply) and for jobs stored with one
+//! (`lua/kinds.lua`: own kind, priority, attempts and lease, the queue's then another), and
+//! after every script [`audit`] checks the indexes and counters the scripts keep beside
+//! the jobs: each job in its state's set of its level or kind only, `levels` naming exactly
+//! the sets in use, the counters (in all and per kind) those of the jobs.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use ::redis::{Commands, Connection, FromRedisValue, Script, Value};
@@ -82,6 +90,121 @@ const RUN_AT: u64 = 1_000_000;
 const TOKEN: u64 = 7;
 const MAX_ATTEMPTS: [u32; 3] = [1, 2, 3];
 
+/// How a case's job is stored: `None` without its spec (the queue's plain one applies),
+/// or with its kind and priority (and the case's max attempts, and a lease of its own).
+const SPECS: [Option<(&str, i8)>; 4] = [None, Some(("", 0)), Some(("img:x", -2)), Some(("k", 5))];
+
+/// The plain lease a claim is given, and a job's own (microseconds).
+const PLAIN_LEASE_US: u64 = 30_000_000;
+const OWN_LEASE_US: u64 = 7_000_000;
+
+/// The meta tail of a job stored with `spec` and `max` attempts (`scripts::spec_tail`).
+fn tail(spec: Option<(&str, i8)>, max: u32) -> String {
+    match spec {
+        None => String::new(),
+        Some((kind, p)) => format!(
+            ":{p}:{max}:{}:1000000000:60000000000\x1f{kind}",
+            OWN_LEASE_US * 1000
+        ),
+    }
+}
+
+/// The queue's plain tail a script is given: `max` attempts for a job stored without its
+/// spec; for one stored with it another count, which must not be used.
+fn plain_tail(spec: Option<(&str, i8)>, max: u32) -> String {
+    let plain = if spec.is_none() { max } else { 100 };
+    format!(
+        ":0:{plain}:{}:1000000000:60000000000\x1f",
+        PLAIN_LEASE_US * 1000
+    )
+}
+
+/// The due set of (priority, kind) and the running set of a kind (`lua/kinds.lua`).
+fn due_key(k: &Keys, p: i8, kind: &str) -> String {
+    if p == 0 && kind.is_empty() {
+        k.due.clone()
+    } else {
+        format!("{}:{p}:{kind}", k.due)
+    }
+}
+
+fn running_key(k: &Keys, kind: &str) -> String {
+    if kind.is_empty() {
+        k.running.clone()
+    } else {
+        format!("{}:{kind}", k.running)
+    }
+}
+
+/// The level (priority, kind) of a meta string.
+fn level_of(meta: &str) -> (i8, String) {
+    let mut fields = meta.splitn(5, ':');
+    let tail = fields.nth(4).unwrap_or("");
+    if tail.is_empty() {
+        return (0, String::new());
+    }
+    let (numbers, kind) = tail.split_once('\x1f').unwrap();
+    (
+        numbers.split(':').next().unwrap().parse().unwrap(),
+        kind.to_owned(),
+    )
+}
+
+/// Checks that the indexes and counters agree with the jobs' metas: each job in exactly the
+/// set of its state and level or kind, nothing else in any set (but the running pin),
+/// `levels` naming exactly the non-plain sets with jobs, every counter right.
+fn audit(conn: &mut Connection, k: &Keys, case: &str) {
+    let metas: BTreeMap<String, String> = conn.hgetall(&k.meta).unwrap();
+    let mut expect: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    let mut levels: BTreeSet<String> = BTreeSet::new();
+    for (id, meta) in &metas {
+        let (p, kind) = level_of(meta);
+        let (index, state) = match &meta[..1] {
+            "p" => (due_key(k, p, &kind), "pending"),
+            "r" => (running_key(k, &kind), "running"),
+            _ => (k.dead.clone(), "dead"),
+        };
+        match state {
+            "pending" if (p, kind.as_str()) != (0, "") => {
+                levels.insert(format!("d:{p}:{kind}"));
+            }
+            "running" if !kind.is_empty() => {
+                levels.insert(format!("r:{kind}"));
+            }
+            _ => {}
+        }
+        expect.entry(index).or_default().insert(id.clone());
+        *counts.entry(state.to_owned()).or_default() += 1;
+        if !kind.is_empty() {
+            *counts.entry(format!("{state}:{kind}")).or_default() += 1;
+        }
+    }
+    let mut actual: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let keys: Vec<String> = conn.keys("{q}:*").unwrap();
+    for key in keys {
+        let is_index = key == k.dead
+            || key == k.due
+            || key.starts_with(&format!("{}:", k.due))
+            || key == k.running
+            || key.starts_with(&format!("{}:", k.running));
+        if !is_index {
+            continue;
+        }
+        let members: Vec<String> = conn.zrange(&key, 0, -1).unwrap();
+        let jobs: BTreeSet<String> = members.into_iter().filter(|m| m.len() <= 256).collect();
+        if !jobs.is_empty() {
+            actual.insert(key, jobs);
+        }
+    }
+    assert_eq!(actual, expect, "indexes after {case}");
+    let recorded: BTreeSet<String> = conn.zrange(&k.levels, 0, -1).unwrap();
+    assert_eq!(recorded, levels, "levels after {case}");
+    let stored: BTreeMap<String, i64> = conn.hgetall(&k.counts).unwrap();
+    let stored: BTreeMap<String, i64> = stored.into_iter().filter(|(_, n)| *n != 0).collect();
+    assert_eq!(stored, counts, "counts after {case}");
+}
+
 /// Every state a script can meet, with `attempt`: pending, running under `TOKEN` (its lease
 /// ended: a claim takes it), dead.
 fn jobs(attempt: u32) -> [Machine; 3] {
@@ -100,20 +223,43 @@ fn jobs(attempt: u32) -> [Machine; 3] {
     ]
 }
 
-/// Stores `job` as the scripts keep it (`schedule.lua`'s header: meta, the state's index,
-/// the counters), on an empty server.
-fn store(conn: &mut Connection, k: &Keys, job: Machine) {
+/// Stores `job` as the scripts keep it (`schedule.lua`'s and `kinds.lua`'s headers: meta
+/// with the spec's `tail`, the state's index of its level or kind, `levels`, the
+/// counters), on an empty server.
+fn store(conn: &mut Connection, k: &Keys, job: Machine, tail: &str) {
     let _: () = ::redis::cmd("FLUSHALL").query(conn).unwrap();
-    let (letter, token, index, counter, score) = match job.status {
-        Status::Pending => ("p", 0, &k.due, "pending", job.run_at / 1000),
-        Status::Running { token, until } => ("r", token, &k.running, "running", until / 1000),
-        Status::Dead { at } => ("d", 0, &k.dead, "dead", at / 1000),
+    let meta =
+        |letter: &str, token: u64| format!("{letter}:{}:{token}:{}{tail}", job.attempt, job.run_at);
+    let (meta, counter, score) = match job.status {
+        Status::Pending => (meta("p", 0), "pending", job.run_at / 1000),
+        Status::Running { token, until } => (meta("r", token), "running", until / 1000),
+        Status::Dead { at } => (meta("d", 0), "dead", at / 1000),
     };
-    let meta = format!("{letter}:{}:{token}:{}", job.attempt, job.run_at);
+    let (p, kind) = level_of(&meta);
+    let index = match job.status {
+        Status::Pending => {
+            if (p, kind.as_str()) != (0, "") {
+                let _: () = conn.zadd(&k.levels, format!("d:{p}:{kind}"), p).unwrap();
+            }
+            due_key(k, p, &kind)
+        }
+        Status::Running { .. } => {
+            if !kind.is_empty() {
+                let _: () = conn.zadd(&k.levels, format!("r:{kind}"), 1000).unwrap();
+            }
+            running_key(k, &kind)
+        }
+        Status::Dead { .. } => k.dead.clone(),
+    };
     let _: () = conn.hset(&k.meta, ID, meta).unwrap();
     let _: () = conn.hset(&k.payload, ID, "p").unwrap();
     let _: () = conn.zadd(index, ID, score).unwrap();
     let _: () = conn.hset(&k.counts, counter, 1).unwrap();
+    if !kind.is_empty() {
+        let _: () = conn
+            .hset(&k.counts, format!("{counter}:{kind}"), 1)
+            .unwrap();
+    }
 }
 
 /// The job as the scripts left it: its state letter and attempt, or `None` if it is gone.
@@ -147,180 +293,210 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
     let server = Server::start();
     let mut conn = server.connect().unwrap();
     let k = Keys::new("q", "PUBLISH");
+    let kinds = include_str!("lua/kinds.lua");
     let series = include_str!("lua/series.lua");
     let acks = include_str!("lua/acks.lua");
-    let claim = script(&[acks, series, include_str!("lua/claim.lua")]);
-    let ack = script(&[acks, include_str!("lua/ack.lua")]);
-    let retry = script(&[include_str!("lua/retry.lua")]);
-    let extend = script(&[include_str!("lua/extend.lua")]);
-    let cancel = script(&[series, include_str!("lua/cancel.lua")]);
-    let revive = script(&[include_str!("lua/revive.lua")]);
+    let claim = script(&[kinds, acks, series, include_str!("lua/claim.lua")]);
+    let ack = script(&[kinds, acks, include_str!("lua/ack.lua")]);
+    let retry = script(&[kinds, include_str!("lua/retry.lua")]);
+    let extend = script(&[kinds, include_str!("lua/extend.lua")]);
+    let cancel = script(&[kinds, series, include_str!("lua/cancel.lua")]);
+    let revive = script(&[kinds, include_str!("lua/revive.lua")]);
     let mut cases = 0;
-    for attempt in 0..=3 {
-        for max in MAX_ATTEMPTS {
-            for job in jobs(attempt) {
-                let case = format!("{job:?} max_attempts {max}");
+    for spec in SPECS {
+        for attempt in 0..=3 {
+            for max in MAX_ATTEMPTS {
+                for job in jobs(attempt) {
+                    let case = format!("{job:?} max_attempts {max} spec {spec:?}");
+                    let tail = tail(spec, max);
+                    let plain = plain_tail(spec, max);
+                    let lease = if spec.is_some() {
+                        OWN_LEASE_US
+                    } else {
+                        PLAIN_LEASE_US
+                    };
+                    let kind = spec.map_or("", |s| s.0);
 
-                // A claim, of a due job only (a dead one is in no index a claim reads).
-                if job.status != (Status::Dead { at: 5_000 }) {
-                    store(&mut conn, &k, job);
-                    let mut rust = job;
-                    let error = rust.claim_error();
-                    let outcome = rust.claim(u64::MAX, u64::MAX, 1, max);
-                    let reply: Value = claim
-                        .key(&k.meta)
-                        .key(&k.payload)
-                        .key(&k.due)
-                        .key(&k.counts)
-                        .key(&k.seq)
-                        .key(&k.dead)
-                        .key(&k.series)
-                        .key(&k.series_payload)
-                        .key(&k.series_next)
-                        .key(&k.errors)
-                        .key(&k.running)
-                        .arg(10)
-                        .arg(30_000_000)
-                        .arg(max)
-                        .invoke(&mut conn)
-                        .unwrap();
-                    let reply = ClaimReply::from_redis_value(reply).unwrap();
-                    match outcome {
-                        Claim::Deliver => {
-                            assert_eq!(reply.jobs.len(), 1, "{case}");
-                            assert_eq!(reply.jobs[0].attempt, rust.attempt, "{case}");
-                            assert_eq!(reply.died, 0, "{case}");
+                    // A claim, of a due job only (a dead one is in no index a claim reads).
+                    if job.status != (Status::Dead { at: 5_000 }) {
+                        store(&mut conn, &k, job, &tail);
+                        let mut rust = job;
+                        let error = rust.claim_error();
+                        let outcome = rust.claim(u64::MAX, u64::MAX, 1, max);
+                        let reply: Value = claim
+                            .key(&k.meta)
+                            .key(&k.payload)
+                            .key(&k.due)
+                            .key(&k.counts)
+                            .key(&k.seq)
+                            .key(&k.dead)
+                            .key(&k.series)
+                            .key(&k.series_payload)
+                            .key(&k.series_next)
+                            .key(&k.errors)
+                            .key(&k.running)
+                            .key(&k.levels)
+                            .arg(10)
+                            .arg(&plain)
+                            .arg("*")
+                            .invoke(&mut conn)
+                            .unwrap();
+                        let reply = ClaimReply::from_redis_value(reply).unwrap();
+                        match outcome {
+                            Claim::Deliver => {
+                                assert_eq!(reply.jobs.len(), 1, "{case}");
+                                assert_eq!(reply.jobs[0].attempt, rust.attempt, "{case}");
+                                assert_eq!(reply.died, 0, "{case}");
+                                assert_eq!(reply.jobs[0].spec.kind, kind, "{case}");
+                                let own = &reply.jobs[0].spec;
+                                assert_eq!(own.max_attempts, max, "{case}");
+                                assert_eq!(own.lease, Duration::from_micros(lease), "{case}");
+                                assert_eq!(own.priority, spec.map_or(0, |s| s.1), "{case}");
+                                // Leased for the job's own lease.
+                                let end: f64 = conn.zscore(running_key(&k, kind), ID).unwrap();
+                                assert_eq!(end as u64, reply.now / 1000 + lease, "lease {case}");
+                            }
+                            Claim::Died => {
+                                assert!(reply.jobs.is_empty(), "{case}");
+                                assert_eq!(reply.died, 1, "{case}");
+                            }
+                            Claim::NotDue => panic!("{case}: every case is due"),
                         }
-                        Claim::Died => {
-                            assert!(reply.jobs.is_empty(), "{case}");
-                            assert_eq!(reply.died, 1, "{case}");
-                        }
-                        Claim::NotDue => panic!("{case}: every case is due"),
+                        let left = stored(&mut conn, &k);
+                        assert_eq!(left, Some((letter(&rust), rust.attempt)), "claim {case}");
+                        audit(&mut conn, &k, &format!("claim {case}"));
+                        assert_eq!(last_error(&mut conn, &k).as_deref(), error, "claim {case}");
+                        assert_eq!(
+                            error.is_some(),
+                            matches!(job.status, Status::Running { .. })
+                        );
+                        assert!(error.is_none_or(|e| e == LEASE_EXPIRED));
+                        cases += 1;
                     }
-                    let left = stored(&mut conn, &k);
-                    assert_eq!(left, Some((letter(&rust), rust.attempt)), "claim {case}");
-                    assert_eq!(last_error(&mut conn, &k).as_deref(), error, "claim {case}");
-                    assert_eq!(
-                        error.is_some(),
-                        matches!(job.status, Status::Running { .. })
-                    );
-                    assert!(error.is_none_or(|e| e == LEASE_EXPIRED));
-                    cases += 1;
-                }
 
-                for token in [TOKEN, TOKEN + 1] {
-                    let case = format!("{case} token {token}");
-                    // An ack.
-                    store(&mut conn, &k, job);
-                    let acked: Vec<u64> = ack
+                    for token in [TOKEN, TOKEN + 1] {
+                        let case = format!("{case} token {token}");
+                        // An ack.
+                        store(&mut conn, &k, job, &tail);
+                        let acked: Vec<u64> = ack
+                            .key(&k.meta)
+                            .key(&k.payload)
+                            .key(&k.counts)
+                            .key(&k.errors)
+                            .key(&k.running)
+                            .key(&k.levels)
+                            .arg(ID)
+                            .arg(token)
+                            .invoke(&mut conn)
+                            .unwrap();
+                        let valid = job.ack(token);
+                        assert_eq!(acked, [u64::from(valid)], "ack {case}");
+                        let left = stored(&mut conn, &k);
+                        let expect = (!valid).then_some((letter(&job), job.attempt));
+                        assert_eq!(left, expect, "ack {case}");
+                        audit(&mut conn, &k, &format!("ack {case}"));
+
+                        // A retry, with an error (a failure): the job's own max attempts.
+                        store(&mut conn, &k, job, &tail);
+                        let mut rust = job;
+                        let outcome = rust.retry(token, u64::MAX, RUN_AT, max);
+                        let (code, _): (u64, String) = retry
+                            .key(&k.meta)
+                            .key(&k.due)
+                            .key(&k.counts)
+                            .key(&k.dead)
+                            .key(&k.errors)
+                            .key(&k.running)
+                            .key(&k.levels)
+                            .arg(ID)
+                            .arg(token)
+                            .arg(0)
+                            .arg(if spec.is_some() { 100 } else { max })
+                            .arg(&k.wake)
+                            .arg("PUBLISH")
+                            .arg("boom")
+                            .invoke(&mut conn)
+                            .unwrap();
+                        let expect = match outcome {
+                            Retry::Stale => 0,
+                            Retry::Pending => 1,
+                            Retry::Died => 2,
+                        };
+                        assert_eq!(code, expect, "retry {case}");
+                        let left = stored(&mut conn, &k);
+                        assert_eq!(left, Some((letter(&rust), rust.attempt)), "retry {case}");
+                        let error = last_error(&mut conn, &k);
+                        let failed = outcome != Retry::Stale;
+                        assert_eq!(error.as_deref(), failed.then_some("boom"), "retry {case}");
+                        audit(&mut conn, &k, &format!("retry {case}"));
+
+                        // An extend.
+                        store(&mut conn, &k, job, &tail);
+                        let mut rust = job;
+                        let extended = rust.extend(token, u64::MAX);
+                        let done: u64 = extend
+                            .key(&k.meta)
+                            .key(&k.running)
+                            .arg(ID)
+                            .arg(token)
+                            .arg(60_000_000)
+                            .invoke(&mut conn)
+                            .unwrap();
+                        assert_eq!(done, u64::from(extended), "extend {case}");
+                        let left = stored(&mut conn, &k);
+                        assert_eq!(left, Some((letter(&rust), rust.attempt)), "extend {case}");
+                        audit(&mut conn, &k, &format!("extend {case}"));
+                        cases += 3;
+                    }
+
+                    // A cancel.
+                    store(&mut conn, &k, job, &tail);
+                    let removed: u64 = cancel
                         .key(&k.meta)
                         .key(&k.payload)
+                        .key(&k.due)
                         .key(&k.counts)
+                        .key(&k.series)
                         .key(&k.errors)
-                        .key(&k.running)
+                        .key(&k.levels)
                         .arg(ID)
-                        .arg(token)
                         .invoke(&mut conn)
                         .unwrap();
-                    let valid = job.ack(token);
-                    assert_eq!(acked, [u64::from(valid)], "ack {case}");
+                    assert_eq!(removed, u64::from(job.cancel()), "cancel {case}");
                     let left = stored(&mut conn, &k);
-                    let expect = (!valid).then_some((letter(&job), job.attempt));
-                    assert_eq!(left, expect, "ack {case}");
+                    let expect = (!job.cancel()).then_some((letter(&job), job.attempt));
+                    assert_eq!(left, expect, "cancel {case}");
+                    audit(&mut conn, &k, &format!("cancel {case}"));
 
-                    // A retry, with an error (a failure).
-                    store(&mut conn, &k, job);
+                    // A revive, by id: back to its own level.
+                    store(&mut conn, &k, job, &tail);
                     let mut rust = job;
-                    let outcome = rust.retry(token, u64::MAX, RUN_AT, max);
-                    let (code, _): (u64, String) = retry
+                    let revived = rust.revive(RUN_AT);
+                    let (n, _): (u64, Value) = revive
                         .key(&k.meta)
                         .key(&k.due)
                         .key(&k.counts)
                         .key(&k.dead)
-                        .key(&k.errors)
-                        .key(&k.running)
+                        .key(&k.levels)
+                        .arg("id")
                         .arg(ID)
-                        .arg(token)
+                        .arg("after")
                         .arg(0)
-                        .arg(max)
+                        .arg("")
                         .arg(&k.wake)
                         .arg("PUBLISH")
-                        .arg("boom")
                         .invoke(&mut conn)
                         .unwrap();
-                    let expect = match outcome {
-                        Retry::Stale => 0,
-                        Retry::Pending => 1,
-                        Retry::Died => 2,
-                    };
-                    assert_eq!(code, expect, "retry {case}");
+                    assert_eq!(n, u64::from(revived), "revive {case}");
                     let left = stored(&mut conn, &k);
-                    assert_eq!(left, Some((letter(&rust), rust.attempt)), "retry {case}");
-                    let error = last_error(&mut conn, &k);
-                    let failed = outcome != Retry::Stale;
-                    assert_eq!(error.as_deref(), failed.then_some("boom"), "retry {case}");
-
-                    // An extend.
-                    store(&mut conn, &k, job);
-                    let mut rust = job;
-                    let extended = rust.extend(token, u64::MAX);
-                    let done: u64 = extend
-                        .key(&k.meta)
-                        .key(&k.running)
-                        .arg(ID)
-                        .arg(token)
-                        .arg(60_000_000)
-                        .invoke(&mut conn)
-                        .unwrap();
-                    assert_eq!(done, u64::from(extended), "extend {case}");
-                    let left = stored(&mut conn, &k);
-                    assert_eq!(left, Some((letter(&rust), rust.attempt)), "extend {case}");
-                    cases += 3;
+                    assert_eq!(left, Some((letter(&rust), rust.attempt)), "revive {case}");
+                    audit(&mut conn, &k, &format!("revive {case}"));
+                    cases += 2;
                 }
-
-                // A cancel.
-                store(&mut conn, &k, job);
-                let removed: u64 = cancel
-                    .key(&k.meta)
-                    .key(&k.payload)
-                    .key(&k.due)
-                    .key(&k.counts)
-                    .key(&k.series)
-                    .key(&k.errors)
-                    .arg(ID)
-                    .invoke(&mut conn)
-                    .unwrap();
-                assert_eq!(removed, u64::from(job.cancel()), "cancel {case}");
-                let left = stored(&mut conn, &k);
-                let expect = (!job.cancel()).then_some((letter(&job), job.attempt));
-                assert_eq!(left, expect, "cancel {case}");
-
-                // A revive, by id.
-                store(&mut conn, &k, job);
-                let mut rust = job;
-                let revived = rust.revive(RUN_AT);
-                let (n, _): (u64, Value) = revive
-                    .key(&k.meta)
-                    .key(&k.due)
-                    .key(&k.counts)
-                    .key(&k.dead)
-                    .arg("id")
-                    .arg(ID)
-                    .arg("after")
-                    .arg(0)
-                    .arg("")
-                    .arg(&k.wake)
-                    .arg("PUBLISH")
-                    .invoke(&mut conn)
-                    .unwrap();
-                assert_eq!(n, u64::from(revived), "revive {case}");
-                let left = stored(&mut conn, &k);
-                assert_eq!(left, Some((letter(&rust), rust.attempt)), "revive {case}");
-                cases += 2;
             }
         }
     }
-    assert_eq!(cases, 4 * 3 * (2 + 3 * 6 + 2 * 3));
+    assert_eq!(cases, SPECS.len() * 4 * 3 * (2 + 3 * 6 + 2 * 3));
 }
 
 #[test]
@@ -328,65 +504,78 @@ fn import_writes_a_job_as_the_scripts_keep_it_and_leaves_an_existing_one() {
     let server = Server::start();
     let mut conn = server.connect().unwrap();
     let k = Keys::new("q", "PUBLISH");
-    let import = script(&[include_str!("lua/import.lua")]);
-    let call = |conn: &mut Connection, job: &Machine, error: Option<&str>| -> Vec<u64> {
-        let (letter, score) = match job.status {
-            Status::Dead { at } => ("d", at / 1000),
-            _ => ("p", job.run_at.div_ceil(1000)),
+    let import = script(&[
+        include_str!("lua/kinds.lua"),
+        include_str!("lua/import.lua"),
+    ]);
+    let call =
+        |conn: &mut Connection, job: &Machine, error: Option<&str>, tail: &str| -> Vec<u64> {
+            let (letter, score) = match job.status {
+                Status::Dead { at } => ("d", at / 1000),
+                _ => ("p", job.run_at.div_ceil(1000)),
+            };
+            import
+                .key(&k.meta)
+                .key(&k.payload)
+                .key(&k.due)
+                .key(&k.counts)
+                .key(&k.dead)
+                .key(&k.errors)
+                .key(&k.levels)
+                .arg(&k.wake)
+                .arg("PUBLISH")
+                .arg(ID)
+                .arg(letter)
+                .arg(job.attempt)
+                .arg(job.run_at)
+                .arg(score)
+                .arg(if error.is_some() { "1" } else { "0" })
+                .arg(error.unwrap_or(""))
+                .arg("p")
+                .arg(tail)
+                .invoke(conn)
+                .unwrap()
         };
-        import
-            .key(&k.meta)
-            .key(&k.payload)
-            .key(&k.due)
-            .key(&k.counts)
-            .key(&k.dead)
-            .key(&k.errors)
-            .arg(&k.wake)
-            .arg("PUBLISH")
-            .arg(ID)
-            .arg(letter)
-            .arg(job.attempt)
-            .arg(job.run_at)
-            .arg(score)
-            .arg(if error.is_some() { "1" } else { "0" })
-            .arg(error.unwrap_or(""))
-            .arg("p")
-            .invoke(conn)
-            .unwrap()
-    };
-    // Every key the scripts keep for the one job, as `(key, field or member, value)`.
+    // Every key the scripts keep for the one job (its level's and kind's included), as
+    // `(key, field or member, value)`.
     let dump = |conn: &mut Connection| -> Vec<(String, String, String)> {
         let mut out = Vec::new();
-        for hash in [&k.meta, &k.payload, &k.counts, &k.errors] {
-            let all: Vec<(String, String)> = conn.hgetall(hash).unwrap();
-            out.extend(all.into_iter().map(|(f, v)| (hash.clone(), f, v)));
-        }
-        for index in [&k.due, &k.dead, &k.running] {
-            let all: Vec<(String, String)> = conn.zrange_withscores(index, 0, -1).unwrap();
-            out.extend(all.into_iter().map(|(m, s)| (index.clone(), m, s)));
+        let keys: Vec<String> = conn.keys("{q}:*").unwrap();
+        for key in keys {
+            let kind: String = ::redis::cmd("TYPE").arg(&key).query(conn).unwrap();
+            let all: Vec<(String, String)> = if kind == "hash" {
+                conn.hgetall(&key).unwrap()
+            } else {
+                conn.zrange_withscores(&key, 0, -1).unwrap()
+            };
+            out.extend(all.into_iter().map(|(m, v)| (key.clone(), m, v)));
         }
         out.sort();
         out
     };
-    for attempt in 0..=3 {
-        for job in jobs(attempt) {
-            if matches!(job.status, Status::Running { .. }) {
-                continue; // a copy writes a running job as pending
+    for spec in SPECS {
+        for attempt in 0..=3 {
+            for job in jobs(attempt) {
+                if matches!(job.status, Status::Running { .. }) {
+                    continue; // a copy writes a running job as pending
+                }
+                let case = format!("{job:?} spec {spec:?}");
+                let tail = tail(spec, 3);
+                store(&mut conn, &k, job, &tail);
+                let _: () = conn.hset(&k.errors, ID, "boom").unwrap();
+                let laid_out = dump(&mut conn);
+                let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+                assert_eq!(call(&mut conn, &job, Some("boom"), &tail), [1], "{case}");
+                assert_eq!(dump(&mut conn), laid_out, "{case}");
+                audit(&mut conn, &k, &case);
+                // Again, or over another job of the id: nothing changes.
+                let other = Machine {
+                    attempt: attempt + 1,
+                    ..jobs(0)[2]
+                };
+                assert_eq!(call(&mut conn, &other, None, ""), [0], "{case}");
+                assert_eq!(dump(&mut conn), laid_out, "{case}");
             }
-            let case = format!("{job:?}");
-            store(&mut conn, &k, job);
-            let _: () = conn.hset(&k.errors, ID, "boom").unwrap();
-            let laid_out = dump(&mut conn);
-            let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
-            assert_eq!(call(&mut conn, &job, Some("boom")), [1], "{case}");
-            assert_eq!(dump(&mut conn), laid_out, "{case}");
-            // Again, or over another job of the id: nothing changes.
-            let other = Machine {
-                attempt: attempt + 1,
-                ..jobs(0)[2]
-            };
-            assert_eq!(call(&mut conn, &other, None), [0], "{case}");
-            assert_eq!(dump(&mut conn), laid_out, "{case}");
         }
     }
 }

@@ -16,11 +16,11 @@ use std::time::Duration;
 use super::conn::Conn;
 use super::keys::partition_of;
 use super::keys::Keys;
-use super::scripts::{NewJob, MAX_JOBS_PER_SCRIPT};
+use super::scripts::MAX_JOBS_PER_SCRIPT;
 use super::{Idle, Redis};
-use crate::backend::{Backend, BoxFuture, ClaimBatch, Import};
+use crate::backend::{Backend, BoxFuture, ClaimBatch, Import, KindFilter, NewJob};
 use crate::core::error::Error;
-use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
+use crate::core::job::{Counts, JobInfo, JobState, KindCounts, Scheduled, When};
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{CatchUp, Recurring, RecurringInfo};
 use crate::core::state::Retry;
@@ -42,7 +42,7 @@ impl Redis {
                 &id,
                 token,
                 after,
-                self.max_attempts,
+                self.plain.max_attempts,
                 error.as_deref(),
             )
             .await;
@@ -96,15 +96,10 @@ impl Redis {
 }
 
 impl Backend for Redis {
-    fn schedule(
-        &self,
-        id: String,
-        when: When,
-        payload: Vec<u8>,
-    ) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
+    fn schedule(&self, job: NewJob) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
             self.conn()?;
-            let scheduled = self.part(&id).schedules.call((id, when, payload)).await;
+            let scheduled = self.part(&job.id).schedules.call(job).await;
             // Even a failed call may have committed (a timeout after the script ran).
             self.changed();
             scheduled
@@ -113,14 +108,14 @@ impl Backend for Redis {
 
     fn schedule_many(
         &self,
-        jobs: Vec<(String, When, Vec<u8>)>,
+        jobs: Vec<NewJob>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
         Box::pin(async move {
             let schedule = |mut conn: Conn, keys: Arc<Keys>, chunk: Vec<NewJob>| async move {
                 self.scripts.schedule(&mut conn, &keys, &chunk).await
             };
             let filler = (Scheduled::Exists, 0);
-            self.per_partition(jobs, |job| &job.0, filler, schedule)
+            self.per_partition(jobs, |job| &job.id, filler, schedule)
                 .await
         })
     }
@@ -158,7 +153,9 @@ impl Backend for Redis {
     fn get(&self, id: String) -> BoxFuture<'_, Result<Option<JobInfo>, Error>> {
         Box::pin(async move {
             let mut conn = self.conn()?;
-            self.scripts.get(&mut conn, &self.part(&id).keys, &id).await
+            (self.scripts)
+                .get(&mut conn, &self.part(&id).keys, &id, &self.plain)
+                .await
         })
     }
 
@@ -170,13 +167,13 @@ impl Backend for Redis {
         Box::pin(self.count("running"))
     }
 
-    fn claim(&self, max: usize) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+    fn claim(&self, max: usize, kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(async move {
             // Partitions in rotation, so every one is served; stop once `max` jobs came.
             // Each partition is claimed on its own: one that fails (its node down) must not
             // cost the leases already taken on the others, so their jobs are handed out and
             // the error is returned only when nothing was claimed.
-            if let Some(idle) = self.known_idle() {
+            if let Some(idle) = self.known_idle(&kind) {
                 return Ok(idle);
             }
             let epoch = self.epoch.load(SeqCst);
@@ -198,7 +195,7 @@ impl Backend for Redis {
                 // it took. A larger `max` (prefetch, `run`'s concurrency) just claims again.
                 let want = (max - jobs.len()).min(MAX_JOBS_PER_SCRIPT);
                 let (claimed, part_now, next, part_died) =
-                    match self.claim_part(part, want, deadline).await {
+                    match self.claim_part(part, want, &kind, deadline).await {
                         Ok(claim) => claim,
                         Err(err) => {
                             failed.get_or_insert(err);
@@ -226,8 +223,12 @@ impl Backend for Redis {
                 }
                 tracing::warn!(error = %err, claimed = jobs.len(), "wheel-jobs: a partition failed to claim; delivering what the others gave");
             }
-            // Due order across the partitions claimed together (run_at, then id).
-            jobs.sort_by(|x, y| (x.run_at, &x.id).cmp(&(y.run_at, &y.id)));
+            // Claim order across the partitions claimed together (priority, run_at, id).
+            jobs.sort_by(|x, y| {
+                let key =
+                    |j: &crate::backend::Claimed| (std::cmp::Reverse(j.spec.priority), j.run_at);
+                (key(x), &x.id).cmp(&(key(y), &y.id))
+            });
             let next_due = wait.map(|w| now.saturating_add(w));
             let note = match next_due {
                 Some(until) if complete && !more && jobs.len() < max => Some(Idle {
@@ -238,7 +239,11 @@ impl Backend for Redis {
                 }),
                 _ => None,
             };
-            *self.idle.lock().expect("idle note") = note;
+            let mut idle = self.idle.lock().expect("idle note");
+            match note {
+                Some(note) => idle.insert(kind, note),
+                None => idle.remove(&kind),
+            };
             Ok(ClaimBatch {
                 jobs,
                 next_due,
@@ -352,9 +357,17 @@ impl Backend for Redis {
     fn counts(&self) -> BoxFuture<'_, Result<Counts, Error>> {
         Box::pin(async move {
             let mut total = Counts::new(0, 0, 0, false, None);
+            let mut kinds: std::collections::BTreeMap<String, KindCounts> = Default::default();
             for part in &self.parts {
                 let mut conn = self.conn()?;
-                let c = self.scripts.counts(&mut conn, &part.keys).await?;
+                let part_counts = self.scripts.counts(&mut conn, &part.keys).await?;
+                for (kind, k) in part_counts.kinds {
+                    let sum = kinds.entry(kind).or_default();
+                    sum.pending += k.pending;
+                    sum.running += k.running;
+                    sum.dead += k.dead;
+                }
+                let c = part_counts.counts;
                 total.pending += c.pending;
                 total.running += c.running;
                 total.dead += c.dead;
@@ -362,7 +375,7 @@ impl Backend for Redis {
                 total.paused |= c.paused;
                 total.next_due = total.next_due.into_iter().chain(c.next_due).min();
             }
-            Ok(total)
+            Ok(total.with_kinds(kinds))
         })
     }
 
@@ -372,6 +385,7 @@ impl Backend for Redis {
         after: Option<(u64, String)>,
         limit: usize,
         payloads: bool,
+        kind: KindFilter,
     ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
         Box::pin(async move {
             // Each partition's page after the position, merged: O(partitions × limit).
@@ -380,7 +394,16 @@ impl Backend for Redis {
             for part in &self.parts {
                 let mut conn = self.conn()?;
                 let page = (self.scripts)
-                    .list(&mut conn, &part.keys, state, after, limit, payloads)
+                    .list(
+                        &mut conn,
+                        &part.keys,
+                        state,
+                        after,
+                        limit,
+                        payloads,
+                        &kind,
+                        &self.plain,
+                    )
                     .await?;
                 jobs.extend(page);
             }

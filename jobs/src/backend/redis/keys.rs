@@ -8,12 +8,24 @@
 //! - Every process routes an id to the same partition ([`partition_of`], a stable hash):
 //!   a queue must be opened with the same number of partitions everywhere. The first
 //!   open records the count ([`layout`]); an open with another count is refused, and so is
-//!   a queue whose recorded keyspace [`FORMAT`] is another.
+//!   a queue whose recorded keyspace [`FORMAT`] is another (but [`UPGRADES`], recorded
+//!   anew as [`FORMAT`] at open).
+//! - Besides the keys below, the scripts name one due set per (priority, kind) in use and
+//!   one running set per kind in use after `due` and `running` (`lua/kinds.lua`), listed
+//!   in `levels`: they carry the same tag.
 
 /// The layout of a queue's keys and of the values the scripts store in them, recorded in
 /// its layout hash by the first open ([`layout`]); a queue of another format is refused at
-/// open, naming the format found. 1 is the first published format.
-pub(super) const FORMAT: u32 = 1;
+/// open, naming the format found. 1 is the first published format; 2 stores each job's
+/// spec in its meta string and adds the per-(priority, kind) due sets, per-kind running
+/// sets, `levels` and per-kind counters (`lua/kinds.lua`).
+pub(super) const FORMAT: u32 = 2;
+
+/// The older format this version reads as it is, and records as [`FORMAT`] at open (a
+/// one-way upgrade: format 1's jobs have no spec, and read as the queue's plain spec; its
+/// `due` and `running` are the plain level's and kind's; its counters are the totals, all
+/// of kind "").
+pub(super) const UPGRADES: u32 = 1;
 
 /// One partition's keys and wake channel.
 pub(super) struct Keys {
@@ -30,6 +42,8 @@ pub(super) struct Keys {
     pub(super) series_next: String,
     pub(super) errors: String,
     pub(super) running: String,
+    /// The due sets and running sets in use besides `due` and `running` (`lua/kinds.lua`).
+    pub(super) levels: String,
     pub(super) wake: String,
     /// `PUBLISH`, or `SPUBLISH` on a cluster that has it: how the scripts send on `wake`.
     pub(super) publish: &'static str,
@@ -49,6 +63,7 @@ impl Keys {
             series_next: format!("{{{tag}}}:series_next"),
             errors: format!("{{{tag}}}:errors"),
             running: format!("{{{tag}}}:running"),
+            levels: format!("{{{tag}}}:levels"),
             wake: format!("{{{tag}}}:wake"),
             publish,
         }

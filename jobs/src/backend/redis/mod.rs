@@ -7,10 +7,15 @@
 //!   state machine is `core/state/mod.rs`'s, written out in Lua: states `p`/`r`/`d` (pending, running, dead), attempts
 //!   counted at claim, tokens checked by ack, retry and extend, dead after `max_attempts`.
 //! - Keys of one queue share the hash tag `{name}`, so every script touches one cluster slot.
-//!   The due index is a sorted set of pending **ids** scored by run_at microseconds, the
-//!   running index one of running ids scored by lease end (each job in its state's index
-//!   only, as on the embedded store: `lua/claim.lua`); payloads live in their own hash, so
-//!   cancel by id is O(log n).
+//!   The due index is a sorted set of pending **ids** per (priority, kind) in use, scored by
+//!   run_at microseconds, the running index one of running ids per kind in use, scored by
+//!   lease end (each job in its state's index of its level or kind only, as on the embedded
+//!   store: `lua/claim.lua`, `lua/kinds.lua`); payloads live in their own hash, so cancel by
+//!   id is O(log n).
+//! - Each job stores its spec (kind, priority, attempts, backoff, lease) in its meta string;
+//!   one stored without (a series' occurrence, a job of keyspace format 1) is of the plain
+//!   spec of the queue reading it. A claim leases each job for its own lease and kills it at
+//!   its own attempts; a claim of one kind reads only that kind's sets.
 //! - Time is the server's (`TIME` inside the scripts): `When::After` delays, lease ends and
 //!   "now" at a claim. A `When::At` is a wall-clock instant the caller chose; its score is
 //!   rounded up to the microsecond, so it is never delivered early.
@@ -82,12 +87,13 @@ use self::conn::{connect, Conn};
 use self::fold::Folds;
 use self::keys::{partition_of, tag, Keys};
 use self::reply::redis_error;
-use self::scripts::{micros, ClaimReply, NewJob, Scripts};
+use self::scripts::{spec_tail, ClaimReply, Scripts};
 use self::wake::{subscribe, subscribe_cluster, Heard, Wake};
-use crate::backend::{BoxFuture, ClaimBatch, Claimed};
+use crate::backend::{BoxFuture, ClaimBatch, Claimed, KindFilter, NewJob};
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::Scheduled;
+use crate::core::kind::{Spec, MIN_LEASE};
 use crate::core::wakeup::Wakeup;
 
 pub(crate) use self::conn::Target;
@@ -111,15 +117,18 @@ pub(crate) struct Redis {
     scripts: Scripts,
     parts: Vec<Partition>,
     next_claim: AtomicUsize,
-    lease_us: u64,
-    max_attempts: u32,
+    /// The spec of a job scheduled without options, and of one stored without its spec
+    /// (a series' occurrence, a job of format 1); and its meta tail, which a claim takes.
+    plain: Spec,
+    plain_tail: String,
     /// `redis_timeout`: each request's bound, and a whole claim's across partitions.
     timeout: Option<std::time::Duration>,
     closed: AtomicBool,
     subscriber: tokio::task::JoinHandle<()>,
     /// Bumped after every change that may make a job due earlier (see the ground rules).
     epoch: Arc<AtomicU64>,
-    idle: std::sync::Mutex<Option<Idle>>,
+    /// Per kind filter: a claim of one kind says nothing of another's jobs.
+    idle: std::sync::Mutex<std::collections::HashMap<KindFilter, Idle>>,
     rules: series::Rules,
 }
 
@@ -208,7 +217,9 @@ impl Redis {
                     keys,
                     schedules,
                     acks,
-                    folds: Folds::new(config.min_replicas.is_none(), config.lease),
+                    // A job's own lease may be shorter than the queue's, never than
+                    // MIN_LEASE: the window stays within a quarter of every lease.
+                    folds: Folds::new(config.min_replicas.is_none(), MIN_LEASE),
                 }
             })
             .collect();
@@ -234,13 +245,13 @@ impl Redis {
             scripts,
             parts,
             next_claim: AtomicUsize::new(0),
-            lease_us: micros(config.lease),
-            max_attempts: config.max_attempts,
+            plain: config.defaults().plain().clone(),
+            plain_tail: spec_tail(config.defaults().plain()),
             timeout: config.redis_timeout,
             closed: AtomicBool::new(false),
             subscriber,
             epoch,
-            idle: std::sync::Mutex::new(None),
+            idle: std::sync::Mutex::new(std::collections::HashMap::new()),
             rules: series::Rules::default(),
         };
         // One read of every partition: credentials the server accepts only per command
@@ -254,7 +265,13 @@ impl Redis {
         // and a queue must open while its replicas catch up.
         let (recorded, format) = redis
             .scripts
-            .layout(&mut redis.conn()?, &keys::layout(name), n, keys::FORMAT)
+            .layout(
+                &mut redis.conn()?,
+                &keys::layout(name),
+                n,
+                keys::FORMAT,
+                keys::UPGRADES,
+            )
             .await?;
         if format != keys::FORMAT {
             return Err(Error::storage(format!(
@@ -291,9 +308,10 @@ impl Redis {
         self.epoch.fetch_add(1, SeqCst);
     }
 
-    /// The answer of a claim that the last short claim already knows: nothing due yet.
-    fn known_idle(&self) -> Option<ClaimBatch> {
-        let idle = (*self.idle.lock().expect("idle note"))?;
+    /// The answer of a claim of `kind` that the last short claim of `kind` already knows:
+    /// nothing due yet.
+    fn known_idle(&self, kind: &KindFilter) -> Option<ClaimBatch> {
+        let idle = *self.idle.lock().expect("idle note").get(kind)?;
         if idle.epoch != self.epoch.load(SeqCst) {
             return None;
         }
@@ -335,6 +353,7 @@ impl Redis {
         &self,
         part: &Partition,
         max: usize,
+        kind: &KindFilter,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<(Vec<Claimed>, u64, Option<u64>, u64), Error> {
         // Not `writer`: a claim that failed its `WAIT` would strand the leases it took
@@ -342,14 +361,9 @@ impl Redis {
         let mut conn = self.conn()?;
         let taken = part.folds.take();
         let acks = taken.pairs();
-        let claim = self.scripts.claim(
-            &mut conn,
-            &part.keys,
-            max,
-            self.lease_us,
-            self.max_attempts,
-            &acks,
-        );
+        let claim = self
+            .scripts
+            .claim(&mut conn, &part.keys, max, &self.plain_tail, kind, &acks);
         let claimed: Result<ClaimReply, Error> = match deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, claim)
                 .await

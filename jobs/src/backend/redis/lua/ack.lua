@@ -2,8 +2,9 @@
 -- acks.lua, prepended, for the rules).
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] counts (see schedule.lua)
--- KEYS[4] errors, KEYS[5] running (see claim.lua: a running job is in running only)
+-- KEYS[4] errors, KEYS[5] running (see claim.lua: a running job is in running only),
+-- KEYS[6] levels (see kinds.lua, prepended)
 -- ARGV pairs: id, lease token (at most 512 pairs)
 --
 -- Returns one 1|0 per pair (see acks.lua).
-return apply_acks(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV, 1)
+return apply_acks(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV, 1)

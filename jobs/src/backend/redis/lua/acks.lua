@@ -3,15 +3,16 @@
 --
 -- Mirrors core/state `Machine::ack` (a lease is checked by its token only) (checked on the same cases by backend/redis/agreement.rs).
 --
--- apply_acks(meta, payload, counts, errors, running, args, from): args[from], args[from +
--- 1], ... are pairs id, lease token (at most 512 pairs). Deletes each job whose lease is
+-- apply_acks(meta, payload, counts, errors, running, levels, args, from): args[from],
+-- args[from + 1], ... are pairs id, lease token (at most 512 pairs). kinds.lua, prepended
+-- first, names each job's running set and counters by its kind. Deletes each job whose lease is
 -- held with its token; returns one 1|0 per pair: 1 if the lease was held (the job is
 -- gone), 0 if the token is stale (redelivered to someone else, or gone, or acked earlier
 -- in this batch): then nothing changes for that job. Atomic with claim, so a late ack can
 -- never delete a job another consumer now holds (the duplicate-run bug of bullmq#3183).
--- One HMGET reads every job, then one HDEL, HDEL, HDEL, ZREM and HINCRBY delete the done
--- ones together.
-local function apply_acks(meta, payload, counts, errors, running, args, from)
+-- One HMGET reads every job, then one HDEL, HDEL, HDEL, ZREM (per kind) and HINCRBY (per
+-- counter) delete the done ones together.
+local function apply_acks(meta, payload, counts, errors, running, levels, args, from)
   local ids = {}
   local tokens = {}
   for i = from, #args, 2 do
@@ -23,14 +24,36 @@ local function apply_acks(meta, payload, counts, errors, running, args, from)
   local metas = redis.call('HMGET', meta, unpack(ids))
   local done = {}
   local seen = {}
+  -- Per kind met but "": its running set's acks (most batches have none).
+  local by_kind = {}
+  local kinds = {}
+  local plain = {}
   for i, id in ipairs(ids) do
     local ok = 0
     local m = metas[i]
     if m and not seen[id] then
       local state, token = string.match(m, '^(%a):%d+:(%d+):')
+      -- The kind: "" for a meta ending in the kind's separator or without a spec (kinds.lua),
+      -- else what follows the separator.
+      local kind = ''
+      if string.byte(m, -1) ~= 31 then
+        local sep = string.find(m, '\31', 1, true)
+        if sep then kind = string.sub(m, sep + 1) end
+      end
       if state == 'r' and token == tokens[i] then
         seen[id] = true
         done[#done + 1] = id
+        if kind == '' then
+          plain[#plain + 1] = id
+        else
+          local list = by_kind[kind]
+          if not list then
+            list = {}
+            by_kind[kind] = list
+            kinds[#kinds + 1] = kind
+          end
+          list[#list + 1] = id
+        end
         ok = 1
       end
     end
@@ -40,8 +63,15 @@ local function apply_acks(meta, payload, counts, errors, running, args, from)
     redis.call('HDEL', meta, unpack(done))
     redis.call('HDEL', payload, unpack(done))
     redis.call('HDEL', errors, unpack(done))
-    redis.call('ZREM', running, unpack(done))
     redis.call('HINCRBY', counts, 'running', -#done)
+    if #plain > 0 then redis.call('ZREM', running, unpack(plain)) end
+    for _, kind in ipairs(kinds) do
+      local list = by_kind[kind]
+      local f = 'running:' .. kind
+      redis.call('ZREM', running_key(running, kind), unpack(list))
+      if redis.call('HINCRBY', counts, f, -#list) == 0 then redis.call('HDEL', counts, f) end
+      running_tidy(levels, running, kind)
+    end
   end
   return out
 end

@@ -1,5 +1,6 @@
--- claim.lua: lease up to ARGV[1] due jobs and expired leases (redelivering them, killing
--- jobs out of attempts) and report the server's time and the next due time.
+-- claim.lua: lease up to ARGV[1] due jobs and expired leases of the kinds ARGV[3] names
+-- (redelivering them, killing jobs out of their own attempts) and report the server's time
+-- and the next due time among those kinds.
 --
 -- Mirrors core/state `Machine::claim` (attempts counted at claim; a job whose attempts reached
 -- max_attempts dies instead) and `Machine::claim_error` ("lease expired" for a job taken from
@@ -14,61 +15,117 @@
 -- KEYS[7] series, KEYS[8] series_payload, KEYS[9] series_next (see series.lua, prepended)
 -- KEYS[10] errors hash    id -> the job's last error (a failure's message, or "lease
 --                         expired", which a claim records for a job whose lease ended)
--- KEYS[11] running zset   running ids scored by their lease end in microseconds; a running
+-- KEYS[11] running zset   running ids of kind "" scored by their lease end in
+--                         microseconds (each other kind has its own, kinds.lua); a running
 --                         job is here only, not in due (one index per state, so a claim
 --                         moves each job from due to running and an ack removes it from
 --                         running: one sorted-set write each, as when due held both); and
---                         RUNNING_PIN, below, scored +inf
--- ARGV[1] max jobs (at most 512), ARGV[2] lease in microseconds, ARGV[3] max attempts,
--- then pairs id, lease token: the consumer's acks folded into this claim (at most 512
--- pairs), applied first exactly as ack.lua applies them (acks.lua, prepended), so a
--- steady consumer pays one request per job instead of a claim and an ack
+--                         RUNNING_PIN (kinds.lua), scored +inf
+-- KEYS[12] levels (see kinds.lua, prepended)
+-- ARGV[1] max jobs (at most 512), ARGV[2] the queue's plain spec tail (kinds.lua: the lease
+-- and max attempts of a job stored without its spec), ARGV[3] '*' for every kind or '='
+-- then the one kind to claim, then pairs id, lease token: the consumer's acks folded into
+-- this claim (at most 512 pairs), applied first exactly as ack.lua applies them (acks.lua,
+-- prepended), so a steady consumer pays one request per job instead of a claim and an ack
+--
+-- Order: expired leases of the claimed kinds first, then due jobs by priority (highest
+-- first), then run_at, then id (bytewise). The levels index says which (priority, kind)
+-- due sets exist: per priority, each claimed kind's set is read up to what is still
+-- wanted and merged; nothing of another kind, and no job not yet due, is read. Each job is
+-- leased for its own lease and dies at its own max attempts (its spec, kinds.lua).
 --
 -- Returns {now_us, next_due_us ("" if none), notes, how many jobs it killed, the folded
 -- acks' answers (one 1|0 per pair, see acks.lua), then per delivered job: id, payload,
--- attempt, run_at_ns, token}; next_due_us is the first of due's
--- head and running's (a lease end wakes consumers too); notes are series.lua's {name,
+-- attempt, run_at_ns, token, spec tail (the plain one for a job stored without; "" for the
+-- same as the job before's in this reply, so a batch of one spec sends it once)};
+-- next_due_us is the first of the claimed kinds' due heads and running heads (a lease end
+-- wakes consumers too); notes are series.lua's {name,
 -- 'low' | 'dry', version, head_ns, runs, rule}. The first claim of a recurring series' head
 -- creates its next occurrence here (series_due), so claiming one and creating the next are
 -- one step; a head superseded by a later occurrence that is due too is deleted and that
--- one leased instead. Expired leases and due jobs are taken together in score order; the range reads
+-- one leased instead. The range reads
 -- have a LIMIT, so a claim's cost is bounded whatever the backlog. Atomic: two consumers
 -- never lease the same job, and "now" is the server's TIME, so clients with skewed clocks
 -- neither deliver early nor late. One HMGET each for the states and payloads, one INCRBY
--- for a block of tokens, then one write per structure.
+-- for a block of tokens, then one write per structure (per index of a level or kind).
 --
 -- An index entry whose job is gone or in another state is dropped when read: the scripts
 -- never leave one, but a key edited by hand must not fail every claim.
 
--- Not a job (longer than any id, 256 bytes, and than zset-max-listpack-value): a member
--- that keeps the running set skiplist-encoded from the first lease on. A set this small
--- (a partition's running jobs, mostly under 128) is otherwise a listpack, in which a lease,
--- added at the tail (the latest end), costs a walk over every entry: 3 µs per job with 50
--- running, against 0.4 µs in a skiplist, the most of a claim and ack's index work.
-local RUNNING_PIN = 'skiplist pin, not a job (see claim.lua) ' .. string.rep('=', 260)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local lease = tonumber(ARGV[2])
-local max_attempts = tonumber(ARGV[3])
+local plain = ARGV[2]
 -- Before the pause check: a paused queue still takes acks.
-local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], ARGV, 4)
+local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], ARGV, 4)
 if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, '', {}, 0, acked} end
 local max = tonumber(ARGV[1])
--- Expired leases are few: the common claim reads due alone, without scores.
-local ids = redis.call('ZRANGEBYSCORE', KEYS[11], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
-if #ids == 0 then
-  ids = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, max)
-else
-  -- Both in score order, merged (a job is in one of them only).
-  local ended = ids
-  local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
-  local i, j = 1, 1
-  ids = {}
-  while #ids < max and (i <= #ended or j <= #due) do
-    if j > #due or (i <= #ended and tonumber(ended[i + 1]) <= tonumber(due[j + 1])) then
-      ids[#ids + 1], i = ended[i], i + 2
-    else
-      ids[#ids + 1], j = due[j], j + 2
+local only = nil
+if ARGV[3] ~= '*' then only = string.sub(ARGV[3], 2) end
+-- a < b, bytewise (Lua's `<` on strings follows the server's LC_COLLATE, not Redis's order).
+local function less(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+-- The claimed kinds' due sets by priority, and their running sets.
+local groups, prios, runs = {}, {}, {}
+if only == nil or only == '' then
+  groups[0] = {KEYS[3]}
+  prios[1] = 0
+  runs[1] = KEYS[11]
+end
+for _, m in ipairs(redis.call('ZRANGE', KEYS[12], 0, -1)) do
+  local p, kind = string.match(m, '^d:(%-?%d+):(.*)$')
+  if p then
+    p = tonumber(p)
+    if only == nil or kind == only then
+      if not groups[p] then
+        groups[p] = {}
+        prios[#prios + 1] = p
+      end
+      local g = groups[p]
+      g[#g + 1] = due_key(KEYS[3], p, kind)
+    end
+  else
+    kind = string.match(m, '^r:(.*)$')
+    if kind and (only == nil or kind == only) then runs[#runs + 1] = running_key(KEYS[11], kind) end
+  end
+end
+table.sort(prios, function(a, b) return a > b end)
+local ids, from = {}, {}
+-- Expired leases are few: each running set's range read is mostly empty.
+for _, key in ipairs(runs) do
+  if #ids >= max then break end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, max - #ids)) do
+    ids[#ids + 1] = id
+    from[#ids] = key
+  end
+end
+for _, p in ipairs(prios) do
+  local want = max - #ids
+  if want <= 0 then break end
+  local keys = groups[p]
+  if #keys == 1 then
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', keys[1], '-inf', now, 'LIMIT', 0, want)) do
+      ids[#ids + 1] = id
+      from[#ids] = keys[1]
+    end
+  else
+    -- Kinds of one priority, merged by (run_at, id).
+    local cand = {}
+    for _, key in ipairs(keys) do
+      local r = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
+      for i = 1, #r, 2 do cand[#cand + 1] = {tonumber(r[i + 1]), r[i], key} end
+    end
+    table.sort(cand, function(a, b)
+      if a[1] ~= b[1] then return a[1] < b[1] end
+      return less(a[2], b[2])
+    end)
+    for i = 1, math.min(want, #cand) do
+      ids[#ids + 1] = cand[i][2]
+      from[#ids] = cand[i][3]
     end
   end
 end
@@ -76,33 +133,51 @@ end
 -- occurrence adopts it, which the same batch may hold under its own entry too (either
 -- first); its meta is written at the end, so without this it would be leased twice.
 local taken = {}
-local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4],
+local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4], levels = KEYS[12],
            series = KEYS[7], series_payload = KEYS[8], series_next = KEYS[9], taken = taken}
 local notes = {}
 local out = {now, '', notes, 0, acked}
 if #ids > 0 then
   local metas = redis.call('HMGET', KEYS[1], unpack(ids))
-  local jobs = {}
+  -- One record per spec tail met (a batch's jobs mostly share one): its level's and kind's
+  -- sets, its attempts and lease, and what this claim does to them.
+  local recs = {}
+  local order = {}
+  local function rec_of(tail)
+    local r = recs[tail]
+    if not r then
+      local p, kind, max_attempts, lease = job_spec(tail, plain)
+      r = {p = p, kind = kind, max = max_attempts, lease = lease,
+           due = due_key(KEYS[3], p, kind), running = running_key(KEYS[11], kind),
+           due_rems = {}, run_rems = {}, leases = {}, leased = 0, died_p = 0, died_r = 0}
+      recs[tail] = r
+      order[#order + 1] = r
+    end
+    return r
+  end
+  -- Per job, in parallel arrays (no table per job): state, attempt, run_ns, tail, record.
+  local states, attempts, runs_ns, tails, rs = {}, {}, {}, {}, {}
   local leasing = 0
-  for i, id in ipairs(ids) do
-    local state, attempt, _, run_ns = string.match(metas[i] or '', '^([pr]):(%d+):(%d+):(%d+)$')
-    attempt = tonumber(attempt)
-    jobs[i] = {state, attempt, run_ns}
-    if state and attempt < max_attempts then leasing = leasing + 1 end
+  for i = 1, #ids do
+    local state, attempt, _, run_ns, tail = job_parse(metas[i])
+    if state == 'p' or state == 'r' then
+      attempt = tonumber(attempt)
+      local r = recs[tail] or rec_of(tail)
+      states[i], attempts[i], runs_ns[i], tails[i], rs[i] = state, attempt, run_ns, tail, r
+      if attempt < r.max then leasing = leasing + 1 end
+    end
   end
   local token = 0
   if leasing > 0 then token = redis.call('INCRBY', KEYS[5], leasing) - leasing end
   local payloads = redis.call('HMGET', KEYS[2], unpack(ids))
   local meta_writes = {}
-  local leases = {'+inf', RUNNING_PIN}
-  local leased = {}
-  local stale = {}
   local died = {}
   local died_scores = {}
   local expired = {}
-  local from_pending, died_pending, died_running = 0, 0, 0
+  local sent = nil
   for i, due_id in ipairs(ids) do
-    local id, state, attempt, run_ns = due_id, jobs[i][1], jobs[i][2], jobs[i][3]
+    local id = due_id
+    local state, attempt, run_ns, tail, r = states[i], attempts[i], runs_ns[i], tails[i], rs[i]
     local payload = payloads[i]
     if taken[due_id] then
       -- Leased already by this claim, as the occurrence that superseded a series' head.
@@ -114,78 +189,102 @@ if #ids > 0 then
       elseif id and id ~= due_id then
         -- A later occurrence superseded this series head and runs instead: made pending
         -- just now (or adopted), it is leased like the head would have been.
-        run_ns = string.match(redis.call('HGET', KEYS[1], id), '^p:0:%d+:(%d+)$')
+        local _
+        _, _, _, run_ns, tail = job_parse(redis.call('HGET', KEYS[1], id))
+        r = rec_of(tail)
         payload = redis.call('HGET', KEYS[2], id)
       end
     end
     if not state then
       -- An index entry of no pending or running job (see the header): dropped.
-      stale[#stale + 1] = id
+      redis.call('ZREM', from[i], due_id)
     elseif not id then
       -- A series' head that was superseded (deleted) or awaits its list: not delivered.
-    elseif attempt >= max_attempts then
-      if state == 'r' then
-        expired[#expired + 1] = id
-        expired[#expired + 1] = 'lease expired'
-      end
-      meta_writes[#meta_writes + 1] = id
-      meta_writes[#meta_writes + 1] = 'd:' .. attempt .. ':0:' .. run_ns
-      died[#died + 1] = id
-      died_scores[#died_scores + 1] = now
-      died_scores[#died_scores + 1] = id
-      if state == 'p' then
-        died_pending = died_pending + 1
-      else
-        died_running = died_running + 1
-      end
     else
       if state == 'r' then
         expired[#expired + 1] = id
         expired[#expired + 1] = 'lease expired'
       end
-      attempt = attempt + 1
-      token = token + 1
-      meta_writes[#meta_writes + 1] = id
-      meta_writes[#meta_writes + 1] = 'r:' .. attempt .. ':' .. token .. ':' .. run_ns
-      leases[#leases + 1] = now + lease
-      leases[#leases + 1] = id
-      leased[#leased + 1] = id
-      taken[id] = true
-      if state == 'p' then from_pending = from_pending + 1 end
-      out[#out + 1] = id
-      out[#out + 1] = payload
-      out[#out + 1] = attempt
-      out[#out + 1] = run_ns
-      out[#out + 1] = token
+      if attempt >= r.max then
+        meta_writes[#meta_writes + 1] = id
+        meta_writes[#meta_writes + 1] = 'd:' .. attempt .. ':0:' .. run_ns .. tail
+        died[#died + 1] = id
+        died_scores[#died_scores + 1] = now
+        died_scores[#died_scores + 1] = id
+        if state == 'p' then
+          r.due_rems[#r.due_rems + 1] = id
+          r.died_p = r.died_p + 1
+        else
+          r.run_rems[#r.run_rems + 1] = id
+          r.died_r = r.died_r + 1
+        end
+      else
+        attempt = attempt + 1
+        token = token + 1
+        meta_writes[#meta_writes + 1] = id
+        meta_writes[#meta_writes + 1] = 'r:' .. attempt .. ':' .. token .. ':' .. run_ns .. tail
+        local leases = r.leases
+        leases[#leases + 1] = now + r.lease
+        leases[#leases + 1] = id
+        taken[id] = true
+        if state == 'p' then
+          r.due_rems[#r.due_rems + 1] = id
+          r.leased = r.leased + 1
+        end
+        if tail == '' then tail = plain end
+        out[#out + 1] = id
+        out[#out + 1] = payload
+        out[#out + 1] = attempt
+        out[#out + 1] = run_ns
+        out[#out + 1] = token
+        if tail == sent then
+          out[#out + 1] = ''
+        else
+          out[#out + 1] = tail
+          sent = tail
+        end
+      end
     end
   end
   if #meta_writes > 0 then redis.call('HSET', KEYS[1], unpack(meta_writes)) end
   if #expired > 0 then redis.call('HSET', KEYS[10], unpack(expired)) end
-  if #leased > 0 then
-    redis.call('ZREM', KEYS[3], unpack(leased))
-    redis.call('ZADD', KEYS[11], unpack(leases))
-  end
-  if #stale > 0 then
-    redis.call('ZREM', KEYS[3], unpack(stale))
-    redis.call('ZREM', KEYS[11], unpack(stale))
+  local counted = {}
+  local pinned = {}
+  for _, r in ipairs(order) do
+    if #r.due_rems > 0 then redis.call('ZREM', r.due, unpack(r.due_rems)) end
+    if #r.run_rems > 0 then redis.call('ZREM', r.running, unpack(r.run_rems)) end
+    if #r.leases > 0 then
+      if not pinned[r.running] then
+        pinned[r.running] = true
+        redis.call('ZADD', r.running, '+inf', RUNNING_PIN, unpack(r.leases))
+        running_note(KEYS[12], r.kind)
+      else
+        redis.call('ZADD', r.running, unpack(r.leases))
+      end
+    end
+    tally(counted, 'pending', r.kind, -(r.leased + r.died_p))
+    tally(counted, 'running', r.kind, r.leased - r.died_r)
+    tally(counted, 'dead', r.kind, r.died_p + r.died_r)
   end
   out[4] = #died
-  if #died > 0 then
-    redis.call('ZREM', KEYS[3], unpack(died))
-    redis.call('ZREM', KEYS[11], unpack(died))
-    redis.call('ZADD', KEYS[6], unpack(died_scores))
-    redis.call('HINCRBY', KEYS[4], 'dead', #died)
-  end
-  if from_pending + died_pending > 0 then
-    redis.call('HINCRBY', KEYS[4], 'pending', -(from_pending + died_pending))
-  end
-  if from_pending - died_running ~= 0 then
-    redis.call('HINCRBY', KEYS[4], 'running', from_pending - died_running)
+  if #died > 0 then redis.call('ZADD', KEYS[6], unpack(died_scores)) end
+  tally_flush(KEYS[4], counted)
+  for _, r in ipairs(order) do
+    if #r.due_rems > 0 then level_tidy(KEYS[12], KEYS[3], r.p, r.kind) end
+    if #r.run_rems > 0 then running_tidy(KEYS[12], KEYS[11], r.kind) end
   end
 end
-local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2]
-local first = redis.call('ZRANGE', KEYS[11], 0, 0, 'WITHSCORES')
-local lease_end = first[1] ~= RUNNING_PIN and first[2]
-if lease_end and (not head or tonumber(lease_end) < tonumber(head)) then head = lease_end end
+-- The next due time among the claimed kinds: the first of their due heads and lease ends.
+local head = nil
+local function sooner(key)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first[1] and first[1] ~= RUNNING_PIN and (not head or tonumber(first[2]) < tonumber(head)) then
+    head = first[2]
+  end
+end
+for _, p in ipairs(prios) do
+  for _, key in ipairs(groups[p]) do sooner(key) end
+end
+for _, key in ipairs(runs) do sooner(key) end
 if head then out[2] = head end
 return out

@@ -3,12 +3,12 @@
 -- each unless its id exists.
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts, KEYS[5] dead, KEYS[6] errors
--- (see schedule.lua, claim.lua)
+-- (see schedule.lua, claim.lua), KEYS[7] levels (see kinds.lua, prepended)
 -- ARGV[1] wake channel, ARGV[2] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)
--- ARGV[3..] groups of 8: id, 'p' (pending) | 'd' (dead), attempt, run_at_ns, score
+-- ARGV[3..] groups of 9: id, 'p' (pending) | 'd' (dead), attempt, run_at_ns, score
 --           (pending: ceil(run_at_ns / 1000), its due score; dead: its death time in
 --           microseconds, its dead index score), '1' if a last error follows else '0', the
---           last error (at most 4 KiB), payload
+--           last error (at most 4 KiB), payload, the job's spec tail (kinds.lua)
 --
 -- Returns one 1 (written) | 0 (the id exists: left as it is) per job, in order.
 -- Atomic because a script runs alone: as in schedule.lua, the existence check and the writes
@@ -18,35 +18,37 @@
 -- written once.
 local out = {}
 local written = {}
-local pending, dead = 0, 0
-local earliest = nil
-for i = 3, #ARGV, 8 do
+local counted = {}
+local earliest = {}
+for i = 3, #ARGV, 9 do
   local id, state, attempt, run_ns, score = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   if written[id] or redis.call('HEXISTS', KEYS[1], id) == 1 then
     out[#out + 1] = 0
   else
+    local tail = ARGV[i + 8]
+    local p, kind = job_level(tail)
     written[id] = true
-    redis.call('HSET', KEYS[1], id, state .. ':' .. attempt .. ':0:' .. run_ns)
+    redis.call('HSET', KEYS[1], id, state .. ':' .. attempt .. ':0:' .. run_ns .. tail)
     redis.call('HSET', KEYS[2], id, ARGV[i + 7])
     if ARGV[i + 5] == '1' then redis.call('HSET', KEYS[6], id, ARGV[i + 6]) end
     if state == 'd' then
       redis.call('ZADD', KEYS[5], score, id)
-      dead = dead + 1
+      tally(counted, 'dead', kind, 1)
     else
-      redis.call('ZADD', KEYS[3], score, id)
-      pending = pending + 1
+      local due = due_key(KEYS[3], p, kind)
+      redis.call('ZADD', due, score, id)
+      level_note(KEYS[7], p, kind)
+      tally(counted, 'pending', kind, 1)
       local s = tonumber(score)
-      if not earliest or s < earliest then earliest = s end
+      if not earliest[due] or s < earliest[due] then earliest[due] = s end
     end
     out[#out + 1] = 1
   end
 end
-if dead > 0 then redis.call('HINCRBY', KEYS[4], 'dead', dead) end
-if pending > 0 then
-  redis.call('HINCRBY', KEYS[4], 'pending', pending)
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  if tonumber(head[2]) >= earliest then
-    redis.call(ARGV[2], ARGV[1], string.format('%.0f', earliest))
-  end
+tally_flush(KEYS[4], counted)
+local first = nil
+for due, s in pairs(earliest) do
+  if is_head(due, s) and (not first or s < first) then first = s end
 end
+if first then redis.call(ARGV[2], ARGV[1], string.format('%.0f', first)) end
 return out

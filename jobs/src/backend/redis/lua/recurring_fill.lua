@@ -3,7 +3,8 @@
 -- with series.rs's `on_due` and the server's time, and the head may move).
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
--- KEYS[5] series, KEYS[6] series_payload, KEYS[7] series_next (see series.lua, prepended)
+-- KEYS[5] series, KEYS[6] series_payload, KEYS[7] series_next (see series.lua, prepended),
+-- KEYS[8] levels (see kinds.lua, prepended)
 -- ARGV[1] name, ARGV[2] version, ARGV[3] head_ns the note saw ("" for none),
 -- ARGV[4] "ns=text,..." the new head, then the occurrences after it, ARGV[5] go: how many
 -- of them from the head run without counting (series.lua's "!go;"); or ARGV[5] 'detach'
@@ -13,7 +14,7 @@
 -- Returns 1 if applied, 0 if the series changed since the note (another claim moved the
 -- head, or it was set or cancelled): a stale fill never applies. Atomic with every claim,
 -- so the head moves in one step: the old one deleted if still pending, the new one created.
-local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4],
+local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4], levels = KEYS[8],
            series = KEYS[5], series_payload = KEYS[6], series_next = KEYS[7]}
 local name = ARGV[1]
 local s = series_get(S, name)

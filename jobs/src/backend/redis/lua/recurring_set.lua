@@ -5,8 +5,9 @@
 -- (jobs/src/series.rs `keeps_due_head`) and the new head is placed from ARGV[5].
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
--- KEYS[5] series, KEYS[6] series_payload, KEYS[7] series_next (see series.lua, prepended)
--- KEYS[8] seq (the version counter, shared with lease tokens: every value is new)
+-- KEYS[5] series, KEYS[6] series_payload, KEYS[7] series_next (see series.lua, prepended),
+-- KEYS[8] levels (see kinds.lua, prepended)
+-- KEYS[9] seq (the version counter, shared with lease tokens: every value is new)
 -- ARGV[1] name, ARGV[2] the recurrence's text, ARGV[3] runs (catch-up), ARGV[4] payload,
 -- ARGV[5] "ns=text,..." the first occurrences after the server time Rust read, the head
 -- first, ARGV[6] wake channel, ARGV[7] 'PUBLISH' | 'SPUBLISH' (as schedule.lua)
@@ -17,11 +18,11 @@
 -- own TIME (a claim may have moved the series since Rust read the time), or if none is,
 -- the first after the last delivery. Atomic: the old head goes and the new one comes in
 -- one step, so no claim ever sees the series with two pending occurrences or none.
-local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4],
+local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4], levels = KEYS[8],
            series = KEYS[5], series_payload = KEYS[6], series_next = KEYS[7]}
 local name = ARGV[1]
 local old = series_get(S, name)
-local s = {version = redis.call('INCR', KEYS[8]), runs = ARGV[3], last_ns = '', rule = ARGV[2]}
+local s = {version = redis.call('INCR', KEYS[9]), runs = ARGV[3], last_ns = '', rule = ARGV[2]}
 local t = redis.call('TIME')
 local now_ns = t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -2,7 +2,8 @@
 --
 -- Mirrors core/state `Machine::reschedule` (pending jobs only).
 --
--- KEYS[1] meta, KEYS[2] due (see schedule.lua), KEYS[3] series (see series.lua, prepended)
+-- KEYS[1] meta, KEYS[2] due (see schedule.lua: the job is in its own level's, kinds.lua,
+-- prepended), KEYS[3] series (see series.lua, prepended)
 -- ARGV[1] id, ARGV[2] mode ("at" | "after"), ARGV[3] ns | us, ARGV[4] score, ARGV[5] wake channel,
 -- ARGV[6] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)
 --
@@ -10,10 +11,10 @@
 -- pending occurrence of a recurring series (its time is its id and the series' schedule).
 -- Atomic, so a claim never sees the old due time after the move (the late-promotion bug of
 -- bullmq#2648).
-local meta = redis.call('HGET', KEYS[1], ARGV[1])
-if not meta or string.sub(meta, 1, 1) ~= 'p' then return false end
+local state, attempt, _, _, tail = job_parse(redis.call('HGET', KEYS[1], ARGV[1]))
+if state ~= 'p' then return false end
 if series_is_head({series = KEYS[3]}, ARGV[1]) then return false end
-local attempt = string.match(meta, '^%a:(%d+):')
+local due = due_key(KEYS[2], job_level(tail))
 local run_ns, score
 if ARGV[2] == 'after' then
   local t = redis.call('TIME')
@@ -23,10 +24,9 @@ else
   run_ns = ARGV[3]
   score = tonumber(ARGV[4])
 end
-redis.call('HSET', KEYS[1], ARGV[1], 'p:' .. attempt .. ':0:' .. run_ns)
-redis.call('ZADD', KEYS[2], score, ARGV[1])
-local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if tonumber(head[2]) >= score then
+redis.call('HSET', KEYS[1], ARGV[1], 'p:' .. attempt .. ':0:' .. run_ns .. tail)
+redis.call('ZADD', due, score, ARGV[1])
+if is_head(due, score) then
   redis.call(ARGV[6], ARGV[5], string.format('%.0f', score))
 end
 return run_ns

@@ -3,7 +3,9 @@
 --
 -- Mirrors core/state `Machine::revive` (dead jobs only, attempts from 0) (checked on the same cases by backend/redis/agreement.rs).
 --
--- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead (see schedule.lua, claim.lua)
+-- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead (see schedule.lua, claim.lua),
+-- KEYS[5] levels (see kinds.lua, prepended: each job goes back to its own level, its spec
+-- kept)
 -- ARGV[1] "id" then ARGV[2] the id, or "limit" then ARGV[2] how many at most (at most 512)
 -- ARGV[3] mode ("at" | "after"), ARGV[4] ns | us, ARGV[5] score (see schedule.lua),
 -- ARGV[6] wake channel, ARGV[7] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)
@@ -28,24 +30,29 @@ else
   score = tonumber(ARGV[5])
 end
 local metas = redis.call('HMGET', KEYS[1], unpack(ids))
-local meta_writes, scores, revived = {}, {}, {}
+local meta_writes, scores, revived, counted = {}, {}, {}, {}
 for i, id in ipairs(ids) do
-  if metas[i] and string.sub(metas[i], 1, 1) == 'd' then
+  local state, _, _, _, tail = job_parse(metas[i])
+  if state == 'd' then
+    local p, kind = job_level(tail)
+    local due = due_key(KEYS[2], p, kind)
     meta_writes[#meta_writes + 1] = id
-    meta_writes[#meta_writes + 1] = 'p:0:0:' .. run_ns
-    scores[#scores + 1] = score
-    scores[#scores + 1] = id
+    meta_writes[#meta_writes + 1] = 'p:0:0:' .. run_ns .. tail
+    if not scores[due] then level_note(KEYS[5], p, kind) end
+    g_push(scores, due, score, id)
     revived[#revived + 1] = id
+    tally(counted, 'dead', kind, -1)
+    tally(counted, 'pending', kind, 1)
   end
 end
 if #revived == 0 then return {0, ''} end
 redis.call('HSET', KEYS[1], unpack(meta_writes))
 redis.call('ZREM', KEYS[4], unpack(revived))
-redis.call('ZADD', KEYS[2], unpack(scores))
-redis.call('HINCRBY', KEYS[3], 'dead', -#revived)
-redis.call('HINCRBY', KEYS[3], 'pending', #revived)
-local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if tonumber(head[2]) >= score then
+g_run(scores, 'ZADD')
+tally_flush(KEYS[3], counted)
+local wake = false
+for due in pairs(scores) do wake = wake or is_head(due, score) end
+if wake then
   redis.call(ARGV[7], ARGV[6], string.format('%.0f', score))
 end
 return {#revived, run_ns}

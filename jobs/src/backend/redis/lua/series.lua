@@ -1,8 +1,10 @@
 -- series.lua: recurring series, the rules of jobs/src/series.rs written out in Lua. Not a
 -- script of its own: its functions are prepended to claim.lua, recurring_set.lua,
 -- recurring_fill.lua, recurring_cancel.lua, cancel.lua and reschedule.lua, which pass their
--- keys in a table S (meta, payload, due, counts: see schedule.lua; series, series_payload,
--- series_next below; cancel.lua and reschedule.lua only read S.series).
+-- keys in a table S (meta, payload, due, counts, levels: see schedule.lua; series,
+-- series_payload, series_next below; cancel.lua and reschedule.lua only read S.series).
+-- kinds.lua is prepended before it. An occurrence is stored without a spec (the queue's
+-- plain spec: kinds.lua), so it lives in the plain due set.
 --
 -- Mirrors jobs/src/series.rs: `series_due` is `on_due` (the catch-up at a head's first
 -- claim), recurring_set.lua's kept head is `keeps_due_head`. The recurring suite
@@ -87,12 +89,17 @@ end
 
 -- Deletes the job `id` if it is pending (a series' head that is replaced or cancelled).
 local function series_drop(S, id)
-  local meta = redis.call('HGET', S.meta, id)
-  if meta and string.sub(meta, 1, 1) == 'p' then
+  local state, _, _, _, tail = job_parse(redis.call('HGET', S.meta, id))
+  if state == 'p' then
+    -- An adopted job may have been scheduled with a spec: its own level and counters.
+    local p, kind = job_level(tail)
     redis.call('HDEL', S.meta, id)
     redis.call('HDEL', S.payload, id)
-    redis.call('ZREM', S.due, id)
-    redis.call('HINCRBY', S.counts, 'pending', -1)
+    redis.call('ZREM', due_key(S.due, p, kind), id)
+    local counted = {}
+    tally(counted, 'pending', kind, -1)
+    tally_flush(S.counts, counted)
+    level_tidy(S.levels, S.due, p, kind)
   end
 end
 

@@ -3,12 +3,12 @@
 
 use ::redis::{FromRedisValue, ParsingError, Value};
 
-use super::Scripts;
+use super::{filter_arg, tail_spec, Scripts};
 use crate::backend::redis::conn::Conn;
 use crate::backend::redis::keys::Keys;
 use crate::backend::redis::reply::{array, bytes, int, parsing, redis_error, score_ns, text};
 use crate::backend::redis::series::SeriesNote;
-use crate::backend::Claimed;
+use crate::backend::{Claimed, KindFilter};
 use crate::core::error::Error;
 
 /// What one partition's claim returned.
@@ -30,7 +30,8 @@ pub(in crate::backend::redis) struct ClaimReply {
 
 impl FromRedisValue for ClaimReply {
     /// `{now_us, next_due_us or "", notes, died, acks' answers, then per job: id, payload,
-    /// attempt, run_at_ns, token}` (see `claim.lua`).
+    /// attempt, run_at_ns, token, spec tail}` (see `claim.lua`: the plain tail for a job
+    /// stored without; "" for the same as the job before's).
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
         let decode = || -> Result<ClaimReply, Error> {
             let mut items = array(v)?.into_iter();
@@ -53,10 +54,17 @@ impl FromRedisValue for ClaimReply {
                 .map(|v| Ok(int(v)? == 1))
                 .collect::<Result<Vec<bool>, Error>>()?;
             let rest: Vec<Value> = items.collect();
-            let mut jobs = Vec::with_capacity(rest.len() / 5);
-            for chunk in rest.chunks(5) {
-                let [id, payload, attempt, run_at, token] = chunk else {
+            let mut jobs: Vec<Claimed> = Vec::with_capacity(rest.len() / 6);
+            for chunk in rest.chunks(6) {
+                let [id, payload, attempt, run_at, token, tail] = chunk else {
                     return Err(Error::storage("short claim reply"));
+                };
+                let spec = match tail_spec(&text(tail.clone())?)? {
+                    Some(spec) => spec,
+                    None => jobs
+                        .last()
+                        .map(|job| job.spec.clone())
+                        .ok_or_else(|| Error::storage("a claimed job without its spec"))?,
                 };
                 jobs.push(Claimed {
                     id: text(id.clone())?,
@@ -64,6 +72,7 @@ impl FromRedisValue for ClaimReply {
                     attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
                     run_at: int(run_at)?,
                     token: int(token)?,
+                    spec,
                 });
             }
             Ok(ClaimReply {
@@ -81,17 +90,19 @@ impl FromRedisValue for ClaimReply {
 
 impl Scripts {
     /// `claim.lua`: applies `acks` (answered in [`ClaimReply::acked`]), then leases up to
-    /// `max` due jobs of one partition.
+    /// `max` due jobs of one partition of the kinds `kind` names; `plain_tail` is the
+    /// queue's plain spec (`spec_tail`), the lease and attempts of a job stored without.
+    #[allow(clippy::too_many_arguments)] // the script's own arguments, each named once here
     pub(in crate::backend::redis) async fn claim(
         &self,
         conn: &mut Conn,
         k: &Keys,
         max: usize,
-        lease_us: u64,
-        max_attempts: u32,
+        plain_tail: &str,
+        kind: &KindFilter,
         acks: &[(String, u64)],
     ) -> Result<ClaimReply, Error> {
-        let mut call = script!("acks.lua", "series.lua", "claim.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "acks.lua", "series.lua", "claim.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.due)
@@ -102,8 +113,9 @@ impl Scripts {
             .key(&k.series_payload)
             .key(&k.series_next)
             .key(&k.errors)
-            .key(&k.running);
-        call.arg(max).arg(lease_us).arg(max_attempts);
+            .key(&k.running)
+            .key(&k.levels);
+        call.arg(max).arg(plain_tail).arg(filter_arg(kind));
         for (id, token) in acks {
             call.arg(id).arg(token);
         }

@@ -58,7 +58,7 @@ impl Scripts {
         mode: &str,
         arg: &str,
     ) -> Result<u64, Error> {
-        let mut call = script!("remove_dead.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "remove_dead.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.dead)
@@ -103,8 +103,12 @@ impl Scripts {
         when: When,
     ) -> Result<ReviveReply, Error> {
         let (when_mode, value, score) = when_args(when);
-        let mut call = script!("revive.lua").prepare_invoke();
-        call.key(&k.meta).key(&k.due).key(&k.counts).key(&k.dead);
+        let mut call = script!("kinds.lua", "revive.lua").prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.dead)
+            .key(&k.levels);
         call.arg(mode)
             .arg(arg)
             .arg(when_mode)

@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use ::redis::{FromRedisValue, ParsingError, Value};
 
-use super::{job_info, micros, when_args, NewJob, Scripts, MAX_AFTER};
+use super::{job_info, micros, spec_tail, when_args, Scripts, MAX_AFTER};
 use crate::backend::redis::conn::Conn;
 use crate::backend::redis::keys::Keys;
 use crate::backend::redis::reply::{array, int, parsing, redis_error, text};
-use crate::backend::Import;
+use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{JobInfo, Scheduled, When};
+use crate::core::kind::Spec;
 use crate::core::state::Retry;
 
 /// One job's answer in `schedule.lua`'s reply: `{1 | 0 (created | existed), run_at_ns}`.
@@ -63,16 +64,29 @@ impl Scripts {
         k: &Keys,
         jobs: &[NewJob],
     ) -> Result<Vec<(Scheduled, u64)>, Error> {
-        let mut call = script!("schedule.lua").prepare_invoke();
-        call.key(&k.meta).key(&k.payload).key(&k.due).key(&k.counts);
+        let mut call = script!("kinds.lua", "schedule.lua").prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.due)
+            .key(&k.counts)
+            .key(&k.levels);
         call.arg(&k.wake).arg(k.publish);
-        for (id, when, payload) in jobs {
-            let (mode, value, score) = when_args(*when);
-            call.arg(id)
+        // A spec is sent once for a run of jobs that share it ("": the one before's).
+        let mut last: Option<&Spec> = None;
+        for job in jobs {
+            let (mode, value, score) = when_args(job.when);
+            let tail = if last == Some(&job.spec) {
+                String::new()
+            } else {
+                spec_tail(&job.spec)
+            };
+            last = Some(&job.spec);
+            call.arg(&job.id)
                 .arg(mode)
                 .arg(value)
                 .arg(score)
-                .arg(payload.as_slice());
+                .arg(job.payload.as_slice())
+                .arg(tail);
         }
         let answers: Vec<ScheduleAnswer> = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(answers
@@ -96,13 +110,14 @@ impl Scripts {
         k: &Keys,
         jobs: &[Import],
     ) -> Result<Vec<bool>, Error> {
-        let mut call = script!("import.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "import.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.due)
             .key(&k.counts)
             .key(&k.dead)
-            .key(&k.errors);
+            .key(&k.errors)
+            .key(&k.levels);
         call.arg(&k.wake).arg(k.publish);
         for job in jobs {
             // Due scores round up (never early); the dead index is in microseconds.
@@ -117,7 +132,8 @@ impl Scripts {
                 .arg(score)
                 .arg(if job.last_error.is_some() { "1" } else { "0" })
                 .arg(job.last_error.as_deref().unwrap_or(""))
-                .arg(job.payload.as_slice());
+                .arg(job.payload.as_slice())
+                .arg(spec_tail(&job.spec));
         }
         let answers: Vec<u64> = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(answers.into_iter().map(|a| a == 1).collect())
@@ -130,12 +146,13 @@ impl Scripts {
         k: &Keys,
         acks: &[(String, u64)],
     ) -> Result<Vec<bool>, Error> {
-        let mut call = script!("acks.lua", "ack.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "acks.lua", "ack.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.counts)
             .key(&k.errors)
-            .key(&k.running);
+            .key(&k.running)
+            .key(&k.levels);
         for (id, token) in acks {
             call.arg(id).arg(token);
         }
@@ -150,13 +167,14 @@ impl Scripts {
         k: &Keys,
         id: &str,
     ) -> Result<bool, Error> {
-        let mut call = script!("series.lua", "cancel.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "series.lua", "cancel.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.due)
             .key(&k.counts)
             .key(&k.series)
             .key(&k.errors)
+            .key(&k.levels)
             .arg(id);
         let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(removed == 1)
@@ -171,7 +189,7 @@ impl Scripts {
         when: When,
     ) -> Result<Option<u64>, Error> {
         let (mode, value, score) = when_args(when);
-        let mut call = script!("series.lua", "reschedule.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "series.lua", "reschedule.lua").prepare_invoke();
         call.key(&k.meta).key(&k.due).key(&k.series);
         call.arg(id)
             .arg(mode)
@@ -182,12 +200,14 @@ impl Scripts {
         call.invoke_async(conn).await.map_err(redis_error)
     }
 
-    /// `get.lua`: a job's state, run_at, attempt, last error and payload.
+    /// `get.lua`: a job's state, run_at, attempt, last error, payload and spec (`plain` for
+    /// a job stored without one).
     pub(in crate::backend::redis) async fn get(
         &self,
         conn: &mut Conn,
         k: &Keys,
         id: &str,
+        plain: &Spec,
     ) -> Result<Option<JobInfo>, Error> {
         let mut call = script!("get.lua").prepare_invoke();
         call.key(&k.meta).key(&k.payload).key(&k.errors).arg(id);
@@ -197,10 +217,11 @@ impl Scripts {
         }
         let [meta, payload, error] =
             <[Value; 3]>::try_from(array(reply)?).map_err(|_| Error::storage("short get reply"))?;
-        job_info(id.to_owned(), meta, error, payload).map(Some)
+        job_info(id.to_owned(), meta, error, payload, plain).map(Some)
     }
 
-    /// `retry.lua`: gives a running job back to run `after` from now, or kills it; with an
+    /// `retry.lua`: gives a running job back to run `after` from now, or kills it if it is
+    /// out of its own attempts (`max_attempts` for a job stored without its spec); with an
     /// `error` (a failure) that becomes the job's last error.
     #[allow(clippy::too_many_arguments)] // the script's own arguments, each named once here
     pub(in crate::backend::redis) async fn retry(
@@ -213,13 +234,14 @@ impl Scripts {
         max_attempts: u32,
         error: Option<&str>,
     ) -> Result<(Retry, u64), Error> {
-        let mut call = script!("retry.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "retry.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.due)
             .key(&k.counts)
             .key(&k.dead)
             .key(&k.errors)
-            .key(&k.running);
+            .key(&k.running)
+            .key(&k.levels);
         call.arg(id)
             .arg(token)
             .arg(micros(after.min(MAX_AFTER)))
@@ -252,7 +274,7 @@ impl Scripts {
         token: u64,
         by: Duration,
     ) -> Result<bool, Error> {
-        let mut call = script!("extend.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "extend.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.running)
             .arg(id)

@@ -13,9 +13,12 @@
 //!   in microseconds rounded up (never early), run_at in nanoseconds. Delays past
 //!   [`MAX_AFTER`] are stored as the saturation point (Lua's doubles are exact only below
 //!   2^53 microseconds).
+//! - A job's spec crosses as its meta string's tail (`lua/kinds.lua`): [`spec_tail`] writes
+//!   it, [`job_info`] and the claim's reply read it back; a meta without one is a job of
+//!   the queue's plain spec (a series' occurrence, or a job of format 1).
 
 /// The script made of `lua/` files concatenated (shared functions first, then the body),
-/// built once per process: `script!("acks.lua", "ack.lua")`.
+/// built once per process: `script!("kinds.lua", "acks.lua", "ack.lua")`.
 macro_rules! script {
     ($($file:literal),+) => {{
         static SCRIPT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| {
@@ -36,8 +39,10 @@ use std::time::Duration;
 use ::redis::Value;
 
 use super::reply::{bytes, text};
+use crate::backend::KindFilter;
 use crate::core::error::Error;
 use crate::core::job::{nanos, JobInfo, JobState, When};
+use crate::core::kind::Spec;
 
 pub(super) use claim::ClaimReply;
 
@@ -50,9 +55,6 @@ pub(super) const MAX_JOBS_PER_SCRIPT: usize = 512;
 /// Delays past this are stored as `When::At` the saturation point: Lua's doubles hold
 /// microseconds exactly only below 2^53 (year 2255).
 const MAX_AFTER: Duration = Duration::from_secs(100 * 365 * 86_400);
-
-/// A job to schedule: id, due time, payload.
-pub(super) type NewJob = (String, When, Vec<u8>);
 
 pub(super) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
@@ -71,20 +73,92 @@ fn at_args(ns: u64) -> (&'static str, String, String) {
     ("at", ns.to_string(), ns.div_ceil(1000).to_string())
 }
 
+/// A claim's or list's kind argument: `*` for every kind, `=` and the kind for one.
+fn filter_arg(kind: &KindFilter) -> String {
+    match kind {
+        None => "*".to_owned(),
+        Some(kind) => format!("={kind}"),
+    }
+}
+
 /// The typed script calls: a unit value, each call's script being built (its SHA1 taken)
 /// once per process inside the function that owns it (`script!`).
 #[derive(Clone)]
 pub(super) struct Scripts;
 
-/// A job from its `meta` string (`state:attempt:token:run_at_ns`), its last error (`Nil` if
-/// none) and its payload, as the scripts return them.
-fn job_info(id: String, meta: Value, error: Value, payload: Value) -> Result<JobInfo, Error> {
+/// The tail of a job's meta string that stores its spec (`lua/kinds.lua`):
+/// `:priority:max_attempts:lease_ns:backoff_first_ns:backoff_max_ns`, the byte 0x1f (no kind
+/// holds a control character), then the kind, last (it may hold `:`); durations in
+/// nanoseconds (exact; the scripts floor the lease to microseconds for its score).
+pub(super) fn spec_tail(spec: &Spec) -> String {
+    format!(
+        ":{}:{}:{}:{}:{}\x1f{}",
+        spec.priority,
+        spec.max_attempts,
+        spec.lease.as_nanos(),
+        spec.backoff.0.as_nanos(),
+        spec.backoff.1.as_nanos(),
+        spec.kind
+    )
+}
+
+/// The spec a meta tail stores (`spec_tail`); `None` for an empty one (a job of the plain
+/// spec).
+pub(super) fn tail_spec(tail: &str) -> Result<Option<Spec>, Error> {
+    if tail.is_empty() {
+        return Ok(None);
+    }
+    let corrupt = || Error::storage(format!("corrupt job spec {tail:?}"));
+    let (numbers, kind) = tail.split_once('\x1f').ok_or_else(corrupt)?;
+    let mut fields = numbers.strip_prefix(':').ok_or_else(corrupt)?.split(':');
+    let mut field = || fields.next().ok_or_else(corrupt);
+    let priority = field()?.parse().map_err(|_| corrupt())?;
+    let max_attempts = field()?.parse().map_err(|_| corrupt())?;
+    let mut duration = || -> Result<Duration, Error> {
+        let ns: u128 = field()?.parse().map_err(|_| corrupt())?;
+        let secs = u64::try_from(ns / 1_000_000_000).map_err(|_| corrupt())?;
+        Ok(Duration::new(secs, (ns % 1_000_000_000) as u32))
+    };
+    let lease = duration()?;
+    let backoff = (duration()?, duration()?);
+    if fields.next().is_some() {
+        return Err(corrupt());
+    }
+    let kind = kind.to_owned();
+    Ok(Some(Spec {
+        kind,
+        priority,
+        max_attempts,
+        backoff,
+        lease,
+    }))
+}
+
+/// A job from its `meta` string (`state:attempt:token:run_at_ns` and its spec's tail), its
+/// last error (`Nil` if none) and its payload, as the scripts return them; a job stored
+/// without its spec has `plain`.
+fn job_info(
+    id: String,
+    meta: Value,
+    error: Value,
+    payload: Value,
+    plain: &Spec,
+) -> Result<JobInfo, Error> {
     let meta = text(meta)?;
     let corrupt = || Error::storage(format!("corrupt job record {meta:?}"));
-    let fields: Vec<&str> = meta.split(':').collect();
-    let [state, attempt, _, run_at] = fields.as_slice() else {
-        return Err(corrupt());
+    let fields: Vec<&str> = meta.splitn(5, ':').collect();
+    let (state, attempt, run_at, tail) = match fields.as_slice() {
+        [state, attempt, _, run_at] => (state, attempt, run_at, ""),
+        [state, attempt, _, run_at, rest] => (state, attempt, run_at, *rest),
+        _ => return Err(corrupt()),
     };
+    // The tail without its leading ':' was split off: put it back for `tail_spec`.
+    let tail = if tail.is_empty() {
+        String::new()
+    } else {
+        format!(":{tail}")
+    };
+    let spec = tail_spec(&tail)?.unwrap_or_else(|| plain.clone());
     let state = match *state {
         "p" => JobState::Pending,
         "r" => JobState::Running,
@@ -102,5 +176,6 @@ fn job_info(id: String, meta: Value, error: Value, payload: Value) -> Result<Job
         attempt.parse().map_err(|_| corrupt())?,
         error,
         bytes(payload)?,
+        spec,
     ))
 }

@@ -34,7 +34,7 @@ impl FromRedisValue for SetReply {
 }
 
 /// The keys every script that changes a series takes first, in `series.lua`'s order:
-/// meta, payload, due, counts, series, series_payload, series_next.
+/// meta, payload, due, counts, series, series_payload, series_next, levels.
 fn series_keys<'a, 'b>(
     call: &'b mut ScriptInvocation<'a>,
     k: &Keys,
@@ -46,6 +46,7 @@ fn series_keys<'a, 'b>(
         .key(&k.series)
         .key(&k.series_payload)
         .key(&k.series_next)
+        .key(&k.levels)
 }
 
 impl Scripts {
@@ -63,7 +64,7 @@ impl Scripts {
         payload: &[u8],
         times: &[u64],
     ) -> Result<(Recurring, Option<u64>, Option<u64>), Error> {
-        let mut call = script!("series.lua", "recurring_set.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "series.lua", "recurring_set.lua").prepare_invoke();
         series_keys(&mut call, k).key(&k.seq);
         call.arg(name)
             .arg(rule)
@@ -92,7 +93,7 @@ impl Scripts {
         note: &SeriesNote,
         times: Option<(&[u64], usize)>,
     ) -> Result<bool, Error> {
-        let mut call = script!("series.lua", "recurring_fill.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "series.lua", "recurring_fill.lua").prepare_invoke();
         series_keys(&mut call, k);
         let head = note.head.map(|h| h.to_string()).unwrap_or_default();
         call.arg(&note.name).arg(&note.version).arg(head);
@@ -111,7 +112,7 @@ impl Scripts {
         k: &Keys,
         name: &str,
     ) -> Result<bool, Error> {
-        let mut call = script!("series.lua", "recurring_cancel.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "series.lua", "recurring_cancel.lua").prepare_invoke();
         series_keys(&mut call, k).arg(name);
         let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(removed == 1)

@@ -1,0 +1,154 @@
+-- kinds.lua: a job's spec in its meta string, and the per-kind indexes and counters. Not a
+-- script of its own: prepended to every script that reads a job's spec or moves a job
+-- between states, so they cannot drift.
+--
+-- A job's meta is "state:attempt:token:run_at_ns" and then, for a job stored with its spec
+-- (every job `schedule` and `import` write), the tail
+-- ":priority:max_attempts:lease_ns:backoff_first_ns:backoff_max_ns" then the byte 0x1f (US,
+-- which no kind holds: kinds have no control characters) and the kind, last since it may
+-- hold ':'. So a meta ending in 0x1f is of kind "", one byte read (acks.lua). A meta without
+-- a tail (a series' occurrence, or a job written by format 1) is a job of the queue's plain
+-- spec: kind "", priority 0, the queue's attempts and lease.
+--
+-- Indexes, all under the partition's hash tag, named from the keys the script is given:
+--   due            zset  pending ids of kind "" and priority 0 (the plain level; format 1's
+--                        one due index), scored by run_at in microseconds
+--   due:<p>:<kind> zset  the same for every other (priority, kind) with pending jobs
+--   running        zset  running ids of kind "" scored by lease end (and claim.lua's pin)
+--   running:<kind> zset  the same for every other kind with running jobs
+--   levels         zset  which of the above exist besides the plain ones: "d:<p>:<kind>"
+--                        scored <p> for a due level, "r:<kind>" scored 1000 for a running
+--                        set; a member goes with the last job of its index, so a claim reads
+--                        the levels in use only
+-- Counters: the counts hash's `pending`, `running`, `dead` count every job, and
+-- `pending:<kind>`, `running:<kind>`, `dead:<kind>` those of each kind but "" (whose counts
+-- are the totals less the other kinds': so format 1's counters stay right as they are).
+--
+-- These scripts name the level and kind keys from the `due`, `running` and `levels` keys
+-- they are passed: the one exception to "every key in KEYS", and each such key carries the
+-- partition's hash tag, so the script still touches one cluster slot.
+
+-- Not a job (longer than any id, 256 bytes, and than zset-max-listpack-value): a member
+-- that keeps a running set skiplist-encoded from the first lease on. A set this small
+-- (a partition's running jobs, mostly under 128) is otherwise a listpack, in which a lease,
+-- added at the tail (the latest end), costs a walk over every entry: 3 µs per job with 50
+-- running, against 0.4 µs in a skiplist, the most of a claim and ack's index work.
+local RUNNING_PIN = 'skiplist pin, not a job (see claim.lua) ' .. string.rep('=', 260)
+
+-- state, attempt, token, run_ns (texts), tail ("" for the plain spec), of a meta string.
+local function job_parse(meta)
+  return string.match(meta or '', '^(%a):(%d+):(%d+):(%d+)(.*)$')
+end
+
+-- floor(ns / 1000) of a decimal text of nanoseconds.
+local function ns_us(ns)
+  if #ns <= 3 then return 0 end
+  return tonumber(string.sub(ns, 1, -4))
+end
+
+-- priority, kind, max_attempts, lease in microseconds of a tail; `plain` (the queue's
+-- plain tail, as Rust sends it) stands for an empty one. Parsed once per tail per script.
+local SPECS = {}
+local function job_spec(tail, plain)
+  if tail == '' then tail = plain end
+  local spec = SPECS[tail]
+  if not spec then
+    local p, max, lease, kind = string.match(tail, '^:(%-?%d+):(%d+):(%d+):%d+:%d+\31(.*)$')
+    spec = {tonumber(p), kind, tonumber(max), ns_us(lease)}
+    SPECS[tail] = spec
+  end
+  return spec[1], spec[2], spec[3], spec[4]
+end
+
+-- priority and kind of a tail ("" is priority 0, kind ""). A batch's jobs mostly share
+-- one tail: each is parsed once per script.
+local LEVELS = {}
+local function job_level(tail)
+  if tail == '' then return 0, '' end
+  local level = LEVELS[tail]
+  if not level then
+    local p, kind = string.match(tail, '^:(%-?%d+):%d+:%d+:%d+:%d+\31(.*)$')
+    level = {tonumber(p), kind}
+    LEVELS[tail] = level
+  end
+  return level[1], level[2]
+end
+
+local function due_key(due, p, kind)
+  if p == 0 and kind == '' then return due end
+  return due .. ':' .. p .. ':' .. kind
+end
+
+local function running_key(running, kind)
+  if kind == '' then return running end
+  return running .. ':' .. kind
+end
+
+-- Records that the due level (p, kind) has jobs.
+local function level_note(levels, p, kind)
+  if p ~= 0 or kind ~= '' then redis.call('ZADD', levels, p, 'd:' .. p .. ':' .. kind) end
+end
+
+-- Forgets the due level (p, kind) if it has no job left.
+local function level_tidy(levels, due, p, kind)
+  if (p ~= 0 or kind ~= '') and redis.call('ZCARD', due_key(due, p, kind)) == 0 then
+    redis.call('ZREM', levels, 'd:' .. p .. ':' .. kind)
+  end
+end
+
+-- Records that the kind has running jobs.
+local function running_note(levels, kind)
+  if kind ~= '' then redis.call('ZADD', levels, 1000, 'r:' .. kind) end
+end
+
+-- Forgets the kind's running set if it holds no job (only the pin, at +inf: removing it
+-- deletes the set).
+local function running_tidy(levels, running, kind)
+  if kind == '' then return end
+  local key = running_key(running, kind)
+  if redis.call('ZCOUNT', key, '-inf', '(+inf') == 0 then
+    redis.call('ZREM', key, RUNNING_PIN)
+    redis.call('ZREM', levels, 'r:' .. kind)
+  end
+end
+
+-- Counter deltas, written once per script by tally_flush: t[field] += d, and the kind's own.
+local function tally(t, field, kind, d)
+  t[field] = (t[field] or 0) + d
+  if kind ~= '' then
+    local f = field .. ':' .. kind
+    t[f] = (t[f] or 0) + d
+  end
+end
+
+local function tally_flush(counts, t)
+  for f, d in pairs(t) do
+    if d ~= 0 then
+      local left = redis.call('HINCRBY', counts, f, d)
+      -- A kind's counter at 0 goes, so the hash holds the kinds in use only.
+      if left == 0 and string.find(f, ':', 1, true) then redis.call('HDEL', counts, f) end
+    end
+  end
+end
+
+-- Grouped writes: g[key] gets the arguments of one command, run once per key by g_run.
+local function g_push(g, key, a, b)
+  local list = g[key]
+  if not list then
+    list = {}
+    g[key] = list
+  end
+  list[#list + 1] = a
+  if b ~= nil then list[#list + 1] = b end
+end
+
+local function g_run(g, cmd)
+  for key, list in pairs(g) do redis.call(cmd, key, unpack(list)) end
+end
+
+-- Whether `score` is at or before the head of the index `key` (just written: the job
+-- became its level's first due, so maybe the partition's).
+local function is_head(key, score)
+  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return head[2] ~= nil and tonumber(head[2]) >= score
+end
