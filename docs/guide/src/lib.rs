@@ -48,6 +48,11 @@ pub struct JobsDoctests;
 #[cfg(doctest)]
 pub struct RecurringDoctests;
 
+/// Chapter: many kinds of jobs.
+#[doc = include_str!("../kinds.md")]
+#[cfg(doctest)]
+pub struct KindsDoctests;
+
 /// Chapter: operating a queue.
 #[doc = include_str!("../operating.md")]
 #[cfg(doctest)]

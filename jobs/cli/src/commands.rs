@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 use wheel_jobs::console::Console;
-use wheel_jobs::{Cursor, JobQueue, JobState, ListOptions, Scheduled, When};
+use wheel_jobs::{Cursor, JobOptions, JobQueue, JobState, ListOptions, Scheduled, When};
 
 use crate::format::{self, counts_json, counts_text, job_json, job_text, row_text};
 use crate::target::Place;
@@ -37,15 +37,25 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             state,
             limit,
             after,
-        } => list(&queue, state.into(), limit, after, out).await,
+            kind,
+        } => list(&queue, state.into(), limit, after, kind.as_deref(), out).await,
         Command::Get { id } => get(&queue, &id, out).await,
-        Command::Schedule { id, delay, at, .. } => {
+        Command::Schedule {
+            id,
+            delay,
+            at,
+            kind,
+            priority,
+            max_attempts,
+            ..
+        } => {
             let when = match (delay, at) {
                 (Some(delay), _) => When::After(delay),
                 (None, Some(at)) => When::At(at),
                 (None, None) => unreachable!("clap requires --in or --at"),
             };
-            schedule(&queue, &id, when, payload, out).await
+            let options = job_options(kind, priority, max_attempts);
+            schedule(&queue, &id, when, payload, options.as_ref(), out).await
         }
         Command::Cancel { id } => cancel(&queue, &id, out).await,
         Command::Revive {
@@ -121,6 +131,7 @@ async fn list(
     state: JobState,
     limit: usize,
     after: Option<Cursor>,
+    kind: Option<&str>,
     out: Out,
 ) -> Result<(), String> {
     let mut options = ListOptions::new();
@@ -128,6 +139,9 @@ async fn list(
     options.limit(limit).payloads(out.json);
     if let Some(after) = &after {
         options.after(after);
+    }
+    if let Some(kind) = kind {
+        options.kind(kind);
     }
     let page = queue
         .list(state, &options)
@@ -139,7 +153,14 @@ async fn list(
             let now = SystemTime::now();
             let mut lines: Vec<String> = page.jobs().iter().map(|j| row_text(j, now)).collect();
             if lines.is_empty() {
-                lines.push(format!("no {} jobs", format::state(state)));
+                match kind {
+                    Some(kind) => lines.push(format!(
+                        "no {} jobs of kind {}",
+                        format::state(state),
+                        format::kind(kind)
+                    )),
+                    None => lines.push(format!("no {} jobs", format::state(state))),
+                }
             }
             if let Some(next) = &next {
                 lines.push(format!("next page: --after {next}"));
@@ -148,6 +169,7 @@ async fn list(
         },
         json!({
             "state": format::state(state),
+            "kind": kind,
             "jobs": page.jobs().iter().map(job_json).collect::<Vec<_>>(),
             "next": next,
         }),
@@ -169,17 +191,42 @@ fn no_job(id: &str) -> String {
     format!("no job {id:?} (never scheduled, or cancelled, acked or removed)")
 }
 
+/// `schedule`'s options, if any is given: without one, the job is scheduled as a plain
+/// `JobQueue::schedule` does.
+fn job_options(
+    kind: Option<String>,
+    priority: Option<i8>,
+    max_attempts: Option<u32>,
+) -> Option<JobOptions> {
+    if kind.is_none() && priority.is_none() && max_attempts.is_none() {
+        return None;
+    }
+    let mut options = JobOptions::new();
+    if let Some(kind) = kind {
+        options = options.of_kind(kind);
+    }
+    if let Some(priority) = priority {
+        options = options.priority(priority);
+    }
+    if let Some(attempts) = max_attempts {
+        options = options.max_attempts(attempts);
+    }
+    Some(options)
+}
+
 async fn schedule(
     queue: &JobQueue,
     id: &str,
     when: When,
     payload: Vec<u8>,
+    options: Option<&JobOptions>,
     out: Out,
 ) -> Result<(), String> {
-    let outcome = queue
-        .schedule(id, when, payload)
-        .await
-        .map_err(|e| e.to_string())?;
+    let scheduled = match options {
+        Some(options) => queue.schedule_with(id, when, payload, options).await,
+        None => queue.schedule(id, when, payload).await,
+    };
+    let outcome = scheduled.map_err(|e| e.to_string())?;
     let (word, text) = match outcome {
         Scheduled::Created => ("created", format!("created {}", format::escape(id))),
         Scheduled::Exists => (

@@ -99,13 +99,24 @@ fn escape_keeping(s: &str, keep: &[char]) -> String {
     out
 }
 
+/// A kind for people: `(none)` for the kind `""` of jobs scheduled without one.
+pub fn kind(kind: &str) -> String {
+    match kind {
+        "" => "(none)".to_owned(),
+        kind => escape(kind),
+    }
+}
+
 pub fn job_json(job: &JobInfo) -> Value {
     let (payload, encoding) = payload(job.payload());
     json!({
         "id": job.id(),
         "state": state(job.state()),
+        "kind": job.kind(),
+        "priority": job.priority(),
         "run_at": time(job.run_at()),
         "attempt": job.attempt(),
+        "max_attempts": job.max_attempts(),
         "last_error": job.last_error(),
         "payload": payload,
         "payload_encoding": encoding,
@@ -123,24 +134,30 @@ pub fn job_text(job: &JobInfo, now: SystemTime) -> String {
         escape_lines(e).replace('\n', "\n         ")
     });
     format!(
-        "id       {}\nstate    {}\nrun_at   {} ({})\nattempt  {}\nerror    {error}\npayload  {payload}",
+        "id       {}\nstate    {}\nkind     {}\npriority {}\nrun_at   {} ({})\n\
+         attempt  {} of {}\nerror    {error}\npayload  {payload}",
         escape(job.id()),
         state(job.state()),
+        kind(job.kind()),
+        job.priority(),
         time_text(job.run_at()),
         relative(job.run_at(), now),
         job.attempt(),
+        job.max_attempts(),
     )
 }
 
-/// One line per job of a list: id, due, attempt, the error's first line.
+/// One line per job of a list: id, kind, priority, due, attempt, the error's first line.
 pub fn row_text(job: &JobInfo, now: SystemTime) -> String {
     let error = job
         .last_error()
         .and_then(|e| e.lines().next())
         .unwrap_or("");
     format!(
-        "{}  {} ({})  attempt {}  {}",
+        "{}  kind {}  priority {}  {} ({})  attempt {}  {}",
         escape(job.id()),
+        kind(job.kind()),
+        job.priority(),
         time_text(job.run_at()),
         relative(job.run_at(), now),
         job.attempt(),
@@ -157,6 +174,14 @@ pub fn counts_json(counts: &Counts) -> Value {
         "dead": counts.dead,
         "paused": counts.paused,
         "next_due": counts.next_due.map(time),
+        "kinds": counts
+            .kinds
+            .iter()
+            .map(|(kind, c)| {
+                let counts = json!({ "pending": c.pending, "running": c.running, "dead": c.dead });
+                (kind.clone(), counts)
+            })
+            .collect::<serde_json::Map<_, _>>(),
     })
 }
 
@@ -164,13 +189,29 @@ pub fn counts_text(counts: &Counts, now: SystemTime) -> String {
     let next = counts.next_due.map_or("none pending".to_owned(), |at| {
         format!("{} ({})", time_text(at), relative(at, now))
     });
-    format!(
+    let mut text = format!(
         "pending   {}\nrunning   {}\ndead      {}\npaused    {}\nnext due  {next}",
         counts.pending,
         counts.running,
         counts.dead,
         if counts.paused { "yes" } else { "no" },
-    )
+    );
+    // A table of the kinds with a job, each on its line: pending, running, dead.
+    if !counts.kinds.is_empty() {
+        let names: Vec<String> = counts.kinds.keys().map(|k| kind(k)).collect();
+        let width = names.iter().map(|n| n.chars().count()).fold(4, usize::max);
+        text.push_str(&format!(
+            "\n\n{:width$}  {:>9}  {:>9}  {:>9}",
+            "kind", "pending", "running", "dead"
+        ));
+        for (name, c) in names.iter().zip(counts.kinds.values()) {
+            text.push_str(&format!(
+                "\n{name:width$}  {:>9}  {:>9}  {:>9}",
+                c.pending, c.running, c.dead
+            ));
+        }
+    }
+    text
 }
 
 /// A change per second, signed: `+12.5/s`, `0/s`.

@@ -51,7 +51,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Counts per state, whether the queue is paused, and when the next job is due.
+    /// Counts per state and per kind, whether the queue is paused, and when the next job
+    /// is due.
     Stats,
     /// A page of one state's jobs: pending and running oldest due first, dead most
     /// recently dead first.
@@ -64,8 +65,13 @@ enum Command {
         /// The page after the one that printed this cursor.
         #[arg(long, value_name = "CURSOR", value_parser = parse_cursor)]
         after: Option<Cursor>,
+        /// Only jobs of this kind (`""`: jobs scheduled without one); a cursor continues
+        /// the list of the same kind.
+        #[arg(long, value_name = "KIND", value_parser = parse_kind)]
+        kind: Option<String>,
     },
-    /// One job: state, run_at, attempt, last error, payload (UTF-8, else hex).
+    /// One job: state, kind, priority, run_at, attempts, last error, payload (UTF-8, else
+    /// hex).
     Get {
         /// The job's id.
         id: String,
@@ -87,6 +93,18 @@ enum Command {
         /// The payload, the bytes of a file (`-`: standard input).
         #[arg(long, value_name = "FILE")]
         payload_file: Option<PathBuf>,
+        /// The job's kind: the workers that run it (`run_kind`) and its kind's defaults
+        /// (default: none, the kind `""`).
+        #[arg(long, value_name = "KIND", value_parser = parse_kind)]
+        kind: Option<String>,
+        /// Among due jobs, higher priorities are claimed first, -128 to 127 (default: the
+        /// kind's, else 0).
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        priority: Option<i8>,
+        /// Deliveries before the job is dead, at least 1 (default: the kind's, else the
+        /// queue's).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        max_attempts: Option<u32>,
     },
     /// Cancel a pending job.
     Cancel {
@@ -193,6 +211,19 @@ fn limit(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `--kind`: at most [`MAX_KIND_LEN`](wheel_jobs::MAX_KIND_LEN) bytes, no control
+/// character (checked before a store is opened, or created by `schedule`).
+fn parse_kind(s: &str) -> Result<String, String> {
+    let max = wheel_jobs::MAX_KIND_LEN;
+    if s.len() > max {
+        return Err(format!("a kind is at most {max} bytes"));
+    }
+    if s.chars().any(char::is_control) {
+        return Err("a kind must not contain control characters".to_owned());
+    }
+    Ok(s.to_owned())
+}
+
 fn parse_cursor(s: &str) -> Result<Cursor, String> {
     s.parse().map_err(|err: wheel_jobs::Error| err.to_string())
 }
@@ -273,7 +304,9 @@ fn main() -> ExitCode {
                 .map(str::trim)
                 .collect();
             let message = message.join(" ");
-            eprintln!("wheel-jobs: {}", message.trim_start_matches("error: "));
+            // clap quotes the value it refused (a `--kind` may hold terminal controls).
+            let message = format::escape(message.trim_start_matches("error: "));
+            eprintln!("wheel-jobs: {message}");
             return ExitCode::from(2);
         }
         Err(help) => {

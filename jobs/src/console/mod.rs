@@ -17,11 +17,12 @@
 //! - Reads are GETs and change nothing; every change is a POST carrying the console's CSRF
 //!   token (in each form: derived from the console's token, so replicas agree; without
 //!   one, a random value per router). A GET to an action route is 405 Method Not Allowed.
-//! - Every value shown (ids, payloads, errors) goes through the template engine's HTML
-//!   escaping (askama, templates in `jobs/templates/console/`, checked at compile time);
-//!   nothing is escaped or marked safe by hand. Pages also forbid inline scripts and framing
-//!   (a `Content-Security-Policy` on every response), so even an escaping mistake could not
-//!   run a script.
+//! - Every value shown (ids, kinds, payloads, errors) goes through the template engine's
+//!   HTML escaping (askama, templates in `jobs/templates/console/`, checked at compile
+//!   time); nothing is escaped or marked safe by hand. A `?kind=` filter that no job could
+//!   have (too long, a control character) is refused (400), never echoed. Pages also
+//!   forbid inline scripts and framing (a `Content-Security-Policy` on every response), so
+//!   even an escaping mistake could not run a script.
 //! - Links and redirects are built from the path the router is mounted at (`Base`), so the
 //!   router works at `/` and nested under any prefix.
 //! - Rates (deliveries and failures per minute, lateness) are what a [`Recorder`] in this

@@ -15,6 +15,7 @@ use super::recorder::render_counts;
 use super::view::{self, Chart, Payload, Time};
 use super::AppState;
 use crate::core::job::JobState;
+use crate::core::kind::check_kind;
 use crate::core::list::{Cursor, ListOptions};
 
 // ===== the overview =====
@@ -28,7 +29,19 @@ struct Overview {
     dead: String,
     paused: bool,
     next_due: Option<Time>,
+    /// The kinds with a job, in kind order.
+    kinds: Vec<KindRow>,
     rates: Option<Rates>,
+}
+
+/// One kind's counts on the overview.
+struct KindRow {
+    /// The kind as stored: `""` for jobs scheduled without one (the template shows it as
+    /// "(none)" and links to `?kind=`).
+    kind: String,
+    pending: String,
+    running: String,
+    dead: String,
 }
 
 /// What the recorder saw in the last hour.
@@ -75,6 +88,16 @@ pub(super) async fn overview(
         dead: view::count(counts.dead),
         paused: counts.paused,
         next_due: counts.next_due.map(|at| view::time(at, now)),
+        kinds: counts
+            .kinds
+            .iter()
+            .map(|(kind, c)| KindRow {
+                kind: kind.clone(),
+                pending: view::count(c.pending),
+                running: view::count(c.running),
+                dead: view::count(c.dead),
+            })
+            .collect(),
         rates,
     };
     page(StatusCode::OK, &overview)
@@ -89,6 +112,8 @@ const PAGE: usize = 50;
 /// One row of a list.
 struct Row {
     id: String,
+    kind: String,
+    priority: i8,
     run_at: Time,
     attempt: u32,
     error: Option<String>,
@@ -108,12 +133,17 @@ struct ListPage {
     next: Option<String>,
     /// Whether this is a later page (a link back to the first).
     later: bool,
+    /// The kind the list is limited to (`?kind=`), kept in its links.
+    kind: Option<String>,
 }
 
 #[derive(Deserialize)]
 pub(super) struct ListQuery {
     after: Option<String>,
     limit: Option<usize>,
+    /// Only jobs of this kind; `?kind=` (empty) is the kind `""` of jobs scheduled without
+    /// one, no `kind` at all is every kind.
+    kind: Option<String>,
 }
 
 pub(super) async fn list(
@@ -145,22 +175,40 @@ pub(super) async fn list(
             Err(err) => return error_page(frame, status_of(&err), err.to_string()),
         };
     }
+    if let Some(kind) = &query.kind {
+        // No kind that could not be stored: an address cannot put control characters or
+        // a page of text into the page's title and links.
+        if let Err(err) = check_kind(kind) {
+            return error_page(frame, status_of(&err), err.to_string());
+        }
+        options.kind(kind);
+    }
     let (page_read, counts) =
         match tokio::try_join!(app.queue.list(state, &options), app.queue.counts()) {
             Ok(read) => read,
             Err(err) => return error_page(frame, status_of(&err), err.to_string()),
         };
-    let (title, total) = match state {
+    let (title, mut total) = match state {
         JobState::Pending => ("Pending", counts.pending),
         JobState::Running => ("Running", counts.running),
         JobState::Dead => ("Dead", counts.dead),
     };
+    if let Some(kind) = &query.kind {
+        let of_kind = counts.kinds.get(kind).copied().unwrap_or_default();
+        total = match state {
+            JobState::Pending => of_kind.pending,
+            JobState::Running => of_kind.running,
+            JobState::Dead => of_kind.dead,
+        };
+    }
     let now = SystemTime::now();
     let rows = page_read
         .jobs()
         .iter()
         .map(|job| Row {
             id: job.id().to_owned(),
+            kind: job.kind().to_owned(),
+            priority: job.priority(),
             run_at: view::time(job.run_at(), now),
             attempt: job.attempt(),
             error: job.last_error().map(view::first_line),
@@ -178,6 +226,7 @@ pub(super) async fn list(
         rows,
         next,
         later: query.after.is_some(),
+        kind: query.kind,
     };
     page(StatusCode::OK, &list)
 }
@@ -186,8 +235,11 @@ pub(super) async fn list(
 
 struct JobView {
     state: &'static str,
+    kind: String,
+    priority: i8,
     run_at: Time,
     attempt: u32,
+    max_attempts: u32,
     last_error: Option<String>,
     payload: Payload,
     /// The recurring series this job is the pending occurrence of: it has no Cancel of its
@@ -238,8 +290,11 @@ pub(super) async fn job(
             };
             let job = info.map(|info| JobView {
                 state: view::state(info.state()),
+                kind: info.kind().to_owned(),
+                priority: info.priority(),
                 run_at: view::time(info.run_at(), now),
                 attempt: info.attempt(),
+                max_attempts: info.max_attempts(),
                 last_error: info.last_error().map(str::to_owned),
                 payload: view::payload(info.payload()),
                 series,

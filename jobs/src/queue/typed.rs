@@ -11,6 +11,9 @@
 //! - A payload that does not decode as `T` never reaches the handler and never panics: its
 //!   delivery fails like a handler's `Err` (the serde error as its last error), and after
 //!   `max_attempts` the job is dead, kept for inspection.
+//! - A typed queue bound to a kind ([`JobQueue::typed_kind`]) schedules every job with that
+//!   kind and runs only that kind: one Rust type per kind, and a worker of one kind never
+//!   decodes another kind's payload.
 
 use std::any::type_name;
 use std::borrow::Borrow;
@@ -25,8 +28,9 @@ use serde::Serialize;
 
 use crate::core::error::Error;
 use crate::core::job::{Scheduled, When};
+use crate::core::kind::JobOptions;
 use crate::queue::delivery::Delivery;
-use crate::queue::JobQueue;
+use crate::queue::{worker, JobQueue};
 
 /// A [`JobQueue`] whose payloads are values of `T`, stored as JSON. Made by
 /// [`JobQueue::typed`]; cheap to clone.
@@ -69,6 +73,9 @@ use crate::queue::JobQueue;
 /// ```
 pub struct TypedQueue<T> {
     queue: JobQueue,
+    /// The kind every job is scheduled with and `run` claims; `None`: no kind of its own
+    /// (jobs scheduled without one, every kind run).
+    kind: Option<String>,
     // `fn() -> T`: the queue holds no `T`, so it is Send and Sync whatever `T` is.
     payload: PhantomData<fn() -> T>,
 }
@@ -77,6 +84,7 @@ impl<T> Clone for TypedQueue<T> {
     fn clone(&self) -> Self {
         TypedQueue {
             queue: self.queue.clone(),
+            kind: self.kind.clone(),
             payload: PhantomData,
         }
     }
@@ -86,6 +94,7 @@ impl<T> fmt::Debug for TypedQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TypedQueue")
             .field("payload", &type_name::<T>())
+            .field("kind", &self.kind)
             .field("queue", &self.queue)
             .finish()
     }
@@ -100,6 +109,67 @@ impl JobQueue {
     {
         TypedQueue {
             queue: self.clone(),
+            kind: None,
+            payload: PhantomData,
+        }
+    }
+
+    /// This queue's jobs of `kind`, with payloads of type `T` stored as JSON (feature
+    /// `serde`): [`schedule`](TypedQueue::schedule) gives each job that kind (its options
+    /// come from the kind's defaults, [`Builder::kind`](crate::Builder::kind)), and
+    /// [`run`](TypedQueue::run) claims only jobs of that kind, as
+    /// [`run_kind`](JobQueue::run_kind) does. A kind that is not valid (longer than
+    /// [`MAX_KIND_LEN`](crate::MAX_KIND_LEN) bytes, a control character) is refused by each
+    /// schedule.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use serde::{Deserialize, Serialize};
+    /// use wheel_jobs::JobOptions;
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Rate { order: u64, stars: u8 }
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Remind { user: String }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), wheel_jobs::Error> {
+    /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-typed-kind-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let queue = wheel_jobs::JobQueue::open(dir.join("jobs.redb")).await?;
+    /// let rates = queue.typed_kind::<Rate>("rate");
+    /// let reminders = queue.typed_kind::<Remind>("remind");
+    /// rates.schedule("rate:42", Duration::ZERO, &Rate { order: 42, stars: 5 }).await?;
+    /// let urgent = JobOptions::new().priority(10);
+    /// reminders.schedule_with("remind:ann", Duration::ZERO, &Remind { user: "ann".into() }, &urgent).await?;
+    /// assert_eq!(queue.get("remind:ann").await?.expect("stored").kind(), "remind");
+    ///
+    /// // Each worker decodes its own kind's type only.
+    /// let (done, mut rated) = tokio::sync::mpsc::unbounded_channel();
+    /// tokio::spawn(async move {
+    ///     rates.run(8, move |job| {
+    ///         let done = done.clone();
+    ///         async move {
+    ///             done.send(job.payload().stars).ok();
+    ///             Ok::<(), std::io::Error>(())
+    ///         }
+    ///     }).await
+    /// });
+    /// assert_eq!(rated.recv().await, Some(5));
+    /// # queue.close().await?;
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn typed_kind<T>(&self, kind: &str) -> TypedQueue<T>
+    where
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        TypedQueue {
+            queue: self.clone(),
+            kind: Some(kind.to_owned()),
             payload: PhantomData,
         }
     }
@@ -138,12 +208,19 @@ where
         &self.queue
     }
 
-    /// [`JobQueue::schedule`] with `payload` encoded as JSON.
+    /// The kind this queue is bound to ([`JobQueue::typed_kind`]), if any.
+    pub fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+
+    /// [`JobQueue::schedule`] with `payload` encoded as JSON; on a queue bound to a kind,
+    /// [`JobQueue::schedule_with`] that kind.
     ///
     /// # Errors
     ///
     /// [`Error::is_invalid_input`] if the payload does not encode (a map with non-string
-    /// keys, a failing `Serialize`); otherwise as [`JobQueue::schedule`].
+    /// keys, a failing `Serialize`); otherwise as [`JobQueue::schedule`] (and
+    /// [`JobQueue::schedule_with`] on a queue bound to a kind).
     pub async fn schedule(
         &self,
         id: &str,
@@ -151,7 +228,46 @@ where
         payload: &T,
     ) -> Result<Scheduled, Error> {
         let bytes = encode(payload)?;
-        self.queue.schedule(id, when, bytes).await
+        match &self.kind {
+            Some(kind) => {
+                let options = JobOptions::kind(kind.as_str());
+                self.queue.schedule_with(id, when, bytes, &options).await
+            }
+            None => self.queue.schedule(id, when, bytes).await,
+        }
+    }
+
+    /// [`JobQueue::schedule_with`] with `payload` encoded as JSON. On a queue bound to a
+    /// kind, the job is of that kind: `options` may leave the kind unset or name the same
+    /// one.
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule`](Self::schedule) and [`JobQueue::schedule_with`];
+    /// [`Error::is_invalid_input`] if `options` names another kind than the queue's.
+    pub async fn schedule_with(
+        &self,
+        id: &str,
+        when: impl Into<When>,
+        payload: &T,
+        options: &JobOptions,
+    ) -> Result<Scheduled, Error> {
+        let options = self.bind(options)?;
+        let bytes = encode(payload)?;
+        self.queue.schedule_with(id, when, bytes, &options).await
+    }
+
+    /// `options` with this queue's kind, or why they cannot have it.
+    fn bind(&self, options: &JobOptions) -> Result<JobOptions, Error> {
+        let Some(kind) = &self.kind else {
+            return Ok(options.clone());
+        };
+        match options.kind_name() {
+            Some(other) if other != kind => Err(Error::invalid_input(format!(
+                "the options name the kind {other:?}, this typed queue schedules {kind:?}"
+            ))),
+            _ => Ok(options.clone().of_kind(kind.as_str())),
+        }
     }
 
     /// [`JobQueue::schedule_many`] with each payload encoded as JSON.
@@ -171,10 +287,17 @@ where
         for (id, when, payload) in jobs {
             batch.push((id.into(), when.into(), encode(payload.borrow())?));
         }
-        self.queue.schedule_many(batch).await
+        match &self.kind {
+            Some(kind) => {
+                let options = JobOptions::kind(kind.as_str());
+                self.queue.schedule_many_with(batch, &options).await
+            }
+            None => self.queue.schedule_many(batch).await,
+        }
     }
 
-    /// [`JobQueue::run`] with each payload decoded as `T` before the handler sees it.
+    /// [`JobQueue::run`] with each payload decoded as `T` before the handler sees it; on a
+    /// queue bound to a kind, [`JobQueue::run_kind`] of that kind.
     ///
     /// A payload that does not decode is failed like a handler's `Err` (its last error says
     /// why, naming `T`) without calling the handler, and so goes dead after
@@ -198,8 +321,12 @@ where
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: fmt::Display + Send + 'static,
     {
+        assert!(
+            concurrency > 0,
+            "wheel-jobs: run needs a concurrency of at least 1"
+        );
         let handler = Arc::new(handler);
-        self.queue.run(concurrency, move |delivery: Delivery| {
+        let decoding = move |delivery: Delivery| {
             let handler = handler.clone();
             async move {
                 let payload = match serde_json::from_slice::<T>(delivery.payload()) {
@@ -214,7 +341,13 @@ where
                 let job = TypedDelivery { delivery, payload };
                 handler(job).await.map_err(Failure::Handler)
             }
-        })
+        };
+        worker::run(
+            self.queue.inner.clone(),
+            self.kind.clone(),
+            concurrency,
+            decoding,
+        )
     }
 }
 

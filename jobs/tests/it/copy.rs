@@ -7,7 +7,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use wheel_jobs::{CatchUp, JobQueue, JobState, ListOptions, Recurrence};
+use wheel_jobs::{CatchUp, JobOptions, JobQueue, JobState, ListOptions, Recurrence};
 
 use crate::support::{embedded, ms, next, Harness};
 
@@ -274,6 +274,71 @@ pub async fn a_copy_into_a_half_filled_queue_completes_it(from: impl Harness, to
     source.close().await.unwrap();
 }
 
+/// Each job keeps its kind, priority, attempts, backoff and lease: a job of one attempt
+/// copied dies at its first failure in the destination, whose own defaults differ.
+pub async fn a_copy_carries_kinds_and_options(from: impl Harness, to: impl Harness) {
+    let source = open(&from).await;
+    let options = JobOptions::kind("rate")
+        .priority(-7)
+        .max_attempts(1)
+        .lease(HOUR * 2);
+    source
+        .schedule_with("rate:1", Duration::ZERO, BYTES, &options)
+        .await
+        .unwrap();
+    source
+        .schedule_with("urgent", HOUR, BYTES, &JobOptions::kind("mail").priority(9))
+        .await
+        .unwrap();
+    source.schedule("plain", HOUR, BYTES).await.unwrap();
+    source.pause().await.unwrap();
+    let dest = to
+        .open(JobQueue::builder().max_attempts(5))
+        .await
+        .expect("open");
+    let copied = source.copy_to(&dest).await.unwrap();
+    assert_eq!(copied.jobs, 3);
+    let mut got = Vec::new();
+    for id in ["rate:1", "urgent", "plain"] {
+        let job = dest.get(id).await.unwrap().unwrap();
+        got.push((
+            id,
+            job.kind().to_owned(),
+            job.priority(),
+            job.max_attempts(),
+        ));
+    }
+    assert_eq!(
+        got,
+        [
+            ("rate:1", "rate".to_owned(), -7, 1),
+            ("urgent", "mail".to_owned(), 9, 2),
+            ("plain", String::new(), 0, 2),
+        ],
+        "the source's resolved options, not the destination's defaults"
+    );
+    let counts = dest.counts().await.unwrap();
+    let kinds: Vec<(&str, u64)> = counts
+        .kinds
+        .iter()
+        .map(|(k, c)| (k.as_str(), c.pending))
+        .collect();
+    assert_eq!(kinds, [("", 1), ("mail", 1), ("rate", 1)]);
+    let mut consumer = dest.consume_kind("rate");
+    let delivery = next(&mut consumer).await;
+    assert_eq!((delivery.id(), delivery.kind()), ("rate:1", "rate"));
+    assert!(delivery.fail(Duration::ZERO, "boom").await.unwrap());
+    let dead = dest.get("rate:1").await.unwrap().unwrap();
+    assert_eq!((dead.state(), dead.attempt()), (JobState::Dead, 1));
+    dest.close().await.unwrap();
+    source.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_to_embedded_carries_kinds() {
+    a_copy_carries_kinds_and_options(embedded::harness(), embedded::harness()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_to_embedded() {
     copies_every_state_and_the_series(embedded::harness(), embedded::harness()).await;
@@ -409,6 +474,12 @@ mod redis {
     async fn redis_partitioned_to_embedded() {
         copies_every_state_and_the_series(redis::partitioned(), embedded::harness()).await;
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kinds_embedded_to_redis_and_back() {
+        a_copy_carries_kinds_and_options(embedded::harness(), redis::harness()).await;
+        a_copy_carries_kinds_and_options(redis::harness(), embedded::harness()).await;
+    }
 }
 
 #[cfg(feature = "postgres")]
@@ -430,5 +501,11 @@ mod postgres {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres_to_embedded() {
         copies_every_state_and_the_series(postgres::harness(), embedded::harness()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn kinds_embedded_to_postgres_and_back() {
+        a_copy_carries_kinds_and_options(embedded::harness(), postgres::harness()).await;
+        a_copy_carries_kinds_and_options(postgres::harness(), embedded::harness()).await;
     }
 }

@@ -19,6 +19,7 @@ macro_rules! cli_suite {
             terminal_controls_in_ids_and_payloads_are_escaped,
             cancel_of_a_series_occurrence_names_the_series,
             copy_moves_a_queue_and_again_writes_nothing,
+            kinds_priorities_and_attempts_are_scheduled_shown_and_filtered,
         );
     };
     ($harness:expr; $($name:ident),* $(,)?) => {
@@ -433,4 +434,140 @@ pub async fn cancel_of_a_series_occurrence_names_the_series(place: impl Place) {
         on(&place, &["get", &id, "--json"]).await.json()["state"],
         "pending"
     );
+}
+
+pub async fn kinds_priorities_and_attempts_are_scheduled_shown_and_filtered(place: impl Place) {
+    let created = on(
+        &place,
+        &[
+            "schedule",
+            "rate:1",
+            "--in",
+            "1h",
+            "--kind",
+            "rate",
+            "--priority",
+            "-5",
+            "--max-attempts",
+            "2",
+        ],
+    )
+    .await;
+    assert_eq!(created.ok(), "created rate:1\n");
+    for (id, delay) in [("rate:2", "2h"), ("rate:3", "3h")] {
+        on(&place, &["schedule", id, "--in", delay, "--kind", "rate"])
+            .await
+            .ok();
+    }
+    on(&place, &["schedule", "plain", "--in", "90m"]).await.ok();
+    on(
+        &place,
+        &[
+            "schedule",
+            "remind:1",
+            "--in",
+            "4h",
+            "--kind",
+            "remind",
+            "--priority",
+            "7",
+        ],
+    )
+    .await
+    .ok();
+
+    let rate = on(&place, &["get", "rate:1", "--json"]).await.json();
+    assert_eq!(
+        (&rate["kind"], &rate["priority"], &rate["max_attempts"]),
+        (&"rate".into(), &(-5).into(), &2.into())
+    );
+    let text = on(&place, &["get", "rate:1"]).await;
+    for line in ["kind     rate\n", "priority -5\n", "attempt  0 of 2\n"] {
+        assert!(text.ok().contains(line), "{line:?} not in {text:?}");
+    }
+    let plain = on(&place, &["get", "plain"]).await;
+    assert!(
+        plain.ok().contains("kind     (none)\npriority 0\n"),
+        "{plain:?}"
+    );
+
+    // Listed by kind, a page at a time.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = vec![
+            "list", "pending", "--kind", "rate", "--limit", "2", "--json",
+        ];
+        if let Some(after) = &after {
+            args.extend(["--after", after]);
+        }
+        let page = on(&place, &args).await.json();
+        assert_eq!(page["kind"], "rate");
+        for job in page["jobs"].as_array().unwrap() {
+            assert_eq!(job["kind"], "rate");
+            seen.push(job["id"].as_str().unwrap().to_owned());
+        }
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["rate:1", "rate:2", "rate:3"]);
+    let none = on(&place, &["list", "pending", "--kind", "", "--json"])
+        .await
+        .json();
+    assert_eq!(none["jobs"][0]["id"], "plain");
+    assert_eq!(none["jobs"].as_array().unwrap().len(), 1);
+    let text = on(&place, &["list", "pending", "--kind", "remind"]).await;
+    assert!(
+        text.ok().starts_with("remind:1  kind remind  priority 7  "),
+        "{text:?}"
+    );
+    assert_eq!(
+        on(&place, &["list", "running", "--kind", "rate"])
+            .await
+            .ok(),
+        "no running jobs of kind rate\n"
+    );
+
+    let stats = on(&place, &["stats", "--json"]).await.json();
+    assert_eq!(stats["pending"], 5);
+    let kind = |pending: u64| serde_json::json!({ "pending": pending, "running": 0, "dead": 0 });
+    assert_eq!(
+        stats["kinds"],
+        serde_json::json!({ "": kind(1), "rate": kind(3), "remind": kind(1) })
+    );
+    let text = on(&place, &["stats"]).await;
+    let table = text.ok().split_once("\n\n").expect("a table of kinds").1;
+    assert_eq!(
+        table,
+        "kind      pending    running       dead\n\
+         (none)          1          0          0\n\
+         rate            3          0          0\n\
+         remind          1          0          0\n"
+    );
+
+    // Bad options are a bad command line, and nothing is stored.
+    let long = "k".repeat(wheel_jobs::MAX_KIND_LEN + 1);
+    for (flag, value, why) in [
+        ("--max-attempts", "0", "0 is not in 1..=4294967295"),
+        ("--priority", "200", "200 is not in -128..=127"),
+        ("--kind", long.as_str(), "a kind is at most 64 bytes"),
+        (
+            "--kind",
+            "a\u{1b}b",
+            "a kind must not contain control characters",
+        ),
+    ] {
+        let ran = on(&place, &["schedule", "bad", "--in", "1s", flag, value]).await;
+        let message = ran.failed(2);
+        assert!(
+            message.starts_with("wheel-jobs: invalid value ") && message.ends_with(why),
+            "{message}"
+        );
+    }
+    assert!(on(&place, &["get", "bad"])
+        .await
+        .failed(1)
+        .starts_with("wheel-jobs: no job"));
 }

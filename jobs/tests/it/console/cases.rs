@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use axum::http::StatusCode;
-use wheel_jobs::{console, JobQueue, JobState};
+use wheel_jobs::{console, JobOptions, JobQueue, JobState};
 
 use super::client::{encode, Client};
 use crate::support::{busy_and_failed, ms, next, Harness};
@@ -27,6 +27,9 @@ macro_rules! console_suite {
             refused_actions_say_why_and_change_nothing,
             remove_and_purge_dead_jobs,
             metrics_without_a_recorder_are_the_counts,
+            kinds_show_on_the_overview_lists_and_the_job_page,
+            hostile_kinds_are_escaped_in_every_page,
+            bad_kind_filters_are_refused,
         );
     };
     ($harness:expr; $($name:ident),* $(,)?) => {
@@ -616,5 +619,162 @@ pub async fn metrics_without_a_recorder_are_the_counts(h: impl Harness) {
          # TYPE wheel_jobs_dead gauge\nwheel_jobs_dead 1\n\
          # TYPE wheel_jobs_paused gauge\nwheel_jobs_paused 1\n"
     );
+    queue.close().await.unwrap();
+}
+
+pub async fn kinds_show_on_the_overview_lists_and_the_job_page(h: impl Harness) {
+    let queue = h.open(JobQueue::builder().max_attempts(4)).await.unwrap();
+    let rate = JobOptions::kind("rate").priority(5).max_attempts(2);
+    for (i, id) in ["rate:1", "rate:2", "rate:3"].into_iter().enumerate() {
+        let at = HOUR + Duration::from_secs(60 * i as u64);
+        queue.schedule_with(id, at, "r", &rate).await.unwrap();
+    }
+    let remind = JobOptions::kind("remind").priority(-2);
+    queue
+        .schedule_with("remind:1", HOUR * 2, "m", &remind)
+        .await
+        .unwrap();
+    queue.schedule("plain", HOUR * 3, "p").await.unwrap();
+    let client = Client::new(console::router(queue.clone()));
+
+    client.get("/").await.shows(
+        OK,
+        &[
+            r#"<table class="list" id="kinds">"#,
+            r#"<td class="kind"><span class="muted">(none)</span></td>"#,
+            r#"<td><a href="/jobs/pending?kind=">1</a></td>"#,
+            r#"<td class="kind">rate</td>"#,
+            r#"<td><a href="/jobs/pending?kind=rate">3</a></td>"#,
+            r#"<td><a href="/jobs/dead?kind=rate">0</a></td>"#,
+            r#"<td class="kind">remind</td>"#,
+        ],
+    );
+
+    let all = client.get("/jobs/pending").await;
+    all.shows(
+        OK,
+        &[
+            "<th>kind</th><th>priority</th>",
+            r#"<td class="kind"><a href="/jobs/pending?kind=rate">rate</a></td>"#,
+            r#"<td class="priority">5</td>"#,
+            r#"<td class="priority">-2</td>"#,
+            r#"<a href="/jobs/pending?kind="><span class="muted">(none)</span></a>"#,
+            r#"<span class="muted" id="total">5</span>"#,
+        ],
+    )
+    .lacks(&[r#"id="all-kinds""#]);
+    assert_eq!(
+        row_ids(&all.body),
+        ["rate:1", "rate:2", "rate:3", "remind:1", "plain"]
+    );
+
+    // Filtered, a page at a time: the cursor keeps the kind.
+    let first = client.get("/jobs/pending?kind=rate&limit=2").await;
+    first.shows(
+        OK,
+        &[
+            r#"of kind <code id="kind">rate</code>"#,
+            r#"<span class="muted" id="total">3</span>"#,
+            r#"<a href="/jobs/pending" id="all-kinds">Every kind</a>"#,
+        ],
+    );
+    assert_eq!(row_ids(&first.body), ["rate:1", "rate:2"]);
+    let next = next_query(&first.body).expect("a next page");
+    assert!(next.ends_with("&limit=2&kind=rate"), "{next}");
+    let second = client.get(&format!("/jobs/pending?{next}")).await;
+    second.shows(OK, &[r#"href="/jobs/pending?kind=rate">First page</a>"#]);
+    assert_eq!(row_ids(&second.body), ["rate:3"]);
+    assert_eq!(next_query(&second.body), None);
+    let plain = client.get("/jobs/pending?kind=").await;
+    plain.shows(
+        OK,
+        &[r#"of kind <span class="muted" id="kind">(none)</span>"#],
+    );
+    assert_eq!(row_ids(&plain.body), ["plain"]);
+    let nobody = client.get("/jobs/dead?kind=nobody").await;
+    nobody.shows(
+        OK,
+        &[
+            r#"<span class="muted" id="total">0</span>"#,
+            "No dead jobs.",
+        ],
+    );
+
+    client.get(&job_uri("rate:2")).await.shows(
+        OK,
+        &[
+            r#"<td id="kind"><a href="/jobs/pending?kind=rate">rate</a></td>"#,
+            r#"<td id="priority">5</td>"#,
+            r#"<td id="attempt">0</td>"#,
+            r#"<td id="max-attempts">2</td>"#,
+        ],
+    );
+    client.get(&job_uri("plain")).await.shows(
+        OK,
+        &[
+            r#"<td id="kind"><span class="muted">(none)</span></td>"#,
+            r#"<td id="priority">0</td>"#,
+            r#"<td id="max-attempts">4</td>"#,
+        ],
+    );
+    queue.close().await.unwrap();
+}
+
+pub async fn hostile_kinds_are_escaped_in_every_page(h: impl Harness) {
+    let queue = h.open(&JobQueue::builder()).await.unwrap();
+    let kind = "<script>alert(4)</script>";
+    let quote = r#""><img src=x onerror=alert(5)>"#;
+    for (id, kind) in [("k1", kind), ("k2", quote)] {
+        queue
+            .schedule_with(id, HOUR, "p", &JobOptions::kind(kind))
+            .await
+            .unwrap();
+    }
+    let client = Client::new(console::router(queue.clone()));
+    let never = ["<script>alert", "<img src=x"];
+    let escaped = "&#60;script&#62;alert(4)&#60;/script&#62;";
+    let in_link = "?kind=%3Cscript%3Ealert%284%29%3C%2Fscript%3E";
+    let quote_escaped = "&#34;&#62;&#60;img src=x onerror=alert(5)&#62;";
+    let quote_link = "?kind=%22%3E%3Cimg%20src%3Dx%20onerror%3Dalert%285%29%3E";
+    for uri in ["/", "/jobs/pending"] {
+        client
+            .get(uri)
+            .await
+            .shows(OK, &[escaped, in_link, quote_escaped, quote_link])
+            .lacks(&never);
+    }
+    let filtered = client.get(&format!("/jobs/pending{in_link}&limit=1")).await;
+    filtered
+        .shows(
+            OK,
+            &[&format!(r#"of kind <code id="kind">{escaped}</code>"#)],
+        )
+        .lacks(&never);
+    assert_eq!(row_ids(&filtered.body), ["k1"]);
+    let filtered = client
+        .get(&format!("/jobs/pending?kind={}", encode(quote)))
+        .await;
+    filtered.shows(OK, &[quote_escaped]).lacks(&never);
+    assert_eq!(row_ids(&filtered.body), ["k2"]);
+    client
+        .get(&job_uri("k1"))
+        .await
+        .shows(OK, &[escaped, in_link])
+        .lacks(&never);
+    queue.close().await.unwrap();
+}
+
+pub async fn bad_kind_filters_are_refused(h: impl Harness) {
+    let queue = h.open(&JobQueue::builder()).await.unwrap();
+    let client = Client::new(console::router(queue.clone()));
+    // A kind no job could have is refused, not echoed into the page.
+    let long = "k".repeat(wheel_jobs::MAX_KIND_LEN + 1);
+    for bad in [long.as_str(), "a\u{1b}[2Jb", "line\nbreak"] {
+        let answer = client
+            .get(&format!("/jobs/pending?kind={}", encode(bad)))
+            .await;
+        answer.shows(StatusCode::BAD_REQUEST, &["invalid input: a kind"]);
+        assert!(!answer.body.contains(bad), "{bad:?} echoed");
+    }
     queue.close().await.unwrap();
 }

@@ -13,6 +13,7 @@ use wheel_jobs::JobQueue;
 
 use crate::support::{next, Harness};
 
+pub mod kinds;
 pub mod lease;
 pub mod operate;
 pub mod recurring;
@@ -90,6 +91,21 @@ macro_rules! run_shared_suite {
             typed {
                 #[cfg(feature = "serde")]
                 typed_payloads_round_trip_and_undecodable_ones_die,
+                #[cfg(feature = "serde")]
+                a_typed_queue_of_a_kind_schedules_and_runs_that_kind,
+            }
+            kinds {
+                run_kind_workers_get_only_their_kind,
+                an_unhandled_kind_stays_pending_and_is_counted,
+                priorities_are_claimed_first_then_run_at_then_id,
+                consume_kind_claims_by_priority_within_its_kind,
+                a_jobs_own_max_attempts_beats_the_queues,
+                kind_defaults_apply_and_a_jobs_own_options_win,
+                a_jobs_own_lease_is_redelivered_before_the_queues,
+                get_and_list_show_kind_and_priority_and_filter_by_kind,
+                bad_options_are_refused_and_nothing_is_stored,
+                schedule_many_with_gives_every_job_the_options,
+                workers_of_two_kinds_get_each_job_once,
             }
             recurring {
                 recurring_bad_input_stores_nothing,
