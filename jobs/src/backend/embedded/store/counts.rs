@@ -1,0 +1,158 @@
+//! The store's counters: jobs per state in all and per kind ([`Counters`]), kept by
+//! [`Tables::set`](super::tables::Tables::set) on every transition and written to `meta`
+//! and `kinds` by each batch that changed them, so `counts` never scans.
+//!
+//! # Ground rules
+//!
+//! - A kind with no job in any state has no entry (in memory or in `kinds`): the map holds
+//!   the kinds in use, and its size is theirs.
+//! - Only the entries a batch changed are written (one row per kind touched, beside the
+//!   three totals in `meta`), so the plain path (every job of kind `""`) writes one row more
+//!   per batch than before kinds, not one per job.
+
+use std::collections::BTreeMap;
+
+use redb::{ReadableTable, Table, TableDefinition};
+
+use super::tables::storage;
+use crate::core::error::Error;
+use crate::core::job::{self, KindCounts};
+use crate::core::state::{Status, Tally};
+
+/// Kind → (pending, running, dead).
+pub(super) const KINDS: TableDefinition<'_, &str, (u64, u64, u64)> = TableDefinition::new("kinds");
+
+/// Jobs per state, in all and per kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
+    pub(crate) total: Tally,
+    pub(crate) kinds: BTreeMap<String, Tally>,
+}
+
+impl Counters {
+    /// One job of `kind` moved from `before` to `after` (`None`: no job).
+    pub(super) fn transition(
+        &mut self,
+        before: Option<(&str, Status)>,
+        after: Option<(&str, Status)>,
+    ) {
+        self.total
+            .transition(before.map(|(_, s)| s), after.map(|(_, s)| s));
+        match (before, after) {
+            (Some((b, bs)), Some((a, as_))) if a == b => {
+                self.of(a, |t| t.transition(Some(bs), Some(as_)))
+            }
+            _ => {
+                if let Some((kind, status)) = before {
+                    self.of(kind, |t| t.transition(Some(status), None));
+                }
+                if let Some((kind, status)) = after {
+                    self.of(kind, |t| t.transition(None, Some(status)));
+                }
+            }
+        }
+    }
+
+    /// Applies `change` to `kind`'s tally, dropping the entry once it is all zero.
+    fn of(&mut self, kind: &str, change: impl FnOnce(&mut Tally)) {
+        let tally = match self.kinds.get_mut(kind) {
+            Some(tally) => tally,
+            None => self.kinds.entry(kind.to_owned()).or_default(),
+        };
+        change(tally);
+        if *tally == Tally::default() {
+            self.kinds.remove(kind);
+        }
+    }
+
+    /// The public snapshot.
+    pub(super) fn snapshot(&self, paused: bool, next_due: Option<u64>) -> job::Counts {
+        let Tally {
+            pending,
+            running,
+            dead,
+        } = self.total;
+        job::Counts::new(pending, running, dead, paused, next_due).with_kinds(
+            self.kinds
+                .iter()
+                .map(|(kind, t)| (kind.clone(), KindCounts::new(t.pending, t.running, t.dead))),
+        )
+    }
+
+    /// Reads every kind's row (the kinds in use: a small table).
+    pub(super) fn read_kinds(
+        table: &Table<'_, &'static str, (u64, u64, u64)>,
+        total: Tally,
+    ) -> Result<Counters, Error> {
+        let mut kinds = BTreeMap::new();
+        for entry in table.iter().map_err(storage)? {
+            let (kind, row) = entry.map_err(storage)?;
+            let (pending, running, dead) = row.value();
+            kinds.insert(
+                kind.value().to_owned(),
+                Tally {
+                    pending,
+                    running,
+                    dead,
+                },
+            );
+        }
+        Ok(Counters { total, kinds })
+    }
+
+    /// Writes to `table` each kind whose tally differs from `before`'s (deleting those
+    /// gone).
+    pub(super) fn write_kinds(
+        &self,
+        before: &Counters,
+        table: &mut Table<'_, &'static str, (u64, u64, u64)>,
+    ) -> Result<(), Error> {
+        for (kind, tally) in &self.kinds {
+            if before.kinds.get(kind) != Some(tally) {
+                let row = (tally.pending, tally.running, tally.dead);
+                table.insert(kind.as_str(), row).map_err(storage)?;
+            }
+        }
+        for kind in before.kinds.keys() {
+            if !self.kinds.contains_key(kind) {
+                table.remove(kind.as_str()).map_err(storage)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_follow_their_jobs_and_leave_when_empty() {
+        let mut c = Counters::default();
+        let running = Status::Running { token: 1, until: 2 };
+        c.transition(None, Some(("a", Status::Pending)));
+        c.transition(None, Some(("", Status::Pending)));
+        c.transition(Some(("a", Status::Pending)), Some(("a", running)));
+        assert_eq!(
+            c.total,
+            Tally {
+                pending: 1,
+                running: 1,
+                dead: 0
+            }
+        );
+        assert_eq!(
+            c.kinds["a"],
+            Tally {
+                pending: 0,
+                running: 1,
+                dead: 0
+            }
+        );
+        c.transition(Some(("a", running)), None);
+        assert!(!c.kinds.contains_key("a"));
+        let snapshot = c.snapshot(false, Some(3));
+        assert_eq!(snapshot.kinds.keys().collect::<Vec<_>>(), [""]);
+        assert_eq!(snapshot.kinds[""], KindCounts::new(1, 0, 0));
+    }
+}
