@@ -737,6 +737,240 @@ fn a_store_of_another_format_is_refused_naming_the_format_found() {
     }
 }
 
+/// A store of format 4 (before kinds), written table by table as that version wrote it, with
+/// version 2 records and a log record of its epoch not yet checkpointed: opening upgrades it
+/// in place, replays the log onto the new indexes, and every job reads as a plain one.
+#[test]
+fn a_format_4_store_and_its_log_are_upgraded_at_open() {
+    use crate::backend::embedded::record::tests::encode_v2;
+    use crate::backend::embedded::wal;
+    use crate::core::state::{Machine, Status};
+    use redb::{ReadableDatabase, TableDefinition, TableHandle};
+    const OLD_DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
+    const OLD_RUNNING: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("running");
+    const OWNER: u64 = 0x5eed;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = |run_at, attempt, status| Machine {
+        run_at,
+        attempt,
+        status,
+    };
+    {
+        let db = redb::Database::builder()
+            .create(dir.path().join("s0.redb"))
+            .unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut jobs = txn.open_table(tables::JOBS).unwrap();
+            let mut due = txn.open_table(OLD_DUE).unwrap();
+            let mut running = txn.open_table(OLD_RUNNING).unwrap();
+            let mut died = txn.open_table(DIED).unwrap();
+            txn.open_table(SERIES).unwrap();
+            let pending = encode_v2(&job(5, 1, Status::Pending), Some("oh"), b"p");
+            let leased = Status::Running {
+                token: 7,
+                until: 50,
+            };
+            let leased = encode_v2(&job(1, 1, leased), None, b"r");
+            let dead = encode_v2(&job(1, 2, Status::Dead { at: 3 }), None, b"d");
+            jobs.insert("p", pending.as_slice()).unwrap();
+            jobs.insert("r", leased.as_slice()).unwrap();
+            jobs.insert("d", dead.as_slice()).unwrap();
+            due.insert((5, "p"), ()).unwrap();
+            running.insert((50, "r"), ()).unwrap();
+            died.insert((3, "d"), ()).unwrap();
+            let mut meta = txn.open_table(META).unwrap();
+            for (key, value) in [
+                ("format", 4),
+                ("pending", 1),
+                ("running", 1),
+                ("dead", 1),
+                ("epoch", 3),
+                ("owner", OWNER),
+            ] {
+                meta.insert(key, value).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+    {
+        let mut log = Wal::open(&dir.path().join("s0.redb.wal")).unwrap();
+        log.replay(OWNER, 3, u64::MAX, |_| Ok(())).unwrap();
+        let mut body = Vec::new();
+        let written = encode_v2(&job(7, 0, Status::Pending), None, b"w");
+        wal::push_change(&mut body, "w", Some(&written));
+        log.append(3, &body, true).unwrap();
+    }
+    let mut store = file_store(dir.path(), 0);
+    let plain = store.plain.clone();
+    let now = 100;
+    let expect = job::Counts::new(2, 1, 1, false, Some(5))
+        .with_kinds([(String::new(), KindCounts::new(2, 1, 1))]);
+    assert_eq!(
+        one(&mut store, Op::Counts, now),
+        Reply::Counts(expect.clone())
+    );
+    let Reply::Info(Some(info)) = one(&mut store, Op::Get { id: "p".into() }, now) else {
+        panic!("p is there");
+    };
+    assert_eq!(
+        info,
+        JobInfo::new(
+            "p".into(),
+            JobState::Pending,
+            5,
+            1,
+            Some("oh".into()),
+            b"p".to_vec(),
+            plain.clone()
+        )
+    );
+    let list = Op::List {
+        state: JobState::Pending,
+        after: None,
+        limit: 10,
+        payloads: false,
+        kind: Some(String::new()),
+    };
+    let Reply::Listed(listed) = one(&mut store, list, now) else {
+        panic!("a list");
+    };
+    let ids: Vec<_> = listed.iter().map(|(at, j)| (*at, j.id())).collect();
+    assert_eq!(ids, [(5, "p"), (7, "w")]);
+    // Reopened without a crash, the upgraded store opens as format 5 with nothing to redo.
+    store.close().unwrap();
+    {
+        let db = redb::Database::builder()
+            .create(dir.path().join("s0.redb"))
+            .unwrap();
+        let txn = db.begin_read().unwrap();
+        let format = txn
+            .open_table(META)
+            .unwrap()
+            .get("format")
+            .unwrap()
+            .unwrap()
+            .value();
+        assert_eq!(format, FORMAT);
+        let names: Vec<String> = txn
+            .list_tables()
+            .unwrap()
+            .map(|t| t.name().to_owned())
+            .collect();
+        assert!(
+            !names.iter().any(|n| n == "due" || n == "running"),
+            "{names:?}"
+        );
+    }
+    let mut store = file_store(dir.path(), 0);
+    assert_eq!(one(&mut store, Op::Counts, now), Reply::Counts(expect));
+    let other = Op::Claim {
+        max: 10,
+        kind: Some("x".into()),
+    };
+    let Reply::Claimed(batch) = one(&mut store, other, now) else {
+        panic!("a claim");
+    };
+    assert_eq!((batch.jobs.len(), batch.next_due), (0, None));
+    let Reply::Claimed(batch) = one(
+        &mut store,
+        Op::Claim {
+            max: 10,
+            kind: None,
+        },
+        now,
+    ) else {
+        panic!("a claim");
+    };
+    let got: Vec<_> = batch
+        .jobs
+        .iter()
+        .map(|c| (c.id.as_str(), c.attempt, &c.spec))
+        .collect();
+    assert_eq!(got, [("r", 2, &plain), ("p", 2, &plain), ("w", 1, &plain)]);
+    // The claimed jobs were rewritten in the current version; a crash keeps them so.
+    let mut store = crash(store, dir.path(), 0);
+    assert_eq!(
+        store.counts(),
+        Tally {
+            pending: 0,
+            running: 3,
+            dead: 1
+        }
+    );
+    let Reply::Info(Some(info)) = one(&mut store, Op::Get { id: "r".into() }, now) else {
+        panic!("r is there");
+    };
+    assert_eq!(
+        (info.attempt(), info.last_error()),
+        (2, Some(state::LEASE_EXPIRED))
+    );
+}
+
+/// A job's own spec survives a crash by the log, and a claim uses its own lease and
+/// attempts: a lease-expiry redelivery of a one-attempt job kills it, whatever the queue's
+/// `max_attempts`.
+#[test]
+fn own_specs_survive_a_crash_and_rule_the_claim() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = file_store(dir.path(), 0);
+    store.checkpoint_every = Duration::from_secs(3600);
+    let spec = Spec {
+        kind: "mail".into(),
+        priority: 5,
+        max_attempts: 1,
+        backoff: (Duration::from_nanos(3), Duration::from_nanos(9)),
+        lease: Duration::from_nanos(40),
+    };
+    let op = Op::Schedule(NewJob {
+        id: "m".into(),
+        when: at(10),
+        payload: b"x".to_vec(),
+        spec: spec.clone(),
+    });
+    one(&mut store, op, 0);
+    one(&mut store, schedule("plain", at(1), b""), 0);
+    let mut store = crash(store, dir.path(), 0);
+    let claim = |kind: Option<&str>| Op::Claim {
+        max: 10,
+        kind: kind.map(str::to_owned),
+    };
+    let Reply::Claimed(batch) = one(&mut store, claim(None), 20) else {
+        panic!("a claim");
+    };
+    // Priority 5 before the plain job due earlier; each leased for its own lease.
+    let got: Vec<_> = batch
+        .jobs
+        .iter()
+        .map(|c| (c.id.as_str(), &c.spec))
+        .collect();
+    assert_eq!(got, [("m", &spec), ("plain", &store.plain)]);
+    assert_eq!(batch.next_due, Some(20 + LEASE));
+    let Reply::Claimed(batch) = one(&mut store, claim(Some("mail")), 20) else {
+        panic!("a claim");
+    };
+    assert_eq!(
+        batch.next_due,
+        Some(60),
+        "mail's own lease; the plain one is not counted"
+    );
+    let mut store = crash(store, dir.path(), 1);
+    let Reply::Claimed(batch) = one(&mut store, claim(Some("mail")), 60) else {
+        panic!("a claim");
+    };
+    assert_eq!(
+        (batch.jobs.len(), batch.died),
+        (0, 1),
+        "one attempt of its own"
+    );
+    assert_eq!(store.counts().running, 1, "the plain job's lease untouched");
+    let expect = job::Counts::new(0, 1, 1, false, None).with_kinds([
+        (String::new(), KindCounts::new(0, 1, 0)),
+        ("mail".to_owned(), KindCounts::new(0, 0, 1)),
+    ]);
+    assert_eq!(one(&mut store, Op::Counts, 60), Reply::Counts(expect));
+}
+
 // ===== recurring series =====
 
 /// A millisecond in the store's nanoseconds: recurrences are in whole milliseconds at least.
