@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 
 use redb::{ReadableTable, Table, TableDefinition};
 
-use super::tables::storage;
 use crate::core::error::Error;
 use crate::core::job::{self, KindCounts};
 use crate::core::state::{Status, Tally};
@@ -85,8 +84,8 @@ impl Counters {
         total: Tally,
     ) -> Result<Counters, Error> {
         let mut kinds = BTreeMap::new();
-        for entry in table.iter().map_err(storage)? {
-            let (kind, row) = entry.map_err(storage)?;
+        for entry in table.iter().map_err(Error::storage)? {
+            let (kind, row) = entry.map_err(Error::storage)?;
             let (pending, running, dead) = row.value();
             kinds.insert(
                 kind.value().to_owned(),
@@ -110,12 +109,12 @@ impl Counters {
         for (kind, tally) in &self.kinds {
             if before.kinds.get(kind) != Some(tally) {
                 let row = (tally.pending, tally.running, tally.dead);
-                table.insert(kind.as_str(), row).map_err(storage)?;
+                table.insert(kind.as_str(), row).map_err(Error::storage)?;
             }
         }
         for kind in before.kinds.keys() {
             if !self.kinds.contains_key(kind) {
-                table.remove(kind.as_str()).map_err(storage)?;
+                table.remove(kind.as_str()).map_err(Error::storage)?;
             }
         }
         Ok(())
