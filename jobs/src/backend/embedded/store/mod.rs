@@ -119,8 +119,8 @@ fn now() -> u64 {
 // ===== impl Store =====
 
 impl Store {
-    /// Creates the tables if missing, reads the counts, replays the log's records of the
-    /// current epoch and checkpoints; reads no other job.
+    /// Creates the tables if missing (upgrading a format 4 store first), reads the counts,
+    /// replays the log's records of the current epoch and checkpoints; reads no other job.
     pub(crate) fn open(
         db: Database,
         config: &Config,
