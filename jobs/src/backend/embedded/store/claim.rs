@@ -117,18 +117,18 @@ fn due_keys(
     kind: Option<&str>,
 ) -> Result<Vec<Position>, Error> {
     let mut due = Vec::new();
-    for (k, first) in index::lease_kinds(&t.running, kind)? {
+    for (k, first) in index::lease_kinds(t, kind)? {
         if due.len() == max {
             return Ok(due);
         }
         if first <= now {
-            let stream = index::lease_range(&t.running, &k, None, now)?;
+            let stream = index::lease_range(t, &k, None, now)?;
             due.extend(index::merge(vec![stream], max - due.len())?);
         }
     }
     // Levels in key order are (kind, level); a claim reads them level first, each level's
     // kinds merged by run_at.
-    let mut levels = index::levels(&t.due, kind)?;
+    let mut levels = index::levels(t, kind)?;
     levels.retain(|l| l.first <= now);
     levels.sort_by_key(|l| l.level);
     for group in levels.chunk_by(|a, b| a.level == b.level) {
@@ -137,7 +137,7 @@ fn due_keys(
         }
         let streams = group
             .iter()
-            .map(|l| index::due_range(&t.due, &l.kind, l.level, None, now))
+            .map(|l| index::due_range(t, &l.kind, l.level, None, now))
             .collect::<Result<_, _>>()?;
         due.extend(index::merge(streams, max - due.len())?);
     }
@@ -146,8 +146,8 @@ fn due_keys(
 
 /// The first due key (pending run_at or lease end) of `kind` (every kind for `None`).
 fn next_due(t: &Tables<'_>, kind: Option<&str>) -> Result<Option<u64>, Error> {
-    let leases = index::lease_kinds(&t.running, kind)?;
-    let levels = index::levels(&t.due, kind)?;
+    let leases = index::lease_kinds(t, kind)?;
+    let levels = index::levels(t, kind)?;
     Ok(leases
         .iter()
         .map(|(_, first)| *first)

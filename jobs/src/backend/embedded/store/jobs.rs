@@ -297,7 +297,7 @@ pub(super) fn pause(t: &mut Tables<'_>, paused: bool) -> Outcome {
 /// The per-state and per-kind counts, the paused flag and the next pending job's due time
 /// (the earliest first key of `due`'s levels).
 pub(super) fn counts(t: &Tables<'_>, counts: &Counters) -> Outcome {
-    let next_due = index::levels(&t.due, None)?.iter().map(|l| l.first).min();
+    let next_due = index::levels(t, None)?.iter().map(|l| l.first).min();
     Ok((Reply::Counts(counts.snapshot(t.paused, next_due)), false))
 }
 
@@ -317,18 +317,18 @@ pub(super) fn list(
     let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
     let keys: Box<dyn Iterator<Item = Result<Position, Error>>> = match wanted {
         JobState::Pending => {
-            let levels = index::levels(&t.due, kind)?;
+            let levels = index::levels(t, kind)?;
             let streams = levels
                 .iter()
-                .map(|l| index::due_range(&t.due, &l.kind, l.level, after, u64::MAX))
+                .map(|l| index::due_range(t, &l.kind, l.level, after, u64::MAX))
                 .collect::<Result<_, _>>()?;
             Box::new(index::merge(streams, limit)?.into_iter().map(Ok))
         }
         JobState::Running => {
-            let kinds = index::lease_kinds(&t.running, kind)?;
+            let kinds = index::lease_kinds(t, kind)?;
             let streams = kinds
                 .iter()
-                .map(|(k, _)| index::lease_range(&t.running, k, after, u64::MAX))
+                .map(|(k, _)| index::lease_range(t, k, after, u64::MAX))
                 .collect::<Result<_, _>>()?;
             Box::new(index::merge(streams, limit)?.into_iter().map(Ok))
         }

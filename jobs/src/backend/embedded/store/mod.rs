@@ -2,20 +2,23 @@
 //!
 //! # Ground rules
 //!
-//! - Eight tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header,
-//!   the job's spec, the last error and the payload, `record.rs`), `due_by_kind` ((kind,
-//!   level, run_at, id) → (): the pending jobs' keys, `level` being the priority reversed so
-//!   a kind's levels read highest priority first, `tables::level`), `running_by_kind`
-//!   ((kind, lease end, id) → (): the running jobs' keys, so it is the lease table), `died`
-//!   ((death time, id) → (): the dead jobs, to list them newest first and purge them without
-//!   a scan), `series` (name → a recurring series' record, `store/series.rs`), `kinds` (kind
-//!   → its pending, running and dead counts, `store/counts.rs`), `meta` (format version, the
-//!   per-state [`Tally`], the paused flag, the log's epoch and owner number). A claim for
-//!   kind k reads only k's keys: its expired leases (one range of `running_by_kind`), then
-//!   its levels highest first, each a range of due keys up to "now"; a claim of every kind
-//!   finds the (kind, level) groups in use by skipping from one to the next (`index.rs`)
-//!   and merges the kinds of one level by run_at. A job moving between states costs the
-//!   one remove and one insert it did before kinds.
+//! - Ten tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header,
+//!   the job's spec, the last error and the payload, `record.rs`); the pending jobs' keys in
+//!   `due` ((run_at, id) → (): the plain group, kind `""` and priority 0) and `due_by_kind`
+//!   ((kind, level, run_at, id) → (): every other group, `level` being the priority
+//!   reversed so a kind's levels read highest priority first, `tables::level`); the running
+//!   jobs' keys, so the lease table, in `running` ((lease end, id) → (): kind `""`) and
+//!   `running_by_kind` ((kind, lease end, id) → (): the other kinds); `died` ((death time,
+//!   id) → (): the dead jobs, to list them newest first and purge them without a scan),
+//!   `series` (name → a recurring series' record, `store/series.rs`), `kinds` (kind → its
+//!   pending, running and dead counts, `store/counts.rs`), `meta` (format version, the
+//!   per-state [`Tally`], the paused flag, the log's epoch and owner number).
+//! - A claim for kind k reads only k's keys: its expired leases (one range), then its
+//!   levels highest first, each a range of due keys up to "now"; a claim of every kind
+//!   finds the groups in use by skipping from one to the next (`index.rs`) and merges the
+//!   kinds of one level by run_at. A job moving between states costs the one remove and
+//!   one insert it did before kinds, and a plain job's keys are those it had then (the
+//!   plain group keeps format 4's tables, so its keys compare no kind).
 //! - Only the writer thread (`mod.rs`) calls [`Store::apply`]; a batch is one redb write
 //!   transaction. With a write-ahead log (`wal.rs`, always on a file store) a batch that
 //!   changed something is committed without fsync and its changes appended to the log,
@@ -29,16 +32,15 @@
 //!   a durable commit. A batch that changed nothing is aborted: reads and empty claims
 //!   cost no fsync.
 //! - Opening replays the log's records of the current epoch (bounded by `WAL_LIMIT`), then
-//!   checkpoints. A store of format 4 (before kinds) is upgraded first, once, in that same
-//!   transaction: its `due` and `running` indexes are rewritten as `due_by_kind` and
-//!   `running_by_kind` under kind `""` and priority 0, its totals become kind `""`'s counts;
-//!   its records (and its log's) stay version 2 and read as jobs of the plain spec. A failure to write the log, or a commit failing after its record was
+//!   checkpoints. A store of format 4 (before kinds) is upgraded in that same transaction:
+//!   its `due` and `running` are already the plain group's tables, its totals become kind
+//!   `""`'s counts (`upgrade.rs`); its records (and its log's) stay version 2 and read as
+//!   jobs of the plain spec. A failure to write the log, or a commit failing after its record was
 //!   written, leaves memory and disk disagreeing: the store is then [`broken`](Store::broken)
 //!   and the writer thread stops.
 //! - Every read of an index is a bounded range (`take(max)`, a first key, a page): no
-//!   operation walks the whole queue, and opening reads only `meta` and `kinds` (but the
-//!   one-time upgrade of a format 4 store, which rewrites its two indexes). A list of one
-//!   kind's dead jobs is the exception: it reads past dead jobs of other kinds.
+//!   operation walks the whole queue, and opening reads only `meta` and `kinds`. A list of
+//!   one kind's dead jobs is the exception: it reads past dead jobs of other kinds.
 //! - A transition always goes through [`Machine`](crate::core::state::Machine); the store only keeps the indexes and the
 //!   counts in step with it (`Tables::set` in `store/tables.rs`, the one writer of `jobs`,
 //!   the indexes and the counts).
@@ -137,7 +139,7 @@ impl Store {
             .map(|v| v.value());
         match found {
             Some(FORMAT) => {}
-            Some(upgrade::FROM) => upgrade::indexes(&txn)?,
+            Some(upgrade::FROM) => {}
             None if txn
                 .open_table(tables::JOBS)
                 .map_err(storage)?

@@ -15,12 +15,21 @@ use crate::core::kind::Spec;
 use crate::core::state::{Machine, Status};
 
 pub(super) const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
-/// The pending jobs' keys: `(kind, level, run_at, id)`, `level` being [`level`] of the
-/// job's priority (so a kind's levels read highest priority first).
+/// The pending plain jobs' keys (kind `""`, priority 0): `(run_at, id)`. Format 4's `due`,
+/// kept: the plain path compares the fields it compared before kinds.
+pub(super) const PLAIN_DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
+/// The running jobs' keys of kind `""`: `(lease end, id)`. Format 4's `running`, kept.
+pub(super) const PLAIN_RUNNING: TableDefinition<'_, (u64, &str), ()> =
+    TableDefinition::new("running");
+/// The other pending jobs' keys: `(kind, level, run_at, id)`, `level` being [`level`] of
+/// the job's priority (so a kind's levels read highest priority first). Never holds kind
+/// `""` at [`PLAIN_LEVEL`]: those are in `PLAIN_DUE`.
 pub(super) const DUE: TableDefinition<'_, DueKey, ()> = TableDefinition::new("due_by_kind");
-/// The running jobs' keys: `(kind, lease end, id)`.
+/// The other running jobs' keys: `(kind, lease end, id)`, never of kind `""`.
 pub(super) const RUNNING: TableDefinition<'_, LeaseKey, ()> =
     TableDefinition::new("running_by_kind");
+/// The level of priority 0, the plain group's with kind `""`.
+pub(super) const PLAIN_LEVEL: u8 = 127;
 pub(super) const DIED: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("died");
 pub(super) const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 /// A batch whose log record would be longer than this is a checkpoint instead (a bulk
@@ -47,6 +56,8 @@ pub(super) fn storage(err: impl std::fmt::Display) -> Error {
 
 pub(super) struct Tables<'t> {
     pub(super) jobs: Table<'t, &'static str, &'static [u8]>,
+    pub(super) plain_due: Table<'t, (u64, &'static str), ()>,
+    pub(super) plain_running: Table<'t, (u64, &'static str), ()>,
     pub(super) due: Table<'t, DueKey, ()>,
     pub(super) running: Table<'t, LeaseKey, ()>,
     pub(super) died: Table<'t, (u64, &'static str), ()>,
@@ -67,6 +78,8 @@ impl<'t> Tables<'t> {
     pub(super) fn open(txn: &'t redb::WriteTransaction, plain: &Spec) -> Result<Tables<'t>, Error> {
         Ok(Tables {
             jobs: txn.open_table(JOBS).map_err(storage)?,
+            plain_due: txn.open_table(PLAIN_DUE).map_err(storage)?,
+            plain_running: txn.open_table(PLAIN_RUNNING).map_err(storage)?,
             due: txn.open_table(DUE).map_err(storage)?,
             running: txn.open_table(RUNNING).map_err(storage)?,
             died: txn.open_table(DIED).map_err(storage)?,
@@ -169,25 +182,33 @@ impl Tables<'_> {
         }
         let (due_before, due_after) = (due(before), due(after_key));
         if due_before != due_after {
-            if let Some((kind, level, at)) = due_before {
-                self.due.remove((kind, level, at, id)).map_err(storage)?;
+            match due_before {
+                Some(("", PLAIN_LEVEL, at)) => self.plain_due.remove((at, id)).map(drop),
+                Some((kind, level, at)) => self.due.remove((kind, level, at, id)).map(drop),
+                None => Ok(()),
             }
-            if let Some((kind, level, at)) = due_after {
-                self.due
-                    .insert((kind, level, at, id), ())
-                    .map_err(storage)?;
+            .map_err(storage)?;
+            match due_after {
+                Some(("", PLAIN_LEVEL, at)) => self.plain_due.insert((at, id), ()).map(drop),
+                Some((kind, level, at)) => self.due.insert((kind, level, at, id), ()).map(drop),
+                None => Ok(()),
             }
+            .map_err(storage)?;
         }
         let (running_before, running_after) = (running(before), running(after_key));
         if running_before != running_after {
-            if let Some((kind, until)) = running_before {
-                self.running.remove((kind, until, id)).map_err(storage)?;
+            match running_before {
+                Some(("", until)) => self.plain_running.remove((until, id)).map(drop),
+                Some((kind, until)) => self.running.remove((kind, until, id)).map(drop),
+                None => Ok(()),
             }
-            if let Some((kind, until)) = running_after {
-                self.running
-                    .insert((kind, until, id), ())
-                    .map_err(storage)?;
+            .map_err(storage)?;
+            match running_after {
+                Some(("", until)) => self.plain_running.insert((until, id), ()).map(drop),
+                Some((kind, until)) => self.running.insert((kind, until, id), ()).map(drop),
+                None => Ok(()),
             }
+            .map_err(storage)?;
         }
         rekey(&mut self.died, id, died(before), died(after_key))?;
         counts.transition(
@@ -268,7 +289,7 @@ mod tests {
     #[test]
     fn levels_order_priorities_highest_first() {
         assert_eq!(level(i8::MAX), 0);
-        assert_eq!(level(0), 127);
+        assert_eq!(level(0), PLAIN_LEVEL);
         assert_eq!(level(-1), 128);
         assert_eq!(level(i8::MIN), 255);
         for p in i8::MIN..i8::MAX {
