@@ -22,9 +22,9 @@ pub(super) const FROM: u64 = 4;
 
 /// The counts of a format 4 store: its totals, all of kind `""`.
 pub(super) fn counts(total: Tally) -> Counters {
-    let mut kinds = BTreeMap::new();
-    if total != Tally::default() {
-        kinds.insert(String::new(), total);
+    Counters {
+        total,
+        plain: total,
+        kinds: BTreeMap::new(),
     }
-    Counters { total, kinds }
 }
