@@ -6,10 +6,10 @@
 //!
 //! # Ground rules
 //!
-//! - A claim reads only keys of the claimed kinds (`index.rs`): one range of
-//!   `running_by_kind` per kind with leases, then the levels of `due_by_kind` highest first,
-//!   the kinds of one level merged by run_at, until `max` keys are taken. Jobs of other kinds
-//!   are not read, leased, killed or counted in `next_due`.
+//! - A claim reads only keys of the claimed kinds (`index.rs`): one range of running keys
+//!   per kind with leases, then the pending levels highest first, the kinds of one level
+//!   merged by run_at, until `max` keys are taken; per claim O(groups + taken). Jobs of
+//!   other kinds are not read, leased, killed or counted in `next_due`.
 //! - Expired leases come first, in (kind, lease end, id) order; the contract leaves their
 //!   order among themselves open.
 
