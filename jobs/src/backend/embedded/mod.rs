@@ -327,11 +327,8 @@ impl Embedded {
 
 impl Backend for Embedded {
     fn schedule(&self, job: NewJob) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
-        let NewJob {
-            id, when, payload, ..
-        } = job;
         Box::pin(async move {
-            expect_reply!(self.call(Op::Schedule { id, when, payload }).await?, Reply::Scheduled(s, at) => (s, at))
+            expect_reply!(self.call(Op::Schedule(job)).await?, Reply::Scheduled(s, at) => (s, at))
         })
     }
 
@@ -339,10 +336,6 @@ impl Backend for Embedded {
         &self,
         jobs: Vec<NewJob>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
-        let jobs = jobs
-            .into_iter()
-            .map(|j| (j.id, j.when, j.payload))
-            .collect();
         Box::pin(async move {
             expect_reply!(self.call(Op::ScheduleMany { jobs }).await?, Reply::ScheduledMany(v) => v)
         })
@@ -391,9 +384,9 @@ impl Backend for Embedded {
         })
     }
 
-    fn claim(&self, max: usize, _kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+    fn claim(&self, max: usize, kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(async move {
-            expect_reply!(self.call(Op::Claim { max }).await?, Reply::Claimed(c) => c)
+            expect_reply!(self.call(Op::Claim { max, kind }).await?, Reply::Claimed(c) => c)
         })
     }
 
@@ -495,7 +488,7 @@ impl Backend for Embedded {
         after: Option<(u64, String)>,
         limit: usize,
         payloads: bool,
-        _kind: KindFilter,
+        kind: KindFilter,
     ) -> BoxFuture<'_, Result<Vec<(u64, JobInfo)>, Error>> {
         Box::pin(async move {
             let op = Op::List {
@@ -503,6 +496,7 @@ impl Backend for Embedded {
                 after,
                 limit,
                 payloads,
+                kind,
             };
             expect_reply!(self.call(op).await?, Reply::Listed(jobs) => jobs)
         })

@@ -1,25 +1,42 @@
 //! The embedded store's record of one job: a fixed little-endian header (version, state,
-//! attempt, run_at, token, lease end or death time), the last error, then the payload. The
-//! write-ahead log (`wal.rs`) carries the same records.
+//! attempt, run_at, token, lease end or death time), the job's [`Spec`], the last error,
+//! then the payload. The write-ahead log (`wal.rs`) carries the same records.
 //!
 //! # Ground rules
 //!
 //! - A record that does not decode is [`Corrupt`]: the file is damaged or not a job store;
 //!   nothing guesses at its fields.
-//! - A change of layout bumps `VERSION` (and the store's `FORMAT` in `store/mod.rs`); the
-//!   decoder reads this version only (a store of another format is refused at open).
-//! - Layout of version 2: `version: u8, state: u8, attempt: u32, run_at: u64, token: u64,
-//!   time: u64` (the lease's end while running, the death time when dead, else 0), `error:
-//!   u16` (0: none; `n + 1`: `n` bytes of UTF-8 follow), then the payload to the end.
+//! - A change of layout bumps `VERSION` (and the store's `FORMAT` in `store/mod.rs`).
+//!   Records are written in this version only; the decoder also reads version 2, written
+//!   before kinds (by stores of format 4, and in their logs), as a job of the plain spec of
+//!   the queue opening it: such a record stays as it is until its job next changes.
+//! - Layout of version 3: `version: u8, state: u8, attempt: u32, run_at: u64, token: u64,
+//!   time: u64` (the lease's end while running, the death time when dead, else 0), the
+//!   spec (`priority: i8, kind_len: u8`, the kind's bytes, then as LEB128 varints
+//!   `max_attempts` and the durations backoff first, backoff max and lease, each `ms << 1`
+//!   when a whole number of milliseconds, else `ns << 1 | 1`, each saturated below 2^63 of
+//!   its unit: 292 years in nanoseconds), `error: u16` (0: none; `n + 1`: `n` bytes of UTF-8 follow), then
+//!   the payload to the end. Version 2 is the same without the spec.
+//! - The spec is compact (11 bytes for a plain job with the builder's defaults, against 30
+//!   for fixed-width fields): every record is copied several times per transition (the
+//!   table, the log record, its checksum).
 
+use std::borrow::Cow;
 use std::fmt;
+use std::time::Duration;
 
+use crate::core::kind::Spec;
 use crate::core::state::{Machine, Status};
 
-const VERSION: u8 = 2;
-/// The fixed fields before the error's length.
+const VERSION: u8 = 3;
+/// The version written before kinds: no spec.
+const VERSION_2: u8 = 2;
+/// The fixed fields before the spec (version 3) or the error's length (version 2).
 const FIXED: usize = 1 + 1 + 4 + 8 + 8 + 8;
-const HEADER: usize = FIXED + 2;
+/// The spec's fixed fields, before the kind's bytes.
+const SPEC: usize = 1 + 1;
+/// The longest varint of a `u64`.
+const MAX_VARINT: usize = 10;
 
 /// A stored record that cannot be decoded: the file is corrupt or not a job store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,58 +48,161 @@ impl fmt::Display for Corrupt {
     }
 }
 
-/// One job as stored: its state, its last error and its payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One job as stored: its state, its spec, its last error and its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record<'a> {
     pub(crate) job: Machine,
+    /// Borrowed from the caller (or the plain spec, for a version 2 record), owned when
+    /// decoded from a version 3 record.
+    pub(crate) spec: Cow<'a, Spec>,
     pub(crate) error: Option<&'a str>,
     pub(crate) payload: &'a [u8],
+}
+
+fn push_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// The varint at `*at`, moving `*at` past it.
+fn varint(bytes: &[u8], at: &mut usize) -> Result<u64, Corrupt> {
+    let mut v = 0u64;
+    for i in 0..MAX_VARINT {
+        let byte = *bytes.get(*at + i).ok_or(Corrupt)?;
+        let bits = u64::from(byte & 0x7f);
+        // The tenth byte holds the top bit only.
+        if i == MAX_VARINT - 1 && bits > 1 {
+            return Err(Corrupt);
+        }
+        v |= bits << (7 * i);
+        if byte & 0x80 == 0 {
+            *at += i + 1;
+            return Ok(v);
+        }
+    }
+    Err(Corrupt)
+}
+
+/// A duration as a varint's value: whole milliseconds `ms << 1`, else `ns << 1 | 1`.
+fn duration_code(d: Duration) -> u64 {
+    let nanos = d.as_nanos();
+    if nanos.is_multiple_of(1_000_000) {
+        let ms = u64::try_from(nanos / 1_000_000).unwrap_or(u64::MAX);
+        ms.min((1 << 63) - 1) << 1
+    } else {
+        let nanos = u64::try_from(nanos).unwrap_or(u64::MAX).min((1 << 63) - 1);
+        nanos << 1 | 1
+    }
+}
+
+fn duration_of(code: u64) -> Duration {
+    if code & 1 == 0 {
+        Duration::from_millis(code >> 1)
+    } else {
+        Duration::from_nanos(code >> 1)
+    }
+}
+
+/// The fixed header, as both versions write it.
+fn push_fixed(out: &mut Vec<u8>, version: u8, job: &Machine) {
+    let (state, token, time) = match job.status {
+        Status::Pending => (0u8, 0, 0),
+        Status::Running { token, until } => (1, token, until),
+        Status::Dead { at } => (2, 0, at),
+    };
+    out.push(version);
+    out.push(state);
+    out.extend_from_slice(&job.attempt.to_le_bytes());
+    out.extend_from_slice(&job.run_at.to_le_bytes());
+    out.extend_from_slice(&token.to_le_bytes());
+    out.extend_from_slice(&time.to_le_bytes());
+}
+
+/// The error's length tag and text, then the payload, as both versions write them.
+fn push_tail(out: &mut Vec<u8>, error: Option<&str>, payload: &[u8]) {
+    let text = error.unwrap_or_default();
+    // Errors are capped at 4 KiB above (`job::capped_error`); a longer one could only
+    // come from a bug, and is cut rather than stored with a wrong length.
+    let error_len = text.len().min(usize::from(u16::MAX) - 1);
+    let tag = match error {
+        None => 0,
+        Some(_) => u16::try_from(error_len + 1).expect("below u16::MAX"),
+    };
+    out.extend_from_slice(&tag.to_le_bytes());
+    out.extend_from_slice(&text.as_bytes()[..error_len]);
+    out.extend_from_slice(payload);
 }
 
 impl<'a> Record<'a> {
     /// The stored form (the current version).
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let (state, token, time) = match self.job.status {
-            Status::Pending => (0u8, 0, 0),
-            Status::Running { token, until } => (1, token, until),
-            Status::Dead { at } => (2, 0, at),
-        };
-        let error = self.error.unwrap_or_default();
-        // Errors are capped at 4 KiB above (`job::capped_error`); a longer one could only
-        // come from a bug, and is cut rather than stored with a wrong length.
-        let error_len = error.len().min(usize::from(u16::MAX) - 1);
-        let tag = match self.error {
-            None => 0,
-            Some(_) => u16::try_from(error_len + 1).expect("below u16::MAX"),
-        };
-        let mut out = Vec::with_capacity(HEADER + error_len + self.payload.len());
-        out.push(VERSION);
-        out.push(state);
-        out.extend_from_slice(&self.job.attempt.to_le_bytes());
-        out.extend_from_slice(&self.job.run_at.to_le_bytes());
-        out.extend_from_slice(&token.to_le_bytes());
-        out.extend_from_slice(&time.to_le_bytes());
-        out.extend_from_slice(&tag.to_le_bytes());
-        out.extend_from_slice(&error.as_bytes()[..error_len]);
-        out.extend_from_slice(self.payload);
+        let spec = &*self.spec;
+        // Kinds are at most `MAX_KIND_LEN` (64) bytes, checked by the front.
+        let kind_len = u8::try_from(spec.kind.len()).expect("a kind is at most 64 bytes");
+        let error_len = self.error.map_or(0, str::len);
+        let mut out = Vec::with_capacity(
+            FIXED + SPEC + spec.kind.len() + 4 * MAX_VARINT + 2 + error_len + self.payload.len(),
+        );
+        push_fixed(&mut out, VERSION, &self.job);
+        out.extend_from_slice(&spec.priority.to_le_bytes());
+        out.push(kind_len);
+        out.extend_from_slice(spec.kind.as_bytes());
+        push_varint(&mut out, u64::from(spec.max_attempts));
+        push_varint(&mut out, duration_code(spec.backoff.0));
+        push_varint(&mut out, duration_code(spec.backoff.1));
+        push_varint(&mut out, duration_code(spec.lease));
+        push_tail(&mut out, self.error, self.payload);
         out
     }
 
-    /// A record from its stored form.
-    pub(crate) fn decode(bytes: &'a [u8]) -> Result<Record<'a>, Corrupt> {
-        if bytes.first() != Some(&VERSION) || bytes.len() < HEADER {
+    /// A record from its stored form; a version 2 record (no spec) is given `plain`.
+    pub(crate) fn decode(bytes: &'a [u8], plain: &'a Spec) -> Result<Record<'a>, Corrupt> {
+        let u64_at = |at: usize| -> Result<u64, Corrupt> {
+            let field = bytes.get(at..at + 8).ok_or(Corrupt)?;
+            Ok(u64::from_le_bytes(field.try_into().expect("8 bytes")))
+        };
+        let u32_at = |at: usize| -> Result<u32, Corrupt> {
+            let field = bytes.get(at..at + 4).ok_or(Corrupt)?;
+            Ok(u32::from_le_bytes(field.try_into().expect("4 bytes")))
+        };
+        if bytes.len() < FIXED {
             return Err(Corrupt);
         }
-        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-        let attempt = u32::from_le_bytes(bytes[2..6].try_into().expect("4 bytes"));
-        let run_at = u64_at(6);
+        let (spec, tail) = match bytes[0] {
+            VERSION_2 => (Cow::Borrowed(plain), FIXED),
+            VERSION => {
+                let kind_len = usize::from(*bytes.get(FIXED + 1).ok_or(Corrupt)?);
+                let mut at = FIXED + SPEC + kind_len;
+                let kind = bytes.get(FIXED + SPEC..at).ok_or(Corrupt)?;
+                let kind = std::str::from_utf8(kind).map_err(|_| Corrupt)?;
+                let max_attempts = varint(bytes, &mut at)?;
+                let max_attempts = u32::try_from(max_attempts).map_err(|_| Corrupt)?;
+                let first = duration_of(varint(bytes, &mut at)?);
+                let max = duration_of(varint(bytes, &mut at)?);
+                let lease = duration_of(varint(bytes, &mut at)?);
+                let spec = Spec {
+                    kind: kind.to_owned(),
+                    priority: i8::from_le_bytes([bytes[FIXED]]),
+                    max_attempts,
+                    backoff: (first, max),
+                    lease,
+                };
+                (Cow::Owned(spec), at)
+            }
+            _ => return Err(Corrupt),
+        };
+        let attempt = u32_at(2)?;
+        let run_at = u64_at(6)?;
         let status = match bytes[1] {
             0 => Status::Pending,
             1 => Status::Running {
-                token: u64_at(14),
-                until: u64_at(22),
+                token: u64_at(14)?,
+                until: u64_at(22)?,
             },
-            2 => Status::Dead { at: u64_at(22) },
+            2 => Status::Dead { at: u64_at(22)? },
             _ => return Err(Corrupt),
         };
         let job = Machine {
@@ -90,17 +210,20 @@ impl<'a> Record<'a> {
             attempt,
             status,
         };
-        let tag = u16::from_le_bytes(bytes[FIXED..HEADER].try_into().expect("2 bytes"));
+        let tag = bytes.get(tail..tail + 2).ok_or(Corrupt)?;
+        let tag = u16::from_le_bytes(tag.try_into().expect("2 bytes"));
+        let body = tail + 2;
         let (error, payload) = match usize::from(tag).checked_sub(1) {
-            None => (None, &bytes[HEADER..]),
+            None => (None, &bytes[body..]),
             Some(len) => {
-                let error = bytes.get(HEADER..HEADER + len).ok_or(Corrupt)?;
+                let error = bytes.get(body..body + len).ok_or(Corrupt)?;
                 let error = std::str::from_utf8(error).map_err(|_| Corrupt)?;
-                (Some(error), &bytes[HEADER + len..])
+                (Some(error), &bytes[body + len..])
             }
         };
         Ok(Record {
             job,
+            spec,
             error,
             payload,
         })
@@ -108,9 +231,28 @@ impl<'a> Record<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A record as version 2 (before kinds) wrote it, byte for byte: what a store of
+    /// format 4 and its log hold.
+    pub(crate) fn encode_v2(job: &Machine, error: Option<&str>, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        push_fixed(&mut out, VERSION_2, job);
+        push_tail(&mut out, error, payload);
+        out
+    }
+
+    pub(crate) fn plain() -> Spec {
+        Spec {
+            kind: String::new(),
+            priority: 0,
+            max_attempts: 25,
+            backoff: (Duration::from_secs(1), Duration::from_secs(60)),
+            lease: Duration::from_secs(30),
+        }
+    }
 
     fn job() -> impl Strategy<Value = Machine> {
         let status = prop_oneof![
@@ -126,40 +268,171 @@ mod tests {
         })
     }
 
+    /// Durations the layout keeps exactly: whole milliseconds (any number a `u64` holds
+    /// shifted by one), or nanoseconds below 2^63.
+    fn duration() -> impl Strategy<Value = Duration> {
+        prop_oneof![
+            (0..u64::MAX >> 1).prop_map(Duration::from_millis),
+            (0..1u64 << 63).prop_map(Duration::from_nanos),
+            (0..100_000u64).prop_map(Duration::from_millis),
+        ]
+    }
+
+    fn spec() -> impl Strategy<Value = Spec> {
+        (
+            "[a-z.é]{0,21}",
+            any::<i8>(),
+            any::<u32>(),
+            duration(),
+            duration(),
+            duration(),
+        )
+            .prop_map(|(kind, priority, max_attempts, first, max, lease)| Spec {
+                kind,
+                priority,
+                max_attempts,
+                backoff: (first, max),
+                lease,
+            })
+    }
+
     proptest! {
         #[test]
         fn every_record_round_trips(
             job in job(),
+            spec in spec(),
             error in proptest::option::of(".{0,40}"),
             payload in proptest::collection::vec(any::<u8>(), 0..40),
         ) {
-            let record = Record { job, error: error.as_deref(), payload: &payload };
+            let record = Record {
+                job,
+                spec: Cow::Owned(spec),
+                error: error.as_deref(),
+                payload: &payload,
+            };
             let encoded = record.encode();
-            prop_assert_eq!(Record::decode(&encoded), Ok(record));
+            let plain = plain();
+            prop_assert_eq!(Record::decode(&encoded, &plain), Ok(record));
         }
+
+        /// A record written before kinds reads as the job it was, with the plain spec.
+        #[test]
+        fn a_version_2_record_reads_with_the_plain_spec(
+            job in job(),
+            error in proptest::option::of(".{0,40}"),
+            payload in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let plain = plain();
+            let old = encode_v2(&job, error.as_deref(), &payload);
+            let read = Record::decode(&old, &plain);
+            let expect = Record {
+                job,
+                spec: Cow::Borrowed(&plain),
+                error: error.as_deref(),
+                payload: &payload,
+            };
+            prop_assert_eq!(read, Ok(expect));
+        }
+    }
+
+    /// The version 2 layout, spelled out: what the code before kinds wrote for a pending
+    /// job at attempt 1 with an error.
+    #[test]
+    fn version_2_bytes_are_those_the_old_code_wrote() {
+        let job = Machine {
+            run_at: 7,
+            attempt: 1,
+            status: Status::Pending,
+        };
+        let mut expect = vec![2u8, 0];
+        expect.extend_from_slice(&1u32.to_le_bytes());
+        expect.extend_from_slice(&7u64.to_le_bytes());
+        expect.extend_from_slice(&[0; 16]);
+        expect.extend_from_slice(&3u16.to_le_bytes());
+        expect.extend_from_slice(b"ohpay");
+        assert_eq!(encode_v2(&job, Some("oh"), b"pay"), expect);
+        let plain = plain();
+        let read = Record::decode(&expect, &plain).unwrap();
+        assert_eq!((read.error, read.payload), (Some("oh"), &b"pay"[..]));
+        assert_eq!(*read.spec, plain);
+    }
+
+    #[test]
+    fn durations_keep_their_size_or_saturate() {
+        for (d, bytes) in [
+            (Duration::ZERO, 1),
+            (Duration::from_secs(1), 2),
+            (Duration::from_secs(30), 3),
+            (Duration::from_nanos(1), 1),
+            (Duration::MAX, MAX_VARINT),
+        ] {
+            let mut out = Vec::new();
+            push_varint(&mut out, duration_code(d));
+            assert_eq!(out.len(), bytes, "{d:?}");
+            let mut at = 0;
+            let back = duration_of(varint(&out, &mut at).unwrap());
+            assert_eq!(at, bytes);
+            if d == Duration::MAX {
+                assert_eq!(back, Duration::from_nanos((1 << 63) - 1), "saturated");
+            } else {
+                assert_eq!(back, d);
+            }
+        }
+        let code = |d| {
+            let mut out = Vec::new();
+            push_varint(&mut out, duration_code(d));
+            duration_of(varint(&out, &mut 0).unwrap())
+        };
+        let longest = Duration::from_millis((1 << 63) - 1);
+        assert_eq!(code(longest), longest, "whole ms keep");
+        assert_eq!(code(Duration::from_secs(u64::MAX)), longest, "saturated");
     }
 
     #[test]
     fn decode_rejects_garbage() {
-        assert_eq!(Record::decode(&[]), Err(Corrupt));
-        assert_eq!(Record::decode(&[9; 40]), Err(Corrupt));
+        let plain = plain();
+        assert_eq!(Record::decode(&[], &plain), Err(Corrupt));
+        assert_eq!(Record::decode(&[9; 40], &plain), Err(Corrupt));
+        let kind = Spec {
+            kind: "mail".into(),
+            ..plain.clone()
+        };
         let record = |error| Record {
             job: Machine::new(1),
+            spec: Cow::Borrowed(&kind),
             error,
             payload: b"",
         };
+        // Kind "mail", then 25, 1 s, 60 s and 30 s as varints: 1, 2, 3 and 3 bytes.
+        let header = FIXED + SPEC + 4 + 9 + 2;
+        assert_eq!(record(None).encode().len(), header);
         let mut bad_state = record(None).encode();
         bad_state[1] = 3;
-        assert_eq!(Record::decode(&bad_state), Err(Corrupt));
+        assert_eq!(Record::decode(&bad_state, &plain), Err(Corrupt));
         let mut short_error = record(Some("boom")).encode();
         short_error.pop();
-        assert_eq!(Record::decode(&short_error), Err(Corrupt));
+        assert_eq!(Record::decode(&short_error, &plain), Err(Corrupt));
         let mut not_utf8 = record(Some("é")).encode();
-        not_utf8[HEADER] = 0xff;
-        assert_eq!(Record::decode(&not_utf8), Err(Corrupt));
-        assert_eq!(
-            Record::decode(&record(None).encode()[..HEADER - 1]),
-            Err(Corrupt)
-        );
+        not_utf8[header] = 0xff;
+        assert_eq!(Record::decode(&not_utf8, &plain), Err(Corrupt));
+        let mut bad_kind = record(None).encode();
+        bad_kind[FIXED + SPEC] = 0xff;
+        assert_eq!(Record::decode(&bad_kind, &plain), Err(Corrupt));
+        let encoded = record(None).encode();
+        let mut long_varint = record(None).encode();
+        long_varint[FIXED + SPEC + 4] = 0xff; // max_attempts: a varint that never ends
+        for byte in &mut long_varint[FIXED + SPEC + 5..] {
+            *byte = 0xff;
+        }
+        assert_eq!(Record::decode(&long_varint, &plain), Err(Corrupt));
+        for cut in [header - 1, FIXED + SPEC + 2, FIXED + SPEC + 5, FIXED + 3] {
+            assert_eq!(
+                Record::decode(&encoded[..cut], &plain),
+                Err(Corrupt),
+                "{cut}"
+            );
+        }
+        let old = encode_v2(&Machine::new(1), None, b"");
+        assert_eq!(Record::decode(&old[..FIXED + 1], &plain), Err(Corrupt));
     }
 }

@@ -1,25 +1,38 @@
-//! The claim: the first `max` keys of `due` and `running` up to now, each job leased by
-//! [`Machine::claim`](crate::core::state::Machine::claim) (or killed, out of attempts), a series' head
-//! moving its series on its first claim (`series.rs`).
+//! The claim, for one kind or all: the expired leases of the claimed kinds, then their due
+//! pending jobs by priority (highest first), run_at, then id, up to `max` in all; each job
+//! leased for its own lease by [`Machine::claim`](crate::core::state::Machine::claim) (or
+//! killed, out of its own attempts), a series' head moving its series on its first claim
+//! (`series.rs`).
+//!
+//! # Ground rules
+//!
+//! - A claim reads only keys of the claimed kinds (`index.rs`): one range of running keys
+//!   per kind with leases, then the pending levels highest first, the kinds of one level
+//!   merged by run_at, until `max` keys are taken; per claim O(groups + taken). Jobs of
+//!   other kinds are not read, leased, killed or counted in `next_due`.
+//! - Expired leases come first, in (kind, lease end, id) order; the contract leaves their
+//!   order among themselves open.
 
-use redb::ReadableTable;
-
+use super::counts::Counters;
+use super::index::{self, Position};
 use super::series::{self, FirstClaim};
-use super::tables::{storage, Tables};
+use super::tables::Tables;
 use super::Store;
 use crate::backend::{ClaimBatch, Claimed};
 use crate::core::error::Error;
 use crate::core::job::add;
-use crate::core::state::{Claim, Status, Tally};
+use crate::core::state::{Claim, Status};
 
 impl Store {
-    /// Leases up to `max` due jobs; whether anything changed (a job delivered or killed).
+    /// Leases up to `max` due jobs of `kind` (every kind for `None`); whether anything
+    /// changed (a job delivered or killed).
     pub(super) fn claim(
         &mut self,
         t: &mut Tables<'_>,
-        counts: &mut Tally,
+        counts: &mut Counters,
         now: u64,
         max: usize,
+        kind: Option<&str>,
     ) -> Result<(ClaimBatch, bool), Error> {
         if t.paused {
             // Nothing is due until a resume, which wakes the consumers itself.
@@ -31,25 +44,8 @@ impl Store {
             };
             return Ok((batch, false));
         }
-        // The first `max` keys up to now of pending run_ats and lease ends together.
-        let due: Vec<(u64, String)> = {
-            let mut due = Vec::new();
-            for index in [&t.due, &t.running] {
-                let range = index
-                    .range(..(now.saturating_add(1), ""))
-                    .map_err(storage)?;
-                for entry in range.take(max) {
-                    let (key, _) = entry.map_err(storage)?;
-                    let (at, id) = key.value();
-                    due.push((at, id.to_owned()));
-                }
-            }
-            due.sort_unstable();
-            due.truncate(max);
-            due
-        };
+        let due = due_keys(t, now, max, kind)?;
         let changed = !due.is_empty();
-        let until = add(now, self.lease);
         let mut jobs = Vec::with_capacity(due.len());
         let mut died = 0;
         for (at, mut id) in due {
@@ -62,7 +58,7 @@ impl Store {
             let before = stored.job;
             let first = before.attempt == 0 && before.status == Status::Pending;
             if first && id.contains('@') {
-                match series::on_first_claim(t, counts, &mut self.rules, now, &id, before)? {
+                match series::on_first_claim(t, counts, &mut self.rules, now, &id, &stored)? {
                     FirstClaim::Deliver => {}
                     FirstClaim::Skip => continue,
                     FirstClaim::Instead(instead) => {
@@ -75,7 +71,8 @@ impl Store {
             }
             let mut job = stored.job;
             let token = self.token();
-            let outcome = job.claim(now, until, token, self.max_attempts);
+            let until = add(now, stored.spec.lease);
+            let outcome = job.claim(now, until, token, stored.spec.max_attempts);
             if outcome == Claim::NotDue {
                 return Err(Error::storage(format!(
                     "due index disagrees with job {id:?}"
@@ -85,7 +82,7 @@ impl Store {
             if let Some(error) = stored.job.claim_error() {
                 record.error = Some(error);
             }
-            t.set(counts, &id, Some(stored.job), Some(record))?;
+            t.set(counts, &id, Some(&stored), Some(record))?;
             died += u64::from(outcome == Claim::Died);
             if outcome == Claim::Deliver {
                 jobs.push(Claimed {
@@ -94,18 +91,11 @@ impl Store {
                     attempt: job.attempt,
                     run_at: job.run_at,
                     token,
-                    spec: self.plain.clone(),
+                    spec: stored.spec,
                 });
             }
         }
-        let mut next_due = None;
-        for index in [&t.due, &t.running] {
-            let first = index
-                .first()
-                .map_err(storage)?
-                .map(|(key, _)| key.value().0);
-            next_due = next_due.into_iter().chain(first).min();
-        }
+        let next_due = next_due(t, kind)?;
         Ok((
             ClaimBatch {
                 jobs,
@@ -116,4 +106,51 @@ impl Store {
             changed,
         ))
     }
+}
+
+/// The keys a claim takes at `now`: up to `max` expired leases and due pending jobs of
+/// `kind` (every kind for `None`), in the order they are claimed.
+fn due_keys(
+    t: &Tables<'_>,
+    now: u64,
+    max: usize,
+    kind: Option<&str>,
+) -> Result<Vec<Position>, Error> {
+    let mut due = Vec::new();
+    for (k, first) in index::lease_kinds(t, kind)? {
+        if due.len() == max {
+            return Ok(due);
+        }
+        if first <= now {
+            let stream = index::lease_range(t, &k, None, now)?;
+            due.extend(index::merge(vec![stream], max - due.len())?);
+        }
+    }
+    // Levels in key order are (kind, level); a claim reads them level first, each level's
+    // kinds merged by run_at.
+    let mut levels = index::levels(t, kind)?;
+    levels.retain(|l| l.first <= now);
+    levels.sort_by_key(|l| l.level);
+    for group in levels.chunk_by(|a, b| a.level == b.level) {
+        if due.len() == max {
+            break;
+        }
+        let streams = group
+            .iter()
+            .map(|l| index::due_range(t, &l.kind, l.level, None, now))
+            .collect::<Result<_, _>>()?;
+        due.extend(index::merge(streams, max - due.len())?);
+    }
+    Ok(due)
+}
+
+/// The first due key (pending run_at or lease end) of `kind` (every kind for `None`).
+fn next_due(t: &Tables<'_>, kind: Option<&str>) -> Result<Option<u64>, Error> {
+    let leases = index::lease_kinds(t, kind)?;
+    let levels = index::levels(t, kind)?;
+    Ok(leases
+        .iter()
+        .map(|(_, first)| *first)
+        .chain(levels.iter().map(|l| l.first))
+        .min())
 }

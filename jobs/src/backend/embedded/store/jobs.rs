@@ -2,16 +2,20 @@
 //! (`core/state/mod.rs`), what it writes through [`Tables::set`], and its reply with whether it
 //! changed anything. The claim is in `claim.rs`, the series' operations in `series.rs`.
 
+use std::borrow::Cow;
+
 use redb::ReadableTable;
 
+use super::counts::Counters;
+use super::index::{self, Position};
 use super::reply::Reply;
 use super::tables::{state, storage, Tables};
 use crate::backend::embedded::record::Record;
-use crate::backend::Import;
+use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
-use crate::core::job::{self, add, JobInfo, JobState, Scheduled, When};
+use crate::core::job::{add, JobInfo, JobState, Scheduled, When};
 use crate::core::kind::Spec;
-use crate::core::state::{Machine, Retry, Status, Tally};
+use crate::core::state::{Machine, Retry, Status};
 
 /// What an operation answers, and whether it changed anything (an unchanged batch is
 /// aborted: it costs no commit and no fsync).
@@ -20,11 +24,12 @@ pub(super) type Outcome = Result<(Reply, bool), Error>;
 /// Creates the job unless its id exists.
 pub(super) fn schedule(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     now: u64,
     id: &str,
     when: When,
     payload: &[u8],
+    spec: &Spec,
 ) -> Result<(Scheduled, u64), Error> {
     if let Some(stored) = t.load(id)? {
         return Ok((Scheduled::Exists, stored.job.run_at));
@@ -32,6 +37,7 @@ pub(super) fn schedule(
     let job = Machine::new(when.resolve(now));
     let record = Record {
         job,
+        spec: Cow::Borrowed(spec),
         error: None,
         payload,
     };
@@ -41,13 +47,11 @@ pub(super) fn schedule(
 
 pub(super) fn schedule_one(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     now: u64,
-    id: &str,
-    when: When,
-    payload: &[u8],
+    job: &NewJob,
 ) -> Outcome {
-    let (outcome, run_at) = schedule(t, counts, now, id, when, payload)?;
+    let (outcome, run_at) = schedule(t, counts, now, &job.id, job.when, &job.payload, &job.spec)?;
     Ok((
         Reply::Scheduled(outcome, run_at),
         outcome == Scheduled::Created,
@@ -56,13 +60,21 @@ pub(super) fn schedule_one(
 
 pub(super) fn schedule_many(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     now: u64,
-    jobs: Vec<(String, When, Vec<u8>)>,
+    jobs: &[NewJob],
 ) -> Outcome {
     let mut outcomes = Vec::with_capacity(jobs.len());
-    for (id, when, payload) in jobs {
-        outcomes.push(schedule(t, counts, now, &id, when, &payload)?);
+    for job in jobs {
+        outcomes.push(schedule(
+            t,
+            counts,
+            now,
+            &job.id,
+            job.when,
+            &job.payload,
+            &job.spec,
+        )?);
     }
     let changed = outcomes.iter().any(|(o, _)| *o == Scheduled::Created);
     Ok((Reply::ScheduledMany(outcomes), changed))
@@ -70,7 +82,7 @@ pub(super) fn schedule_many(
 
 /// Writes each job as given unless its id exists: pending at its `run_at`, or dead since
 /// its `died_at`, its attempts and last error kept (a copy from another queue).
-pub(super) fn import(t: &mut Tables<'_>, counts: &mut Tally, jobs: Vec<Import>) -> Outcome {
+pub(super) fn import(t: &mut Tables<'_>, counts: &mut Counters, jobs: Vec<Import>) -> Outcome {
     let mut written = Vec::with_capacity(jobs.len());
     for job in &jobs {
         if t.load(&job.id)?.is_some() {
@@ -87,6 +99,7 @@ pub(super) fn import(t: &mut Tables<'_>, counts: &mut Tally, jobs: Vec<Import>) 
                 attempt: job.attempt,
                 status,
             },
+            spec: Cow::Borrowed(&job.spec),
             error: job.last_error.as_deref(),
             payload: &job.payload,
         };
@@ -98,10 +111,10 @@ pub(super) fn import(t: &mut Tables<'_>, counts: &mut Tally, jobs: Vec<Import>) 
 }
 
 /// Removes a pending job, but the pending occurrence of a series (it would have none).
-pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Tally, id: &str) -> Outcome {
+pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Counters, id: &str) -> Outcome {
     match t.load(id)? {
         Some(stored) if stored.job.cancel() && !super::series::is_head(t, id)? => {
-            t.set(counts, id, Some(stored.job), None)?;
+            t.set(counts, id, Some(&stored), None)?;
             Ok((Reply::Bool(true), true))
         }
         _ => Ok((Reply::Bool(false), false)),
@@ -112,7 +125,7 @@ pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Tally, id: &str) -> Outcom
 /// series').
 pub(super) fn reschedule(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     now: u64,
     id: &str,
     when: When,
@@ -121,7 +134,7 @@ pub(super) fn reschedule(
         Some(stored) if !super::series::is_head(t, id)? => {
             let mut job = stored.job;
             if job.reschedule(when.resolve(now)) {
-                t.set(counts, id, Some(stored.job), Some(stored.with(job)))?;
+                t.set(counts, id, Some(&stored), Some(stored.with(job)))?;
                 Ok((Reply::Moved(Some(job.run_at)), true))
             } else {
                 Ok((Reply::Moved(None), false))
@@ -131,28 +144,27 @@ pub(super) fn reschedule(
     }
 }
 
-pub(super) fn get(t: &Tables<'_>, id: String, plain: &Spec) -> Outcome {
-    let info = t.load(&id)?.map(|stored| stored.info(id, plain.clone()));
+pub(super) fn get(t: &Tables<'_>, id: String) -> Outcome {
+    let info = t.load(&id)?.map(|stored| stored.info(id));
     Ok((Reply::Info(info), false))
 }
 
-pub(super) fn ack(t: &mut Tables<'_>, counts: &mut Tally, id: &str, token: u64) -> Outcome {
+pub(super) fn ack(t: &mut Tables<'_>, counts: &mut Counters, id: &str, token: u64) -> Outcome {
     match t.load(id)? {
         Some(stored) if stored.job.ack(token) => {
-            t.set(counts, id, Some(stored.job), None)?;
+            t.set(counts, id, Some(&stored), None)?;
             Ok((Reply::Bool(true), true))
         }
         _ => Ok((Reply::Bool(false), false)),
     }
 }
 
-/// A retry, or with an `error` a failure (the job's last error is then replaced).
-#[allow(clippy::too_many_arguments)] // the operation's own arguments, each named once here
+/// A retry, or with an `error` a failure (the job's last error is then replaced); the job
+/// dies if that was the last of its own `max_attempts`.
 pub(super) fn retry(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     now: u64,
-    max_attempts: u32,
     id: &str,
     token: u64,
     after: std::time::Duration,
@@ -163,20 +175,20 @@ pub(super) fn retry(
         return Ok((Reply::Retried(Retry::Stale, run_at), false));
     };
     let mut job = stored.job;
-    let outcome = job.retry(token, now, run_at, max_attempts);
+    let outcome = job.retry(token, now, run_at, stored.spec.max_attempts);
     if outcome != Retry::Stale {
         let mut record = stored.with(job);
         if error.is_some() {
             record.error = error.as_deref();
         }
-        t.set(counts, id, Some(stored.job), Some(record))?;
+        t.set(counts, id, Some(&stored), Some(record))?;
     }
     Ok((Reply::Retried(outcome, run_at), outcome != Retry::Stale))
 }
 
 pub(super) fn extend(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     now: u64,
     id: &str,
     token: u64,
@@ -188,15 +200,15 @@ pub(super) fn extend(
     let mut job = stored.job;
     let extended = job.extend(token, add(now, by));
     if extended {
-        t.set(counts, id, Some(stored.job), Some(stored.with(job)))?;
+        t.set(counts, id, Some(&stored), Some(stored.with(job)))?;
     }
     Ok((Reply::Bool(extended), extended))
 }
 
-pub(super) fn remove_dead(t: &mut Tables<'_>, counts: &mut Tally, id: &str) -> Outcome {
+pub(super) fn remove_dead(t: &mut Tables<'_>, counts: &mut Counters, id: &str) -> Outcome {
     match t.load(id)? {
         Some(stored) if matches!(stored.job.status, Status::Dead { .. }) => {
-            t.set(counts, id, Some(stored.job), None)?;
+            t.set(counts, id, Some(&stored), None)?;
             Ok((Reply::Bool(true), true))
         }
         _ => Ok((Reply::Bool(false), false)),
@@ -204,7 +216,7 @@ pub(super) fn remove_dead(t: &mut Tables<'_>, counts: &mut Tally, id: &str) -> O
 }
 
 /// Deletes up to `limit` dead jobs, oldest deaths first.
-pub(super) fn purge_dead(t: &mut Tables<'_>, counts: &mut Tally, limit: usize) -> Outcome {
+pub(super) fn purge_dead(t: &mut Tables<'_>, counts: &mut Counters, limit: usize) -> Outcome {
     let mut keys = Vec::new();
     for entry in t.died.iter().map_err(storage)?.take(limit) {
         let (key, _) = entry.map_err(storage)?;
@@ -213,7 +225,7 @@ pub(super) fn purge_dead(t: &mut Tables<'_>, counts: &mut Tally, limit: usize) -
     }
     for (at, id) in &keys {
         if let Some(stored) = t.load(id)? {
-            t.set(counts, id, Some(stored.job), None)?;
+            t.set(counts, id, Some(&stored), None)?;
         } else {
             t.died.remove((*at, id.as_str())).map_err(storage)?;
         }
@@ -224,7 +236,7 @@ pub(super) fn purge_dead(t: &mut Tables<'_>, counts: &mut Tally, limit: usize) -
 /// Makes a dead job pending again.
 pub(super) fn revive(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     now: u64,
     id: &str,
     when: When,
@@ -234,7 +246,7 @@ pub(super) fn revive(
     };
     let mut job = stored.job;
     if job.revive(when.resolve(now)) {
-        t.set(counts, id, Some(stored.job), Some(stored.with(job)))?;
+        t.set(counts, id, Some(&stored), Some(stored.with(job)))?;
         Ok((Reply::Moved(Some(job.run_at)), true))
     } else {
         Ok((Reply::Moved(None), false))
@@ -244,7 +256,7 @@ pub(super) fn revive(
 /// Makes up to `limit` dead jobs pending again, oldest deaths first.
 pub(super) fn revive_dead(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     now: u64,
     limit: usize,
     when: When,
@@ -264,7 +276,7 @@ pub(super) fn revive_dead(
         };
         let mut job = stored.job;
         if job.revive(run_at) {
-            t.set(counts, id, Some(stored.job), Some(stored.with(job)))?;
+            t.set(counts, id, Some(&stored), Some(stored.with(job)))?;
             revived += 1;
         }
     }
@@ -282,52 +294,67 @@ pub(super) fn pause(t: &mut Tables<'_>, paused: bool) -> Outcome {
     Ok((Reply::Bool(changed), changed))
 }
 
-/// The per-state counts, the paused flag and the next pending job's due time (the first
-/// key of `due`).
-pub(super) fn counts(t: &Tables<'_>, counts: &Tally) -> Outcome {
-    let next_due = t
-        .due
-        .first()
-        .map_err(storage)?
-        .map(|(key, _)| key.value().0);
-    let (p, r, d) = (counts.pending, counts.running, counts.dead);
-    let c = job::Counts::new(p, r, d, t.paused, next_due);
-    Ok((Reply::Counts(c), false))
+/// The per-state and per-kind counts, the paused flag and the next pending job's due time
+/// (the earliest first key of `due`'s levels).
+pub(super) fn counts(t: &Tables<'_>, counts: &Counters) -> Outcome {
+    let next_due = index::levels(t, None)?.iter().map(|l| l.first).min();
+    Ok((Reply::Counts(counts.snapshot(t.paused, next_due)), false))
 }
 
-/// Up to `limit` jobs in `state` after the position `after`, each with its position: a range
-/// of the state's table, pending by `(run_at, id)`, running by `(lease end, id)`, dead by
-/// `(death time, id)` descending.
+/// Up to `limit` jobs in `state` (of kind `kind` only, if given) after the position `after`,
+/// each with its position: pending by `(run_at, id)` and running by `(lease end, id)`, each
+/// a merge of its kinds' (and levels') ranges, only `kind`'s read for a kind; dead by
+/// `(death time, id)` descending, a range of `died` that reads past other kinds' jobs.
 pub(super) fn list(
     t: &Tables<'_>,
     wanted: JobState,
     after: Option<(u64, String)>,
     limit: usize,
     payloads: bool,
-    plain: &Spec,
+    kind: Option<&str>,
 ) -> Outcome {
     use std::ops::Bound::{Excluded, Unbounded};
     let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
-    let start = after.map_or(Unbounded, Excluded);
-    let keys: Box<dyn Iterator<Item = _>> = match wanted {
-        JobState::Pending => Box::new(t.due.range((start, Unbounded)).map_err(storage)?),
-        JobState::Running => Box::new(t.running.range((start, Unbounded)).map_err(storage)?),
-        JobState::Dead => Box::new(t.died.range((Unbounded, start)).map_err(storage)?.rev()),
+    let keys: Box<dyn Iterator<Item = Result<Position, Error>>> = match wanted {
+        JobState::Pending => {
+            let levels = index::levels(t, kind)?;
+            let streams = levels
+                .iter()
+                .map(|l| index::due_range(t, &l.kind, l.level, after, u64::MAX))
+                .collect::<Result<_, _>>()?;
+            Box::new(index::merge(streams, limit)?.into_iter().map(Ok))
+        }
+        JobState::Running => {
+            let kinds = index::lease_kinds(t, kind)?;
+            let streams = kinds
+                .iter()
+                .map(|(k, _)| index::lease_range(t, k, after, u64::MAX))
+                .collect::<Result<_, _>>()?;
+            Box::new(index::merge(streams, limit)?.into_iter().map(Ok))
+        }
+        JobState::Dead => {
+            let start = after.map_or(Unbounded, Excluded);
+            let range = t.died.range((Unbounded, start)).map_err(storage)?.rev();
+            Box::new(range.map(|entry| {
+                let (key, _) = entry.map_err(storage)?;
+                let (at, id) = key.value();
+                Ok((at, id.to_owned()))
+            }))
+        }
     };
     let mut out: Vec<(u64, JobInfo)> = Vec::with_capacity(limit.min(1024));
     for entry in keys {
         if out.len() == limit {
             break;
         }
-        let (key, _) = entry.map_err(storage)?;
-        let (at, id) = key.value();
-        let Some(stored) = t.load_with(id, payloads)? else {
+        let (at, id) = entry?;
+        let Some(stored) = t.load_with(&id, payloads)? else {
             return Err(Error::storage(format!(
                 "an index names a missing job {id:?}"
             )));
         };
-        if state(stored.job.status) == wanted {
-            out.push((at, stored.info(id.to_owned(), plain.clone())));
+        if state(stored.job.status) == wanted && kind.is_none_or(|k| k == stored.spec.kind) {
+            out.push((at, stored.info(id)));
         }
     }
     Ok((Reply::Listed(out), false))

@@ -2,16 +2,23 @@
 //!
 //! # Ground rules
 //!
-//! - Seven tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header, the last error and the
-//!   payload, `record.rs`), `due` ((run_at, id) → (): the pending jobs' keys of due work,
-//!   `core/state/mod.rs`), `running` ((lease end, id) → (): the running jobs' keys, so it is the lease
-//!   table), `died` ((death time, id) → (): the dead jobs, to list them newest first and
-//!   purge them without a scan), `series` (name → a recurring series' record,
-//!   `store/series.rs`), `meta` (format version, the per-state [`Tally`], the paused flag, the
-//!   log's epoch and owner number). A claim reads `due` and `running` up to "now" and takes
-//!   the first keys of both, so what is due and which leases ended are one ordered read,
-//!   and a job moving between them costs the one remove and one insert a single index
-//!   would; each state's list is a plain range of its own table.
+//! - Ten tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header,
+//!   the job's spec, the last error and the payload, `record.rs`); the pending jobs' keys in
+//!   `due` ((run_at, id) → (): the plain group, kind `""` and priority 0) and `due_by_kind`
+//!   ((kind, level, run_at, id) → (): every other group, `level` being the priority
+//!   reversed so a kind's levels read highest priority first, `tables::level`); the running
+//!   jobs' keys, so the lease table, in `running` ((lease end, id) → (): kind `""`) and
+//!   `running_by_kind` ((kind, lease end, id) → (): the other kinds); `died` ((death time,
+//!   id) → (): the dead jobs, to list them newest first and purge them without a scan),
+//!   `series` (name → a recurring series' record, `store/series.rs`), `kinds` (kind → its
+//!   pending, running and dead counts, `store/counts.rs`), `meta` (format version, the
+//!   per-state [`Tally`], the paused flag, the log's epoch and owner number).
+//! - A claim for kind k reads only k's keys: its expired leases (one range), then its
+//!   levels highest first, each a range of due keys up to "now"; a claim of every kind
+//!   finds the groups in use by skipping from one to the next (`index.rs`) and merges the
+//!   kinds of one level by run_at. A job moving between states costs the one remove and
+//!   one insert it did before kinds, and a plain job's keys are those it had then (the
+//!   plain group keeps format 4's tables, so its keys compare no kind).
 //! - Only the writer thread (`mod.rs`) calls [`Store::apply`]; a batch is one redb write
 //!   transaction. With a write-ahead log (`wal.rs`, always on a file store) a batch that
 //!   changed something is committed without fsync and its changes appended to the log,
@@ -25,14 +32,18 @@
 //!   a durable commit. A batch that changed nothing is aborted: reads and empty claims
 //!   cost no fsync.
 //! - Opening replays the log's records of the current epoch (bounded by `WAL_LIMIT`), then
-//!   checkpoints. A failure to write the log, or a commit failing after its record was
+//!   checkpoints. A store of format 4 (before kinds) is upgraded in that same transaction:
+//!   its `due` and `running` are already the plain group's tables, its totals become kind
+//!   `""`'s counts (`upgrade.rs`); its records (and its log's) stay version 2 and read as
+//!   jobs of the plain spec. A failure to write the log, or a commit failing after its record was
 //!   written, leaves memory and disk disagreeing: the store is then [`broken`](Store::broken)
 //!   and the writer thread stops.
-//! - Every read of an index is a bounded range (`take(max)`, `first()`, a page): no
-//!   operation walks the whole queue, and opening reads only `meta`.
+//! - Every read of an index is a bounded range (`take(max)`, a first key, a page): no
+//!   operation walks the whole queue, and opening reads only `meta` and `kinds`. A list of
+//!   one kind's dead jobs is the exception: it reads past dead jobs of other kinds.
 //! - A transition always goes through [`Machine`](crate::core::state::Machine); the store only keeps the indexes and the
 //!   counts in step with it (`Tables::set` in `store/tables.rs`, the one writer of `jobs`,
-//!   `due`, `running`, `died` and the counts).
+//!   the indexes and the counts).
 //! - Each operation is one function (`store/jobs.rs`, `store/claim.rs`, `store/series.rs`),
 //!   dispatched from its [`Op`] in `store/op.rs`; this file holds the transaction, the log
 //!   and the checkpoints around them.
@@ -50,21 +61,26 @@ use crate::core::kind::Spec;
 use crate::core::state::{self, Tally};
 
 mod claim;
+mod counts;
+mod index;
 mod jobs;
 mod op;
 mod reply;
 mod series;
 mod tables;
+mod upgrade;
 
 use crate::core::series::Rules;
+use counts::{Counters, KINDS};
 pub(crate) use op::Op;
 pub(crate) use reply::Reply;
 use tables::{storage, Tables, META};
 
 /// The layout of the tables, the job records (`record.rs`) and the log (`wal.rs`). A store
-/// of another format is refused at open, naming the format found: nothing is converted.
-/// (4 is the first published format; the numbers before it were never released.)
-const FORMAT: u64 = 4;
+/// of format 4 (before kinds) is upgraded at open (`upgrade.rs`); one of any other format
+/// is refused, naming the format found. (4 is the first published format; the numbers
+/// before it were never released.)
+const FORMAT: u64 = 5;
 
 /// The longest the write-ahead log grows before a checkpoint: bounds replay at open. A
 /// review measured 0.72–1.2 s for the first open of a 10M-job store after `kill -9` with
@@ -87,11 +103,9 @@ pub(crate) struct Store {
     /// `CHECKPOINT_EVERY`, but the model test checkpoints at will.
     checkpoint_every: Duration,
     broken: bool,
-    counts: Tally,
+    counts: Counters,
     /// Whether claims are stopped (`meta.paused`), as of the last commit.
     paused: bool,
-    lease: Duration,
-    max_attempts: u32,
     /// The spec of a job scheduled without options.
     plain: Spec,
     quick_repair: bool,
@@ -107,40 +121,60 @@ fn now() -> u64 {
 // ===== impl Store =====
 
 impl Store {
-    /// Creates the tables if missing, reads the counts, replays the log's records of the
-    /// current epoch and checkpoints; reads no other job.
+    /// Creates the tables if missing (upgrading a format 4 store first), reads the counts,
+    /// replays the log's records of the current epoch and checkpoints; reads no other job.
     pub(crate) fn open(
         db: Database,
         config: &Config,
         mut wal: Option<Wal>,
     ) -> Result<Store, Error> {
+        let plain = config.defaults().plain().clone();
         let mut txn = db.begin_write().map_err(storage)?;
         txn.set_quick_repair(config.quick_repair);
+        let found = txn
+            .open_table(META)
+            .map_err(storage)?
+            .get("format")
+            .map_err(storage)?
+            .map(|v| v.value());
+        match found {
+            Some(FORMAT) => {}
+            Some(upgrade::FROM) => {}
+            None if txn
+                .open_table(tables::JOBS)
+                .map_err(storage)?
+                .is_empty()
+                .map_err(storage)? => {}
+            Some(found) => {
+                return Err(Error::storage(format!(
+                    "the store is of format {found}; this version of wheel-jobs reads \
+                     format {FORMAT} (and upgrades format {})",
+                    upgrade::FROM
+                )))
+            }
+            None => {
+                return Err(Error::storage(
+                    "not a wheel-jobs store: jobs but no format recorded",
+                ))
+            }
+        }
         let (counts, epoch, paused) = {
             let mut meta = txn.open_table(META).map_err(storage)?;
-            let mut t = Tables::open(&txn)?;
-            match meta.get("format").map_err(storage)?.map(|v| v.value()) {
-                Some(FORMAT) => {}
-                None if t.jobs.is_empty().map_err(storage)? => {}
-                Some(found) => {
-                    return Err(Error::storage(format!(
-                        "the store is of format {found}; this version of wheel-jobs reads \
-                         format {FORMAT} only"
-                    )))
-                }
-                None => {
-                    return Err(Error::storage(
-                        "not a wheel-jobs store: jobs but no format recorded",
-                    ))
-                }
-            }
+            let mut kinds = txn.open_table(KINDS).map_err(storage)?;
+            let mut t = Tables::open(&txn, &plain)?;
             let get = |key: &str| -> Result<u64, Error> {
                 Ok(meta.get(key).map_err(storage)?.map_or(0, |v| v.value()))
             };
-            let mut counts = Tally {
+            let total = Tally {
                 pending: get("pending")?,
                 running: get("running")?,
                 dead: get("dead")?,
+            };
+            let before = Counters::read_kinds(&kinds, total)?;
+            let mut counts = if found == Some(upgrade::FROM) {
+                upgrade::counts(total)
+            } else {
+                before.clone()
             };
             let epoch = get("epoch")?;
             let paused = get("paused")? == 1;
@@ -155,9 +189,12 @@ impl Store {
                         t.put_series(name, value)?;
                     }
                     for &(id, value) in &changes.jobs {
-                        let before = t.load(id)?.map(|stored| stored.job);
-                        let after = value.map(Record::decode).transpose().map_err(storage)?;
-                        t.set(&mut counts, id, before, after)?;
+                        let before = t.load(id)?;
+                        let after = value
+                            .map(|v| Record::decode(v, &plain))
+                            .transpose()
+                            .map_err(storage)?;
+                        t.set(&mut counts, id, before.as_ref(), after)?;
                     }
                     Ok(())
                 })?;
@@ -166,9 +203,12 @@ impl Store {
             let epoch = epoch + 1;
             meta.insert("format", FORMAT).map_err(storage)?;
             meta.insert("epoch", epoch).map_err(storage)?;
-            meta.insert("pending", counts.pending).map_err(storage)?;
-            meta.insert("running", counts.running).map_err(storage)?;
-            meta.insert("dead", counts.dead).map_err(storage)?;
+            meta.insert("pending", counts.total.pending)
+                .map_err(storage)?;
+            meta.insert("running", counts.total.running)
+                .map_err(storage)?;
+            meta.insert("dead", counts.total.dead).map_err(storage)?;
+            counts.write_kinds(&before, &mut kinds)?;
             (counts, epoch, paused)
         };
         txn.commit().map_err(storage)?;
@@ -185,9 +225,7 @@ impl Store {
             broken: false,
             counts,
             paused,
-            lease: config.lease,
-            max_attempts: config.max_attempts,
-            plain: config.defaults().plain().clone(),
+            plain,
             quick_repair: config.quick_repair,
             seed: state::mix(seed),
             issued: 0,
@@ -195,8 +233,9 @@ impl Store {
         })
     }
 
+    /// The totals per state.
     pub(crate) fn counts(&self) -> Tally {
-        self.counts
+        self.counts.total
     }
 
     /// Whether memory and disk may disagree (the log could not be written, or a commit
@@ -238,12 +277,12 @@ impl Store {
         }
         let mut txn = self.db.begin_write().map_err(storage)?;
         txn.set_quick_repair(self.quick_repair);
-        let mut counts = self.counts;
+        let mut counts = self.counts.clone();
         let mut dirty = false;
         let mut durable = false;
         let mut replies = Vec::with_capacity(ops.len());
         let (log, paused) = {
-            let mut t = Tables::open(&txn)?;
+            let mut t = Tables::open(&txn, &self.plain)?;
             t.paused = self.paused;
             for op in ops {
                 let needs_fsync = op.needs_fsync();
@@ -254,11 +293,15 @@ impl Store {
             }
             if dirty {
                 let mut meta = txn.open_table(META).map_err(storage)?;
-                meta.insert("pending", counts.pending).map_err(storage)?;
-                meta.insert("running", counts.running).map_err(storage)?;
-                meta.insert("dead", counts.dead).map_err(storage)?;
+                meta.insert("pending", counts.total.pending)
+                    .map_err(storage)?;
+                meta.insert("running", counts.total.running)
+                    .map_err(storage)?;
+                meta.insert("dead", counts.total.dead).map_err(storage)?;
                 meta.insert("paused", u64::from(t.paused))
                     .map_err(storage)?;
+                let mut kinds = txn.open_table(KINDS).map_err(storage)?;
+                counts.write_kinds(&self.counts, &mut kinds)?;
             }
             (t.log, t.paused)
         };

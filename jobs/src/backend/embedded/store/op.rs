@@ -3,31 +3,27 @@
 
 use std::time::Duration;
 
+use super::counts::Counters;
 use super::reply::Reply;
 use super::tables::Tables;
 use super::{jobs, series, Store};
-use crate::backend::Import;
+use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{JobState, When};
 use crate::core::recurrence::Recurrence;
 use crate::core::series::CatchUp;
-use crate::core::state::Tally;
 
 /// One request to the store.
 #[derive(Debug)]
 pub(crate) enum Op {
     ScheduleMany {
-        jobs: Vec<(String, When, Vec<u8>)>,
+        jobs: Vec<NewJob>,
     },
     /// Writes jobs exactly as given where their ids are free (a copy between queues).
     Import {
         jobs: Vec<Import>,
     },
-    Schedule {
-        id: String,
-        when: When,
-        payload: Vec<u8>,
-    },
+    Schedule(NewJob),
     Cancel {
         id: String,
     },
@@ -38,8 +34,10 @@ pub(crate) enum Op {
     Get {
         id: String,
     },
+    /// Up to `max` due jobs of `kind` (every kind for `None`).
     Claim {
         max: usize,
+        kind: Option<String>,
     },
     Ack {
         id: String,
@@ -60,7 +58,7 @@ pub(crate) enum Op {
     RemoveDead {
         id: String,
     },
-    /// The per-state counts and the next pending job's due time.
+    /// The per-state and per-kind counts and the next pending job's due time.
     Counts,
     /// Makes a dead job pending again.
     Revive {
@@ -93,6 +91,8 @@ pub(crate) enum Op {
         limit: usize,
         /// Whether each job's payload is copied into the reply.
         payloads: bool,
+        /// Only jobs of this kind (every kind for `None`).
+        kind: Option<String>,
     },
     PurgeDead {
         limit: usize,
@@ -124,21 +124,19 @@ impl Store {
     pub(super) fn op(
         &mut self,
         t: &mut Tables<'_>,
-        counts: &mut Tally,
+        counts: &mut Counters,
         now: u64,
         op: Op,
     ) -> Result<(Reply, bool), Error> {
         match op {
-            Op::Schedule { id, when, payload } => {
-                jobs::schedule_one(t, counts, now, &id, when, &payload)
-            }
-            Op::ScheduleMany { jobs } => jobs::schedule_many(t, counts, now, jobs),
+            Op::Schedule(job) => jobs::schedule_one(t, counts, now, &job),
+            Op::ScheduleMany { jobs } => jobs::schedule_many(t, counts, now, &jobs),
             Op::Import { jobs } => jobs::import(t, counts, jobs),
             Op::Cancel { id } => jobs::cancel(t, counts, &id),
             Op::Reschedule { id, when } => jobs::reschedule(t, counts, now, &id, when),
-            Op::Get { id } => jobs::get(t, id, &self.plain),
-            Op::Claim { max } => {
-                let (batch, changed) = self.claim(t, counts, now, max)?;
+            Op::Get { id } => jobs::get(t, id),
+            Op::Claim { max, kind } => {
+                let (batch, changed) = self.claim(t, counts, now, max, kind.as_deref())?;
                 Ok((Reply::Claimed(batch), changed))
             }
             Op::Ack { id, token } => jobs::ack(t, counts, &id, token),
@@ -147,7 +145,7 @@ impl Store {
                 token,
                 after,
                 error,
-            } => jobs::retry(t, counts, now, self.max_attempts, &id, token, after, error),
+            } => jobs::retry(t, counts, now, &id, token, after, error),
             Op::Extend { id, token, by } => jobs::extend(t, counts, now, &id, token, by),
             Op::RemoveDead { id } => jobs::remove_dead(t, counts, &id),
             Op::PurgeDead { limit } => jobs::purge_dead(t, counts, limit),
@@ -160,7 +158,8 @@ impl Store {
                 after,
                 limit,
                 payloads,
-            } => jobs::list(t, state, after, limit, payloads, &self.plain),
+                kind,
+            } => jobs::list(t, state, after, limit, payloads, kind.as_deref()),
             Op::SetRecurring {
                 name,
                 rule,

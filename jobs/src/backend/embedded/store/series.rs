@@ -11,14 +11,17 @@
 //!   a crash keeps both or neither.
 //! - A layout change bumps `VERSION` (and the store's `FORMAT` in `store/mod.rs`).
 
+use std::borrow::Cow;
+
 use redb::ReadableTable;
 
-use super::tables::{storage, Tables};
+use super::counts::Counters;
+use super::tables::{storage, Stored, Tables};
 use crate::backend::embedded::record;
 use crate::core::error::Error;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{self, occurrence_id, CatchUp, Recurring, RecurringInfo, Rules, Step};
-use crate::core::state::{Machine, Status, Tally};
+use crate::core::state::{Machine, Status};
 
 const VERSION: u8 = 1;
 const HEADER: usize = 1 + 4 + 1 + 8 + 1 + 8 + 4;
@@ -116,7 +119,7 @@ impl Tables<'_> {
 #[allow(clippy::too_many_arguments)] // the series' parts, each named once here
 fn place_head(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     rule: &Recurrence,
     name: &str,
     mut at: Option<u64>,
@@ -134,8 +137,11 @@ fn place_head(
         let id = occurrence_id(name, time);
         match t.load(&id)? {
             None => {
+                // Occurrences are of the plain spec (kinds do not reach series yet).
+                let plain = t.plain.clone();
                 let job = record::Record {
                     job: Machine::new(time),
+                    spec: Cow::Borrowed(&plain),
                     error: None,
                     payload,
                 };
@@ -159,7 +165,7 @@ fn place_head(
 /// Deletes the head job of a series if it is still pending.
 fn drop_head(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     name: &str,
     head: Option<u64>,
 ) -> Result<(), Error> {
@@ -167,7 +173,7 @@ fn drop_head(
     let id = occurrence_id(name, head);
     if let Some(stored) = t.load(&id)? {
         if stored.job.status == Status::Pending {
-            t.set(counts, &id, Some(stored.job), None)?;
+            t.set(counts, &id, Some(&stored), None)?;
         }
     }
     Ok(())
@@ -177,7 +183,7 @@ fn drop_head(
 /// payload `payload`; returns its time if so.
 fn keep_head(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     name: &str,
     head: Option<u64>,
     payload: &[u8],
@@ -188,10 +194,11 @@ fn keep_head(
         Some(stored) if stored.job.status == Status::Pending && stored.job.attempt == 0 => {
             let job = record::Record {
                 job: stored.job,
+                spec: Cow::Borrowed(&stored.spec),
                 error: None,
                 payload,
             };
-            t.set(counts, &id, Some(stored.job), Some(job))?;
+            t.set(counts, &id, Some(&stored), Some(job))?;
             Ok(Some(head))
         }
         _ => Ok(None),
@@ -214,7 +221,7 @@ fn keeps_due_head(old: &Record, head: u64, now: u64) -> bool {
 /// stays pending, an ordinary job, if [`series::keeps_due_head`] says so.
 pub(super) fn set(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     now: u64,
     name: &str,
     rule: &Recurrence,
@@ -258,7 +265,7 @@ pub(super) fn set(
 }
 
 /// `cancel_recurring`: deletes the series and its pending head.
-pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Tally, name: &str) -> Result<bool, Error> {
+pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Counters, name: &str) -> Result<bool, Error> {
     let Some(old) = t.load_series(name)? else {
         return Ok(false);
     };
@@ -320,11 +327,11 @@ pub(super) enum FirstClaim {
 /// superseded in turn whenever claims come further apart than the interval, forever.
 pub(super) fn on_first_claim(
     t: &mut Tables<'_>,
-    counts: &mut Tally,
+    counts: &mut Counters,
     rules: &mut Rules,
     now: u64,
     id: &str,
-    job: Machine,
+    job: &Stored,
 ) -> Result<FirstClaim, Error> {
     let Some(name) = series::series_of(id) else {
         return Ok(FirstClaim::Deliver);
@@ -348,7 +355,8 @@ pub(super) fn on_first_claim(
         }
     };
     let catch_up = CatchUp::from_runs(record.runs);
-    let (mut head_id, mut head_job) = (id.to_owned(), job);
+    // The head's job: `job` until a skip moves the head to another.
+    let (mut head_id, mut head_job) = (id.to_owned(), None::<Stored>);
     // At most twice round: an occurrence the catch-up picks is within the policy's count,
     // so its own step is `Deliver`; each round the head only grows.
     loop {
@@ -365,18 +373,23 @@ pub(super) fn on_first_claim(
                 });
             }
             Step::Skip { to } => {
-                t.set(counts, &head_id, Some(head_job), None)?;
+                t.set(
+                    counts,
+                    &head_id,
+                    Some(head_job.as_ref().unwrap_or(job)),
+                    None,
+                )?;
                 record.head = place_head(t, counts, &rule, name, to, record.last, &record.payload)?;
                 let due = record.head.filter(|&h| h <= now);
                 let loaded = match due {
-                    Some(h) => t.load(&occurrence_id(name, h))?.map(|s| (h, s.job)),
+                    Some(h) => t.load(&occurrence_id(name, h))?.map(|s| (h, s)),
                     None => None,
                 };
-                let Some((h, job)) = loaded else {
+                let Some((h, next)) = loaded else {
                     t.set_series(name, Some(&record))?;
                     return Ok(FirstClaim::Skip);
                 };
-                (head, head_id, head_job) = (h, occurrence_id(name, h), job);
+                (head, head_id, head_job) = (h, occurrence_id(name, h), Some(next));
             }
         }
     }

@@ -1,18 +1,35 @@
 //! The store's tables and what keeps them in step: [`Tables`], every index and the counts
 //! written through [`Tables::set`], and each change appended to the batch's log record.
+//! The reads of the per-kind indexes are in `index.rs`.
+
+use std::borrow::Cow;
 
 use redb::{ReadableTable, Table, TableDefinition};
 
+use super::counts::Counters;
 use crate::backend::embedded::record::Record;
 use crate::backend::embedded::wal;
 use crate::core::error::Error;
 use crate::core::job::{JobInfo, JobState};
 use crate::core::kind::Spec;
-use crate::core::state::{Machine, Status, Tally};
+use crate::core::state::{Machine, Status};
 
 pub(super) const JOBS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("jobs");
-pub(super) const DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
-pub(super) const RUNNING: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("running");
+/// The pending plain jobs' keys (kind `""`, priority 0): `(run_at, id)`. Format 4's `due`,
+/// kept: the plain path compares the fields it compared before kinds.
+pub(super) const PLAIN_DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
+/// The running jobs' keys of kind `""`: `(lease end, id)`. Format 4's `running`, kept.
+pub(super) const PLAIN_RUNNING: TableDefinition<'_, (u64, &str), ()> =
+    TableDefinition::new("running");
+/// The other pending jobs' keys: `(kind, level, run_at, id)`, `level` being [`level`] of
+/// the job's priority (so a kind's levels read highest priority first). Never holds kind
+/// `""` at [`PLAIN_LEVEL`]: those are in `PLAIN_DUE`.
+pub(super) const DUE: TableDefinition<'_, DueKey, ()> = TableDefinition::new("due_by_kind");
+/// The other running jobs' keys: `(kind, lease end, id)`, never of kind `""`.
+pub(super) const RUNNING: TableDefinition<'_, LeaseKey, ()> =
+    TableDefinition::new("running_by_kind");
+/// The level of priority 0, the plain group's with kind `""`.
+pub(super) const PLAIN_LEVEL: u8 = 127;
 pub(super) const DIED: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("died");
 pub(super) const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 /// A batch whose log record would be longer than this is a checkpoint instead (a bulk
@@ -22,14 +39,27 @@ pub(super) const LOG_AT_MOST: usize = 256 << 10;
 
 pub(super) const SERIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("series");
 
+/// A key of `due`: `(kind, level, run_at, id)`.
+pub(super) type DueKey = (&'static str, u8, u64, &'static str);
+/// A key of `running`: `(kind, lease end, id)`.
+pub(super) type LeaseKey = (&'static str, u64, &'static str);
+
+/// The level of `priority` in `due`: 0 for 127, 255 for -128 (levels read in key order
+/// are priorities highest first).
+pub(super) fn level(priority: i8) -> u8 {
+    127u8.wrapping_sub(priority as u8)
+}
+
 pub(super) fn storage(err: impl std::fmt::Display) -> Error {
     Error::storage(err)
 }
 
 pub(super) struct Tables<'t> {
     pub(super) jobs: Table<'t, &'static str, &'static [u8]>,
-    pub(super) due: Table<'t, (u64, &'static str), ()>,
-    pub(super) running: Table<'t, (u64, &'static str), ()>,
+    pub(super) plain_due: Table<'t, (u64, &'static str), ()>,
+    pub(super) plain_running: Table<'t, (u64, &'static str), ()>,
+    pub(super) due: Table<'t, DueKey, ()>,
+    pub(super) running: Table<'t, LeaseKey, ()>,
     pub(super) died: Table<'t, (u64, &'static str), ()>,
     pub(super) series: Table<'t, &'static str, &'static [u8]>,
     /// The body of this batch's log record: every job's final value; `None` once it would
@@ -39,18 +69,24 @@ pub(super) struct Tables<'t> {
     pub(super) log: Option<Vec<u8>>,
     /// Whether claims are stopped, as this batch leaves it.
     pub(super) paused: bool,
+    /// The spec of a job scheduled without options: a record written before kinds reads
+    /// as one of it, and series occurrences are made with it.
+    pub(super) plain: Spec,
 }
 
 impl<'t> Tables<'t> {
-    pub(super) fn open(txn: &'t redb::WriteTransaction) -> Result<Tables<'t>, Error> {
+    pub(super) fn open(txn: &'t redb::WriteTransaction, plain: &Spec) -> Result<Tables<'t>, Error> {
         Ok(Tables {
             jobs: txn.open_table(JOBS).map_err(storage)?,
+            plain_due: txn.open_table(PLAIN_DUE).map_err(storage)?,
+            plain_running: txn.open_table(PLAIN_RUNNING).map_err(storage)?,
             due: txn.open_table(DUE).map_err(storage)?,
             running: txn.open_table(RUNNING).map_err(storage)?,
             died: txn.open_table(DIED).map_err(storage)?,
             series: txn.open_table(SERIES).map_err(storage)?,
             log: Some(Vec::new()),
             paused: false,
+            plain: plain.clone(),
         })
     }
 }
@@ -58,6 +94,7 @@ impl<'t> Tables<'t> {
 /// A job read from `jobs`, owned.
 pub(super) struct Stored {
     pub(super) job: Machine,
+    pub(super) spec: Spec,
     pub(super) error: Option<String>,
     pub(super) payload: Vec<u8>,
 }
@@ -67,14 +104,16 @@ impl Stored {
     pub(super) fn with(&self, job: Machine) -> Record<'_> {
         Record {
             job,
+            spec: Cow::Borrowed(&self.spec),
             error: self.error.as_deref(),
             payload: &self.payload,
         }
     }
 
-    pub(super) fn info(self, id: String, spec: Spec) -> JobInfo {
+    pub(super) fn info(self, id: String) -> JobInfo {
         let Stored {
             job,
+            spec,
             error,
             payload,
         } = self;
@@ -100,9 +139,10 @@ impl Tables<'_> {
         let Some(value) = self.jobs.get(id).map_err(storage)? else {
             return Ok(None);
         };
-        let record = Record::decode(value.value()).map_err(storage)?;
+        let record = Record::decode(value.value(), &self.plain).map_err(storage)?;
         Ok(Some(Stored {
             job: record.job,
+            spec: record.spec.into_owned(),
             error: record.error.map(str::to_owned),
             payload: if payload {
                 record.payload.to_vec()
@@ -116,22 +156,65 @@ impl Tables<'_> {
     /// index, the running and dead indexes and the counts in step.
     pub(super) fn set(
         &mut self,
-        counts: &mut Tally,
+        counts: &mut Counters,
         id: &str,
-        before: Option<Machine>,
+        before: Option<&Stored>,
         after: Option<Record<'_>>,
     ) -> Result<(), Error> {
-        let after_job = after.map(|r| r.job);
-        // Each state's table holds its jobs' `listed_at` keys: run_at, lease end, death time.
-        let key = |job: Option<Machine>, state: fn(&Status) -> bool| {
-            job.filter(|j| state(&j.status)).map(|j| j.listed_at())
-        };
-        let due = |job| key(job, |s| *s == Status::Pending);
-        let running = |job| key(job, |s| matches!(s, Status::Running { .. }));
-        let died = |job| key(job, |s| matches!(s, Status::Dead { .. }));
-        rekey(&mut self.due, id, due(before), due(after_job))?;
-        rekey(&mut self.running, id, running(before), running(after_job))?;
-        rekey(&mut self.died, id, died(before), died(after_job))?;
+        let before = before.map(|s| (s.job, s.spec.kind.as_str(), s.spec.priority));
+        let after_key = after
+            .as_ref()
+            .map(|r| (r.job, r.spec.kind.as_str(), r.spec.priority));
+        // Each state's table holds its jobs' `listed_at` keys: run_at, lease end, death
+        // time; the pending and running ones under their kind.
+        type Keyed<'k> = Option<(Machine, &'k str, i8)>;
+        fn due(k: Keyed<'_>) -> Option<(&str, u8, u64)> {
+            k.filter(|(j, _, _)| j.status == Status::Pending)
+                .map(|(j, kind, p)| (kind, level(p), j.listed_at()))
+        }
+        fn running(k: Keyed<'_>) -> Option<(&str, u64)> {
+            k.filter(|(j, _, _)| matches!(j.status, Status::Running { .. }))
+                .map(|(j, kind, _)| (kind, j.listed_at()))
+        }
+        fn died(k: Keyed<'_>) -> Option<u64> {
+            k.filter(|(j, _, _)| matches!(j.status, Status::Dead { .. }))
+                .map(|(j, _, _)| j.listed_at())
+        }
+        let (due_before, due_after) = (due(before), due(after_key));
+        if due_before != due_after {
+            match due_before {
+                Some(("", PLAIN_LEVEL, at)) => self.plain_due.remove((at, id)).map(drop),
+                Some((kind, level, at)) => self.due.remove((kind, level, at, id)).map(drop),
+                None => Ok(()),
+            }
+            .map_err(storage)?;
+            match due_after {
+                Some(("", PLAIN_LEVEL, at)) => self.plain_due.insert((at, id), ()).map(drop),
+                Some((kind, level, at)) => self.due.insert((kind, level, at, id), ()).map(drop),
+                None => Ok(()),
+            }
+            .map_err(storage)?;
+        }
+        let (running_before, running_after) = (running(before), running(after_key));
+        if running_before != running_after {
+            match running_before {
+                Some(("", until)) => self.plain_running.remove((until, id)).map(drop),
+                Some((kind, until)) => self.running.remove((kind, until, id)).map(drop),
+                None => Ok(()),
+            }
+            .map_err(storage)?;
+            match running_after {
+                Some(("", until)) => self.plain_running.insert((until, id), ()).map(drop),
+                Some((kind, until)) => self.running.insert((kind, until, id), ()).map(drop),
+                None => Ok(()),
+            }
+            .map_err(storage)?;
+        }
+        rekey(&mut self.died, id, died(before), died(after_key))?;
+        counts.transition(
+            before.map(|(j, kind, _)| (kind, j.status)),
+            after_key.map(|(j, kind, _)| (kind, j.status)),
+        );
         match after {
             Some(record) => {
                 let value = record.encode();
@@ -143,7 +226,6 @@ impl Tables<'_> {
                 self.log_change(id, None);
             }
         };
-        counts.transition(before.map(|j| j.status), after_job.map(|j| j.status));
         Ok(())
     }
 
@@ -197,5 +279,21 @@ pub(super) fn state(status: Status) -> JobState {
         Status::Pending => JobState::Pending,
         Status::Running { .. } => JobState::Running,
         Status::Dead { .. } => JobState::Dead,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_order_priorities_highest_first() {
+        assert_eq!(level(i8::MAX), 0);
+        assert_eq!(level(0), PLAIN_LEVEL);
+        assert_eq!(level(-1), 128);
+        assert_eq!(level(i8::MIN), 255);
+        for p in i8::MIN..i8::MAX {
+            assert_eq!(level(p), level(p + 1) + 1, "{p}");
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! each step. The same on a file store with its write-ahead log, where a `Crash` step
 //! copies the database and the log as they are on disk mid-run (what `kill -9` leaves),
 //! reopens the copy (replaying the log) and carries on with it against the same model.
+//! Jobs have kinds, priorities, their own attempts and leases; claims name a kind or none.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -12,9 +13,9 @@ use proptest::prelude::*;
 
 use super::tables::{DIED, SERIES};
 use super::*;
-use crate::backend::ClaimBatch;
+use crate::backend::{ClaimBatch, NewJob};
 use crate::core::job::{self, Scheduled};
-use crate::core::job::{JobInfo, JobState, When};
+use crate::core::job::{JobInfo, JobState, KindCounts, When};
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{CatchUp, Recurring, RecurringInfo};
 use crate::core::state::Retry;
@@ -31,6 +32,7 @@ struct RefJob {
     died_at: u64,
     error: Option<String>,
     payload: Vec<u8>,
+    spec: Spec,
 }
 
 impl RefJob {
@@ -43,11 +45,29 @@ impl RefJob {
     }
 }
 
+/// The kinds of the model's jobs.
+const KINDS: [&str; 3] = ["", "a", "b"];
+
+/// A spec from its choices: kind, priority, max_attempts, lease.
+fn spec_of((kind, priority, attempts, lease): (u8, u8, u8, u8)) -> Spec {
+    Spec {
+        kind: KINDS[usize::from(kind)].to_owned(),
+        priority: [-1, 0, 3][usize::from(priority)],
+        max_attempts: u32::from(attempts) + 1,
+        backoff: (Duration::from_nanos(1), Duration::from_nanos(8)),
+        lease: Duration::from_nanos([LEASE, 25][usize::from(lease)]),
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Step {
     Advance(u64),
     ScheduleAt(u8, u64),
     ScheduleAfter(u8, u64),
+    /// A schedule at a time with a spec of its own (`spec_of`).
+    ScheduleWith(u8, u64, (u8, u8, u8, u8)),
+    /// A claim of one kind (`KINDS`).
+    ClaimKind(usize, u8),
     Cancel(u8),
     Reschedule(u8, u64),
     Claim(usize),
@@ -72,6 +92,9 @@ fn step() -> impl Strategy<Value = Step> {
         (0..15u64).prop_map(Step::Advance),
         (id.clone(), 0..60u64).prop_map(|(i, at)| Step::ScheduleAt(i, at)),
         (id.clone(), 0..30u64).prop_map(|(i, after)| Step::ScheduleAfter(i, after)),
+        (id.clone(), 0..60u64, (0..3u8, 0..3u8, 0..3u8, 0..2u8))
+            .prop_map(|(i, at, spec)| Step::ScheduleWith(i, at, spec)),
+        (1..4usize, 0..3u8).prop_map(|(max, kind)| Step::ClaimKind(max, kind)),
         id.clone().prop_map(Step::Cancel),
         (id.clone(), 0..60u64).prop_map(|(i, at)| Step::Reschedule(i, at)),
         (1..4usize).prop_map(Step::Claim),
@@ -134,6 +157,20 @@ fn crash(store: Store, dir: &std::path::Path, n: u32) -> Store {
     file_store(dir, n + 1)
 }
 
+fn nanos_of(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).expect("a test lease")
+}
+
+/// A schedule of a plain job.
+fn schedule(id: &str, when: When, payload: &[u8]) -> Op {
+    Op::Schedule(NewJob {
+        id: id.to_owned(),
+        when,
+        payload: payload.to_vec(),
+        spec: config().defaults().plain().clone(),
+    })
+}
+
 fn one(store: &mut Store, op: Op, now: u64) -> Reply {
     let mut replies = store.apply_at(vec![op], now).expect("apply");
     assert_eq!(replies.len(), 1);
@@ -169,21 +206,27 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
         };
         match step {
             Step::Advance(by) => now += by,
-            Step::ScheduleAt(i, _) | Step::ScheduleAfter(i, _) => {
-                let (when, run_at) = match step {
-                    Step::ScheduleAt(_, t) => (at(t), t),
-                    Step::ScheduleAfter(_, a) => (When::After(Duration::from_nanos(a)), now + a),
+            Step::ScheduleAt(i, _) | Step::ScheduleAfter(i, _) | Step::ScheduleWith(i, ..) => {
+                let (when, run_at, spec) = match step {
+                    Step::ScheduleAt(_, t) => (at(t), t, store.plain.clone()),
+                    Step::ScheduleAfter(_, a) => (
+                        When::After(Duration::from_nanos(a)),
+                        now + a,
+                        store.plain.clone(),
+                    ),
+                    Step::ScheduleWith(_, t, pick) => (at(t), t, spec_of(pick)),
                     _ => unreachable!(),
                 };
                 let id = name(i);
                 let payload = vec![i; 3];
                 let reply = one(
                     &mut store,
-                    Op::Schedule {
+                    Op::Schedule(NewJob {
                         id: id.clone(),
                         when,
                         payload: payload.clone(),
-                    },
+                        spec: spec.clone(),
+                    }),
                     now,
                 );
                 let expect = match model.get(&id) {
@@ -199,6 +242,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                                 died_at: 0,
                                 error: None,
                                 payload,
+                                spec,
                             },
                         );
                         Reply::Scheduled(Scheduled::Created, run_at)
@@ -233,8 +277,16 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     Reply::Moved(expect)
                 );
             }
-            Step::Claim(max) => {
-                let Reply::Claimed(batch) = one(&mut store, Op::Claim { max }, now) else {
+            Step::Claim(max) | Step::ClaimKind(max, _) => {
+                let kind = match step {
+                    Step::ClaimKind(_, k) => Some(KINDS[usize::from(k)]),
+                    _ => None,
+                };
+                let op = Op::Claim {
+                    max,
+                    kind: kind.map(str::to_owned),
+                };
+                let Reply::Claimed(batch) = one(&mut store, op, now) else {
                     return Err(TestCaseError::fail("claim reply"));
                 };
                 if paused {
@@ -249,42 +301,75 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     );
                     continue;
                 }
-                let mut due: Vec<(u64, String)> = model
+                let of_kind = |j: &RefJob| kind.is_none_or(|k| k == j.spec.kind);
+                // Expired leases first, by (kind, lease end, id); then due pending jobs by
+                // priority (highest first), run_at, id.
+                let mut leases: Vec<(String, u64, String)> = model
                     .iter()
-                    .filter_map(|(id, j)| j.due().filter(|d| *d <= now).map(|d| (d, id.clone())))
+                    .filter(|(_, j)| of_kind(j) && !j.dead)
+                    .filter_map(|(id, j)| {
+                        let (_, until) = j.holder?;
+                        (until <= now).then(|| (j.spec.kind.clone(), until, id.clone()))
+                    })
                     .collect();
-                due.sort();
+                leases.sort();
+                let mut pending: Vec<(i8, u64, String)> = model
+                    .iter()
+                    .filter(|(_, j)| of_kind(j) && !j.dead && j.holder.is_none())
+                    .filter(|(_, j)| j.run_at <= now)
+                    .map(|(id, j)| (-j.spec.priority, j.run_at, id.clone()))
+                    .collect();
+                pending.sort();
+                let due = leases
+                    .into_iter()
+                    .map(|(_, _, id)| id)
+                    .chain(pending.into_iter().map(|(_, _, id)| id));
                 let mut delivered = Vec::new();
                 let mut died = 0;
-                for (_, id) in due.into_iter().take(max) {
+                for id in due.take(max) {
                     let job = model.get_mut(&id).unwrap();
                     if job.holder.is_some() {
                         job.error = Some(state::LEASE_EXPIRED.to_owned());
                     }
-                    if job.attempt >= MAX_ATTEMPTS {
+                    if job.attempt >= job.spec.max_attempts {
                         job.dead = true;
                         job.died_at = now;
                         job.holder = None;
                         died += 1;
                     } else {
                         job.attempt += 1;
-                        delivered.push((id.clone(), job.attempt, job.run_at, job.payload.clone()));
+                        delivered.push((
+                            id.clone(),
+                            job.attempt,
+                            job.run_at,
+                            job.payload.clone(),
+                            job.spec.clone(),
+                        ));
                     }
                 }
                 let got: Vec<_> = batch
                     .jobs
                     .iter()
-                    .map(|c| (c.id.clone(), c.attempt, c.run_at, c.payload.clone()))
+                    .map(|c| {
+                        let spec = c.spec.clone();
+                        (c.id.clone(), c.attempt, c.run_at, c.payload.clone(), spec)
+                    })
                     .collect();
                 prop_assert_eq!(&got, &delivered);
                 for claimed in &batch.jobs {
-                    model.get_mut(&claimed.id).unwrap().holder = Some((claimed.token, now + LEASE));
+                    let job = model.get_mut(&claimed.id).unwrap();
+                    job.holder = Some((claimed.token, now + nanos_of(job.spec.lease)));
                     let old = tokens.insert(claimed.id.clone(), claimed.token);
                     prop_assert_ne!(old, Some(claimed.token), "a claim hands out a fresh token");
                 }
                 prop_assert_eq!(batch.now, now);
                 prop_assert_eq!(batch.died, died);
-                prop_assert_eq!(batch.next_due, model.values().filter_map(RefJob::due).min());
+                let next_due = model
+                    .values()
+                    .filter(|j| of_kind(j))
+                    .filter_map(RefJob::due)
+                    .min();
+                prop_assert_eq!(batch.next_due, next_due);
             }
             Step::Ack(i, current) => {
                 let id = name(i);
@@ -308,7 +393,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     if error.is_some() {
                         job.error.clone_from(&error);
                     }
-                    if job.attempt >= MAX_ATTEMPTS {
+                    if job.attempt >= job.spec.max_attempts {
                         job.dead = true;
                         job.died_at = now;
                         Retry::Died
@@ -457,7 +542,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     j.attempt,
                     j.error.clone(),
                     j.payload.clone(),
-                    store.plain.clone(),
+                    j.spec.clone(),
                 )
             });
             prop_assert_eq!(reply, Reply::Info(expect));
@@ -478,7 +563,8 @@ fn state_of(j: &RefJob) -> JobState {
     }
 }
 
-/// `counts` and every state's list, read two jobs a page, against the model.
+/// `counts` (per kind too) and every state's list, of every kind and of each, read two jobs
+/// a page, against the model.
 fn check_counts_and_lists(
     store: &mut Store,
     model: &BTreeMap<String, RefJob>,
@@ -490,24 +576,37 @@ fn check_counts_and_lists(
         .filter(|j| state_of(j) == JobState::Pending)
         .map(|j| j.run_at)
         .min();
+    let count = |state: JobState, kind: Option<&str>| {
+        model
+            .values()
+            .filter(|j| state_of(j) == state && kind.is_none_or(|k| k == j.spec.kind))
+            .count() as u64
+    };
     let expect = job::Counts::new(
-        model
-            .values()
-            .filter(|j| state_of(j) == JobState::Pending)
-            .count() as u64,
-        model
-            .values()
-            .filter(|j| state_of(j) == JobState::Running)
-            .count() as u64,
-        model.values().filter(|j| j.dead).count() as u64,
+        count(JobState::Pending, None),
+        count(JobState::Running, None),
+        count(JobState::Dead, None),
         paused,
         next_due,
-    );
+    )
+    .with_kinds(KINDS.iter().map(|k| {
+        let of = |state| count(state, Some(k));
+        let counts = KindCounts::new(
+            of(JobState::Pending),
+            of(JobState::Running),
+            of(JobState::Dead),
+        );
+        (k.to_string(), counts)
+    }));
     prop_assert_eq!(one(store, Op::Counts, now), Reply::Counts(expect));
-    for state in [JobState::Pending, JobState::Running, JobState::Dead] {
+    let filters = [None, Some(""), Some("a"), Some("b")];
+    for (state, kind) in [JobState::Pending, JobState::Running, JobState::Dead]
+        .into_iter()
+        .flat_map(|s| filters.map(|k| (s, k)))
+    {
         let mut expect: Vec<(u64, String)> = model
             .iter()
-            .filter(|(_, j)| state_of(j) == state)
+            .filter(|(_, j)| state_of(j) == state && kind.is_none_or(|k| k == j.spec.kind))
             .map(|(id, j)| {
                 let at = match j.holder {
                     _ if j.dead => j.died_at,
@@ -529,6 +628,7 @@ fn check_counts_and_lists(
                 after: after.clone(),
                 limit: 2,
                 payloads: true,
+                kind: kind.map(str::to_owned),
             };
             let Reply::Listed(page) = one(store, op, now) else {
                 return Err(TestCaseError::fail("list reply"));
@@ -542,7 +642,7 @@ fn check_counts_and_lists(
                 _ => break,
             }
         }
-        prop_assert_eq!(got, expect, "{:?} list", state);
+        prop_assert_eq!(got, expect, "{:?} list of {:?}", state, kind);
     }
     Ok(())
 }
@@ -580,11 +680,7 @@ fn an_empty_record_hides_no_later_record() {
             .unwrap();
         txn.commit().unwrap();
     }
-    let schedule = |id: &str| Op::Schedule {
-        id: id.to_owned(),
-        when: at(10),
-        payload: Vec::new(),
-    };
+    let schedule = |id: &str| schedule(id, at(10), b"");
     let now = 1_000_000;
     one(&mut store, schedule("before"), now);
     let logged = store.wal.as_ref().unwrap().len();
@@ -615,15 +711,7 @@ fn a_store_of_another_format_is_refused_naming_the_format_found() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("s0.redb");
     let mut store = file_store(dir.path(), 0);
-    one(
-        &mut store,
-        Op::Schedule {
-            id: "a".into(),
-            when: at(5),
-            payload: b"p".to_vec(),
-        },
-        1,
-    );
+    one(&mut store, schedule("a", at(5), b"p"), 1);
     store.close().expect("close");
     for found in [3, FORMAT + 1] {
         {
@@ -647,6 +735,243 @@ fn a_store_of_another_format_is_refused_naming_the_format_found() {
             "{text}"
         );
     }
+}
+
+/// A store of format 4 (before kinds), written table by table as that version wrote it, with
+/// version 2 records and a log record of its epoch not yet checkpointed: opening upgrades it
+/// in place, replays the log onto the new indexes, and every job reads as a plain one.
+#[test]
+fn a_format_4_store_and_its_log_are_upgraded_at_open() {
+    use crate::backend::embedded::record::tests::encode_v2;
+    use crate::backend::embedded::wal;
+    use crate::core::state::{Machine, Status};
+    use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+    const OLD_DUE: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("due");
+    const OLD_RUNNING: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("running");
+    const OWNER: u64 = 0x5eed;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let job = |run_at, attempt, status| Machine {
+        run_at,
+        attempt,
+        status,
+    };
+    {
+        let db = redb::Database::builder()
+            .create(dir.path().join("s0.redb"))
+            .unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut jobs = txn.open_table(tables::JOBS).unwrap();
+            let mut due = txn.open_table(OLD_DUE).unwrap();
+            let mut running = txn.open_table(OLD_RUNNING).unwrap();
+            let mut died = txn.open_table(DIED).unwrap();
+            txn.open_table(SERIES).unwrap();
+            let pending = encode_v2(&job(5, 1, Status::Pending), Some("oh"), b"p");
+            let leased = Status::Running {
+                token: 7,
+                until: 50,
+            };
+            let leased = encode_v2(&job(1, 1, leased), None, b"r");
+            let dead = encode_v2(&job(1, 2, Status::Dead { at: 3 }), None, b"d");
+            jobs.insert("p", pending.as_slice()).unwrap();
+            jobs.insert("r", leased.as_slice()).unwrap();
+            jobs.insert("d", dead.as_slice()).unwrap();
+            due.insert((5, "p"), ()).unwrap();
+            running.insert((50, "r"), ()).unwrap();
+            died.insert((3, "d"), ()).unwrap();
+            let mut meta = txn.open_table(META).unwrap();
+            for (key, value) in [
+                ("format", 4),
+                ("pending", 1),
+                ("running", 1),
+                ("dead", 1),
+                ("epoch", 3),
+                ("owner", OWNER),
+            ] {
+                meta.insert(key, value).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+    {
+        let mut log = Wal::open(&dir.path().join("s0.redb.wal")).unwrap();
+        log.replay(OWNER, 3, u64::MAX, |_| Ok(())).unwrap();
+        let mut body = Vec::new();
+        let written = encode_v2(&job(7, 0, Status::Pending), None, b"w");
+        wal::push_change(&mut body, "w", Some(&written));
+        log.append(3, &body, true).unwrap();
+    }
+    let mut store = file_store(dir.path(), 0);
+    let plain = store.plain.clone();
+    let now = 100;
+    let expect = job::Counts::new(2, 1, 1, false, Some(5))
+        .with_kinds([(String::new(), KindCounts::new(2, 1, 1))]);
+    assert_eq!(
+        one(&mut store, Op::Counts, now),
+        Reply::Counts(expect.clone())
+    );
+    let Reply::Info(Some(info)) = one(&mut store, Op::Get { id: "p".into() }, now) else {
+        panic!("p is there");
+    };
+    assert_eq!(
+        info,
+        JobInfo::new(
+            "p".into(),
+            JobState::Pending,
+            5,
+            1,
+            Some("oh".into()),
+            b"p".to_vec(),
+            plain.clone()
+        )
+    );
+    let list = Op::List {
+        state: JobState::Pending,
+        after: None,
+        limit: 10,
+        payloads: false,
+        kind: Some(String::new()),
+    };
+    let Reply::Listed(listed) = one(&mut store, list, now) else {
+        panic!("a list");
+    };
+    let ids: Vec<_> = listed.iter().map(|(at, j)| (*at, j.id())).collect();
+    assert_eq!(ids, [(5, "p"), (7, "w")]);
+    // Reopened without a crash, the upgraded store opens as format 5 with nothing to redo.
+    store.close().unwrap();
+    {
+        let db = redb::Database::builder()
+            .create(dir.path().join("s0.redb"))
+            .unwrap();
+        let txn = db.begin_read().unwrap();
+        let format = txn
+            .open_table(META)
+            .unwrap()
+            .get("format")
+            .unwrap()
+            .unwrap()
+            .value();
+        assert_eq!(format, FORMAT);
+        // Format 4's indexes are the plain group's: kept as they were.
+        let due = txn.open_table(tables::PLAIN_DUE).unwrap();
+        let keys: Vec<(u64, String)> = due
+            .iter()
+            .unwrap()
+            .map(|e| {
+                let (k, _) = e.unwrap();
+                let (at, id) = k.value();
+                (at, id.to_owned())
+            })
+            .collect();
+        assert_eq!(keys, [(5, "p".to_owned()), (7, "w".to_owned())]);
+    }
+    let mut store = file_store(dir.path(), 0);
+    assert_eq!(one(&mut store, Op::Counts, now), Reply::Counts(expect));
+    let other = Op::Claim {
+        max: 10,
+        kind: Some("x".into()),
+    };
+    let Reply::Claimed(batch) = one(&mut store, other, now) else {
+        panic!("a claim");
+    };
+    assert_eq!((batch.jobs.len(), batch.next_due), (0, None));
+    let Reply::Claimed(batch) = one(
+        &mut store,
+        Op::Claim {
+            max: 10,
+            kind: None,
+        },
+        now,
+    ) else {
+        panic!("a claim");
+    };
+    let got: Vec<_> = batch
+        .jobs
+        .iter()
+        .map(|c| (c.id.as_str(), c.attempt, &c.spec))
+        .collect();
+    assert_eq!(got, [("r", 2, &plain), ("p", 2, &plain), ("w", 1, &plain)]);
+    // The claimed jobs were rewritten in the current version; a crash keeps them so.
+    let mut store = crash(store, dir.path(), 0);
+    assert_eq!(
+        store.counts(),
+        Tally {
+            pending: 0,
+            running: 3,
+            dead: 1
+        }
+    );
+    let Reply::Info(Some(info)) = one(&mut store, Op::Get { id: "r".into() }, now) else {
+        panic!("r is there");
+    };
+    assert_eq!(
+        (info.attempt(), info.last_error()),
+        (2, Some(state::LEASE_EXPIRED))
+    );
+}
+
+/// A job's own spec survives a crash by the log, and a claim uses its own lease and
+/// attempts: a lease-expiry redelivery of a one-attempt job kills it, whatever the queue's
+/// `max_attempts`.
+#[test]
+fn own_specs_survive_a_crash_and_rule_the_claim() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = file_store(dir.path(), 0);
+    store.checkpoint_every = Duration::from_secs(3600);
+    let spec = Spec {
+        kind: "mail".into(),
+        priority: 5,
+        max_attempts: 1,
+        backoff: (Duration::from_nanos(3), Duration::from_nanos(9)),
+        lease: Duration::from_nanos(40),
+    };
+    let op = Op::Schedule(NewJob {
+        id: "m".into(),
+        when: at(10),
+        payload: b"x".to_vec(),
+        spec: spec.clone(),
+    });
+    one(&mut store, op, 0);
+    one(&mut store, schedule("plain", at(1), b""), 0);
+    let mut store = crash(store, dir.path(), 0);
+    let claim = |kind: Option<&str>| Op::Claim {
+        max: 10,
+        kind: kind.map(str::to_owned),
+    };
+    let Reply::Claimed(batch) = one(&mut store, claim(None), 20) else {
+        panic!("a claim");
+    };
+    // Priority 5 before the plain job due earlier; each leased for its own lease.
+    let got: Vec<_> = batch
+        .jobs
+        .iter()
+        .map(|c| (c.id.as_str(), &c.spec))
+        .collect();
+    assert_eq!(got, [("m", &spec), ("plain", &store.plain)]);
+    assert_eq!(batch.next_due, Some(20 + LEASE));
+    let Reply::Claimed(batch) = one(&mut store, claim(Some("mail")), 20) else {
+        panic!("a claim");
+    };
+    assert_eq!(
+        batch.next_due,
+        Some(60),
+        "mail's own lease; the plain one is not counted"
+    );
+    let mut store = crash(store, dir.path(), 1);
+    let Reply::Claimed(batch) = one(&mut store, claim(Some("mail")), 60) else {
+        panic!("a claim");
+    };
+    assert_eq!(
+        (batch.jobs.len(), batch.died),
+        (0, 1),
+        "one attempt of its own"
+    );
+    assert_eq!(store.counts().running, 1, "the plain job's lease untouched");
+    let expect = job::Counts::new(0, 1, 1, false, None).with_kinds([
+        (String::new(), KindCounts::new(0, 1, 0)),
+        ("mail".to_owned(), KindCounts::new(0, 0, 1)),
+    ]);
+    assert_eq!(one(&mut store, Op::Counts, 60), Reply::Counts(expect));
 }
 
 // ===== recurring series =====
@@ -688,7 +1013,14 @@ fn series_changes_survive_a_crash_by_the_log() {
         one(&mut store, set_every_10("s"), 100 * MS),
         Reply::Recurring(Recurring::Created, Some(110 * MS))
     );
-    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, 112 * MS) else {
+    let Reply::Claimed(batch) = one(
+        &mut store,
+        Op::Claim {
+            max: 10,
+            kind: None,
+        },
+        112 * MS,
+    ) else {
         panic!("a claim");
     };
     assert_eq!(batch.jobs.len(), 1);
@@ -710,7 +1042,14 @@ fn series_changes_survive_a_crash_by_the_log() {
 
 /// Claims the one due occurrence at `now` and acks it (its job is gone); returns its time.
 fn run_one(store: &mut Store, now: u64) -> u64 {
-    let Reply::Claimed(batch) = one(store, Op::Claim { max: 10 }, now) else {
+    let Reply::Claimed(batch) = one(
+        store,
+        Op::Claim {
+            max: 10,
+            kind: None,
+        },
+        now,
+    ) else {
         panic!("a claim");
     };
     assert_eq!(batch.jobs.len(), 1, "{batch:?}");
@@ -752,7 +1091,14 @@ fn a_clock_gone_back_does_not_make_a_delivered_occurrence_again() {
 fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
     let mut store = store();
     one(&mut store, set_every_10("s"), 100 * MS);
-    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, 135 * MS) else {
+    let Reply::Claimed(batch) = one(
+        &mut store,
+        Op::Claim {
+            max: 10,
+            kind: None,
+        },
+        135 * MS,
+    ) else {
         panic!("a claim");
     };
     let ids: Vec<_> = batch
@@ -792,7 +1138,14 @@ fn a_stored_recurrence_that_no_longer_parses_fails_no_claim() {
         txn.commit().unwrap();
     }
     assert!(list(&mut store, 105 * MS).is_empty());
-    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 10 }, 112 * MS) else {
+    let Reply::Claimed(batch) = one(
+        &mut store,
+        Op::Claim {
+            max: 10,
+            kind: None,
+        },
+        112 * MS,
+    ) else {
         panic!("a claim");
     };
     assert_eq!(batch.jobs.len(), 1);
