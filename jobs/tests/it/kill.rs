@@ -456,7 +456,10 @@ fn a_job_that_kills_its_process_goes_dead_after_max_attempts() {
     let rt = runtime();
     rt.block_on(async {
         let queue = JobQueue::open(h.path()).await.unwrap();
-        queue.schedule("poison", Duration::ZERO, "p").await.unwrap();
+        // Its own two attempts, stored with it: the children open with the default five.
+        let two = wheel_jobs::JobOptions::new().max_attempts(2);
+        let scheduled = queue.schedule_with("poison", Duration::ZERO, "p", &two);
+        scheduled.await.unwrap();
         queue.close().await.unwrap();
     });
     for expected in 1..=2u32 {
@@ -489,13 +492,9 @@ fn a_job_that_kills_its_process_goes_dead_after_max_attempts() {
             queue.close().await.unwrap();
         });
     }
-    // Its last lease has lapsed: the next claim finds it out of attempts.
+    // Its last lease has lapsed: the next claim finds it out of its own attempts.
     rt.block_on(async {
-        let queue = JobQueue::builder()
-            .max_attempts(2)
-            .open(h.path())
-            .await
-            .unwrap();
+        let queue = JobQueue::open(h.path()).await.unwrap();
         let mut consumer = queue.consume();
         let delivered = tokio::time::timeout(ms(500), consumer.next()).await;
         assert!(delivered.is_err(), "nothing more to deliver: {delivered:?}");
