@@ -178,7 +178,9 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Up to `limit` jobs in `state`, in that state's list order, after the position `after`
     /// (a job's `listed_at` and id; `core/state`), each with its own position: pending and
     /// by `(run_at, id)`, running by `(lease end, id)`, dead by `(death time, id)`
-    /// descending. A range read of one index: O(limit). With `kind`, only jobs of that kind.
+    /// descending. A range read of one index: O(limit). With `kind`, only jobs of that kind:
+    /// a backend without an index of that state by kind reads past other kinds' jobs
+    /// (ARCHITECTURE says which).
     fn list(
         &self,
         state: JobState,

@@ -65,14 +65,18 @@ impl Builder {
 
     /// How long a delivery is owned by its consumer before the job is delivered again
     /// (default 30 s). A lease below [`MIN_LEASE`](crate::MIN_LEASE) (1 s) is raised to it;
-    /// zero is refused by `open` with [`Error::is_invalid_config`].
+    /// zero is refused by `open` with [`Error::is_invalid_config`]. Like the attempts and
+    /// the backoff, it is the default of jobs this handle schedules, stored with each job: a
+    /// job keeps its own after a reopen with another value ([`JobOptions`] sets one per job
+    /// or per kind).
     pub fn lease(&mut self, lease: Duration) -> &mut Self {
         self.config.lease = lease;
         self
     }
 
     /// Deliveries before a job is dead (kept, state
-    /// [`JobState::Dead`](crate::JobState::Dead)). At least 1.
+    /// [`JobState::Dead`](crate::JobState::Dead)). At least 1. Stored with each job this
+    /// handle schedules (see [`lease`](Self::lease)).
     pub fn max_attempts(&mut self, attempts: u32) -> &mut Self {
         self.config.max_attempts = attempts;
         self
