@@ -456,9 +456,12 @@ fn a_job_that_kills_its_process_goes_dead_after_max_attempts() {
     let rt = runtime();
     rt.block_on(async {
         let queue = JobQueue::open(h.path()).await.unwrap();
-        // Its own two attempts, stored with it: the children open with the default five.
-        let two = wheel_jobs::JobOptions::new().max_attempts(2);
-        let scheduled = queue.schedule_with("poison", Duration::ZERO, "p", &two);
+        // Its own two attempts and shortest lease, stored with it (what the children's
+        // builder sets applies to the jobs they schedule, not to this one).
+        let options = wheel_jobs::JobOptions::new()
+            .max_attempts(2)
+            .lease(wheel_jobs::MIN_LEASE);
+        let scheduled = queue.schedule_with("poison", Duration::ZERO, "p", &options);
         scheduled.await.unwrap();
         queue.close().await.unwrap();
     });
