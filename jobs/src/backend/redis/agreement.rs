@@ -136,6 +136,14 @@ fn running_key(k: &Keys, kind: &str) -> String {
     }
 }
 
+fn dead_key(k: &Keys, kind: &str) -> String {
+    if kind.is_empty() {
+        k.dead.clone()
+    } else {
+        format!("{}:{kind}", k.dead)
+    }
+}
+
 /// The level (priority, kind) of a meta string.
 fn level_of(meta: &str) -> (i8, String) {
     let mut fields = meta.splitn(5, ':');
@@ -151,8 +159,9 @@ fn level_of(meta: &str) -> (i8, String) {
 }
 
 /// Checks that the indexes and counters agree with the jobs' metas: each job in exactly the
-/// set of its state and level or kind, nothing else in any set (but the running pin),
-/// `levels` naming exactly the non-plain sets with jobs, every counter right.
+/// set of its state and level or kind (dead jobs: their kind's dead set), nothing else in
+/// any set (but the running pin), `levels` naming exactly the non-plain sets with jobs,
+/// every counter right.
 fn audit(conn: &mut Connection, k: &Keys, case: &str) {
     let metas: BTreeMap<String, String> = conn.hgetall(&k.meta).unwrap();
     let mut expect: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -163,7 +172,7 @@ fn audit(conn: &mut Connection, k: &Keys, case: &str) {
         let (index, state) = match &meta[..1] {
             "p" => (due_key(k, p, &kind), "pending"),
             "r" => (running_key(k, &kind), "running"),
-            _ => (k.dead.clone(), "dead"),
+            _ => (dead_key(k, &kind), "dead"),
         };
         match state {
             "pending" if (p, kind.as_str()) != (0, "") => {
@@ -171,6 +180,9 @@ fn audit(conn: &mut Connection, k: &Keys, case: &str) {
             }
             "running" if !kind.is_empty() => {
                 levels.insert(format!("r:{kind}"));
+            }
+            "dead" if !kind.is_empty() => {
+                levels.insert(format!("x:{kind}"));
             }
             _ => {}
         }
@@ -184,6 +196,7 @@ fn audit(conn: &mut Connection, k: &Keys, case: &str) {
     let keys: Vec<String> = conn.keys("{q}:*").unwrap();
     for key in keys {
         let is_index = key == k.dead
+            || key.starts_with(&format!("{}:", k.dead))
             || key == k.due
             || key.starts_with(&format!("{}:", k.due))
             || key == k.running
@@ -228,10 +241,15 @@ fn jobs(attempt: u32) -> [Machine; 3] {
 /// counters), on an empty server.
 fn store(conn: &mut Connection, k: &Keys, job: Machine, tail: &str) {
     let _: () = ::redis::cmd("FLUSHALL").query(conn).unwrap();
+    put(conn, k, ID, job, tail);
+}
+
+/// Adds the job `id` as the scripts keep it, beside what the server holds.
+fn put(conn: &mut Connection, k: &Keys, id: &str, job: Machine, tail: &str) {
     let meta =
         |letter: &str, token: u64| format!("{letter}:{}:{token}:{}{tail}", job.attempt, job.run_at);
     let (meta, counter, score) = match job.status {
-        Status::Pending => (meta("p", 0), "pending", job.run_at / 1000),
+        Status::Pending => (meta("p", 0), "pending", job.run_at.div_ceil(1000)),
         Status::Running { token, until } => (meta("r", token), "running", until / 1000),
         Status::Dead { at } => (meta("d", 0), "dead", at / 1000),
     };
@@ -249,15 +267,20 @@ fn store(conn: &mut Connection, k: &Keys, job: Machine, tail: &str) {
             }
             running_key(k, &kind)
         }
-        Status::Dead { .. } => k.dead.clone(),
+        Status::Dead { .. } => {
+            if !kind.is_empty() {
+                let _: () = conn.zadd(&k.levels, format!("x:{kind}"), 2000).unwrap();
+            }
+            dead_key(k, &kind)
+        }
     };
-    let _: () = conn.hset(&k.meta, ID, meta).unwrap();
-    let _: () = conn.hset(&k.payload, ID, "p").unwrap();
-    let _: () = conn.zadd(index, ID, score).unwrap();
-    let _: () = conn.hset(&k.counts, counter, 1).unwrap();
+    let _: () = conn.hset(&k.meta, id, meta).unwrap();
+    let _: () = conn.hset(&k.payload, id, "p").unwrap();
+    let _: () = conn.zadd(index, id, score).unwrap();
+    let _: () = conn.hincr(&k.counts, counter, 1).unwrap();
     if !kind.is_empty() {
         let _: () = conn
-            .hset(&k.counts, format!("{counter}:{kind}"), 1)
+            .hincr(&k.counts, format!("{counter}:{kind}"), 1)
             .unwrap();
     }
 }
@@ -577,5 +600,382 @@ fn import_writes_a_job_as_the_scripts_keep_it_and_leaves_an_existing_one() {
                 assert_eq!(dump(&mut conn), laid_out, "{case}");
             }
         }
+    }
+}
+
+/// `claim.lua` of up to `max` jobs of the kinds `filter` names ("*", or "=" and a kind).
+fn claim_with(conn: &mut Connection, k: &Keys, max: usize, filter: &str) -> ClaimReply {
+    let claim = script(&[
+        include_str!("lua/kinds.lua"),
+        include_str!("lua/acks.lua"),
+        include_str!("lua/series.lua"),
+        include_str!("lua/claim.lua"),
+    ]);
+    let reply: Value = claim
+        .key(&k.meta)
+        .key(&k.payload)
+        .key(&k.due)
+        .key(&k.counts)
+        .key(&k.seq)
+        .key(&k.dead)
+        .key(&k.series)
+        .key(&k.series_payload)
+        .key(&k.series_next)
+        .key(&k.errors)
+        .key(&k.running)
+        .key(&k.levels)
+        .arg(max)
+        .arg(plain_tail(None, 3))
+        .arg(filter)
+        .invoke(conn)
+        .unwrap();
+    ClaimReply::from_redis_value(reply).unwrap()
+}
+
+/// A pending job due at `run_at` nanoseconds.
+fn pending(run_at: u64) -> Machine {
+    Machine {
+        run_at,
+        attempt: 0,
+        status: Status::Pending,
+    }
+}
+
+#[test]
+fn a_claim_merges_the_kinds_of_one_priority_by_run_at_then_id() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    // Six kinds at priority 1, one at 2 (first whatever its run_at), jobs interleaved in
+    // time, equal run_ats across kinds (then by id), more jobs per kind than a merge's first
+    // chunk so refills are met, and some not yet due.
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    let mut expect: Vec<(u64, String)> = Vec::new();
+    for kind in 0..6u64 {
+        for n in 0..40u64 {
+            let run_at = 1_000_000 * (1 + (n * 7 + kind * 3) % 50);
+            let id = format!("j{}-{kind}", 99 - n);
+            put(
+                &mut conn,
+                &k,
+                &id,
+                pending(run_at),
+                &tail(Some((&format!("k{kind}"), 1)), 3),
+            );
+            expect.push((run_at, id));
+        }
+        let future = format!("later-{kind}");
+        let far = pending(u64::MAX / 2);
+        put(
+            &mut conn,
+            &k,
+            &future,
+            far,
+            &tail(Some((&format!("k{kind}"), 1)), 3),
+        );
+    }
+    expect.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| a.1.as_bytes().cmp(b.1.as_bytes()))
+    });
+    put(
+        &mut conn,
+        &k,
+        "top",
+        pending(60_000_000),
+        &tail(Some(("k0", 2)), 3),
+    );
+    let mut expect: Vec<String> = expect.into_iter().map(|(_, id)| id).collect();
+    expect.insert(0, "top".to_owned());
+    let mut got = Vec::new();
+    for max in [1, 5, 30, 200, 512] {
+        let reply = claim_with(&mut conn, &k, max, "*");
+        assert!(reply.jobs.len() <= max);
+        got.extend(reply.jobs.into_iter().map(|j| j.id));
+        audit(&mut conn, &k, &format!("claim of {max}"));
+    }
+    assert_eq!(got, expect);
+}
+
+#[test]
+fn a_kind_claim_reports_the_lease_end_of_the_jobs_it_just_leased_as_next_due() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    // The only jobs of kind x: no running set of x exists before this claim.
+    put(
+        &mut conn,
+        &k,
+        "a",
+        pending(RUN_AT),
+        &tail(Some(("x", 0)), 3),
+    );
+    put(
+        &mut conn,
+        &k,
+        "b",
+        pending(RUN_AT),
+        &tail(Some(("x", 0)), 3),
+    );
+    let reply = claim_with(&mut conn, &k, 10, "=x");
+    assert_eq!(reply.jobs.len(), 2);
+    let end: f64 = conn.zscore(running_key(&k, "x"), "a").unwrap();
+    assert_eq!(reply.next_due, Some(end as u64 * 1000));
+    // The same for a claim of every kind.
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    put(
+        &mut conn,
+        &k,
+        "a",
+        pending(RUN_AT),
+        &tail(Some(("x", 0)), 3),
+    );
+    let reply = claim_with(&mut conn, &k, 10, "*");
+    let end: f64 = conn.zscore(running_key(&k, "x"), "a").unwrap();
+    assert_eq!(reply.next_due, Some(end as u64 * 1000));
+}
+
+#[test]
+fn a_series_adopts_no_job_of_another_kind_and_a_claim_delivers_none_outside_its_kinds() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let set = script(&[
+        include_str!("lua/kinds.lua"),
+        include_str!("lua/series.lua"),
+        include_str!("lua/recurring_set.lua"),
+    ]);
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    // Occurrences far ahead (after the server's time); the first one's id is taken by a
+    // never-delivered job of kind x, the second's by one of kind "" at priority 3, the
+    // third's by one of the plain level (kind "", priority 0) stored with a spec.
+    let (t1, t2, t3) = (
+        "4102444800000000000",
+        "4102444801000000000",
+        "4102444802000000000",
+    );
+    put(
+        &mut conn,
+        &k,
+        "s@a",
+        pending(RUN_AT),
+        &tail(Some(("x", 0)), 3),
+    );
+    put(
+        &mut conn,
+        &k,
+        "s@b",
+        pending(RUN_AT),
+        &tail(Some(("", 3)), 3),
+    );
+    put(
+        &mut conn,
+        &k,
+        "s@c",
+        pending(RUN_AT),
+        &tail(Some(("", 0)), 3),
+    );
+    let (_, head, _): (u64, String, String) = set
+        .key(&k.meta)
+        .key(&k.payload)
+        .key(&k.due)
+        .key(&k.counts)
+        .key(&k.series)
+        .key(&k.series_payload)
+        .key(&k.series_next)
+        .key(&k.levels)
+        .key(&k.seq)
+        .arg("s")
+        .arg("rule")
+        .arg(1)
+        .arg("payload")
+        .arg(format!("{t1}=a,{t2}=b,{t3}=c,4102444803000000000=d"))
+        .arg(&k.wake)
+        .arg("PUBLISH")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(
+        head, t3,
+        "passed over: kind x, priority 3; adopted: the plain level"
+    );
+    let meta: String = conn.hget(&k.meta, "s@a").unwrap();
+    assert!(meta.ends_with("\x1fx"), "left as it was: {meta}");
+    audit(&mut conn, &k, "recurring_set");
+
+    // A head of kind x (as one adopted before this rule would be), due, superseded by a
+    // later occurrence due too: a claim of kind x delivers no job of another kind.
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    put(
+        &mut conn,
+        &k,
+        "s@a",
+        pending(RUN_AT),
+        &tail(Some(("x", 0)), 3),
+    );
+    let _: () = conn
+        .hset(&k.series, "s", format!("1|0|{RUN_AT}|a||rule"))
+        .unwrap();
+    let _: () = conn.hset(&k.series_payload, "s", "payload").unwrap();
+    let _: () = conn
+        .hset(&k.series_next, "s", format!("{}=b,{t3}=c", RUN_AT * 2))
+        .unwrap();
+    let reply = claim_with(&mut conn, &k, 10, "=x");
+    for job in &reply.jobs {
+        assert_eq!(
+            job.spec.kind, "x",
+            "{} delivered to a consumer of x",
+            job.id
+        );
+    }
+    let reply = claim_with(&mut conn, &k, 10, "=x");
+    assert!(reply.jobs.iter().all(|job| job.spec.kind == "x"));
+    audit(&mut conn, &k, "claim of x");
+}
+
+#[test]
+fn dead_jobs_are_kept_per_kind_listed_revived_and_purged_oldest_first_across_kinds() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let kinds = include_str!("lua/kinds.lua");
+    let list = script(&[kinds, include_str!("lua/list.lua")]);
+    let revive = script(&[kinds, include_str!("lua/revive.lua")]);
+    let remove = script(&[kinds, include_str!("lua/remove_dead.lua")]);
+    let dead = |at: u64| Machine {
+        run_at: RUN_AT,
+        attempt: 3,
+        status: Status::Dead { at },
+    };
+    let fill = |conn: &mut Connection| {
+        let _: () = ::redis::cmd("FLUSHALL").query(conn).unwrap();
+        // Deaths interleaved across kinds "", x and y; x has many, y few.
+        for n in 0..30u64 {
+            let (kind, id) = match n % 5 {
+                0 => ("", format!("p{n:02}")),
+                4 => ("y", format!("y{n:02}")),
+                _ => ("x", format!("x{n:02}")),
+            };
+            let tail = if kind.is_empty() {
+                String::new()
+            } else {
+                tail(Some((kind, 0)), 3)
+            };
+            put(conn, &k, &id, dead(1_000_000 * (n + 1)), &tail);
+        }
+    };
+    let page = |conn: &mut Connection, filter: &str, limit: usize, after: (&str, &str)| {
+        let out: Vec<Value> = list
+            .key(&k.meta)
+            .key(&k.payload)
+            .key(&k.errors)
+            .key(&k.dead)
+            .key(&k.levels)
+            .arg("dead")
+            .arg(limit)
+            .arg(after.0)
+            .arg(after.1)
+            .arg("0")
+            .arg(filter)
+            .invoke(conn)
+            .unwrap();
+        out.chunks(5)
+            .map(|e| {
+                let id = String::from_redis_value(e[0].clone()).unwrap();
+                let score = String::from_redis_value(e[1].clone()).unwrap();
+                (id, score)
+            })
+            .collect::<Vec<_>>()
+    };
+    fill(&mut conn);
+    audit(&mut conn, &k, "dead jobs");
+    // Every kind: newest deaths first, paged.
+    let all: Vec<String> = (0..30u64)
+        .rev()
+        .map(|n| match n % 5 {
+            0 => format!("p{n:02}"),
+            4 => format!("y{n:02}"),
+            _ => format!("x{n:02}"),
+        })
+        .collect();
+    let mut got = Vec::new();
+    let mut after = (String::new(), String::new());
+    loop {
+        let p = page(&mut conn, "*", 7, (&after.1, &after.0));
+        if p.is_empty() {
+            break;
+        }
+        after = p.last().cloned().unwrap();
+        got.extend(p.into_iter().map(|(id, _)| id));
+    }
+    assert_eq!(got, all);
+    for (filter, kind) in [("=y", 'y'), ("=x", 'x'), ("=", 'p')] {
+        let got: Vec<String> = page(&mut conn, filter, 100, ("", ""))
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let want: Vec<String> = all
+            .iter()
+            .filter(|id| id.starts_with(kind))
+            .cloned()
+            .collect();
+        assert_eq!(got, want, "{filter}");
+    }
+    // Revive by limit: the oldest deaths of every kind.
+    let (n, _): (u64, Value) = revive
+        .key(&k.meta)
+        .key(&k.due)
+        .key(&k.counts)
+        .key(&k.dead)
+        .key(&k.levels)
+        .arg("limit")
+        .arg(6)
+        .arg("after")
+        .arg(0)
+        .arg("")
+        .arg(&k.wake)
+        .arg("PUBLISH")
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(n, 6);
+    let left: Vec<String> = page(&mut conn, "*", 100, ("", ""))
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(left, all[..24]);
+    audit(&mut conn, &k, "revive by limit");
+    // Purge by limit: the oldest deaths of every kind, until every dead set is gone.
+    let removed: u64 = remove
+        .key(&k.meta)
+        .key(&k.payload)
+        .key(&k.dead)
+        .key(&k.counts)
+        .key(&k.errors)
+        .key(&k.levels)
+        .arg("limit")
+        .arg(20)
+        .invoke(&mut conn)
+        .unwrap();
+    assert_eq!(removed, 20);
+    let left: Vec<String> = page(&mut conn, "*", 100, ("", ""))
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(left, all[..4]);
+    audit(&mut conn, &k, "purge by limit");
+    for id in &all[..4] {
+        let removed: u64 = remove
+            .key(&k.meta)
+            .key(&k.payload)
+            .key(&k.dead)
+            .key(&k.counts)
+            .key(&k.errors)
+            .key(&k.levels)
+            .arg("id")
+            .arg(id)
+            .invoke(&mut conn)
+            .unwrap();
+        assert_eq!(removed, 1);
+        audit(&mut conn, &k, &format!("remove {id}"));
     }
 }

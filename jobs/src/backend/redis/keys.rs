@@ -10,15 +10,18 @@
 //!   open records the count ([`layout`]); an open with another count is refused, and so is
 //!   a queue whose recorded keyspace [`FORMAT`] is another (but [`UPGRADES`], recorded
 //!   anew as [`FORMAT`] at open).
-//! - Besides the keys below, the scripts name one due set per (priority, kind) in use and
-//!   one running set per kind in use after `due` and `running` (`lua/kinds.lua`), listed
-//!   in `levels`: they carry the same tag.
+//! - Besides the keys below, the scripts name one due set per (priority, kind) in use, one
+//!   running set and one dead set per kind in use after `due`, `running` and `dead`
+//!   (`lua/kinds.lua`), listed in `levels`: they carry the same tag, but are not passed in
+//!   `KEYS` (a server that enforces declared keys, such as Dragonfly by default, refuses
+//!   these scripts).
 
 /// The layout of a queue's keys and of the values the scripts store in them, recorded in
 /// its layout hash by the first open ([`layout`]); a queue of another format is refused at
 /// open, naming the format found. 1 is the first published format; 2 stores each job's
 /// spec in its meta string and adds the per-(priority, kind) due sets, per-kind running
-/// sets, `levels` and per-kind counters (`lua/kinds.lua`).
+/// and dead sets (`dead` keeps kind `""`'s), `levels` and per-kind counters
+/// (`lua/kinds.lua`).
 pub(super) const FORMAT: u32 = 2;
 
 /// The older format this version reads as it is, and records as [`FORMAT`] at open (a

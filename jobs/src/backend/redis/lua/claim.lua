@@ -10,8 +10,9 @@
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua; its field
 -- `paused`, set by pause.lua, stops every claim: nothing claimed, nothing reported due)
 -- KEYS[5] seq     string  lease token counter (INCRBY: a token is never handed out twice)
--- KEYS[6] dead    zset    dead ids scored by the death time in microseconds (server TIME;
---                         0 for jobs that died before this score was kept: the oldest)
+-- KEYS[6] dead    zset    dead ids of kind "" scored by the death time in microseconds
+--                         (server TIME; 0 for jobs that died before this score was kept:
+--                         the oldest); each other kind has its own (kinds.lua)
 -- KEYS[7] series, KEYS[8] series_payload, KEYS[9] series_next (see series.lua, prepended)
 -- KEYS[10] errors hash    id -> the job's last error (a failure's message, or "lease
 --                         expired", which a claim records for a job whose lease ended)
@@ -30,8 +31,9 @@
 --
 -- Order: expired leases of the claimed kinds first, then due jobs by priority (highest
 -- first), then run_at, then id (bytewise). The levels index says which (priority, kind)
--- due sets exist: per priority, each claimed kind's set is read up to what is still
--- wanted and merged; nothing of another kind, and no job not yet due, is read. Each job is
+-- due sets exist: per priority, the claimed kinds' sets are merged a chunk of each at a
+-- time (kinds.lua `merge`: O(sets + jobs taken) entries read, never each set's whole
+-- backlog); nothing of another kind, and no job not yet due, is read. Each job is
 -- leased for its own lease and dies at its own max attempts (its spec, kinds.lua).
 --
 -- Returns {now_us, next_due_us ("" if none), notes, how many jobs it killed, the folded
@@ -61,22 +63,16 @@ if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, '', {}, 0, ac
 local max = tonumber(ARGV[1])
 local only = nil
 if ARGV[3] ~= '*' then only = string.sub(ARGV[3], 2) end
--- a < b, bytewise (Lua's `<` on strings follows the server's LC_COLLATE, not Redis's order).
-local function less(a, b)
-  for i = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return #a < #b
-end
 -- The claimed kinds' due sets by priority, and their running sets.
-local groups, prios, runs = {}, {}, {}
+local groups, prios, runs, listed = {}, {}, {}, {}
 if only == nil or only == '' then
   groups[0] = {KEYS[3]}
   prios[1] = 0
   runs[1] = KEYS[11]
+  listed[KEYS[11]] = true
 end
-for _, m in ipairs(redis.call('ZRANGE', KEYS[12], 0, -1)) do
+-- By score: the due levels and running sets, not the dead sets (kinds.lua).
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', 1000)) do
   local p, kind = string.match(m, '^d:(%-?%d+):(.*)$')
   if p then
     p = tonumber(p)
@@ -90,7 +86,11 @@ for _, m in ipairs(redis.call('ZRANGE', KEYS[12], 0, -1)) do
     end
   else
     kind = string.match(m, '^r:(.*)$')
-    if kind and (only == nil or kind == only) then runs[#runs + 1] = running_key(KEYS[11], kind) end
+    if kind and (only == nil or kind == only) then
+      local key = running_key(KEYS[11], kind)
+      runs[#runs + 1] = key
+      listed[key] = true
+    end
   end
 end
 table.sort(prios, function(a, b) return a > b end)
@@ -113,19 +113,13 @@ for _, p in ipairs(prios) do
       from[#ids] = keys[1]
     end
   else
-    -- Kinds of one priority, merged by (run_at, id).
-    local cand = {}
-    for _, key in ipairs(keys) do
-      local r = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
-      for i = 1, #r, 2 do cand[#cand + 1] = {tonumber(r[i + 1]), r[i], key} end
+    -- Kinds of one priority, merged by (run_at, id) a chunk of each at a time (kinds.lua).
+    local function read(key, off, count)
+      return redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', off, count)
     end
-    table.sort(cand, function(a, b)
-      if a[1] ~= b[1] then return a[1] < b[1] end
-      return less(a[2], b[2])
-    end)
-    for i = 1, math.min(want, #cand) do
-      ids[#ids + 1] = cand[i][2]
-      from[#ids] = cand[i][3]
+    for _, e in ipairs(merge(keys, want, read)) do
+      ids[#ids + 1] = e[1]
+      from[#ids] = e[3]
     end
   end
 end
@@ -182,17 +176,21 @@ if #ids > 0 then
     if taken[due_id] then
       -- Leased already by this claim, as the occurrence that superseded a series' head.
       id = nil
-    elseif state and attempt == 0 and string.find(id, '@', 1, true) then
+    elseif state and attempt == 0 and r.kind == '' and string.find(id, '@', 1, true) then
+      -- A series' head is of kind "" (series.lua adopts no other), so only a claim of
+      -- every kind or of kind "" reads it here.
       id = series_due(S, id, now, notes)
       if id and id ~= due_id and taken[id] then
         id = nil
       elseif id and id ~= due_id then
         -- A later occurrence superseded this series head and runs instead: made pending
-        -- just now (or adopted), it is leased like the head would have been.
+        -- just now (or adopted), it is leased like the head would have been; but only
+        -- within the claim's kinds (it is of kind "", as the head: never another's).
         local _
         _, _, _, run_ns, tail = job_parse(redis.call('HGET', KEYS[1], id))
         r = rec_of(tail)
         payload = redis.call('HGET', KEYS[2], id)
+        if only ~= nil and r.kind ~= only then id = nil end
       end
     end
     if not state then
@@ -209,8 +207,7 @@ if #ids > 0 then
         meta_writes[#meta_writes + 1] = id
         meta_writes[#meta_writes + 1] = 'd:' .. attempt .. ':0:' .. run_ns .. tail
         died[#died + 1] = id
-        died_scores[#died_scores + 1] = now
-        died_scores[#died_scores + 1] = id
+        g_push(died_scores, dead_key(KEYS[6], r.kind), now, id)
         if state == 'p' then
           r.due_rems[#r.due_rems + 1] = id
           r.died_p = r.died_p + 1
@@ -258,6 +255,11 @@ if #ids > 0 then
         pinned[r.running] = true
         redis.call('ZADD', r.running, '+inf', RUNNING_PIN, unpack(r.leases))
         running_note(KEYS[12], r.kind)
+        -- A running set this claim created holds lease ends the next due time counts.
+        if not listed[r.running] then
+          listed[r.running] = true
+          runs[#runs + 1] = r.running
+        end
       else
         redis.call('ZADD', r.running, unpack(r.leases))
       end
@@ -267,7 +269,10 @@ if #ids > 0 then
     tally(counted, 'dead', r.kind, r.died_p + r.died_r)
   end
   out[4] = #died
-  if #died > 0 then redis.call('ZADD', KEYS[6], unpack(died_scores)) end
+  g_run(died_scores, 'ZADD')
+  for _, r in ipairs(order) do
+    if r.died_p + r.died_r > 0 then dead_note(KEYS[12], r.kind) end
+  end
   tally_flush(KEYS[4], counted)
   for _, r in ipairs(order) do
     if #r.due_rems > 0 then level_tidy(KEYS[12], KEYS[3], r.p, r.kind) end

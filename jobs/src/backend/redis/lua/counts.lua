@@ -19,7 +19,7 @@ local function sooner(key)
   end
 end
 sooner(KEYS[2])
-for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', 1000)) do
   local p, kind = string.match(m, '^d:(%-?%d+):(.*)$')
   if p then sooner(KEYS[2] .. ':' .. p .. ':' .. kind) end
 end

@@ -32,7 +32,8 @@ for i = 3, #ARGV, 9 do
     redis.call('HSET', KEYS[2], id, ARGV[i + 7])
     if ARGV[i + 5] == '1' then redis.call('HSET', KEYS[6], id, ARGV[i + 6]) end
     if state == 'd' then
-      redis.call('ZADD', KEYS[5], score, id)
+      redis.call('ZADD', dead_key(KEYS[5], kind), score, id)
+      dead_note(KEYS[7], kind)
       tally(counted, 'dead', kind, 1)
     else
       local due = due_key(KEYS[3], p, kind)

@@ -16,10 +16,13 @@
 --   due:<p>:<kind> zset  the same for every other (priority, kind) with pending jobs
 --   running        zset  running ids of kind "" scored by lease end (and claim.lua's pin)
 --   running:<kind> zset  the same for every other kind with running jobs
+--   dead           zset  dead ids of kind "" scored by death time in microseconds
+--   dead:<kind>    zset  the same for every other kind with dead jobs
 --   levels         zset  which of the above exist besides the plain ones: "d:<p>:<kind>"
 --                        scored <p> for a due level, "r:<kind>" scored 1000 for a running
---                        set; a member goes with the last job of its index, so a claim reads
---                        the levels in use only
+--                        set, "x:<kind>" scored 2000 for a dead set; a member goes with the
+--                        last job of its index, so a claim reads the levels in use only (and
+--                        by score, no dead set's)
 -- Counters: the counts hash's `pending`, `running`, `dead` count every job, and
 -- `pending:<kind>`, `running:<kind>`, `dead:<kind>` those of each kind but "" (whose counts
 -- are the totals less the other kinds': so format 1's counters stay right as they are).
@@ -84,6 +87,11 @@ local function running_key(running, kind)
   return running .. ':' .. kind
 end
 
+local function dead_key(dead, kind)
+  if kind == '' then return dead end
+  return dead .. ':' .. kind
+end
+
 -- Records that the due level (p, kind) has jobs.
 local function level_note(levels, p, kind)
   if p ~= 0 or kind ~= '' then redis.call('ZADD', levels, p, 'd:' .. p .. ':' .. kind) end
@@ -110,6 +118,108 @@ local function running_tidy(levels, running, kind)
     redis.call('ZREM', key, RUNNING_PIN)
     redis.call('ZREM', levels, 'r:' .. kind)
   end
+end
+
+-- Records that the kind has dead jobs.
+local function dead_note(levels, kind)
+  if kind ~= '' then redis.call('ZADD', levels, 2000, 'x:' .. kind) end
+end
+
+-- Forgets the kind's dead set if it holds no job.
+local function dead_tidy(levels, dead, kind)
+  if kind ~= '' and redis.call('EXISTS', dead_key(dead, kind)) == 0 then
+    redis.call('ZREM', levels, 'x:' .. kind)
+  end
+end
+
+-- The kinds with a dead set of their own, from `levels`.
+local function dead_kinds(levels)
+  local kinds = {}
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', levels, 2000, 2000)) do
+    kinds[#kinds + 1] = string.sub(m, 3)
+  end
+  return kinds
+end
+
+-- a < b, bytewise (Lua's `<` on strings follows the server's LC_COLLATE, not Redis's order).
+local function less(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+-- The first `n` entries, by (score, id) ascending, of the sorted sets `keys` merged, as
+-- {id, score, key} each. `read(key, from, count)` returns up to `count` entries of `key`
+-- from its `from`th on (0-based), in that order, as a WITHSCORES reply. A k-way merge: each
+-- set is read a chunk at a time (8 entries, then twice as many each refill, never past
+-- what is still wanted), the heads kept in a binary heap, so the cost is O(k + n) entries
+-- read and O(n log k) comparisons, whatever the sets hold beyond what is taken.
+local function merge(keys, n, read)
+  local out = {}
+  if n <= 0 then return out end
+  local heap = {}
+  local function before(a, b)
+    if a.score ~= b.score then return a.score < b.score end
+    return less(a.buf[a.at], b.buf[b.at])
+  end
+  local function fill(c, want)
+    local count = math.min(c.chunk, want)
+    if count <= 0 then return false end
+    c.buf = read(c.key, c.from, count)
+    c.from = c.from + #c.buf / 2
+    c.at = 1
+    c.chunk = c.chunk * 2
+    c.done = #c.buf < count * 2
+    if #c.buf == 0 then return false end
+    c.score = tonumber(c.buf[2])
+    return true
+  end
+  local function up(i)
+    while i > 1 do
+      local parent = math.floor(i / 2)
+      if not before(heap[i], heap[parent]) then break end
+      heap[i], heap[parent] = heap[parent], heap[i]
+      i = parent
+    end
+  end
+  local function down(i)
+    while true do
+      local l, r, m = 2 * i, 2 * i + 1, i
+      if l <= #heap and before(heap[l], heap[m]) then m = l end
+      if r <= #heap and before(heap[r], heap[m]) then m = r end
+      if m == i then return end
+      heap[i], heap[m] = heap[m], heap[i]
+      i = m
+    end
+  end
+  for _, key in ipairs(keys) do
+    local c = {key = key, from = 0, chunk = 8}
+    if fill(c, n) then
+      heap[#heap + 1] = c
+      up(#heap)
+    end
+  end
+  while #out < n and #heap > 0 do
+    local c = heap[1]
+    out[#out + 1] = {c.buf[c.at], c.buf[c.at + 1], c.key}
+    c.at = c.at + 2
+    local alive = true
+    if c.at > #c.buf then
+      alive = not c.done and fill(c, n - #out)
+    else
+      c.score = tonumber(c.buf[c.at + 1])
+    end
+    if alive then
+      down(1)
+    else
+      heap[1] = heap[#heap]
+      heap[#heap] = nil
+      if #heap > 0 then down(1) end
+    end
+  end
+  return out
 end
 
 -- Counter deltas, written once per script by tally_flush: t[field] += d, and the kind's own.

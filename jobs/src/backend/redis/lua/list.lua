@@ -3,8 +3,8 @@
 -- ascending; dead (from the dead index) descending.
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] errors (see schedule.lua, claim.lua)
--- KEYS[4] the state's index: due (pending), running or dead (see claim.lua); pending and
--- running jobs of other levels and kinds are in the sets named after it (kinds.lua)
+-- KEYS[4] the state's index: due (pending), running or dead (see claim.lua); jobs of other
+-- levels and kinds are in the sets named after it (kinds.lua)
 -- KEYS[5] levels (see kinds.lua), which says which of those exist
 -- ARGV[1] 'pending' | 'running' | 'dead', ARGV[2] how many jobs at most (at most 1,001)
 -- ARGV[3] the position's score ("" for the first page), ARGV[4] the position's id
@@ -20,19 +20,11 @@
 -- Then one range read of the page, read on past the entries of no job in the page's state
 -- (the running index's pin, see claim.lua). Pending and running jobs: a page from each set
 -- of the kinds listed (one per level or kind in use, kinds.lua), merged by (score, id):
--- O(sets × limit). Dead jobs are one set: a kind's page reads past the other kinds' dead
--- jobs. A script, so the page is one moment.
+-- O(sets × limit). Dead jobs: one set per kind (kinds.lua), so a kind's page reads that
+-- kind's only, never past other kinds' dead jobs. A script, so the page is one moment.
 local mode, limit, score, after = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local only = nil
 if ARGV[6] ~= '*' then only = string.sub(ARGV[6], 2) end
--- a < b, bytewise (Lua's `<` on strings follows the server's LC_COLLATE, not Redis's order).
-local function less(a, b)
-  for i = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return #a < #b
-end
 -- The first rank of `index` whose entry sorts after (score, after), or at-or-after it with
 -- `inclusive`.
 local function rank_after(index, inclusive)
@@ -85,17 +77,19 @@ local function page(index)
 end
 -- The sets to read: the plain one and those of the levels or kinds in use.
 local indexes = {}
-if mode == 'dead' or only == nil or only == '' then indexes[1] = KEYS[4] end
-if mode ~= 'dead' then
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
-    local p, kind = string.match(m, '^d:(%-?%d+):(.*)$')
-    if mode == 'pending' and p and (only == nil or kind == only) then
-      indexes[#indexes + 1] = due_key(KEYS[4], tonumber(p), kind)
-    end
-    kind = string.match(m, '^r:(.*)$')
-    if mode == 'running' and kind and (only == nil or kind == only) then
-      indexes[#indexes + 1] = running_key(KEYS[4], kind)
-    end
+if only == nil or only == '' then indexes[1] = KEYS[4] end
+for _, m in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+  local p, kind = string.match(m, '^d:(%-?%d+):(.*)$')
+  if mode == 'pending' and p and (only == nil or kind == only) then
+    indexes[#indexes + 1] = due_key(KEYS[4], tonumber(p), kind)
+  end
+  kind = string.match(m, '^r:(.*)$')
+  if mode == 'running' and kind and (only == nil or kind == only) then
+    indexes[#indexes + 1] = running_key(KEYS[4], kind)
+  end
+  kind = string.match(m, '^x:(.*)$')
+  if mode == 'dead' and kind and (only == nil or kind == only) then
+    indexes[#indexes + 1] = dead_key(KEYS[4], kind)
   end
 end
 local entries = {}
@@ -104,6 +98,7 @@ for _, index in ipairs(indexes) do
 end
 if #indexes > 1 then
   table.sort(entries, function(a, b)
+    if descending then a, b = b, a end
     local x, y = tonumber(a[2]), tonumber(b[2])
     if x ~= y then return x < y end
     return less(a[1], b[1])

@@ -13,7 +13,7 @@
 --
 -- Returns {0, ""} for a stale token, {1, run_at_ns} when pending again, {2, ""} when dead.
 -- Atomic with claim and ack (token checked and state changed in one step). The job moves
--- from its kind's running set to its level's due set (pending) or dead.
+-- from its kind's running set to its level's due set (pending) or its kind's dead set.
 local state, attempt, token, run_ns, tail = job_parse(redis.call('HGET', KEYS[1], ARGV[1]))
 if state ~= 'r' or token ~= ARGV[2] then return {0, ''} end
 local p, kind = job_level(tail)
@@ -26,7 +26,8 @@ running_tidy(KEYS[7], KEYS[6], kind)
 local t = redis.call('TIME')
 if tonumber(attempt) >= max_attempts then
   redis.call('HSET', KEYS[1], ARGV[1], 'd:' .. attempt .. ':0:' .. run_ns .. tail)
-  redis.call('ZADD', KEYS[4], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[1])
+  redis.call('ZADD', dead_key(KEYS[4], kind), tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[1])
+  dead_note(KEYS[7], kind)
   tally(counted, 'dead', kind, 1)
   tally_flush(KEYS[3], counted)
   return {2, ''}

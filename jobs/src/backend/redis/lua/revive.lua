@@ -5,7 +5,7 @@
 --
 -- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead (see schedule.lua, claim.lua),
 -- KEYS[5] levels (see kinds.lua, prepended: each job goes back to its own level, its spec
--- kept)
+-- kept, and leaves its kind's dead set)
 -- ARGV[1] "id" then ARGV[2] the id, or "limit" then ARGV[2] how many at most (at most 512)
 -- ARGV[3] mode ("at" | "after"), ARGV[4] ns | us, ARGV[5] score (see schedule.lua),
 -- ARGV[6] wake channel, ARGV[7] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)
@@ -13,11 +13,17 @@
 -- Returns {revived, run_at_ns ("" if none)}. Atomic: a job is revived only while it is dead,
 -- and all of a call's jobs get one due time, so the wake message (sent when they become the
 -- first due) is one too.
-local ids
+local ids = {}
 if ARGV[1] == 'id' then
   ids = {ARGV[2]}
 else
-  ids = redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[2]) - 1)
+  -- The oldest deaths of every kind: the kinds' dead sets merged (kinds.lua).
+  local keys = {KEYS[4]}
+  for _, kind in ipairs(dead_kinds(KEYS[5])) do keys[#keys + 1] = dead_key(KEYS[4], kind) end
+  local function read(key, off, count)
+    return redis.call('ZRANGE', key, off, off + count - 1, 'WITHSCORES')
+  end
+  for _, e in ipairs(merge(keys, tonumber(ARGV[2]), read)) do ids[#ids + 1] = e[1] end
 end
 if #ids == 0 then return {0, ''} end
 local run_ns, score
@@ -30,7 +36,7 @@ else
   score = tonumber(ARGV[5])
 end
 local metas = redis.call('HMGET', KEYS[1], unpack(ids))
-local meta_writes, scores, revived, counted = {}, {}, {}, {}
+local meta_writes, scores, revived, counted, gone = {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
   local state, _, _, _, tail = job_parse(metas[i])
   if state == 'd' then
@@ -41,13 +47,17 @@ for i, id in ipairs(ids) do
     if not scores[due] then level_note(KEYS[5], p, kind) end
     g_push(scores, due, score, id)
     revived[#revived + 1] = id
+    g_push(gone, dead_key(KEYS[4], kind), id)
     tally(counted, 'dead', kind, -1)
     tally(counted, 'pending', kind, 1)
   end
 end
 if #revived == 0 then return {0, ''} end
 redis.call('HSET', KEYS[1], unpack(meta_writes))
-redis.call('ZREM', KEYS[4], unpack(revived))
+g_run(gone, 'ZREM')
+for key in pairs(gone) do
+  if key ~= KEYS[4] then dead_tidy(KEYS[5], KEYS[4], string.sub(key, #KEYS[4] + 2)) end
+end
 g_run(scores, 'ZADD')
 tally_flush(KEYS[3], counted)
 local wake = false

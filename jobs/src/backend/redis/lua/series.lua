@@ -104,7 +104,7 @@ local function series_drop(S, id)
 end
 
 -- Makes the first entry of `list` from `from` after the series' last delivered occurrence
--- whose id is free (or a never-delivered pending job's, attempt 0) the head of `s`: creates
+-- whose id is free (or a never-delivered pending job's of the plain level, attempt 0) the head of `s`: creates
 -- its job with `payload`. Writes the rest of the list after it and the record. Returns the
 -- head's score, or nil if the list held none (head left empty). `go`: of list[from] and
 -- after, how many run without counting (0 for none), less those passed over.
@@ -128,8 +128,16 @@ local function series_place(S, name, s, list, from, payload, go)
     -- claims are no first claims that could move the series: the next time instead. So is
     -- one the claim running this leased already (`S.taken`): its meta is written at the
     -- claim's end and still reads pending here.
+    -- Only a job of the plain level (kind "" and priority 0, stored with the plain spec or
+    -- a spec of its own), in the plain due set as every occurrence: a head is claimed by
+    -- consumers of kind "", and one of another kind would hand its series' occurrences to
+    -- consumers of that kind.
     local taken = S.taken and S.taken[id]
-    if later and not taken and string.sub(meta, 1, 4) == 'p:0:' then break end
+    if later and not taken and string.sub(meta, 1, 4) == 'p:0:' then
+      local _, _, _, _, tail = job_parse(meta)
+      local p, kind = job_level(tail or '')
+      if p == 0 and kind == '' then break end
+    end
     i = i + 1
   end
   series_put_next(S, name, math.max((go or 0) - (i - from), 0), list, i + 1)

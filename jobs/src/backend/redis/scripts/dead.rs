@@ -64,6 +64,7 @@ impl Scripts {
             .key(&k.dead)
             .key(&k.counts)
             .key(&k.errors)
+            .key(&k.levels)
             .arg(mode)
             .arg(arg);
         call.invoke_async(conn).await.map_err(redis_error)
