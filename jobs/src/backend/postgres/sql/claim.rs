@@ -88,7 +88,9 @@ impl ClaimSql {
         //
         // Series heads are left to the series step (`series.rs`), which moves the series
         // in the same transaction as the claim of its head; they are plain jobs (kind
-        // ''). The kill and the lease find the picked rows by `ctid` (the version the pick
+        // '', priority 0), so while one is due `due` leaves out the levels below 0 and the
+        // room is the heads' (strict priority; the consumer looks again at once after
+        // them). A plain claim's next due time reads a bounded window (`next_level`). The kill and the lease find the picked rows by `ctid` (the version the pick
         // locked), a TID scan whatever the statistics say: joined on (queue, id) alone, a
         // queue the table's statistics do not know yet (new since the last ANALYZE) was
         // estimated at one row, and the planner scanned the whole queue once per picked
