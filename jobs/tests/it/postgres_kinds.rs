@@ -38,14 +38,11 @@ fn ago(secs: u64) -> SystemTime {
     SystemTime::now() - Duration::from_secs(secs)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_2_schema_upgrades_and_its_jobs_read_as_the_plain_spec() {
-    let schema = fresh("wj_v2");
-    let pool = pool().await;
-    // The schema as version 2 of the library left it, made from its own files.
+/// The schema `schema` as version 2 of the library left it, made from its own files; its
+/// quoted name.
+async fn version_2(pool: &sqlx::PgPool, schema: &str) -> String {
     let quoted = format!("\"{schema}\"");
-    let mut v2 = format!(
-        "CREATE SCHEMA {quoted}; \
+    let mut v2 = format!(        "CREATE SCHEMA {quoted}; \
          CREATE TABLE {quoted}.schema_version (id integer PRIMARY KEY CHECK (id = 1), version integer NOT NULL); \
          INSERT INTO {quoted}.schema_version VALUES (1, 2);"
     );
@@ -56,6 +53,14 @@ async fn a_version_2_schema_upgrades_and_its_jobs_read_as_the_plain_spec() {
         v2.push_str(&file.replace("{schema}", &quoted));
     }
     pool.execute(v2.as_str()).await.unwrap();
+    quoted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_schema_upgrades_and_its_jobs_read_as_the_plain_spec() {
+    let schema = fresh("wj_v2");
+    let pool = pool().await;
+    let quoted = version_2(&pool, &schema).await;
     let now = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
     pool.execute(
         format!(
@@ -343,4 +348,108 @@ async fn schedule_in_with_commits_or_rolls_back_with_the_transaction() {
     assert!(delivered.ack().await.unwrap());
     drop(consumer);
     queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_claim_finds_its_job_past_windows_of_another_kinds_future_jobs() {
+    let harness = crate::support::postgres::harness();
+    let queue = harness.open(&Builder::new()).await.unwrap();
+    // 2,500 future jobs of another kind at the plain job's level (0), all due before it:
+    // more than two of the windows a claim of the kind '' reads for its next due time.
+    let start = SystemTime::now();
+    let others: Vec<_> = (0..2500u64)
+        .map(|i| {
+            let at = start + Duration::from_secs(1) + Duration::from_micros(400 * i);
+            (format!("other:{i:04}"), at, "o")
+        })
+        .collect();
+    queue
+        .schedule_many_with(others, &JobOptions::kind("other"))
+        .await
+        .unwrap();
+    let plain_at = start + Duration::from_millis(2500);
+    queue.schedule("plain", plain_at, "p").await.unwrap();
+
+    // `next` asserts the delivery is not before its run_at.
+    let mut consumer = queue.consume_kind("");
+    let job = next(&mut consumer).await;
+    assert_eq!((job.id(), job.kind()), ("plain", ""));
+    assert_eq!(job.run_at(), plain_at);
+    assert!(job.ack().await.unwrap());
+    let counts = queue.counts().await.unwrap();
+    assert_eq!(counts.kinds["other"].pending, 2500);
+    assert!(!counts.kinds.contains_key(""));
+    drop(consumer);
+    queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_occurrence_is_claimed_before_a_due_job_below_priority_0() {
+    let harness = crate::support::postgres::harness();
+    let mut builder = Builder::new();
+    builder.prefetch(1);
+    let queue = harness.open(&builder).await.unwrap();
+    queue
+        .schedule_with("low", ago(30), "l", &JobOptions::new().priority(-5))
+        .await
+        .unwrap();
+    let every = wheel_jobs::Recurrence::every(Duration::from_secs(2)).unwrap();
+    queue.schedule_recurring("tick", every, "t").await.unwrap();
+    // Both due before the first claim.
+    let first = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    if let Ok(wait) = first.duration_since(SystemTime::now()) {
+        tokio::time::sleep(wait + Duration::from_millis(50)).await;
+    }
+
+    let mut consumer = queue.consume();
+    let tick = next(&mut consumer).await;
+    assert!(tick.id().starts_with("tick@"), "{}", tick.id());
+    assert_eq!(tick.run_at(), first);
+    assert!(tick.ack().await.unwrap());
+    let low = next(&mut consumer).await;
+    assert_eq!((low.id(), low.priority()), ("low", -5));
+    assert!(low.ack().await.unwrap());
+    drop(consumer);
+    queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_behind_an_open_transaction_fails_clearly_then_succeeds() {
+    let schema = fresh("wj_lock");
+    let pool = pool().await;
+    let quoted = version_2(&pool, &schema).await;
+    let version = || async {
+        let row = sqlx::query(&format!("SELECT version FROM {quoted}.schema_version"))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        row.get::<i32, _>(0)
+    };
+    // An application's transaction that read the jobs and is still open.
+    let mut app = pool.begin().await.unwrap();
+    sqlx::query(&format!("SELECT count(*) FROM {quoted}.jobs"))
+        .fetch_one(&mut *app)
+        .await
+        .unwrap();
+    let mut builder = Builder::new();
+    builder.postgres_schema(&schema);
+    let err = tokio::time::timeout(Duration::from_secs(120), builder.postgres(&url(), "orders"))
+        .await
+        .expect("the migration gives up on its lock wait, it does not hang")
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    assert!(
+        err.to_string().contains("for a lock on its tables"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("to version 3"), "{err}");
+    assert_eq!(version().await, 2);
+
+    app.commit().await.unwrap();
+    let queue = builder.postgres(&url(), "orders").await.unwrap();
+    assert_eq!(version().await, 3);
+    queue.close().await.unwrap();
+    pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
 }

@@ -177,10 +177,16 @@ impl Backend for Postgres {
                 })
                 .collect();
             let mut next_due = rows.next_due;
+            // Due heads are priority-0 plain jobs: the statement left the levels below 0
+            // out when it saw some (strict priority), and the room left is theirs.
+            let mut heads_claimed = false;
             if !rows.heads.is_empty() && jobs.len() < want {
                 let room = want - jobs.len();
                 match self.claim_heads(rows.heads, room, token).await {
-                    Ok(heads) => jobs.extend(heads),
+                    Ok(heads) => {
+                        heads_claimed = !heads.is_empty();
+                        jobs.extend(heads);
+                    }
                     // The jobs already leased are handed out all the same; the heads are
                     // claimed by a later claim.
                     Err(err) if !jobs.is_empty() => {
@@ -193,6 +199,10 @@ impl Backend for Postgres {
                 next_due = None;
             } else if jobs.len() >= want {
                 // More may be due: look again at once.
+                next_due = Some(rows.now);
+            } else if heads_claimed && next_due.is_some_and(|n| n <= rows.now) {
+                // Due jobs below priority 0 the heads held back: look again at once (after
+                // a delivery, so never in a loop).
                 next_due = Some(rows.now);
             } else if let Some(next) = next_due.filter(|&n| n <= rows.now) {
                 // What is due and was not taken is locked by another transaction (a claim,

@@ -9,6 +9,15 @@
 //! - A schema at a newer version than [`VERSION`] is refused with both versions named: this
 //!   library would misread it.
 //! - Opening a schema already at [`VERSION`] takes no lock: one read.
+//! - A migration waits at most [`lock_timeout`] for each table lock it takes (after the
+//!   advisory lock, which it waits for while another process migrates): behind an
+//!   application's open transaction that read the tables it fails with a clear
+//!   `is_unavailable` error, instead of waiting in the lock queue, where every later
+//!   statement on the tables would queue behind it. Its statements stop at
+//!   `postgres_timeout` (`statement_timeout`), the bound of the open waiting for them, so
+//!   an index build the caller gave up on does not go on holding the tables' locks.
+
+use std::time::Duration;
 
 use sqlx::postgres::PgConnection;
 use sqlx::{Executor, PgPool, Row};
@@ -23,6 +32,13 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("migrations/0002_wake_soon.sql")),
     (3, include_str!("migrations/0003_kinds.sql")),
 ];
+
+/// The longest a migration waits for a lock on a table (`SET LOCAL lock_timeout`): half
+/// the open's `postgres_timeout` (so the server gives up first and says why), at most 10 s.
+fn lock_timeout(timeout: Option<Duration>) -> Duration {
+    let most = Duration::from_secs(10);
+    timeout.map_or(most, |t| (t / 2).min(most))
+}
 
 /// The schema version this library writes.
 pub(super) const VERSION: i32 = 3;
@@ -39,6 +55,20 @@ fn too_new(names: &Names, found: i32) -> Error {
     ))
 }
 
+/// A migration's error; a lost lock wait says what blocked it and what to do.
+fn locked_out(names: &Names, version: i32, waited: Duration, err: sqlx::Error) -> Error {
+    if !super::error::is_contended(&err) {
+        return pg_error(err);
+    }
+    Error::unavailable(format!(
+        "postgres: migrating the schema {:?} to version {version} waited more than {waited:?} \
+         for a lock on its tables: another transaction holds one (an open transaction of the \
+         application, or a process of an older wheel-jobs); nothing was changed: end it and \
+         open again ({err})",
+        names.schema
+    ))
+}
+
 /// The version recorded in the schema, `None` if it has none yet.
 async fn recorded(c: &mut PgConnection, names: &Names) -> Result<Option<i32>, Error> {
     let row = db(sqlx::query(&format!(
@@ -50,8 +80,13 @@ async fn recorded(c: &mut PgConnection, names: &Names) -> Result<Option<i32>, Er
     row.map(|r| db(r.try_get(0))).transpose()
 }
 
-/// Brings the schema to [`VERSION`], or refuses a newer one.
-pub(super) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), Error> {
+/// Brings the schema to [`VERSION`], or refuses a newer one; `timeout` is the open's
+/// `postgres_timeout`.
+pub(super) async fn migrate(
+    pool: &PgPool,
+    names: &Names,
+    timeout: Option<Duration>,
+) -> Result<(), Error> {
     let mut conn = db(pool.acquire().await)?;
     let exists = db(sqlx::query("SELECT to_regclass($1) IS NOT NULL")
         .bind(&names.version)
@@ -83,9 +118,20 @@ pub(super) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), Error> {
     if found > VERSION {
         return Err(too_new(names, found));
     }
+    let waited = lock_timeout(timeout);
+    let mut limits = format!("SET LOCAL lock_timeout = {}", waited.as_millis());
+    if let Some(t) = timeout {
+        limits.push_str(&format!(
+            "; SET LOCAL statement_timeout = {}",
+            t.as_millis().max(1)
+        ));
+    }
+    db(tx.execute(limits.as_str()).await)?;
     for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > found) {
         let sql = sql.replace("{schema}", &names.quoted);
-        db(tx.execute(sql.as_str()).await)?;
+        tx.execute(sql.as_str())
+            .await
+            .map_err(|err| locked_out(names, *version, waited, err))?;
         db(sqlx::query(&format!(
             "INSERT INTO {} (id, version) VALUES (1, $1) \
              ON CONFLICT (id) DO UPDATE SET version = excluded.version",

@@ -174,7 +174,7 @@ impl Postgres {
                 Target::Pool(pool) => pool,
             };
             let names = Names::new(&config.postgres_schema);
-            migrate::migrate(&pool, &names).await?;
+            migrate::migrate(&pool, &names, timeout).await?;
             let sql = Sql::new(&names, config.defaults().plain().clone());
             sql.add_queue(&pool, queue).await?;
             Ok::<_, Error>((pool, names, sql))

@@ -88,7 +88,9 @@ impl ClaimSql {
         //
         // Series heads are left to the series step (`series.rs`), which moves the series
         // in the same transaction as the claim of its head; they are plain jobs (kind
-        // ''). The kill and the lease find the picked rows by `ctid` (the version the pick
+        // '', priority 0), so while one is due `due` leaves out the levels below 0 and the
+        // room is the heads' (strict priority; the consumer looks again at once after
+        // them). A plain claim's next due time reads a bounded window (`next_level`). The kill and the lease find the picked rows by `ctid` (the version the pick
         // locked), a TID scan whatever the statistics say: joined on (queue, id) alone, a
         // queue the table's statistics do not know yet (new since the last ANALYZE) was
         // estimated at one row, and the planner scanned the whole queue once per picked
@@ -109,6 +111,8 @@ impl ClaimSql {
                 "WITH RECURSIVE now AS (SELECT {NOW} AS t), \
                  paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
                  {levels}, \
+                 heads AS (SELECT s.head_id FROM {series} s WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) \
+                   AND NOT (SELECT p FROM paused) {heads} ORDER BY s.head LIMIT $2), \
                  expired AS (SELECT j.ctid AS tid, j.id, j.attempt, j.max_attempts AS most, j.priority AS prio, \
                    j.lease_until AS at FROM {jobs} j \
                    WHERE j.queue = $1 AND j.token IS NOT NULL {kj} AND j.lease_until <= (SELECT t FROM now) \
@@ -121,7 +125,7 @@ impl ClaimSql {
                    AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
                    AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
                    ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED) d \
-                   WHERE l.lvl IS NOT NULL LIMIT $2), \
+                   WHERE l.lvl IS NOT NULL AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads)) LIMIT $2), \
                  picked AS (SELECT tid, id, attempt, most, expired FROM (\
                    SELECT tid, id, attempt, most, true AS expired, 0 AS k, prio, at FROM expired \
                    UNION ALL SELECT tid, id, attempt, most, false, 1, prio, at FROM due) AS both_ \
@@ -140,17 +144,11 @@ impl ClaimSql {
                    FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
                    AND p.attempt < coalesce(p.most, $5) \
                    RETURNING j.id, j.payload, j.attempt, j.run_at, j.lease_until, {spec_j}), \
-                 next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL (\
-                   SELECT j.run_at AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL {kj} \
-                   AND j.priority = l.lvl \
-                   AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
-                   AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) \
-                   ORDER BY j.run_at, j.id LIMIT 1) h WHERE l.lvl IS NOT NULL), \
+                 next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
+                   WHERE l.lvl IS NOT NULL), \
                  next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
                    AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
-                   AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1), \
-                 heads AS (SELECT s.head_id FROM {series} s WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) \
-                   AND NOT (SELECT p FROM paused) {heads} ORDER BY s.head LIMIT $2) \
+                   AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1) \
                  SELECT 0 AS row_, id, payload, attempt, run_at AS at, {spec} FROM leased \
                  UNION ALL SELECT 1, NULL, NULL, (SELECT count(*) FROM buried)::int, (SELECT t FROM now), \
                    '', 0::smallint, NULL, NULL, NULL, NULL \
@@ -159,6 +157,7 @@ impl ClaimSql {
                    (SELECT min(lease_until) FROM leased)), '', 0::smallint, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL FROM heads",
                 levels = super::levels(jobs, kinds),
+                next_level = next_level(jobs, kinds),
                 head = not_head(series, "j.id"),
                 until = later("coalesce(j.lease, $3)"),
                 spec = spec_cols(""),
@@ -204,6 +203,42 @@ impl ClaimSql {
                 later("$4")
             ),
         }
+    }
+}
+
+/// The most future pending rows a claim of the kind `''` reads per priority level to find
+/// its next due time (`jobs_pending` has no kind: other kinds' rows are among them).
+pub(super) const PLAIN_WINDOW: u32 = 1000;
+
+/// The next due time of the pending jobs at the level `l.lvl` a claim of `kinds` reads, as
+/// a one-row subquery `t` (NULL: none), for `next_pending`. Every kind and a named kind
+/// have an index whose first row at the level is the answer. The kind `''` reads
+/// `jobs_pending` past other kinds' rows: its due ones as the `due` step does (the first
+/// due plain row not leased or killed here, locked by another transaction), then at most
+/// [`PLAIN_WINDOW`] future rows. If no plain row is among them, the last one's run_at is
+/// the answer: a lower bound of the next plain due time (the rows come in run_at order),
+/// so the consumer wakes early and reads the next window, never late, and an idle claim
+/// reads O(levels x window) rows whatever the other kinds' backlog.
+fn next_level(jobs: &str, kinds: Kinds) -> String {
+    let kj = kinds.rows("j");
+    let not_taken = "AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
+                     AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id)";
+    match kinds {
+        Kinds::All | Kinds::Named => format!(
+            "SELECT j.run_at AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL {kj} \
+             AND j.priority = l.lvl {not_taken} ORDER BY j.run_at, j.id LIMIT 1"
+        ),
+        Kinds::Plain => format!(
+            "SELECT LEAST(\
+               (SELECT j.run_at FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL {kj} \
+                AND j.priority = l.lvl AND j.run_at <= (SELECT t FROM now) {not_taken} \
+                ORDER BY j.run_at, j.id LIMIT 1), \
+               (SELECT CASE WHEN bool_or(w.kind = '') THEN min(w.t) FILTER (WHERE w.kind = '') \
+                  WHEN count(*) = {PLAIN_WINDOW} THEN max(w.t) END \
+                FROM (SELECT j.run_at AS t, j.kind FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL \
+                  AND j.priority = l.lvl AND j.run_at > (SELECT t FROM now) \
+                  ORDER BY j.run_at, j.id LIMIT {PLAIN_WINDOW}) w)) AS t"
+        ),
     }
 }
 
@@ -340,5 +375,42 @@ impl Sql {
             .fetch_optional(ex)
             .await)?;
         Ok(row.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim_text(kinds: Kinds) -> String {
+        let names = Names::new("wheel_jobs");
+        ClaimSql::new(&names).claim[kinds as usize].clone()
+    }
+
+    #[test]
+    fn a_plain_claims_next_due_time_reads_a_bounded_window_per_level() {
+        let plain = claim_text(Kinds::Plain);
+        let window = format!("LIMIT {PLAIN_WINDOW}) w");
+        assert_eq!(plain.matches(window.as_str()).count(), 1, "{plain}");
+        // No plain row in a full window: the last row's run_at, a lower bound.
+        assert!(plain.contains("count(*) = 1000 THEN max(w.t)"), "{plain}");
+        assert!(plain.contains("j.run_at > (SELECT t FROM now)"), "{plain}");
+        for kinds in [Kinds::All, Kinds::Named] {
+            let text = claim_text(kinds);
+            assert!(!text.contains(window.as_str()), "{text}");
+        }
+    }
+
+    #[test]
+    fn due_series_heads_hold_back_the_levels_below_theirs() {
+        for kinds in [Kinds::All, Kinds::Plain] {
+            let text = claim_text(kinds);
+            assert!(
+                text.contains("AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads)) LIMIT $2)"),
+                "{text}"
+            );
+        }
+        let named = claim_text(Kinds::Named);
+        assert!(named.contains("AND false ORDER BY s.head"), "{named}");
     }
 }
