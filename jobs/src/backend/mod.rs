@@ -121,7 +121,9 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Leases up to `max` due jobs of the kinds `kind` names (redelivering expired leases,
     /// killing jobs out of their own attempts, each lease the job's own), highest priority
     /// first, then earliest due, then by id; and reports the next due time among those
-    /// kinds. Jobs of other kinds are neither touched nor reported.
+    /// kinds (never later than it: a backend may report an earlier time it must look again
+    /// at, as PostgreSQL does for the kind `""`). Jobs of other kinds are neither touched nor
+    /// delivered.
     fn claim(&self, max: usize, kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>>;
 
     fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>>;
