@@ -1119,6 +1119,110 @@ fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
     );
 }
 
+/// The ids and kinds a claim of `kind` (every kind for `None`) hands out at `now`.
+fn claim_kinds(store: &mut Store, kind: Option<&str>, now: u64) -> Vec<(String, String)> {
+    let op = Op::Claim {
+        max: 10,
+        kind: kind.map(str::to_owned),
+    };
+    let Reply::Claimed(batch) = one(store, op, now) else {
+        panic!("a claim");
+    };
+    batch
+        .jobs
+        .into_iter()
+        .map(|j| (j.id, j.spec.kind))
+        .collect()
+}
+
+fn spec_of_kind(kind: &str) -> Spec {
+    config()
+        .defaults()
+        .resolve(&crate::JobOptions::kind(kind))
+        .expect("a kind")
+}
+
+/// A pending job at an occurrence's id is adopted as the series' head only if it is of the
+/// plain group, as occurrences are: a job of kind x is claimed by x's claimers only, and
+/// as a head it would move the series only when one of them runs.
+#[test]
+fn only_a_plain_job_is_adopted_as_a_series_head() {
+    let mut store = store();
+    let id = crate::core::series::occurrence_id("s", 110 * MS);
+    let op = Op::Schedule(NewJob {
+        id: id.clone(),
+        when: at(110 * MS),
+        payload: b"x".to_vec(),
+        spec: spec_of_kind("x"),
+    });
+    assert_eq!(
+        one(&mut store, op, 100 * MS),
+        Reply::Scheduled(Scheduled::Created, 110 * MS)
+    );
+    assert_eq!(
+        one(&mut store, set_every_10("s"), 100 * MS),
+        Reply::Recurring(Recurring::Created, Some(120 * MS))
+    );
+    // x's job is x's, an ordinary job; the series' head is of kind "".
+    assert_eq!(claim_kinds(&mut store, Some(""), 115 * MS), []);
+    assert_eq!(
+        claim_kinds(&mut store, Some("x"), 125 * MS),
+        [(id, "x".to_owned())]
+    );
+    let head = crate::core::series::occurrence_id("s", 120 * MS);
+    assert_eq!(
+        claim_kinds(&mut store, Some(""), 125 * MS),
+        [(head, String::new())]
+    );
+    assert_eq!(
+        list(&mut store, 125 * MS)[0].next_run(),
+        Some(UNIX_EPOCH + Duration::from_millis(130))
+    );
+}
+
+/// A claim of kind x never hands out a job of another kind, even the occurrence a
+/// superseded head of kind x (adopted by an earlier version) gives in its place: that one
+/// stays pending for the claimers of its kind.
+#[test]
+fn a_claim_of_one_kind_never_gets_an_occurrence_in_its_heads_place() {
+    let mut store = store();
+    one(&mut store, set_every_10("s"), 100 * MS);
+    // What an earlier version left: the head, of kind x.
+    let head = crate::core::series::occurrence_id("s", 110 * MS);
+    let txn = store.db.begin_write().expect("txn");
+    {
+        let mut t = Tables::open(&txn, &store.plain).expect("tables");
+        let stored = t.load(&head).expect("load").expect("the head");
+        let x = spec_of_kind("x");
+        let record = Record {
+            job: stored.job,
+            spec: std::borrow::Cow::Borrowed(&x),
+            error: None,
+            payload: &stored.payload,
+        };
+        t.set(&mut store.counts, &head, Some(&stored), Some(record))
+            .expect("set");
+    }
+    txn.commit().expect("commit");
+
+    // Superseded at 135 by the occurrence at 130, which is of kind "".
+    assert_eq!(claim_kinds(&mut store, Some("x"), 135 * MS), []);
+    let instead = crate::core::series::occurrence_id("s", 130 * MS);
+    let Reply::Info(Some(job)) = one(&mut store, Op::Get { id: instead.clone() }, 135 * MS)
+    else {
+        panic!("{instead} left pending");
+    };
+    assert_eq!((job.state(), job.kind()), (JobState::Pending, ""));
+    assert_eq!(
+        claim_kinds(&mut store, Some(""), 135 * MS),
+        [(instead, String::new())]
+    );
+    assert_eq!(
+        list(&mut store, 135 * MS)[0].last_run(),
+        Some(UNIX_EPOCH + Duration::from_millis(130))
+    );
+}
+
 /// A series whose stored recurrence no longer parses (here a sub-millisecond interval an
 /// earlier version stored) fails no claim: its pending occurrence runs as an ordinary job,
 /// the series is left without one, and it is not listed.
