@@ -11,7 +11,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use proptest::prelude::*;
 
-use super::tables::{DIED, SERIES};
+use super::tables::{DIED, DIED_BY_KIND, SERIES};
 use super::*;
 use crate::backend::{ClaimBatch, NewJob};
 use crate::core::job::{self, Scheduled};
@@ -563,6 +563,21 @@ fn state_of(j: &RefJob) -> JobState {
     }
 }
 
+/// The keys of `died_by_kind`, in order.
+fn died_by_kind(txn: &redb::ReadTransaction) -> Vec<(String, u64, String)> {
+    use redb::ReadableTable;
+    let table = txn.open_table(DIED_BY_KIND).expect("died_by_kind");
+    table
+        .iter()
+        .expect("iter")
+        .map(|entry| {
+            let (key, _) = entry.expect("a key");
+            let (kind, at, id) = key.value();
+            (kind.to_owned(), at, id.to_owned())
+        })
+        .collect()
+}
+
 /// `counts` (per kind too) and every state's list, of every kind and of each, read two jobs
 /// a page, against the model.
 fn check_counts_and_lists(
@@ -599,6 +614,16 @@ fn check_counts_and_lists(
         (k.to_string(), counts)
     }));
     prop_assert_eq!(one(store, Op::Counts, now), Reply::Counts(expect));
+    // The per-kind dead index holds the dead jobs, each under its kind, and nothing else.
+    let mut dead: Vec<(String, u64, String)> = model
+        .iter()
+        .filter(|(_, j)| j.dead)
+        .map(|(id, j)| (j.spec.kind.clone(), j.died_at, id.clone()))
+        .collect();
+    dead.sort();
+    let txn = redb::ReadableDatabase::begin_read(&store.db).expect("read");
+    prop_assert_eq!(died_by_kind(&txn), dead);
+    drop(txn);
     let filters = [None, Some(""), Some("a"), Some("b")];
     for (state, kind) in [JobState::Pending, JobState::Running, JobState::Dead]
         .into_iter()
@@ -837,6 +862,19 @@ fn a_format_4_store_and_its_log_are_upgraded_at_open() {
     };
     let ids: Vec<_> = listed.iter().map(|(at, j)| (*at, j.id())).collect();
     assert_eq!(ids, [(5, "p"), (7, "w")]);
+    // Format 4's dead jobs are filed under kind "" by the upgrade.
+    let dead = Op::List {
+        state: JobState::Dead,
+        after: None,
+        limit: 10,
+        payloads: false,
+        kind: Some(String::new()),
+    };
+    let Reply::Listed(listed) = one(&mut store, dead, now) else {
+        panic!("a list");
+    };
+    let ids: Vec<_> = listed.iter().map(|(at, j)| (*at, j.id())).collect();
+    assert_eq!(ids, [(3, "d")]);
     // Reopened without a crash, the upgraded store opens as format 5 with nothing to redo.
     store.close().unwrap();
     {
@@ -864,6 +902,7 @@ fn a_format_4_store_and_its_log_are_upgraded_at_open() {
             })
             .collect();
         assert_eq!(keys, [(5, "p".to_owned()), (7, "w".to_owned())]);
+        assert_eq!(died_by_kind(&txn), [(String::new(), 3, "d".to_owned())]);
     }
     let mut store = file_store(dir.path(), 0);
     assert_eq!(one(&mut store, Op::Counts, now), Reply::Counts(expect));
