@@ -570,9 +570,9 @@ pub async fn a_kind_no_job_can_have_is_refused_by_open_claims_and_lists(h: impl 
     let too_long = "k".repeat(MAX_KIND_LEN + 1);
     for bad in [too_long.as_str(), "nul\0", "rate\n"] {
         assert!(
-            panics_naming("run_kind", || drop(queue.run_kind(bad, 1, |_| async {
-                Ok::<(), Error>(())
-            }))),
+            panics_naming("run_kind", || drop(
+                queue.run_kind(bad, 1, |_| async { Ok::<(), Error>(()) })
+            )),
             "run_kind({bad:?})"
         );
         assert!(

@@ -229,7 +229,9 @@ impl Tables<'_> {
                 self.died_by_kind.remove((kind, at, id)).map_err(storage)?;
             }
             if let Some((kind, at)) = died_after {
-                self.died_by_kind.insert((kind, at, id), ()).map_err(storage)?;
+                self.died_by_kind
+                    .insert((kind, at, id), ())
+                    .map_err(storage)?;
             }
         }
         counts.transition(

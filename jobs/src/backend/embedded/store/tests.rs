@@ -1247,8 +1247,13 @@ fn a_claim_of_one_kind_never_gets_an_occurrence_in_its_heads_place() {
     // Superseded at 135 by the occurrence at 130, which is of kind "".
     assert_eq!(claim_kinds(&mut store, Some("x"), 135 * MS), []);
     let instead = crate::core::series::occurrence_id("s", 130 * MS);
-    let Reply::Info(Some(job)) = one(&mut store, Op::Get { id: instead.clone() }, 135 * MS)
-    else {
+    let Reply::Info(Some(job)) = one(
+        &mut store,
+        Op::Get {
+            id: instead.clone(),
+        },
+        135 * MS,
+    ) else {
         panic!("{instead} left pending");
     };
     assert_eq!((job.state(), job.kind()), (JobState::Pending, ""));
