@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::frame::{refuse, status_of, Base};
 use super::AppState;
+use crate::core::kind::check_kind;
 
 /// An action's form. Every field may be missing: what is missing is refused with a page
 /// that says so, not with the extractor's plain-text rejection.
@@ -24,6 +25,9 @@ pub(super) struct ActionForm {
     /// `dead`: go back to the dead list (a revive from it), not to the job.
     #[serde(default)]
     back: String,
+    /// The kind the dead list was limited to (`?kind=`), kept when going back to it.
+    #[serde(default)]
+    kind: Option<String>,
 }
 
 type Posted = Result<Form<ActionForm>, FormRejection>;
@@ -78,7 +82,17 @@ async fn on_job(app: AppState, base: Base, form: Posted, action: OnJob) -> Respo
     let (done, unchanged) = action.words();
     match result {
         Ok(true) if form.back == "dead" => {
-            Redirect::to(&base.to(&format!("/jobs/dead?done={done}"))).into_response()
+            // Back to the list as it was filtered. A kind no job can have is dropped, as
+            // the list page would refuse it; the one kept is escaped like an id.
+            let kind = match form.kind.as_deref().filter(|k| check_kind(k).is_ok()) {
+                Some(kind) => {
+                    let kind =
+                        askama::filters::urlencode_strict(kind).unwrap_or_else(|n| match n {});
+                    format!("&kind={kind}")
+                }
+                None => String::new(),
+            };
+            Redirect::to(&base.to(&format!("/jobs/dead?done={done}{kind}"))).into_response()
         }
         Ok(true) => {
             let id = askama::filters::urlencode_strict(&form.id).unwrap_or_else(|n| match n {});

@@ -118,6 +118,15 @@ impl Config {
         let mut c = self.clone();
         c.lease = c.lease.max(MIN_LEASE);
         for (kind, options) in &c.kinds {
+            if kind.is_empty() {
+                // Jobs without a kind take the queue's own defaults everywhere (plain
+                // schedules, series occurrences, records older than kinds): options for ""
+                // would apply to some of them only.
+                return Err(Error::invalid_config(
+                    "the kind \"\" takes the queue's own defaults: set them with max_attempts, \
+                     backoff and lease, not with kind(\"\", ..)",
+                ));
+            }
             let resolved = c.defaults().resolve(&options.clone().of_kind(kind.clone()));
             if let Err(e) = resolved {
                 return Err(Error::invalid_config_owned(format!("kind {kind:?}: {e}")));

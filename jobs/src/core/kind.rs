@@ -175,6 +175,15 @@ pub(crate) fn check_kind(kind: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Panics unless `kind` is a valid kind ([`check_kind`]): for the calls that take a kind and
+/// return no `Result` (a claim of an invalid kind would wait forever, or fail on every try).
+#[track_caller]
+pub(crate) fn assert_kind(call: &str, kind: &str) {
+    if let Err(err) = check_kind(kind) {
+        panic!("wheel-jobs: {call} needs a valid kind: {err}");
+    }
+}
+
 /// `spec` with its lease raised to [`MIN_LEASE`], or why it cannot be used.
 pub(crate) fn check_spec(mut spec: Spec) -> Result<Spec, Error> {
     if spec.max_attempts == 0 {

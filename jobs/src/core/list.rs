@@ -18,6 +18,7 @@ use std::str::FromStr;
 
 use crate::core::error::Error;
 use crate::core::job::{JobInfo, JobState, MAX_ID_LEN};
+use crate::core::kind::check_kind;
 
 /// A job's place in its state's list: its time key (nanoseconds) and its id.
 pub(crate) type Position<'a> = (u64, &'a str);
@@ -99,6 +100,9 @@ impl ListOptions {
                 Self::MAX_LIMIT,
                 self.limit
             )));
+        }
+        if let Some(kind) = &self.kind {
+            check_kind(kind)?;
         }
         let after = match &self.after {
             None => None,

@@ -100,7 +100,10 @@ impl Builder {
     /// The defaults of the jobs of `kind`: each option set in `options` applies to a job of
     /// that kind that does not set it itself ([`JobQueue::schedule_with`]); the rest come from
     /// this builder. The kind named inside `options`, if any, is ignored: `kind` names it.
-    /// Checked when the queue opens ([`Error::is_invalid_config`](crate::Error::is_invalid_config)).
+    /// Checked when the queue opens ([`Error::is_invalid_config`](crate::Error::is_invalid_config)),
+    /// which refuses the kind `""`: the jobs without a kind (plain schedules, recurring
+    /// occurrences) take this builder's own [`max_attempts`](Self::max_attempts),
+    /// [`backoff`](Self::backoff) and [`lease`](Self::lease).
     ///
     /// ```
     /// use std::time::Duration;

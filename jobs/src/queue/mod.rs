@@ -31,7 +31,7 @@ use crate::backend::{Backend, NewJob};
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::{check_id, check_payload, Counts, JobInfo, JobState, Scheduled, When};
-use crate::core::kind::{JobOptions, Spec};
+use crate::core::kind::{assert_kind, JobOptions, Spec};
 use crate::core::list::{ListOptions, Page};
 use crate::core::wakeup::Wakeup;
 use crate::queue::consumer::Consumer;
@@ -431,7 +431,9 @@ impl JobQueue {
     /// # Errors
     ///
     /// [`Error::is_invalid_input`] for a limit of 0 or above
-    /// [`ListOptions::MAX_LIMIT`] (1,000), or a cursor from another state's list;
+    /// [`ListOptions::MAX_LIMIT`] (1,000), a cursor from another state's list, or a
+    /// [`kind`](ListOptions::kind) longer than [`MAX_KIND_LEN`](crate::MAX_KIND_LEN) bytes or
+    /// with a control character;
     /// [`Error::is_storage`], [`Error::is_unavailable`], [`Error::is_closed`].
     pub async fn list(&self, state: JobState, options: &ListOptions) -> Result<Page, Error> {
         let (limit, after) = options.checked(state)?;
@@ -730,7 +732,9 @@ impl JobQueue {
     ///
     /// # Panics
     ///
-    /// Panics if `concurrency` is 0.
+    /// Panics if `concurrency` is 0, or if `kind` is longer than
+    /// [`MAX_KIND_LEN`](crate::MAX_KIND_LEN) bytes or holds a control character (no job has
+    /// such a kind).
     #[track_caller]
     pub fn run_kind<F, Fut, E>(
         &self,
@@ -747,6 +751,7 @@ impl JobQueue {
             concurrency > 0,
             "wheel-jobs: run_kind needs a concurrency of at least 1"
         );
+        assert_kind("run_kind", kind);
         worker::run(
             self.inner.clone(),
             Some(kind.to_owned()),
@@ -761,7 +766,14 @@ impl JobQueue {
     }
 
     /// [`consume`](Self::consume) for the jobs of one kind only.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `kind` is longer than [`MAX_KIND_LEN`](crate::MAX_KIND_LEN) bytes or holds
+    /// a control character (no job has such a kind).
+    #[track_caller]
     pub fn consume_kind(&self, kind: &str) -> Consumer {
+        assert_kind("consume_kind", kind);
         Consumer::new(self.inner.clone(), Some(kind.to_owned()))
     }
 

@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::core::error::Error;
 use crate::core::job::{Scheduled, When};
-use crate::core::kind::JobOptions;
+use crate::core::kind::{assert_kind, JobOptions};
 use crate::queue::delivery::Delivery;
 use crate::queue::{worker, JobQueue};
 
@@ -118,9 +118,7 @@ impl JobQueue {
     /// `serde`): [`schedule`](TypedQueue::schedule) gives each job that kind (its options
     /// come from the kind's defaults, [`Builder::kind`](crate::Builder::kind)), and
     /// [`run`](TypedQueue::run) claims only jobs of that kind, as
-    /// [`run_kind`](JobQueue::run_kind) does. A kind that is not valid (longer than
-    /// [`MAX_KIND_LEN`](crate::MAX_KIND_LEN) bytes, a control character) is refused by each
-    /// schedule.
+    /// [`run_kind`](JobQueue::run_kind) does.
     ///
     /// # Examples
     ///
@@ -163,10 +161,17 @@ impl JobQueue {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// # Panics
+    ///
+    /// Panics if `kind` is longer than [`MAX_KIND_LEN`](crate::MAX_KIND_LEN) bytes or holds
+    /// a control character (no job has such a kind).
+    #[track_caller]
     pub fn typed_kind<T>(&self, kind: &str) -> TypedQueue<T>
     where
         T: Serialize + DeserializeOwned + Send + Sync + 'static,
     {
+        assert_kind("typed_kind", kind);
         TypedQueue {
             queue: self.clone(),
             kind: Some(kind.to_owned()),

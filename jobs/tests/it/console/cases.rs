@@ -30,6 +30,7 @@ macro_rules! console_suite {
             kinds_show_on_the_overview_lists_and_the_job_page,
             hostile_kinds_are_escaped_in_every_page,
             bad_kind_filters_are_refused,
+            a_revive_from_a_kinds_dead_list_goes_back_to_it,
         );
     };
     ($harness:expr; $($name:ident),* $(,)?) => {
@@ -776,5 +777,87 @@ pub async fn bad_kind_filters_are_refused(h: impl Harness) {
         answer.shows(StatusCode::BAD_REQUEST, &["invalid input: a kind"]);
         assert!(!answer.body.contains(bad), "{bad:?} echoed");
     }
+    queue.close().await.unwrap();
+}
+
+pub async fn a_revive_from_a_kinds_dead_list_goes_back_to_it(h: impl Harness) {
+    let queue = h
+        .open(JobQueue::builder().max_attempts(1).lease(HOUR))
+        .await
+        .unwrap();
+    let hostile = r#"r&b "<x>"#;
+    for (id, kind) in [("h1", hostile), ("p1", ""), ("p2", "")] {
+        let options = JobOptions::kind(kind);
+        queue
+            .schedule_with(id, Duration::ZERO, "p", &options)
+            .await
+            .unwrap();
+        let mut consumer = queue.consume_kind(kind);
+        let delivery = next(&mut consumer).await;
+        assert_eq!(delivery.id(), id);
+        assert!(delivery.fail(ms(0), "no").await.unwrap());
+        assert_eq!(state(&queue, id).await, Some(JobState::Dead));
+    }
+    let client = Client::new(console::router(queue.clone()));
+    let csrf = client.get("/").await.csrf();
+    let in_link = "kind=r%26b%20%22%3Cx%3E";
+
+    // The revive form of a filtered dead list carries the kind, escaped.
+    client
+        .get(&format!("/jobs/dead?{in_link}"))
+        .await
+        .shows(
+            OK,
+            &[r#"<input type="hidden" name="kind" value="r&#38;b &#34;&#60;x&#62;">"#],
+        )
+        .lacks(&["<x>"]);
+    client
+        .get("/jobs/dead")
+        .await
+        .shows(OK, &[r#"name="back" value="dead"><button"#])
+        .lacks(&[r#"name="kind""#]);
+
+    // Posted back, the revive returns to the list of that kind.
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("id", "h1"),
+        ("back", "dead"),
+        ("kind", hostile),
+    ];
+    let done = client.post("/job/revive", &fields).await;
+    assert_eq!(
+        done.location(),
+        format!("/jobs/dead?done=revived&{in_link}")
+    );
+    client
+        .get(done.location())
+        .await
+        .shows(
+            OK,
+            &[
+                "Revived: pending again",
+                r#"of kind <code id="kind">r&#38;b &#34;&#60;x&#62;</code>"#,
+            ],
+        )
+        .lacks(&["<x>"]);
+    assert_eq!(state(&queue, "h1").await, Some(JobState::Pending));
+
+    // The kind "" (jobs without one) is kept too; a kind no job can have is dropped.
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("id", "p1"),
+        ("back", "dead"),
+        ("kind", ""),
+    ];
+    let done = client.post("/job/revive", &fields).await;
+    assert_eq!(done.location(), "/jobs/dead?done=revived&kind=");
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("id", "p2"),
+        ("back", "dead"),
+        ("kind", "line\nbreak"),
+    ];
+    let done = client.post("/job/revive", &fields).await;
+    assert_eq!(done.location(), "/jobs/dead?done=revived");
     queue.close().await.unwrap();
 }

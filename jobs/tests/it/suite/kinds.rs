@@ -542,6 +542,70 @@ pub async fn bad_options_are_refused_and_nothing_is_stored(h: impl Harness) {
     queue.close().await.unwrap();
 }
 
+/// Whether `call` panics with a message naming `name` (the call that refused the kind).
+fn panics_naming(name: &str, call: impl FnOnce()) -> bool {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
+        Ok(()) => false,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            assert!(message.contains(name), "{message}");
+            true
+        }
+    }
+}
+
+pub async fn a_kind_no_job_can_have_is_refused_by_open_claims_and_lists(h: impl Harness) {
+    // The jobs without a kind take the queue's own defaults, never options for "".
+    let mut builder = JobQueue::builder();
+    builder.kind("", JobOptions::new().max_attempts(3));
+    let err = h.open(&builder).await.unwrap_err();
+    assert!(err.is_invalid_config(), "{err}");
+    assert!(err.to_string().contains("max_attempts"), "{err}");
+
+    let queue = open(&h, |_| {}).await;
+    let too_long = "k".repeat(MAX_KIND_LEN + 1);
+    for bad in [too_long.as_str(), "nul\0", "rate\n"] {
+        assert!(
+            panics_naming("run_kind", || drop(
+                queue.run_kind(bad, 1, |_| async { Ok::<(), Error>(()) })
+            )),
+            "run_kind({bad:?})"
+        );
+        assert!(
+            panics_naming("consume_kind", || drop(queue.consume_kind(bad))),
+            "consume_kind({bad:?})"
+        );
+        #[cfg(feature = "serde")]
+        assert!(
+            panics_naming("typed_kind", || drop(queue.typed_kind::<u32>(bad))),
+            "typed_kind({bad:?})"
+        );
+        for state in [JobState::Pending, JobState::Running, JobState::Dead] {
+            let err = queue
+                .list(state, ListOptions::new().kind(bad))
+                .await
+                .unwrap_err();
+            assert!(err.is_invalid_input(), "{bad:?}: {err}");
+        }
+    }
+    // The longest kind and "" are kinds.
+    let longest = "k".repeat(MAX_KIND_LEN);
+    drop(queue.consume_kind(&longest));
+    drop(queue.consume_kind(""));
+    for kind in [longest.as_str(), ""] {
+        let page = queue
+            .list(JobState::Dead, ListOptions::new().kind(kind))
+            .await
+            .unwrap();
+        assert!(page.jobs().is_empty());
+    }
+    queue.close().await.unwrap();
+}
+
 pub async fn schedule_many_with_gives_every_job_the_options(h: impl Harness) {
     let queue = open(&h, |b| {
         b.max_attempts(9);

@@ -104,6 +104,7 @@ macro_rules! run_shared_suite {
                 a_jobs_own_lease_is_redelivered_before_the_queues,
                 get_and_list_show_kind_and_priority_and_filter_by_kind,
                 bad_options_are_refused_and_nothing_is_stored,
+                a_kind_no_job_can_have_is_refused_by_open_claims_and_lists,
                 schedule_many_with_gives_every_job_the_options,
                 workers_of_two_kinds_get_each_job_once,
             }

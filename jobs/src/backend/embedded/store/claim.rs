@@ -12,6 +12,8 @@
 //!   other kinds are not read, leased, killed or counted in `next_due`.
 //! - Expired leases come first, in (kind, lease end, id) order; the contract leaves their
 //!   order among themselves open.
+//! - A claim hands out only jobs of its kind, even the occurrence a series' head gives in
+//!   its place (`FirstClaim::Instead`): one of another kind is left pending.
 
 use super::counts::Counters;
 use super::index::{self, Position};
@@ -65,6 +67,12 @@ impl Store {
                         stored = t.load(&instead)?.ok_or_else(|| {
                             Error::storage(format!("series occurrence {instead:?} is missing"))
                         })?;
+                        if kind.is_some_and(|k| k != stored.spec.kind) {
+                            // Not this claim's kind (a head of another kind, adopted by an
+                            // earlier version): it stays pending, due, for its own claimers;
+                            // the series has moved past it, so their claim just runs it.
+                            continue;
+                        }
                         id = instead;
                     }
                 }

@@ -304,7 +304,8 @@ pub(super) fn counts(t: &Tables<'_>, counts: &Counters) -> Outcome {
 /// Up to `limit` jobs in `state` (of kind `kind` only, if given) after the position `after`,
 /// each with its position: pending by `(run_at, id)` and running by `(lease end, id)`, each
 /// a merge of its kinds' (and levels') ranges, only `kind`'s read for a kind; dead by
-/// `(death time, id)` descending, a range of `died` that reads past other kinds' jobs.
+/// `(death time, id)` descending, a range of `died`, or of `kind`'s keys in
+/// `died_by_kind`.
 pub(super) fn list(
     t: &Tables<'_>,
     wanted: JobState,
@@ -313,7 +314,7 @@ pub(super) fn list(
     payloads: bool,
     kind: Option<&str>,
 ) -> Outcome {
-    use std::ops::Bound::{Excluded, Unbounded};
+    use std::ops::Bound::{Excluded, Included, Unbounded};
     let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
     let keys: Box<dyn Iterator<Item = Result<Position, Error>>> = match wanted {
         JobState::Pending => {
@@ -331,6 +332,25 @@ pub(super) fn list(
                 .map(|(k, _)| index::lease_range(t, k, after, u64::MAX))
                 .collect::<Result<_, _>>()?;
             Box::new(index::merge(streams, limit)?.into_iter().map(Ok))
+        }
+        JobState::Dead if kind.is_some() => {
+            let kind = kind.unwrap_or_default();
+            // The smallest kind above `kind`: its keys follow every key of `kind`.
+            let next_kind = format!("{kind}\0");
+            let end = match after {
+                Some((at, id)) => Excluded((kind, at, id)),
+                None => Excluded((next_kind.as_str(), 0, "")),
+            };
+            let range = t
+                .died_by_kind
+                .range((Included((kind, 0, "")), end))
+                .map_err(storage)?
+                .rev();
+            Box::new(range.map(|entry| {
+                let (key, _) = entry.map_err(storage)?;
+                let (_, at, id) = key.value();
+                Ok((at, id.to_owned()))
+            }))
         }
         JobState::Dead => {
             let start = after.map_or(Unbounded, Excluded);

@@ -2,14 +2,16 @@
 //!
 //! # Ground rules
 //!
-//! - Ten tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header,
+//! - Eleven tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header,
 //!   the job's spec, the last error and the payload, `record.rs`); the pending jobs' keys in
 //!   `due` ((run_at, id) → (): the plain group, kind `""` and priority 0) and `due_by_kind`
 //!   ((kind, level, run_at, id) → (): every other group, `level` being the priority
 //!   reversed so a kind's levels read highest priority first, `tables::level`); the running
 //!   jobs' keys, so the lease table, in `running` ((lease end, id) → (): kind `""`) and
 //!   `running_by_kind` ((kind, lease end, id) → (): the other kinds); `died` ((death time,
-//!   id) → (): the dead jobs, to list them newest first and purge them without a scan),
+//!   id) → (): the dead jobs, to list them newest first and purge them without a scan) and
+//!   `died_by_kind` ((kind, death time, id) → (): every dead job again, `""` included, to
+//!   list one kind's),
 //!   `series` (name → a recurring series' record, `store/series.rs`), `kinds` (kind → its
 //!   pending, running and dead counts, `store/counts.rs`), `meta` (format version, the
 //!   per-state [`Tally`], the paused flag, the log's epoch and owner number).
@@ -34,13 +36,15 @@
 //! - Opening replays the log's records of the current epoch (bounded by `WAL_LIMIT`), then
 //!   checkpoints. A store of format 4 (before kinds) is upgraded in that same transaction:
 //!   its `due` and `running` are already the plain group's tables, its totals become kind
-//!   `""`'s counts (`upgrade.rs`); its records (and its log's) stay version 2 and read as
+//!   `""`'s counts and its `died` keys are filed under `""` in `died_by_kind`
+//!   (`upgrade.rs`); its records (and its log's) stay version 2 and read as
 //!   jobs of the plain spec. A failure to write the log, or a commit failing after its record was
 //!   written, leaves memory and disk disagreeing: the store is then [`broken`](Store::broken)
 //!   and the writer thread stops.
 //! - Every read of an index is a bounded range (`take(max)`, a first key, a page): no
-//!   operation walks the whole queue, and opening reads only `meta` and `kinds`. A list of
-//!   one kind's dead jobs is the exception: it reads past dead jobs of other kinds.
+//!   operation walks the whole queue, and opening reads only `meta` and `kinds` (and, once,
+//!   a format 4 store's `died` to upgrade it). A list of one kind reads only that kind's
+//!   keys, in every state.
 //! - A transition always goes through [`Machine`](crate::core::state::Machine); the store only keeps the indexes and the
 //!   counts in step with it (`Tables::set` in `store/tables.rs`, the one writer of `jobs`,
 //!   the indexes and the counts).
@@ -172,6 +176,7 @@ impl Store {
             };
             let before = Counters::read_kinds(&kinds, total)?;
             let mut counts = if found == Some(upgrade::FROM) {
+                upgrade::dead_by_kind(&mut t)?;
                 upgrade::counts(total)
             } else {
                 before.clone()

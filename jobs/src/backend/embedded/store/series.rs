@@ -148,18 +148,30 @@ fn place_head(
                 t.set(counts, &id, None, Some(job))?;
                 return Ok(Some(time));
             }
-            // Never delivered: it becomes the head as it is (its first claim moves the
-            // series on).
-            Some(stored) if stored.job.status == Status::Pending && stored.job.attempt == 0 => {
+            // Never delivered, and of the plain group as an occurrence is: it becomes the
+            // head as it is (its first claim moves the series on).
+            Some(stored)
+                if stored.job.status == Status::Pending
+                    && stored.job.attempt == 0
+                    && is_plain(&stored) =>
+            {
                 return Ok(Some(time))
             }
             // Delivered already (a job of that id scheduled and run by hand, or retrying):
             // its claims are no first claims and could never move the series, and it is
-            // never made twice.
+            // never made twice. Or of a kind or priority of its own: a head is claimed by
+            // the claimers of its kind, and a series' occurrences are of the plain group;
+            // adopted, it would move the series only when a worker of its kind runs.
             Some(_) => at = rule.next_after_nanos(time),
         }
     }
     Ok(None)
+}
+
+/// Whether `job` is of the plain group (kind `""`, priority 0), as occurrences are: only
+/// such a job may be adopted as a series' head.
+fn is_plain(job: &Stored) -> bool {
+    job.spec.kind.is_empty() && job.spec.priority == 0
 }
 
 /// Deletes the head job of a series if it is still pending.

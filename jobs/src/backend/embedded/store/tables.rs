@@ -30,7 +30,12 @@ pub(super) const RUNNING: TableDefinition<'_, LeaseKey, ()> =
     TableDefinition::new("running_by_kind");
 /// The level of priority 0, the plain group's with kind `""`.
 pub(super) const PLAIN_LEVEL: u8 = 127;
+/// The dead jobs' keys: `(death time, id)`, every kind's (a list of every kind, a purge).
 pub(super) const DIED: TableDefinition<'_, (u64, &str), ()> = TableDefinition::new("died");
+/// The dead jobs' keys under their kind: `(kind, death time, id)`, every kind's, `""`
+/// included (a list of one kind's dead jobs reads only that kind's range).
+pub(super) const DIED_BY_KIND: TableDefinition<'_, LeaseKey, ()> =
+    TableDefinition::new("died_by_kind");
 pub(super) const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 /// A batch whose log record would be longer than this is a checkpoint instead (a bulk
 /// `schedule_many`): it rewrites so many pages that the record saves nothing, and the pages
@@ -61,6 +66,7 @@ pub(super) struct Tables<'t> {
     pub(super) due: Table<'t, DueKey, ()>,
     pub(super) running: Table<'t, LeaseKey, ()>,
     pub(super) died: Table<'t, (u64, &'static str), ()>,
+    pub(super) died_by_kind: Table<'t, LeaseKey, ()>,
     pub(super) series: Table<'t, &'static str, &'static [u8]>,
     /// The body of this batch's log record: every job's final value; `None` once it would
     /// pass `LOG_AT_MOST` (the batch is then a checkpoint, and a bulk load does not build a
@@ -83,6 +89,7 @@ impl<'t> Tables<'t> {
             due: txn.open_table(DUE).map_err(storage)?,
             running: txn.open_table(RUNNING).map_err(storage)?,
             died: txn.open_table(DIED).map_err(storage)?,
+            died_by_kind: txn.open_table(DIED_BY_KIND).map_err(storage)?,
             series: txn.open_table(SERIES).map_err(storage)?,
             log: Some(Vec::new()),
             paused: false,
@@ -153,7 +160,7 @@ impl Tables<'_> {
     }
 
     /// Stores `after` (or deletes the job for `None`) in place of `before`, keeping the due
-    /// index, the running and dead indexes and the counts in step.
+    /// index, the running and dead indexes (both of them) and the counts in step.
     pub(super) fn set(
         &mut self,
         counts: &mut Counters,
@@ -176,9 +183,9 @@ impl Tables<'_> {
             k.filter(|(j, _, _)| matches!(j.status, Status::Running { .. }))
                 .map(|(j, kind, _)| (kind, j.listed_at()))
         }
-        fn died(k: Keyed<'_>) -> Option<u64> {
+        fn died(k: Keyed<'_>) -> Option<(&str, u64)> {
             k.filter(|(j, _, _)| matches!(j.status, Status::Dead { .. }))
-                .map(|(j, _, _)| j.listed_at())
+                .map(|(j, kind, _)| (kind, j.listed_at()))
         }
         let (due_before, due_after) = (due(before), due(after_key));
         if due_before != due_after {
@@ -210,7 +217,23 @@ impl Tables<'_> {
             }
             .map_err(storage)?;
         }
-        rekey(&mut self.died, id, died(before), died(after_key))?;
+        let (died_before, died_after) = (died(before), died(after_key));
+        if died_before != died_after {
+            rekey(
+                &mut self.died,
+                id,
+                died_before.map(|(_, at)| at),
+                died_after.map(|(_, at)| at),
+            )?;
+            if let Some((kind, at)) = died_before {
+                self.died_by_kind.remove((kind, at, id)).map_err(storage)?;
+            }
+            if let Some((kind, at)) = died_after {
+                self.died_by_kind
+                    .insert((kind, at, id), ())
+                    .map_err(storage)?;
+            }
+        }
         counts.transition(
             before.map(|(j, kind, _)| (kind, j.status)),
             after_key.map(|(j, kind, _)| (kind, j.status)),

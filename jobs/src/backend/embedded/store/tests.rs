@@ -11,7 +11,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use proptest::prelude::*;
 
-use super::tables::{DIED, SERIES};
+use super::tables::{DIED, DIED_BY_KIND, SERIES};
 use super::*;
 use crate::backend::{ClaimBatch, NewJob};
 use crate::core::job::{self, Scheduled};
@@ -563,6 +563,21 @@ fn state_of(j: &RefJob) -> JobState {
     }
 }
 
+/// The keys of `died_by_kind`, in order.
+fn died_by_kind(txn: &redb::ReadTransaction) -> Vec<(String, u64, String)> {
+    use redb::ReadableTable;
+    let table = txn.open_table(DIED_BY_KIND).expect("died_by_kind");
+    table
+        .iter()
+        .expect("iter")
+        .map(|entry| {
+            let (key, _) = entry.expect("a key");
+            let (kind, at, id) = key.value();
+            (kind.to_owned(), at, id.to_owned())
+        })
+        .collect()
+}
+
 /// `counts` (per kind too) and every state's list, of every kind and of each, read two jobs
 /// a page, against the model.
 fn check_counts_and_lists(
@@ -599,6 +614,16 @@ fn check_counts_and_lists(
         (k.to_string(), counts)
     }));
     prop_assert_eq!(one(store, Op::Counts, now), Reply::Counts(expect));
+    // The per-kind dead index holds the dead jobs, each under its kind, and nothing else.
+    let mut dead: Vec<(String, u64, String)> = model
+        .iter()
+        .filter(|(_, j)| j.dead)
+        .map(|(id, j)| (j.spec.kind.clone(), j.died_at, id.clone()))
+        .collect();
+    dead.sort();
+    let txn = redb::ReadableDatabase::begin_read(&store.db).expect("read");
+    prop_assert_eq!(died_by_kind(&txn), dead);
+    drop(txn);
     let filters = [None, Some(""), Some("a"), Some("b")];
     for (state, kind) in [JobState::Pending, JobState::Running, JobState::Dead]
         .into_iter()
@@ -837,6 +862,19 @@ fn a_format_4_store_and_its_log_are_upgraded_at_open() {
     };
     let ids: Vec<_> = listed.iter().map(|(at, j)| (*at, j.id())).collect();
     assert_eq!(ids, [(5, "p"), (7, "w")]);
+    // Format 4's dead jobs are filed under kind "" by the upgrade.
+    let dead = Op::List {
+        state: JobState::Dead,
+        after: None,
+        limit: 10,
+        payloads: false,
+        kind: Some(String::new()),
+    };
+    let Reply::Listed(listed) = one(&mut store, dead, now) else {
+        panic!("a list");
+    };
+    let ids: Vec<_> = listed.iter().map(|(at, j)| (*at, j.id())).collect();
+    assert_eq!(ids, [(3, "d")]);
     // Reopened without a crash, the upgraded store opens as format 5 with nothing to redo.
     store.close().unwrap();
     {
@@ -864,6 +902,7 @@ fn a_format_4_store_and_its_log_are_upgraded_at_open() {
             })
             .collect();
         assert_eq!(keys, [(5, "p".to_owned()), (7, "w".to_owned())]);
+        assert_eq!(died_by_kind(&txn), [(String::new(), 3, "d".to_owned())]);
     }
     let mut store = file_store(dir.path(), 0);
     assert_eq!(one(&mut store, Op::Counts, now), Reply::Counts(expect));
@@ -1116,6 +1155,115 @@ fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
     assert_eq!(
         info.next_run(),
         Some(UNIX_EPOCH + Duration::from_millis(140))
+    );
+}
+
+/// The ids and kinds a claim of `kind` (every kind for `None`) hands out at `now`.
+fn claim_kinds(store: &mut Store, kind: Option<&str>, now: u64) -> Vec<(String, String)> {
+    let op = Op::Claim {
+        max: 10,
+        kind: kind.map(str::to_owned),
+    };
+    let Reply::Claimed(batch) = one(store, op, now) else {
+        panic!("a claim");
+    };
+    batch
+        .jobs
+        .into_iter()
+        .map(|j| (j.id, j.spec.kind))
+        .collect()
+}
+
+fn spec_of_kind(kind: &str) -> Spec {
+    config()
+        .defaults()
+        .resolve(&crate::JobOptions::kind(kind))
+        .expect("a kind")
+}
+
+/// A pending job at an occurrence's id is adopted as the series' head only if it is of the
+/// plain group, as occurrences are: a job of kind x is claimed by x's claimers only, and
+/// as a head it would move the series only when one of them runs.
+#[test]
+fn only_a_plain_job_is_adopted_as_a_series_head() {
+    let mut store = store();
+    let id = crate::core::series::occurrence_id("s", 110 * MS);
+    let op = Op::Schedule(NewJob {
+        id: id.clone(),
+        when: at(110 * MS),
+        payload: b"x".to_vec(),
+        spec: spec_of_kind("x"),
+    });
+    assert_eq!(
+        one(&mut store, op, 100 * MS),
+        Reply::Scheduled(Scheduled::Created, 110 * MS)
+    );
+    assert_eq!(
+        one(&mut store, set_every_10("s"), 100 * MS),
+        Reply::Recurring(Recurring::Created, Some(120 * MS))
+    );
+    // x's job is x's, an ordinary job; the series' head is of kind "".
+    assert_eq!(claim_kinds(&mut store, Some(""), 115 * MS), []);
+    assert_eq!(
+        claim_kinds(&mut store, Some("x"), 125 * MS),
+        [(id, "x".to_owned())]
+    );
+    let head = crate::core::series::occurrence_id("s", 120 * MS);
+    assert_eq!(
+        claim_kinds(&mut store, Some(""), 125 * MS),
+        [(head, String::new())]
+    );
+    assert_eq!(
+        list(&mut store, 125 * MS)[0].next_run(),
+        Some(UNIX_EPOCH + Duration::from_millis(130))
+    );
+}
+
+/// A claim of kind x never hands out a job of another kind, even the occurrence a
+/// superseded head of kind x (adopted by an earlier version) gives in its place: that one
+/// stays pending for the claimers of its kind.
+#[test]
+fn a_claim_of_one_kind_never_gets_an_occurrence_in_its_heads_place() {
+    let mut store = store();
+    one(&mut store, set_every_10("s"), 100 * MS);
+    // What an earlier version left: the head, of kind x.
+    let head = crate::core::series::occurrence_id("s", 110 * MS);
+    let txn = store.db.begin_write().expect("txn");
+    {
+        let mut t = Tables::open(&txn, &store.plain).expect("tables");
+        let stored = t.load(&head).expect("load").expect("the head");
+        let x = spec_of_kind("x");
+        let record = Record {
+            job: stored.job,
+            spec: std::borrow::Cow::Borrowed(&x),
+            error: None,
+            payload: &stored.payload,
+        };
+        t.set(&mut store.counts, &head, Some(&stored), Some(record))
+            .expect("set");
+    }
+    txn.commit().expect("commit");
+
+    // Superseded at 135 by the occurrence at 130, which is of kind "".
+    assert_eq!(claim_kinds(&mut store, Some("x"), 135 * MS), []);
+    let instead = crate::core::series::occurrence_id("s", 130 * MS);
+    let Reply::Info(Some(job)) = one(
+        &mut store,
+        Op::Get {
+            id: instead.clone(),
+        },
+        135 * MS,
+    ) else {
+        panic!("{instead} left pending");
+    };
+    assert_eq!((job.state(), job.kind()), (JobState::Pending, ""));
+    assert_eq!(
+        claim_kinds(&mut store, Some(""), 135 * MS),
+        [(instead, String::new())]
+    );
+    assert_eq!(
+        list(&mut store, 135 * MS)[0].last_run(),
+        Some(UNIX_EPOCH + Duration::from_millis(130))
     );
 }
 
