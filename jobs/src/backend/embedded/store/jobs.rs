@@ -150,7 +150,8 @@ pub(super) fn get(t: &Tables<'_>, id: String) -> Outcome {
 }
 
 pub(super) fn ack(t: &mut Tables<'_>, counts: &mut Counters, id: &str, token: u64) -> Outcome {
-    match t.load(id)? {
+    // The job is deleted: its payload is not copied out.
+    match t.load_with(id, false)? {
         Some(stored) if stored.job.ack(token) => {
             t.set(counts, id, Some(&stored), None)?;
             Ok((Reply::Bool(true), true))
