@@ -17,12 +17,12 @@ use crate::suite::{hour_ticks, idle_consumer};
 use crate::support::{ms, next, Harness};
 
 /// The test server's URL (its unix socket).
-fn url() -> String {
+pub(crate) fn url() -> String {
     crate::support::postgres::shared().url()
 }
 
 /// A name no other test (of this run or an earlier one) uses.
-fn fresh(prefix: &str) -> String {
+pub(crate) fn fresh(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -36,7 +36,7 @@ fn fresh(prefix: &str) -> String {
     )
 }
 
-async fn pool() -> sqlx::PgPool {
+pub(crate) async fn pool() -> sqlx::PgPool {
     sqlx::PgPool::connect(&url()).await.expect("test pool")
 }
 
