@@ -99,6 +99,16 @@ pub enum Scheduled {
     /// A job with this id is already pending, running or dead; it was left unchanged. A
     /// schedule retried after a timeout or a crash is therefore safe.
     Exists,
+    /// A pending job with this id took the new run_at, payload and options
+    /// ([`Dedup::Replace`](crate::Dedup::Replace)); its attempts and last error stay.
+    Replaced,
+    /// A job with this id was acked with a hold-off ([`Dedup::HoldOff`](crate::Dedup::HoldOff))
+    /// that lasts until `until`: nothing was stored. A schedule at or after `until` is
+    /// accepted.
+    HeldOff {
+        /// When the hold-off ends.
+        until: SystemTime,
+    },
 }
 
 /// Where a job is in its life.

@@ -31,7 +31,7 @@ use crate::backend::{Backend, NewJob};
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::{check_id, check_payload, Counts, JobInfo, JobState, Scheduled, When};
-use crate::core::kind::{assert_kind, JobOptions, Spec};
+use crate::core::kind::{assert_kind, Dedup, JobOptions, Spec};
 use crate::core::list::{ListOptions, Page};
 use crate::core::wakeup::Wakeup;
 use crate::queue::consumer::Consumer;
@@ -111,7 +111,8 @@ impl JobQueue {
         let payload = payload.into();
         check_payload(&payload, self.inner.config.max_payload)?;
         let spec = self.inner.defaults.plain().clone();
-        self.schedule_spec(id, when.into(), payload, spec).await
+        self.schedule_spec(id, when.into(), payload, spec, Dedup::Keep)
+            .await
     }
 
     /// [`schedule`](Self::schedule) with options: the job's kind, priority, attempts,
@@ -156,7 +157,9 @@ impl JobQueue {
         let payload = payload.into();
         check_payload(&payload, self.inner.config.max_payload)?;
         let spec = self.inner.defaults.resolve(options)?;
-        self.schedule_spec(id, when.into(), payload, spec).await
+        let dedup = self.inner.defaults.dedup_of(options);
+        self.schedule_spec(id, when.into(), payload, spec, dedup)
+            .await
     }
 
     async fn schedule_spec(
@@ -165,16 +168,21 @@ impl JobQueue {
         when: When,
         payload: Vec<u8>,
         spec: Spec,
+        dedup: Dedup,
     ) -> Result<Scheduled, Error> {
         let job = NewJob {
             id: id.to_owned(),
             when,
             payload,
             spec,
+            dedup,
         };
         let (outcome, run_at) = self.inner.backend.schedule(job).await?;
         if outcome == Scheduled::Created {
             self.inner.metrics.scheduled(1);
+        }
+        if matches!(outcome, Scheduled::Created | Scheduled::Replaced) {
+            // A replaced job's run_at may have moved earlier than consumers sleep.
             self.inner.wakeup.due_at(run_at);
         }
         Ok(outcome)
@@ -218,7 +226,7 @@ impl JobQueue {
         P: Into<Vec<u8>>,
     {
         let spec = self.inner.defaults.plain().clone();
-        self.schedule_many_spec(jobs, spec).await
+        self.schedule_many_spec(jobs, spec, Dedup::Keep).await
     }
 
     /// [`schedule_many`](Self::schedule_many) with the same options for every job (see
@@ -239,13 +247,15 @@ impl JobQueue {
         P: Into<Vec<u8>>,
     {
         let spec = self.inner.defaults.resolve(options)?;
-        self.schedule_many_spec(jobs, spec).await
+        let dedup = self.inner.defaults.dedup_of(options);
+        self.schedule_many_spec(jobs, spec, dedup).await
     }
 
     async fn schedule_many_spec<I, S, W, P>(
         &self,
         jobs: I,
         spec: Spec,
+        dedup: Dedup,
     ) -> Result<Vec<Scheduled>, Error>
     where
         I: IntoIterator<Item = (S, W, P)>,
@@ -264,6 +274,7 @@ impl JobQueue {
                 when: when.into(),
                 payload,
                 spec: spec.clone(),
+                dedup,
             });
         }
         if batch.is_empty() {
@@ -271,8 +282,11 @@ impl JobQueue {
         }
         let outcomes = self.inner.backend.schedule_many(batch).await?;
         let created = outcomes.iter().filter(|(o, _)| *o == Scheduled::Created);
-        self.inner.metrics.scheduled(created.clone().count() as u64);
-        if let Some(earliest) = created.map(|(_, at)| *at).min() {
+        self.inner.metrics.scheduled(created.count() as u64);
+        let moved = outcomes
+            .iter()
+            .filter(|(o, _)| matches!(o, Scheduled::Created | Scheduled::Replaced));
+        if let Some(earliest) = moved.map(|(_, at)| *at).min() {
             self.inner.wakeup.due_at(earliest);
         }
         Ok(outcomes.into_iter().map(|(o, _)| o).collect())

@@ -16,7 +16,7 @@ use crate::backend::postgres::Postgres;
 use crate::backend::NewJob;
 use crate::core::error::Error;
 use crate::core::job::{check_id, check_payload, Scheduled, When};
-use crate::core::kind::{JobOptions, Spec};
+use crate::core::kind::{Dedup, JobOptions, Spec};
 use crate::queue::delivery::Delivery;
 use crate::queue::hub::Hub;
 use crate::queue::JobQueue;
@@ -70,7 +70,7 @@ impl JobQueue {
         payload: impl Into<Vec<u8>>,
     ) -> Result<Scheduled, Error> {
         let spec = self.inner.defaults.plain().clone();
-        self.schedule_in_spec(conn, id, when.into(), payload.into(), spec)
+        self.schedule_in_spec(conn, id, when.into(), payload.into(), spec, Dedup::Keep)
             .await
     }
 
@@ -111,7 +111,8 @@ impl JobQueue {
         options: &JobOptions,
     ) -> Result<Scheduled, Error> {
         let spec = self.inner.defaults.resolve(options)?;
-        self.schedule_in_spec(conn, id, when.into(), payload.into(), spec)
+        let dedup = self.inner.defaults.dedup_of(options);
+        self.schedule_in_spec(conn, id, when.into(), payload.into(), spec, dedup)
             .await
     }
 
@@ -122,6 +123,7 @@ impl JobQueue {
         when: When,
         payload: Vec<u8>,
         spec: Spec,
+        dedup: Dedup,
     ) -> Result<Scheduled, Error> {
         check_id(id)?;
         check_payload(&payload, self.inner.config.max_payload)?;
@@ -130,6 +132,7 @@ impl JobQueue {
             when,
             payload,
             spec,
+            dedup,
         };
         on_postgres(&self.inner)?.schedule_in(conn, job).await
     }

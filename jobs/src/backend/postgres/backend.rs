@@ -8,9 +8,12 @@ use super::batch::MAX_BATCH;
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
 use super::{Postgres, LOCKED_RETRY};
-use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed, Import, KindFilter, NewJob};
+use crate::backend::{
+    keep_only, Backend, BoxFuture, ClaimBatch, Claimed, Import, KindFilter, NewJob,
+};
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
+use crate::core::kind::Dedup;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{CatchUp, Recurring, RecurringInfo};
 use crate::core::state::Retry;
@@ -87,6 +90,7 @@ impl Backend for Postgres {
         Box::pin(async move {
             self.open_check()?;
             super::names::check_id(&job.id)?;
+            keep_only("PostgreSQL", job.dedup, job.spec.hold_off)?;
             let (_, created) = self.schedules.call(job).await?;
             Ok(match created {
                 Some(run_at) => (Scheduled::Created, run_at),
@@ -102,6 +106,7 @@ impl Backend for Postgres {
         Box::pin(self.timed(async move {
             for job in &jobs {
                 super::names::check_id(&job.id)?;
+                keep_only("PostgreSQL", job.dedup, job.spec.hold_off)?;
             }
             // One transaction: all or nothing.
             let created = self
@@ -124,6 +129,7 @@ impl Backend for Postgres {
         Box::pin(self.timed(async move {
             for job in &jobs {
                 super::names::check_id(&job.id)?;
+                keep_only("PostgreSQL", Dedup::Keep, job.spec.hold_off)?;
             }
             // One transaction: all or nothing.
             self.sql.import(&self.pool, &self.queue, &jobs).await

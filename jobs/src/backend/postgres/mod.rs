@@ -276,6 +276,7 @@ impl Postgres {
     ) -> Result<Scheduled, Error> {
         self.open_check()?;
         names::check_id(&job.id)?;
+        crate::backend::keep_only("PostgreSQL", job.dedup, job.spec.hold_off)?;
         let created = self.sql.schedule(conn, &self.queue, &[job]).await?;
         Ok(if created.is_empty() {
             Scheduled::Exists

@@ -193,6 +193,9 @@ impl Store {
                     for &(name, value) in &changes.series {
                         t.put_series(name, value)?;
                     }
+                    for &(id, until) in &changes.held {
+                        t.put_held(id, until)?;
+                    }
                     for &(id, value) in &changes.jobs {
                         let before = t.load(id)?;
                         let after = value

@@ -183,6 +183,8 @@ pub(super) fn spec(r: &PgRow, i: usize, plain: &Spec) -> Result<Spec, Error> {
             ns(4)?.unwrap_or(plain.backoff.1),
         ),
         lease: ns(5)?.unwrap_or(plain.lease),
+        // PostgreSQL stores no hold-off yet: `Dedup::HoldOff` is refused there (`keep_only`).
+        hold_off: std::time::Duration::ZERO,
     })
 }
 

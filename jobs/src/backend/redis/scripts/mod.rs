@@ -131,6 +131,8 @@ pub(super) fn tail_spec(tail: &str) -> Result<Option<Spec>, Error> {
         max_attempts,
         backoff,
         lease,
+        // Redis stores no hold-off yet: `Dedup::HoldOff` is refused there (`keep_only`).
+        hold_off: Duration::ZERO,
     }))
 }
 
