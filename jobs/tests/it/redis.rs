@@ -1,6 +1,8 @@
 //! The behavioural suite on Redis (feature `redis`), each test on a `redis-server` of its own.
 
 run_shared_suite!(crate::support::redis::harness());
+// The dedup modes are not built here yet: refused until they are (`suite/dedup.rs`).
+shared_suite!(crate::support::redis::harness(); dedup { dedup_modes_are_refused_where_not_built });
 
 mod failover;
 mod fold;
