@@ -75,7 +75,8 @@ impl JobQueue {
     ///
     /// Idempotent on `id`: if a job with this id is pending, running or dead, nothing
     /// changes and the result is [`Scheduled::Exists`]. An acked job is gone, so its id can
-    /// be scheduled again.
+    /// be scheduled again (unless it was scheduled with a hold-off,
+    /// [`Dedup::HoldOff`](crate::Dedup::HoldOff): then [`Scheduled::HeldOff`] until it ends).
     ///
     /// # Examples
     ///
@@ -120,6 +121,12 @@ impl JobQueue {
     /// ([`Builder::kind`](crate::Builder::kind)), then from the queue's; the result is stored
     /// with the job.
     ///
+    /// The options' [`Dedup`](crate::Dedup) mode says what happens if the id is taken:
+    /// [`Scheduled::Exists`] (`Keep`, the default), [`Scheduled::Replaced`] (`Replace`, on a
+    /// pending job), or [`Scheduled::HeldOff`] while an acked job's hold-off lasts. Idle
+    /// consumers are woken for a replaced job as for a created one; the `scheduled` metric
+    /// counts created jobs only.
+    ///
     /// # Examples
     ///
     /// ```
@@ -145,7 +152,8 @@ impl JobQueue {
     ///
     /// As [`schedule`](Self::schedule), and [`Error::is_invalid_input`] for a kind longer
     /// than [`MAX_KIND_LEN`](crate::MAX_KIND_LEN) bytes or with a control character,
-    /// `max_attempts` 0 or a zero lease.
+    /// `max_attempts` 0 or a zero lease, or a dedup mode other than `Keep` on Redis or
+    /// PostgreSQL (not built there yet).
     pub async fn schedule_with(
         &self,
         id: &str,
@@ -337,7 +345,8 @@ impl JobQueue {
     }
 
     /// The job's state, due time and attempts, or `None` if there is no such job (never
-    /// scheduled, cancelled, acked or removed).
+    /// scheduled, cancelled, acked or removed; an id held off after its ack,
+    /// [`Dedup::HoldOff`](crate::Dedup::HoldOff), has no job either).
     ///
     /// # Errors
     ///
