@@ -19,12 +19,12 @@ use crate::suite::{hour_ticks, idle_consumer};
 use crate::support::{ms, next, Harness};
 
 /// The test server's URL (its unix socket).
-fn url() -> String {
+pub(crate) fn url() -> String {
     crate::support::postgres::shared().url()
 }
 
 /// A name no other test (of this run or an earlier one) uses.
-fn fresh(prefix: &str) -> String {
+pub(crate) fn fresh(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -38,7 +38,7 @@ fn fresh(prefix: &str) -> String {
     )
 }
 
-async fn pool() -> sqlx::PgPool {
+pub(crate) async fn pool() -> sqlx::PgPool {
     sqlx::PgPool::connect(&url()).await.expect("test pool")
 }
 
@@ -630,6 +630,65 @@ async fn a_schedule_waiting_on_a_kill_answers_exists_and_leaves_the_job_dead() {
     );
     assert_eq!((counts.pending, counts.dead), (0, 1));
     queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_waits_for_a_call_under_way_and_refuses_new_ones() {
+    let pool = pool().await;
+    let name = fresh("closing");
+    let queue = Builder::new()
+        .postgres_pool(pool.clone(), &name)
+        .await
+        .unwrap();
+    queue.schedule("x", Duration::ZERO, "p").await.unwrap();
+
+    // An application's transaction holding the job's row: a cancel of it waits.
+    let mut tx = pool.begin().await.unwrap();
+    let holder: i32 = sqlx::query("SELECT pg_backend_pid()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap()
+        .get(0);
+    sqlx::query("SELECT 1 FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'x' FOR UPDATE")
+        .bind(&name)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let cancelling = {
+        let queue = queue.clone();
+        tokio::spawn(async move { queue.cancel("x").await })
+    };
+    blocked_by(&pool, holder).await;
+    let closing = {
+        let queue = queue.clone();
+        tokio::spawn(async move { queue.close().await })
+    };
+    // `close` refuses new calls at once but is still waiting for the cancel.
+    loop {
+        match queue.pending().await {
+            Err(err) if err.is_closed() => break,
+            Ok(_) => tokio::task::yield_now().await,
+            Err(err) => panic!("{err}"),
+        }
+    }
+    assert!(
+        !closing.is_finished(),
+        "close returned before the cancel ended"
+    );
+    tx.commit().await.unwrap();
+    assert!(
+        cancelling.await.unwrap().unwrap(),
+        "the cancel ran to its end"
+    );
+    closing.await.unwrap().unwrap();
+    // Nothing of the handle touches the tables now: the schema's rows are as it left them.
+    let left: i64 = sqlx::query("SELECT count(*) FROM wheel_jobs.jobs WHERE queue = $1")
+        .bind(&name)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,36 +3,13 @@
 //! included), the claim order by priority past a level's future jobs, per-kind counts and
 //! lists, and `schedule_in_with` in the caller's transaction.
 
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, SystemTime};
 
 use wheel_jobs::sqlx::{self, Executor, Row};
 use wheel_jobs::{Builder, JobOptions, JobState, ListOptions, Scheduled};
 
+use crate::postgres::{fresh, pool, url};
 use crate::support::{next, Harness};
-
-fn url() -> String {
-    crate::support::postgres::shared().url()
-}
-
-/// A name no other test (of this run or an earlier one) uses.
-fn fresh(prefix: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "{prefix}_{}_{}_{}",
-        std::process::id(),
-        nanos,
-        N.fetch_add(1, SeqCst)
-    )
-}
-
-async fn pool() -> sqlx::PgPool {
-    sqlx::PgPool::connect(&url()).await.expect("test pool")
-}
 
 fn ago(secs: u64) -> SystemTime {
     SystemTime::now() - Duration::from_secs(secs)

@@ -6,14 +6,18 @@
 //! - `plain`: N due jobs through `schedule_many`, drained by one `run(c)`;
 //! - `priorities`: the same jobs at priorities -1, 0 and 1 (`schedule_many_with`), drained
 //!   by one `run(c)`, which claims the highest level first;
-//! - `kinds`: the same jobs spread over four kinds and the three priorities, drained by four
-//!   `run_kind(kind, c / 4)` workers.
+//! - `kinds, one run`: the same jobs spread over four kinds and the three priorities,
+//!   drained by one `run(c)` (what storing and ordering kinds costs);
+//! - `kinds`: the same jobs drained by four `run_kind(kind, c / 4)` workers (what routing
+//!   them to a worker per kind costs on top: four claim loops of a quarter of the
+//!   concurrency each).
 //!
 //! Each phase first times N / 5 single schedules with 64 in flight (`schedule` for `plain`,
 //! `schedule_with` with a kind and a priority for the others), due in an hour, then the
 //! drain: deliveries + acks per second until the handlers saw N jobs and the queue's counts
 //! show none left. Prints every round, then the medians and each variant's ratio to
-//! `plain`.
+//! `plain`: the median of the per-round ratios (each round's figure over that round's
+//! `plain`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -39,6 +43,7 @@ const CHUNK: usize = 10_000;
 enum Variant {
     Plain,
     Priorities,
+    KindsOneRun,
     Kinds,
 }
 
@@ -47,6 +52,7 @@ impl Variant {
         match self {
             Variant::Plain => "plain",
             Variant::Priorities => "priorities",
+            Variant::KindsOneRun => "kinds, one run",
             Variant::Kinds => "kinds",
         }
     }
@@ -57,7 +63,7 @@ impl Variant {
         match self {
             Variant::Plain => None,
             Variant::Priorities => Some(JobOptions::new().priority(priority)),
-            Variant::Kinds => {
+            Variant::Kinds | Variant::KindsOneRun => {
                 Some(JobOptions::kind(KINDS[(i / 3) % KINDS.len()]).priority(priority))
             }
         }
@@ -187,7 +193,12 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// The `--kinds` measurement (see the module docs).
 pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) {
-    let variants = [Variant::Plain, Variant::Priorities, Variant::Kinds];
+    let variants = [
+        Variant::Plain,
+        Variant::Priorities,
+        Variant::KindsOneRun,
+        Variant::Kinds,
+    ];
     let mut single = vec![Vec::new(); variants.len()];
     let mut drained = vec![Vec::new(); variants.len()];
     println!(
@@ -207,7 +218,7 @@ pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) 
             let d = drain(&queue, variant, n as u64, concurrency).await;
             queue.close().await.expect("close");
             println!(
-                "round {}: {:<10} single schedules {s:>8.0}/s, deliveries + acks {d:>8.0}/s",
+                "round {}: {:<14} single schedules {s:>8.0}/s, deliveries + acks {d:>8.0}/s",
                 round + 1,
                 variant.name()
             );
@@ -215,14 +226,21 @@ pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) 
             drained[v].push(d);
         }
     }
-    let plain = (median(&mut single[0]), median(&mut drained[0]));
+    // Each round's ratio to that round's plain figure, then their median: a burst of load
+    // in one round moves one ratio, not the whole comparison.
+    let ratios = |of: &[Vec<f64>], v: usize| {
+        let mut r: Vec<f64> = of[v].iter().zip(&of[0]).map(|(x, p)| x / p).collect();
+        median(&mut r)
+    };
     for (v, variant) in variants.iter().enumerate() {
-        let (s, d) = (median(&mut single[v]), median(&mut drained[v]));
+        let (rs, rd) = (ratios(&single, v), ratios(&drained, v));
+        let (s, d) = (
+            median(&mut single[v].clone()),
+            median(&mut drained[v].clone()),
+        );
         println!(
-            "median {:<10} single schedules {s:>8.0}/s ({:.2}x plain), deliveries + acks {d:>8.0}/s ({:.2}x plain)",
+            "median {:<14} single schedules {s:>8.0}/s ({rs:.2}x plain), deliveries + acks {d:>8.0}/s ({rd:.2}x plain)",
             variant.name(),
-            s / plain.0,
-            d / plain.1
         );
     }
 }

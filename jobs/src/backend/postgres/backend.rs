@@ -1,7 +1,6 @@
 //! [`Postgres`] as a [`Backend`]: each call one statement (or, for series and schedules, one
 //! transaction), within `postgres_timeout`.
 
-use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use super::batch::MAX_BATCH;
@@ -27,7 +26,7 @@ impl Postgres {
         after: Duration,
         error: Option<String>,
     ) -> Result<(Retry, u64), Error> {
-        self.open_check()?;
+        let _call = self.enter()?;
         // PostgreSQL's text refuses NUL: one in an error would fail the whole batch.
         let error = error.map(|e| e.replace('\0', "\u{FFFD}"));
         let settled = self
@@ -88,7 +87,7 @@ impl Postgres {
 impl Backend for Postgres {
     fn schedule(&self, job: NewJob) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
-            self.open_check()?;
+            let _call = self.enter()?;
             super::names::check_id(&job.id)?;
             keep_only("PostgreSQL", job.dedup, job.spec.hold_off)?;
             let (_, created) = self.schedules.call(job).await?;
@@ -233,7 +232,7 @@ impl Backend for Postgres {
 
     fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            self.open_check()?;
+            let _call = self.enter()?;
             let settled = self
                 .settles
                 .call(Settle::Ack {
@@ -276,7 +275,7 @@ impl Backend for Postgres {
 
     fn close(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
-            self.closed.store(true, SeqCst);
+            self.close_calls().await;
             Ok(())
         })
     }

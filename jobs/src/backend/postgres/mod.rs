@@ -50,7 +50,7 @@ mod sql;
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -115,6 +115,10 @@ pub(crate) struct Postgres {
     schedules: Batcher<NewJob, (String, Option<u64>)>,
     settles: Batcher<Settle, Settled>,
     closed: AtomicBool,
+    /// The calls under way, which `close` waits for.
+    calls: AtomicUsize,
+    /// Notified when the last call under way ends.
+    idle: tokio::sync::Notify,
     /// Stops the listener when the backend goes.
     _listening: listen::Listening,
     rules: Mutex<Rules>,
@@ -129,6 +133,17 @@ impl fmt::Debug for Postgres {
             .field("schema", &self.names.schema)
             .field("queue", &self.queue)
             .finish()
+    }
+}
+
+/// One call under way on a [`Postgres`] handle (see [`Postgres::enter`]).
+struct Call<'a>(&'a Postgres);
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if self.0.calls.fetch_sub(1, SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 
@@ -216,6 +231,8 @@ impl Postgres {
             schedules,
             settles,
             closed: AtomicBool::new(false),
+            calls: AtomicUsize::new(0),
+            idle: tokio::sync::Notify::new(),
             _listening: listening,
             rules: Mutex::default(),
             tokens: AtomicU64::new(0),
@@ -224,12 +241,30 @@ impl Postgres {
         })
     }
 
-    /// Fails once the queue is closed.
-    fn open_check(&self) -> Result<(), Error> {
+    /// Counts a call under way until the guard drops; fails once the queue is closed.
+    fn enter(&self) -> Result<Call<'_>, Error> {
+        // Counted before the check: a `close` that sets `closed` after it waits for this call.
+        self.calls.fetch_add(1, SeqCst);
+        let call = Call(self);
         if self.closed.load(SeqCst) {
             return Err(Error::closed());
         }
-        Ok(())
+        Ok(call)
+    }
+
+    /// Refuses new calls, then waits for the calls under way (their statements and
+    /// batches) to end, so nothing of this handle touches the tables after `close`.
+    async fn close_calls(&self) {
+        self.closed.store(true, SeqCst);
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.calls.load(SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
     }
 
     /// `call` within `postgres_timeout`.
@@ -237,7 +272,7 @@ impl Postgres {
         &self,
         call: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
-        self.open_check()?;
+        let _call = self.enter()?;
         match self.timeout {
             Some(t) => tokio::time::timeout(t, call)
                 .await
@@ -274,7 +309,7 @@ impl Postgres {
         conn: &mut PgConnection,
         job: NewJob,
     ) -> Result<Scheduled, Error> {
-        self.open_check()?;
+        let _call = self.enter()?;
         names::check_id(&job.id)?;
         crate::backend::keep_only("PostgreSQL", job.dedup, job.spec.hold_off)?;
         let created = self.sql.schedule(conn, &self.queue, &[job]).await?;
@@ -287,7 +322,7 @@ impl Postgres {
 
     /// `cancel` on the caller's connection.
     pub(crate) async fn cancel_in(&self, conn: &mut PgConnection, id: &str) -> Result<bool, Error> {
-        self.open_check()?;
+        let _call = self.enter()?;
         self.sql.cancel(&mut *conn, &self.queue, id).await
     }
 
@@ -298,7 +333,7 @@ impl Postgres {
         id: &str,
         when: When,
     ) -> Result<bool, Error> {
-        self.open_check()?;
+        let _call = self.enter()?;
         Ok(self
             .sql
             .reschedule(&mut *conn, &self.queue, id, when)
@@ -314,7 +349,7 @@ impl Postgres {
         id: &str,
         token: u64,
     ) -> Result<bool, Error> {
-        self.open_check()?;
+        let _call = self.enter()?;
         let answers = self
             .sql
             .settle(

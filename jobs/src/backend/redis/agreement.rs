@@ -319,7 +319,6 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
     let kinds = include_str!("lua/kinds.lua");
     let series = include_str!("lua/series.lua");
     let acks = include_str!("lua/acks.lua");
-    let claim = script(&[kinds, acks, series, include_str!("lua/claim.lua")]);
     let ack = script(&[kinds, acks, include_str!("lua/ack.lua")]);
     let retry = script(&[kinds, include_str!("lua/retry.lua")]);
     let extend = script(&[kinds, include_str!("lua/extend.lua")]);
@@ -346,25 +345,7 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
                         let mut rust = job;
                         let error = rust.claim_error();
                         let outcome = rust.claim(u64::MAX, u64::MAX, 1, max);
-                        let reply: Value = claim
-                            .key(&k.meta)
-                            .key(&k.payload)
-                            .key(&k.due)
-                            .key(&k.counts)
-                            .key(&k.seq)
-                            .key(&k.dead)
-                            .key(&k.series)
-                            .key(&k.series_payload)
-                            .key(&k.series_next)
-                            .key(&k.errors)
-                            .key(&k.running)
-                            .key(&k.levels)
-                            .arg(10)
-                            .arg(&plain)
-                            .arg("*")
-                            .invoke(&mut conn)
-                            .unwrap();
-                        let reply = ClaimReply::from_redis_value(reply).unwrap();
+                        let reply = claim_as(&mut conn, &k, 10, &plain, "*");
                         match outcome {
                             Claim::Deliver => {
                                 assert_eq!(reply.jobs.len(), 1, "{case}");
@@ -605,6 +586,11 @@ fn import_writes_a_job_as_the_scripts_keep_it_and_leaves_an_existing_one() {
 
 /// `claim.lua` of up to `max` jobs of the kinds `filter` names ("*", or "=" and a kind).
 fn claim_with(conn: &mut Connection, k: &Keys, max: usize, filter: &str) -> ClaimReply {
+    claim_as(conn, k, max, &plain_tail(None, 3), filter)
+}
+
+/// [`claim_with`] for a queue whose plain spec is the meta tail `plain`.
+fn claim_as(conn: &mut Connection, k: &Keys, max: usize, plain: &str, filter: &str) -> ClaimReply {
     let claim = script(&[
         include_str!("lua/kinds.lua"),
         include_str!("lua/acks.lua"),
@@ -625,7 +611,7 @@ fn claim_with(conn: &mut Connection, k: &Keys, max: usize, filter: &str) -> Clai
         .key(&k.running)
         .key(&k.levels)
         .arg(max)
-        .arg(plain_tail(None, 3))
+        .arg(plain)
         .arg(filter)
         .invoke(conn)
         .unwrap();

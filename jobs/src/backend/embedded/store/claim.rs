@@ -49,7 +49,7 @@ impl Store {
         // Expired hold-offs go a bounded number per claim; a schedule meeting one deletes
         // it too.
         let expired = t.expire_held(now)?;
-        let due = due_keys(t, now, max, kind)?;
+        let (due, walked) = due_keys(t, now, max, kind)?;
         let changed = !due.is_empty() || expired > 0;
         let mut jobs = Vec::with_capacity(due.len());
         let mut died = 0;
@@ -106,7 +106,12 @@ impl Store {
                 });
             }
         }
-        let next_due = next_due(t, kind)?;
+        // A claim that took nothing changed nothing: the walk's first keys are still the
+        // first ones (no second walk for an empty claim).
+        let next_due = match walked {
+            Some(first) if !changed => first,
+            _ => next_due(t, kind)?,
+        };
         Ok((
             ClaimBatch {
                 jobs,
@@ -120,17 +125,20 @@ impl Store {
 }
 
 /// The keys a claim takes at `now`: up to `max` expired leases and due pending jobs of
-/// `kind` (every kind for `None`), in the order they are claimed.
+/// `kind` (every kind for `None`), in the order they are claimed; and, when it read every
+/// group's first key, the earliest of them (what [`next_due`] reads while nothing changed).
 fn due_keys(
     t: &Tables<'_>,
     now: u64,
     max: usize,
     kind: Option<&str>,
-) -> Result<Vec<Position>, Error> {
+) -> Result<(Vec<Position>, Option<Option<u64>>), Error> {
     let mut due = Vec::new();
-    for (k, first) in index::lease_kinds(t, kind)? {
+    let leases = index::lease_kinds(t, kind)?;
+    let earliest_lease = leases.iter().map(|(_, first)| *first).min();
+    for (k, first) in leases {
         if due.len() == max {
-            return Ok(due);
+            return Ok((due, None));
         }
         if first <= now {
             let stream = index::lease_range(t, &k, None, now)?;
@@ -140,6 +148,10 @@ fn due_keys(
     // Levels in key order are (kind, level); a claim reads them level first, each level's
     // kinds merged by run_at.
     let mut levels = index::levels(t, kind)?;
+    let first = earliest_lease
+        .into_iter()
+        .chain(levels.iter().map(|l| l.first))
+        .min();
     levels.retain(|l| l.first <= now);
     levels.sort_by_key(|l| l.level);
     for group in levels.chunk_by(|a, b| a.level == b.level) {
@@ -152,7 +164,7 @@ fn due_keys(
             .collect::<Result<_, _>>()?;
         due.extend(index::merge(streams, max - due.len())?);
     }
-    Ok(due)
+    Ok((due, Some(first)))
 }
 
 /// The first due key (pending run_at or lease end) of `kind` (every kind for `None`).

@@ -182,7 +182,8 @@ pub(super) fn ack(
     id: &str,
     token: u64,
 ) -> Outcome {
-    match t.load(id)? {
+    // The job is deleted: its payload is not copied out.
+    match t.load_with(id, false)? {
         Some(stored) if stored.job.ack(token) => {
             t.set(counts, id, Some(&stored), None)?;
             if !stored.spec.hold_off.is_zero() {
