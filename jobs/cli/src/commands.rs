@@ -246,6 +246,8 @@ async fn schedule(
                 ),
             )
         }
+        // `Scheduled` is non-exhaustive: an outcome this command does not know yet.
+        other => ("other", format!("{other:?} {}", format::escape(id))),
     };
     let mut json = json!({ "id": id, "outcome": word });
     if let Some(until) = until {

@@ -91,8 +91,10 @@ pub(crate) fn add(start: u64, by: std::time::Duration) -> u64 {
     start.saturating_add(u64::try_from(by.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// What [`JobQueue::schedule`](crate::JobQueue::schedule) did.
+/// What [`JobQueue::schedule`](crate::JobQueue::schedule) did. Non-exhaustive: a later
+/// version may add outcomes (as the dedup modes added `Replaced` and `HeldOff`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Scheduled {
     /// A new job was stored.
     Created,
