@@ -197,8 +197,8 @@ impl Error {
     /// a trusted CA or not for the host in the URL, or (PostgreSQL) the URL says
     /// `sslmode=require` and the server serves no TLS. Retrying does not help:
     /// [`JobQueue::run`](crate::JobQueue::run) returns it, and
-    /// [`Builder::redis`](crate::Builder::redis) and
-    /// [`Builder::postgres`](crate::Builder::postgres) fail with it at once.
+    /// `Builder::redis` and `Builder::postgres` (features `redis`, `postgres`) fail with it
+    /// at once.
     pub fn is_unauthorized(&self) -> bool {
         matches!(self.kind, Kind::Unauthorized(_))
     }
