@@ -3,6 +3,7 @@
 run_shared_suite!(crate::support::redis::harness());
 run_dedup_suite!(crate::support::redis::harness());
 
+mod dedup;
 mod failover;
 mod fold;
 mod outage;
