@@ -14,7 +14,8 @@
 //!   running set and one dead set per kind in use after `due`, `running` and `dead`
 //!   (`lua/kinds.lua`), listed in `levels`: they carry the same tag, but are not passed in
 //!   `KEYS` (a server that enforces declared keys, such as Dragonfly by default, refuses
-//!   these scripts).
+//!   these scripts). The hold-off tombstones `held` and `held_until` are declared keys of
+//!   every script that touches them (`lua/held.lua`).
 
 /// The layout of a queue's keys and of the values the scripts store in them, recorded in
 /// its layout hash by the first open ([`layout`]); a queue of another format is refused at

@@ -455,3 +455,45 @@ fn racing_dedup_processes_survive_kill_9() {
         q.close().await.unwrap();
     });
 }
+
+/// On a 3-master cluster, a queue in 3 partitions: Replace and HoldOff on ids of every
+/// partition (each script's keys, tombstones included, in its partition's slot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_modes_work_on_every_partition_of_a_cluster() {
+    const IDS: usize = 30;
+    let cluster = crate::support::cluster::RedisCluster::start();
+    let q = JobQueue::builder()
+        .partitions(3)
+        .redis_cluster(&cluster.nodes, "orders")
+        .await
+        .unwrap();
+    let replace = JobOptions::new().dedup(Dedup::Replace);
+    for i in 0..IDS {
+        q.schedule(&format!("r{i}"), HOUR, "old").await.unwrap();
+    }
+    let later = SystemTime::now() + 2 * HOUR;
+    let jobs = (0..IDS).map(|i| (format!("r{i}"), later, "new"));
+    let replaced = q.schedule_many_with(jobs, &replace).await.unwrap();
+    assert!(
+        replaced.iter().all(|s| *s == Scheduled::Replaced),
+        "{replaced:?}"
+    );
+    let jobs = (0..IDS).map(|i| (format!("h{i}"), Duration::ZERO, "p"));
+    q.schedule_many_with(jobs, &hold_off(HOUR)).await.unwrap();
+    let mut consumer = q.consume();
+    for _ in 0..IDS {
+        let d = next(&mut consumer).await;
+        assert!(d.id().starts_with('h'));
+        assert!(d.ack().await.unwrap());
+    }
+    for i in 0..IDS {
+        let job = q.get(&format!("r{i}")).await.unwrap().unwrap();
+        assert_eq!((job.run_at(), job.payload()), (later, &b"new"[..]));
+        assert!(matches!(
+            q.schedule(&format!("h{i}"), HOUR, "p").await.unwrap(),
+            Scheduled::HeldOff { .. }
+        ));
+    }
+    assert_eq!(q.pending().await.unwrap(), IDS as u64);
+    q.close().await.unwrap();
+}

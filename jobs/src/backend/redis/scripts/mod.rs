@@ -13,8 +13,8 @@
 //!   in microseconds rounded up (never early), run_at in nanoseconds. Delays past
 //!   [`MAX_AFTER`] are stored as the saturation point (Lua's doubles are exact only below
 //!   2^53 microseconds).
-//! - A job's spec crosses as its meta string's tail (`lua/kinds.lua`): [`spec_tail`] writes
-//!   it, [`job_info`] and the claim's reply read it back; a meta without one is a job of
+//! - A job's spec crosses as its meta string's tail (`lua/kinds.lua`; a hold-off only when
+//!   there is one, so a tail without it reads as none): [`spec_tail`] writes it, [`job_info`] and the claim's reply read it back; a meta without one is a job of
 //!   the queue's plain spec (a series' occurrence, or a job of format 1).
 
 /// The script made of `lua/` files concatenated (shared functions first, then the body),
