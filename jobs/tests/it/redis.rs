@@ -1,9 +1,9 @@
 //! The behavioural suite on Redis (feature `redis`), each test on a `redis-server` of its own.
 
 run_shared_suite!(crate::support::redis::harness());
-// The dedup modes are not built here yet: refused until they are (`suite/dedup.rs`).
-shared_suite!(crate::support::redis::harness(); dedup { dedup_modes_are_refused_where_not_built });
+run_dedup_suite!(crate::support::redis::harness());
 
+mod dedup;
 mod failover;
 mod fold;
 mod outage;
@@ -164,11 +164,13 @@ async fn acknowledged_schedules_survive_a_redis_kill_9_and_workers_resume() {
 /// The whole suite again with each queue split into 3 partitions on one server.
 mod partitioned {
     run_shared_suite!(crate::support::redis::partitioned());
+    run_dedup_suite!(crate::support::redis::partitioned());
 }
 
 /// The whole suite again, partitioned, as a user limited by ACL to what a queue needs.
 mod acl {
     run_shared_suite!(crate::support::redis::acl_partitioned());
+    run_dedup_suite!(crate::support::redis::acl_partitioned());
 }
 
 /// A queue in 3 partitions on a 3-master cluster: the partitions land on different nodes,
@@ -492,6 +494,7 @@ fn eval_series_script(server: &RedisServer, body: &str, keys: &[&str], args: &[&
 /// its script, as a consumer would send it; its reply as redis-cli prints it.
 fn eval_claim(server: &RedisServer) -> String {
     let claim = concat!(
+        include_str!("../../src/backend/redis/lua/held.lua"),
         include_str!("../../src/backend/redis/lua/acks.lua"),
         include_str!("../../src/backend/redis/lua/claim.lua")
     );
@@ -508,6 +511,8 @@ fn eval_claim(server: &RedisServer) -> String {
         "errors",
         "running",
         "levels",
+        "held",
+        "held_until",
     ];
     // The plain spec's tail (`scripts::spec_tail`): priority 0, 25 attempts, lease 30 s,
     // backoff 1 s to 1 h, kind "". Every kind ("*").

@@ -318,8 +318,9 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
     let k = Keys::new("q", "PUBLISH");
     let kinds = include_str!("lua/kinds.lua");
     let series = include_str!("lua/series.lua");
+    let held = include_str!("lua/held.lua");
     let acks = include_str!("lua/acks.lua");
-    let ack = script(&[kinds, acks, include_str!("lua/ack.lua")]);
+    let ack = script(&[kinds, held, acks, include_str!("lua/ack.lua")]);
     let retry = script(&[kinds, include_str!("lua/retry.lua")]);
     let extend = script(&[kinds, include_str!("lua/extend.lua")]);
     let cancel = script(&[kinds, series, include_str!("lua/cancel.lua")]);
@@ -389,6 +390,8 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
                             .key(&k.errors)
                             .key(&k.running)
                             .key(&k.levels)
+                            .key(&k.held)
+                            .key(&k.held_until)
                             .arg(ID)
                             .arg(token)
                             .invoke(&mut conn)
@@ -510,6 +513,7 @@ fn import_writes_a_job_as_the_scripts_keep_it_and_leaves_an_existing_one() {
     let k = Keys::new("q", "PUBLISH");
     let import = script(&[
         include_str!("lua/kinds.lua"),
+        include_str!("lua/held.lua"),
         include_str!("lua/import.lua"),
     ]);
     let call =
@@ -526,6 +530,8 @@ fn import_writes_a_job_as_the_scripts_keep_it_and_leaves_an_existing_one() {
                 .key(&k.dead)
                 .key(&k.errors)
                 .key(&k.levels)
+                .key(&k.held)
+                .key(&k.held_until)
                 .arg(&k.wake)
                 .arg("PUBLISH")
                 .arg(ID)
@@ -593,6 +599,7 @@ fn claim_with(conn: &mut Connection, k: &Keys, max: usize, filter: &str) -> Clai
 fn claim_as(conn: &mut Connection, k: &Keys, max: usize, plain: &str, filter: &str) -> ClaimReply {
     let claim = script(&[
         include_str!("lua/kinds.lua"),
+        include_str!("lua/held.lua"),
         include_str!("lua/acks.lua"),
         include_str!("lua/series.lua"),
         include_str!("lua/claim.lua"),
@@ -610,6 +617,8 @@ fn claim_as(conn: &mut Connection, k: &Keys, max: usize, plain: &str, filter: &s
         .key(&k.errors)
         .key(&k.running)
         .key(&k.levels)
+        .key(&k.held)
+        .key(&k.held_until)
         .arg(max)
         .arg(plain)
         .arg(filter)

@@ -18,10 +18,9 @@ use super::keys::partition_of;
 use super::keys::Keys;
 use super::scripts::MAX_JOBS_PER_SCRIPT;
 use super::{Idle, Redis};
-use crate::backend::{keep_only, Backend, BoxFuture, ClaimBatch, Import, KindFilter, NewJob};
+use crate::backend::{Backend, BoxFuture, ClaimBatch, Import, KindFilter, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, KindCounts, Scheduled, When};
-use crate::core::kind::Dedup;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{CatchUp, Recurring, RecurringInfo};
 use crate::core::state::Retry;
@@ -99,7 +98,6 @@ impl Redis {
 impl Backend for Redis {
     fn schedule(&self, job: NewJob) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
-            keep_only("Redis", job.dedup, job.spec.hold_off)?;
             self.conn()?;
             let scheduled = self.part(&job.id).schedules.call(job).await;
             // Even a failed call may have committed (a timeout after the script ran).
@@ -113,9 +111,6 @@ impl Backend for Redis {
         jobs: Vec<NewJob>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
         Box::pin(async move {
-            for job in &jobs {
-                keep_only("Redis", job.dedup, job.spec.hold_off)?;
-            }
             let schedule = |mut conn: Conn, keys: Arc<Keys>, chunk: Vec<NewJob>| async move {
                 self.scripts.schedule(&mut conn, &keys, &chunk).await
             };
@@ -127,9 +122,6 @@ impl Backend for Redis {
 
     fn import(&self, jobs: Vec<Import>) -> BoxFuture<'_, Result<Vec<bool>, Error>> {
         Box::pin(async move {
-            for job in &jobs {
-                keep_only("Redis", Dedup::Keep, job.spec.hold_off)?;
-            }
             let import = |mut conn: Conn, keys: Arc<Keys>, chunk: Vec<Import>| async move {
                 self.scripts.import(&mut conn, &keys, &chunk).await
             };
