@@ -66,6 +66,7 @@ impl ClaimSql {
             dead,
             series,
             queues,
+            held,
             ..
         } = n;
         // Machine::claim for each due job: the expired leases first (their last error
@@ -151,11 +152,11 @@ impl ClaimSql {
                    AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1) \
                  SELECT 0 AS row_, id, payload, attempt, run_at AS at, {spec} FROM leased \
                  UNION ALL SELECT 1, NULL, NULL, (SELECT count(*) FROM buried)::int, (SELECT t FROM now), \
-                   '', 0::smallint, NULL, NULL, NULL, NULL \
+                   '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 2, NULL, NULL, (SELECT p FROM paused)::int, \
                    LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
-                   (SELECT min(lease_until) FROM leased)), '', 0::smallint, NULL, NULL, NULL, NULL \
-                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL FROM heads",
+                   (SELECT min(lease_until) FROM leased)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
+                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL FROM heads",
                 levels = super::levels(jobs, kinds),
                 next_level = next_level(jobs, kinds),
                 head = not_head(series, "j.id"),
@@ -166,14 +167,19 @@ impl ClaimSql {
         };
         ClaimSql {
             claim: Kinds::EACH.map(claim),
-            // Acks (Machine::ack: the token must hold) and retries (Machine::retry: with the
+            // Acks (Machine::ack: the token must hold; a job with a hold-off leaves its
+            // tombstone, `embedded/store/jobs.rs` `ack`) and retries (Machine::retry: with the
             // token, back to pending, or dead if that was the job's last attempt, its own
             // `max_attempts` or, NULL, the queue's $8) of many jobs in one statement and one
             // commit.
             settle: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  acked AS (DELETE FROM {jobs} j USING unnest($2::text[], $3::bigint[]) AS a(id, token) \
-                   WHERE j.queue = $1 AND j.id = a.id AND j.token = a.token RETURNING j.id, a.token), \
+                   WHERE j.queue = $1 AND j.id = a.id AND j.token = a.token \
+                   RETURNING j.id, a.token, j.hold_off), \
+                 tombs AS (INSERT INTO {held} (queue, id, until) \
+                   SELECT $1, id, {held_until} FROM acked WHERE hold_off > 0 \
+                   ON CONFLICT (queue, id) DO UPDATE SET until = EXCLUDED.until RETURNING 1), \
                  r AS (SELECT * FROM unnest($4::text[], $5::bigint[], $6::bigint[], $7::text[]) \
                    AS r(id, token, after, error)), \
                  back AS (UPDATE {jobs} j SET run_at = {after}, token = NULL, lease_until = NULL, \
@@ -193,6 +199,7 @@ impl ClaimSql {
                  UNION ALL SELECT 1, id, token, run_at FROM back \
                  UNION ALL SELECT 2, id, token, (SELECT t FROM now) FROM gone",
                 after = later("r.after"),
+                held_until = later("hold_off"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
             ),
