@@ -50,6 +50,9 @@ pub(in crate::backend::postgres) struct ClaimRows {
     pub(in crate::backend::postgres) heads: Vec<String>,
 }
 
+/// The most expired tombstones (`held`) one claim deletes.
+pub(super) const HELD_PER_CLAIM: u32 = 64;
+
 /// The SQL text of these statements for one schema.
 #[derive(Debug)]
 pub(super) struct ClaimSql {
@@ -100,6 +103,10 @@ impl ClaimSql {
         // cannot see: it is neither leased nor killed, only left as it is, and the next
         // due time below counts it (it excludes the leased and killed rows, not the picked
         // ones), so the consumer looks again at once rather than at the next lease's end.
+        //
+        // Each claim deletes at most [`HELD_PER_CLAIM`] expired tombstones, earliest first
+        // (`held_until`; one index probe when there are none), skipping those another
+        // statement holds (`embedded/store/claim.rs` `expire_held`).
         let claim = |kinds: Kinds| {
             let kj = kinds.rows("j");
             // Series heads are of the kind '': a claim of a named kind leaves them.
@@ -145,6 +152,10 @@ impl ClaimSql {
                    FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
                    AND p.attempt < coalesce(p.most, $5) \
                    RETURNING j.id, j.payload, j.attempt, j.run_at, j.lease_until, {spec_j}), \
+                 swept AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.until <= (SELECT t FROM now) \
+                   AND h.id IN (SELECT x.id FROM {held} x WHERE x.queue = $1 \
+                   AND x.until <= (SELECT t FROM now) ORDER BY x.until LIMIT {HELD_PER_CLAIM} \
+                   FOR UPDATE SKIP LOCKED) RETURNING 1), \
                  next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
                    WHERE l.lvl IS NOT NULL), \
                  next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
