@@ -25,6 +25,13 @@
 //!   out may or may not have committed; every call is idempotent or token-checked.
 //! - Jobs in a queue are the rows of `jobs` (pending, running) and `dead` whose `queue` is
 //!   its name; many queues share a schema.
+//! - Dedup modes (`sql/jobs.rs`): a Replace is the schedule's own `INSERT … ON CONFLICT DO
+//!   UPDATE` of a pending row that is no series occurrence; a job's hold-off is stored on
+//!   its row (`hold_off`), and the ack's own statement writes its tombstone in `held`
+//!   (`queue, id, until`), so `ack_in` writes it in the caller's transaction. A schedule
+//!   of a held id answers its `until` and stores nothing, or deletes it once expired; each
+//!   claim deletes at most 64 expired ones; imports skip held ids. Tombstones are neither
+//!   counted, listed nor copied.
 //!
 //! # Files
 //!

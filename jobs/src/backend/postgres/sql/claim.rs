@@ -1,6 +1,7 @@
 //! The statements of a consumer's lease: `claim` (lease due jobs, kill those out of
-//! attempts), `settle` (acks and retries, hence failures, of many jobs in one statement),
-//! `extend`.
+//! attempts, delete at most [`HELD_PER_CLAIM`] expired tombstones), `settle` (acks and
+//! retries, hence failures, of many jobs in one statement; an ack of a job with a hold-off
+//! writes its tombstone in the same statement), `extend`.
 
 use sqlx::postgres::PgExecutor;
 use sqlx::Row;

@@ -1,19 +1,27 @@
 //! The statements on one job by id: `schedule` (many at once), `import` (a copy's jobs),
 //! `cancel`, `reschedule`, `get`.
 //!
-//! A schedule is two statements in the caller's transaction: the insert, then the lookup
-//! of what it inserted under an id that is dead (and, rarely, their removal). The insert's `NOT EXISTS dead` reads the
-//! statement's snapshot: when its `ON CONFLICT` waited on a claim that kills the job (the
-//! `jobs` row deleted, a `dead` row inserted), the kill's commit lets the insert through
-//! while the new `dead` row stays invisible to it. The second statement's fresh snapshot
-//! (READ COMMITTED) sees that death; its delete's trigger delta cancels the insert's, so
-//! the counts stay exact.
+//! A schedule is, per round of distinct ids (a batch's repeated id goes to a later round,
+//! so it meets what the earlier one left), two statements in the caller's transaction: the
+//! schedule, then the lookup of what it created under an id that is dead or held off (and,
+//! rarely, their removal). The schedule answers each job by its dedup mode: held off (a
+//! live tombstone in `held`: nothing stored; an expired one is deleted), created, replaced
+//! (a Replace's `ON CONFLICT DO UPDATE` of a pending row that is no series occurrence,
+//! told from an insert by `xmax = 0`), or exists (no row answered). Its `NOT EXISTS` tests
+//! of `dead` and `held` read the statement's snapshot: when its `ON CONFLICT` waited on a
+//! claim that kills the job (the `jobs` row deleted, a `dead` row inserted) or on an ack
+//! that leaves a tombstone (the row deleted, a `held` row inserted), that commit lets the
+//! insert through while the new `dead` or `held` row stays invisible to it. The second
+//! statement's fresh snapshot (READ COMMITTED) sees it; its delete's trigger delta cancels
+//! the insert's, so the counts stay exact. A replaced row was pending and locked by the
+//! update: neither a kill nor an ack can have passed it.
 //!
-//! An import writes every job as pending first, through the same insert and the same check:
-//! the `jobs` key is what orders it against a schedule or a kill of the same id. The dead
-//! ones then move to `dead` in the same transaction (their `jobs` rows were never visible
-//! to anyone), so an id is never in both tables, and the trigger deltas (pending in, pending
-//! out, dead in) leave the counts exact.
+//! An import writes every job as pending first, through the same insert and the same check
+//! (an id held off at the server's now is skipped): the `jobs` key is what orders it
+//! against a schedule or a kill of the same id. The dead ones then move to `dead` in the
+//! same transaction (their `jobs` rows were never visible to anyone), so an id is never in
+//! both tables, and the trigger deltas (pending in, pending out, dead in) leave the counts
+//! exact. Tombstones are never imported.
 
 use std::time::Duration;
 
@@ -126,8 +134,6 @@ impl JobsSql {
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
             ),
-            // The jobs just inserted ($2) whose id died meanwhile: see the module docs. (In
-            // the caller's transaction they are still pending: nobody else sees them yet.)
             // Of the jobs just inserted ($2), those whose id died meanwhile (see the module
             // docs); usually none, and then the delete below is not sent.
             // The same for the ids held off since (an ack committed while the insert waited
@@ -216,17 +222,7 @@ impl Sql {
         jobs: &[NewJob],
     ) -> Result<Vec<(Scheduled, u64)>, sqlx::Error> {
         let mut answers = vec![(Scheduled::Exists, 0); jobs.len()];
-        let mut rounds: Vec<Vec<usize>> = Vec::new();
-        let mut seen: std::collections::HashMap<&str, usize> = Default::default();
-        for (i, job) in jobs.iter().enumerate() {
-            let n = seen.entry(job.id.as_str()).or_insert(0);
-            if *n == rounds.len() {
-                rounds.push(Vec::new());
-            }
-            rounds[*n].push(i);
-            *n += 1;
-        }
-        for round in rounds {
+        for round in rounds(jobs.iter().map(|j| j.id.as_str())) {
             self.schedule_round(conn, queue, jobs, &round, &mut answers)
                 .await?;
         }
@@ -485,6 +481,22 @@ impl Sql {
     }
 }
 
+/// The positions of `ids` in rounds of distinct ids: the n-th of an id in round n, each
+/// round in input order.
+fn rounds<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    let mut seen: std::collections::HashMap<&str, usize> = Default::default();
+    for (i, id) in ids.enumerate() {
+        let n = seen.entry(id).or_insert(0);
+        if *n == rounds.len() {
+            rounds.push(Vec::new());
+        }
+        rounds[*n].push(i);
+        *n += 1;
+    }
+    rounds
+}
+
 /// The types of [`spec_cols`]' parameter arrays from `$first` on, for `unnest`.
 fn spec_types(first: usize) -> String {
     [
@@ -501,4 +513,32 @@ fn spec_types(first: usize) -> String {
     .map(|(i, t)| format!("${}::{t}", first + i))
     .collect::<Vec<_>>()
     .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_id_in_a_batch_goes_to_a_later_round() {
+        let got = rounds(["a", "b", "a", "c", "a", "b"].into_iter());
+        assert_eq!(got, vec![vec![0, 1, 3], vec![2, 5], vec![4]]);
+        assert!(rounds(std::iter::empty()).is_empty());
+    }
+
+    #[test]
+    fn a_replace_updates_only_a_pending_job_that_is_no_series_occurrence() {
+        let names = Names::new("wheel_jobs");
+        let text = JobsSql::new(&names).schedule;
+        assert!(
+            text.contains("DO UPDATE SET run_at = EXCLUDED.run_at"),
+            "{text}"
+        );
+        assert!(text.contains("hold_off = EXCLUDED.hold_off"), "{text}");
+        assert!(
+            text.contains("WHERE j.token IS NULL AND NOT EXISTS"),
+            "{text}"
+        );
+        assert!(!text.contains("attempt = "), "attempts stay: {text}");
+    }
 }
