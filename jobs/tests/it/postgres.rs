@@ -6,8 +6,7 @@
 //! directory, stopped when the binary exits); every harness opens a fresh queue name in it.
 
 run_shared_suite!(crate::support::postgres::harness());
-// The dedup modes are not built here yet: refused until they are (`suite/dedup.rs`).
-shared_suite!(crate::support::postgres::harness(); dedup { dedup_modes_are_refused_where_not_built });
+run_dedup_suite!(crate::support::postgres::harness());
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;

@@ -7,12 +7,9 @@ use super::batch::MAX_BATCH;
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
 use super::{Postgres, LOCKED_RETRY};
-use crate::backend::{
-    keep_only, Backend, BoxFuture, ClaimBatch, Claimed, Import, KindFilter, NewJob,
-};
+use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed, Import, KindFilter, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
-use crate::core::kind::Dedup;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{CatchUp, Recurring, RecurringInfo};
 use crate::core::state::Retry;
@@ -89,12 +86,7 @@ impl Backend for Postgres {
         Box::pin(async move {
             let _call = self.enter()?;
             super::names::check_id(&job.id)?;
-            keep_only("PostgreSQL", job.dedup, job.spec.hold_off)?;
-            let (_, created) = self.schedules.call(job).await?;
-            Ok(match created {
-                Some(run_at) => (Scheduled::Created, run_at),
-                None => (Scheduled::Exists, 0),
-            })
+            self.schedules.call(job).await
         })
     }
 
@@ -105,22 +97,12 @@ impl Backend for Postgres {
         Box::pin(self.timed(async move {
             for job in &jobs {
                 super::names::check_id(&job.id)?;
-                keep_only("PostgreSQL", job.dedup, job.spec.hold_off)?;
             }
             // One transaction: all or nothing.
-            let created = self
-                .sql
+            self.sql
                 .schedule_tx(&self.pool, &self.queue, &jobs, None)
                 .await
-                .map_err(pg_error)?;
-            let ids: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
-            Ok(super::answers(&ids, created)
-                .into_iter()
-                .map(|(_, c)| match c {
-                    Some(run_at) => (Scheduled::Created, run_at),
-                    None => (Scheduled::Exists, 0),
-                })
-                .collect())
+                .map_err(pg_error)
         }))
     }
 
@@ -128,7 +110,6 @@ impl Backend for Postgres {
         Box::pin(self.timed(async move {
             for job in &jobs {
                 super::names::check_id(&job.id)?;
-                keep_only("PostgreSQL", Dedup::Keep, job.spec.hold_off)?;
             }
             // One transaction: all or nothing.
             self.sql.import(&self.pool, &self.queue, &jobs).await

@@ -1,0 +1,484 @@
+//! The dedup modes' storage on PostgreSQL (feature `postgres`): the tombstones of `held`
+//! (written by `ack_in` in the caller's transaction, deleted by a schedule once expired and
+//! at most 64 per claim, earliest first; never imported), and Replace / HoldOff schedules
+//! and acks racing in three processes, one of them SIGKILLed.
+//!
+//! Every queue is on the test binary's shared server (`support/postgres.rs`), in the
+//! default schema `wheel_jobs`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant, SystemTime};
+
+use wheel_jobs::sqlx::{self, Row};
+use wheel_jobs::{Builder, Dedup, JobOptions, JobQueue, Scheduled};
+
+use crate::kill::{child_role, runtime, spawn_child, Killed};
+use crate::postgres::{fresh, pool, url};
+use crate::support::{ms, next};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// The server's clock in nanoseconds since the epoch, as SQL (the backend's own "now").
+const NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
+
+async fn open(queue: &str) -> JobQueue {
+    Builder::new().postgres(&url(), queue).await.unwrap()
+}
+
+/// The tombstones of `queue`: id and until, earliest first.
+async fn tombstones(pool: &sqlx::PgPool, queue: &str) -> Vec<(String, i64)> {
+    sqlx::query("SELECT id, until FROM wheel_jobs.held WHERE queue = $1 ORDER BY until, id")
+        .bind(queue)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// Writes tombstones for `ids` of `queue` ending `offset_ns` from the server's now (plus
+/// the id's index, so their order is known).
+async fn put_tombstones(pool: &sqlx::PgPool, queue: &str, ids: &[String], offset_ns: i64) {
+    sqlx::query(&format!(
+        "INSERT INTO wheel_jobs.held (queue, id, until) \
+         SELECT $1, i.id, {NOW} + $3 + i.n FROM unnest($2::text[]) WITH ORDINALITY AS i(id, n)"
+    ))
+    .bind(queue)
+    .bind(ids)
+    .bind(offset_ns)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_claims_delete_at_most_64_expired_tombstones_earliest_first() {
+    let name = fresh("dq");
+    let pool = pool().await;
+    let queue = open(&name).await;
+    // Many more than a few claims can take: some are left whatever the consumer did.
+    const EXPIRED: usize = 64 * 200 + 8;
+    let expired: Vec<String> = (0..EXPIRED).map(|i| format!("old-{i:05}")).collect();
+    put_tombstones(&pool, &name, &expired, -3_600_000_000_000).await;
+    put_tombstones(&pool, &name, &["live".to_owned()], 3_600_000_000_000).await;
+    queue.schedule("due", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    assert_eq!(next(&mut consumer).await.id(), "due");
+    drop(consumer);
+    let left = tombstones(&pool, &name).await;
+    // However many claims the consumer made (at least one), each took 64, earliest first.
+    let expired_left = left.len() - 1;
+    assert!(
+        0 < expired_left && expired_left < EXPIRED,
+        "a claim deleted some"
+    );
+    assert_eq!(expired_left % 64, 8, "64 per claim: {expired_left} left");
+    let want: Vec<&str> = expired[EXPIRED - expired_left..]
+        .iter()
+        .map(String::as_str)
+        .chain(["live"])
+        .collect();
+    let got: Vec<&str> = left.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(got, want, "the latest ones and the live one stay");
+    queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_ack_in_writes_the_tombstone_in_the_callers_transaction() {
+    let name = fresh("dq");
+    let pool = pool().await;
+    let queue = open(&name).await;
+    let held = JobOptions::new().dedup(Dedup::HoldOff(HOUR));
+    queue
+        .schedule_with("t", Duration::ZERO, "p", &held)
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    let mut tx = pool.begin().await.unwrap();
+    assert!(d.ack_in(&mut tx).await.unwrap());
+    assert!(
+        tombstones(&pool, &name).await.is_empty(),
+        "invisible before the commit"
+    );
+    tx.rollback().await.unwrap();
+    assert!(tombstones(&pool, &name).await.is_empty(), "rolled back");
+    assert_eq!(
+        queue.schedule("t", Duration::ZERO, "x").await.unwrap(),
+        Scheduled::Exists,
+        "still running"
+    );
+    let mut tx = pool.begin().await.unwrap();
+    assert!(d.ack_in(&mut tx).await.unwrap());
+    tx.commit().await.unwrap();
+    let [(id, until)] = &tombstones(&pool, &name).await[..] else {
+        panic!("one tombstone");
+    };
+    assert_eq!(id, "t");
+    let until = SystemTime::UNIX_EPOCH + Duration::from_nanos(*until as u64);
+    assert_eq!(
+        queue.schedule("t", Duration::ZERO, "x").await.unwrap(),
+        Scheduled::HeldOff { until }
+    );
+    // In a transaction too, with nothing stored.
+    let mut tx = pool.begin().await.unwrap();
+    let answer = queue
+        .schedule_in_with(&mut tx, "t", Duration::ZERO, "x", &JobOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(answer, Scheduled::HeldOff { until });
+    tx.commit().await.unwrap();
+    assert!(queue.get("t").await.unwrap().is_none());
+    queue.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_expired_tombstones_give_way_and_imports_skip_held_ids() {
+    let (from_name, to_name) = (fresh("dq"), fresh("dq"));
+    let pool = pool().await;
+    let (from, to) = (open(&from_name).await, open(&to_name).await);
+    // A schedule meeting an expired tombstone creates the job and deletes it.
+    put_tombstones(&pool, &to_name, &["stale".to_owned()], -1_000_000_000).await;
+    assert_eq!(
+        to.schedule("stale", HOUR, "p").await.unwrap(),
+        Scheduled::Created
+    );
+    assert!(tombstones(&pool, &to_name).await.is_empty());
+
+    // The source: a job with a hold-off, one acked with a hold-off (a tombstone of its
+    // own), and jobs whose ids the target holds off (live) or held off (expired).
+    let held = JobOptions::new().dedup(Dedup::HoldOff(ms(1500)));
+    from.schedule_with("kept", HOUR, "k", &held).await.unwrap();
+    from.schedule_with("gone", Duration::ZERO, "g", &held)
+        .await
+        .unwrap();
+    let mut consumer = from.consume();
+    assert!(next(&mut consumer).await.ack().await.unwrap());
+    drop(consumer);
+    assert_eq!(tombstones(&pool, &from_name).await.len(), 1);
+    for id in ["live", "expired"] {
+        from.schedule(id, HOUR, id).await.unwrap();
+    }
+    put_tombstones(&pool, &to_name, &["live".to_owned()], 3_600_000_000_000).await;
+    put_tombstones(&pool, &to_name, &["expired".to_owned()], -1_000_000_000).await;
+
+    let copied = from.copy_to(&to).await.unwrap();
+    assert_eq!(copied.jobs, 2, "{copied:?}");
+    assert!(to.get("live").await.unwrap().is_none(), "held off: skipped");
+    assert_eq!(
+        to.get("expired").await.unwrap().unwrap().payload(),
+        b"expired"
+    );
+    let hold_off: Option<i64> =
+        sqlx::query("SELECT hold_off FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'kept'")
+            .bind(&to_name)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+            .get(0);
+    assert_eq!(
+        hold_off,
+        Some(1_500_000_000),
+        "the spec's hold-off is copied"
+    );
+    let target: HashSet<String> = tombstones(&pool, &to_name)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert!(!target.contains("gone"), "tombstones are not copied");
+    from.close().await.unwrap();
+    to.close().await.unwrap();
+}
+
+// ===== racing processes =====
+
+const IDS: usize = 20;
+/// Schedules per scheduler task of a child.
+const ROUNDS: usize = 120;
+const TASKS: usize = 6;
+
+/// The acks' effects, one row per acked payload, written in the ack's transaction.
+fn effects(queue: &str) -> String {
+    format!("effects_{queue}")
+}
+
+/// Child: `TASKS` tasks schedule `ROUNDS` times each on the same 20 ids (Keep, Replace
+/// and HoldOff mixed, printing `try` before and `answer` after each), while 4 workers ack
+/// every delivery with `ack_in`, recording its payload in the same transaction; `done` once
+/// the schedulers finished, then it acks until killed.
+async fn race_child(url: &str, name: &str) {
+    let queue = Builder::new()
+        .lease(wheel_jobs::MIN_LEASE)
+        .postgres(url, name)
+        .await
+        .unwrap();
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let insert = format!(
+        "INSERT INTO {t} (payload, id) VALUES ($1, $2) ON CONFLICT (payload) DO UPDATE SET dups = {t}.dups + 1",
+        t = effects(name)
+    );
+    println!("\nready"); // on a line of its own: libtest printed "test … " without a newline
+    let pid = std::process::id();
+    let worker = {
+        let queue = queue.clone();
+        tokio::spawn(async move {
+            queue
+                .run(4, move |d| {
+                    let (pool, insert) = (pool.clone(), insert.clone());
+                    async move {
+                        let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+                        let payload = String::from_utf8_lossy(d.payload()).into_owned();
+                        sqlx::query(&insert)
+                            .bind(payload)
+                            .bind(d.id())
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        if d.ack_in(&mut tx).await.map_err(|e| e.to_string())? {
+                            tx.commit().await.map_err(|e| e.to_string())?;
+                        }
+                        Ok::<(), String>(())
+                    }
+                })
+                .await
+        })
+    };
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let queue = queue.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..ROUNDS {
+                let id = format!("id-{}", (t * 7 + n * 3) % IDS);
+                let (options, when) = match (t + n) % 3 {
+                    0 => (JobOptions::new(), ms(0)),
+                    1 => (
+                        JobOptions::new().dedup(Dedup::Replace),
+                        ms(((t + n) % 4) as u64 * 10),
+                    ),
+                    _ => (JobOptions::new().dedup(Dedup::HoldOff(ms(40))), ms(0)),
+                };
+                let payload = format!("{pid}-{t}-{n}");
+                println!("try {id} {payload}");
+                let outcome = queue
+                    .schedule_with(&id, when, payload.as_str(), &options)
+                    .await
+                    .unwrap();
+                let code = match outcome {
+                    Scheduled::Created => "created",
+                    Scheduled::Replaced => "replaced",
+                    Scheduled::Exists => "exists",
+                    Scheduled::HeldOff { .. } => "held",
+                };
+                println!("answer {id} {payload} {code}");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    println!("done");
+    worker.await.unwrap().unwrap();
+}
+
+/// One child's lines so far: its answers (id, payload, outcome), the payloads it tried
+/// (id, payload), and whether it said `done`.
+#[derive(Default)]
+struct Lines {
+    answers: Vec<(String, String, String)>,
+    tried: Vec<(String, String)>,
+    done: bool,
+}
+
+impl Lines {
+    fn drain(&mut self, rx: &Receiver<String>) {
+        while let Ok(line) = rx.try_recv() {
+            self.take(&line);
+        }
+    }
+
+    /// Reads to the end of a child's output (it was killed).
+    fn finish(&mut self, rx: &Receiver<String>) {
+        while let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) {
+            self.take(&line);
+        }
+    }
+
+    fn take(&mut self, line: &str) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words[..] {
+            ["try", id, payload] => self.tried.push((id.into(), payload.into())),
+            ["answer", id, payload, code] => {
+                self.answers.push((id.into(), payload.into(), code.into()))
+            }
+            ["done"] => self.done = true,
+            _ => {}
+        }
+    }
+}
+
+/// Three processes schedule (Keep, Replace, HoldOff) and ack on the same 20 ids; the first
+/// is SIGKILLed mid-flight. Afterwards: no id is both a job and dead; counts agree with the
+/// rows; every created job was acked or is there (up to the killed process' unanswered
+/// schedules); every answered Replaced is the job's payload, was acked, or was followed by
+/// another write of its id; tombstones and HeldOff answers only for acked ids.
+#[test]
+fn postgres_dedup_races_in_three_processes_through_a_kill() {
+    const TEST: &str = "postgres_dedup::postgres_dedup_races_in_three_processes_through_a_kill";
+    if let Some((name, url)) = child_role() {
+        runtime().block_on(race_child(url.to_str().unwrap(), &name));
+        return;
+    }
+    let url = url();
+    let name = fresh("dq");
+    let rt = runtime();
+    let pool = rt.block_on(async {
+        let pool = pool().await;
+        sqlx::query(&format!(
+            "CREATE TABLE {} (payload text PRIMARY KEY, id text NOT NULL, dups int NOT NULL DEFAULT 0)",
+            effects(&name)
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool
+    });
+    let (mut children, outputs): (Vec<Killed>, Vec<Receiver<String>>) = (0..3)
+        .map(|_| spawn_child(TEST, &name, std::path::Path::new(&url)))
+        .unzip();
+    let mut lines: Vec<Lines> = (0..3).map(|_| Lines::default()).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // Mid-flight: once the first has answered a quarter of its schedules.
+    while lines[0].answers.len() < TASKS * ROUNDS / 4 {
+        assert!(Instant::now() < deadline, "the first child stalled");
+        lines[0].drain(&outputs[0]);
+        std::thread::sleep(ms(5));
+    }
+    children[0].kill();
+    lines[0].finish(&outputs[0]);
+    assert!(!lines[0].done, "killed mid-flight");
+    while !(lines[1].done && lines[2].done) {
+        assert!(Instant::now() < deadline, "the others did not finish");
+        for i in 1..3 {
+            lines[i].drain(&outputs[i]);
+        }
+        std::thread::sleep(ms(5));
+    }
+    for (child, (lines, rx)) in children
+        .iter_mut()
+        .zip(lines.iter_mut().zip(&outputs))
+        .skip(1)
+    {
+        child.kill();
+        lines.finish(rx);
+    }
+
+    rt.block_on(async {
+        let jobs: HashMap<String, String> = sqlx::query(
+            "SELECT id, convert_from(payload, 'UTF8') FROM wheel_jobs.jobs WHERE queue = $1 \
+             UNION ALL SELECT id, convert_from(payload, 'UTF8') FROM wheel_jobs.dead WHERE queue = $1",
+        )
+        .bind(&name)
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+        let rows: i64 = sqlx::query(
+            "SELECT (SELECT count(*) FROM wheel_jobs.jobs WHERE queue = $1) \
+             + (SELECT count(*) FROM wheel_jobs.dead WHERE queue = $1)",
+        )
+        .bind(&name)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+        assert_eq!(rows as usize, jobs.len(), "no id is both a job and dead");
+        let queue = open(&name).await;
+        let counts = queue.counts().await.unwrap();
+        assert_eq!(
+            (counts.pending + counts.running + counts.dead) as usize,
+            jobs.len(),
+            "counts agree with the rows: {counts:?}"
+        );
+        queue.close().await.unwrap();
+
+        let acked: Vec<(String, String, i32)> =
+            sqlx::query(&format!("SELECT payload, id, dups FROM {}", effects(&name)))
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect();
+        assert!(acked.iter().all(|(_, _, dups)| *dups == 0), "acked twice");
+        let acked_payloads: HashSet<&str> = acked.iter().map(|(p, _, _)| p.as_str()).collect();
+        let acked_ids: HashSet<&str> = acked.iter().map(|(_, id, _)| id.as_str()).collect();
+
+        let answers: Vec<&(String, String, String)> =
+            lines.iter().flat_map(|l| &l.answers).collect();
+        let answered: HashSet<&str> = answers.iter().map(|(_, p, _)| p.as_str()).collect();
+        // The killed child's schedules without an answer: they may or may not have landed.
+        let unanswered: Vec<&(String, String)> = lines[0]
+            .tried
+            .iter()
+            .filter(|(_, p)| !answered.contains(p.as_str()))
+            .collect();
+        assert!(unanswered.len() <= TASKS, "one in flight per task");
+
+        // Every job created was acked or is there; the unanswered ones may add to that.
+        let created = answers.iter().filter(|(_, _, c)| c == "created").count();
+        let (there, gone) = (jobs.len(), acked.len());
+        assert!(
+            created <= gone + there && gone + there <= created + unanswered.len(),
+            "created {created}, acked {gone}, there {there}, unanswered {}",
+            unanswered.len()
+        );
+        // Each job's payload is that of a write that was answered, or in flight.
+        for (id, payload) in &jobs {
+            let written = answers
+                .iter()
+                .any(|(i, p, c)| i == id && p == payload && (c == "created" || c == "replaced"))
+                || unanswered.iter().any(|(i, p)| i == id && p == payload);
+            assert!(written, "{id}: {payload} was never written");
+        }
+        // Every acked payload was written to its id.
+        for (payload, id, _) in &acked {
+            let written = answers
+                .iter()
+                .any(|(i, p, c)| i == id && p == payload && (c == "created" || c == "replaced"))
+                || unanswered.iter().any(|(i, p)| i == id && p == payload);
+            assert!(written, "{id}: acked {payload} was never written");
+        }
+        // A replace that answered Replaced is not lost: its payload is there or was acked,
+        // or another write of its id came after it.
+        for (id, payload, _) in answers.iter().filter(|(_, _, c)| c == "replaced") {
+            let kept = jobs.get(id) == Some(payload) || acked_payloads.contains(payload.as_str());
+            let superseded = answers.iter().any(|(i, p, c)| {
+                i == id && p != payload && (c == "created" || c == "replaced")
+            }) || unanswered.iter().any(|(i, _)| i == id);
+            assert!(kept || superseded, "{id}: the replace by {payload} was lost");
+        }
+        // Tombstones, and HeldOff answers, only for acked ids.
+        for (id, _) in tombstones(&pool, &name).await {
+            assert!(acked_ids.contains(id.as_str()), "{id}: a tombstone without an ack");
+        }
+        for (id, _, _) in answers.iter().filter(|(_, _, c)| c == "held") {
+            assert!(acked_ids.contains(id.as_str()), "{id}: held off without an ack");
+        }
+        let by_code = |code: &str| answers.iter().filter(|(_, _, c)| c == code).count();
+        eprintln!(
+            "answers: created {} replaced {} exists {} held {}; acked {}; left {}",
+            by_code("created"),
+            by_code("replaced"),
+            by_code("exists"),
+            by_code("held"),
+            acked.len(),
+            jobs.len()
+        );
+        assert!(by_code("replaced") > 0 && by_code("held") > 0, "both modes met a job");
+    });
+}
