@@ -59,20 +59,6 @@ pub(crate) struct NewJob {
     pub(crate) dedup: Dedup,
 }
 
-/// The refusal of a backend that does not build `dedup` yet (Redis and PostgreSQL in this
-/// version build [`Dedup::Keep`] only), or `Ok` for `Keep`.
-#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
-pub(crate) fn keep_only(backend: &str, dedup: Dedup, hold_off: Duration) -> Result<(), Error> {
-    let mode = match dedup {
-        Dedup::Keep if hold_off.is_zero() => return Ok(()),
-        Dedup::Keep | Dedup::HoldOff(_) => "HoldOff",
-        Dedup::Replace => "Replace",
-    };
-    Err(Error::invalid_input(format!(
-        "dedup mode {mode} is not supported on {backend} yet"
-    )))
-}
-
 /// Which jobs a claim takes: every kind (`None`, as `run` and `consume` do), or one.
 pub(crate) type KindFilter = Option<String>;
 
@@ -109,8 +95,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Creates the job, with its spec, unless the id exists (or, with [`Dedup::Replace`],
     /// replaces a pending one's run_at, payload and spec) or is held off after an ack
     /// ([`Dedup::HoldOff`]); returns the outcome and the job's run_at (for `HeldOff`, the
-    /// end of the hold-off). A backend that does not build a mode refuses it
-    /// ([`keep_only`]).
+    /// end of the hold-off).
     fn schedule(&self, job: NewJob) -> BoxFuture<'_, Result<(Scheduled, u64), Error>>;
 
     /// [`schedule`](Self::schedule) for many jobs in one atomic step, answers in order.

@@ -38,8 +38,8 @@ pub const MIN_LEASE: Duration = Duration::from_secs(1);
 /// It acts on the one schedule call that carries it; only the hold-off of
 /// [`HoldOff`](Self::HoldOff) is stored with the job (its ack needs it).
 ///
-/// Built on the embedded store; Redis and PostgreSQL refuse every mode but `Keep` in this
-/// version ([`Error::is_invalid_input`](crate::Error::is_invalid_input)).
+/// Every backend builds every mode, each schedule one atomic step (a redb transaction, a
+/// Redis script, a PostgreSQL transaction).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Dedup {

@@ -9,8 +9,8 @@
 //!   finished by running it again: the ids already there are skipped, so nothing is
 //!   written twice and nothing is skipped that was not there.
 //! - Hold-off tombstones (`Dedup::HoldOff`) are not jobs and are not copied; a job copied
-//!   keeps its hold-off in its options, and the embedded store does not write an id over
-//!   its own live tombstone (the id counts as existing).
+//!   keeps its hold-off in its options, and no backend writes an id over its own live
+//!   tombstone (the id counts as existing).
 //! - The source is read through its list indexes a page at a time (pending, running, dead),
 //!   each page written with one import (one commit embedded or on PostgreSQL, one script
 //!   call per partition on Redis). Jobs that move in the source while it is read may be
@@ -115,8 +115,7 @@ impl JobQueue {
     /// [`max_payload`](crate::Builder::max_payload); [`Error::is_invalid_input`] for an id
     /// `to`'s backend cannot store (PostgreSQL refuses NUL), or a series whose pending
     /// occurrence vanished while it was copied (the source was not still); both name the
-    /// job or series; a job stored with a hold-off ([`Dedup::HoldOff`](crate::Dedup::HoldOff))
-    /// copied into Redis or PostgreSQL, which do not build it yet. [`Error::is_storage`], [`Error::is_unavailable`],
+    /// job or series. [`Error::is_storage`], [`Error::is_unavailable`],
     /// [`Error::is_closed`] of either queue. The pages written before the error stay
     /// written: after a storage or connection failure, call it again; an input error comes
     /// back at the same job until its cause is fixed (a larger `max_payload` for `to`).

@@ -4,7 +4,7 @@
 //!
 //! # Ground rules
 //!
-//! - Each form runs one statement (`schedule_in` two) on the caller's connection (a
+//! - Each form runs one statement (`schedule_in` two, two more per id repeated in one call) on the caller's connection (a
 //!   `Transaction` derefs to one) and changes nothing else: the caller's commit makes it durable, a rollback undoes
 //!   it, and the commit's `NOTIFY` wakes idle consumers in every process.
 //! - Input is checked as by the plain forms; a queue on another backend refuses with

@@ -8,7 +8,6 @@ use wheel_jobs::{JobQueue, JobState, Scheduled};
 use crate::support::{embedded, ms, next};
 
 run_shared_suite!(crate::support::embedded::harness());
-run_dedup_suite!(crate::support::embedded::harness());
 
 /// The store and its log are created readable and writable by their owner only.
 #[tokio::test]

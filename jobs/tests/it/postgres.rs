@@ -6,7 +6,6 @@
 //! directory, stopped when the binary exits); every harness opens a fresh queue name in it.
 
 run_shared_suite!(crate::support::postgres::harness());
-run_dedup_suite!(crate::support::postgres::harness());
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;

@@ -271,6 +271,7 @@ async fn race_child(url: &str, name: &str) {
                     Scheduled::Replaced => "replaced",
                     Scheduled::Exists => "exists",
                     Scheduled::HeldOff { .. } => "held",
+                    other => panic!("an outcome this test does not know: {other:?}"),
                 };
                 println!("answer {id} {payload} {code}");
             }

@@ -1,7 +1,6 @@
 //! The behavioural suite on Redis (feature `redis`), each test on a `redis-server` of its own.
 
 run_shared_suite!(crate::support::redis::harness());
-run_dedup_suite!(crate::support::redis::harness());
 
 mod dedup;
 mod failover;
@@ -164,13 +163,11 @@ async fn acknowledged_schedules_survive_a_redis_kill_9_and_workers_resume() {
 /// The whole suite again with each queue split into 3 partitions on one server.
 mod partitioned {
     run_shared_suite!(crate::support::redis::partitioned());
-    run_dedup_suite!(crate::support::redis::partitioned());
 }
 
 /// The whole suite again, partitioned, as a user limited by ACL to what a queue needs.
 mod acl {
     run_shared_suite!(crate::support::redis::acl_partitioned());
-    run_dedup_suite!(crate::support::redis::acl_partitioned());
 }
 
 /// A queue in 3 partitions on a 3-master cluster: the partitions land on different nodes,

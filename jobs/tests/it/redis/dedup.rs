@@ -281,6 +281,7 @@ async fn race_forever(url: &str, child: &str) {
                     Scheduled::Replaced => "r",
                     Scheduled::Exists => "e",
                     Scheduled::HeldOff { .. } => "h",
+                    other => panic!("an outcome this test does not know: {other:?}"),
                 };
                 println!("w k{i} {payload} {outcome} {sent} {answered}");
             }

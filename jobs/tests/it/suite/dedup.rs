@@ -2,9 +2,7 @@
 //! an ack (throttle), alone and under racing schedulers. `Keep`, the default, is what the
 //! rest of the suite tests.
 //!
-//! The modes are built on the embedded store only in this version: `embedded.rs` runs these
-//! tests (`run_dedup_suite!`); Redis and PostgreSQL run
-//! [`dedup_modes_are_refused_where_not_built`] instead, until they build them and join.
+//! Every backend runs these tests (`run_shared_suite!`'s `dedup` group).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -408,39 +406,5 @@ pub async fn racing_schedulers_leave_each_id_once(h: impl Harness) {
         }
     }
     assert_eq!(listed.len() as u64, live);
-    queue.close().await.unwrap();
-}
-
-/// On a backend that does not build the modes yet (Redis, PostgreSQL in this version),
-/// every mode but `Keep` is refused before anything is stored.
-#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
-pub async fn dedup_modes_are_refused_where_not_built(h: impl Harness) {
-    let queue = open(&h, |_| {}).await;
-    for (options, mode) in [
-        (replace(), "Replace"),
-        (hold_off(HOUR), "HoldOff"),
-        (hold_off(Duration::ZERO), "HoldOff"),
-    ] {
-        let err = queue
-            .schedule_with("x", HOUR, "p", &options)
-            .await
-            .unwrap_err();
-        assert!(err.is_invalid_input(), "{err}");
-        assert!(err.to_string().contains(mode), "{err}");
-        let err = queue
-            .schedule_many_with([("y", HOUR, "p")], &options)
-            .await
-            .unwrap_err();
-        assert!(err.is_invalid_input(), "{err}");
-    }
-    assert!(queue.get("x").await.unwrap().is_none());
-    assert!(queue.get("y").await.unwrap().is_none());
-    assert_eq!(
-        queue
-            .schedule_with("x", HOUR, "p", &JobOptions::new().dedup(Dedup::Keep))
-            .await
-            .unwrap(),
-        Scheduled::Created
-    );
     queue.close().await.unwrap();
 }

@@ -128,17 +128,6 @@ macro_rules! run_shared_suite {
                 recurring_a_new_recurrence_runs_a_due_occurrence_first,
                 recurring_its_pending_occurrence_is_not_rescheduled,
             }
-        );
-    };
-}
-
-/// The dedup modes' tests (`dedup.rs`), against `$harness`. Only the embedded store builds
-/// the modes in this version, so only `embedded.rs` invokes this; Redis and PostgreSQL run
-/// `dedup_modes_are_refused_where_not_built` instead. Once they build the modes, this list
-/// moves into `run_shared_suite!`.
-macro_rules! run_dedup_suite {
-    ($harness:expr) => {
-        shared_suite!($harness;
             dedup {
                 replace_moves_run_at_payload_and_options,
                 replace_earlier_wakes_an_idle_consumer,
