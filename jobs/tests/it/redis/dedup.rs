@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use wheel_jobs::{Dedup, JobOptions, JobQueue, JobState, ListOptions, Scheduled};
 
-use super::{eval_claim, queue, script_calls};
+use super::{eval_claim, eval_series_script, queue, script_calls};
 use crate::kill::{child_role, runtime, spawn_child};
 use crate::support::redis::RedisServer;
 use crate::support::{ms, next, temp_dir};
@@ -90,6 +90,57 @@ async fn a_tail_without_the_field_holds_nothing_off() {
         q.schedule("old", HOUR, "p").await.unwrap(),
         Scheduled::Created
     );
+    q.close().await.unwrap();
+}
+
+/// One `schedule.lua` batch as the batcher sends for concurrent single schedules: create
+/// `x` of kind `k` (due now), then Replace `y`, the last stored job of `k`, into kind `k2`.
+/// `k`'s level stays recorded (`x` is written before the replace tidies `y`'s old level),
+/// so a claim delivers `x`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replace_after_a_create_in_one_batch_leaves_the_created_job_claimable() {
+    let server = RedisServer::start();
+    let q = queue(&server, |_| {}).await;
+    q.schedule_with("y", Duration::ZERO, "y", &JobOptions::kind("k"))
+        .await
+        .unwrap();
+    let body = concat!(
+        include_str!("../../../src/backend/redis/lua/held.lua"),
+        include_str!("../../../src/backend/redis/lua/schedule.lua")
+    );
+    let keys = [
+        "meta",
+        "payload",
+        "due",
+        "counts",
+        "levels",
+        "held",
+        "held_until",
+        "series",
+    ];
+    // A kind's spec tail (`scripts::spec_tail`): priority 0, 25 attempts, lease 30 s,
+    // backoff 1 s to 1 h.
+    let tail = |kind: &str| format!(":0:25:30000000000:1000000000:3600000000000\x1f{kind}");
+    let now = nanos(SystemTime::now());
+    let (ns, score) = (now.to_string(), now.div_ceil(1000).to_string());
+    let (k, k2) = (tail("k"), tail("k2"));
+    let mut args = vec!["{orders}:wake", "PUBLISH"];
+    args.extend(["x", "at", &ns, &score, "x", &k, "k"]);
+    args.extend(["y", "at", &ns, &score, "y", &k2, "r"]);
+    assert_eq!(
+        eval_series_script(&server, body, &keys, &args),
+        format!("1\n{ns}\n2\n{ns}"),
+        "x created, y replaced"
+    );
+    assert_eq!(
+        server.cli(&["ZRANGE", "{orders}:levels", "0", "-1"]),
+        "d:0:k\nd:0:k2"
+    );
+    eval_claim(&server);
+    for id in ["x", "y"] {
+        let job = q.get(id).await.unwrap().unwrap();
+        assert_eq!(job.state(), JobState::Running, "{id} claimed");
+    }
     q.close().await.unwrap();
 }
 
