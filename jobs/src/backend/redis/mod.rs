@@ -14,8 +14,8 @@
 //!   id is O(log n).
 //! - Each job stores its spec (kind, priority, attempts, backoff, lease, hold-off) in its
 //!   meta string; one stored without (a series' occurrence, a job of keyspace format 1) is
-//!   of the plain spec of the queue reading it. A claim leases each job for its own lease and kills it at
-//!   its own attempts; a claim of one kind reads only that kind's sets.
+//!   of the plain spec of the queue reading it. A claim leases each job for its own lease
+//!   and kills it at its own attempts; a claim of one kind reads only that kind's sets.
 //! - Dedup modes (`lua/schedule.lua`, `lua/held.lua`): a `Replace` schedule of a pending job
 //!   (not a series' pending occurrence) rewrites it in the schedule's script, moving it
 //!   between due sets, levels and per-kind counters, its attempts and last error kept. Every
