@@ -443,6 +443,7 @@ fn racing_dedup_processes_survive_kill_9() {
                 Scheduled::Replaced => "r",
                 Scheduled::Exists => "e",
                 Scheduled::HeldOff { .. } => "h",
+                other => panic!("an outcome this test does not know: {other:?}"),
             };
             assert_eq!(outcome, expect, "last phase: {id} {payload}");
             writes.entry(id.to_owned()).or_default().push(Write {
