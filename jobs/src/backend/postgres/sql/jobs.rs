@@ -67,7 +67,10 @@ impl JobsSql {
             // that is not a series' occurrence takes the new run_at, payload and spec, its
             // attempt and last error kept (an update: the triggers move its counts and wake
             // the consumers if it became due earlier). The ids are distinct (`schedule_raw`
-            // sends repeated ones in later rounds). Answers: 0 created, 1 replaced, 2 held
+            // sends repeated ones in later rounds). One insert, in id order, whatever each
+            // job's mode (its `replace` read back from the input): the rows are locked in id
+            // order, as by any other schedule, so batches mixing modes on the same ids
+            // cannot deadlock. Answers: 0 created, 1 replaced, 2 held
             // off (with the tombstone's end); an id not answered exists.
             schedule: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
@@ -81,17 +84,14 @@ impl JobsSql {
                  free AS (SELECT * FROM input \
                    WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
                    AND NOT EXISTS (SELECT 1 FROM hold WHERE hold.id = input.id)), \
-                 kept AS (INSERT INTO {jobs} (queue, id, run_at, payload, {spec}) \
-                   SELECT $1, id, run_at, payload, {spec} FROM free WHERE NOT replace ORDER BY id \
-                   ON CONFLICT (queue, id) DO NOTHING RETURNING id, run_at), \
-                 moved AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}) \
-                   SELECT $1, id, run_at, payload, {spec} FROM free WHERE replace ORDER BY id \
+                 ins AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}) \
+                   SELECT $1, id, run_at, payload, {spec} FROM free ORDER BY id \
                    ON CONFLICT (queue, id) DO UPDATE SET run_at = EXCLUDED.run_at, \
                    payload = EXCLUDED.payload, {set_spec} \
-                   WHERE j.token IS NULL AND {head} \
+                   WHERE j.token IS NULL AND (SELECT f.replace FROM free f WHERE f.id = EXCLUDED.id) \
+                   AND {head} \
                    RETURNING j.id, j.run_at, j.xmax = 0 AS inserted) \
-                 SELECT id, run_at, 0 AS outcome FROM kept \
-                 UNION ALL SELECT id, run_at, CASE WHEN inserted THEN 0 ELSE 1 END FROM moved \
+                 SELECT id, run_at, CASE WHEN inserted THEN 0 ELSE 1 END AS outcome FROM ins \
                  UNION ALL SELECT id, until, 2 FROM hold",
                 run_at = run_at("i.at", "i.after"),
                 spec = spec_cols(""),
@@ -536,9 +536,25 @@ mod tests {
         );
         assert!(text.contains("hold_off = EXCLUDED.hold_off"), "{text}");
         assert!(
-            text.contains("WHERE j.token IS NULL AND NOT EXISTS"),
+            text.contains(
+                "WHERE j.token IS NULL AND (SELECT f.replace FROM free f WHERE f.id = EXCLUDED.id) \
+                 AND NOT EXISTS (SELECT 1 FROM"
+            ),
             "{text}"
         );
         assert!(!text.contains("attempt = "), "attempts stay: {text}");
+    }
+
+    #[test]
+    fn a_schedule_locks_its_rows_in_id_order_whatever_their_modes() {
+        let names = Names::new("wheel_jobs");
+        let text = JobsSql::new(&names).schedule;
+        // One insert for Keep and Replace alike: two would lock a batch's Keep ids, then
+        // its Replace ids, and two batches mixing them on the same ids could deadlock.
+        assert_eq!(text.matches("INSERT INTO").count(), 1, "{text}");
+        assert!(
+            text.contains("ORDER BY id ON CONFLICT (queue, id) DO UPDATE"),
+            "{text}"
+        );
     }
 }
