@@ -193,6 +193,35 @@ async fn postgres_expired_tombstones_give_way_and_imports_skip_held_ids() {
     to.close().await.unwrap();
 }
 
+/// A Replace (or Keep) in an open transaction that finds the job running answers Exists
+/// without locking its row: the worker's ack goes through before that transaction ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_schedule_in_a_transaction_leaves_a_running_job_unlocked() {
+    let name = fresh("dq");
+    let pool = pool().await;
+    let queue = open(&name).await;
+    queue.schedule("r", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    let mut tx = pool.begin().await.unwrap();
+    for options in [JobOptions::new().dedup(Dedup::Replace), JobOptions::new()] {
+        let answer = queue
+            .schedule_in_with(&mut tx, "r", Duration::ZERO, "x", &options)
+            .await
+            .unwrap();
+        assert_eq!(answer, Scheduled::Exists);
+    }
+    // Before the fix the ack waited on the open transaction's row lock for good.
+    let acked = tokio::time::timeout(Duration::from_secs(60), d.ack())
+        .await
+        .expect("the ack waited on the open transaction");
+    assert!(acked.unwrap());
+    tx.commit().await.unwrap();
+    assert!(queue.get("r").await.unwrap().is_none());
+    drop(consumer);
+    queue.close().await.unwrap();
+}
+
 // ===== racing processes =====
 
 const IDS: usize = 20;

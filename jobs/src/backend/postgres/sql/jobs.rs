@@ -70,8 +70,21 @@ impl JobsSql {
             // sends repeated ones in later rounds). One insert, in id order, whatever each
             // job's mode (its `replace` read back from the input): the rows are locked in id
             // order, as by any other schedule, so batches mixing modes on the same ids
-            // cannot deadlock. Answers: 0 created, 1 replaced, 2 held
-            // off (with the tombstone's end); an id not answered exists.
+            // cannot deadlock.
+            //
+            // Only the ids absent from the statement's snapshot, or pending there for a
+            // Replace, are sent to the insert: `ON CONFLICT DO UPDATE` locks the row it meets
+            // even when its WHERE is false, and an id seen existing (Keep) or running
+            // (Replace) answers Exists without touching it, so a schedule in a long
+            // transaction never holds a running job's row against its worker's ack, retry or
+            // extension. The row of an id created or claimed by another transaction between
+            // the snapshot and the insert is still locked, and left as it is (the token
+            // check), until this transaction ends.
+            //
+            // Answers: 0 created, 1 replaced, 2 held off (with the tombstone's end), 3
+            // replaced a row this statement's snapshot did not see (a series may have placed
+            // it as an occurrence meanwhile: `schedule_round` checks it); an id not answered
+            // exists.
             schedule: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  input AS (SELECT i.id, i.ord, i.replace, {run_at}::bigint AS run_at, i.payload, {spec_i} \
@@ -84,14 +97,20 @@ impl JobsSql {
                  free AS (SELECT * FROM input \
                    WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
                    AND NOT EXISTS (SELECT 1 FROM hold WHERE hold.id = input.id)), \
+                 seen AS (SELECT j.id, j.token IS NOT NULL AS running FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.id IN (SELECT id FROM input)), \
+                 sent AS (SELECT * FROM free WHERE NOT EXISTS (SELECT 1 FROM seen \
+                   WHERE seen.id = free.id AND (seen.running OR NOT free.replace))), \
                  ins AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}) \
-                   SELECT $1, id, run_at, payload, {spec} FROM free ORDER BY id \
+                   SELECT $1, id, run_at, payload, {spec} FROM sent ORDER BY id \
                    ON CONFLICT (queue, id) DO UPDATE SET run_at = EXCLUDED.run_at, \
                    payload = EXCLUDED.payload, {set_spec} \
-                   WHERE j.token IS NULL AND (SELECT f.replace FROM free f WHERE f.id = EXCLUDED.id) \
+                   WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
                    AND {head} \
                    RETURNING j.id, j.run_at, j.xmax = 0 AS inserted) \
-                 SELECT id, run_at, CASE WHEN inserted THEN 0 ELSE 1 END AS outcome FROM ins \
+                 SELECT id, run_at, CASE WHEN inserted THEN 0 \
+                   WHEN EXISTS (SELECT 1 FROM seen WHERE seen.id = ins.id) THEN 1 ELSE 3 END AS outcome \
+                   FROM ins \
                  UNION ALL SELECT id, until, 2 FROM hold",
                 run_at = run_at("i.at", "i.after"),
                 spec = spec_cols(""),
@@ -273,7 +292,7 @@ impl Sql {
             let at = dec(r.try_get(1)?);
             let outcome = match r.try_get::<i32, _>(2)? {
                 0 => Scheduled::Created,
-                1 => Scheduled::Replaced,
+                1 | 3 => Scheduled::Replaced,
                 _ => Scheduled::HeldOff {
                     until: system_time(at),
                 },
@@ -537,7 +556,7 @@ mod tests {
         assert!(text.contains("hold_off = EXCLUDED.hold_off"), "{text}");
         assert!(
             text.contains(
-                "WHERE j.token IS NULL AND (SELECT f.replace FROM free f WHERE f.id = EXCLUDED.id) \
+                "WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
                  AND NOT EXISTS (SELECT 1 FROM"
             ),
             "{text}"
