@@ -222,6 +222,121 @@ async fn postgres_a_schedule_in_a_transaction_leaves_a_running_job_unlocked() {
     queue.close().await.unwrap();
 }
 
+/// Waits until two statements wait, directly or through one other, on `holder`'s backend.
+async fn two_blocked_by(pool: &sqlx::PgPool, holder: i32) {
+    loop {
+        let waiting: i64 = sqlx::query(
+            "SELECT count(*) FROM pg_stat_activity a WHERE $1 = ANY(pg_blocking_pids(a.pid)) \
+             OR EXISTS (SELECT 1 FROM unnest(pg_blocking_pids(a.pid)) b \
+             WHERE $1 = ANY(pg_blocking_pids(b)))",
+        )
+        .bind(holder)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+        .get(0);
+        if waiting >= 2 {
+            return;
+        }
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
+/// A Replace waiting on the insert of an id a series is making its occurrence (its
+/// statement's snapshot saw no such head) answers Exists once the series commits, and the
+/// occurrence keeps the series' time and payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_replace_leaves_an_occurrence_placed_while_it_waited() {
+    let name = fresh("dq");
+    let pool = pool().await;
+    let queue = open(&name).await;
+    // Epoch-aligned: the same first occurrence for years.
+    let rule = wheel_jobs::Recurrence::every(Duration::from_secs(3 * 365 * 86400)).unwrap();
+    queue
+        .schedule_recurring("s", rule.clone(), "p")
+        .await
+        .unwrap();
+    let page = queue
+        .list(
+            wheel_jobs::JobState::Pending,
+            &wheel_jobs::ListOptions::new(),
+        )
+        .await
+        .unwrap();
+    let (id, run_at) = (page.jobs()[0].id().to_owned(), page.jobs()[0].run_at());
+    assert!(queue.cancel_recurring("s").await.unwrap());
+    assert!(queue.get(&id).await.unwrap().is_none());
+    // A series row in an open transaction: the setter inserts the occurrence, then waits
+    // on it to write its own row.
+    let mut gate = pool.begin().await.unwrap();
+    let gate_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *gate)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO wheel_jobs.series (queue, name, runs, rule, payload) VALUES ($1, 's', 0, 'x', '')",
+    )
+    .bind(&name)
+    .execute(&mut *gate)
+    .await
+    .unwrap();
+    let setter = {
+        let queue = queue.clone();
+        tokio::spawn(async move { queue.schedule_recurring("s", rule, "p").await })
+    };
+    blocked_by_one(&pool, gate_pid).await;
+    let replace = {
+        let (pool, queue, id) = (pool.clone(), queue.clone(), id.clone());
+        tokio::spawn(async move {
+            let mut tx = pool.begin().await.unwrap();
+            let options = JobOptions::new()
+                .dedup(Dedup::Replace)
+                .of_kind("other")
+                .priority(5);
+            let answer = queue
+                .schedule_in_with(&mut tx, &id, Duration::ZERO, "moved", &options)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            answer
+        })
+    };
+    two_blocked_by(&pool, gate_pid).await;
+    gate.rollback().await.unwrap();
+    setter.await.unwrap().unwrap();
+    assert_eq!(replace.await.unwrap(), Scheduled::Exists);
+    let job = queue.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (job.run_at(), job.payload(), job.kind()),
+        (run_at, &b"p"[..], "")
+    );
+    let counts = queue.counts().await.unwrap();
+    assert_eq!(counts.pending, 1);
+    assert!(
+        counts.kinds.get("other").map_or(true, |k| k.pending == 0),
+        "{counts:?}"
+    );
+    queue.close().await.unwrap();
+}
+
+/// Waits until a statement waits on `holder`'s backend.
+async fn blocked_by_one(pool: &sqlx::PgPool, holder: i32) {
+    loop {
+        let waiting: i64 = sqlx::query(
+            "SELECT count(*) FROM pg_stat_activity a WHERE $1 = ANY(pg_blocking_pids(a.pid))",
+        )
+        .bind(holder)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+        .get(0);
+        if waiting >= 1 {
+            return;
+        }
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
 // ===== racing processes =====
 
 const IDS: usize = 20;

@@ -14,7 +14,10 @@
 //! insert through while the new `dead` or `held` row stays invisible to it. The second
 //! statement's fresh snapshot (READ COMMITTED) sees it; its delete's trigger delta cancels
 //! the insert's, so the counts stay exact. A replaced row was pending and locked by the
-//! update: neither a kill nor an ack can have passed it.
+//! update: neither a kill nor an ack can have passed it. Its `NOT EXISTS` of a series head
+//! reads the snapshot too: a Replace that waited on the insert of a row its snapshot did
+//! not see, by a series placing it as its occurrence, gives it back to the series (a third
+//! statement, sent only then, for an id with an `@`) and answers Exists.
 //!
 //! An import writes every job as pending first, through the same insert and the same check
 //! (an id held off at the server's now is skipped): the `jobs` key is what orders it
@@ -43,6 +46,7 @@ pub(super) struct JobsSql {
     bury: String,
     died: String,
     undead: String,
+    unplace: String,
     cancel: String,
     reschedule: String,
     get: String,
@@ -168,6 +172,23 @@ impl JobsSql {
                 "DELETE FROM {jobs} WHERE queue = $1 AND id = ANY($2::text[]) AND token IS NULL \
                  RETURNING id"
             ),
+            // Of the jobs $2 a Replace just updated, unseen by its statement's snapshot, those
+            // a series placed as its occurrence while the Replace waited on their insert (the
+            // statement's `NOT EXISTS` on `series` read the snapshot, without the new head):
+            // given back what the series wrote (`series.rs` `place_head`: its time and
+            // payload, the plain spec), as if the series had come second. The Replace holds
+            // their rows, so the series cannot have moved on.
+            unplace: format!(
+                "UPDATE {jobs} j SET run_at = s.head, payload = s.payload, {plain} \
+                 FROM {series} s WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.token IS NULL \
+                 AND s.queue = $1 AND s.name = split_part(j.id, '@', 1) AND s.head_id = j.id \
+                 RETURNING j.id",
+                plain = spec_cols("")
+                    .split(", ")
+                    .map(|c| format!("{c} = DEFAULT"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
             // Machine::cancel: only a pending job, and not a series' pending occurrence.
             cancel: format!(
                 "DELETE FROM {jobs} WHERE queue = $1 AND id = $2 AND token IS NULL AND {} RETURNING 1",
@@ -286,7 +307,7 @@ impl Sql {
             .bind(payloads)
             .bind(replaces);
         let rows = specs.bind(query).fetch_all(&mut *conn).await?;
-        let mut created = Vec::new();
+        let (mut created, mut unseen) = (Vec::new(), Vec::new());
         for r in &rows {
             let id: String = r.try_get(0)?;
             let at = dec(r.try_get(1)?);
@@ -300,8 +321,24 @@ impl Sql {
             if outcome == Scheduled::Created {
                 created.push(id.clone());
             }
+            // Only an id with an `@` can be a series' occurrence.
+            if r.try_get::<i32, _>(2)? == 3 && id.contains('@') {
+                unseen.push(id.clone());
+            }
             if let Some(&i) = at_id.get(id.as_str()) {
                 answers[i] = (outcome, at);
+            }
+        }
+        if !unseen.is_empty() {
+            let placed = sqlx::query(&self.jobs.unplace)
+                .bind(queue)
+                .bind(&unseen)
+                .fetch_all(&mut *conn)
+                .await?;
+            for r in &placed {
+                if let Some(&i) = at_id.get(r.try_get::<&str, _>(0)?) {
+                    answers[i] = (Scheduled::Exists, 0);
+                }
             }
         }
         let undone = self
