@@ -227,14 +227,33 @@ async fn schedule(
         None => queue.schedule(id, when, payload).await,
     };
     let outcome = scheduled.map_err(|e| e.to_string())?;
+    let mut until = None;
     let (word, text) = match outcome {
         Scheduled::Created => ("created", format!("created {}", format::escape(id))),
         Scheduled::Exists => (
             "exists",
             format!("exists {} (left unchanged)", format::escape(id)),
         ),
+        Scheduled::Replaced => ("replaced", format!("replaced {}", format::escape(id))),
+        Scheduled::HeldOff { until: end } => {
+            until = Some(format::time(end));
+            (
+                "held_off",
+                format!(
+                    "held off {} until {} (nothing stored)",
+                    format::escape(id),
+                    format::time_text(end)
+                ),
+            )
+        }
+        // `Scheduled` is non-exhaustive: an outcome this command does not know yet.
+        other => ("other", format!("{other:?} {}", format::escape(id))),
     };
-    out.print(|| text, json!({ "id": id, "outcome": word }));
+    let mut json = json!({ "id": id, "outcome": word });
+    if let Some(until) = until {
+        json["until"] = json!(until);
+    }
+    out.print(|| text, json);
     Ok(())
 }
 

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
-use crate::core::kind::Spec;
+use crate::core::kind::{Dedup, Spec};
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{CatchUp, Recurring, RecurringInfo};
 use crate::core::state::Retry;
@@ -47,13 +47,16 @@ pub(crate) struct Claimed {
     pub(crate) spec: Spec,
 }
 
-/// A job to schedule: its id, when it is due, its payload and its resolved options.
+/// A job to schedule: its id, when it is due, its payload, its resolved options and what
+/// the schedule does if the id exists ([`Dedup`]; the hold-off of `HoldOff` is also in
+/// `spec.hold_off`, stored with the job).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NewJob {
     pub(crate) id: String,
     pub(crate) when: When,
     pub(crate) payload: Vec<u8>,
     pub(crate) spec: Spec,
+    pub(crate) dedup: Dedup,
 }
 
 /// Which jobs a claim takes: every kind (`None`, as `run` and `consume` do), or one.
@@ -89,8 +92,10 @@ pub(crate) struct Import {
 
 /// A store of jobs. See the module docs for the rules every implementation follows.
 pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
-    /// Creates the job, with its spec, unless the id exists; returns the outcome and the
-    /// job's run_at.
+    /// Creates the job, with its spec, unless the id exists (or, with [`Dedup::Replace`],
+    /// replaces a pending one's run_at, payload and spec) or is held off after an ack
+    /// ([`Dedup::HoldOff`]); returns the outcome and the job's run_at (for `HeldOff`, the
+    /// end of the hold-off).
     fn schedule(&self, job: NewJob) -> BoxFuture<'_, Result<(Scheduled, u64), Error>>;
 
     /// [`schedule`](Self::schedule) for many jobs in one atomic step, answers in order.

@@ -145,6 +145,7 @@ impl Config {
                 max_attempts: self.max_attempts,
                 backoff: self.backoff,
                 lease: self.lease,
+                hold_off: Duration::ZERO,
             },
             kinds: self.kinds.clone(),
         }

@@ -91,14 +91,26 @@ pub(crate) fn add(start: u64, by: std::time::Duration) -> u64 {
     start.saturating_add(u64::try_from(by.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// What [`JobQueue::schedule`](crate::JobQueue::schedule) did.
+/// What [`JobQueue::schedule`](crate::JobQueue::schedule) did. Non-exhaustive: a later
+/// version may add outcomes (as the dedup modes added `Replaced` and `HeldOff`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Scheduled {
     /// A new job was stored.
     Created,
     /// A job with this id is already pending, running or dead; it was left unchanged. A
     /// schedule retried after a timeout or a crash is therefore safe.
     Exists,
+    /// A pending job with this id took the new run_at, payload and options
+    /// ([`Dedup::Replace`](crate::Dedup::Replace)); its attempts and last error stay.
+    Replaced,
+    /// A job with this id was acked with a hold-off ([`Dedup::HoldOff`](crate::Dedup::HoldOff))
+    /// that lasts until `until`: nothing was stored. A schedule at or after `until` is
+    /// accepted.
+    HeldOff {
+        /// When the hold-off ends.
+        until: SystemTime,
+    },
 }
 
 /// Where a job is in its life.

@@ -10,6 +10,9 @@
 //! - A kind is 0 to [`MAX_KIND_LEN`] bytes with no control character; `""` is the kind of
 //!   every job scheduled without one. Priorities are `i8`, higher first, 0 by default.
 //! - A resolved lease is at least [`MIN_LEASE`], as the builder's is.
+//! - A [`Dedup`] mode acts on the schedule call that carries it (job's, else kind's, else
+//!   [`Dedup::Keep`]) and is not stored, but for the hold-off of [`Dedup::HoldOff`]: the ack
+//!   of the job needs it, so it is part of the [`Spec`] (`hold_off`, zero for none).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,6 +31,33 @@ pub const MAX_KIND_LEN: usize = 64;
 /// commit would be spent waiting for that commit: the job dropped, its attempt gone. One
 /// second is far above a commit's time even on a slow disk.
 pub const MIN_LEASE: Duration = Duration::from_secs(1);
+
+/// What a schedule does when a job with its id exists, or was acked recently.
+///
+/// The mode is taken from the job's options, else its kind's defaults, else [`Keep`](Self::Keep).
+/// It acts on the one schedule call that carries it; only the hold-off of
+/// [`HoldOff`](Self::HoldOff) is stored with the job (its ack needs it).
+///
+/// Every backend builds every mode, each schedule one atomic step (a redb transaction, a
+/// Redis script, a PostgreSQL transaction).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dedup {
+    /// An existing pending, running or dead job with the id wins
+    /// ([`Scheduled::Exists`](crate::Scheduled::Exists)): a retried schedule is harmless.
+    #[default]
+    Keep,
+    /// Debounce: an existing *pending* job takes the new run_at, payload and options
+    /// ([`Scheduled::Replaced`](crate::Scheduled::Replaced)); its attempts and last error
+    /// stay. A running or dead job, or the pending occurrence of a recurring series, wins as
+    /// with `Keep` ([`Scheduled::Exists`](crate::Scheduled::Exists)).
+    Replace,
+    /// Throttle: schedules as `Keep` does, and once the job is acked its id is refused for
+    /// this long ([`Scheduled::HeldOff`](crate::Scheduled::HeldOff)), whatever the mode of
+    /// the refused schedule. A zero duration holds nothing off. A job cancelled, dead or
+    /// removed holds nothing off either.
+    HoldOff(Duration),
+}
 
 /// Options for one job, or the defaults of one kind: its kind, priority, attempts, backoff
 /// and lease. Each unset option comes from the kind's defaults
@@ -56,6 +86,7 @@ pub struct JobOptions {
     max_attempts: Option<u32>,
     backoff: Option<(Duration, Duration)>,
     lease: Option<Duration>,
+    dedup: Option<Dedup>,
 }
 
 impl JobOptions {
@@ -103,6 +134,13 @@ impl JobOptions {
         self
     }
 
+    /// What a schedule does when the id exists or was acked recently (default
+    /// [`Dedup::Keep`]).
+    pub fn dedup(mut self, dedup: Dedup) -> JobOptions {
+        self.dedup = Some(dedup);
+        self
+    }
+
     /// The kind these options name, if any.
     pub fn kind_name(&self) -> Option<&str> {
         self.kind.as_deref()
@@ -118,6 +156,8 @@ pub(crate) struct Spec {
     /// The retry delay: first, doubling per attempt, at most the second.
     pub(crate) backoff: (Duration, Duration),
     pub(crate) lease: Duration,
+    /// How long the id is refused after an ack ([`Dedup::HoldOff`]); zero for no hold-off.
+    pub(crate) hold_off: Duration,
 }
 
 /// The defaults a [`Spec`] resolves from: the queue's own and its kinds'.
@@ -143,7 +183,12 @@ impl Defaults {
                     .unwrap_or(self.spec.$field)
             };
         }
+        let hold_off = match self.dedup_of(options) {
+            Dedup::HoldOff(d) => d,
+            _ => Duration::ZERO,
+        };
         let spec = Spec {
+            hold_off,
             priority: pick!(priority),
             max_attempts: pick!(max_attempts),
             backoff: pick!(backoff),
@@ -151,6 +196,16 @@ impl Defaults {
             kind,
         };
         check_spec(spec)
+    }
+
+    /// The dedup mode of a schedule with `options`: the job's own, else its kind's, else
+    /// [`Dedup::Keep`].
+    pub(crate) fn dedup_of(&self, options: &JobOptions) -> Dedup {
+        let kind = options.kind.as_deref().unwrap_or_default();
+        options
+            .dedup
+            .or_else(|| self.kinds.get(kind).and_then(|o| o.dedup))
+            .unwrap_or_default()
     }
 
     /// The spec of a job scheduled without options (kind `""`).
@@ -206,6 +261,10 @@ mod tests {
             "capture".to_owned(),
             JobOptions::new().max_attempts(3).priority(5),
         );
+        kinds.insert(
+            "digest".to_owned(),
+            JobOptions::new().dedup(Dedup::HoldOff(Duration::from_secs(60))),
+        );
         Defaults {
             spec: Spec {
                 kind: String::new(),
@@ -213,6 +272,7 @@ mod tests {
                 max_attempts: 25,
                 backoff: (Duration::from_secs(1), Duration::from_secs(60)),
                 lease: Duration::from_secs(30),
+                hold_off: Duration::ZERO,
             },
             kinds,
         }
@@ -232,6 +292,29 @@ mod tests {
         assert_eq!((own.max_attempts, own.priority), (7, -3));
         let other = d.resolve(&JobOptions::kind("remind")).unwrap();
         assert_eq!((other.kind.as_str(), other.max_attempts), ("remind", 25));
+    }
+
+    #[test]
+    fn dedup_comes_from_the_job_then_its_kind_then_keep() {
+        let d = defaults();
+        let minute = Duration::from_secs(60);
+        assert_eq!(d.dedup_of(&JobOptions::new()), Dedup::Keep);
+        assert_eq!(d.dedup_of(&JobOptions::kind("capture")), Dedup::Keep);
+        assert_eq!(
+            d.dedup_of(&JobOptions::kind("digest")),
+            Dedup::HoldOff(minute)
+        );
+        let own = JobOptions::kind("digest").dedup(Dedup::Replace);
+        assert_eq!(d.dedup_of(&own), Dedup::Replace);
+        assert_eq!(d.resolve(&own).unwrap().hold_off, Duration::ZERO);
+        let held = d.resolve(&JobOptions::kind("digest")).unwrap();
+        assert_eq!(held.hold_off, minute);
+        let plain = JobOptions::new().dedup(Dedup::HoldOff(Duration::from_millis(5)));
+        assert_eq!(
+            d.resolve(&plain).unwrap().hold_off,
+            Duration::from_millis(5)
+        );
+        assert_eq!(d.plain().hold_off, Duration::ZERO);
     }
 
     #[test]

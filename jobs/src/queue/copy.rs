@@ -8,6 +8,9 @@
 //!   last error and payload. A copy that stops halfway (a crash, a lost connection) is
 //!   finished by running it again: the ids already there are skipped, so nothing is
 //!   written twice and nothing is skipped that was not there.
+//! - Hold-off tombstones (`Dedup::HoldOff`) are not jobs and are not copied; a job copied
+//!   keeps its hold-off in its options, and no backend writes an id over its own live
+//!   tombstone (the id counts as existing).
 //! - The source is read through its list indexes a page at a time (pending, running, dead),
 //!   each page written with one import (one commit embedded or on PostgreSQL, one script
 //!   call per partition on Redis). Jobs that move in the source while it is read may be

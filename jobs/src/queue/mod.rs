@@ -31,7 +31,7 @@ use crate::backend::{Backend, NewJob};
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::{check_id, check_payload, Counts, JobInfo, JobState, Scheduled, When};
-use crate::core::kind::{assert_kind, JobOptions, Spec};
+use crate::core::kind::{assert_kind, Dedup, JobOptions, Spec};
 use crate::core::list::{ListOptions, Page};
 use crate::core::wakeup::Wakeup;
 use crate::queue::consumer::Consumer;
@@ -75,7 +75,8 @@ impl JobQueue {
     ///
     /// Idempotent on `id`: if a job with this id is pending, running or dead, nothing
     /// changes and the result is [`Scheduled::Exists`]. An acked job is gone, so its id can
-    /// be scheduled again.
+    /// be scheduled again (unless it was scheduled with a hold-off,
+    /// [`Dedup::HoldOff`](crate::Dedup::HoldOff): then [`Scheduled::HeldOff`] until it ends).
     ///
     /// # Examples
     ///
@@ -111,13 +112,20 @@ impl JobQueue {
         let payload = payload.into();
         check_payload(&payload, self.inner.config.max_payload)?;
         let spec = self.inner.defaults.plain().clone();
-        self.schedule_spec(id, when.into(), payload, spec).await
+        self.schedule_spec(id, when.into(), payload, spec, Dedup::Keep)
+            .await
     }
 
     /// [`schedule`](Self::schedule) with options: the job's kind, priority, attempts,
     /// backoff and lease. Options left unset come from the kind's defaults
     /// ([`Builder::kind`](crate::Builder::kind)), then from the queue's; the result is stored
     /// with the job.
+    ///
+    /// The options' [`Dedup`](crate::Dedup) mode says what happens if the id is taken:
+    /// [`Scheduled::Exists`] (`Keep`, the default), [`Scheduled::Replaced`] (`Replace`, on a
+    /// pending job), or [`Scheduled::HeldOff`] while an acked job's hold-off lasts. Idle
+    /// consumers are woken for a replaced job as for a created one; the `scheduled` metric
+    /// counts created jobs only.
     ///
     /// # Examples
     ///
@@ -144,7 +152,8 @@ impl JobQueue {
     ///
     /// As [`schedule`](Self::schedule), and [`Error::is_invalid_input`] for a kind longer
     /// than [`MAX_KIND_LEN`](crate::MAX_KIND_LEN) bytes or with a control character,
-    /// `max_attempts` 0 or a zero lease.
+    /// `max_attempts` 0 or a zero lease, or a dedup mode other than `Keep` on Redis or
+    /// PostgreSQL (not built there yet).
     pub async fn schedule_with(
         &self,
         id: &str,
@@ -156,7 +165,9 @@ impl JobQueue {
         let payload = payload.into();
         check_payload(&payload, self.inner.config.max_payload)?;
         let spec = self.inner.defaults.resolve(options)?;
-        self.schedule_spec(id, when.into(), payload, spec).await
+        let dedup = self.inner.defaults.dedup_of(options);
+        self.schedule_spec(id, when.into(), payload, spec, dedup)
+            .await
     }
 
     async fn schedule_spec(
@@ -165,16 +176,21 @@ impl JobQueue {
         when: When,
         payload: Vec<u8>,
         spec: Spec,
+        dedup: Dedup,
     ) -> Result<Scheduled, Error> {
         let job = NewJob {
             id: id.to_owned(),
             when,
             payload,
             spec,
+            dedup,
         };
         let (outcome, run_at) = self.inner.backend.schedule(job).await?;
         if outcome == Scheduled::Created {
             self.inner.metrics.scheduled(1);
+        }
+        if matches!(outcome, Scheduled::Created | Scheduled::Replaced) {
+            // A replaced job's run_at may have moved earlier than consumers sleep.
             self.inner.wakeup.due_at(run_at);
         }
         Ok(outcome)
@@ -218,7 +234,7 @@ impl JobQueue {
         P: Into<Vec<u8>>,
     {
         let spec = self.inner.defaults.plain().clone();
-        self.schedule_many_spec(jobs, spec).await
+        self.schedule_many_spec(jobs, spec, Dedup::Keep).await
     }
 
     /// [`schedule_many`](Self::schedule_many) with the same options for every job (see
@@ -239,13 +255,15 @@ impl JobQueue {
         P: Into<Vec<u8>>,
     {
         let spec = self.inner.defaults.resolve(options)?;
-        self.schedule_many_spec(jobs, spec).await
+        let dedup = self.inner.defaults.dedup_of(options);
+        self.schedule_many_spec(jobs, spec, dedup).await
     }
 
     async fn schedule_many_spec<I, S, W, P>(
         &self,
         jobs: I,
         spec: Spec,
+        dedup: Dedup,
     ) -> Result<Vec<Scheduled>, Error>
     where
         I: IntoIterator<Item = (S, W, P)>,
@@ -264,6 +282,7 @@ impl JobQueue {
                 when: when.into(),
                 payload,
                 spec: spec.clone(),
+                dedup,
             });
         }
         if batch.is_empty() {
@@ -271,8 +290,11 @@ impl JobQueue {
         }
         let outcomes = self.inner.backend.schedule_many(batch).await?;
         let created = outcomes.iter().filter(|(o, _)| *o == Scheduled::Created);
-        self.inner.metrics.scheduled(created.clone().count() as u64);
-        if let Some(earliest) = created.map(|(_, at)| *at).min() {
+        self.inner.metrics.scheduled(created.count() as u64);
+        let moved = outcomes
+            .iter()
+            .filter(|(o, _)| matches!(o, Scheduled::Created | Scheduled::Replaced));
+        if let Some(earliest) = moved.map(|(_, at)| *at).min() {
             self.inner.wakeup.due_at(earliest);
         }
         Ok(outcomes.into_iter().map(|(o, _)| o).collect())
@@ -323,7 +345,8 @@ impl JobQueue {
     }
 
     /// The job's state, due time and attempts, or `None` if there is no such job (never
-    /// scheduled, cancelled, acked or removed).
+    /// scheduled, cancelled, acked or removed; an id held off after its ack,
+    /// [`Dedup::HoldOff`](crate::Dedup::HoldOff), has no job either).
     ///
     /// # Errors
     ///

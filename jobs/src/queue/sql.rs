@@ -4,7 +4,7 @@
 //!
 //! # Ground rules
 //!
-//! - Each form runs one statement (`schedule_in` two) on the caller's connection (a
+//! - Each form runs one statement (`schedule_in` two, two more per id repeated in one call) on the caller's connection (a
 //!   `Transaction` derefs to one) and changes nothing else: the caller's commit makes it durable, a rollback undoes
 //!   it, and the commit's `NOTIFY` wakes idle consumers in every process.
 //! - Input is checked as by the plain forms; a queue on another backend refuses with
@@ -16,7 +16,7 @@ use crate::backend::postgres::Postgres;
 use crate::backend::NewJob;
 use crate::core::error::Error;
 use crate::core::job::{check_id, check_payload, Scheduled, When};
-use crate::core::kind::{JobOptions, Spec};
+use crate::core::kind::{Dedup, JobOptions, Spec};
 use crate::queue::delivery::Delivery;
 use crate::queue::hub::Hub;
 use crate::queue::JobQueue;
@@ -38,6 +38,13 @@ impl JobQueue {
     /// round too: until this transaction ends, a plain [`schedule`](crate::JobQueue::schedule)
     /// of the same id (from any handle) waits for it, up to `postgres_timeout`, then answers
     /// as its commit or rollback decides; schedules of other ids do not wait.
+    ///
+    /// A job it replaced ([`Dedup::Replace`](crate::Dedup::Replace)) stays locked until this
+    /// transaction ends: no worker claims it meanwhile. A job it finds existing (or running,
+    /// for a Replace) is answered without a lock, except in one narrow case: if another
+    /// transaction creates or claims the job in the instant between this statement's start
+    /// and its write, that job's row stays locked (and unchanged) until this transaction
+    /// ends, which delays its worker's ack, retry or extension until then.
     ///
     /// # Examples
     ///
@@ -70,7 +77,7 @@ impl JobQueue {
         payload: impl Into<Vec<u8>>,
     ) -> Result<Scheduled, Error> {
         let spec = self.inner.defaults.plain().clone();
-        self.schedule_in_spec(conn, id, when.into(), payload.into(), spec)
+        self.schedule_in_spec(conn, id, when.into(), payload.into(), spec, Dedup::Keep)
             .await
     }
 
@@ -111,7 +118,8 @@ impl JobQueue {
         options: &JobOptions,
     ) -> Result<Scheduled, Error> {
         let spec = self.inner.defaults.resolve(options)?;
-        self.schedule_in_spec(conn, id, when.into(), payload.into(), spec)
+        let dedup = self.inner.defaults.dedup_of(options);
+        self.schedule_in_spec(conn, id, when.into(), payload.into(), spec, dedup)
             .await
     }
 
@@ -122,6 +130,7 @@ impl JobQueue {
         when: When,
         payload: Vec<u8>,
         spec: Spec,
+        dedup: Dedup,
     ) -> Result<Scheduled, Error> {
         check_id(id)?;
         check_payload(&payload, self.inner.config.max_payload)?;
@@ -130,6 +139,7 @@ impl JobQueue {
             when,
             payload,
             spec,
+            dedup,
         };
         on_postgres(&self.inner)?.schedule_in(conn, job).await
     }

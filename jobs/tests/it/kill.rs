@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
-use wheel_jobs::{JobQueue, JobState};
+use wheel_jobs::{Dedup, JobOptions, JobQueue, JobState, ListOptions, Scheduled};
 
 use crate::support::{embedded, ms};
 
@@ -228,6 +228,142 @@ fn schedules_survive_kill_9() {
             w.await.unwrap().unwrap();
         }
     });
+}
+
+/// The ids the Replace children race on.
+const RACED_IDS: usize = 20;
+
+/// Child: 16 tasks replacing jobs on the same `RACED_IDS` ids forever (due in an hour, so
+/// none runs), printing `replaced <id> <payload>` once each schedule returned.
+async fn replace_forever(path: &Path, round: &str) {
+    let queue = JobQueue::open(path).await.unwrap();
+    println!("\nready");
+    let replace = JobOptions::new().dedup(Dedup::Replace);
+    let mut tasks = Vec::new();
+    for t in 0..16usize {
+        let (queue, round, replace) = (queue.clone(), round.to_owned(), replace.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 0usize.. {
+                let id = format!("k{}", (t * 7 + n) % RACED_IDS);
+                let payload = format!("{round}-{t}-{n}");
+                let outcome = queue
+                    .schedule_with(&id, Duration::from_secs(3600), payload.as_str(), &replace)
+                    .await
+                    .unwrap();
+                assert!(
+                    matches!(outcome, Scheduled::Created | Scheduled::Replaced),
+                    "{outcome:?}"
+                );
+                println!("replaced {id} {payload}");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// A payload `round-task-n` as its parts.
+fn payload_parts(payload: &str) -> (usize, usize, usize) {
+    let mut parts = payload.split('-').map(|p| p.parse::<usize>().unwrap());
+    let mut part = || parts.next().unwrap();
+    (part(), part(), part())
+}
+
+/// Processes racing `Dedup::Replace` schedules on the same ids, one after another (the
+/// embedded store is one process's at a time), each SIGKILLed mid-race: after each reopen
+/// every id is one pending job, its payload one a child scheduled, from the last round
+/// that acknowledged a schedule of it.
+#[test]
+fn racing_replaces_survive_kill_9() {
+    const TEST: &str = "kill::racing_replaces_survive_kill_9";
+    if let Some((role, path)) = child_role() {
+        let round = role.trim_start_matches('r').to_owned();
+        runtime().block_on(replace_forever(&path, &round));
+        return;
+    }
+    const ROUNDS: usize = 4;
+    let mut rng = Rng(seed());
+    let h = embedded::harness();
+    let rt = runtime();
+    // Per id, the last round that acknowledged a schedule of it; per (round, task), the
+    // highest n it acknowledged.
+    let mut last_round: HashMap<String, usize> = HashMap::new();
+    let mut highest: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut acknowledged = 0usize;
+    for round in 0..ROUNDS {
+        let (mut child, lines) = spawn_child(TEST, &format!("r{round}"), &h.path());
+        let until = std::time::Instant::now() + ms(20 + rng.next() % 150);
+        let mut printed = Vec::new();
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            match lines.recv_timeout(left) {
+                Ok(line) => printed.push(line),
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the child ended by itself"),
+            }
+        }
+        child.kill();
+        printed.extend(lines.iter());
+        for line in printed {
+            let Some(rest) = line.strip_prefix("replaced ") else {
+                continue;
+            };
+            let (id, payload) = rest.split_once(' ').unwrap();
+            let (r, t, n) = payload_parts(payload);
+            assert_eq!(r, round);
+            last_round.insert(id.to_owned(), round);
+            let top = highest.entry((r, t)).or_insert(n);
+            *top = (*top).max(n);
+            acknowledged += 1;
+        }
+        rt.block_on(async {
+            let queue = JobQueue::open(h.path())
+                .await
+                .expect("reopens after kill -9");
+            let mut live = 0u64;
+            for i in 0..RACED_IDS {
+                let id = format!("k{i}");
+                let Some(job) = queue.get(&id).await.unwrap() else {
+                    assert!(
+                        !last_round.contains_key(&id),
+                        "round {round}: {id} was acknowledged, then lost"
+                    );
+                    continue;
+                };
+                live += 1;
+                assert_eq!(job.state(), JobState::Pending, "{id}");
+                let payload = std::str::from_utf8(job.payload()).unwrap();
+                let (r, t, n) = payload_parts(payload);
+                // At most one schedule per task was in flight when it was killed.
+                let top = highest.get(&(r, t)).copied();
+                assert!(
+                    top.is_some_and(|top| n <= top + 1) || n == 0,
+                    "round {round}: {id} holds {payload}, which no child scheduled"
+                );
+                if let Some(&last) = last_round.get(&id) {
+                    assert!(
+                        r >= last,
+                        "round {round}: {id} holds {payload}, older than round {last}'s \
+                         acknowledged replace"
+                    );
+                }
+            }
+            let counts = queue.counts().await.unwrap();
+            assert_eq!((counts.pending, counts.running, counts.dead), (live, 0, 0));
+            let page = queue
+                .list(JobState::Pending, &ListOptions::new())
+                .await
+                .unwrap();
+            let ids: HashSet<&str> = page.jobs().iter().map(|j| j.id()).collect();
+            assert_eq!(ids.len() as u64, live, "each id listed once");
+            queue.close().await.unwrap();
+        });
+    }
+    assert!(
+        acknowledged > ROUNDS,
+        "the children replaced something ({acknowledged})"
+    );
+    eprintln!("{acknowledged} replaces acknowledged over {ROUNDS} kills");
 }
 
 /// Child: consumes with a short lease, acks the first `ACKED` jobs (printing each once the

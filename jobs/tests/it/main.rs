@@ -18,6 +18,8 @@ mod metrics;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_dedup;
+#[cfg(feature = "postgres")]
 mod postgres_faults;
 #[cfg(feature = "postgres")]
 mod postgres_kinds;

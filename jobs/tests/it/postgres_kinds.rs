@@ -112,6 +112,62 @@ async fn a_version_2_schema_upgrades_and_its_jobs_read_as_the_plain_spec() {
         .unwrap();
 }
 
+/// Version 3 on a schema of version 2 adds the hold-off and the tombstones: an old job has
+/// none (its ack leaves nothing), a new one's ack leaves its tombstone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_schema_upgrades_to_hold_offs_and_tombstones() {
+    let schema = fresh("wj_v2h");
+    let pool = pool().await;
+    let quoted = version_2(&pool, &schema).await;
+    let now = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
+    pool.execute(
+        format!(
+            "INSERT INTO {quoted}.jobs (queue, id, run_at, attempt, payload) VALUES \
+             ('orders', 'old', {now} - 1000000000, 0, 'a')"
+        )
+        .as_str(),
+    )
+    .await
+    .unwrap();
+    let mut builder = Builder::new();
+    builder.postgres_schema(&schema);
+    let queue = builder.postgres(&url(), "orders").await.unwrap();
+    let held = JobOptions::new().dedup(wheel_jobs::Dedup::HoldOff(Duration::from_secs(3600)));
+    queue
+        .schedule_with("new", Duration::from_millis(10), "n", &held)
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    for id in ["old", "new"] {
+        let d = next(&mut consumer).await;
+        assert_eq!(d.id(), id);
+        assert!(d.ack().await.unwrap());
+    }
+    drop(consumer);
+    let tombstones: Vec<String> = sqlx::query(&format!(
+        "SELECT id FROM {quoted}.held WHERE queue = 'orders'"
+    ))
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    assert_eq!(tombstones, ["new"]);
+    assert_eq!(
+        queue.schedule("old", Duration::ZERO, "a").await.unwrap(),
+        Scheduled::Created
+    );
+    assert!(matches!(
+        queue.schedule("new", Duration::ZERO, "n").await.unwrap(),
+        Scheduled::HeldOff { .. }
+    ));
+    queue.close().await.unwrap();
+    pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_of_one_kind_never_touches_another_kinds_jobs() {
     let harness = crate::support::postgres::harness();

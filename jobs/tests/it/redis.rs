@@ -2,6 +2,7 @@
 
 run_shared_suite!(crate::support::redis::harness());
 
+mod dedup;
 mod failover;
 mod fold;
 mod outage;
@@ -490,6 +491,7 @@ fn eval_series_script(server: &RedisServer, body: &str, keys: &[&str], args: &[&
 /// its script, as a consumer would send it; its reply as redis-cli prints it.
 fn eval_claim(server: &RedisServer) -> String {
     let claim = concat!(
+        include_str!("../../src/backend/redis/lua/held.lua"),
         include_str!("../../src/backend/redis/lua/acks.lua"),
         include_str!("../../src/backend/redis/lua/claim.lua")
     );
@@ -506,6 +508,8 @@ fn eval_claim(server: &RedisServer) -> String {
         "errors",
         "running",
         "levels",
+        "held",
+        "held_until",
     ];
     // The plain spec's tail (`scripts::spec_tail`): priority 0, 25 attempts, lease 30 s,
     // backoff 1 s to 1 h, kind "". Every kind ("*").

@@ -13,11 +13,13 @@
 //! - Layout of version 3: `version: u8, state: u8, attempt: u32, run_at: u64, token: u64,
 //!   time: u64` (the lease's end while running, the death time when dead, else 0), the
 //!   spec (`priority: i8, kind_len: u8`, the kind's bytes, then as LEB128 varints
-//!   `max_attempts` and the durations backoff first, backoff max and lease, each `ms << 1`
+//!   `max_attempts` and the durations backoff first, backoff max, lease and hold-off (zero
+//!   for none, `Dedup::HoldOff`), each `ms << 1`
 //!   when a whole number of milliseconds, else `ns << 1 | 1`, each saturated below 2^63 of
 //!   its unit: 292 years in nanoseconds), `error: u16` (0: none; `n + 1`: `n` bytes of UTF-8 follow), then
 //!   the payload to the end. Version 2 is the same without the spec.
-//! - The spec is compact (11 bytes for a plain job with the builder's defaults, against 30
+//!   (The hold-off was added to version 3 in place, before format 5 was released.)
+//! - The spec is compact (12 bytes for a plain job with the builder's defaults, against 30
 //!   for fixed-width fields): every record is copied several times per transition (the
 //!   table, the log record, its checksum).
 
@@ -144,7 +146,7 @@ impl<'a> Record<'a> {
         let kind_len = u8::try_from(spec.kind.len()).expect("a kind is at most 64 bytes");
         let error_len = self.error.map_or(0, str::len);
         let mut out = Vec::with_capacity(
-            FIXED + SPEC + spec.kind.len() + 4 * MAX_VARINT + 2 + error_len + self.payload.len(),
+            FIXED + SPEC + spec.kind.len() + 5 * MAX_VARINT + 2 + error_len + self.payload.len(),
         );
         push_fixed(&mut out, VERSION, &self.job);
         out.extend_from_slice(&spec.priority.to_le_bytes());
@@ -154,6 +156,7 @@ impl<'a> Record<'a> {
         push_varint(&mut out, duration_code(spec.backoff.0));
         push_varint(&mut out, duration_code(spec.backoff.1));
         push_varint(&mut out, duration_code(spec.lease));
+        push_varint(&mut out, duration_code(spec.hold_off));
         push_tail(&mut out, self.error, self.payload);
         out
     }
@@ -183,7 +186,9 @@ impl<'a> Record<'a> {
                 let first = duration_of(varint(bytes, &mut at)?);
                 let max = duration_of(varint(bytes, &mut at)?);
                 let lease = duration_of(varint(bytes, &mut at)?);
+                let hold_off = duration_of(varint(bytes, &mut at)?);
                 let spec = Spec {
+                    hold_off,
                     kind: kind.to_owned(),
                     priority: i8::from_le_bytes([bytes[FIXED]]),
                     max_attempts,
@@ -251,6 +256,7 @@ pub(crate) mod tests {
             max_attempts: 25,
             backoff: (Duration::from_secs(1), Duration::from_secs(60)),
             lease: Duration::from_secs(30),
+            hold_off: Duration::ZERO,
         }
     }
 
@@ -286,14 +292,18 @@ pub(crate) mod tests {
             duration(),
             duration(),
             duration(),
+            duration(),
         )
-            .prop_map(|(kind, priority, max_attempts, first, max, lease)| Spec {
-                kind,
-                priority,
-                max_attempts,
-                backoff: (first, max),
-                lease,
-            })
+            .prop_map(
+                |(kind, priority, max_attempts, first, max, lease, hold_off)| Spec {
+                    kind,
+                    priority,
+                    max_attempts,
+                    backoff: (first, max),
+                    lease,
+                    hold_off,
+                },
+            )
     }
 
     proptest! {
@@ -403,8 +413,9 @@ pub(crate) mod tests {
             error,
             payload: b"",
         };
-        // Kind "mail", then 25, 1 s, 60 s and 30 s as varints: 1, 2, 3 and 3 bytes.
-        let header = FIXED + SPEC + 4 + 9 + 2;
+        // Kind "mail", then 25, 1 s, 60 s, 30 s and no hold-off as varints: 1, 2, 3, 3 and 1
+        // bytes.
+        let header = FIXED + SPEC + 4 + 10 + 2;
         assert_eq!(record(None).encode().len(), header);
         let mut bad_state = record(None).encode();
         bad_state[1] = 3;

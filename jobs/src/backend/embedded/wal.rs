@@ -31,7 +31,8 @@
 //!   created: a log left beside a deleted and recreated store is never replayed into it),
 //!   `check: u64` (over everything else), then the body: entries of `id_len: u16, id,
 //!   tag: u8` (0: deleted; 1: followed by `len: u32` and the record; 2 and 3 the same for
-//!   a recurring series' record, keyed by its name).
+//!   a recurring series' record, keyed by its name; 4 and 5 the same for a hold-off's
+//!   tombstone, keyed by the job's id, its value the end of the hold-off as a `u64`).
 //! - Any error writing or syncing the log stops the store (`mod.rs`): after a failed
 //!   fsync the file's state is unknown, so nothing more is answered from it.
 
@@ -91,6 +92,12 @@ pub(crate) fn push_series_change(body: &mut Vec<u8>, name: &str, value: Option<&
     push_entry(body, name, value, 2);
 }
 
+/// Appends one hold-off tombstone's entry (its end, or `None`: deleted) to a record body.
+pub(crate) fn push_held_change(body: &mut Vec<u8>, id: &str, until: Option<u64>) {
+    let value = until.map(u64::to_le_bytes);
+    push_entry(body, id, value.as_ref().map(|v| &v[..]), 4);
+}
+
 /// An entry: its key, then tag `deleted` (and nothing) or `deleted + 1` and the value.
 fn push_entry(body: &mut Vec<u8>, id: &str, value: Option<&[u8]>, deleted: u8) {
     let id_len = u16::try_from(id.len()).expect("ids are at most 256 bytes");
@@ -107,11 +114,13 @@ fn push_entry(body: &mut Vec<u8>, id: &str, value: Option<&[u8]>, deleted: u8) {
     }
 }
 
-/// A record's changes: to jobs, and to recurring series.
+/// A record's changes: to jobs, to recurring series, and to hold-off tombstones.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Changes<'a> {
     pub(crate) jobs: Vec<Change<'a>>,
     pub(crate) series: Vec<Change<'a>>,
+    /// A tombstone's id and the end of its hold-off, or `None`: deleted.
+    pub(crate) held: Vec<(&'a str, Option<u64>)>,
 }
 
 /// The entries of a record body; `None` if it does not parse to its end.
@@ -130,17 +139,23 @@ fn parse(mut body: &[u8]) -> Option<Changes<'_>> {
         let id = std::str::from_utf8(take(&mut body, id_len.into())?).ok()?;
         let tag = take(&mut body, 1)?[0];
         let value = match tag {
-            0 | 2 => None,
-            1 | 3 => {
+            0 | 2 | 4 => None,
+            1 | 3 | 5 => {
                 let len = u32::from_le_bytes(take(&mut body, 4)?.try_into().ok()?);
                 Some(take(&mut body, usize::try_from(len).ok()?)?)
             }
             _ => return None,
         };
-        if tag < 2 {
-            changes.jobs.push((id, value));
-        } else {
-            changes.series.push((id, value));
+        match tag {
+            0 | 1 => changes.jobs.push((id, value)),
+            2 | 3 => changes.series.push((id, value)),
+            _ => {
+                let until = match value {
+                    Some(v) => Some(u64::from_le_bytes(v.try_into().ok()?)),
+                    None => None,
+                };
+                changes.held.push((id, until));
+            }
         }
     }
     Some(changes)
@@ -444,6 +459,22 @@ mod tests {
             })
             .unwrap();
         assert_eq!(seen.len(), 1);
+    }
+
+    /// Tombstones replay apart from jobs and series; a tombstone of the wrong size is no
+    /// record.
+    #[test]
+    fn held_entries_replay_apart_from_jobs() {
+        let mut record = body(&[("a", None)]);
+        push_held_change(&mut record, "a", Some(7));
+        push_held_change(&mut record, "b", None);
+        let changes = parse(&record).expect("parses");
+        assert_eq!(changes.jobs, [("a", None)]);
+        assert_eq!(changes.held, [("a", Some(7)), ("b", None)]);
+        assert!(changes.series.is_empty());
+        let mut bad = Vec::new();
+        push_entry(&mut bad, "a", Some(b"short"), 4);
+        assert_eq!(parse(&bad), None);
     }
 
     #[test]

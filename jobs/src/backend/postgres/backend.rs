@@ -86,11 +86,7 @@ impl Backend for Postgres {
         Box::pin(async move {
             let _call = self.enter()?;
             super::names::check_id(&job.id)?;
-            let (_, created) = self.schedules.call(job).await?;
-            Ok(match created {
-                Some(run_at) => (Scheduled::Created, run_at),
-                None => (Scheduled::Exists, 0),
-            })
+            self.schedules.call(job).await
         })
     }
 
@@ -103,19 +99,10 @@ impl Backend for Postgres {
                 super::names::check_id(&job.id)?;
             }
             // One transaction: all or nothing.
-            let created = self
-                .sql
+            self.sql
                 .schedule_tx(&self.pool, &self.queue, &jobs, None)
                 .await
-                .map_err(pg_error)?;
-            let ids: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
-            Ok(super::answers(&ids, created)
-                .into_iter()
-                .map(|(_, c)| match c {
-                    Some(run_at) => (Scheduled::Created, run_at),
-                    None => (Scheduled::Exists, 0),
-                })
-                .collect())
+                .map_err(pg_error)
         }))
     }
 

@@ -25,6 +25,13 @@
 //!   out may or may not have committed; every call is idempotent or token-checked.
 //! - Jobs in a queue are the rows of `jobs` (pending, running) and `dead` whose `queue` is
 //!   its name; many queues share a schema.
+//! - Dedup modes (`sql/jobs.rs`): a Replace is the schedule's own `INSERT … ON CONFLICT DO
+//!   UPDATE` of a pending row that is no series occurrence; a job's hold-off is stored on
+//!   its row (`hold_off`), and the ack's own statement writes its tombstone in `held`
+//!   (`queue, id, until`), so `ack_in` writes it in the caller's transaction. A schedule
+//!   of a held id answers its `until` and stores nothing, or deletes it once expired; each
+//!   claim deletes at most 64 expired ones; imports skip held ids. Tombstones are neither
+//!   counted, listed nor copied.
 //!
 //! # Files
 //!
@@ -112,7 +119,7 @@ pub(crate) struct Postgres {
     /// The spec of a job scheduled without options, which NULL options read as.
     plain: Spec,
     timeout: Option<Duration>,
-    schedules: Batcher<NewJob, (String, Option<u64>)>,
+    schedules: Batcher<NewJob, (Scheduled, u64)>,
     settles: Batcher<Settle, Settled>,
     closed: AtomicBool,
     /// The calls under way, which `close` waits for.
@@ -311,12 +318,8 @@ impl Postgres {
     ) -> Result<Scheduled, Error> {
         let _call = self.enter()?;
         names::check_id(&job.id)?;
-        let created = self.sql.schedule(conn, &self.queue, &[job]).await?;
-        Ok(if created.is_empty() {
-            Scheduled::Exists
-        } else {
-            Scheduled::Created
-        })
+        let answers = self.sql.schedule(conn, &self.queue, &[job]).await?;
+        Ok(answers.first().map_or(Scheduled::Exists, |&(s, _)| s))
     }
 
     /// `cancel` on the caller's connection.
@@ -375,14 +378,11 @@ async fn schedule_batch(
     queue: String,
     timeout: Option<Duration>,
     jobs: Vec<NewJob>,
-    replies: Vec<Reply<(String, Option<u64>)>>,
+    replies: Vec<Reply<(Scheduled, u64)>>,
 ) {
     let short = Some(timeout.map_or(BATCH_LOCK_WAIT, |t| (t / 4).min(BATCH_LOCK_WAIT)));
     match sql.schedule_tx(&pool, &queue, &jobs, short).await {
-        Ok(created) => {
-            let ids: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
-            return answer(replies, Ok(answers(&ids, created)));
-        }
+        Ok(answers) => return answer(replies, Ok(answers)),
         Err(err) if !error::is_contended(&err) => return answer(replies, Err(pg_error(err))),
         Err(_) => {}
     }
@@ -397,49 +397,25 @@ async fn schedule_batch(
                 tokio::spawn(async move {
                     let one = std::slice::from_ref(&job);
                     let result = sql.schedule_tx(&pool, &queue, one, timeout).await;
-                    let _ = reply.send(one_answer(&job.id, result));
+                    let _ = reply.send(one_answer(result));
                 });
             }
-            result => drop(reply.send(one_answer(&job.id, result))),
+            result => drop(reply.send(one_answer(result))),
         }
     }
 }
 
-/// The answer to a schedule of `id` alone.
+/// The answer to a schedule of one job alone.
 fn one_answer(
-    id: &str,
-    result: Result<Vec<(String, u64)>, sqlx::Error>,
-) -> Result<(String, Option<u64>), Error> {
-    let created = result.map_err(pg_error)?;
-    Ok((id.to_owned(), created.first().map(|&(_, at)| at)))
-}
-
-/// The answers of a schedule statement: created (with its run_at) for the first request
-/// of each id the statement inserted, exists for the others.
-fn answers(ids: &[String], created: Vec<(String, u64)>) -> Vec<(String, Option<u64>)> {
-    let mut created: std::collections::HashMap<String, u64> = created.into_iter().collect();
-    ids.iter()
-        .map(|id| (id.clone(), created.remove(id)))
-        .collect()
+    result: Result<Vec<(Scheduled, u64)>, sqlx::Error>,
+) -> Result<(Scheduled, u64), Error> {
+    let answers = result.map_err(pg_error)?;
+    Ok(answers.first().copied().unwrap_or((Scheduled::Exists, 0)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_duplicate_id_in_a_batch_is_created_once() {
-        let ids = ["a", "b", "a"].map(String::from);
-        let got = answers(&ids, vec![("a".into(), 5)]);
-        assert_eq!(
-            got,
-            vec![
-                ("a".to_owned(), Some(5)),
-                ("b".to_owned(), None),
-                ("a".to_owned(), None)
-            ]
-        );
-    }
 
     #[test]
     fn stored_times_saturate_at_never() {

@@ -68,6 +68,8 @@ pub(crate) struct Names {
     pub(crate) dead: String,
     /// Recurring series.
     pub(crate) series: String,
+    /// Tombstones of ids acked with a hold-off (`Dedup::HoldOff`).
+    pub(crate) held: String,
     /// One row per queue: its paused flag.
     pub(crate) queues: String,
     /// Per-queue counters, 16 slot rows per queue.
@@ -95,6 +97,7 @@ impl Names {
             jobs: table("jobs"),
             dead: table("dead"),
             series: table("series"),
+            held: table("held"),
             queues: table("queues"),
             counts: table("counts"),
             deltas: table("count_deltas"),

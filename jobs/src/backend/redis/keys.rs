@@ -14,14 +14,16 @@
 //!   running set and one dead set per kind in use after `due`, `running` and `dead`
 //!   (`lua/kinds.lua`), listed in `levels`: they carry the same tag, but are not passed in
 //!   `KEYS` (a server that enforces declared keys, such as Dragonfly by default, refuses
-//!   these scripts).
+//!   these scripts). The hold-off tombstones `held` and `held_until` are declared keys of
+//!   every script that touches them (`lua/held.lua`).
 
 /// The layout of a queue's keys and of the values the scripts store in them, recorded in
 /// its layout hash by the first open ([`layout`]); a queue of another format is refused at
 /// open, naming the format found. 1 is the first published format; 2 stores each job's
 /// spec in its meta string and adds the per-(priority, kind) due sets, per-kind running
 /// and dead sets (`dead` keeps kind `""`'s), `levels` and per-kind counters
-/// (`lua/kinds.lua`).
+/// (`lua/kinds.lua`), and the hold-off tombstones `held` and `held_until` (`lua/held.lua`)
+/// with a job's hold-off in its spec tail (a tail without it holds nothing off).
 pub(super) const FORMAT: u32 = 2;
 
 /// The older format this version reads as it is, and records as [`FORMAT`] at open (a
@@ -47,6 +49,10 @@ pub(super) struct Keys {
     pub(super) running: String,
     /// The due sets and running sets in use besides `due` and `running` (`lua/kinds.lua`).
     pub(super) levels: String,
+    /// The hold-off tombstones (`lua/held.lua`): id → until ns, and the same ids scored by
+    /// until in microseconds.
+    pub(super) held: String,
+    pub(super) held_until: String,
     pub(super) wake: String,
     /// `PUBLISH`, or `SPUBLISH` on a cluster that has it: how the scripts send on `wake`.
     pub(super) publish: &'static str,
@@ -67,6 +73,8 @@ impl Keys {
             errors: format!("{{{tag}}}:errors"),
             running: format!("{{{tag}}}:running"),
             levels: format!("{{{tag}}}:levels"),
+            held: format!("{{{tag}}}:held"),
+            held_until: format!("{{{tag}}}:held_until"),
             wake: format!("{{{tag}}}:wake"),
             publish,
         }

@@ -13,6 +13,7 @@ use wheel_jobs::JobQueue;
 
 use crate::support::{next, Harness};
 
+pub mod dedup;
 pub mod kinds;
 pub mod lease;
 pub mod operate;
@@ -126,6 +127,15 @@ macro_rules! run_shared_suite {
                 recurring_setting_it_again_keeps_a_missed_occurrence,
                 recurring_a_new_recurrence_runs_a_due_occurrence_first,
                 recurring_its_pending_occurrence_is_not_rescheduled,
+            }
+            dedup {
+                replace_moves_run_at_payload_and_options,
+                replace_earlier_wakes_an_idle_consumer,
+                replace_leaves_running_and_dead_jobs,
+                replace_leaves_a_series_occurrence,
+                hold_off_refuses_the_id_until_it_ends,
+                hold_off_follows_only_an_ack,
+                racing_schedulers_leave_each_id_once,
             }
         );
     };

@@ -46,8 +46,11 @@ impl Store {
             };
             return Ok((batch, false));
         }
+        // Expired hold-offs go a bounded number per claim; a schedule meeting one deletes
+        // it too.
+        let expired = t.expire_held(now)?;
         let (due, walked) = due_keys(t, now, max, kind)?;
-        let changed = !due.is_empty();
+        let changed = !due.is_empty() || expired > 0;
         let mut jobs = Vec::with_capacity(due.len());
         let mut died = 0;
         for (at, mut id) in due {

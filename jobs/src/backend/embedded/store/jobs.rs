@@ -13,36 +13,60 @@ use super::tables::{state, storage, Tables};
 use crate::backend::embedded::record::Record;
 use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
-use crate::core::job::{add, JobInfo, JobState, Scheduled, When};
-use crate::core::kind::Spec;
+use crate::core::job::{add, system_time, JobInfo, JobState, Scheduled, When};
+use crate::core::kind::Dedup;
 use crate::core::state::{Machine, Retry, Status};
 
 /// What an operation answers, and whether it changed anything (an unchanged batch is
 /// aborted: it costs no commit and no fsync).
 pub(super) type Outcome = Result<(Reply, bool), Error>;
 
-/// Creates the job unless its id exists.
+/// Schedules `job` as its [`Dedup`] mode says: refused while a tombstone holds its id off
+/// (an expired tombstone is deleted here), then created if the id is free; a pending job
+/// replaced under [`Dedup::Replace`] (not a series' occurrence: its time is its id); else
+/// left as it is. The outcome, the run_at (for `HeldOff` the end of the hold-off), and
+/// whether anything changed.
 pub(super) fn schedule(
     t: &mut Tables<'_>,
     counts: &mut Counters,
     now: u64,
-    id: &str,
-    when: When,
-    payload: &[u8],
-    spec: &Spec,
-) -> Result<(Scheduled, u64), Error> {
-    if let Some(stored) = t.load(id)? {
-        return Ok((Scheduled::Exists, stored.job.run_at));
+    job: &NewJob,
+) -> Result<(Scheduled, u64, bool), Error> {
+    let id = job.id.as_str();
+    let mut changed = false;
+    if let Some(until) = t.held(id)? {
+        if now < until {
+            let outcome = Scheduled::HeldOff {
+                until: system_time(until),
+            };
+            return Ok((outcome, until, false));
+        }
+        t.put_held(id, None)?;
+        changed = true;
     }
-    let job = Machine::new(when.resolve(now));
-    let record = Record {
-        job,
-        spec: Cow::Borrowed(spec),
-        error: None,
-        payload,
+    let run_at = job.when.resolve(now);
+    let Some(stored) = t.load(id)? else {
+        let record = Record {
+            job: Machine::new(run_at),
+            spec: Cow::Borrowed(&job.spec),
+            error: None,
+            payload: &job.payload,
+        };
+        t.set(counts, id, None, Some(record))?;
+        return Ok((Scheduled::Created, run_at, true));
     };
-    t.set(counts, id, None, Some(record))?;
-    Ok((Scheduled::Created, job.run_at))
+    let mut moved = stored.job;
+    if job.dedup == Dedup::Replace && moved.reschedule(run_at) && !super::series::is_head(t, id)? {
+        let record = Record {
+            job: moved,
+            spec: Cow::Borrowed(&job.spec),
+            error: stored.error.as_deref(),
+            payload: &job.payload,
+        };
+        t.set(counts, id, Some(&stored), Some(record))?;
+        return Ok((Scheduled::Replaced, run_at, true));
+    }
+    Ok((Scheduled::Exists, stored.job.run_at, changed))
 }
 
 pub(super) fn schedule_one(
@@ -51,13 +75,12 @@ pub(super) fn schedule_one(
     now: u64,
     job: &NewJob,
 ) -> Outcome {
-    let (outcome, run_at) = schedule(t, counts, now, &job.id, job.when, &job.payload, &job.spec)?;
-    Ok((
-        Reply::Scheduled(outcome, run_at),
-        outcome == Scheduled::Created,
-    ))
+    let (outcome, run_at, changed) = schedule(t, counts, now, job)?;
+    Ok((Reply::Scheduled(outcome, run_at), changed))
 }
 
+/// [`schedule`] for each job in order (a later job of the same id meets what an earlier one
+/// left).
 pub(super) fn schedule_many(
     t: &mut Tables<'_>,
     counts: &mut Counters,
@@ -65,27 +88,28 @@ pub(super) fn schedule_many(
     jobs: &[NewJob],
 ) -> Outcome {
     let mut outcomes = Vec::with_capacity(jobs.len());
+    let mut changed = false;
     for job in jobs {
-        outcomes.push(schedule(
-            t,
-            counts,
-            now,
-            &job.id,
-            job.when,
-            &job.payload,
-            &job.spec,
-        )?);
+        let (outcome, run_at, did) = schedule(t, counts, now, job)?;
+        changed |= did;
+        outcomes.push((outcome, run_at));
     }
-    let changed = outcomes.iter().any(|(o, _)| *o == Scheduled::Created);
     Ok((Reply::ScheduledMany(outcomes), changed))
 }
 
-/// Writes each job as given unless its id exists: pending at its `run_at`, or dead since
-/// its `died_at`, its attempts and last error kept (a copy from another queue).
-pub(super) fn import(t: &mut Tables<'_>, counts: &mut Counters, jobs: Vec<Import>) -> Outcome {
+/// Writes each job as given unless its id exists or a tombstone holds it off at `now`:
+/// pending at its `run_at`, or dead since its `died_at`, its attempts and last error kept
+/// (a copy from another queue; tombstones are not copied).
+pub(super) fn import(
+    t: &mut Tables<'_>,
+    counts: &mut Counters,
+    now: u64,
+    jobs: Vec<Import>,
+) -> Outcome {
     let mut written = Vec::with_capacity(jobs.len());
     for job in &jobs {
-        if t.load(&job.id)?.is_some() {
+        let held = t.held(&job.id)?.is_some_and(|until| now < until);
+        if held || t.load(&job.id)?.is_some() {
             written.push(false);
             continue;
         }
@@ -149,11 +173,22 @@ pub(super) fn get(t: &Tables<'_>, id: String) -> Outcome {
     Ok((Reply::Info(info), false))
 }
 
-pub(super) fn ack(t: &mut Tables<'_>, counts: &mut Counters, id: &str, token: u64) -> Outcome {
+/// Deletes a leased job; with a hold-off in its spec, leaves a tombstone that refuses its
+/// id until `now` + the hold-off.
+pub(super) fn ack(
+    t: &mut Tables<'_>,
+    counts: &mut Counters,
+    now: u64,
+    id: &str,
+    token: u64,
+) -> Outcome {
     // The job is deleted: its payload is not copied out.
     match t.load_with(id, false)? {
         Some(stored) if stored.job.ack(token) => {
             t.set(counts, id, Some(&stored), None)?;
+            if !stored.spec.hold_off.is_zero() {
+                t.put_held(id, Some(add(now, stored.spec.hold_off)))?;
+            }
             Ok((Reply::Bool(true), true))
         }
         _ => Ok((Reply::Bool(false), false)),

@@ -2,7 +2,7 @@
 //!
 //! # Ground rules
 //!
-//! - Eleven tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header,
+//! - Thirteen tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header,
 //!   the job's spec, the last error and the payload, `record.rs`); the pending jobs' keys in
 //!   `due` ((run_at, id) → (): the plain group, kind `""` and priority 0) and `due_by_kind`
 //!   ((kind, level, run_at, id) → (): every other group, `level` being the priority
@@ -14,7 +14,9 @@
 //!   list one kind's),
 //!   `series` (name → a recurring series' record, `store/series.rs`), `kinds` (kind → its
 //!   pending, running and dead counts, `store/counts.rs`), `meta` (format version, the
-//!   per-state [`Tally`], the paused flag, the log's epoch and owner number).
+//!   per-state [`Tally`], the paused flag, the log's epoch and owner number), and the
+//!   hold-off tombstones of `Dedup::HoldOff` in `held` (id → until) and `held_until`
+//!   ((until, id) → ()), never counted, written only by `Tables::put_held`.
 //! - A claim for kind k reads only k's keys: its expired leases (one range), then its
 //!   levels highest first, each a range of due keys up to "now"; a claim of every kind
 //!   finds the groups in use by skipping from one to the next (`index.rs`) and merges the
@@ -192,6 +194,9 @@ impl Store {
                 wal.replay(owner, epoch, WAL_LIMIT, |changes| {
                     for &(name, value) in &changes.series {
                         t.put_series(name, value)?;
+                    }
+                    for &(id, until) in &changes.held {
+                        t.put_held(id, until)?;
                     }
                     for &(id, value) in &changes.jobs {
                         let before = t.load(id)?;

@@ -131,7 +131,7 @@ impl Store {
         match op {
             Op::Schedule(job) => jobs::schedule_one(t, counts, now, &job),
             Op::ScheduleMany { jobs } => jobs::schedule_many(t, counts, now, &jobs),
-            Op::Import { jobs } => jobs::import(t, counts, jobs),
+            Op::Import { jobs } => jobs::import(t, counts, now, jobs),
             Op::Cancel { id } => jobs::cancel(t, counts, &id),
             Op::Reschedule { id, when } => jobs::reschedule(t, counts, now, &id, when),
             Op::Get { id } => jobs::get(t, id),
@@ -139,7 +139,7 @@ impl Store {
                 let (batch, changed) = self.claim(t, counts, now, max, kind.as_deref())?;
                 Ok((Reply::Claimed(batch), changed))
             }
-            Op::Ack { id, token } => jobs::ack(t, counts, &id, token),
+            Op::Ack { id, token } => jobs::ack(t, counts, now, &id, token),
             Op::Retry {
                 id,
                 token,

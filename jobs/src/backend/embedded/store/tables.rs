@@ -43,6 +43,15 @@ pub(super) const META: TableDefinition<'_, &str, u64> = TableDefinition::new("me
 pub(super) const LOG_AT_MOST: usize = 256 << 10;
 
 pub(super) const SERIES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("series");
+/// The hold-off tombstones (`Dedup::HoldOff`): an acked job's id → the end of its hold-off.
+/// Never counted: no state holds them.
+pub(super) const HELD: TableDefinition<'_, &str, u64> = TableDefinition::new("held");
+/// The same tombstones by their end, `(until, id)`: a claim deletes the expired ones from
+/// its front, a bounded number at a time.
+pub(super) const HELD_UNTIL: TableDefinition<'_, (u64, &str), ()> =
+    TableDefinition::new("held_until");
+/// The most expired tombstones one claim deletes.
+pub(super) const HELD_PER_CLAIM: usize = 64;
 
 /// A key of `due`: `(kind, level, run_at, id)`.
 pub(super) type DueKey = (&'static str, u8, u64, &'static str);
@@ -68,6 +77,8 @@ pub(super) struct Tables<'t> {
     pub(super) died: Table<'t, (u64, &'static str), ()>,
     pub(super) died_by_kind: Table<'t, LeaseKey, ()>,
     pub(super) series: Table<'t, &'static str, &'static [u8]>,
+    pub(super) held: Table<'t, &'static str, u64>,
+    pub(super) held_until: Table<'t, (u64, &'static str), ()>,
     /// The body of this batch's log record: every job's final value; `None` once it would
     /// pass `LOG_AT_MOST` (the batch is then a checkpoint, and a bulk load does not build a
     /// record it would throw away), or for a batch that pauses or resumes (the log holds
@@ -91,6 +102,8 @@ impl<'t> Tables<'t> {
             died: txn.open_table(DIED).map_err(storage)?,
             died_by_kind: txn.open_table(DIED_BY_KIND).map_err(storage)?,
             series: txn.open_table(SERIES).map_err(storage)?,
+            held: txn.open_table(HELD).map_err(storage)?,
+            held_until: txn.open_table(HELD_UNTIL).map_err(storage)?,
             log: Some(Vec::new()),
             paused: false,
             plain: plain.clone(),
@@ -274,6 +287,56 @@ impl Tables<'_> {
             }
         }
         Ok(())
+    }
+}
+
+// ===== hold-off tombstones =====
+
+impl Tables<'_> {
+    /// The end of `id`'s hold-off, if a tombstone holds it (expired or not).
+    pub(super) fn held(&self, id: &str) -> Result<Option<u64>, Error> {
+        Ok(self.held.get(id).map_err(storage)?.map(|v| v.value()))
+    }
+
+    /// Sets (`Some(until)`) or deletes `id`'s tombstone, in both its tables and the log.
+    pub(super) fn put_held(&mut self, id: &str, until: Option<u64>) -> Result<(), Error> {
+        let before = self.held(id)?;
+        rekey(&mut self.held_until, id, before, until)?;
+        match until {
+            Some(until) => self.held.insert(id, until).map(drop),
+            None => self.held.remove(id).map(drop),
+        }
+        .map_err(storage)?;
+        if let Some(log) = &mut self.log {
+            wal::push_held_change(log, id, until);
+            if log.len() > LOG_AT_MOST {
+                self.log = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes up to [`HELD_PER_CLAIM`] tombstones whose hold-off ended at or before `now`,
+    /// earliest first; how many.
+    pub(super) fn expire_held(&mut self, now: u64) -> Result<usize, Error> {
+        let mut expired = Vec::new();
+        for entry in self
+            .held_until
+            .range((0, "")..)
+            .map_err(storage)?
+            .take(HELD_PER_CLAIM)
+        {
+            let (key, _) = entry.map_err(storage)?;
+            let (until, id) = key.value();
+            if until > now {
+                break;
+            }
+            expired.push(id.to_owned());
+        }
+        for id in &expired {
+            self.put_held(id, None)?;
+        }
+        Ok(expired.len())
     }
 }
 

@@ -5,17 +5,20 @@
 //! copies the database and the log as they are on disk mid-run (what `kill -9` leaves),
 //! reopens the copy (replaying the log) and carries on with it against the same model.
 //! Jobs have kinds, priorities, their own attempts and leases; claims name a kind or none.
+//! Schedules carry a dedup mode (keep, replace, hold-off); the hold-off tombstones an ack
+//! leaves are compared with the model's after each step too.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
 use proptest::prelude::*;
 
-use super::tables::{DIED, DIED_BY_KIND, SERIES};
+use super::tables::{DIED, DIED_BY_KIND, HELD, HELD_UNTIL, SERIES};
 use super::*;
 use crate::backend::{ClaimBatch, NewJob};
 use crate::core::job::{self, Scheduled};
 use crate::core::job::{JobInfo, JobState, KindCounts, When};
+use crate::core::kind::Dedup;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{CatchUp, Recurring, RecurringInfo};
 use crate::core::state::Retry;
@@ -56,6 +59,20 @@ fn spec_of((kind, priority, attempts, lease): (u8, u8, u8, u8)) -> Spec {
         max_attempts: u32::from(attempts) + 1,
         backoff: (Duration::from_nanos(1), Duration::from_nanos(8)),
         lease: Duration::from_nanos([LEASE, 25][usize::from(lease)]),
+        hold_off: Duration::ZERO,
+    }
+}
+
+/// The hold-off of `HoldOff` in the model: some tens of its nanosecond steps.
+const HOLD_OFF: u64 = 20;
+
+/// A dedup mode from its choice.
+fn dedup_of(mode: u8) -> Dedup {
+    match mode {
+        0 => Dedup::Keep,
+        1 => Dedup::Replace,
+        2 => Dedup::HoldOff(Duration::from_nanos(HOLD_OFF)),
+        _ => Dedup::HoldOff(Duration::ZERO),
     }
 }
 
@@ -66,6 +83,8 @@ enum Step {
     ScheduleAfter(u8, u64),
     /// A schedule at a time with a spec of its own (`spec_of`).
     ScheduleWith(u8, u64, (u8, u8, u8, u8)),
+    /// A schedule at a time with a spec of its own and a dedup mode (`dedup_of`).
+    ScheduleDedup(u8, u64, (u8, u8, u8, u8), u8),
     /// A claim of one kind (`KINDS`).
     ClaimKind(usize, u8),
     Cancel(u8),
@@ -94,6 +113,20 @@ fn step() -> impl Strategy<Value = Step> {
         (id.clone(), 0..30u64).prop_map(|(i, after)| Step::ScheduleAfter(i, after)),
         (id.clone(), 0..60u64, (0..3u8, 0..3u8, 0..3u8, 0..2u8))
             .prop_map(|(i, at, spec)| Step::ScheduleWith(i, at, spec)),
+        (
+            id.clone(),
+            0..60u64,
+            (0..3u8, 0..3u8, 0..3u8, 0..2u8),
+            0..4u8
+        )
+            .prop_map(|(i, at, spec, mode)| Step::ScheduleDedup(i, at, spec, mode)),
+        (
+            id.clone(),
+            0..60u64,
+            (0..3u8, 0..3u8, 0..3u8, 0..2u8),
+            1..3u8
+        )
+            .prop_map(|(i, at, spec, mode)| Step::ScheduleDedup(i, at, spec, mode)),
         (1..4usize, 0..3u8).prop_map(|(max, kind)| Step::ClaimKind(max, kind)),
         id.clone().prop_map(Step::Cancel),
         (id.clone(), 0..60u64).prop_map(|(i, at)| Step::Reschedule(i, at)),
@@ -168,6 +201,7 @@ fn schedule(id: &str, when: When, payload: &[u8]) -> Op {
         when,
         payload: payload.to_vec(),
         spec: config().defaults().plain().clone(),
+        dedup: Dedup::Keep,
     })
 }
 
@@ -187,6 +221,8 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
     };
     let mut model: BTreeMap<String, RefJob> = BTreeMap::new();
     let mut tokens: BTreeMap<String, u64> = BTreeMap::new();
+    // Hold-off tombstones: id → end of the hold-off.
+    let mut held: BTreeMap<String, u64> = BTreeMap::new();
     let mut now = 100u64;
     let mut paused = false;
     for step in steps {
@@ -206,19 +242,29 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
         };
         match step {
             Step::Advance(by) => now += by,
-            Step::ScheduleAt(i, _) | Step::ScheduleAfter(i, _) | Step::ScheduleWith(i, ..) => {
-                let (when, run_at, spec) = match step {
-                    Step::ScheduleAt(_, t) => (at(t), t, store.plain.clone()),
+            Step::ScheduleAt(i, _)
+            | Step::ScheduleAfter(i, _)
+            | Step::ScheduleWith(i, ..)
+            | Step::ScheduleDedup(i, ..) => {
+                let (when, run_at, mut spec, dedup) = match step {
+                    Step::ScheduleAt(_, t) => (at(t), t, store.plain.clone(), Dedup::Keep),
                     Step::ScheduleAfter(_, a) => (
                         When::After(Duration::from_nanos(a)),
                         now + a,
                         store.plain.clone(),
+                        Dedup::Keep,
                     ),
-                    Step::ScheduleWith(_, t, pick) => (at(t), t, spec_of(pick)),
+                    Step::ScheduleWith(_, t, pick) => (at(t), t, spec_of(pick), Dedup::Keep),
+                    Step::ScheduleDedup(_, t, pick, mode) => {
+                        (at(t), t, spec_of(pick), dedup_of(mode))
+                    }
                     _ => unreachable!(),
                 };
+                if let Dedup::HoldOff(d) = dedup {
+                    spec.hold_off = d;
+                }
                 let id = name(i);
-                let payload = vec![i; 3];
+                let payload = vec![i, (now % 251) as u8, 3];
                 let reply = one(
                     &mut store,
                     Op::Schedule(NewJob {
@@ -226,12 +272,30 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                         when,
                         payload: payload.clone(),
                         spec: spec.clone(),
+                        dedup,
                     }),
                     now,
                 );
-                let expect = match model.get(&id) {
-                    Some(job) => Reply::Scheduled(Scheduled::Exists, job.run_at),
-                    None => {
+                // A tombstone refuses the id until its end, then is gone.
+                let until = held.get(&id).copied().filter(|&until| now < until);
+                let expect = match (until, model.get_mut(&id)) {
+                    (Some(until), _) => {
+                        let until_at = UNIX_EPOCH + Duration::from_nanos(until);
+                        Reply::Scheduled(Scheduled::HeldOff { until: until_at }, until)
+                    }
+                    (None, Some(job))
+                        if dedup == Dedup::Replace && !job.dead && job.holder.is_none() =>
+                    {
+                        held.remove(&id);
+                        (job.run_at, job.payload, job.spec) = (run_at, payload, spec);
+                        Reply::Scheduled(Scheduled::Replaced, run_at)
+                    }
+                    (None, Some(job)) => {
+                        held.remove(&id);
+                        Reply::Scheduled(Scheduled::Exists, job.run_at)
+                    }
+                    (None, None) => {
+                        held.remove(&id);
                         model.insert(
                             id,
                             RefJob {
@@ -289,6 +353,10 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 let Reply::Claimed(batch) = one(&mut store, op, now) else {
                     return Err(TestCaseError::fail("claim reply"));
                 };
+                if !paused {
+                    // A claim deletes the expired tombstones (at most 64: the model has 5).
+                    held.retain(|_, until| now < *until);
+                }
                 if paused {
                     prop_assert_eq!(
                         batch,
@@ -376,7 +444,11 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 let token = token_for(&id, current);
                 let valid = holds(&model, &id, token);
                 if valid {
-                    model.remove(&id);
+                    let job = model.remove(&id).unwrap();
+                    let hold_off = nanos_of(job.spec.hold_off);
+                    if hold_off > 0 {
+                        held.insert(id.clone(), now + hold_off);
+                    }
                 }
                 prop_assert_eq!(
                     one(&mut store, Op::Ack { id, token }, now),
@@ -548,6 +620,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
             prop_assert_eq!(reply, Reply::Info(expect));
         }
         check_counts_and_lists(&mut store, &model, paused, now)?;
+        prop_assert_eq!(held_tables(&store), held.clone());
         store.checkpoint_every = CHECKPOINT_EVERY;
     }
     Ok(())
@@ -561,6 +634,38 @@ fn state_of(j: &RefJob) -> JobState {
     } else {
         JobState::Pending
     }
+}
+
+/// The tombstones as `held` holds them, after checking that `held_until` indexes exactly
+/// those.
+fn held_tables(store: &Store) -> BTreeMap<String, u64> {
+    use redb::ReadableTable;
+    let txn = redb::ReadableDatabase::begin_read(&store.db).expect("read");
+    let held: BTreeMap<String, u64> = txn
+        .open_table(HELD)
+        .expect("held")
+        .iter()
+        .expect("iter")
+        .map(|entry| {
+            let (id, until) = entry.expect("a tombstone");
+            (id.value().to_owned(), until.value())
+        })
+        .collect();
+    let by_until: Vec<(u64, String)> = txn
+        .open_table(HELD_UNTIL)
+        .expect("held_until")
+        .iter()
+        .expect("iter")
+        .map(|entry| {
+            let (key, _) = entry.expect("a key");
+            let (until, id) = key.value();
+            (until, id.to_owned())
+        })
+        .collect();
+    let mut expect: Vec<(u64, String)> = held.iter().map(|(id, u)| (*u, id.clone())).collect();
+    expect.sort();
+    assert_eq!(by_until, expect, "held_until indexes held");
+    held
 }
 
 /// The keys of `died_by_kind`, in order.
@@ -963,12 +1068,14 @@ fn own_specs_survive_a_crash_and_rule_the_claim() {
         max_attempts: 1,
         backoff: (Duration::from_nanos(3), Duration::from_nanos(9)),
         lease: Duration::from_nanos(40),
+        hold_off: Duration::ZERO,
     };
     let op = Op::Schedule(NewJob {
         id: "m".into(),
         when: at(10),
         payload: b"x".to_vec(),
         spec: spec.clone(),
+        dedup: Dedup::Keep,
     });
     one(&mut store, op, 0);
     one(&mut store, schedule("plain", at(1), b""), 0);
@@ -1193,6 +1300,7 @@ fn only_a_plain_job_is_adopted_as_a_series_head() {
         when: at(110 * MS),
         payload: b"x".to_vec(),
         spec: spec_of_kind("x"),
+        dedup: Dedup::Keep,
     });
     assert_eq!(
         one(&mut store, op, 100 * MS),
@@ -1300,4 +1408,152 @@ fn a_stored_recurrence_that_no_longer_parses_fails_no_claim() {
     assert_eq!(batch.jobs[0].run_at, 110 * MS);
     assert_eq!((store.counts().pending, store.counts().running), (0, 1));
     assert!(cancel_s(&mut store, 112 * MS));
+}
+
+/// A replace and a hold-off's tombstone replay from the log after a crash: the replaced
+/// job keeps its new time and payload, the acked id stays refused until its hold-off ends,
+/// and a claim after that end deletes the tombstone.
+#[test]
+fn replace_and_hold_off_survive_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = file_store(dir.path(), 0);
+    store.checkpoint_every = Duration::from_secs(3600);
+    let plain = store.plain.clone();
+    let new = |id: &str, t: u64, payload: &[u8], dedup: Dedup| {
+        let mut spec = plain.clone();
+        if let Dedup::HoldOff(d) = dedup {
+            spec.hold_off = d;
+        }
+        Op::Schedule(NewJob {
+            id: id.into(),
+            when: at(t),
+            payload: payload.to_vec(),
+            spec,
+            dedup,
+        })
+    };
+    let hold = Dedup::HoldOff(Duration::from_nanos(50));
+    one(&mut store, new("r", 40, b"old", Dedup::Keep), 0);
+    one(&mut store, new("h", 5, b"h", hold), 0);
+    assert_eq!(
+        one(&mut store, new("r", 30, b"new", Dedup::Replace), 1),
+        Reply::Scheduled(Scheduled::Replaced, 30)
+    );
+    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 1, kind: None }, 10) else {
+        panic!("a claim");
+    };
+    assert_eq!(batch.jobs[0].id, "h");
+    let token = batch.jobs[0].token;
+    let ack = Op::Ack {
+        id: "h".into(),
+        token,
+    };
+    assert_eq!(one(&mut store, ack, 10), Reply::Bool(true));
+    let mut store = crash(store, dir.path(), 0);
+    let Reply::Info(Some(r)) = one(&mut store, Op::Get { id: "r".into() }, 11) else {
+        panic!("r is there");
+    };
+    assert_eq!((r.payload(), job::nanos(r.run_at())), (&b"new"[..], 30));
+    assert_eq!(
+        one(&mut store, Op::Get { id: "h".into() }, 11),
+        Reply::Info(None)
+    );
+    let until = UNIX_EPOCH + Duration::from_nanos(60);
+    for dedup in [Dedup::Keep, Dedup::Replace, hold] {
+        assert_eq!(
+            one(&mut store, new("h", 70, b"again", dedup), 59),
+            Reply::Scheduled(Scheduled::HeldOff { until }, 60),
+            "{dedup:?}"
+        );
+    }
+    assert_eq!(held_tables(&store).len(), 1);
+    one(&mut store, Op::Claim { max: 0, kind: None }, 60);
+    assert!(held_tables(&store).is_empty(), "the claim deleted it");
+    let mut store = crash(store, dir.path(), 1);
+    assert!(held_tables(&store).is_empty(), "and the log says so");
+    assert_eq!(
+        one(&mut store, new("h", 70, b"again", Dedup::Keep), 60),
+        Reply::Scheduled(Scheduled::Created, 70)
+    );
+    assert_eq!(store.counts().pending, 2, "tombstones are never counted");
+}
+
+/// Replace leaves a running or dead job, and a series' pending occurrence, as it is; it
+/// keeps a pending job's attempts and last error.
+#[test]
+fn replace_moves_only_a_pending_job() {
+    let mut store = store();
+    let plain = store.plain.clone();
+    let replace = |id: &str, t: u64| {
+        Op::Schedule(NewJob {
+            id: id.into(),
+            when: at(t),
+            payload: b"new".to_vec(),
+            spec: plain.clone(),
+            dedup: Dedup::Replace,
+        })
+    };
+    one(&mut store, schedule("run", at(1), b"old"), 0);
+    let claim = |max| Op::Claim { max, kind: None };
+    let Reply::Claimed(batch) = one(&mut store, claim(1), 5) else {
+        panic!("a claim");
+    };
+    assert_eq!(
+        one(&mut store, replace("run", 50), 6),
+        Reply::Scheduled(Scheduled::Exists, 1)
+    );
+    // Failed once: pending again with an error and attempt 1, then replaced.
+    let fail = Op::Retry {
+        id: "run".into(),
+        token: batch.jobs[0].token,
+        after: Duration::from_nanos(3),
+        error: Some("boom".into()),
+    };
+    one(&mut store, fail, 6);
+    assert_eq!(
+        one(&mut store, replace("run", 50), 7),
+        Reply::Scheduled(Scheduled::Replaced, 50)
+    );
+    let Reply::Info(Some(info)) = one(&mut store, Op::Get { id: "run".into() }, 7) else {
+        panic!("run is there");
+    };
+    assert_eq!(
+        (info.attempt(), info.last_error(), info.payload()),
+        (1, Some("boom"), &b"new"[..])
+    );
+    // Out of attempts: dead, then left alone.
+    let Reply::Claimed(batch) = one(&mut store, claim(1), 50) else {
+        panic!("a claim");
+    };
+    let fail = Op::Retry {
+        id: "run".into(),
+        token: batch.jobs[0].token,
+        after: Duration::ZERO,
+        error: None,
+    };
+    assert_eq!(one(&mut store, fail, 51), Reply::Retried(Retry::Died, 51));
+    assert!(matches!(
+        one(&mut store, replace("run", 60), 52),
+        Reply::Scheduled(Scheduled::Exists, _)
+    ));
+    let Reply::Info(Some(info)) = one(&mut store, Op::Get { id: "run".into() }, 52) else {
+        panic!("run is there");
+    };
+    assert_eq!(info.state(), JobState::Dead);
+    // A series' pending occurrence keeps its time.
+    let rule = Recurrence::every(Duration::from_secs(60)).expect("a rule");
+    let set = Op::SetRecurring {
+        name: "s".into(),
+        rule,
+        payload: b"tick".to_vec(),
+        catch_up: CatchUp::default(),
+    };
+    let Reply::Recurring(_, Some(head)) = one(&mut store, set, 100 * MS) else {
+        panic!("a head");
+    };
+    let id = crate::core::series::occurrence_id("s", head);
+    assert_eq!(
+        one(&mut store, replace(&id, 200 * MS), 100 * MS),
+        Reply::Scheduled(Scheduled::Exists, head)
+    );
 }

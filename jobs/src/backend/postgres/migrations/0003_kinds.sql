@@ -8,21 +8,38 @@
 -- schema, each with its own configuration, and the migration (per schema) cannot know
 -- theirs. A schedule of this version writes every option, so a default changed later never
 -- changes a job already scheduled. Adding columns that are nullable or have a constant
--- default rewrites no row.
+-- default rewrites no row. `hold_off` (nanoseconds, NULL = 0) is the job's own hold-off
+-- (`Dedup::HoldOff`): its ack writes a tombstone in `held`. Dead rows keep it too: a
+-- revived job is pending again with its whole spec.
 ALTER TABLE {schema}.jobs
     ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT '',
     ADD COLUMN priority smallint NOT NULL DEFAULT 0,
     ADD COLUMN max_attempts integer,
     ADD COLUMN backoff_first bigint,
     ADD COLUMN backoff_max bigint,
-    ADD COLUMN lease bigint;
+    ADD COLUMN lease bigint,
+    ADD COLUMN hold_off bigint;
 ALTER TABLE {schema}.dead
     ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT '',
     ADD COLUMN priority smallint NOT NULL DEFAULT 0,
     ADD COLUMN max_attempts integer,
     ADD COLUMN backoff_first bigint,
     ADD COLUMN backoff_max bigint,
-    ADD COLUMN lease bigint;
+    ADD COLUMN lease bigint,
+    ADD COLUMN hold_off bigint;
+
+-- Tombstones of the ids acked with a hold-off: a schedule of `id` is refused while the
+-- server's clock is before `until` (nanoseconds), in any dedup mode. Written by the ack's
+-- own statement (so in the ack's transaction, `ack_in` included); a schedule meeting an
+-- expired one deletes it, and each claim deletes at most 64 expired ones, earliest first
+-- (`held_until`). Never counted, listed nor copied.
+CREATE TABLE {schema}.held (
+    queue text COLLATE "C" NOT NULL,
+    id text COLLATE "C" NOT NULL,
+    until bigint NOT NULL,
+    PRIMARY KEY (queue, id)
+);
+CREATE INDEX held_until ON {schema}.held (queue, until);
 
 -- The due indexes, both read one priority level at a time (a claim finds the levels in use
 -- by a skip scan, then reads each level's due head with `run_at <= now`, so no scan walks a
@@ -42,8 +59,9 @@ ALTER TABLE {schema}.counts ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT ''
 ALTER TABLE {schema}.counts DROP CONSTRAINT counts_pkey, ADD PRIMARY KEY (queue, kind, slot);
 ALTER TABLE {schema}.count_deltas ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT '';
 
--- The triggers of version 2, their deltas grouped by queue and kind (a statement never
--- changes a job's kind, so an update's old and new rows share it).
+-- The triggers of version 2, their deltas grouped by queue and kind: an update's old rows
+-- count out of their kind and its new rows into theirs, so a Replace that changes a job's
+-- kind moves its count from one kind to the other.
 CREATE OR REPLACE FUNCTION {schema}.jobs_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO {schema}.count_deltas (queue, kind, pending, running, dead)

@@ -1,6 +1,7 @@
 //! The statements of a consumer's lease: `claim` (lease due jobs, kill those out of
-//! attempts), `settle` (acks and retries, hence failures, of many jobs in one statement),
-//! `extend`.
+//! attempts, delete at most [`HELD_PER_CLAIM`] expired tombstones), `settle` (acks and
+//! retries, hence failures, of many jobs in one statement; an ack of a job with a hold-off
+//! writes its tombstone in the same statement), `extend`.
 
 use sqlx::postgres::PgExecutor;
 use sqlx::Row;
@@ -50,6 +51,9 @@ pub(in crate::backend::postgres) struct ClaimRows {
     pub(in crate::backend::postgres) heads: Vec<String>,
 }
 
+/// The most expired tombstones (`held`) one claim deletes.
+pub(super) const HELD_PER_CLAIM: u32 = 64;
+
 /// The SQL text of these statements for one schema.
 #[derive(Debug)]
 pub(super) struct ClaimSql {
@@ -66,6 +70,7 @@ impl ClaimSql {
             dead,
             series,
             queues,
+            held,
             ..
         } = n;
         // Machine::claim for each due job: the expired leases first (their last error
@@ -99,6 +104,10 @@ impl ClaimSql {
         // cannot see: it is neither leased nor killed, only left as it is, and the next
         // due time below counts it (it excludes the leased and killed rows, not the picked
         // ones), so the consumer looks again at once rather than at the next lease's end.
+        //
+        // Each claim deletes at most [`HELD_PER_CLAIM`] expired tombstones, earliest first
+        // (`held_until`; one index probe when there are none), skipping those another
+        // statement holds (`embedded/store/claim.rs` `expire_held`).
         let claim = |kinds: Kinds| {
             let kj = kinds.rows("j");
             // Series heads are of the kind '': a claim of a named kind leaves them.
@@ -144,6 +153,10 @@ impl ClaimSql {
                    FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
                    AND p.attempt < coalesce(p.most, $5) \
                    RETURNING j.id, j.payload, j.attempt, j.run_at, j.lease_until, {spec_j}), \
+                 swept AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.until <= (SELECT t FROM now) \
+                   AND h.id IN (SELECT x.id FROM {held} x WHERE x.queue = $1 \
+                   AND x.until <= (SELECT t FROM now) ORDER BY x.until LIMIT {HELD_PER_CLAIM} \
+                   FOR UPDATE SKIP LOCKED) RETURNING 1), \
                  next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
                    WHERE l.lvl IS NOT NULL), \
                  next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
@@ -151,11 +164,11 @@ impl ClaimSql {
                    AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1) \
                  SELECT 0 AS row_, id, payload, attempt, run_at AS at, {spec} FROM leased \
                  UNION ALL SELECT 1, NULL, NULL, (SELECT count(*) FROM buried)::int, (SELECT t FROM now), \
-                   '', 0::smallint, NULL, NULL, NULL, NULL \
+                   '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 2, NULL, NULL, (SELECT p FROM paused)::int, \
                    LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
-                   (SELECT min(lease_until) FROM leased)), '', 0::smallint, NULL, NULL, NULL, NULL \
-                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL FROM heads",
+                   (SELECT min(lease_until) FROM leased)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
+                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL FROM heads",
                 levels = super::levels(jobs, kinds),
                 next_level = next_level(jobs, kinds),
                 head = not_head(series, "j.id"),
@@ -166,14 +179,19 @@ impl ClaimSql {
         };
         ClaimSql {
             claim: Kinds::EACH.map(claim),
-            // Acks (Machine::ack: the token must hold) and retries (Machine::retry: with the
+            // Acks (Machine::ack: the token must hold; a job with a hold-off leaves its
+            // tombstone, `embedded/store/jobs.rs` `ack`) and retries (Machine::retry: with the
             // token, back to pending, or dead if that was the job's last attempt, its own
             // `max_attempts` or, NULL, the queue's $8) of many jobs in one statement and one
             // commit.
             settle: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  acked AS (DELETE FROM {jobs} j USING unnest($2::text[], $3::bigint[]) AS a(id, token) \
-                   WHERE j.queue = $1 AND j.id = a.id AND j.token = a.token RETURNING j.id, a.token), \
+                   WHERE j.queue = $1 AND j.id = a.id AND j.token = a.token \
+                   RETURNING j.id, a.token, j.hold_off), \
+                 tombs AS (INSERT INTO {held} (queue, id, until) \
+                   SELECT $1, id, {held_until} FROM acked WHERE hold_off > 0 \
+                   ON CONFLICT (queue, id) DO UPDATE SET until = EXCLUDED.until RETURNING 1), \
                  r AS (SELECT * FROM unnest($4::text[], $5::bigint[], $6::bigint[], $7::text[]) \
                    AS r(id, token, after, error)), \
                  back AS (UPDATE {jobs} j SET run_at = {after}, token = NULL, lease_until = NULL, \
@@ -193,6 +211,7 @@ impl ClaimSql {
                  UNION ALL SELECT 1, id, token, run_at FROM back \
                  UNION ALL SELECT 2, id, token, (SELECT t FROM now) FROM gone",
                 after = later("r.after"),
+                held_until = later("hold_off"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
             ),

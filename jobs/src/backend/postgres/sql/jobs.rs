@@ -1,19 +1,30 @@
 //! The statements on one job by id: `schedule` (many at once), `import` (a copy's jobs),
 //! `cancel`, `reschedule`, `get`.
 //!
-//! A schedule is two statements in the caller's transaction: the insert, then the lookup
-//! of what it inserted under an id that is dead (and, rarely, their removal). The insert's `NOT EXISTS dead` reads the
-//! statement's snapshot: when its `ON CONFLICT` waited on a claim that kills the job (the
-//! `jobs` row deleted, a `dead` row inserted), the kill's commit lets the insert through
-//! while the new `dead` row stays invisible to it. The second statement's fresh snapshot
-//! (READ COMMITTED) sees that death; its delete's trigger delta cancels the insert's, so
-//! the counts stay exact.
+//! A schedule is, per round of distinct ids (a batch's repeated id goes to a later round,
+//! so it meets what the earlier one left), two statements in the caller's transaction: the
+//! schedule, then the lookup of what it created under an id that is dead or held off (and,
+//! rarely, their removal). The schedule answers each job by its dedup mode: held off (a
+//! live tombstone in `held`: nothing stored; an expired one is deleted), created, replaced
+//! (a Replace's `ON CONFLICT DO UPDATE` of a pending row that is no series occurrence,
+//! told from an insert by `xmax = 0`), or exists (no row answered). Its `NOT EXISTS` tests
+//! of `dead` and `held` read the statement's snapshot: when its `ON CONFLICT` waited on a
+//! claim that kills the job (the `jobs` row deleted, a `dead` row inserted) or on an ack
+//! that leaves a tombstone (the row deleted, a `held` row inserted), that commit lets the
+//! insert through while the new `dead` or `held` row stays invisible to it. The second
+//! statement's fresh snapshot (READ COMMITTED) sees it; its delete's trigger delta cancels
+//! the insert's, so the counts stay exact. A replaced row was pending and locked by the
+//! update: neither a kill nor an ack can have passed it. Its `NOT EXISTS` of a series head
+//! reads the snapshot too: a Replace that waited on the insert of a row its snapshot did
+//! not see, by a series placing it as its occurrence, gives it back to the series (a third
+//! statement, sent only then, for an id with an `@`) and answers Exists.
 //!
-//! An import writes every job as pending first, through the same insert and the same check:
-//! the `jobs` key is what orders it against a schedule or a kill of the same id. The dead
-//! ones then move to `dead` in the same transaction (their `jobs` rows were never visible
-//! to anyone), so an id is never in both tables, and the trigger deltas (pending in, pending
-//! out, dead in) leave the counts exact.
+//! An import writes every job as pending first, through the same insert and the same check
+//! (an id held off at the server's now is skipped): the `jobs` key is what orders it
+//! against a schedule or a kill of the same id. The dead ones then move to `dead` in the
+//! same transaction (their `jobs` rows were never visible to anyone), so an id is never in
+//! both tables, and the trigger deltas (pending in, pending out, dead in) leave the counts
+//! exact. Tombstones are never imported.
 
 use std::time::Duration;
 
@@ -24,7 +35,8 @@ use super::{attempt, db, dec, enc, not_head, run_at, spec, spec_cols, when, Spec
 use crate::backend::postgres::names::Names;
 use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
-use crate::core::job::{JobInfo, JobState, When};
+use crate::core::job::{system_time, JobInfo, JobState, Scheduled, When};
+use crate::core::kind::Dedup;
 
 /// The SQL text of these statements for one schema.
 #[derive(Debug)]
@@ -34,6 +46,7 @@ pub(super) struct JobsSql {
     bury: String,
     died: String,
     undead: String,
+    unplace: String,
     cancel: String,
     reschedule: String,
     get: String,
@@ -42,27 +55,77 @@ pub(super) struct JobsSql {
 impl JobsSql {
     pub(super) fn new(n: &Names) -> JobsSql {
         let Names {
-            jobs, dead, series, ..
+            jobs,
+            dead,
+            series,
+            held,
+            ..
         } = n;
         JobsSql {
             // Every option of the spec is written: a default changed later does not change
             // the job (NULL is for rows written before version 3).
+            //
+            // Each job as its dedup mode says (`embedded/store/jobs.rs` `schedule`): an id
+            // held off at now answers its tombstone's end and stores nothing (an expired
+            // tombstone is deleted); a free id is created; a Replace ($6) of a pending job
+            // that is not a series' occurrence takes the new run_at, payload and spec, its
+            // attempt and last error kept (an update: the triggers move its counts and wake
+            // the consumers if it became due earlier). The ids are distinct (`schedule_raw`
+            // sends repeated ones in later rounds). One insert, in id order, whatever each
+            // job's mode (its `replace` read back from the input): the rows are locked in id
+            // order, as by any other schedule, so batches mixing modes on the same ids
+            // cannot deadlock.
+            //
+            // Only the ids absent from the statement's snapshot, or pending there for a
+            // Replace, are sent to the insert: `ON CONFLICT DO UPDATE` locks the row it meets
+            // even when its WHERE is false, and an id seen existing (Keep) or running
+            // (Replace) answers Exists without touching it, so a schedule in a long
+            // transaction never holds a running job's row against its worker's ack, retry or
+            // extension. The row of an id created or claimed by another transaction between
+            // the snapshot and the insert is still locked, and left as it is (the token
+            // check), until this transaction ends.
+            //
+            // Answers: 0 created, 1 replaced, 2 held off (with the tombstone's end), 3
+            // replaced a row this statement's snapshot did not see (a series may have placed
+            // it as an occurrence meanwhile: `schedule_round` checks it); an id not answered
+            // exists.
             schedule: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
-                 input AS (SELECT i.id, i.ord, {run_at}::bigint AS run_at, i.payload, {spec_i} \
-                   FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bytea[], {spec_types}) \
-                   WITH ORDINALITY AS i(id, at, after, payload, {spec}, ord)), \
-                 ins AS (INSERT INTO {jobs} (queue, id, run_at, payload, {spec}) \
-                   SELECT $1, input.id, input.run_at, input.payload, {spec_input} FROM input \
+                 input AS (SELECT i.id, i.ord, i.replace, {run_at}::bigint AS run_at, i.payload, {spec_i} \
+                   FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bytea[], $6::boolean[], {spec_types}) \
+                   WITH ORDINALITY AS i(id, at, after, payload, replace, {spec}, ord)), \
+                 hold AS (SELECT h.id, h.until FROM {held} h WHERE h.queue = $1 \
+                   AND h.id IN (SELECT id FROM input) AND h.until > (SELECT t FROM now)), \
+                 stale AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.id IN (SELECT id FROM input) \
+                   AND h.until <= (SELECT t FROM now) RETURNING 1), \
+                 free AS (SELECT * FROM input \
                    WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
-                   ORDER BY input.id, input.ord \
-                   ON CONFLICT (queue, id) DO NOTHING RETURNING id, run_at) \
-                 SELECT id, run_at FROM ins",
+                   AND NOT EXISTS (SELECT 1 FROM hold WHERE hold.id = input.id)), \
+                 seen AS (SELECT j.id, j.token IS NOT NULL AS running FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.id IN (SELECT id FROM input)), \
+                 sent AS (SELECT * FROM free WHERE NOT EXISTS (SELECT 1 FROM seen \
+                   WHERE seen.id = free.id AND (seen.running OR NOT free.replace))), \
+                 ins AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}) \
+                   SELECT $1, id, run_at, payload, {spec} FROM sent ORDER BY id \
+                   ON CONFLICT (queue, id) DO UPDATE SET run_at = EXCLUDED.run_at, \
+                   payload = EXCLUDED.payload, {set_spec} \
+                   WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
+                   AND {head} \
+                   RETURNING j.id, j.run_at, j.xmax = 0 AS inserted) \
+                 SELECT id, run_at, CASE WHEN inserted THEN 0 \
+                   WHEN EXISTS (SELECT 1 FROM seen WHERE seen.id = ins.id) THEN 1 ELSE 3 END AS outcome \
+                   FROM ins \
+                 UNION ALL SELECT id, until, 2 FROM hold",
                 run_at = run_at("i.at", "i.after"),
                 spec = spec_cols(""),
                 spec_i = spec_cols("i"),
-                spec_input = spec_cols("input"),
-                spec_types = spec_types(6),
+                spec_types = spec_types(7),
+                set_spec = spec_cols("")
+                    .split(", ")
+                    .map(|c| format!("{c} = EXCLUDED.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                head = not_head(series, "j.id"),
             ),
             // Each job as given, pending, where its id is free (see the module docs).
             import: format!(
@@ -73,6 +136,8 @@ impl JobsSql {
                    SELECT $1, input.id, input.run_at, input.attempt, input.last_error, input.payload, \
                    {spec_input} FROM input \
                    WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
+                   AND NOT EXISTS (SELECT 1 FROM {held} h WHERE h.queue = $1 AND h.id = input.id \
+                     AND h.until > {NOW}) \
                    ORDER BY input.id, input.ord \
                    ON CONFLICT (queue, id) DO NOTHING RETURNING id) \
                  SELECT id FROM ins",
@@ -92,16 +157,37 @@ impl JobsSql {
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
             ),
-            // The jobs just inserted ($2) whose id died meanwhile: see the module docs. (In
-            // the caller's transaction they are still pending: nobody else sees them yet.)
             // Of the jobs just inserted ($2), those whose id died meanwhile (see the module
             // docs); usually none, and then the delete below is not sent.
-            died: format!("SELECT id FROM {dead} WHERE queue = $1 AND id = ANY($2::text[])"),
+            // The same for the ids held off since (an ack committed while the insert waited
+            // on its row), with the tombstone's end.
+            died: format!(
+                "SELECT id, NULL::bigint AS until FROM {dead} WHERE queue = $1 AND id = ANY($2::text[]) \
+                 UNION ALL SELECT id, until FROM {held} WHERE queue = $1 AND id = ANY($2::text[]) \
+                 AND until > {NOW}"
+            ),
             // In the caller's transaction the rows just inserted are still pending: nobody
             // else sees them yet.
             undead: format!(
                 "DELETE FROM {jobs} WHERE queue = $1 AND id = ANY($2::text[]) AND token IS NULL \
                  RETURNING id"
+            ),
+            // Of the jobs $2 a Replace just updated, unseen by its statement's snapshot, those
+            // a series placed as its occurrence while the Replace waited on their insert (the
+            // statement's `NOT EXISTS` on `series` read the snapshot, without the new head):
+            // given back what the series wrote (`series.rs` `place_head`: its time and
+            // payload, the plain spec), as if the series had come second. The Replace holds
+            // their rows, so the series cannot have moved on.
+            unplace: format!(
+                "UPDATE {jobs} j SET run_at = s.head, payload = s.payload, {plain} \
+                 FROM {series} s WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.token IS NULL \
+                 AND s.queue = $1 AND s.name = split_part(j.id, '@', 1) AND s.head_id = j.id \
+                 RETURNING j.id",
+                plain = spec_cols("")
+                    .split(", ")
+                    .map(|c| format!("{c} = DEFAULT"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             ),
             // Machine::cancel: only a pending job, and not a series' pending occurrence.
             cancel: format!(
@@ -128,15 +214,15 @@ impl JobsSql {
 }
 
 impl Sql {
-    /// Creates the jobs that do not exist (as pending, dead or running), in order: the
-    /// created ones' ids and run_ats. Two statements on `conn`: run them in a transaction
-    /// (the caller's, or [`Sql::schedule_tx`]'s).
+    /// Schedules the jobs in order, each as its dedup mode says: its outcome and run_at (for
+    /// `HeldOff`, the tombstone's end; 0 for `Exists`). At least two statements on `conn`:
+    /// run them in a transaction (the caller's, or [`Sql::schedule_tx`]'s).
     pub(in crate::backend::postgres) async fn schedule(
         &self,
         conn: &mut PgConnection,
         queue: &str,
         jobs: &[NewJob],
-    ) -> Result<Vec<(String, u64)>, Error> {
+    ) -> Result<Vec<(Scheduled, u64)>, Error> {
         db(self.schedule_raw(conn, queue, jobs).await)
     }
 
@@ -149,7 +235,7 @@ impl Sql {
         queue: &str,
         jobs: &[NewJob],
         lock_timeout: Option<Duration>,
-    ) -> Result<Vec<(String, u64)>, sqlx::Error> {
+    ) -> Result<Vec<(Scheduled, u64)>, sqlx::Error> {
         // READ COMMITTED whatever the server's default: the second statement must see the
         // deaths committed while the first one waited. One round trip with the timeout.
         let begin = match lock_timeout {
@@ -161,31 +247,56 @@ impl Sql {
             None => "BEGIN ISOLATION LEVEL READ COMMITTED".to_owned(),
         };
         let mut tx = pool.begin_with(begin).await?;
-        let created = self.schedule_raw(&mut tx, queue, jobs).await?;
+        let answers = self.schedule_raw(&mut tx, queue, jobs).await?;
         tx.commit().await?;
-        Ok(created)
+        Ok(answers)
     }
 
+    /// The schedule in rounds of distinct ids: the n-th job of an id goes in round n, so a
+    /// later job of an id meets what an earlier one left (one statement cannot change a
+    /// row twice). Each round is the statement, then the check of what it created.
     async fn schedule_raw(
         &self,
         conn: &mut PgConnection,
         queue: &str,
         jobs: &[NewJob],
-    ) -> Result<Vec<(String, u64)>, sqlx::Error> {
-        let n = jobs.len();
-        let (mut ids, mut ats, mut afters, mut payloads) = (
+    ) -> Result<Vec<(Scheduled, u64)>, sqlx::Error> {
+        let mut answers = vec![(Scheduled::Exists, 0); jobs.len()];
+        for round in rounds(jobs.iter().map(|j| j.id.as_str())) {
+            self.schedule_round(conn, queue, jobs, &round, &mut answers)
+                .await?;
+        }
+        Ok(answers)
+    }
+
+    /// One statement for the jobs `round` (distinct ids), answered in `answers`.
+    async fn schedule_round(
+        &self,
+        conn: &mut PgConnection,
+        queue: &str,
+        jobs: &[NewJob],
+        round: &[usize],
+        answers: &mut [(Scheduled, u64)],
+    ) -> Result<(), sqlx::Error> {
+        let n = round.len();
+        let (mut ids, mut ats, mut afters, mut payloads, mut replaces) = (
+            Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::with_capacity(n),
         );
         let mut specs = SpecArrays::default();
-        for job in jobs {
+        let mut at_id = std::collections::HashMap::with_capacity(n);
+        for &i in round {
+            let job = &jobs[i];
             let (at, after) = when(job.when);
+            at_id.insert(job.id.as_str(), i);
             ids.push(job.id.as_str());
             ats.push(at);
             afters.push(after);
             payloads.push(job.payload.as_slice());
+            replaces.push(job.dedup == Dedup::Replace);
             specs.push(&job.spec);
         }
         let query = sqlx::query(&self.jobs.schedule)
@@ -193,49 +304,103 @@ impl Sql {
             .bind(ids)
             .bind(ats)
             .bind(afters)
-            .bind(payloads);
+            .bind(payloads)
+            .bind(replaces);
         let rows = specs.bind(query).fetch_all(&mut *conn).await?;
-        let mut created = rows
-            .iter()
-            .map(|r| Ok((r.try_get::<String, _>(0)?, dec(r.try_get(1)?))))
-            .collect::<Result<Vec<_>, sqlx::Error>>()?;
-        let ids: Vec<&str> = created.iter().map(|(id, _)| id.as_str()).collect();
-        let undead = self.undo_dead(conn, queue, ids).await?;
-        created.retain(|(id, _)| !undead.contains(id));
-        Ok(created)
+        let (mut created, mut unseen) = (Vec::new(), Vec::new());
+        for r in &rows {
+            let id: String = r.try_get(0)?;
+            let at = dec(r.try_get(1)?);
+            let outcome = match r.try_get::<i32, _>(2)? {
+                0 => Scheduled::Created,
+                1 | 3 => Scheduled::Replaced,
+                _ => Scheduled::HeldOff {
+                    until: system_time(at),
+                },
+            };
+            if outcome == Scheduled::Created {
+                created.push(id.clone());
+            }
+            // Only an id with an `@` can be a series' occurrence.
+            if r.try_get::<i32, _>(2)? == 3 && id.contains('@') {
+                unseen.push(id.clone());
+            }
+            if let Some(&i) = at_id.get(id.as_str()) {
+                answers[i] = (outcome, at);
+            }
+        }
+        if !unseen.is_empty() {
+            let placed = sqlx::query(&self.jobs.unplace)
+                .bind(queue)
+                .bind(&unseen)
+                .fetch_all(&mut *conn)
+                .await?;
+            for r in &placed {
+                if let Some(&i) = at_id.get(r.try_get::<&str, _>(0)?) {
+                    answers[i] = (Scheduled::Exists, 0);
+                }
+            }
+        }
+        let undone = self
+            .undo(conn, queue, created.iter().map(String::as_str).collect())
+            .await?;
+        for (id, held) in undone {
+            if let Some(&i) = at_id.get(id.as_str()) {
+                answers[i] = match held {
+                    Some(until) => (
+                        Scheduled::HeldOff {
+                            until: system_time(until),
+                        },
+                        until,
+                    ),
+                    None => (Scheduled::Exists, 0),
+                };
+            }
+        }
+        Ok(())
     }
 
     /// Of the jobs `ids` just inserted as pending in this transaction, deletes those whose
-    /// id is dead (the module docs say how that happens) and returns them; usually none,
-    /// and then the delete is not sent.
-    async fn undo_dead(
+    /// id is dead or held off (the module docs say how that happens) and returns them, with
+    /// the tombstone's end for a held one; usually none, and then the delete is not sent.
+    async fn undo(
         &self,
         conn: &mut PgConnection,
         queue: &str,
         ids: Vec<&str>,
-    ) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    ) -> Result<std::collections::HashMap<String, Option<u64>>, sqlx::Error> {
         if ids.is_empty() {
             return Ok(Default::default());
         }
-        let died = sqlx::query(&self.jobs.died)
+        let found = sqlx::query(&self.jobs.died)
+            .bind(queue)
+            .bind(ids)
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>(0)?,
+                    r.try_get::<Option<i64>, _>(1)?.map(dec),
+                ))
+            })
+            .collect::<Result<std::collections::HashMap<_, _>, sqlx::Error>>()?;
+        if found.is_empty() {
+            return Ok(found);
+        }
+        let ids: Vec<&str> = found.keys().map(String::as_str).collect();
+        let deleted = sqlx::query(&self.jobs.undead)
             .bind(queue)
             .bind(ids)
             .fetch_all(&mut *conn)
             .await?
             .iter()
             .map(|r| r.try_get::<String, _>(0))
-            .collect::<Result<Vec<_>, _>>()?;
-        if died.is_empty() {
-            return Ok(Default::default());
-        }
-        sqlx::query(&self.jobs.undead)
-            .bind(queue)
-            .bind(died)
-            .fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(|r| r.try_get::<String, _>(0))
-            .collect()
+            .collect::<Result<std::collections::HashSet<_>, _>>()?;
+        Ok(found
+            .into_iter()
+            .filter(|(id, _)| deleted.contains(id))
+            .collect())
     }
 
     /// Writes each job as given unless its id exists, in one transaction of its own on a
@@ -286,7 +451,7 @@ impl Sql {
                 .map(|r| r.try_get::<String, _>(0))
                 .collect::<Result<std::collections::HashSet<_>, _>>()?;
             let undead = self
-                .undo_dead(
+                .undo(
                     &mut tx,
                     queue,
                     inserted.iter().map(String::as_str).collect(),
@@ -298,7 +463,7 @@ impl Sql {
             for job in jobs {
                 let wrote = seen.insert(job.id.as_str())
                     && inserted.contains(&job.id)
-                    && !undead.contains(&job.id);
+                    && !undead.contains_key(&job.id);
                 if let (true, Some(at)) = (wrote, job.died_at) {
                     dead_ids.push(job.id.as_str());
                     died_ats.push(enc(at));
@@ -372,6 +537,22 @@ impl Sql {
     }
 }
 
+/// The positions of `ids` in rounds of distinct ids: the n-th of an id in round n, each
+/// round in input order.
+fn rounds<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    let mut seen: std::collections::HashMap<&str, usize> = Default::default();
+    for (i, id) in ids.enumerate() {
+        let n = seen.entry(id).or_insert(0);
+        if *n == rounds.len() {
+            rounds.push(Vec::new());
+        }
+        rounds[*n].push(i);
+        *n += 1;
+    }
+    rounds
+}
+
 /// The types of [`spec_cols`]' parameter arrays from `$first` on, for `unnest`.
 fn spec_types(first: usize) -> String {
     [
@@ -381,10 +562,55 @@ fn spec_types(first: usize) -> String {
         "bigint[]",
         "bigint[]",
         "bigint[]",
+        "bigint[]",
     ]
     .iter()
     .enumerate()
     .map(|(i, t)| format!("${}::{t}", first + i))
     .collect::<Vec<_>>()
     .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_id_in_a_batch_goes_to_a_later_round() {
+        let got = rounds(["a", "b", "a", "c", "a", "b"].into_iter());
+        assert_eq!(got, vec![vec![0, 1, 3], vec![2, 5], vec![4]]);
+        assert!(rounds(std::iter::empty()).is_empty());
+    }
+
+    #[test]
+    fn a_replace_updates_only_a_pending_job_that_is_no_series_occurrence() {
+        let names = Names::new("wheel_jobs");
+        let text = JobsSql::new(&names).schedule;
+        assert!(
+            text.contains("DO UPDATE SET run_at = EXCLUDED.run_at"),
+            "{text}"
+        );
+        assert!(text.contains("hold_off = EXCLUDED.hold_off"), "{text}");
+        assert!(
+            text.contains(
+                "WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
+                 AND NOT EXISTS (SELECT 1 FROM"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("attempt = "), "attempts stay: {text}");
+    }
+
+    #[test]
+    fn a_schedule_locks_its_rows_in_id_order_whatever_their_modes() {
+        let names = Names::new("wheel_jobs");
+        let text = JobsSql::new(&names).schedule;
+        // One insert for Keep and Replace alike: two would lock a batch's Keep ids, then
+        // its Replace ids, and two batches mixing them on the same ids could deadlock.
+        assert_eq!(text.matches("INSERT INTO").count(), 1, "{text}");
+        assert!(
+            text.contains("ORDER BY id ON CONFLICT (queue, id) DO UPDATE"),
+            "{text}"
+        );
+    }
 }

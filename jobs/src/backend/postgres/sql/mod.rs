@@ -99,7 +99,10 @@ fn spec_cols(t: &str) -> String {
     } else {
         format!("{t}.")
     };
-    format!("{t}kind, {t}priority, {t}max_attempts, {t}backoff_first, {t}backoff_max, {t}lease")
+    format!(
+        "{t}kind, {t}priority, {t}max_attempts, {t}backoff_first, {t}backoff_max, {t}lease, \
+         {t}hold_off"
+    )
 }
 
 /// Which jobs a statement reads: every kind, the kind `''`, or the named kind `$6`.
@@ -165,7 +168,7 @@ fn levels(jobs: &str, kinds: Kinds) -> String {
     )
 }
 
-/// The spec in the columns `i..i + 6` of `r` ([`spec_cols`]): NULL options are `plain`'s
+/// The spec in the columns `i..i + 7` of `r` ([`spec_cols`]): NULL options are `plain`'s
 /// (rows written before version 3, series occurrences).
 pub(super) fn spec(r: &PgRow, i: usize, plain: &Spec) -> Result<Spec, Error> {
     let ns = |j: usize| -> Result<Option<std::time::Duration>, Error> {
@@ -183,6 +186,8 @@ pub(super) fn spec(r: &PgRow, i: usize, plain: &Spec) -> Result<Spec, Error> {
             ns(4)?.unwrap_or(plain.backoff.1),
         ),
         lease: ns(5)?.unwrap_or(plain.lease),
+        // NULL (rows before version 3's hold-off, series occurrences): none.
+        hold_off: ns(6)?.unwrap_or(std::time::Duration::ZERO),
     })
 }
 
@@ -195,6 +200,7 @@ struct SpecArrays<'a> {
     backoff_first: Vec<i64>,
     backoff_max: Vec<i64>,
     leases: Vec<i64>,
+    hold_offs: Vec<i64>,
 }
 
 impl<'a> SpecArrays<'a> {
@@ -206,6 +212,7 @@ impl<'a> SpecArrays<'a> {
         self.backoff_first.push(span(s.backoff.0));
         self.backoff_max.push(span(s.backoff.1));
         self.leases.push(span(s.lease));
+        self.hold_offs.push(span(s.hold_off));
     }
 
     /// Binds the arrays, in [`spec_cols`]' order.
@@ -222,6 +229,7 @@ impl<'a> SpecArrays<'a> {
             .bind(self.backoff_first)
             .bind(self.backoff_max)
             .bind(self.leases)
+            .bind(self.hold_offs)
     }
 }
 

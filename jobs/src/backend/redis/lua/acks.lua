@@ -1,9 +1,10 @@
 -- acks.lua: `apply_acks`, prepended to ack.lua and claim.lua (which applies the acks a
--- consumer folded into its claim first), so the two cannot drift.
+-- consumer folded into its claim first), so the two cannot drift. kinds.lua and held.lua
+-- are prepended before it.
 --
 -- Mirrors core/state `Machine::ack` (a lease is checked by its token only) (checked on the same cases by backend/redis/agreement.rs).
 --
--- apply_acks(meta, payload, counts, errors, running, levels, args, from): args[from],
+-- apply_acks(meta, payload, counts, errors, running, levels, H, args, from): args[from],
 -- args[from + 1], ... are pairs id, lease token (at most 512 pairs). kinds.lua, prepended
 -- first, names each job's running set and counters by its kind. Deletes each job whose lease is
 -- held with its token; returns one 1|0 per pair: 1 if the lease was held (the job is
@@ -11,8 +12,11 @@
 -- in this batch): then nothing changes for that job. Atomic with claim, so a late ack can
 -- never delete a job another consumer now holds (the duplicate-run bug of bullmq#3183).
 -- One HMGET reads every job, then one HDEL, HDEL, HDEL, ZREM (per kind) and HINCRBY (per
--- counter) delete the done ones together.
-local function apply_acks(meta, payload, counts, errors, running, levels, args, from)
+-- counter) delete the done ones together. A done job whose spec holds a hold-off leaves its
+-- tombstone (held.lua, H its keys), until = the server's time now + its hold-off: in the
+-- same script as the ack, so an ack is never seen without its tombstone nor one without
+-- its ack.
+local function apply_acks(meta, payload, counts, errors, running, levels, H, args, from)
   local ids = {}
   local tokens = {}
   for i = from, #args, 2 do
@@ -28,6 +32,8 @@ local function apply_acks(meta, payload, counts, errors, running, levels, args, 
   local by_kind = {}
   local kinds = {}
   local plain = {}
+  -- id, hold-off pairs of the done jobs with one.
+  local holds = {}
   for i, id in ipairs(ids) do
     local ok = 0
     local m = metas[i]
@@ -54,6 +60,11 @@ local function apply_acks(meta, payload, counts, errors, running, levels, args, 
           end
           list[#list + 1] = id
         end
+        local hold = job_hold(string.match(m, '^%a:%d+:%d+:%d+(.*)$'))
+        if hold and hold ~= '0' then
+          holds[#holds + 1] = id
+          holds[#holds + 1] = hold
+        end
         ok = 1
       end
     end
@@ -71,6 +82,11 @@ local function apply_acks(meta, payload, counts, errors, running, levels, args, 
       redis.call('ZREM', running_key(running, kind), unpack(list))
       if redis.call('HINCRBY', counts, f, -#list) == 0 then redis.call('HDEL', counts, f) end
       running_tidy(levels, running, kind)
+    end
+    if #holds > 0 then
+      local t = redis.call('TIME')
+      local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      for i = 1, #holds, 2 do held_put(H, holds[i], now, holds[i + 1]) end
     end
   end
   return out

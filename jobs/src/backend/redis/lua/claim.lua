@@ -23,6 +23,9 @@
 --                         running: one sorted-set write each, as when due held both); and
 --                         RUNNING_PIN (kinds.lua), scored +inf
 -- KEYS[12] levels (see kinds.lua, prepended)
+-- KEYS[13] held, KEYS[14] held_until (see held.lua, prepended): a folded ack of a job with a
+-- hold-off leaves its tombstone, and each claim (not paused) deletes at most HELD_PER_CLAIM
+-- expired ones, earliest first
 -- ARGV[1] max jobs (at most 512), ARGV[2] the queue's plain spec tail (kinds.lua: the lease
 -- and max attempts of a job stored without its spec), ARGV[3] '*' for every kind or '='
 -- then the one kind to claim, then pairs id, lease token: the consumer's acks folded into
@@ -58,8 +61,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local plain = ARGV[2]
 -- Before the pause check: a paused queue still takes acks.
-local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], ARGV, 4)
+local H = {held = KEYS[13], held_until = KEYS[14]}
+local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], H, ARGV, 4)
 if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, '', {}, 0, acked} end
+held_expire(H, now)
 local max = tonumber(ARGV[1])
 local only = nil
 if ARGV[3] ~= '*' then only = string.sub(ARGV[3], 2) end

@@ -1,4 +1,5 @@
--- schedule.lua: create jobs unless their id exists (idempotent), due at a time or after a delay.
+-- schedule.lua: create jobs unless their id exists (idempotent), or replace a pending one
+-- (`Dedup::Replace`), unless their id is held off (held.lua); due at a time or after a delay.
 --
 -- KEYS[1] meta    hash  id -> "state:attempt:token:run_at_ns" then the job's spec (state
 --                       p|r|d: pending, running, dead; kinds.lua, prepended, has the layout)
@@ -8,42 +9,81 @@
 --                       is in claim.lua's running set instead, scored by its lease end
 -- KEYS[4] counts  hash  pending | running | dead, and per kind (kinds.lua)
 -- KEYS[5] levels  zset  the levels in use (kinds.lua)
+-- KEYS[6] held, KEYS[7] held_until: the hold-off tombstones (held.lua, prepended)
+-- KEYS[8] series  (series.lua, prepended: a series' pending occurrence is never replaced)
 -- ARGV[1] wake channel (sent the new head's score when a job becomes the first due)
 -- ARGV[2] 'PUBLISH', or 'SPUBLISH' on a cluster (the channel shares the keys' hash tag)
--- ARGV[3..] groups of 6: id, mode ("at" | "after"), ns (at: run_at in ns, exact) or
+-- ARGV[3..] groups of 7: id, mode ("at" | "after"), ns (at: run_at in ns, exact) or
 --           us (after: delay in microseconds), score (at: ceil(ns / 1000)), payload, the
 --           job's spec tail (kinds.lua), or "" for the same as the job before's (a batch's
---           jobs mostly share one: it is sent once)
+--           jobs mostly share one: it is sent once), 'r' to replace a pending job (Replace)
+--           or 'k' to keep any (Keep, HoldOff)
 --
--- Returns one {created (1|0), run_at_ns} per job, in order.
--- Atomic because a script runs alone: the existence check and the three writes cannot
--- interleave with another client's schedule of the same id, and all jobs land or none.
--- The delay is added to the server's TIME, never a client's clock. One HMGET reads every
--- id's state, then one HSET, HSET, ZADD per level and HINCRBY per counter write the whole
--- batch (at most 512 jobs, so the unpacked argument lists stay small); an id twice in one
--- batch is created once, as two calls in a row would.
+-- Returns one {outcome, ns} per job, in order: {1 (created), run_at_ns}, {0 (exists),
+-- its run_at_ns}, {2 (replaced), the new run_at_ns}, {3 (held off), until_ns}.
+-- Mirrors the embedded store's `schedule` (store/jobs.rs): a tombstone whose until is at
+-- or before now is deleted and the schedule proceeds; a replaced job keeps its attempts and
+-- last error and takes the new run_at, payload and whole spec, moving between due sets,
+-- levels and per-kind counters.
+-- Atomic because a script runs alone: the tombstone and existence checks and the writes
+-- cannot interleave with another client's schedule or ack of the same id, and all jobs land
+-- or none. The delay is added to the server's TIME, never a client's clock. One HMGET reads
+-- every id's state and one its tombstone, then one HSET, HSET, ZADD per level and HINCRBY
+-- per counter write the created jobs (at most 512, so the unpacked argument lists stay
+-- small); a replace, rare, first writes the jobs created before it, then its own. Each job
+-- meets what the jobs before it in the batch left, as calls in a row would: an id twice is
+-- created once, or created then replaced.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ns = now_ns_text(now)
+local H = {held = KEYS[6], held_until = KEYS[7]}
+local S = {series = KEYS[8]}
 local ids = {}
-for i = 3, #ARGV, 6 do ids[#ids + 1] = ARGV[i] end
+for i = 3, #ARGV, 7 do ids[#ids + 1] = ARGV[i] end
 local metas = redis.call('HMGET', KEYS[1], unpack(ids))
+local helds = redis.call('HMGET', KEYS[6], unpack(ids))
 local out = {}
-local created = {}
+-- The batch's view of each id it met: its meta (false: none), its tombstone (false: none).
+local cur = {}
+local cur_held = {}
+-- Created jobs not written yet (flush).
 local meta_writes = {}
 local payloads = {}
 local scores = {}
 local earliest = {}
 local counted = {}
 local any = false
+local function flush()
+  if #meta_writes == 0 then return end
+  redis.call('HSET', KEYS[1], unpack(meta_writes))
+  redis.call('HSET', KEYS[2], unpack(payloads))
+  g_run(scores, 'ZADD')
+  meta_writes, payloads, scores = {}, {}, {}
+end
+local function note_due(key, score)
+  if not earliest[key] or score < earliest[key] then earliest[key] = score end
+  any = true
+end
 local tail = ''
 for j, id in ipairs(ids) do
-  local i = 3 + (j - 1) * 6
+  local i = 3 + (j - 1) * 7
   if ARGV[i + 5] ~= '' then tail = ARGV[i + 5] end
-  local run_ns = created[id] or (metas[j] and string.match(metas[j], '^%a:%d+:%d+:(%d+)'))
-  if run_ns then
-    out[j] = {0, run_ns}
+  local held_ns = cur_held[id]
+  if held_ns == nil then held_ns = helds[j] or false end
+  if held_ns and not ns_less(now_ns, held_ns) then
+    held_drop(H, id)
+    held_ns = false
+  end
+  cur_held[id] = held_ns
+  local m = cur[id]
+  if m == nil then m = metas[j] or false end
+  local state, attempt, _, old_ns, old_tail = job_parse(m)
+  if held_ns then
+    out[j] = {3, held_ns}
+  elseif state and not (ARGV[i + 6] == 'r' and state == 'p' and not series_is_head(S, id)) then
+    out[j] = {0, old_ns}
   else
-    local score
+    local score, run_ns
     if ARGV[i + 1] == 'after' then
       score = now + tonumber(ARGV[i + 2])
       run_ns = string.format('%.0f', score) .. '000'
@@ -53,24 +93,41 @@ for j, id in ipairs(ids) do
     end
     local p, kind = job_level(tail)
     local key = due_key(KEYS[3], p, kind)
-    created[id] = run_ns
-    meta_writes[#meta_writes + 1] = id
-    meta_writes[#meta_writes + 1] = 'p:0:0:' .. run_ns .. tail
-    payloads[#payloads + 1] = id
-    payloads[#payloads + 1] = ARGV[i + 4]
-    if not scores[key] then level_note(KEYS[5], p, kind) end
-    g_push(scores, key, score, id)
-    if not earliest[key] or score < earliest[key] then earliest[key] = score end
-    tally(counted, 'pending', kind, 1)
-    any = true
-    out[j] = {1, run_ns}
+    if not state then
+      local meta = 'p:0:0:' .. run_ns .. tail
+      cur[id] = meta
+      meta_writes[#meta_writes + 1] = id
+      meta_writes[#meta_writes + 1] = meta
+      payloads[#payloads + 1] = id
+      payloads[#payloads + 1] = ARGV[i + 4]
+      if not scores[key] then level_note(KEYS[5], p, kind) end
+      g_push(scores, key, score, id)
+      tally(counted, 'pending', kind, 1)
+      out[j] = {1, run_ns}
+    else
+      -- Replace a pending job: written now, after the jobs created before it (it may be one
+      -- of them): its old level's tidy below must see them in their due sets, or it would
+      -- forget a level a created job is about to be written to.
+      flush()
+      local old_p, old_kind = job_level(old_tail)
+      local meta = 'p:' .. attempt .. ':0:' .. run_ns .. tail
+      cur[id] = meta
+      redis.call('HSET', KEYS[1], id, meta)
+      redis.call('HSET', KEYS[2], id, ARGV[i + 4])
+      redis.call('ZREM', due_key(KEYS[3], old_p, old_kind), id)
+      redis.call('ZADD', key, score, id)
+      level_note(KEYS[5], p, kind)
+      level_tidy(KEYS[5], KEYS[3], old_p, old_kind)
+      tally(counted, 'pending', old_kind, -1)
+      tally(counted, 'pending', kind, 1)
+      out[j] = {2, run_ns}
+    end
+    note_due(key, score)
   end
 end
+flush()
+tally_flush(KEYS[4], counted)
 if any then
-  redis.call('HSET', KEYS[1], unpack(meta_writes))
-  redis.call('HSET', KEYS[2], unpack(payloads))
-  g_run(scores, 'ZADD')
-  tally_flush(KEYS[4], counted)
   local first = nil
   for key, score in pairs(earliest) do
     if is_head(key, score) and (not first or score < first) then first = score end

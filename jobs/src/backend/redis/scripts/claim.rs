@@ -102,7 +102,14 @@ impl Scripts {
         kind: &KindFilter,
         acks: &[(String, u64)],
     ) -> Result<ClaimReply, Error> {
-        let mut call = script!("kinds.lua", "acks.lua", "series.lua", "claim.lua").prepare_invoke();
+        let mut call = script!(
+            "kinds.lua",
+            "held.lua",
+            "acks.lua",
+            "series.lua",
+            "claim.lua"
+        )
+        .prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.due)
@@ -114,7 +121,9 @@ impl Scripts {
             .key(&k.series_next)
             .key(&k.errors)
             .key(&k.running)
-            .key(&k.levels);
+            .key(&k.levels)
+            .key(&k.held)
+            .key(&k.held_until);
         call.arg(max).arg(plain_tail).arg(filter_arg(kind));
         for (id, token) in acks {
             call.arg(id).arg(token);

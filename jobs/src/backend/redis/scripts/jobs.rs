@@ -11,14 +11,15 @@ use crate::backend::redis::keys::Keys;
 use crate::backend::redis::reply::{array, int, parsing, redis_error, text};
 use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
-use crate::core::job::{JobInfo, Scheduled, When};
-use crate::core::kind::Spec;
+use crate::core::job::{system_time, JobInfo, Scheduled, When};
+use crate::core::kind::{Dedup, Spec};
 use crate::core::state::Retry;
 
-/// One job's answer in `schedule.lua`'s reply: `{1 | 0 (created | existed), run_at_ns}`.
+/// One job's answer in `schedule.lua`'s reply: `{1 | 0 | 2 (created | existed | replaced),
+/// run_at_ns}` or `{3 (held off), until_ns}`.
 struct ScheduleAnswer {
-    created: bool,
-    run_at: u64,
+    outcome: u64,
+    ns: u64,
 }
 
 impl FromRedisValue for ScheduleAnswer {
@@ -27,8 +28,8 @@ impl FromRedisValue for ScheduleAnswer {
             let [created, run_at] = <[Value; 2]>::try_from(array(v)?)
                 .map_err(|_| Error::storage("short schedule reply"))?;
             Ok(ScheduleAnswer {
-                created: int(&created)? == 1,
-                run_at: int(&run_at)?,
+                outcome: int(&created)?,
+                ns: int(&run_at)?,
             })
         };
         decode().map_err(parsing)
@@ -56,7 +57,8 @@ impl FromRedisValue for RetryReply {
 }
 
 impl Scripts {
-    /// `schedule.lua`: creates each job unless its id exists; the outcomes and run_ats in
+    /// `schedule.lua`: creates each job unless its id exists (or replaces a pending one,
+    /// [`Dedup::Replace`]) or is held off; the outcomes and run_ats (a hold-off's end) in
     /// order.
     pub(in crate::backend::redis) async fn schedule(
         &self,
@@ -64,12 +66,16 @@ impl Scripts {
         k: &Keys,
         jobs: &[NewJob],
     ) -> Result<Vec<(Scheduled, u64)>, Error> {
-        let mut call = script!("kinds.lua", "schedule.lua").prepare_invoke();
+        let mut call =
+            script!("kinds.lua", "series.lua", "held.lua", "schedule.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.due)
             .key(&k.counts)
-            .key(&k.levels);
+            .key(&k.levels)
+            .key(&k.held)
+            .key(&k.held_until)
+            .key(&k.series);
         call.arg(&k.wake).arg(k.publish);
         // A spec is sent once for a run of jobs that share it ("": the one before's).
         let mut last: Option<&Spec> = None;
@@ -86,38 +92,51 @@ impl Scripts {
                 .arg(value)
                 .arg(score)
                 .arg(job.payload.as_slice())
-                .arg(tail);
+                .arg(tail)
+                .arg(if job.dedup == Dedup::Replace {
+                    "r"
+                } else {
+                    "k"
+                });
         }
         let answers: Vec<ScheduleAnswer> = call.invoke_async(conn).await.map_err(redis_error)?;
-        Ok(answers
+        answers
             .into_iter()
             .map(|a| {
-                let outcome = if a.created {
-                    Scheduled::Created
-                } else {
-                    Scheduled::Exists
+                let outcome = match a.outcome {
+                    0 => Scheduled::Exists,
+                    1 => Scheduled::Created,
+                    2 => Scheduled::Replaced,
+                    3 => Scheduled::HeldOff {
+                        until: system_time(a.ns),
+                    },
+                    other => {
+                        return Err(Error::storage(format!("bad schedule outcome {other}")));
+                    }
                 };
-                (outcome, a.run_at)
+                Ok((outcome, a.ns))
             })
-            .collect())
+            .collect()
     }
 
-    /// `import.lua`: writes each job as given unless its id exists; whether it wrote, in
-    /// order.
+    /// `import.lua`: writes each job as given unless its id exists or is held off; whether
+    /// it wrote, in order.
     pub(in crate::backend::redis) async fn import(
         &self,
         conn: &mut Conn,
         k: &Keys,
         jobs: &[Import],
     ) -> Result<Vec<bool>, Error> {
-        let mut call = script!("kinds.lua", "import.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "held.lua", "import.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.due)
             .key(&k.counts)
             .key(&k.dead)
             .key(&k.errors)
-            .key(&k.levels);
+            .key(&k.levels)
+            .key(&k.held)
+            .key(&k.held_until);
         call.arg(&k.wake).arg(k.publish);
         for job in jobs {
             // Due scores round up (never early); the dead index is in microseconds.
@@ -139,20 +158,23 @@ impl Scripts {
         Ok(answers.into_iter().map(|a| a == 1).collect())
     }
 
-    /// `ack.lua`: deletes each job whose lease is held with its token; one answer each.
+    /// `ack.lua`: deletes each job whose lease is held with its token (leaving the tombstone
+    /// of one with a hold-off); one answer each.
     pub(in crate::backend::redis) async fn ack(
         &self,
         conn: &mut Conn,
         k: &Keys,
         acks: &[(String, u64)],
     ) -> Result<Vec<bool>, Error> {
-        let mut call = script!("kinds.lua", "acks.lua", "ack.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "held.lua", "acks.lua", "ack.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.counts)
             .key(&k.errors)
             .key(&k.running)
-            .key(&k.levels);
+            .key(&k.levels)
+            .key(&k.held)
+            .key(&k.held_until);
         for (id, token) in acks {
             call.arg(id).arg(token);
         }

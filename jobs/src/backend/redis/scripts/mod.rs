@@ -13,9 +13,10 @@
 //!   in microseconds rounded up (never early), run_at in nanoseconds. Delays past
 //!   [`MAX_AFTER`] are stored as the saturation point (Lua's doubles are exact only below
 //!   2^53 microseconds).
-//! - A job's spec crosses as its meta string's tail (`lua/kinds.lua`): [`spec_tail`] writes
-//!   it, [`job_info`] and the claim's reply read it back; a meta without one is a job of
-//!   the queue's plain spec (a series' occurrence, or a job of format 1).
+//! - A job's spec crosses as its meta string's tail (`lua/kinds.lua`; a hold-off only when
+//!   there is one, so a tail without it reads as none): [`spec_tail`] writes it,
+//!   [`job_info`] and the claim's reply read it back; a meta without one is a job of the
+//!   queue's plain spec (a series' occurrence, or a job of format 1).
 
 /// The script made of `lua/` files concatenated (shared functions first, then the body),
 /// built once per process: `script!("kinds.lua", "acks.lua", "ack.lua")`.
@@ -87,12 +88,19 @@ fn filter_arg(kind: &KindFilter) -> String {
 pub(super) struct Scripts;
 
 /// The tail of a job's meta string that stores its spec (`lua/kinds.lua`):
-/// `:priority:max_attempts:lease_ns:backoff_first_ns:backoff_max_ns`, the byte 0x1f (no kind
-/// holds a control character), then the kind, last (it may hold `:`); durations in
-/// nanoseconds (exact; the scripts floor the lease to microseconds for its score).
+/// `:priority:max_attempts:lease_ns:backoff_first_ns:backoff_max_ns`, then `:hold_off_ns`
+/// if the job has a hold-off (`lua/held.lua`; none is written for zero, so a job without
+/// one has the tail every version of format 2 wrote), the byte 0x1f (no kind holds a
+/// control character), then the kind, last (it may hold `:`); durations in nanoseconds
+/// (exact; the scripts floor the lease to microseconds for its score).
 pub(super) fn spec_tail(spec: &Spec) -> String {
+    let hold_off = if spec.hold_off.is_zero() {
+        String::new()
+    } else {
+        format!(":{}", spec.hold_off.as_nanos())
+    };
     format!(
-        ":{}:{}:{}:{}:{}\x1f{}",
+        ":{}:{}:{}:{}:{}{hold_off}\x1f{}",
         spec.priority,
         spec.max_attempts,
         spec.lease.as_nanos(),
@@ -102,8 +110,8 @@ pub(super) fn spec_tail(spec: &Spec) -> String {
     )
 }
 
-/// The spec a meta tail stores (`spec_tail`); `None` for an empty one (a job of the plain
-/// spec).
+/// The spec a meta tail stores (`spec_tail`; one without a hold-off holds none); `None`
+/// for an empty one (a job of the plain spec).
 pub(super) fn tail_spec(tail: &str) -> Result<Option<Spec>, Error> {
     if tail.is_empty() {
         return Ok(None);
@@ -114,13 +122,17 @@ pub(super) fn tail_spec(tail: &str) -> Result<Option<Spec>, Error> {
     let mut field = || fields.next().ok_or_else(corrupt);
     let priority = field()?.parse().map_err(|_| corrupt())?;
     let max_attempts = field()?.parse().map_err(|_| corrupt())?;
-    let mut duration = || -> Result<Duration, Error> {
-        let ns: u128 = field()?.parse().map_err(|_| corrupt())?;
+    let duration = |field: &str| -> Result<Duration, Error> {
+        let ns: u128 = field.parse().map_err(|_| corrupt())?;
         let secs = u64::try_from(ns / 1_000_000_000).map_err(|_| corrupt())?;
         Ok(Duration::new(secs, (ns % 1_000_000_000) as u32))
     };
-    let lease = duration()?;
-    let backoff = (duration()?, duration()?);
+    let lease = duration(field()?)?;
+    let backoff = (duration(field()?)?, duration(field()?)?);
+    let hold_off = match fields.next() {
+        Some(ns) => duration(ns)?,
+        None => Duration::ZERO,
+    };
     if fields.next().is_some() {
         return Err(corrupt());
     }
@@ -131,6 +143,7 @@ pub(super) fn tail_spec(tail: &str) -> Result<Option<Spec>, Error> {
         max_attempts,
         backoff,
         lease,
+        hold_off,
     }))
 }
 
