@@ -246,6 +246,13 @@ async fn schedule(
                 ),
             )
         }
+        Scheduled::Successor => (
+            "successor",
+            format!(
+                "successor {} stored: it runs once the running job is acked or dies",
+                format::escape(id)
+            ),
+        ),
         // `Scheduled` is non-exhaustive: an outcome this command does not know yet.
         other => ("other", format!("{other:?} {}", format::escape(id))),
     };

@@ -123,9 +123,10 @@ impl JobQueue {
     ///
     /// The options' [`Dedup`](crate::Dedup) mode says what happens if the id is taken:
     /// [`Scheduled::Exists`] (`Keep`, the default), [`Scheduled::Replaced`] (`Replace`, on a
-    /// pending job), or [`Scheduled::HeldOff`] while an acked job's hold-off lasts. Idle
-    /// consumers are woken for a replaced job as for a created one; the `scheduled` metric
-    /// counts created jobs only.
+    /// pending job), [`Scheduled::Successor`] (`AllowWhileRunning`, on a running job), or
+    /// [`Scheduled::HeldOff`] while an acked job's hold-off lasts. Idle consumers are woken
+    /// for a replaced job as for a created one; the `scheduled` metric counts created jobs
+    /// and successors.
     ///
     /// # Examples
     ///
@@ -186,7 +187,7 @@ impl JobQueue {
             dedup,
         };
         let (outcome, run_at) = self.inner.backend.schedule(job).await?;
-        if outcome == Scheduled::Created {
+        if matches!(outcome, Scheduled::Created | Scheduled::Successor) {
             self.inner.metrics.scheduled(1);
         }
         if matches!(outcome, Scheduled::Created | Scheduled::Replaced) {
@@ -289,7 +290,9 @@ impl JobQueue {
             return Ok(Vec::new());
         }
         let outcomes = self.inner.backend.schedule_many(batch).await?;
-        let created = outcomes.iter().filter(|(o, _)| *o == Scheduled::Created);
+        let created = outcomes
+            .iter()
+            .filter(|(o, _)| matches!(o, Scheduled::Created | Scheduled::Successor));
         self.inner.metrics.scheduled(created.count() as u64);
         let moved = outcomes
             .iter()

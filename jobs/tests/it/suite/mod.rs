@@ -19,6 +19,7 @@ pub mod lease;
 pub mod operate;
 pub mod recurring;
 pub mod schedule;
+pub mod successor;
 #[cfg(feature = "serde")]
 pub mod typed;
 pub mod worker;
@@ -136,6 +137,16 @@ macro_rules! run_shared_suite {
                 hold_off_refuses_the_id_until_it_ends,
                 hold_off_follows_only_an_ack,
                 racing_schedulers_leave_each_id_once,
+            }
+            successor {
+                a_successor_waits_for_the_ack_then_runs,
+                a_due_successor_wakes_an_idle_consumer,
+                allow_while_running_creates_and_leaves_pending_and_dead_jobs,
+                a_successor_waits_through_retries,
+                a_successor_takes_over_from_a_death,
+                a_successor_after_a_hold_off_waits_for_its_end,
+                cancel_removes_a_waiting_successor,
+                racing_successors_are_each_delivered_once,
             }
         );
     };
