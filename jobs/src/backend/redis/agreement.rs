@@ -506,6 +506,66 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
     assert_eq!(cases, SPECS.len() * 4 * 3 * (2 + 3 * 6 + 2 * 3));
 }
 
+/// One `schedule.lua` batch creating `x` of kind `k` then replacing `y`, the last stored job
+/// of `k`, into kind `k2`: the replace's tidy of `y`'s old level must see `x` (written
+/// before it), so `levels` keeps `k`'s level and a claim delivers both jobs.
+#[test]
+fn a_replace_after_a_create_in_one_batch_keeps_the_created_jobs_level() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let schedule = script(&[
+        include_str!("lua/kinds.lua"),
+        include_str!("lua/series.lua"),
+        include_str!("lua/held.lua"),
+        include_str!("lua/schedule.lua"),
+    ]);
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    put(
+        &mut conn,
+        &k,
+        "y",
+        pending(RUN_AT),
+        &tail(Some(("k", 1)), 3),
+    );
+    audit(&mut conn, &k, "y stored");
+    let mut call = schedule.prepare_invoke();
+    call.key(&k.meta)
+        .key(&k.payload)
+        .key(&k.due)
+        .key(&k.counts)
+        .key(&k.levels)
+        .key(&k.held)
+        .key(&k.held_until)
+        .key(&k.series)
+        .arg(&k.wake)
+        .arg("PUBLISH");
+    for (id, spec, mode) in [("x", ("k", 1), "k"), ("y", ("k2", 1), "r")] {
+        call.arg(id)
+            .arg("at")
+            .arg(RUN_AT)
+            .arg(RUN_AT.div_ceil(1000))
+            .arg(id)
+            .arg(tail(Some(spec), 3))
+            .arg(mode);
+    }
+    let answers: Vec<(i64, String)> = call.invoke(&mut conn).unwrap();
+    assert_eq!(
+        answers,
+        [(1, RUN_AT.to_string()), (2, RUN_AT.to_string())],
+        "x created, y replaced"
+    );
+    audit(&mut conn, &k, "create x of k, replace y from k to k2");
+    let mut got: Vec<String> = claim_with(&mut conn, &k, 10, "*")
+        .jobs
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    got.sort();
+    assert_eq!(got, ["x", "y"]);
+    audit(&mut conn, &k, "claim of both");
+}
+
 #[test]
 fn import_writes_a_job_as_the_scripts_keep_it_and_leaves_an_existing_one() {
     let server = Server::start();

@@ -30,9 +30,9 @@
 -- or none. The delay is added to the server's TIME, never a client's clock. One HMGET reads
 -- every id's state and one its tombstone, then one HSET, HSET, ZADD per level and HINCRBY
 -- per counter write the created jobs (at most 512, so the unpacked argument lists stay
--- small); a replace, rare, writes its job on its own. Each job meets what the jobs before
--- it in the batch left, as calls in a row would: an id twice is created once, or created
--- then replaced.
+-- small); a replace, rare, first writes the jobs created before it, then its own. Each job
+-- meets what the jobs before it in the batch left, as calls in a row would: an id twice is
+-- created once, or created then replaced.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ns = now_ns_text(now)
@@ -46,8 +46,7 @@ local out = {}
 -- The batch's view of each id it met: its meta (false: none), its tombstone (false: none).
 local cur = {}
 local cur_held = {}
--- Created jobs not written yet (flush), by id.
-local created = {}
+-- Created jobs not written yet (flush).
 local meta_writes = {}
 local payloads = {}
 local scores = {}
@@ -59,7 +58,7 @@ local function flush()
   redis.call('HSET', KEYS[1], unpack(meta_writes))
   redis.call('HSET', KEYS[2], unpack(payloads))
   g_run(scores, 'ZADD')
-  created, meta_writes, payloads, scores = {}, {}, {}, {}
+  meta_writes, payloads, scores = {}, {}, {}
 end
 local function note_due(key, score)
   if not earliest[key] or score < earliest[key] then earliest[key] = score end
@@ -96,7 +95,6 @@ for j, id in ipairs(ids) do
     local key = due_key(KEYS[3], p, kind)
     if not state then
       local meta = 'p:0:0:' .. run_ns .. tail
-      created[id] = true
       cur[id] = meta
       meta_writes[#meta_writes + 1] = id
       meta_writes[#meta_writes + 1] = meta
@@ -107,8 +105,10 @@ for j, id in ipairs(ids) do
       tally(counted, 'pending', kind, 1)
       out[j] = {1, run_ns}
     else
-      -- Replace a pending job: written now (after the created ones, which it may be).
-      if created[id] then flush() end
+      -- Replace a pending job: written now, after the jobs created before it (it may be one
+      -- of them): its old level's tidy below must see them in their due sets, or it would
+      -- forget a level a created job is about to be written to.
+      flush()
       local old_p, old_kind = job_level(old_tail)
       local meta = 'p:' .. attempt .. ':0:' .. run_ns .. tail
       cur[id] = meta
