@@ -198,6 +198,9 @@ impl Store {
                     for &(id, until) in &changes.held {
                         t.put_held(id, until)?;
                     }
+                    for &(id, value) in &changes.next {
+                        t.put_next(id, value)?;
+                    }
                     for &(id, value) in &changes.jobs {
                         let before = t.load(id)?;
                         let after = value
