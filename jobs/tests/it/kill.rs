@@ -370,7 +370,8 @@ fn racing_replaces_survive_kill_9() {
 const SUCCESSOR_IDS: usize = 4;
 
 /// Child: 8 tasks scheduling `Dedup::AllowWhileRunning` jobs due now on `SUCCESSOR_IDS` ids
-/// forever, printing `stored <payload>` once a schedule returned `Created` or `Successor`;
+/// forever, printing `stored <payload>` once a schedule returned `Created` or `Successor`
+/// (else `exists <payload>`);
 /// and a consumer that acks each delivery (printing `delivered <payload>` first and
 /// `acked <payload>` once the ack returned), but gives every fifth first delivery back with a retry (the successor waits
 /// through it). Leases are `MIN_LEASE`, so the parent redelivers what it held.
@@ -395,6 +396,8 @@ async fn allow_while_running_forever(path: &Path, round: &str) {
                     .unwrap();
                 if matches!(outcome, Scheduled::Created | Scheduled::Successor) {
                     println!("stored {payload}");
+                } else {
+                    println!("exists {payload}");
                 }
                 if n % 4 == 0 {
                     tokio::time::sleep(ms(1)).await;
@@ -456,15 +459,20 @@ fn racing_successors_survive_kill_9() {
         let mut stored = HashSet::new();
         let mut acked = HashSet::new();
         let mut delivered = HashSet::new();
-        // Per task, the highest n it was told stored: one more may have been in flight.
+        // Per task, the highest n it had an answer for: one more may have been in flight.
         let mut highest: HashMap<usize, usize> = HashMap::new();
         for line in &printed {
-            if let Some(payload) = line.strip_prefix("stored ") {
+            let answered = line.strip_prefix("stored ").map(|p| (p, true));
+            if let Some((payload, was_stored)) =
+                answered.or_else(|| line.strip_prefix("exists ").map(|p| (p, false)))
+            {
                 let (r, t, n) = payload_parts(payload);
                 assert_eq!(r, round);
                 let top = highest.entry(t).or_insert(n);
                 *top = (*top).max(n);
-                stored.insert(payload.to_owned());
+                if was_stored {
+                    stored.insert(payload.to_owned());
+                }
             } else if let Some(payload) = line.strip_prefix("delivered ") {
                 delivered.insert(payload.to_owned());
             } else if let Some(payload) = line.strip_prefix("acked ") {

@@ -407,8 +407,7 @@ impl Backend for Embedded {
 
     fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            let (acked, successor) =
-                expect_reply!(self.call(Op::Ack { id, token }).await?, Reply::Acked(b, s) => (b, s))?;
+            let (acked, successor) = expect_reply!(self.call(Op::Ack { id, token }).await?, Reply::Acked(b, s) => (b, s))?;
             if let Some(at) = successor {
                 // Durable: the reply came after the commit.
                 self.wakeup.due_at(at);

@@ -435,7 +435,11 @@ pub(crate) mod tests {
         bad_state[1] = 3;
         assert_eq!(Record::decode(&bad_state, &plain), Err(Corrupt));
         bad_state[1] = HAS_NEXT | 3;
-        assert_eq!(Record::decode(&bad_state, &plain), Err(Corrupt), "the bit is no state");
+        assert_eq!(
+            Record::decode(&bad_state, &plain),
+            Err(Corrupt),
+            "the bit is no state"
+        );
         let mut short_error = record(Some("boom")).encode();
         short_error.pop();
         assert_eq!(Record::decode(&short_error, &plain), Err(Corrupt));

@@ -266,7 +266,8 @@ pub(super) fn ack(
     // The job is deleted: its payload is not copied out.
     match t.load_with(id, false)? {
         Some(stored) if stored.job.ack(token) => {
-            let hold_off = (!stored.spec.hold_off.is_zero()).then(|| add(now, stored.spec.hold_off));
+            let hold_off =
+                (!stored.spec.hold_off.is_zero()).then(|| add(now, stored.spec.hold_off));
             // The one check a job without a successor pays: a bit of the record just read.
             if stored.next {
                 let at = hand_over(t, counts, id, &stored, hold_off.unwrap_or(0), None)?;

@@ -734,7 +734,12 @@ fn next_table(store: &Store) -> BTreeMap<String, (u64, Vec<u8>, Spec)> {
             let (id, value) = entry.expect("a successor");
             let record = Record::decode(value.value(), &store.plain).expect("a record");
             assert_eq!(
-                (record.job.attempt, record.job.status, record.error, record.next),
+                (
+                    record.job.attempt,
+                    record.job.status,
+                    record.error,
+                    record.next
+                ),
                 (0, Status::Pending, None, false),
                 "a successor is a new pending job"
             );
@@ -1631,7 +1636,10 @@ fn replace_moves_only_a_pending_job() {
         after: Duration::ZERO,
         error: None,
     };
-    assert_eq!(one(&mut store, fail, 51), Reply::Retried(Retry::Died, 51, None));
+    assert_eq!(
+        one(&mut store, fail, 51),
+        Reply::Retried(Retry::Died, 51, None)
+    );
     assert!(matches!(
         one(&mut store, replace("run", 60), 52),
         Reply::Scheduled(Scheduled::Exists, _)
@@ -1656,4 +1664,73 @@ fn replace_moves_only_a_pending_job() {
         one(&mut store, replace(&id, 200 * MS), 100 * MS),
         Reply::Scheduled(Scheduled::Exists, head)
     );
+}
+
+/// A successor, its record bit and each handover are in the log: a crash after the
+/// schedule keeps the successor beside its running job, and one after the ack (or after the
+/// claim that killed the job at its last attempt) finds the successor pending in its place.
+#[test]
+fn successors_and_their_handovers_survive_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = file_store(dir.path(), 0);
+    store.checkpoint_every = Duration::from_secs(3600);
+    let mut once = store.plain.clone();
+    once.max_attempts = 1;
+    let new = |id: &str, t: u64, payload: &[u8], spec: &Spec, dedup: Dedup| {
+        Op::Schedule(NewJob {
+            id: id.into(),
+            when: at(t),
+            payload: payload.to_vec(),
+            spec: spec.clone(),
+            dedup,
+        })
+    };
+    let plain = store.plain.clone();
+    let allow = Dedup::AllowWhileRunning;
+    one(&mut store, new("a", 0, b"a1", &plain, Dedup::Keep), 0);
+    one(&mut store, new("k", 0, b"k1", &once, Dedup::Keep), 0);
+    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 2, kind: None }, 1) else {
+        panic!("a claim");
+    };
+    assert_eq!(batch.jobs.len(), 2);
+    for (id, t) in [("a", 7), ("k", 9)] {
+        assert_eq!(
+            one(&mut store, new(id, t, b"next", &plain, allow), 2),
+            Reply::Scheduled(Scheduled::Successor, t)
+        );
+    }
+    let mut store = crash(store, dir.path(), 0);
+    assert_eq!(next_table(&store).len(), 2, "both successors replayed");
+    let Reply::Info(Some(a)) = one(&mut store, Op::Get { id: "a".into() }, 3) else {
+        panic!("a is there");
+    };
+    let seven = UNIX_EPOCH + Duration::from_nanos(7);
+    assert_eq!((a.state(), a.successor()), (JobState::Running, Some(seven)));
+    let ack = Op::Ack {
+        id: "a".into(),
+        token: batch.jobs[0].token,
+    };
+    assert_eq!(one(&mut store, ack, 3), Reply::Acked(true, Some(7)));
+    // k's lease (30 s) ends; the claim finds it at its last attempt and hands over.
+    let after_lease = 1 + nanos_of(plain.lease);
+    let Reply::Claimed(killed) = one(&mut store, Op::Claim { max: 1, kind: None }, after_lease)
+    else {
+        panic!("a claim");
+    };
+    assert_eq!((killed.jobs.len(), killed.died), (0, 1));
+    let mut store = crash(store, dir.path(), 1);
+    assert!(next_table(&store).is_empty(), "both handed over");
+    for (id, t, error) in [("a", 7, None), ("k", 9, Some(state::LEASE_EXPIRED))] {
+        let Reply::Info(Some(job)) = one(&mut store, Op::Get { id: id.into() }, after_lease) else {
+            panic!("{id} is there");
+        };
+        assert_eq!(
+            (job.state(), job.payload(), job.attempt(), job.last_error()),
+            (JobState::Pending, &b"next"[..], 0, error),
+            "{id}"
+        );
+        assert_eq!(job::nanos(job.run_at()), t);
+        assert_eq!(job.successor(), None);
+    }
+    assert_eq!(store.counts().dead, 0);
 }
