@@ -412,7 +412,7 @@ async fn allow_while_running_forever(path: &Path, round: &str) {
         let payload = std::str::from_utf8(d.payload()).unwrap().to_owned();
         println!("delivered {payload}");
         seen += 1;
-        if seen % 5 == 0 && d.attempt() == 1 {
+        if seen.is_multiple_of(5) && d.attempt() == 1 {
             assert!(d.retry(Duration::ZERO).await.unwrap());
         } else {
             assert!(d.ack().await.unwrap());
