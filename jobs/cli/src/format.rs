@@ -118,6 +118,7 @@ pub fn job_json(job: &JobInfo) -> Value {
         "attempt": job.attempt(),
         "max_attempts": job.max_attempts(),
         "last_error": job.last_error(),
+        "successor_run_at": job.successor().map(time),
         "payload": payload,
         "payload_encoding": encoding,
     })
@@ -133,9 +134,17 @@ pub fn job_text(job: &JobInfo, now: SystemTime) -> String {
     let error = job.last_error().map_or("none".to_owned(), |e| {
         escape_lines(e).replace('\n', "\n         ")
     });
+    // A successor (`Dedup::AllowWhileRunning`) only when one waits.
+    let successor = job.successor().map_or(String::new(), |at| {
+        format!(
+            "\nsuccessor due at {} ({}), once this job is acked or dies",
+            time_text(at),
+            relative(at, now)
+        )
+    });
     format!(
         "id       {}\nstate    {}\nkind     {}\npriority {}\nrun_at   {} ({})\n\
-         attempt  {} of {}\nerror    {error}\npayload  {payload}",
+         attempt  {} of {}\nerror    {error}{successor}\npayload  {payload}",
         escape(job.id()),
         state(job.state()),
         kind(job.kind()),

@@ -366,6 +366,187 @@ fn racing_replaces_survive_kill_9() {
     eprintln!("{acknowledged} replaces acknowledged over {ROUNDS} kills");
 }
 
+/// The ids the `AllowWhileRunning` children race on.
+const SUCCESSOR_IDS: usize = 4;
+
+/// Child: 8 tasks scheduling `Dedup::AllowWhileRunning` jobs due now on `SUCCESSOR_IDS` ids
+/// forever, printing `stored <payload>` once a schedule returned `Created` or `Successor`
+/// (else `exists <payload>`);
+/// and a consumer that acks each delivery (printing `delivered <payload>` first and
+/// `acked <payload>` once the ack returned), but gives every fifth first delivery back with a retry (the successor waits
+/// through it). Leases are `MIN_LEASE`, so the parent redelivers what it held.
+async fn allow_while_running_forever(path: &Path, round: &str) {
+    let queue = JobQueue::builder()
+        .lease(wheel_jobs::MIN_LEASE)
+        .open(path)
+        .await
+        .unwrap();
+    println!("\nready");
+    let allow = JobOptions::new().dedup(Dedup::AllowWhileRunning);
+    let mut tasks = Vec::new();
+    for t in 0..8usize {
+        let (queue, round, allow) = (queue.clone(), round.to_owned(), allow.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 0usize.. {
+                let id = format!("s{}", (t * 3 + n) % SUCCESSOR_IDS);
+                let payload = format!("{round}-{t}-{n}");
+                let outcome = queue
+                    .schedule_with(&id, Duration::ZERO, payload.as_str(), &allow)
+                    .await
+                    .unwrap();
+                if matches!(outcome, Scheduled::Created | Scheduled::Successor) {
+                    println!("stored {payload}");
+                } else {
+                    println!("exists {payload}");
+                }
+                if n % 4 == 0 {
+                    tokio::time::sleep(ms(1)).await;
+                }
+            }
+        }));
+    }
+    let mut consumer = queue.consume();
+    let mut seen = 0u64;
+    while let Some(d) = consumer.next().await {
+        let d = d.unwrap();
+        let payload = std::str::from_utf8(d.payload()).unwrap().to_owned();
+        println!("delivered {payload}");
+        seen += 1;
+        if seen.is_multiple_of(5) && d.attempt() == 1 {
+            assert!(d.retry(Duration::ZERO).await.unwrap());
+        } else {
+            assert!(d.ack().await.unwrap());
+            println!("acked {payload}");
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Processes racing `Dedup::AllowWhileRunning` schedules, acks and retries on a few ids,
+/// one after another, each SIGKILLed mid-race (in the middle of handovers). After each
+/// reopen: no job is dead, a successor waits only beside a running or pending job, and a
+/// drain (redelivering the dead child's leases, then the successors they hand over to)
+/// delivers each once every payload a child was told was stored and never had delivered,
+/// and none whose ack was answered.
+#[test]
+fn racing_successors_survive_kill_9() {
+    const TEST: &str = "kill::racing_successors_survive_kill_9";
+    if let Some((role, path)) = child_role() {
+        let round = role.trim_start_matches('s').to_owned();
+        runtime().block_on(allow_while_running_forever(&path, &round));
+        return;
+    }
+    const ROUNDS: usize = 4;
+    let mut rng = Rng(seed());
+    let h = embedded::harness();
+    let rt = runtime();
+    let (mut stored_total, mut handed) = (0usize, 0usize);
+    for round in 0..ROUNDS {
+        let (mut child, lines) = spawn_child(TEST, &format!("s{round}"), &h.path());
+        let until = std::time::Instant::now() + ms(50 + rng.next() % 200);
+        let mut printed = Vec::new();
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            match lines.recv_timeout(left) {
+                Ok(line) => printed.push(line),
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the child ended by itself"),
+            }
+        }
+        child.kill();
+        printed.extend(lines.iter());
+        let mut stored = HashSet::new();
+        let mut acked = HashSet::new();
+        let mut delivered = HashSet::new();
+        // Per task, the highest n it had an answer for: one more may have been in flight.
+        let mut highest: HashMap<usize, usize> = HashMap::new();
+        for line in &printed {
+            let answered = line.strip_prefix("stored ").map(|p| (p, true));
+            if let Some((payload, was_stored)) =
+                answered.or_else(|| line.strip_prefix("exists ").map(|p| (p, false)))
+            {
+                let (r, t, n) = payload_parts(payload);
+                assert_eq!(r, round);
+                let top = highest.entry(t).or_insert(n);
+                *top = (*top).max(n);
+                if was_stored {
+                    stored.insert(payload.to_owned());
+                }
+            } else if let Some(payload) = line.strip_prefix("delivered ") {
+                delivered.insert(payload.to_owned());
+            } else if let Some(payload) = line.strip_prefix("acked ") {
+                assert!(acked.insert(payload.to_owned()), "{payload} acked twice");
+            }
+        }
+        stored_total += stored.len();
+        handed += acked.len();
+        rt.block_on(async {
+            let queue = JobQueue::builder()
+                .lease(wheel_jobs::MIN_LEASE)
+                .open(h.path())
+                .await
+                .expect("reopens after kill -9");
+            let counts = queue.counts().await.unwrap();
+            assert_eq!(counts.dead, 0, "round {round}: a death kept a job");
+            let mut live = 0;
+            for i in 0..SUCCESSOR_IDS {
+                let Some(job) = queue.get(&format!("s{i}")).await.unwrap() else {
+                    continue;
+                };
+                live += 1;
+                assert_ne!(job.state(), JobState::Dead);
+            }
+            assert_eq!(counts.pending + counts.running, live, "round {round}");
+            // Drain: the dead child's leases end within `MIN_LEASE`, and each ack hands
+            // over to the successor waiting.
+            let mut drained: HashMap<String, u32> = HashMap::new();
+            let mut consumer = queue.consume();
+            loop {
+                let counts = queue.counts().await.unwrap();
+                if counts.pending + counts.running == 0 {
+                    break;
+                }
+                let d = tokio::time::timeout(Duration::from_secs(30), consumer.next())
+                    .await
+                    .expect("the drain goes on")
+                    .unwrap()
+                    .unwrap();
+                let payload = std::str::from_utf8(d.payload()).unwrap().to_owned();
+                assert!(d.ack().await.unwrap());
+                *drained.entry(payload).or_default() += 1;
+            }
+            for (payload, times) in &drained {
+                assert_eq!(*times, 1, "round {round}: {payload} drained {times} times");
+                assert!(
+                    !acked.contains(payload),
+                    "round {round}: {payload} was acked, then delivered again"
+                );
+                let (r, t, n) = payload_parts(payload);
+                assert!(
+                    r == round && highest.get(&t).is_none_or(|&top| n <= top + 1),
+                    "round {round}: {payload} was never scheduled"
+                );
+            }
+            // Delivered without an answered ack: the ack may have been durable.
+            for payload in &stored {
+                assert!(
+                    acked.contains(payload)
+                        || drained.contains_key(payload)
+                        || delivered.contains(payload),
+                    "round {round}: {payload} was stored, then lost"
+                );
+            }
+            for i in 0..SUCCESSOR_IDS {
+                assert!(queue.get(&format!("s{i}")).await.unwrap().is_none());
+            }
+            queue.close().await.unwrap();
+        });
+    }
+    assert!(handed > ROUNDS, "the children acked something ({handed})");
+    eprintln!("{stored_total} stored, {handed} acked over {ROUNDS} kills");
+}
+
 /// Child: consumes with a short lease, acks the first `ACKED` jobs (printing each once the
 /// ack returned), then hangs in the middle of the next handler.
 async fn consume_then_hang(queue: JobQueue) {

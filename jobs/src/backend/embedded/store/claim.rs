@@ -14,6 +14,9 @@
 //!   order among themselves open.
 //! - A claim hands out only jobs of its kind, even the occurrence a series' head gives in
 //!   its place (`FirstClaim::Instead`): one of another kind is left pending.
+//! - A job killed with a successor waiting (`Dedup::AllowWhileRunning`) is replaced by it
+//!   in the same transaction (`jobs::hand_over`): still counted in `died`, but no dead job
+//!   is kept; the successor is due for the next claim, not this one.
 
 use super::counts::Counters;
 use super::index::{self, Position};
@@ -93,7 +96,13 @@ impl Store {
             if let Some(error) = stored.job.claim_error() {
                 record.error = Some(error);
             }
-            t.set(counts, &id, Some(&stored), Some(record))?;
+            if outcome == Claim::Died && stored.next {
+                // Its successor takes its place, due for a later claim.
+                let error = record.error;
+                super::jobs::hand_over(t, counts, &id, &stored, 0, error)?;
+            } else {
+                t.set(counts, &id, Some(&stored), Some(record))?;
+            }
             died += u64::from(outcome == Claim::Died);
             if outcome == Claim::Deliver {
                 jobs.push(Claimed {
