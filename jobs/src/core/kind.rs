@@ -67,6 +67,8 @@ pub enum Dedup {
     /// lease ended at its last attempt), the successor becomes the pending job carrying the
     /// dead one's last error, and no dead job is kept (the death is still counted by the
     /// metrics). [`cancel`](crate::JobQueue::cancel) of the id removes a waiting successor.
+    /// A [`Replace`](Self::Replace) of a job pending again after a retry, with a successor
+    /// waiting, takes the job's values and drops the successor: the newest schedule wins.
     /// An absent id is created; a pending or dead job, a running one that already has a
     /// successor, and a series' occurrence win as with `Keep`
     /// ([`Scheduled::Exists`](crate::Scheduled::Exists)).

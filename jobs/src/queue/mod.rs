@@ -303,8 +303,10 @@ impl JobQueue {
         Ok(outcomes.into_iter().map(|(o, _)| o).collect())
     }
 
-    /// Removes a pending job: `true` if it was pending, and then it is never delivered.
-    /// A running or dead job, or an unknown id, gives `false` and nothing changes; so does
+    /// Removes a pending job: `true` if it was pending, and then it is never delivered
+    /// (nor is a successor waiting for it, [`Dedup::AllowWhileRunning`](crate::Dedup::AllowWhileRunning)).
+    /// A running job with a successor loses the successor (`true`) and runs on. Any other
+    /// running job, a dead job, or an unknown id gives `false` and nothing changes; so does
     /// the pending occurrence of a recurring series (its series would have none:
     /// [`cancel_recurring`](Self::cancel_recurring) removes both).
     ///

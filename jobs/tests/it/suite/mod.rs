@@ -145,6 +145,7 @@ macro_rules! run_shared_suite {
                 a_successor_waits_through_retries,
                 a_successor_takes_over_from_a_death,
                 a_successor_after_a_hold_off_waits_for_its_end,
+                a_replace_after_a_retry_drops_the_waiting_successor,
                 cancel_removes_a_waiting_successor,
                 racing_successors_are_each_delivered_once,
             }

@@ -284,6 +284,52 @@ pub async fn a_successor_after_a_hold_off_waits_for_its_end(h: impl Harness) {
     queue.close().await.unwrap();
 }
 
+/// A `Replace` of a job pending again after a retry, with a successor waiting: the job
+/// takes the newest values and the successor is dropped, so nothing older runs after it.
+pub async fn a_replace_after_a_retry_drops_the_waiting_successor(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    queue
+        .schedule_with(
+            "sync",
+            Duration::ZERO,
+            "v1",
+            &JobOptions::new().max_attempts(3),
+        )
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let first = next(&mut consumer).await;
+    assert_eq!(
+        queue
+            .schedule_with("sync", HOUR, "v2", &allow())
+            .await
+            .unwrap(),
+        Scheduled::Successor
+    );
+    assert!(first.retry(HOUR).await.unwrap());
+    let replace = JobOptions::new().dedup(Dedup::Replace);
+    assert_eq!(
+        queue
+            .schedule_with("sync", Duration::ZERO, "v3", &replace)
+            .await
+            .unwrap(),
+        Scheduled::Replaced
+    );
+    let job = queue.get("sync").await.unwrap().unwrap();
+    assert_eq!(
+        (job.state(), job.payload(), job.attempt(), job.successor()),
+        (JobState::Pending, &b"v3"[..], 1, None)
+    );
+    let d = next(&mut consumer).await;
+    assert_eq!(d.payload(), b"v3");
+    assert!(d.ack().await.unwrap());
+    assert!(
+        queue.get("sync").await.unwrap().is_none(),
+        "the older successor does not run after the newest values"
+    );
+    queue.close().await.unwrap();
+}
+
 /// `cancel` removes a waiting successor (the running job goes on), and a pending job with
 /// its successor (after a retry) together.
 pub async fn cancel_removes_a_waiting_successor(h: impl Harness) {
