@@ -39,6 +39,13 @@ impl JobQueue {
     /// of the same id (from any handle) waits for it, up to `postgres_timeout`, then answers
     /// as its commit or rollback decides; schedules of other ids do not wait.
     ///
+    /// A job it replaced ([`Dedup::Replace`](crate::Dedup::Replace)) stays locked until this
+    /// transaction ends: no worker claims it meanwhile. A job it finds existing (or running,
+    /// for a Replace) is answered without a lock, except in one narrow case: if another
+    /// transaction creates or claims the job in the instant between this statement's start
+    /// and its write, that job's row stays locked (and unchanged) until this transaction
+    /// ends, which delays its worker's ack, retry or extension until then.
+    ///
     /// # Examples
     ///
     /// The order and its 48 h rating job commit together:

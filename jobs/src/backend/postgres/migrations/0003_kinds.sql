@@ -59,8 +59,9 @@ ALTER TABLE {schema}.counts ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT ''
 ALTER TABLE {schema}.counts DROP CONSTRAINT counts_pkey, ADD PRIMARY KEY (queue, kind, slot);
 ALTER TABLE {schema}.count_deltas ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT '';
 
--- The triggers of version 2, their deltas grouped by queue and kind (a statement never
--- changes a job's kind, so an update's old and new rows share it).
+-- The triggers of version 2, their deltas grouped by queue and kind: an update's old rows
+-- count out of their kind and its new rows into theirs, so a Replace that changes a job's
+-- kind moves its count from one kind to the other.
 CREATE OR REPLACE FUNCTION {schema}.jobs_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO {schema}.count_deltas (queue, kind, pending, running, dead)

@@ -14,7 +14,10 @@
 //! insert through while the new `dead` or `held` row stays invisible to it. The second
 //! statement's fresh snapshot (READ COMMITTED) sees it; its delete's trigger delta cancels
 //! the insert's, so the counts stay exact. A replaced row was pending and locked by the
-//! update: neither a kill nor an ack can have passed it.
+//! update: neither a kill nor an ack can have passed it. Its `NOT EXISTS` of a series head
+//! reads the snapshot too: a Replace that waited on the insert of a row its snapshot did
+//! not see, by a series placing it as its occurrence, gives it back to the series (a third
+//! statement, sent only then, for an id with an `@`) and answers Exists.
 //!
 //! An import writes every job as pending first, through the same insert and the same check
 //! (an id held off at the server's now is skipped): the `jobs` key is what orders it
@@ -43,6 +46,7 @@ pub(super) struct JobsSql {
     bury: String,
     died: String,
     undead: String,
+    unplace: String,
     cancel: String,
     reschedule: String,
     get: String,
@@ -67,8 +71,24 @@ impl JobsSql {
             // that is not a series' occurrence takes the new run_at, payload and spec, its
             // attempt and last error kept (an update: the triggers move its counts and wake
             // the consumers if it became due earlier). The ids are distinct (`schedule_raw`
-            // sends repeated ones in later rounds). Answers: 0 created, 1 replaced, 2 held
-            // off (with the tombstone's end); an id not answered exists.
+            // sends repeated ones in later rounds). One insert, in id order, whatever each
+            // job's mode (its `replace` read back from the input): the rows are locked in id
+            // order, as by any other schedule, so batches mixing modes on the same ids
+            // cannot deadlock.
+            //
+            // Only the ids absent from the statement's snapshot, or pending there for a
+            // Replace, are sent to the insert: `ON CONFLICT DO UPDATE` locks the row it meets
+            // even when its WHERE is false, and an id seen existing (Keep) or running
+            // (Replace) answers Exists without touching it, so a schedule in a long
+            // transaction never holds a running job's row against its worker's ack, retry or
+            // extension. The row of an id created or claimed by another transaction between
+            // the snapshot and the insert is still locked, and left as it is (the token
+            // check), until this transaction ends.
+            //
+            // Answers: 0 created, 1 replaced, 2 held off (with the tombstone's end), 3
+            // replaced a row this statement's snapshot did not see (a series may have placed
+            // it as an occurrence meanwhile: `schedule_round` checks it); an id not answered
+            // exists.
             schedule: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  input AS (SELECT i.id, i.ord, i.replace, {run_at}::bigint AS run_at, i.payload, {spec_i} \
@@ -81,17 +101,20 @@ impl JobsSql {
                  free AS (SELECT * FROM input \
                    WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
                    AND NOT EXISTS (SELECT 1 FROM hold WHERE hold.id = input.id)), \
-                 kept AS (INSERT INTO {jobs} (queue, id, run_at, payload, {spec}) \
-                   SELECT $1, id, run_at, payload, {spec} FROM free WHERE NOT replace ORDER BY id \
-                   ON CONFLICT (queue, id) DO NOTHING RETURNING id, run_at), \
-                 moved AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}) \
-                   SELECT $1, id, run_at, payload, {spec} FROM free WHERE replace ORDER BY id \
+                 seen AS (SELECT j.id, j.token IS NOT NULL AS running FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.id IN (SELECT id FROM input)), \
+                 sent AS (SELECT * FROM free WHERE NOT EXISTS (SELECT 1 FROM seen \
+                   WHERE seen.id = free.id AND (seen.running OR NOT free.replace))), \
+                 ins AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}) \
+                   SELECT $1, id, run_at, payload, {spec} FROM sent ORDER BY id \
                    ON CONFLICT (queue, id) DO UPDATE SET run_at = EXCLUDED.run_at, \
                    payload = EXCLUDED.payload, {set_spec} \
-                   WHERE j.token IS NULL AND {head} \
+                   WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
+                   AND {head} \
                    RETURNING j.id, j.run_at, j.xmax = 0 AS inserted) \
-                 SELECT id, run_at, 0 AS outcome FROM kept \
-                 UNION ALL SELECT id, run_at, CASE WHEN inserted THEN 0 ELSE 1 END FROM moved \
+                 SELECT id, run_at, CASE WHEN inserted THEN 0 \
+                   WHEN EXISTS (SELECT 1 FROM seen WHERE seen.id = ins.id) THEN 1 ELSE 3 END AS outcome \
+                   FROM ins \
                  UNION ALL SELECT id, until, 2 FROM hold",
                 run_at = run_at("i.at", "i.after"),
                 spec = spec_cols(""),
@@ -148,6 +171,23 @@ impl JobsSql {
             undead: format!(
                 "DELETE FROM {jobs} WHERE queue = $1 AND id = ANY($2::text[]) AND token IS NULL \
                  RETURNING id"
+            ),
+            // Of the jobs $2 a Replace just updated, unseen by its statement's snapshot, those
+            // a series placed as its occurrence while the Replace waited on their insert (the
+            // statement's `NOT EXISTS` on `series` read the snapshot, without the new head):
+            // given back what the series wrote (`series.rs` `place_head`: its time and
+            // payload, the plain spec), as if the series had come second. The Replace holds
+            // their rows, so the series cannot have moved on.
+            unplace: format!(
+                "UPDATE {jobs} j SET run_at = s.head, payload = s.payload, {plain} \
+                 FROM {series} s WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.token IS NULL \
+                 AND s.queue = $1 AND s.name = split_part(j.id, '@', 1) AND s.head_id = j.id \
+                 RETURNING j.id",
+                plain = spec_cols("")
+                    .split(", ")
+                    .map(|c| format!("{c} = DEFAULT"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             ),
             // Machine::cancel: only a pending job, and not a series' pending occurrence.
             cancel: format!(
@@ -267,13 +307,13 @@ impl Sql {
             .bind(payloads)
             .bind(replaces);
         let rows = specs.bind(query).fetch_all(&mut *conn).await?;
-        let mut created = Vec::new();
+        let (mut created, mut unseen) = (Vec::new(), Vec::new());
         for r in &rows {
             let id: String = r.try_get(0)?;
             let at = dec(r.try_get(1)?);
             let outcome = match r.try_get::<i32, _>(2)? {
                 0 => Scheduled::Created,
-                1 => Scheduled::Replaced,
+                1 | 3 => Scheduled::Replaced,
                 _ => Scheduled::HeldOff {
                     until: system_time(at),
                 },
@@ -281,8 +321,24 @@ impl Sql {
             if outcome == Scheduled::Created {
                 created.push(id.clone());
             }
+            // Only an id with an `@` can be a series' occurrence.
+            if r.try_get::<i32, _>(2)? == 3 && id.contains('@') {
+                unseen.push(id.clone());
+            }
             if let Some(&i) = at_id.get(id.as_str()) {
                 answers[i] = (outcome, at);
+            }
+        }
+        if !unseen.is_empty() {
+            let placed = sqlx::query(&self.jobs.unplace)
+                .bind(queue)
+                .bind(&unseen)
+                .fetch_all(&mut *conn)
+                .await?;
+            for r in &placed {
+                if let Some(&i) = at_id.get(r.try_get::<&str, _>(0)?) {
+                    answers[i] = (Scheduled::Exists, 0);
+                }
             }
         }
         let undone = self
@@ -536,9 +592,25 @@ mod tests {
         );
         assert!(text.contains("hold_off = EXCLUDED.hold_off"), "{text}");
         assert!(
-            text.contains("WHERE j.token IS NULL AND NOT EXISTS"),
+            text.contains(
+                "WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
+                 AND NOT EXISTS (SELECT 1 FROM"
+            ),
             "{text}"
         );
         assert!(!text.contains("attempt = "), "attempts stay: {text}");
+    }
+
+    #[test]
+    fn a_schedule_locks_its_rows_in_id_order_whatever_their_modes() {
+        let names = Names::new("wheel_jobs");
+        let text = JobsSql::new(&names).schedule;
+        // One insert for Keep and Replace alike: two would lock a batch's Keep ids, then
+        // its Replace ids, and two batches mixing them on the same ids could deadlock.
+        assert_eq!(text.matches("INSERT INTO").count(), 1, "{text}");
+        assert!(
+            text.contains("ORDER BY id ON CONFLICT (queue, id) DO UPDATE"),
+            "{text}"
+        );
     }
 }
