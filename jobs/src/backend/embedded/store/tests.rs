@@ -316,6 +316,8 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     {
                         held.remove(&id);
                         (job.run_at, job.payload, job.spec) = (run_at, payload, spec);
+                        // The newest schedule wins: a successor waiting (after a retry) goes.
+                        job.next = None;
                         Reply::Scheduled(Scheduled::Replaced, run_at)
                     }
                     (None, Some(job))
