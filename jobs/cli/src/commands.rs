@@ -270,11 +270,27 @@ async fn schedule(
 }
 
 async fn cancel(queue: &JobQueue, id: &str, out: Out) -> Result<(), String> {
+    // A cancel that succeeds on a running job removed only its successor
+    // (`Dedup::AllowWhileRunning`): the job runs on.
+    let before = queue.get(id).await.map_err(|e| e.to_string())?;
+    let running = before.is_some_and(|job| job.state() == JobState::Running);
     if queue.cancel(id).await.map_err(|e| e.to_string())? {
-        out.print(
-            || format!("cancelled {}", format::escape(id)),
-            json!({ "id": id, "cancelled": true }),
-        );
+        if running {
+            out.print(
+                || {
+                    format!(
+                        "cancelled the successor of {} (the running job goes on)",
+                        format::escape(id)
+                    )
+                },
+                json!({ "id": id, "cancelled": true, "successor_only": true }),
+            );
+        } else {
+            out.print(
+                || format!("cancelled {}", format::escape(id)),
+                json!({ "id": id, "cancelled": true }),
+            );
+        }
         return Ok(());
     }
     if let Ok(Some(series)) = queue.recurring_of(id).await {

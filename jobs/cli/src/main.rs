@@ -237,7 +237,7 @@ fn parse_dedup(s: &str) -> Result<wheel_jobs::Dedup, String> {
         "replace" => Ok(Dedup::Replace),
         "allow-while-running" => Ok(Dedup::AllowWhileRunning),
         _ => match s.strip_prefix("hold-off=") {
-            Some(d) => format::parse_delay(d).map(Dedup::HoldOff),
+            Some(d) => format::parse_hold_off(d).map(Dedup::HoldOff),
             None => Err("one of keep, replace, allow-while-running, hold-off=DURATION".to_owned()),
         },
     }

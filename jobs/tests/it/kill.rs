@@ -369,20 +369,50 @@ fn racing_replaces_survive_kill_9() {
 /// The ids the `AllowWhileRunning` children race on.
 const SUCCESSOR_IDS: usize = 4;
 
-/// Child: 8 tasks scheduling `Dedup::AllowWhileRunning` jobs due now on `SUCCESSOR_IDS` ids
-/// forever, printing `stored <payload>` once a schedule returned `Created` or `Successor`
-/// (else `exists <payload>`);
-/// and a consumer that acks each delivery (printing `delivered <payload>` first and
-/// `acked <payload>` once the ack returned), but gives every fifth first delivery back with a retry (the successor waits
-/// through it). Leases are `MIN_LEASE`, so the parent redelivers what it held.
+/// Child: first, deterministically, job `d` (kind `last`, 2 attempts, payload
+/// `<round>-9-0`) is delivered, retried and delivered again at its last attempt, given a
+/// successor `<round>-9-1`, and held: no later claim of the child reads kind `last`, so the
+/// parent's drain finds its lease ended and must hand over (no dead job). Then 8 tasks schedule `Dedup::AllowWhileRunning` jobs
+/// (2 attempts) due now on `SUCCESSOR_IDS` ids forever, printing `stored <payload>` once a
+/// schedule returned `Created` or `Successor` (else `exists <payload>`); and a consumer
+/// acks each delivery (printing `delivered <payload>` first and `acked <payload>` once the
+/// ack returned), but gives every fifth first delivery back with a retry (the successor
+/// waits through it) and fails each second delivery, its last attempt, after scheduling a
+/// successor for it (so each of those deaths hands over). Leases are `MIN_LEASE`, so the
+/// parent redelivers what it held.
 async fn allow_while_running_forever(path: &Path, round: &str) {
     let queue = JobQueue::builder()
         .lease(wheel_jobs::MIN_LEASE)
         .open(path)
         .await
         .unwrap();
+    // The race's jobs are of kind `race`, which the race's consumer claims: no claim of
+    // the child reads `d` again (claims read only their kinds), so `d` dies in the drain.
+    let allow = JobOptions::kind("race")
+        .dedup(Dedup::AllowWhileRunning)
+        .max_attempts(2);
+    let first = format!("{round}-9-0");
+    let last = JobOptions::kind("last").max_attempts(2);
+    let created = queue
+        .schedule_with("d", Duration::ZERO, first.as_str(), &last)
+        .await
+        .unwrap();
+    assert_eq!(created, Scheduled::Created);
+    println!("stored {first}");
+    let mut prelude = queue.consume_kind("last");
+    let d = prelude.next().await.unwrap().unwrap();
+    println!("delivered {first}");
+    assert!(d.retry(Duration::ZERO).await.unwrap());
+    let held = prelude.next().await.unwrap().unwrap();
+    assert_eq!((held.payload(), held.attempt()), (first.as_bytes(), 2));
+    let successor = format!("{round}-9-1");
+    let outcome = queue
+        .schedule_with("d", Duration::ZERO, successor.as_str(), &allow)
+        .await
+        .unwrap();
+    assert_eq!(outcome, Scheduled::Successor);
+    println!("stored {successor}");
     println!("\nready");
-    let allow = JobOptions::new().dedup(Dedup::AllowWhileRunning);
     let mut tasks = Vec::new();
     for t in 0..8usize {
         let (queue, round, allow) = (queue.clone(), round.to_owned(), allow.clone());
@@ -405,31 +435,53 @@ async fn allow_while_running_forever(path: &Path, round: &str) {
             }
         }));
     }
-    let mut consumer = queue.consume();
-    let mut seen = 0u64;
+    let mut consumer = queue.consume_kind("race");
+    let (mut seen, mut deaths) = (0u64, 0usize);
     while let Some(d) = consumer.next().await {
         let d = d.unwrap();
         let payload = std::str::from_utf8(d.payload()).unwrap().to_owned();
         println!("delivered {payload}");
         seen += 1;
-        if seen.is_multiple_of(5) && d.attempt() == 1 {
+        if d.attempt() == 2 {
+            // Its last attempt: a successor waits (this one, or one stored before), so
+            // the death hands over.
+            // Numbered one by one, as the tasks' are: one at most is in flight at a kill.
+            let next = format!("{round}-8-{deaths}");
+            deaths += 1;
+            let outcome = queue
+                .schedule_with(d.id(), Duration::ZERO, next.as_str(), &allow)
+                .await
+                .unwrap();
+            match outcome {
+                Scheduled::Successor => println!("stored {next}"),
+                Scheduled::Exists => println!("exists {next}"),
+                other => panic!("{} is running: {other:?}", d.id()),
+            }
+            assert!(d.fail(Duration::ZERO, "boom").await.unwrap());
+            println!("died {payload}");
+        } else if seen.is_multiple_of(5) {
             assert!(d.retry(Duration::ZERO).await.unwrap());
         } else {
             assert!(d.ack().await.unwrap());
             println!("acked {payload}");
         }
     }
+    drop(held);
     for t in tasks {
         t.await.unwrap();
     }
 }
 
-/// Processes racing `Dedup::AllowWhileRunning` schedules, acks and retries on a few ids,
-/// one after another, each SIGKILLed mid-race (in the middle of handovers). After each
-/// reopen: no job is dead, a successor waits only beside a running or pending job, and a
-/// drain (redelivering the dead child's leases, then the successors they hand over to)
-/// delivers each once every payload a child was told was stored and never had delivered,
-/// and none whose ack was answered.
+/// Processes racing `Dedup::AllowWhileRunning` schedules, acks, retries and deaths (each
+/// with a successor waiting) on a few ids, one after another, each SIGKILLed mid-race (in
+/// the middle of handovers). After each reopen: no job is dead, a successor waits only
+/// beside a running or pending job, and a drain (redelivering the dead child's leases, then
+/// the successors they hand over to) delivers each once every payload a child was told was
+/// stored and never had delivered, and none whose ack was answered. The job `d` each child
+/// held at its last attempt, with a successor, is killed by the drain's claim: its
+/// successor runs in its place and no dead job is kept (certain by construction). A job of
+/// the race the child held at its last attempt may die in the drain without a successor:
+/// it must be one the child had been delivered.
 #[test]
 fn racing_successors_survive_kill_9() {
     const TEST: &str = "kill::racing_successors_survive_kill_9";
@@ -442,7 +494,7 @@ fn racing_successors_survive_kill_9() {
     let mut rng = Rng(seed());
     let h = embedded::harness();
     let rt = runtime();
-    let (mut stored_total, mut handed) = (0usize, 0usize);
+    let (mut stored_total, mut handed, mut died, mut killed_in_drain) = (0, 0, 0, 0);
     for round in 0..ROUNDS {
         let (mut child, lines) = spawn_child(TEST, &format!("s{round}"), &h.path());
         let until = std::time::Instant::now() + ms(50 + rng.next() % 200);
@@ -475,6 +527,8 @@ fn racing_successors_survive_kill_9() {
                 }
             } else if let Some(payload) = line.strip_prefix("delivered ") {
                 delivered.insert(payload.to_owned());
+            } else if line.starts_with("died ") {
+                died += 1;
             } else if let Some(payload) = line.strip_prefix("acked ") {
                 assert!(acked.insert(payload.to_owned()), "{payload} acked twice");
             }
@@ -490,16 +544,29 @@ fn racing_successors_survive_kill_9() {
             let counts = queue.counts().await.unwrap();
             assert_eq!(counts.dead, 0, "round {round}: a death kept a job");
             let mut live = 0;
-            for i in 0..SUCCESSOR_IDS {
-                let Some(job) = queue.get(&format!("s{i}")).await.unwrap() else {
+            for id in (0..SUCCESSOR_IDS)
+                .map(|i| format!("s{i}"))
+                .chain(["d".into()])
+            {
+                let Some(job) = queue.get(&id).await.unwrap() else {
                     continue;
                 };
                 live += 1;
                 assert_ne!(job.state(), JobState::Dead);
             }
             assert_eq!(counts.pending + counts.running, live, "round {round}");
-            // Drain: the dead child's leases end within `MIN_LEASE`, and each ack hands
-            // over to the successor waiting.
+            let d = queue
+                .get("d")
+                .await
+                .unwrap()
+                .expect("d, held by the dead child");
+            assert_eq!(
+                (d.state(), d.attempt(), d.successor().is_some()),
+                (JobState::Running, 2, true),
+                "round {round}"
+            );
+            // Drain: the dead child's leases end within `MIN_LEASE` (a claim kills those at
+            // their last attempt), and each ack or kill hands over to the successor waiting.
             let mut drained: HashMap<String, u32> = HashMap::new();
             let mut consumer = queue.consume();
             loop {
@@ -537,14 +604,48 @@ fn racing_successors_survive_kill_9() {
                     "round {round}: {payload} was stored, then lost"
                 );
             }
+            // `d` died at its last attempt, in the drain's claim: its successor ran in its
+            // place, and no dead job was kept.
+            let (first, successor) = (format!("{round}-9-0"), format!("{round}-9-1"));
+            assert!(
+                !drained.contains_key(&first),
+                "round {round}: d ran after its death"
+            );
+            assert!(
+                drained.contains_key(&successor),
+                "round {round}: d's successor did not run"
+            );
+            assert!(queue.get("d").await.unwrap().is_none(), "round {round}");
             for i in 0..SUCCESSOR_IDS {
-                assert!(queue.get(&format!("s{i}")).await.unwrap().is_none());
+                let id = format!("s{i}");
+                let Some(job) = queue.get(&id).await.unwrap() else {
+                    continue;
+                };
+                // Held by the child at its last attempt, without a successor: killed by
+                // the drain's claim.
+                let payload = std::str::from_utf8(job.payload()).unwrap();
+                assert_eq!(
+                    (
+                        job.state(),
+                        job.attempt(),
+                        job.last_error(),
+                        job.successor()
+                    ),
+                    (JobState::Dead, 2, Some("lease expired"), None),
+                    "round {round}: {id}"
+                );
+                assert!(delivered.contains(payload), "round {round}: {payload}");
+                assert!(queue.remove_dead(&id).await.unwrap());
+                killed_in_drain += 1;
             }
             queue.close().await.unwrap();
         });
     }
-    assert!(handed > ROUNDS, "the children acked something ({handed})");
-    eprintln!("{stored_total} stored, {handed} acked over {ROUNDS} kills");
+    eprintln!(
+        "{stored_total} stored, {handed} acked, {died} died with a successor over {ROUNDS} \
+         kills (and {ROUNDS} killed by a drain's claim with one), {killed_in_drain} killed \
+         by a drain's claim without one"
+    );
 }
 
 /// Child: consumes with a short lease, acks the first `ACKED` jobs (printing each once the

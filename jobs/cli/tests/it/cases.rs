@@ -610,12 +610,27 @@ pub async fn dedup_modes_and_a_successor_are_scheduled_and_shown(place: impl Pla
     );
     let text = on(&place, &["get", "busy"]).await.ok().to_owned();
     assert!(
-        text.contains(&format!("\nsuccessor due at {next} (in ")),
+        text.contains(&format!("\nnext     a successor due at {next} (in ")),
         "{text}"
     );
+    // The labels line up: each value starts in the same column.
+    for line in text.lines().filter(|l| !l.starts_with(' ')) {
+        let (label, value) = line.split_at(9);
+        assert!(label.ends_with(' ') && !value.starts_with(' '), "{text}");
+    }
     let pending = on(&place, &["get", "p", "--json"]).await.json();
     assert_eq!(pending["successor_run_at"], serde_json::Value::Null);
     assert!(!on(&place, &["get", "p"]).await.ok().contains("successor"));
+    // A cancel of the running job removes only its successor.
+    assert_eq!(
+        on(&place, &["cancel", "busy"]).await.ok(),
+        "cancelled the successor of busy (the running job goes on)\n"
+    );
+    let busy = on(&place, &["get", "busy", "--json"]).await.json();
+    assert_eq!(
+        (&busy["state"], &busy["successor_run_at"]),
+        (&"running".into(), &serde_json::Value::Null)
+    );
     let args = [
         "schedule",
         "h",

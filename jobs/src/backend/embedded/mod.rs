@@ -63,8 +63,9 @@ pub(crate) struct Embedded {
     path: PathBuf,
     requests: mpsc::Sender<Request>,
     published: Arc<Published>,
-    /// This process's idle consumers: an ack or a death that makes a successor pending
-    /// wakes them (the front knows only that the ack held its lease).
+    /// This process's idle consumers: an ack or a death (a failure's or a claim's kill)
+    /// that makes a successor pending wakes them (the front knows only that the ack held
+    /// its lease).
     wakeup: Arc<Wakeup>,
 }
 
@@ -401,7 +402,14 @@ impl Backend for Embedded {
 
     fn claim(&self, max: usize, kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(async move {
-            expect_reply!(self.call(Op::Claim { max, kind }).await?, Reply::Claimed(c) => c)
+            let (batch, handed) = expect_reply!(self.call(Op::Claim { max, kind }).await?, Reply::Claimed(c, h) => (c, h))?;
+            if let Some(at) = handed {
+                // A successor of a job the claim killed may be of a kind this claim does
+                // not take (not in its `next_due`): wake the consumers sleeping past it.
+                // Durable: the reply came after the commit.
+                self.wakeup.due_at(at);
+            }
+            Ok(batch)
         })
     }
 

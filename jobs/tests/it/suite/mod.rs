@@ -144,6 +144,7 @@ macro_rules! run_shared_suite {
                 allow_while_running_creates_and_leaves_pending_and_dead_jobs,
                 a_successor_waits_through_retries,
                 a_successor_takes_over_from_a_death,
+                a_successor_handed_over_by_a_claims_kill_wakes_an_idle_consumer,
                 a_successor_after_a_hold_off_waits_for_its_end,
                 a_replace_after_a_retry_drops_the_waiting_successor,
                 cancel_removes_a_waiting_successor,
@@ -173,7 +174,22 @@ pub async fn idle_consumer(
     queue: &JobQueue,
     timer: &wheel_timer::Timer,
 ) -> tokio::task::JoinHandle<String> {
-    let mut consumer = queue.consume();
+    idle(queue.consume(), timer).await
+}
+
+/// [`idle_consumer`] of one kind (`consume_kind`).
+pub async fn idle_kind_consumer(
+    queue: &JobQueue,
+    timer: &wheel_timer::Timer,
+    kind: &str,
+) -> tokio::task::JoinHandle<String> {
+    idle(queue.consume_kind(kind), timer).await
+}
+
+async fn idle(
+    mut consumer: wheel_jobs::Consumer,
+    timer: &wheel_timer::Timer,
+) -> tokio::task::JoinHandle<String> {
     let waiting = tokio::spawn(async move { next(&mut consumer).await.id().to_owned() });
     while timer.pending() == 0 {
         tokio::task::yield_now().await;

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use wheel_jobs::{Dedup, JobOptions, JobState, Scheduled, MIN_LEASE};
 
-use super::{hour_ticks, idle_consumer, open};
+use super::{hour_ticks, idle_consumer, idle_kind_consumer, open};
 use crate::support::{ms, next, Harness};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -327,6 +327,64 @@ pub async fn a_replace_after_a_retry_drops_the_waiting_successor(h: impl Harness
         queue.get("sync").await.unwrap().is_none(),
         "the older successor does not run after the newest values"
     );
+    queue.close().await.unwrap();
+}
+
+/// A claim that kills a job at its last attempt (its lease ended) hands over to its
+/// successor, and wakes an idle consumer of the successor's kind: another kind than the
+/// claim's, so the claim's own `next_due` knows nothing of it.
+pub async fn a_successor_handed_over_by_a_claims_kill_wakes_an_idle_consumer(h: impl Harness) {
+    let timer = hour_ticks();
+    let queue = open(&h, |b| {
+        b.timer(timer.clone());
+    })
+    .await;
+    let once = JobOptions::kind("a").max_attempts(1).lease(MIN_LEASE);
+    queue
+        .schedule_with("sync", Duration::ZERO, "v1", &once)
+        .await
+        .unwrap();
+    let mut first = queue.consume_kind("a");
+    let held = next(&mut first).await;
+    let successor = JobOptions::kind("b").dedup(Dedup::AllowWhileRunning);
+    assert_eq!(
+        queue
+            .schedule_with("sync", Duration::ZERO, "v2", &successor)
+            .await
+            .unwrap(),
+        Scheduled::Successor
+    );
+    let waiting = idle_kind_consumer(&queue, &timer, "b").await;
+    tokio::time::sleep(MIN_LEASE + ms(200)).await; // the handler is too slow
+                                                   // A new consumer of "a" claims at once: it kills the job and hands over, then sleeps.
+    let mut killer = queue.consume_kind("a");
+    let killing = tokio::spawn(async move { next(&mut killer).await.id().to_owned() });
+    // The bound only turns a missing wakeup (a hang until the hourly tick) into a failure.
+    let woken = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+    assert_eq!(
+        woken
+            .expect("only the kill's wakeup can deliver it")
+            .unwrap(),
+        "sync"
+    );
+    let job = queue
+        .get("sync")
+        .await
+        .unwrap()
+        .expect("the successor, running");
+    assert_eq!(
+        (
+            job.state(),
+            job.kind(),
+            job.payload(),
+            job.attempt(),
+            job.last_error()
+        ),
+        (JobState::Running, "b", &b"v2"[..], 1, Some("lease expired"))
+    );
+    assert_eq!(queue.counts().await.unwrap().dead, 0, "no dead job kept");
+    assert!(!held.ack().await.unwrap(), "the killed lease is gone");
+    killing.abort();
     queue.close().await.unwrap();
 }
 

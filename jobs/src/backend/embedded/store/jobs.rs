@@ -24,10 +24,11 @@ pub(super) type Outcome = Result<(Reply, bool), Error>;
 
 /// Schedules `job` as its [`Dedup`] mode says: refused while a tombstone holds its id off
 /// (an expired tombstone is deleted here), then created if the id is free; a pending job
-/// replaced under [`Dedup::Replace`] (not a series' occurrence: its time is its id); a
-/// running job without a successor given `job` as one under [`Dedup::AllowWhileRunning`]
-/// (not a series' occurrence: it never has one); else left as it is. The outcome, the run_at (for `HeldOff` the end of the hold-off), and
-/// whether anything changed.
+/// replaced under [`Dedup::Replace`] (not a series' occurrence: its time is its id), a
+/// successor waiting for it after a retry dropped; a running job without a successor given
+/// `job` as one under [`Dedup::AllowWhileRunning`] (not a series' occurrence: it never has
+/// one); else left as it is. The outcome, the run_at (for `HeldOff` the end of the
+/// hold-off), and whether anything changed.
 pub(super) fn schedule(
     t: &mut Tables<'_>,
     counts: &mut Counters,
@@ -60,12 +61,17 @@ pub(super) fn schedule(
     };
     let mut moved = stored.job;
     if job.dedup == Dedup::Replace && moved.reschedule(run_at) && !super::series::is_head(t, id)? {
+        // A job pending again after a retry may have a successor waiting: the newest
+        // schedule wins, so it is dropped (bit and `next` entry in the same batch).
+        if stored.next {
+            t.put_next(id, None)?;
+        }
         let record = Record {
             job: moved,
             spec: Cow::Borrowed(&job.spec),
             error: stored.error.as_deref(),
             payload: &job.payload,
-            next: stored.next,
+            next: false,
         };
         t.set(counts, id, Some(&stored), Some(record))?;
         return Ok((Scheduled::Replaced, run_at, true));

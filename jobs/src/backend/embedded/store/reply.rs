@@ -17,7 +17,8 @@ pub(crate) enum Reply {
     Imported(Vec<bool>),
     Moved(Option<u64>),
     Info(Option<JobInfo>),
-    Claimed(ClaimBatch),
+    /// The batch, and the earliest run_at of the successors its kills made pending.
+    Claimed(ClaimBatch, Option<u64>),
     /// The outcome, the new run_at, and the run_at of the successor a death made pending.
     Retried(Retry, u64, Option<u64>),
     Count(u64),

@@ -316,6 +316,8 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     {
                         held.remove(&id);
                         (job.run_at, job.payload, job.spec) = (run_at, payload, spec);
+                        // The newest schedule wins: a successor waiting (after a retry) goes.
+                        job.next = None;
                         Reply::Scheduled(Scheduled::Replaced, run_at)
                     }
                     (None, Some(job))
@@ -378,7 +380,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     max,
                     kind: kind.map(str::to_owned),
                 };
-                let Reply::Claimed(batch) = one(&mut store, op, now) else {
+                let Reply::Claimed(batch, handed) = one(&mut store, op, now) else {
                     return Err(TestCaseError::fail("claim reply"));
                 };
                 if !paused {
@@ -386,6 +388,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     held.retain(|_, until| now < *until);
                 }
                 if paused {
+                    prop_assert_eq!(handed, None);
                     prop_assert_eq!(
                         batch,
                         ClaimBatch {
@@ -422,6 +425,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     .chain(pending.into_iter().map(|(_, _, id)| id));
                 let mut delivered = Vec::new();
                 let mut died = 0;
+                let mut handed_over: Option<u64> = None;
                 for id in due.take(max) {
                     let job = model.get_mut(&id).unwrap();
                     if job.holder.is_some() {
@@ -430,6 +434,8 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     if job.attempt >= job.spec.max_attempts {
                         died += 1;
                         if let Some(next) = job.successor(0, job.error.clone()) {
+                            handed_over =
+                                Some(handed_over.map_or(next.run_at, |h| h.min(next.run_at)));
                             *job = next;
                             continue;
                         }
@@ -464,6 +470,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 }
                 prop_assert_eq!(batch.now, now);
                 prop_assert_eq!(batch.died, died);
+                prop_assert_eq!(handed, handed_over, "the earliest successor handed over");
                 let next_due = model
                     .values()
                     .filter(|j| of_kind(j))
@@ -1119,11 +1126,11 @@ fn a_format_4_store_and_its_log_are_upgraded_at_open() {
         max: 10,
         kind: Some("x".into()),
     };
-    let Reply::Claimed(batch) = one(&mut store, other, now) else {
+    let Reply::Claimed(batch, _) = one(&mut store, other, now) else {
         panic!("a claim");
     };
     assert_eq!((batch.jobs.len(), batch.next_due), (0, None));
-    let Reply::Claimed(batch) = one(
+    let Reply::Claimed(batch, _) = one(
         &mut store,
         Op::Claim {
             max: 10,
@@ -1188,7 +1195,7 @@ fn own_specs_survive_a_crash_and_rule_the_claim() {
         max: 10,
         kind: kind.map(str::to_owned),
     };
-    let Reply::Claimed(batch) = one(&mut store, claim(None), 20) else {
+    let Reply::Claimed(batch, _) = one(&mut store, claim(None), 20) else {
         panic!("a claim");
     };
     // Priority 5 before the plain job due earlier; each leased for its own lease.
@@ -1199,7 +1206,7 @@ fn own_specs_survive_a_crash_and_rule_the_claim() {
         .collect();
     assert_eq!(got, [("m", &spec), ("plain", &store.plain)]);
     assert_eq!(batch.next_due, Some(20 + LEASE));
-    let Reply::Claimed(batch) = one(&mut store, claim(Some("mail")), 20) else {
+    let Reply::Claimed(batch, _) = one(&mut store, claim(Some("mail")), 20) else {
         panic!("a claim");
     };
     assert_eq!(
@@ -1208,7 +1215,7 @@ fn own_specs_survive_a_crash_and_rule_the_claim() {
         "mail's own lease; the plain one is not counted"
     );
     let mut store = crash(store, dir.path(), 1);
-    let Reply::Claimed(batch) = one(&mut store, claim(Some("mail")), 60) else {
+    let Reply::Claimed(batch, _) = one(&mut store, claim(Some("mail")), 60) else {
         panic!("a claim");
     };
     assert_eq!(
@@ -1263,7 +1270,7 @@ fn series_changes_survive_a_crash_by_the_log() {
         one(&mut store, set_every_10("s"), 100 * MS),
         Reply::Recurring(Recurring::Created, Some(110 * MS))
     );
-    let Reply::Claimed(batch) = one(
+    let Reply::Claimed(batch, _) = one(
         &mut store,
         Op::Claim {
             max: 10,
@@ -1292,7 +1299,7 @@ fn series_changes_survive_a_crash_by_the_log() {
 
 /// Claims the one due occurrence at `now` and acks it (its job is gone); returns its time.
 fn run_one(store: &mut Store, now: u64) -> u64 {
-    let Reply::Claimed(batch) = one(
+    let Reply::Claimed(batch, _) = one(
         store,
         Op::Claim {
             max: 10,
@@ -1341,7 +1348,7 @@ fn a_clock_gone_back_does_not_make_a_delivered_occurrence_again() {
 fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
     let mut store = store();
     one(&mut store, set_every_10("s"), 100 * MS);
-    let Reply::Claimed(batch) = one(
+    let Reply::Claimed(batch, _) = one(
         &mut store,
         Op::Claim {
             max: 10,
@@ -1375,7 +1382,7 @@ fn claim_kinds(store: &mut Store, kind: Option<&str>, now: u64) -> Vec<(String, 
         max: 10,
         kind: kind.map(str::to_owned),
     };
-    let Reply::Claimed(batch) = one(store, op, now) else {
+    let Reply::Claimed(batch, _) = one(store, op, now) else {
         panic!("a claim");
     };
     batch
@@ -1499,7 +1506,7 @@ fn a_stored_recurrence_that_no_longer_parses_fails_no_claim() {
         txn.commit().unwrap();
     }
     assert!(list(&mut store, 105 * MS).is_empty());
-    let Reply::Claimed(batch) = one(
+    let Reply::Claimed(batch, _) = one(
         &mut store,
         Op::Claim {
             max: 10,
@@ -1544,7 +1551,7 @@ fn replace_and_hold_off_survive_a_crash() {
         one(&mut store, new("r", 30, b"new", Dedup::Replace), 1),
         Reply::Scheduled(Scheduled::Replaced, 30)
     );
-    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 1, kind: None }, 10) else {
+    let Reply::Claimed(batch, _) = one(&mut store, Op::Claim { max: 1, kind: None }, 10) else {
         panic!("a claim");
     };
     assert_eq!(batch.jobs[0].id, "h");
@@ -1600,7 +1607,7 @@ fn replace_moves_only_a_pending_job() {
     };
     one(&mut store, schedule("run", at(1), b"old"), 0);
     let claim = |max| Op::Claim { max, kind: None };
-    let Reply::Claimed(batch) = one(&mut store, claim(1), 5) else {
+    let Reply::Claimed(batch, _) = one(&mut store, claim(1), 5) else {
         panic!("a claim");
     };
     assert_eq!(
@@ -1627,7 +1634,7 @@ fn replace_moves_only_a_pending_job() {
         (1, Some("boom"), &b"new"[..])
     );
     // Out of attempts: dead, then left alone.
-    let Reply::Claimed(batch) = one(&mut store, claim(1), 50) else {
+    let Reply::Claimed(batch, _) = one(&mut store, claim(1), 50) else {
         panic!("a claim");
     };
     let fail = Op::Retry {
@@ -1689,7 +1696,7 @@ fn successors_and_their_handovers_survive_a_crash() {
     let allow = Dedup::AllowWhileRunning;
     one(&mut store, new("a", 0, b"a1", &plain, Dedup::Keep), 0);
     one(&mut store, new("k", 0, b"k1", &once, Dedup::Keep), 0);
-    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 2, kind: None }, 1) else {
+    let Reply::Claimed(batch, _) = one(&mut store, Op::Claim { max: 2, kind: None }, 1) else {
         panic!("a claim");
     };
     assert_eq!(batch.jobs.len(), 2);
@@ -1713,11 +1720,12 @@ fn successors_and_their_handovers_survive_a_crash() {
     assert_eq!(one(&mut store, ack, 3), Reply::Acked(true, Some(7)));
     // k's lease (30 s) ends; the claim finds it at its last attempt and hands over.
     let after_lease = 1 + nanos_of(plain.lease);
-    let Reply::Claimed(killed) = one(&mut store, Op::Claim { max: 1, kind: None }, after_lease)
+    let Reply::Claimed(killed, handed) =
+        one(&mut store, Op::Claim { max: 1, kind: None }, after_lease)
     else {
         panic!("a claim");
     };
-    assert_eq!((killed.jobs.len(), killed.died), (0, 1));
+    assert_eq!((killed.jobs.len(), killed.died, handed), (0, 1, Some(9)));
     let mut store = crash(store, dir.path(), 1);
     assert!(next_table(&store).is_empty(), "both handed over");
     for (id, t, error) in [("a", 7, None), ("k", 9, Some(state::LEASE_EXPIRED))] {
