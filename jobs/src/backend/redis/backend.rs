@@ -257,10 +257,14 @@ impl Backend for Redis {
         Box::pin(async move {
             self.conn()?;
             let part = self.part(&id);
-            if let Some(answer) = part.folds.park(&id, token).await {
-                return answer;
-            }
-            part.acks.call((id, token)).await
+            // An ack may hand the id over to a due successor (`lua/next.lua`): as after a
+            // schedule, no `Idle` note may outlive it, whether or not the call committed.
+            let acked = match part.folds.park(&id, token).await {
+                Some(answer) => answer,
+                None => part.acks.call((id, token)).await,
+            };
+            self.changed();
+            acked
         })
     }
 
