@@ -7,6 +7,7 @@ mod failover;
 mod fold;
 mod outage;
 mod security;
+mod successor;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
