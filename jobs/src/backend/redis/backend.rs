@@ -257,14 +257,13 @@ impl Backend for Redis {
         Box::pin(async move {
             self.conn()?;
             let part = self.part(&id);
-            // An ack may hand the id over to a due successor (`lua/next.lua`): as after a
-            // schedule, no `Idle` note may outlive it, whether or not the call committed.
-            let acked = match part.folds.park(&id, token).await {
-                Some(answer) => answer,
-                None => part.acks.call((id, token)).await,
-            };
-            self.changed();
-            acked
+            if let Some(answer) = part.folds.park(&id, token).await {
+                return answer;
+            }
+            // Not `changed` (it would void the `Idle` note at every ack): an ack that hands
+            // the id over to a successor (`lua/next.lua`) publishes a wake message in its
+            // script, which this process hears too, bumping the epoch.
+            part.acks.call((id, token)).await
         })
     }
 
