@@ -147,6 +147,7 @@ macro_rules! run_shared_suite {
                 a_successor_handed_over_by_a_claims_kill_wakes_an_idle_consumer,
                 a_successor_after_a_hold_off_waits_for_its_end,
                 a_replace_after_a_retry_drops_the_waiting_successor,
+                an_occurrence_gets_no_successor_and_other_ids_with_at_do,
                 cancel_removes_a_waiting_successor,
                 racing_successors_are_each_delivered_once,
             }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use wheel_jobs::{Dedup, JobOptions, JobState, Scheduled, MIN_LEASE};
+use wheel_jobs::{Dedup, JobOptions, JobState, Recurrence, Scheduled, MIN_LEASE};
 
 use super::{hour_ticks, idle_consumer, idle_kind_consumer, open};
 use crate::support::{ms, next, Harness};
@@ -385,6 +385,54 @@ pub async fn a_successor_handed_over_by_a_claims_kill_wakes_an_idle_consumer(h: 
     assert_eq!(queue.counts().await.unwrap().dead, 0, "no dead job kept");
     assert!(!held.ack().await.unwrap(), "the killed lease is gone");
     killing.abort();
+    queue.close().await.unwrap();
+}
+
+/// A series' occurrence never gets a successor, by its id's shape (`name@<UTC time>`),
+/// even once its series is cancelled; an id with an `@` of another shape is an ordinary
+/// job, even while a series of its prefix exists.
+pub async fn an_occurrence_gets_no_successor_and_other_ids_with_at_do(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let every = Recurrence::every(Duration::from_millis(200)).unwrap();
+    queue
+        .schedule_recurring("rep", every, "tick")
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let occurrence = next(&mut consumer).await;
+    let id = occurrence.id().to_owned();
+    assert!(id.starts_with("rep@"), "{id}");
+    assert!(queue.cancel_recurring("rep").await.unwrap());
+    assert_eq!(
+        queue
+            .schedule_with(&id, ms(0), "next", &allow())
+            .await
+            .unwrap(),
+        Scheduled::Exists,
+        "a running occurrence outlives its series and still gets no successor"
+    );
+    assert!(occurrence.ack().await.unwrap());
+
+    let every = Recurrence::every(HOUR).unwrap();
+    queue.schedule_recurring("a", every, "p").await.unwrap();
+    queue.schedule("a@x", Duration::ZERO, "v1").await.unwrap();
+    let d = loop {
+        let d = next(&mut consumer).await;
+        if d.id() == "a@x" {
+            break d;
+        }
+        assert!(d.ack().await.unwrap()); // the series' first occurrence, if due
+    };
+    assert_eq!(
+        queue
+            .schedule_with("a@x", ms(0), "v2", &allow())
+            .await
+            .unwrap(),
+        Scheduled::Successor,
+        "not an occurrence's id: an ordinary job"
+    );
+    assert!(d.ack().await.unwrap());
+    assert_eq!(queue.get("a@x").await.unwrap().unwrap().payload(), b"v2");
     queue.close().await.unwrap();
 }
 
