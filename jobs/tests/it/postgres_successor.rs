@@ -404,11 +404,16 @@ async fn race_child(url: &str, name: &str) {
                 let d = d.unwrap();
                 let payload = String::from_utf8_lossy(d.payload()).into_owned();
                 let n: usize = payload.rsplit('-').next().unwrap().parse().unwrap();
-                let even = d.id().trim_start_matches("id-").parse::<usize>().unwrap() % 2 == 0;
-                if even && n % 4 == 0 {
+                let even = d
+                    .id()
+                    .trim_start_matches("id-")
+                    .parse::<usize>()
+                    .unwrap()
+                    .is_multiple_of(2);
+                if even && n.is_multiple_of(4) {
                     println!("failing {payload}");
                     let _failed = d.fail(ms(0), "boom").await.unwrap();
-                } else if !even && n % 4 == 0 && d.attempt() == 1 {
+                } else if !even && n.is_multiple_of(4) && d.attempt() == 1 {
                     let _retried = d.retry(Duration::ZERO).await.unwrap();
                 } else {
                     let mut tx = pool.begin().await.unwrap();
@@ -431,7 +436,7 @@ async fn race_child(url: &str, name: &str) {
             for n in 0..ROUNDS {
                 let k = (t * 5 + n) % IDS;
                 let id = format!("id-{k}");
-                let attempts = if k % 2 == 0 { 1 } else { 5 };
+                let attempts = if k.is_multiple_of(2) { 1 } else { 5 };
                 let options = allow().max_attempts(attempts);
                 let payload = format!("{pid}-{t}-{n}");
                 let outcome = queue
@@ -444,7 +449,7 @@ async fn race_child(url: &str, name: &str) {
                     other => panic!("an outcome this test does not know: {other:?}"),
                 };
                 println!("answer {payload} {code}");
-                if n % 8 == 0 {
+                if n.is_multiple_of(8) {
                     tokio::time::sleep(ms(2)).await;
                 }
             }

@@ -127,7 +127,7 @@ impl JobsSql {
                    ON CONFLICT (queue, id) DO UPDATE SET {set_spec} \
                    WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
                    AND {head} \
-                   OR j.token IS NOT NULL AND {no_next} AND (SELECT f.allow FROM sent f WHERE f.id = EXCLUDED.id) \
+                   OR j.token IS NOT NULL AND NOT {seen_next} AND (SELECT f.allow FROM sent f WHERE f.id = EXCLUDED.id) \
                    RETURNING j.id, CASE WHEN j.token IS NULL THEN j.run_at ELSE j.next_run_at END AS run_at, \
                    j.xmax = 0 AS inserted, j.token IS NOT NULL AS successor) \
                  SELECT id, run_at, CASE WHEN inserted THEN 0 WHEN successor THEN 4 \
@@ -139,7 +139,6 @@ impl JobsSql {
                 spec_i = spec_cols("i"),
                 spec_types = spec_types(7),
                 seen_next = has_next("j"),
-                no_next = format!("NOT {}", has_next("j")),
                 set_spec = conflict_sets(),
                 head = not_head(series, "j.id"),
             ),
