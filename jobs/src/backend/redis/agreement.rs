@@ -493,26 +493,25 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
 /// One `schedule.lua` batch creating `x` of kind `k` then replacing `y`, the last stored job
 /// of `k`, into kind `k2`: the replace's tidy of `y`'s old level must see `x` (written
 /// before it), so `levels` keeps `k`'s level and a claim delivers both jobs.
-#[test]
-fn a_replace_after_a_create_in_one_batch_keeps_the_created_jobs_level() {
-    let server = Server::start();
-    let mut conn = server.connect().unwrap();
-    let k = Keys::new("q", "PUBLISH");
-    let schedule = script(&[
+/// `schedule.lua` as the queue sends it (`scripts/jobs.rs`).
+fn schedule_script() -> Script {
+    script(&[
         include_str!("lua/kinds.lua"),
         include_str!("lua/series.lua"),
         include_str!("lua/held.lua"),
+        include_str!("lua/next.lua"),
         include_str!("lua/schedule.lua"),
-    ]);
-    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
-    put(
-        &mut conn,
-        &k,
-        "y",
-        pending(RUN_AT),
-        &tail(Some(("k", 1)), 3),
-    );
-    audit(&mut conn, &k, "y stored");
+    ])
+}
+
+/// One `schedule.lua` batch: per job its id, spec tail and mode ('k', 'r' or 'w'), due at
+/// `RUN_AT`, its payload its id; the answers (outcome, ns) in order.
+fn schedule_batch(
+    conn: &mut Connection,
+    k: &Keys,
+    schedule: &Script,
+    jobs: &[(&str, &str, &str)],
+) -> Vec<(i64, String)> {
     let mut call = schedule.prepare_invoke();
     call.key(&k.meta)
         .key(&k.payload)
@@ -522,18 +521,46 @@ fn a_replace_after_a_create_in_one_batch_keeps_the_created_jobs_level() {
         .key(&k.held)
         .key(&k.held_until)
         .key(&k.series)
+        .key(&k.next)
+        .key(&k.next_payload)
         .arg(&k.wake)
         .arg("PUBLISH");
-    for (id, spec, mode) in [("x", ("k", 1), "k"), ("y", ("k2", 1), "r")] {
-        call.arg(id)
+    for (id, tail, mode) in jobs {
+        call.arg(*id)
             .arg("at")
             .arg(RUN_AT)
             .arg(RUN_AT.div_ceil(1000))
-            .arg(id)
-            .arg(tail(Some(spec), 3))
-            .arg(mode);
+            .arg(*id)
+            .arg(*tail)
+            .arg(*mode);
     }
-    let answers: Vec<(i64, String)> = call.invoke(&mut conn).unwrap();
+    call.invoke(conn).unwrap()
+}
+
+#[test]
+fn a_replace_after_a_create_in_one_batch_keeps_the_created_jobs_level() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let schedule = schedule_script();
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    put(
+        &mut conn,
+        &k,
+        "y",
+        pending(RUN_AT),
+        &tail(Some(("k", 1)), 3),
+    );
+    audit(&mut conn, &k, "y stored");
+    let answers = schedule_batch(
+        &mut conn,
+        &k,
+        &schedule,
+        &[
+            ("x", &tail(Some(("k", 1)), 3), "k"),
+            ("y", &tail(Some(("k2", 1)), 3), "r"),
+        ],
+    );
     assert_eq!(
         answers,
         [(1, RUN_AT.to_string()), (2, RUN_AT.to_string())],
