@@ -493,26 +493,25 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
 /// One `schedule.lua` batch creating `x` of kind `k` then replacing `y`, the last stored job
 /// of `k`, into kind `k2`: the replace's tidy of `y`'s old level must see `x` (written
 /// before it), so `levels` keeps `k`'s level and a claim delivers both jobs.
-#[test]
-fn a_replace_after_a_create_in_one_batch_keeps_the_created_jobs_level() {
-    let server = Server::start();
-    let mut conn = server.connect().unwrap();
-    let k = Keys::new("q", "PUBLISH");
-    let schedule = script(&[
+/// `schedule.lua` as the queue sends it (`scripts/jobs.rs`).
+fn schedule_script() -> Script {
+    script(&[
         include_str!("lua/kinds.lua"),
         include_str!("lua/series.lua"),
         include_str!("lua/held.lua"),
+        include_str!("lua/next.lua"),
         include_str!("lua/schedule.lua"),
-    ]);
-    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
-    put(
-        &mut conn,
-        &k,
-        "y",
-        pending(RUN_AT),
-        &tail(Some(("k", 1)), 3),
-    );
-    audit(&mut conn, &k, "y stored");
+    ])
+}
+
+/// One `schedule.lua` batch: per job its id, spec tail and mode ('k', 'r' or 'w'), due at
+/// `RUN_AT`, its payload its id; the answers (outcome, ns) in order.
+fn schedule_batch(
+    conn: &mut Connection,
+    k: &Keys,
+    schedule: &Script,
+    jobs: &[(&str, &str, &str)],
+) -> Vec<(i64, String)> {
     let mut call = schedule.prepare_invoke();
     call.key(&k.meta)
         .key(&k.payload)
@@ -522,18 +521,46 @@ fn a_replace_after_a_create_in_one_batch_keeps_the_created_jobs_level() {
         .key(&k.held)
         .key(&k.held_until)
         .key(&k.series)
+        .key(&k.next)
+        .key(&k.next_payload)
         .arg(&k.wake)
         .arg("PUBLISH");
-    for (id, spec, mode) in [("x", ("k", 1), "k"), ("y", ("k2", 1), "r")] {
-        call.arg(id)
+    for (id, tail, mode) in jobs {
+        call.arg(*id)
             .arg("at")
             .arg(RUN_AT)
             .arg(RUN_AT.div_ceil(1000))
-            .arg(id)
-            .arg(tail(Some(spec), 3))
-            .arg(mode);
+            .arg(*id)
+            .arg(*tail)
+            .arg(*mode);
     }
-    let answers: Vec<(i64, String)> = call.invoke(&mut conn).unwrap();
+    call.invoke(conn).unwrap()
+}
+
+#[test]
+fn a_replace_after_a_create_in_one_batch_keeps_the_created_jobs_level() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let schedule = schedule_script();
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    put(
+        &mut conn,
+        &k,
+        "y",
+        pending(RUN_AT),
+        &tail(Some(("k", 1)), 3),
+    );
+    audit(&mut conn, &k, "y stored");
+    let answers = schedule_batch(
+        &mut conn,
+        &k,
+        &schedule,
+        &[
+            ("x", &tail(Some(("k", 1)), 3), "k"),
+            ("y", &tail(Some(("k2", 1)), 3), "r"),
+        ],
+    );
     assert_eq!(
         answers,
         [(1, RUN_AT.to_string()), (2, RUN_AT.to_string())],
@@ -1278,4 +1305,120 @@ fn successors_follow_acks_and_deaths_and_wait_through_the_rest() {
         }
     }
     assert!(cases > 500, "{cases}");
+}
+
+/// `schedule.lua`'s `'w'` mode (`AllowWhileRunning`) on every state it can meet, its
+/// successors and their counter audited after each: a running job gets one successor (a
+/// second schedule of the id in the same batch is `Exists`), a pending or dead job and a
+/// running series occurrence none; and a `Replace` of a job pending again after a retry,
+/// with a successor waiting, takes the new values and drops the successor (the counter of
+/// the others' kept in step).
+#[test]
+fn allow_while_running_schedules_follow_running_jobs_only_and_a_replace_drops_a_successor() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let schedule = schedule_script();
+    let at = RUN_AT.to_string();
+    let old_at = (RUN_AT / 2).to_string();
+    for spec in SPECS {
+        for max in MAX_ATTEMPTS {
+            let tail = tail(spec, max);
+            let own = self::tail(Some(("s", 3)), 2);
+            for job in jobs(1) {
+                let job = Machine {
+                    run_at: RUN_AT / 2,
+                    ..job
+                };
+                let case = format!("{job:?} max_attempts {max} spec {spec:?}");
+                store(&mut conn, &k, job, &tail);
+                let answers = schedule_batch(
+                    &mut conn,
+                    &k,
+                    &schedule,
+                    &[(ID, &own, "w"), (ID, &own, "w")],
+                );
+                audit(&mut conn, &k, &format!("w w {case}"));
+                assert_eq!(stored(&mut conn, &k), Some((letter(&job), 1)), "{case}");
+                if letter(&job) == 'r' {
+                    assert_eq!(
+                        answers,
+                        [(4, at.clone()), (0, old_at.clone())],
+                        "the first a successor, the second exists: {case}"
+                    );
+                    let next: String = conn.hget(&k.next, ID).unwrap();
+                    assert_eq!(next, format!("{RUN_AT}{own}"), "{case}");
+                    let payload: String = conn.hget(&k.next_payload, ID).unwrap();
+                    assert_eq!(payload, ID, "{case}");
+                } else {
+                    assert_eq!(
+                        answers,
+                        [(0, old_at.clone()), (0, old_at.clone())],
+                        "{case}"
+                    );
+                    assert!(!has_successor(&mut conn, &k), "{case}");
+                }
+            }
+
+            // A running occurrence of a series that exists: as if it had a successor.
+            let case = format!("series occurrence max_attempts {max} spec {spec:?}");
+            let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+            let occurrence = "daily@2024-01-01T00:00:00Z";
+            put(&mut conn, &k, occurrence, jobs(1)[1], &tail);
+            let _: () = conn.hset(&k.series, "daily", "record").unwrap();
+            let answers = schedule_batch(&mut conn, &k, &schedule, &[(occurrence, &own, "w")]);
+            assert_eq!(answers, [(0, RUN_AT.to_string())], "{case}");
+            let next: BTreeMap<String, String> = conn.hgetall(&k.next).unwrap();
+            assert!(next.is_empty(), "{case}");
+            audit(&mut conn, &k, &case);
+
+            // A replace of a job pending again after a retry (attempt 1, its last error
+            // kept), with a successor waiting, beside another running job with one.
+            for replace_tail in [tail.clone(), own.clone()] {
+                let case =
+                    format!("replace into {replace_tail:?} max_attempts {max} spec {spec:?}");
+                store(&mut conn, &k, jobs(1)[0], &tail);
+                let _: () = conn.hset(&k.errors, ID, "boom").unwrap();
+                put_successor(&mut conn, &k, &own);
+                put(&mut conn, &k, "other", jobs(1)[1], &tail);
+                let _: () = conn
+                    .hset(&k.next, "other", format!("{SUCC_RUN_AT}{own}"))
+                    .unwrap();
+                let _: () = conn.hset(&k.next_payload, "other", "next").unwrap();
+                let _: () = conn.hincr(&k.counts, "successors", 1).unwrap();
+                audit(&mut conn, &k, &format!("setup {case}"));
+                // The replace, then an AllowWhileRunning of the now pending job: exists.
+                let answers = schedule_batch(
+                    &mut conn,
+                    &k,
+                    &schedule,
+                    &[(ID, &replace_tail, "r"), (ID, &own, "w")],
+                );
+                assert_eq!(answers, [(2, at.clone()), (0, at.clone())], "{case}");
+                audit(&mut conn, &k, &case);
+                assert!(
+                    !has_successor(&mut conn, &k),
+                    "the successor dropped: {case}"
+                );
+                let meta: String = conn.hget(&k.meta, ID).unwrap();
+                assert_eq!(meta, format!("p:1:0:{RUN_AT}{replace_tail}"), "{case}");
+                let payload: String = conn.hget(&k.payload, ID).unwrap();
+                assert_eq!(payload, ID, "{case}");
+                assert_eq!(last_error(&mut conn, &k).as_deref(), Some("boom"), "{case}");
+                let count: Option<i64> = conn.hget(&k.counts, "successors").unwrap();
+                assert_eq!(count, Some(1), "the other's successor counted: {case}");
+
+                // The other's gone too: the counter field goes with the last one.
+                let _: () = conn.hdel(&k.next, "other").unwrap();
+                let _: () = conn.hdel(&k.next_payload, "other").unwrap();
+                let _: () = conn.hdel(&k.counts, "successors").unwrap();
+                put_successor(&mut conn, &k, &own);
+                let answers = schedule_batch(&mut conn, &k, &schedule, &[(ID, &replace_tail, "r")]);
+                assert_eq!(answers, [(2, at.clone())], "again {case}");
+                audit(&mut conn, &k, &format!("again {case}"));
+                let count: Option<i64> = conn.hget(&k.counts, "successors").unwrap();
+                assert_eq!(count, None, "no successor counted: {case}");
+            }
+        }
+    }
 }

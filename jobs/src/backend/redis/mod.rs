@@ -38,7 +38,9 @@
 //!   counters; not before the acked job's hold-off ends, no tombstone) and publishes its
 //!   score as a schedule does. A death (`retry.lua` at the last attempt, a claim's kill) does
 //!   the same, keeping the dead job's last error and storing no dead job (the claim still
-//!   counts the death). A retry leaves it waiting; `cancel` removes it (with a pending job,
+//!   counts the death). A retry leaves it waiting; a `Replace` of the job pending again
+//!   after the retry drops it in the schedule's script (the newest schedule wins); `cancel`
+//!   removes it (with a pending job,
 //!   or alone beside a running one); `get` shows its run_at. Successors are no jobs: never
 //!   listed, counted or copied.
 //! - Time is the server's (`TIME` inside the scripts): `When::After` delays, lease ends and

@@ -28,7 +28,9 @@
 -- its run_at_ns}, {2 (replaced), the new run_at_ns}, {3 (held off), until_ns},
 -- {4 (successor stored), its run_at_ns}. A running job gets a successor unless it has one
 -- already or is a series' occurrence (its id name@... of a series that exists); the
--- successor keeps its run_at, payload and spec as resolved here.
+-- successor keeps its run_at, payload and spec as resolved here. A replace of a job pending
+-- again after a retry drops its successor, if one waits (next.lua keeps `successors` in
+-- step): the newest schedule wins.
 -- Mirrors the embedded store's `schedule` (store/jobs.rs): a tombstone whose until is at
 -- or before now is deleted and the schedule proceeds; a replaced job keeps its attempts and
 -- last error and takes the new run_at, payload and whole spec, moving between due sets,
@@ -151,6 +153,11 @@ for j, id in ipairs(ids) do
       level_tidy(KEYS[5], KEYS[3], old_p, old_kind)
       tally(counted, 'pending', old_kind, -1)
       tally(counted, 'pending', kind, 1)
+      -- A pending job has a successor only after a retry: the newest schedule wins, so it
+      -- is dropped (nothing older runs after these values). Replaces are rare; the flag
+      -- spares the HDELs when no successor waits in the partition.
+      if cur_next[id] ~= false and next_any(N) then next_drop(N, id) end
+      cur_next[id] = false
       out[j] = {2, run_ns}
     end
     note_due(key, score)
