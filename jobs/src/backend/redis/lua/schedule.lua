@@ -93,11 +93,9 @@ for j, id in ipairs(ids) do
   local state, attempt, _, old_ns, old_tail = job_parse(m)
   local follow = false
   if state == 'r' and ARGV[i + 6] == 'w' and not held_ns then
+    -- A series' occurrence is sent as 'k' (the client knows an occurrence's id by its shape).
     if cur_next[id] == nil then
-      local name = string.match(id, '^([^@]+)@')
-      -- A series' occurrence never gets a successor: as if it had one.
       cur_next[id] = redis.call('HEXISTS', N.next, id) == 1
-        or (name ~= nil and redis.call('HEXISTS', S.series, name) == 1)
     end
     follow = not cur_next[id]
   end

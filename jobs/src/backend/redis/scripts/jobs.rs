@@ -13,6 +13,7 @@ use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{system_time, JobInfo, Scheduled, When};
 use crate::core::kind::{Dedup, Spec};
+use crate::core::series::occurrence_series;
 use crate::core::state::Retry;
 
 /// One job's answer in `schedule.lua`'s reply: `{1 | 0 | 2 | 4 (created | existed | replaced
@@ -103,7 +104,9 @@ impl Scripts {
                 .arg(tail)
                 .arg(match job.dedup {
                     Dedup::Replace => "r",
-                    Dedup::AllowWhileRunning => "w",
+                    // A series' occurrence (by its id's shape, as on every backend) never
+                    // gets a successor: kept as it is.
+                    Dedup::AllowWhileRunning if occurrence_series(&job.id).is_none() => "w",
                     _ => "k",
                 });
         }
