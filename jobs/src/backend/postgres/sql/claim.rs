@@ -4,8 +4,10 @@
 //! writes its tombstone in the same statement; an ack or a death of a job with a successor
 //! hands over to it in the same statement, as a claim's kill does), `extend`.
 
+use std::time::Duration;
+
 use sqlx::postgres::PgExecutor;
-use sqlx::Row;
+use sqlx::{PgPool, Row};
 
 use super::{
     attempt, db, dec, has_next, later, next_spec_cols, not_head, spec, spec_cols, Kinds, Sql, NOW,
@@ -374,6 +376,32 @@ impl Sql {
         queue: &str,
         batch: &[Settle],
     ) -> Result<Vec<Settled>, Error> {
+        db(self.settle_raw(ex, queue, batch).await)
+    }
+
+    /// [`Sql::settle`] in a transaction of its own on a connection of `pool` whose lock
+    /// waits end after `lock_timeout` (SQLSTATE 55P03): the raw error, so the caller can
+    /// tell a contended row (a job an open transaction schedules a successor of) from a
+    /// failure.
+    pub(in crate::backend::postgres) async fn settle_tx(
+        &self,
+        pool: &PgPool,
+        queue: &str,
+        batch: &[Settle],
+        lock_timeout: Option<Duration>,
+    ) -> Result<Vec<Settled>, sqlx::Error> {
+        let mut tx = pool.begin_with(super::begin(lock_timeout)).await?;
+        let answers = self.settle_raw(&mut *tx, queue, batch).await?;
+        tx.commit().await?;
+        Ok(answers)
+    }
+
+    async fn settle_raw(
+        &self,
+        ex: impl PgExecutor<'_>,
+        queue: &str,
+        batch: &[Settle],
+    ) -> Result<Vec<Settled>, sqlx::Error> {
         let (mut ack_ids, mut ack_tokens) = (Vec::new(), Vec::new());
         let (mut ids, mut tokens, mut afters, mut errors) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -396,7 +424,7 @@ impl Sql {
                 }
             }
         }
-        let rows = db(sqlx::query(&self.claims.settle)
+        let rows = sqlx::query(&self.claims.settle)
             .bind(queue)
             .bind(ack_ids)
             .bind(ack_tokens)
@@ -406,13 +434,13 @@ impl Sql {
             .bind(errors)
             .bind(i32::try_from(self.plain.max_attempts).unwrap_or(i32::MAX))
             .fetch_all(ex)
-            .await)?;
+            .await?;
         let mut done = std::collections::HashMap::new();
         for r in &rows {
-            let id: String = db(r.try_get(1))?;
-            let token: i64 = db(r.try_get(2))?;
-            let at = dec(db(r.try_get(3))?);
-            let answer = match db(r.try_get::<i32, _>(0))? {
+            let id: String = r.try_get(1)?;
+            let token: i64 = r.try_get(2)?;
+            let at = dec(r.try_get(3)?);
+            let answer = match r.try_get::<i32, _>(0)? {
                 0 => Settled::Acked,
                 1 => Settled::Pending(at),
                 _ => Settled::Died(at),

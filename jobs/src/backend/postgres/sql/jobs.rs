@@ -267,16 +267,8 @@ impl Sql {
         lock_timeout: Option<Duration>,
     ) -> Result<Vec<(Scheduled, u64)>, sqlx::Error> {
         // READ COMMITTED whatever the server's default: the second statement must see the
-        // deaths committed while the first one waited. One round trip with the timeout.
-        let begin = match lock_timeout {
-            // 0 turns the timeout off: wait at least 1 ms.
-            Some(t) => format!(
-                "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{}ms'",
-                t.as_millis().clamp(1, i32::MAX as u128)
-            ),
-            None => "BEGIN ISOLATION LEVEL READ COMMITTED".to_owned(),
-        };
-        let mut tx = pool.begin_with(begin).await?;
+        // deaths committed while the first one waited.
+        let mut tx = pool.begin_with(super::begin(lock_timeout)).await?;
         let answers = self.schedule_raw(&mut tx, queue, jobs).await?;
         tx.commit().await?;
         Ok(answers)
