@@ -2,7 +2,8 @@
 //! columns of a job's row after each path (stored, kept through a retry, handed over by an
 //! ack, a death and a lease-expiry kill, dropped by a cancel and a Replace), the counts per
 //! kind across a handover, `ack_in` handing over in the caller's transaction, an open
-//! `schedule_in` of a successor holding up its own job's ack only, the wake-up
+//! `schedule_in` of a successor holding up its own job's ack only, a cancel racing a
+//! handover, the wake-up
 //! of another handle's idle consumer, and AllowWhileRunning schedules racing acks, retries
 //! and deaths in three processes, one of them SIGKILLed.
 //!
@@ -399,6 +400,61 @@ async fn postgres_an_open_successor_schedule_holds_up_only_its_own_jobs_ack() {
         (job.state(), job.payload(), job.attempt(), job.successor()),
         (JobState::Pending, &b"a2"[..], 0, None)
     );
+    check_shape(&pool, &queue, &name).await;
+    queue.close().await.unwrap();
+}
+
+/// A cancel waiting on the row of an ack that hands over (in the caller's open transaction)
+/// finds, once the ack commits, the successor pending under the id and cancels it: true,
+/// as if it had come before the ack (it would then have removed the successor), never a
+/// false with the job left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_cancel_racing_a_handover_cancels_the_successor() {
+    let name = fresh("sc");
+    let pool = pool().await;
+    let queue = Builder::new()
+        .lease(HOUR)
+        .postgres_timeout(Some(Duration::from_secs(120)))
+        .postgres(&url(), &name)
+        .await
+        .unwrap();
+    queue.schedule("c", Duration::ZERO, "c1").await.unwrap();
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    drop(consumer);
+    assert_eq!(
+        queue
+            .schedule_with("c", HOUR, "c2", &allow())
+            .await
+            .unwrap(),
+        Scheduled::Successor
+    );
+    let mut tx = pool.begin().await.unwrap();
+    let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert!(d.ack_in(&mut tx).await.unwrap());
+    let canceller = queue.clone();
+    let cancelling = tokio::spawn(async move { canceller.cancel("c").await });
+    while sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+    )
+    .bind(holder)
+    .fetch_one(&pool)
+    .await
+    .unwrap()
+        == 0
+    {
+        assert!(
+            !cancelling.is_finished(),
+            "the cancel ended before the commit"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    tx.commit().await.unwrap();
+    assert!(cancelling.await.unwrap().unwrap());
+    assert!(queue.get("c").await.unwrap().is_none());
     check_shape(&pool, &queue, &name).await;
     queue.close().await.unwrap();
 }
