@@ -46,6 +46,14 @@ impl JobQueue {
     /// and its write, that job's row stays locked (and unchanged) until this transaction
     /// ends, which delays its worker's ack, retry or extension until then.
     ///
+    /// A successor it stores beside a running job
+    /// ([`Dedup::AllowWhileRunning`](crate::Dedup::AllowWhileRunning)) locks that job's
+    /// row until this transaction ends: that job's own ack, retry or extension waits for
+    /// the commit (which decides whether the successor exists), up to `postgres_timeout`.
+    /// Acks, retries and extensions of other jobs, from the same handle or any other, do
+    /// not wait for it. A running job that already has one, or one of another mode's
+    /// schedule, is answered without a lock.
+    ///
     /// # Examples
     ///
     /// The order and its 48 h rating job commit together:
@@ -211,6 +219,9 @@ impl Delivery {
     /// the job's effects). A rollback after `true` leaves the job leased to this delivery
     /// until its lease ends (in a [`run`](crate::JobQueue::run) handler, `true` stops the
     /// lease's renewals, as an ack does), then it is delivered again.
+    ///
+    /// A job with a successor ([`Dedup::AllowWhileRunning`]) hands over to it in the same
+    /// statement: the successor is the pending job if and only if the transaction commits.
     ///
     /// Use a `READ COMMITTED` transaction (PostgreSQL's default). A lease renewal (which
     /// [`run`](crate::JobQueue::run) makes while the handler works) committed after the

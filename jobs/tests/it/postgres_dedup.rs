@@ -23,7 +23,13 @@ const HOUR: Duration = Duration::from_secs(3600);
 const NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
 
 async fn open(queue: &str) -> JobQueue {
-    Builder::new().postgres(&url(), queue).await.unwrap()
+    // No assertion here is about time: a bound far above the default's 5 s keeps a claim
+    // on a machine saturated by parallel tests from failing as "unavailable".
+    Builder::new()
+        .postgres_timeout(Some(Duration::from_secs(120)))
+        .postgres(&url(), queue)
+        .await
+        .unwrap()
 }
 
 /// The tombstones of `queue`: id and until, earliest first.

@@ -106,6 +106,7 @@ async fn a_replace_after_a_create_in_one_batch_leaves_the_created_job_claimable(
         .unwrap();
     let body = concat!(
         include_str!("../../../src/backend/redis/lua/held.lua"),
+        include_str!("../../../src/backend/redis/lua/next.lua"),
         include_str!("../../../src/backend/redis/lua/schedule.lua")
     );
     let keys = [
@@ -117,6 +118,8 @@ async fn a_replace_after_a_create_in_one_batch_leaves_the_created_job_claimable(
         "held",
         "held_until",
         "series",
+        "next",
+        "next_payload",
     ];
     // A kind's spec tail (`scripts::spec_tail`): priority 0, 25 attempts, lease 30 s,
     // backoff 1 s to 1 h.

@@ -31,12 +31,16 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnection, PgExecutor, PgPool};
 use sqlx::Row;
 
-use super::{attempt, db, dec, enc, not_head, run_at, spec, spec_cols, when, SpecArrays, Sql, NOW};
+use super::{
+    attempt, db, dec, enc, has_next, next_spec_cols, not_head, run_at, spec, spec_cols, when,
+    SpecArrays, Sql, NOW,
+};
 use crate::backend::postgres::names::Names;
 use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{system_time, JobInfo, JobState, Scheduled, When};
 use crate::core::kind::Dedup;
+use crate::core::series::occurrence_series;
 
 /// The SQL text of these statements for one schema.
 #[derive(Debug)]
@@ -85,15 +89,27 @@ impl JobsSql {
             // the snapshot and the insert is still locked, and left as it is (the token
             // check), until this transaction ends.
             //
+            // An AllowWhileRunning ($14, false for a series' occurrence) of a job running
+            // without a successor stores it as the successor, in the `next_` columns of the
+            // job's row (`embedded/store/jobs.rs` `schedule`): the same insert's `ON CONFLICT
+            // DO UPDATE`, so the running row is locked in id order with the others, and only
+            // when the statement's snapshot saw it running without one (else Exists without
+            // a lock); its WHERE rechecks that under the lock, against the row's latest
+            // version. The update sets only the `next_` columns of a running row and only
+            // the job's own of a pending one (a Replace), whose successor, if a retry left
+            // it one, it drops: the newest schedule wins. The lock is held until the
+            // transaction ends: in `schedule_in`, the job's worker's ack waits for the
+            // caller's commit, which it must (the successor may yet be rolled back).
+            //
             // Answers: 0 created, 1 replaced, 2 held off (with the tombstone's end), 3
             // replaced a row this statement's snapshot did not see (a series may have placed
-            // it as an occurrence meanwhile: `schedule_round` checks it); an id not answered
-            // exists.
+            // it as an occurrence meanwhile: `schedule_round` checks it), 4 a successor
+            // stored (with its run_at); an id not answered exists.
             schedule: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
-                 input AS (SELECT i.id, i.ord, i.replace, {run_at}::bigint AS run_at, i.payload, {spec_i} \
-                   FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bytea[], $6::boolean[], {spec_types}) \
-                   WITH ORDINALITY AS i(id, at, after, payload, replace, {spec}, ord)), \
+                 input AS (SELECT i.id, i.ord, i.replace, i.allow, {run_at}::bigint AS run_at, i.payload, {spec_i} \
+                   FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bytea[], $6::boolean[], {spec_types}, \
+                   $14::boolean[]) WITH ORDINALITY AS i(id, at, after, payload, replace, {spec}, allow, ord)), \
                  hold AS (SELECT h.id, h.until FROM {held} h WHERE h.queue = $1 \
                    AND h.id IN (SELECT id FROM input) AND h.until > (SELECT t FROM now)), \
                  stale AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.id IN (SELECT id FROM input) \
@@ -101,18 +117,20 @@ impl JobsSql {
                  free AS (SELECT * FROM input \
                    WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
                    AND NOT EXISTS (SELECT 1 FROM hold WHERE hold.id = input.id)), \
-                 seen AS (SELECT j.id, j.token IS NOT NULL AS running FROM {jobs} j \
+                 seen AS (SELECT j.id, j.token IS NOT NULL AS running, {seen_next} AS has_next FROM {jobs} j \
                    WHERE j.queue = $1 AND j.id IN (SELECT id FROM input)), \
                  sent AS (SELECT * FROM free WHERE NOT EXISTS (SELECT 1 FROM seen \
-                   WHERE seen.id = free.id AND (seen.running OR NOT free.replace))), \
+                   WHERE seen.id = free.id AND CASE WHEN seen.running THEN NOT free.allow OR seen.has_next \
+                   ELSE NOT free.replace END)), \
                  ins AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}) \
                    SELECT $1, id, run_at, payload, {spec} FROM sent ORDER BY id \
-                   ON CONFLICT (queue, id) DO UPDATE SET run_at = EXCLUDED.run_at, \
-                   payload = EXCLUDED.payload, {set_spec} \
+                   ON CONFLICT (queue, id) DO UPDATE SET {set_spec} \
                    WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
                    AND {head} \
-                   RETURNING j.id, j.run_at, j.xmax = 0 AS inserted) \
-                 SELECT id, run_at, CASE WHEN inserted THEN 0 \
+                   OR j.token IS NOT NULL AND NOT {seen_next} AND (SELECT f.allow FROM sent f WHERE f.id = EXCLUDED.id) \
+                   RETURNING j.id, CASE WHEN j.token IS NULL THEN j.run_at ELSE j.next_run_at END AS run_at, \
+                   j.xmax = 0 AS inserted, j.token IS NOT NULL AS successor) \
+                 SELECT id, run_at, CASE WHEN inserted THEN 0 WHEN successor THEN 4 \
                    WHEN EXISTS (SELECT 1 FROM seen WHERE seen.id = ins.id) THEN 1 ELSE 3 END AS outcome \
                    FROM ins \
                  UNION ALL SELECT id, until, 2 FROM hold",
@@ -120,11 +138,8 @@ impl JobsSql {
                 spec = spec_cols(""),
                 spec_i = spec_cols("i"),
                 spec_types = spec_types(7),
-                set_spec = spec_cols("")
-                    .split(", ")
-                    .map(|c| format!("{c} = EXCLUDED.{c}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                seen_next = has_next("j"),
+                set_spec = conflict_sets(),
                 head = not_head(series, "j.id"),
             ),
             // Each job as given, pending, where its id is free (see the module docs).
@@ -189,10 +204,33 @@ impl JobsSql {
                     .collect::<Vec<_>>()
                     .join(", "),
             ),
-            // Machine::cancel: only a pending job, and not a series' pending occurrence.
+            // Machine::cancel (`embedded/store/jobs.rs` `cancel`): a pending job, with its
+            // successor if a retry left it one, but not a series' pending occurrence; or the
+            // successor of a running job, which runs on. `lk` locks the row if its snapshot
+            // version is one of those and answers its latest version (a claim or a retry may
+            // have committed meanwhile), which alone says which of the two it is: the delete
+            // and the update test only `lk`, never the row's snapshot version. A running job
+            // without a successor is not locked (false, as before).
+            //
+            // An ack that hands over deletes the row and inserts its successor's: if it
+            // commits while `lk` waits, the locked version is gone and the new row is not
+            // in this statement's snapshot, so `lk` finds nothing. `seen` (the snapshot's
+            // version was one to cancel) then answers false, and the caller runs the
+            // statement once more, under a new snapshot (`Sql::cancel`).
             cancel: format!(
-                "DELETE FROM {jobs} WHERE queue = $1 AND id = $2 AND token IS NULL AND {} RETURNING 1",
-                not_head(series, "$2")
+                "WITH lk AS (SELECT j.token IS NULL AS pending FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.id = $2 AND (j.token IS NULL AND {head} OR {next}) FOR UPDATE), \
+                 seen AS (SELECT 1 FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.id = $2 AND (j.token IS NULL AND {head} OR {next})), \
+                 del AS (DELETE FROM {jobs} j USING lk WHERE j.queue = $1 AND j.id = $2 AND lk.pending \
+                   RETURNING 1), \
+                 dropped AS (UPDATE {jobs} j SET {none} FROM lk WHERE j.queue = $1 AND j.id = $2 \
+                   AND NOT lk.pending RETURNING 1) \
+                 SELECT true FROM del UNION ALL SELECT true FROM dropped \
+                 UNION ALL SELECT false FROM seen WHERE NOT EXISTS (SELECT 1 FROM lk)",
+                head = not_head(series, "$2"),
+                next = has_next("j"),
+                none = no_successor(),
             ),
             // Machine::reschedule.
             reschedule: format!(
@@ -202,10 +240,11 @@ impl JobsSql {
                 run_at("$3", "$4"),
                 not_head(series, "$2")
             ),
+            // With the successor's run_at, if one waits (a dead job never has one).
             get: format!(
                 "SELECT run_at, attempt, token IS NOT NULL AS running, false AS dead, last_error, payload, \
-                 {spec} FROM {jobs} WHERE queue = $1 AND id = $2 \
-                 UNION ALL SELECT run_at, attempt, false, true, last_error, payload, {spec} \
+                 {spec}, next_run_at FROM {jobs} WHERE queue = $1 AND id = $2 \
+                 UNION ALL SELECT run_at, attempt, false, true, last_error, payload, {spec}, NULL \
                  FROM {dead} WHERE queue = $1 AND id = $2 LIMIT 1",
                 spec = spec_cols(""),
             ),
@@ -237,16 +276,8 @@ impl Sql {
         lock_timeout: Option<Duration>,
     ) -> Result<Vec<(Scheduled, u64)>, sqlx::Error> {
         // READ COMMITTED whatever the server's default: the second statement must see the
-        // deaths committed while the first one waited. One round trip with the timeout.
-        let begin = match lock_timeout {
-            // 0 turns the timeout off: wait at least 1 ms.
-            Some(t) => format!(
-                "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{}ms'",
-                t.as_millis().clamp(1, i32::MAX as u128)
-            ),
-            None => "BEGIN ISOLATION LEVEL READ COMMITTED".to_owned(),
-        };
-        let mut tx = pool.begin_with(begin).await?;
+        // deaths committed while the first one waited.
+        let mut tx = pool.begin_with(super::begin(lock_timeout)).await?;
         let answers = self.schedule_raw(&mut tx, queue, jobs).await?;
         tx.commit().await?;
         Ok(answers)
@@ -279,7 +310,8 @@ impl Sql {
         answers: &mut [(Scheduled, u64)],
     ) -> Result<(), sqlx::Error> {
         let n = round.len();
-        let (mut ids, mut ats, mut afters, mut payloads, mut replaces) = (
+        let (mut ids, mut ats, mut afters, mut payloads, mut replaces, mut allows) = (
+            Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::with_capacity(n),
@@ -297,6 +329,10 @@ impl Sql {
             afters.push(after);
             payloads.push(job.payload.as_slice());
             replaces.push(job.dedup == Dedup::Replace);
+            // A series' occurrence never gets a successor: Exists, as with Keep.
+            allows.push(
+                job.dedup == Dedup::AllowWhileRunning && occurrence_series(&job.id).is_none(),
+            );
             specs.push(&job.spec);
         }
         let query = sqlx::query(&self.jobs.schedule)
@@ -306,7 +342,7 @@ impl Sql {
             .bind(afters)
             .bind(payloads)
             .bind(replaces);
-        let rows = specs.bind(query).fetch_all(&mut *conn).await?;
+        let rows = specs.bind(query).bind(allows).fetch_all(&mut *conn).await?;
         let (mut created, mut unseen) = (Vec::new(), Vec::new());
         for r in &rows {
             let id: String = r.try_get(0)?;
@@ -314,6 +350,7 @@ impl Sql {
             let outcome = match r.try_get::<i32, _>(2)? {
                 0 => Scheduled::Created,
                 1 | 3 => Scheduled::Replaced,
+                4 => Scheduled::Successor,
                 _ => Scheduled::HeldOff {
                     until: system_time(at),
                 },
@@ -484,18 +521,27 @@ impl Sql {
         db(run.await)
     }
 
+    /// Cancels `id`: a pending job (with its successor) or a running job's successor. A
+    /// row changed under the statement's lock (an ack handing over, committed meanwhile)
+    /// runs it once more, under a new snapshot (at READ COMMITTED).
     pub(in crate::backend::postgres) async fn cancel(
         &self,
-        ex: impl PgExecutor<'_>,
+        conn: &mut PgConnection,
         queue: &str,
         id: &str,
     ) -> Result<bool, Error> {
-        let row = db(sqlx::query(&self.jobs.cancel)
-            .bind(queue)
-            .bind(id)
-            .fetch_optional(ex)
-            .await)?;
-        Ok(row.is_some())
+        let mut again = true;
+        loop {
+            let row = db(sqlx::query_scalar::<_, bool>(&self.jobs.cancel)
+                .bind(queue)
+                .bind(id)
+                .fetch_optional(&mut *conn)
+                .await)?;
+            match row {
+                Some(false) if again => again = false,
+                row => return Ok(row == Some(true)),
+            }
+        }
     }
 
     pub(in crate::backend::postgres) async fn reschedule(
@@ -525,15 +571,18 @@ impl Sql {
             (true, _) => JobState::Running,
             _ => JobState::Pending,
         };
-        Ok(Some(JobInfo::new(
-            id.to_owned(),
-            state,
-            dec(db(r.try_get(0))?),
-            attempt(&r, 1)?,
-            db(r.try_get(4))?,
-            db(r.try_get(5))?,
-            spec(&r, 6, &self.plain)?,
-        )))
+        Ok(Some(
+            JobInfo::new(
+                id.to_owned(),
+                state,
+                dec(db(r.try_get(0))?),
+                attempt(&r, 1)?,
+                db(r.try_get(4))?,
+                db(r.try_get(5))?,
+                spec(&r, 6, &self.plain)?,
+            )
+            .with_successor(db(r.try_get::<Option<i64>, _>(13))?.map(dec)),
+        ))
     }
 }
 
@@ -551,6 +600,29 @@ fn rounds<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
         *n += 1;
     }
     rounds
+}
+
+/// The `SET` list of the schedule's `ON CONFLICT DO UPDATE`: on a pending row (a Replace),
+/// the new run_at, payload and spec, and no successor; on a running row (a successor
+/// stored), the new ones in the `next_` columns, the job's own left as they are.
+fn conflict_sets() -> String {
+    let cols = format!("run_at, payload, {}", spec_cols(""));
+    let own = cols
+        .split(", ")
+        .map(|c| format!("{c} = CASE WHEN j.token IS NULL THEN EXCLUDED.{c} ELSE j.{c} END"));
+    let next = cols
+        .split(", ")
+        .map(|c| format!("next_{c} = CASE WHEN j.token IS NULL THEN NULL ELSE EXCLUDED.{c} END"));
+    own.chain(next).collect::<Vec<_>>().join(", ")
+}
+
+/// SQL setting the successor columns of a job to none.
+pub(super) fn no_successor() -> String {
+    format!("next_run_at, next_payload, {}", next_spec_cols(""))
+        .split(", ")
+        .map(|c| format!("{c} = NULL"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The types of [`spec_cols`]' parameter arrays from `$first` on, for `unnest`.
@@ -586,11 +658,20 @@ mod tests {
     fn a_replace_updates_only_a_pending_job_that_is_no_series_occurrence() {
         let names = Names::new("wheel_jobs");
         let text = JobsSql::new(&names).schedule;
+        // The job's own values change only on a pending row (a running one's go to its
+        // successor, `next_`).
         assert!(
-            text.contains("DO UPDATE SET run_at = EXCLUDED.run_at"),
+            text.contains(
+                "DO UPDATE SET run_at = CASE WHEN j.token IS NULL THEN EXCLUDED.run_at ELSE j.run_at END"
+            ),
             "{text}"
         );
-        assert!(text.contains("hold_off = EXCLUDED.hold_off"), "{text}");
+        assert!(
+            text.contains(
+                "hold_off = CASE WHEN j.token IS NULL THEN EXCLUDED.hold_off ELSE j.hold_off END"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
@@ -599,6 +680,33 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("attempt = "), "attempts stay: {text}");
+    }
+
+    #[test]
+    fn a_successor_is_stored_only_beside_a_running_job_without_one() {
+        let names = Names::new("wheel_jobs");
+        let text = JobsSql::new(&names).schedule;
+        // Rechecked under the row lock, on the row's latest version.
+        assert!(
+            text.contains(
+                "OR j.token IS NOT NULL AND NOT j.next_payload IS NOT NULL \
+                 AND (SELECT f.allow FROM sent f WHERE f.id = EXCLUDED.id)"
+            ),
+            "{text}"
+        );
+        // Only a running row's successor columns take the new values; a Replace drops them.
+        assert!(
+            text.contains(
+                "next_payload = CASE WHEN j.token IS NULL THEN NULL ELSE EXCLUDED.payload END"
+            ),
+            "{text}"
+        );
+        // An id seen running with a successor, or seen running by another mode, is not sent
+        // (Exists, no lock).
+        assert!(
+            text.contains("CASE WHEN seen.running THEN NOT free.allow OR seen.has_next"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -105,6 +105,7 @@ impl Scripts {
         let mut call = script!(
             "kinds.lua",
             "held.lua",
+            "next.lua",
             "acks.lua",
             "series.lua",
             "claim.lua"
@@ -123,8 +124,14 @@ impl Scripts {
             .key(&k.running)
             .key(&k.levels)
             .key(&k.held)
-            .key(&k.held_until);
-        call.arg(max).arg(plain_tail).arg(filter_arg(kind));
+            .key(&k.held_until)
+            .key(&k.next)
+            .key(&k.next_payload);
+        call.arg(max)
+            .arg(plain_tail)
+            .arg(filter_arg(kind))
+            .arg(&k.wake)
+            .arg(k.publish);
         for (id, token) in acks {
             call.arg(id).arg(token);
         }
