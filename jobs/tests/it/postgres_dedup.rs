@@ -14,7 +14,7 @@ use wheel_jobs::sqlx::{self, Row};
 use wheel_jobs::{Builder, Dedup, JobOptions, JobQueue, Scheduled};
 
 use crate::kill::{child_role, runtime, spawn_child, Killed};
-use crate::postgres::{fresh, pool, url};
+use crate::postgres::{connections_gone, fresh, pool, url};
 use crate::support::{ms, next};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -580,20 +580,7 @@ fn postgres_dedup_races_in_three_processes_through_a_kill() {
     }
 
     rt.block_on(async {
-        loop {
-            let left: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-            )
-            .bind(&name)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            if left == 0 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the children's connections stay");
-            tokio::time::sleep(ms(5)).await;
-        }
+        connections_gone(&pool, &name, deadline).await;
         let jobs: HashMap<String, String> = sqlx::query(
             "SELECT id, convert_from(payload, 'UTF8') FROM wheel_jobs.jobs WHERE queue = $1 \
              UNION ALL SELECT id, convert_from(payload, 'UTF8') FROM wheel_jobs.dead WHERE queue = $1",

@@ -18,7 +18,7 @@ use wheel_jobs::sqlx::{self, Row};
 use wheel_jobs::{Builder, Dedup, JobOptions, JobQueue, JobState, Scheduled, MIN_LEASE};
 
 use crate::kill::{child_role, runtime, spawn_child, Killed};
-use crate::postgres::{fresh, pool, url};
+use crate::postgres::{connections_gone, fresh, pool, url};
 use crate::suite::{hour_ticks, idle_consumer};
 use crate::support::{ms, next};
 
@@ -696,20 +696,7 @@ fn postgres_successors_race_in_three_processes_through_a_kill() {
     }
 
     rt.block_on(async {
-        loop {
-            let left: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-            )
-            .bind(&name)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            if left == 0 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the children's connections stay");
-            tokio::time::sleep(ms(5)).await;
-        }
+        connections_gone(&pool, &name, deadline).await;
         let queue = open(&name).await;
         check_shape(&pool, &queue, &name).await;
         queue.close().await.unwrap();
