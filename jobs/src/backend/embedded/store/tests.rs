@@ -15,7 +15,7 @@ use proptest::prelude::*;
 
 use super::tables::{DIED, DIED_BY_KIND, HELD, HELD_UNTIL, SERIES};
 use super::*;
-use crate::backend::{ClaimBatch, NewJob};
+use crate::backend::{ClaimBatch, ClaimKinds, NewJob};
 use crate::core::job::{self, Scheduled};
 use crate::core::job::{JobInfo, JobState, KindCounts, When};
 use crate::core::kind::Dedup;
@@ -348,7 +348,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 };
                 let op = Op::Claim {
                     max,
-                    kind: kind.map(str::to_owned),
+                    kind: kind.map(str::to_owned).into(),
                 };
                 let Reply::Claimed(batch) = one(&mut store, op, now) else {
                     return Err(TestCaseError::fail("claim reply"));
@@ -1013,7 +1013,7 @@ fn a_format_4_store_and_its_log_are_upgraded_at_open() {
     assert_eq!(one(&mut store, Op::Counts, now), Reply::Counts(expect));
     let other = Op::Claim {
         max: 10,
-        kind: Some("x".into()),
+        kind: ClaimKinds::one("x"),
     };
     let Reply::Claimed(batch) = one(&mut store, other, now) else {
         panic!("a claim");
@@ -1023,7 +1023,7 @@ fn a_format_4_store_and_its_log_are_upgraded_at_open() {
         &mut store,
         Op::Claim {
             max: 10,
-            kind: None,
+            kind: ClaimKinds::All,
         },
         now,
     ) else {
@@ -1082,7 +1082,7 @@ fn own_specs_survive_a_crash_and_rule_the_claim() {
     let mut store = crash(store, dir.path(), 0);
     let claim = |kind: Option<&str>| Op::Claim {
         max: 10,
-        kind: kind.map(str::to_owned),
+        kind: kind.map(str::to_owned).into(),
     };
     let Reply::Claimed(batch) = one(&mut store, claim(None), 20) else {
         panic!("a claim");
@@ -1163,7 +1163,7 @@ fn series_changes_survive_a_crash_by_the_log() {
         &mut store,
         Op::Claim {
             max: 10,
-            kind: None,
+            kind: ClaimKinds::All,
         },
         112 * MS,
     ) else {
@@ -1192,7 +1192,7 @@ fn run_one(store: &mut Store, now: u64) -> u64 {
         store,
         Op::Claim {
             max: 10,
-            kind: None,
+            kind: ClaimKinds::All,
         },
         now,
     ) else {
@@ -1241,7 +1241,7 @@ fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
         &mut store,
         Op::Claim {
             max: 10,
-            kind: None,
+            kind: ClaimKinds::All,
         },
         135 * MS,
     ) else {
@@ -1269,7 +1269,7 @@ fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
 fn claim_kinds(store: &mut Store, kind: Option<&str>, now: u64) -> Vec<(String, String)> {
     let op = Op::Claim {
         max: 10,
-        kind: kind.map(str::to_owned),
+        kind: kind.map(str::to_owned).into(),
     };
     let Reply::Claimed(batch) = one(store, op, now) else {
         panic!("a claim");
@@ -1398,7 +1398,7 @@ fn a_stored_recurrence_that_no_longer_parses_fails_no_claim() {
         &mut store,
         Op::Claim {
             max: 10,
-            kind: None,
+            kind: ClaimKinds::All,
         },
         112 * MS,
     ) else {
@@ -1439,7 +1439,14 @@ fn replace_and_hold_off_survive_a_crash() {
         one(&mut store, new("r", 30, b"new", Dedup::Replace), 1),
         Reply::Scheduled(Scheduled::Replaced, 30)
     );
-    let Reply::Claimed(batch) = one(&mut store, Op::Claim { max: 1, kind: None }, 10) else {
+    let Reply::Claimed(batch) = one(
+        &mut store,
+        Op::Claim {
+            max: 1,
+            kind: ClaimKinds::All,
+        },
+        10,
+    ) else {
         panic!("a claim");
     };
     assert_eq!(batch.jobs[0].id, "h");
@@ -1467,7 +1474,14 @@ fn replace_and_hold_off_survive_a_crash() {
         );
     }
     assert_eq!(held_tables(&store).len(), 1);
-    one(&mut store, Op::Claim { max: 0, kind: None }, 60);
+    one(
+        &mut store,
+        Op::Claim {
+            max: 0,
+            kind: ClaimKinds::All,
+        },
+        60,
+    );
     assert!(held_tables(&store).is_empty(), "the claim deleted it");
     let mut store = crash(store, dir.path(), 1);
     assert!(held_tables(&store).is_empty(), "and the log says so");
@@ -1494,7 +1508,10 @@ fn replace_moves_only_a_pending_job() {
         })
     };
     one(&mut store, schedule("run", at(1), b"old"), 0);
-    let claim = |max| Op::Claim { max, kind: None };
+    let claim = |max| Op::Claim {
+        max,
+        kind: ClaimKinds::All,
+    };
     let Reply::Claimed(batch) = one(&mut store, claim(1), 5) else {
         panic!("a claim");
     };
