@@ -715,7 +715,7 @@ fn reporting(
     }
 }
 
-pub async fn one_worker_routes_each_kind_to_its_own_handler(h: impl Harness) {
+pub async fn one_worker_of_three_kinds_routes_each_to_its_own_handler(h: impl Harness) {
     let queue = open(&h, |_| {}).await;
     let now = SystemTime::now();
     // Undeclared kinds, due first and of the highest priority: never this worker's.
@@ -918,6 +918,7 @@ pub async fn a_worker_claims_by_priority_across_its_kinds(h: impl Harness) {
         .kind("x", reporting("x", &tx))
         .kind("y", reporting("y", &tx))
         .kind("z", reporting("z", &tx));
+    drop(tx);
     // One slot: each claim takes the first job across the three kinds.
     let running = tokio::spawn(worker.run(1));
     let mut got = Vec::new();
@@ -941,7 +942,7 @@ pub async fn a_worker_claims_by_priority_across_its_kinds(h: impl Harness) {
     running.await.unwrap().unwrap();
 }
 
-pub async fn close_drains_a_workers_running_handlers(h: impl Harness) {
+pub async fn close_drains_a_worker_of_several_kinds(h: impl Harness) {
     let queue = open(&h, |_| {}).await;
     for kind in ["a", "b"] {
         queue

@@ -282,13 +282,20 @@ fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
             head = not_head(series, "j.id"),
         )
     };
+    // Two arms, one per index (a locking subquery cannot be an arm of a UNION itself):
+    // for a kind only one of them has levels, so its rows come in its levels' order.
+    let arm = |kind: &str, rows: &str| {
+        format!(
+            "SELECT x.* FROM levels l CROSS JOIN LATERAL {pick} x \
+             WHERE l.kind = ks.kind AND {kind} AND l.lvl IS NOT NULL \
+             AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads))",
+            pick = pick(rows),
+        )
+    };
     let due = format!(
-        "due AS (SELECT d.* FROM ks CROSS JOIN LATERAL (\
-         SELECT x.* FROM levels l CROSS JOIN LATERAL ({named} UNION ALL {plain}) x \
-         WHERE l.kind = ks.kind AND l.lvl IS NOT NULL \
-         AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads)) LIMIT ks.room) d)",
-        named = pick("AND j.kind = l.kind AND j.kind <> ''"),
-        plain = pick("AND l.kind = '' AND j.kind = ''"),
+        "due AS (SELECT d.* FROM ks CROSS JOIN LATERAL ({named} UNION ALL {plain} LIMIT ks.room) d)",
+        named = arm("l.kind <> ''", "AND j.kind = l.kind AND j.kind <> ''"),
+        plain = arm("l.kind = ''", "AND j.kind = ''"),
     );
     let picked = "picked AS (SELECT c.tid, c.id, c.attempt, c.most, c.expired FROM (\
          SELECT b.*, row_number() OVER (PARTITION BY b.kind ORDER BY b.k, b.prio DESC, b.at, b.id) AS nth \
@@ -524,6 +531,31 @@ mod tests {
             let text = claim_text(kinds);
             assert!(!text.contains(window.as_str()), "{text}");
         }
+    }
+
+    #[test]
+    fn a_claim_of_several_kinds_reads_each_kinds_rows_up_to_its_room() {
+        let names = Names::new("wheel_jobs");
+        let set = ClaimSql::new(&names).claim_set;
+        // Per kind, its levels' rows, stopped at its room; a named kind's through jobs_due
+        // (the `<> ''` the partial index needs), the kind '' through jobs_pending.
+        assert!(
+            set.contains("unnest($6::text[], $7::bigint[]) AS k(kind, room)"),
+            "{set}"
+        );
+        assert!(set.contains("LIMIT ks.room) d)"), "{set}");
+        assert!(
+            set.contains("AND j.kind = l.kind AND j.kind <> '' AND j.priority = l.lvl"),
+            "{set}"
+        );
+        // Expired leases count in a kind's room, and the total is $2.
+        assert!(set.contains("PARTITION BY b.kind"), "{set}");
+        assert!(set.contains("WHERE c.nth <= ks.room"), "{set}");
+        // Series heads only when the kind '' is claimed.
+        assert!(
+            set.contains("AND '' = ANY($6::text[]) ORDER BY s.head"),
+            "{set}"
+        );
     }
 
     #[test]
