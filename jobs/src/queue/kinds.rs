@@ -1,112 +1,25 @@
 //! One worker for several kinds: [`Worker`], the kinds it declared, each with its handler
-//! and optional cap, and the routes its claim loop (`worker.rs`) takes them by.
+//! and optional cap, run by the claim loop of `worker.rs` through their routes
+//! (`routes.rs`).
 //!
 //! # Ground rules
 //!
-//! - A worker's claim names its kinds and, per kind, at most what that kind may still run:
-//!   its free cap if it has one, else the free slots of the worker ([`Routes::claim`]).
-//!   A kind at its cap is left out of the claim, so one claim per loop turn serves every
-//!   kind with room: one claim (a commit, a script call, a statement) where a `run_kind`
-//!   per kind made one each.
-//! - A job is handed to its own kind's handler; a claim never returns a kind it did not
-//!   name (the backend's contract), and a job of an undeclared kind is never claimed.
-//! - Only the loop takes a cap's permits, and only its handlers give them back: the free
-//!   permits it counted for a claim are still free when the claim's jobs come back.
+//! - A kind is declared once, valid, before its cap; a worker runs with at least one kind.
+//!   Misuse panics where it is written (`#[track_caller]`), never at the first claim.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
-use crate::backend::{BoxFuture, ClaimKinds};
 use crate::core::error::Error;
-use crate::core::job::capped_error;
 use crate::core::kind::assert_kind;
 use crate::queue::delivery::Delivery;
 use crate::queue::hub::Hub;
+use crate::queue::routes::{boxed, Route, Routes};
 use crate::queue::worker;
-
-/// A handler, boxed: its error is already the capped text a failure records.
-pub(crate) type Handler =
-    Arc<dyn Fn(Delivery) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
-
-/// `handler` as a [`Handler`].
-pub(crate) fn boxed<F, Fut, E>(handler: F) -> Handler
-where
-    F: Fn(Delivery) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send + 'static,
-    E: fmt::Display + Send + 'static,
-{
-    Arc::new(move |delivery| {
-        let run = handler(delivery);
-        Box::pin(async move { run.await.map_err(capped_error) })
-    })
-}
-
-/// A declared kind: its handler and its cap (`None`: the worker's concurrency).
-#[derive(Clone)]
-pub(crate) struct Route {
-    pub(crate) handler: Handler,
-    pub(crate) cap: Option<Arc<Semaphore>>,
-}
-
-/// Where a worker's claimed jobs go.
-#[derive(Clone)]
-pub(crate) enum Routes {
-    /// Every kind, to one handler (`run`).
-    All(Handler),
-    /// The declared kinds, each to its own route.
-    Kinds(BTreeMap<String, Route>),
-}
-
-impl Routes {
-    /// The claim for `free` free slots of the worker: every kind, or each declared kind
-    /// with room at most min(its free cap, `free`); `None` if every kind is at its cap.
-    /// And whether a cap cut the claim (a kind left out or given less than `free`), so a
-    /// cap's permit coming back should end an idle claim and make a new one.
-    pub(crate) fn claim(&self, free: usize) -> (Option<ClaimKinds>, bool) {
-        let routes = match self {
-            Routes::All(_) => return (Some(ClaimKinds::All), false),
-            Routes::Kinds(routes) => routes,
-        };
-        let mut kinds = Vec::with_capacity(routes.len());
-        let mut capped = false;
-        for (kind, route) in routes {
-            let room = route
-                .cap
-                .as_ref()
-                .map_or(free, |cap| cap.available_permits().min(free));
-            capped |= room < free;
-            if room > 0 {
-                kinds.push((kind.clone(), room));
-            }
-        }
-        if kinds.is_empty() {
-            return (None, capped);
-        }
-        (Some(ClaimKinds::Some(kinds)), capped)
-    }
-
-    /// The handler of a claimed job of `kind`, with its cap's permit (if capped); `None`
-    /// for a kind this worker did not declare (a backend's bug: the job is left to its
-    /// lease).
-    pub(crate) fn route(&self, kind: &str) -> Option<(Handler, Option<OwnedSemaphorePermit>)> {
-        match self {
-            Routes::All(handler) => Some((handler.clone(), None)),
-            Routes::Kinds(routes) => {
-                let route = routes.get(kind)?;
-                let permit = match &route.cap {
-                    // Free: the loop counted it free for the claim, and only the loop takes.
-                    Some(cap) => Some(cap.clone().try_acquire_owned().ok()?),
-                    None => None,
-                };
-                Some((route.handler.clone(), permit))
-            }
-        }
-    }
-}
 
 /// A worker for several kinds of jobs, from [`JobQueue::worker`](crate::JobQueue::worker):
 /// each declared kind with its own handler and optional concurrency cap, all claimed by one
@@ -269,6 +182,7 @@ impl Worker {
 
 #[cfg(test)]
 mod tests {
+    use crate::queue::routes::{boxed, Routes};
     use crate::JobQueue;
 
     async fn queue() -> (JobQueue, tempfile::TempDir) {
@@ -313,14 +227,14 @@ mod tests {
     #[should_panic(expected = "Worker::run needs at least one kind")]
     async fn a_worker_without_kinds_panics_at_run() {
         let (queue, _dir) = queue().await;
-        let _ = queue.worker().run(1);
+        drop(queue.worker().run(1));
     }
 
     #[tokio::test]
     #[should_panic(expected = "Worker::run needs a concurrency of at least 1")]
     async fn a_worker_of_no_concurrency_panics_at_run() {
         let (queue, _dir) = queue().await;
-        let _ = queue.worker().kind("a", ok).run(0);
+        drop(queue.worker().kind("a", ok).run(0));
     }
 
     #[tokio::test]
@@ -333,7 +247,7 @@ mod tests {
             .kind("c", ok)
             .cap("a", 2)
             .cap("b", 1);
-        let routes = super::Routes::Kinds(worker.routes.clone());
+        let routes = Routes::Kinds(worker.routes.clone());
         let some = |kinds: &[(&str, usize)]| {
             let kinds = kinds.iter().map(|(k, n)| (k.to_string(), *n)).collect();
             Some(crate::backend::ClaimKinds::Some(kinds))
@@ -359,7 +273,7 @@ mod tests {
             routes.route("d").is_none(),
             "an undeclared kind has no route"
         );
-        let all = super::Routes::All(super::boxed(ok));
+        let all = Routes::All(boxed(ok));
         assert_eq!(all.claim(3), (Some(crate::backend::ClaimKinds::All), false));
         queue.close().await.unwrap();
     }

@@ -18,6 +18,7 @@ pub(crate) mod hub;
 pub(crate) mod kinds;
 pub(crate) mod metrics;
 mod recurring;
+pub(crate) mod routes;
 #[cfg(feature = "postgres")]
 mod sql;
 #[cfg(feature = "serde")]

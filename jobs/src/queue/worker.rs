@@ -1,7 +1,15 @@
-//! The loop behind [`JobQueue::run`](crate::JobQueue::run): the worker on top of the consumer.
+//! The loop behind [`JobQueue::run`](crate::JobQueue::run), `run_kind` and
+//! [`Worker::run`](crate::Worker::run): the worker on top of the consumer.
 //!
 //! # Ground rules
 //!
+//! - One loop claims for every kind it runs (`routes.rs` `Routes`): a claim names every kind
+//!   (`run`) or the declared kinds with room, each at most min(its free cap, the free
+//!   permits); a job goes to its kind's handler with its cap's permit, given back with the
+//!   slot's when the handler returns. A kind at its cap is left out of the claim; when every
+//!   kind with work is, the loop waits for a cap's permit (`freed`), and a claim a cap cut
+//!   short ends its idle wait on one (`fetch`'s `refresh`), so a capped kind's due jobs never
+//!   wait for another kind's next job.
 //! - At most `concurrency` handlers run at once, each a task in one `JoinSet` holding a
 //!   semaphore permit; the loop claims exactly as many jobs as there are free permits, so no
 //!   job waits leased in a buffer. A task gives its permit back when the handler returns,
@@ -47,7 +55,7 @@ use crate::core::job::capped_error;
 use crate::queue::consumer::{fetch, Fetch};
 use crate::queue::delivery::{ack, backoff, retry, Delivery, Renewal};
 use crate::queue::hub::{in_handler, Drain, Hub};
-use crate::queue::kinds::{boxed, Handler, Route, Routes};
+use crate::queue::routes::{boxed, Handler, Route, Routes};
 
 /// Runs `future`, turning a panic in any of its polls into `Err`.
 struct CatchUnwind<F>(Pin<Box<F>>);
