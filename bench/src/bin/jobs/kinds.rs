@@ -1,6 +1,6 @@
 //! `--kinds`: what kinds and priorities cost against the plain path, on the backend the
 //! other flags name (the embedded store by default, `--redis URL`, `--postgres URL`), with N
-//! jobs per phase (`--n`) over R rounds (`--rounds`), the three variants alternated within
+//! jobs per phase (`--n`) over R rounds (`--rounds`), the five variants alternated within
 //! each round so the machine's noise falls on all of them alike:
 //!
 //! - `plain`: N due jobs through `schedule_many`, drained by one `run(c)`;
