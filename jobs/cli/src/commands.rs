@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 use wheel_jobs::console::Console;
-use wheel_jobs::{Cursor, JobOptions, JobQueue, JobState, ListOptions, Scheduled, When};
+use wheel_jobs::{Cursor, Dedup, JobOptions, JobQueue, JobState, ListOptions, Scheduled, When};
 
 use crate::format::{self, counts_json, counts_text, job_json, job_text, row_text};
 use crate::target::Place;
@@ -47,6 +47,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             kind,
             priority,
             max_attempts,
+            dedup,
             ..
         } => {
             let when = match (delay, at) {
@@ -54,7 +55,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                 (None, Some(at)) => When::At(at),
                 (None, None) => unreachable!("clap requires --in or --at"),
             };
-            let options = job_options(kind, priority, max_attempts);
+            let options = job_options(kind, priority, max_attempts, dedup);
             schedule(&queue, &id, when, payload, options.as_ref(), out).await
         }
         Command::Cancel { id } => cancel(&queue, &id, out).await,
@@ -197,8 +198,9 @@ fn job_options(
     kind: Option<String>,
     priority: Option<i8>,
     max_attempts: Option<u32>,
+    dedup: Option<Dedup>,
 ) -> Option<JobOptions> {
-    if kind.is_none() && priority.is_none() && max_attempts.is_none() {
+    if kind.is_none() && priority.is_none() && max_attempts.is_none() && dedup.is_none() {
         return None;
     }
     let mut options = JobOptions::new();
@@ -210,6 +212,9 @@ fn job_options(
     }
     if let Some(attempts) = max_attempts {
         options = options.max_attempts(attempts);
+    }
+    if let Some(dedup) = dedup {
+        options = options.dedup(dedup);
     }
     Some(options)
 }
@@ -246,6 +251,13 @@ async fn schedule(
                 ),
             )
         }
+        Scheduled::Successor => (
+            "successor",
+            format!(
+                "successor {} stored: it runs once the running job is acked or dies",
+                format::escape(id)
+            ),
+        ),
         // `Scheduled` is non-exhaustive: an outcome this command does not know yet.
         other => ("other", format!("{other:?} {}", format::escape(id))),
     };
@@ -258,11 +270,27 @@ async fn schedule(
 }
 
 async fn cancel(queue: &JobQueue, id: &str, out: Out) -> Result<(), String> {
+    // A cancel that succeeds on a running job removed only its successor
+    // (`Dedup::AllowWhileRunning`): the job runs on.
+    let before = queue.get(id).await.map_err(|e| e.to_string())?;
+    let running = before.is_some_and(|job| job.state() == JobState::Running);
     if queue.cancel(id).await.map_err(|e| e.to_string())? {
-        out.print(
-            || format!("cancelled {}", format::escape(id)),
-            json!({ "id": id, "cancelled": true }),
-        );
+        if running {
+            out.print(
+                || {
+                    format!(
+                        "cancelled the successor of {} (the running job goes on)",
+                        format::escape(id)
+                    )
+                },
+                json!({ "id": id, "cancelled": true, "successor_only": true }),
+            );
+        } else {
+            out.print(
+                || format!("cancelled {}", format::escape(id)),
+                json!({ "id": id, "cancelled": true }),
+            );
+        }
         return Ok(());
     }
     if let Ok(Some(series)) = queue.recurring_of(id).await {

@@ -9,13 +9,23 @@ use wheel_jobs::{Counts, JobInfo, JobState};
 
 /// `--in`: `48h`, `2d 3h`, `90s`, `1.5h`, `500ms` (a day is 24 hours), or ISO 8601 `PT48H`.
 pub fn parse_delay(s: &str) -> Result<Duration, String> {
+    parse_duration(s, "a delay")
+}
+
+/// The duration of `--dedup hold-off=DURATION`, written as for [`parse_delay`].
+pub fn parse_hold_off(s: &str) -> Result<Duration, String> {
+    parse_duration(s, "a hold-off")
+}
+
+/// A duration as [`parse_delay`] reads it; `what` names it when it is negative.
+fn parse_duration(s: &str, what: &str) -> Result<Duration, String> {
     let span: Span = s
         .parse()
         .map_err(|err| format!("not a duration (like 48h, 2d 3h, 90s): {err}"))?;
     let signed = span
         .to_duration(SpanRelativeTo::days_are_24_hours())
         .map_err(|err| format!("months and years vary in length: give days or less ({err})"))?;
-    Duration::try_from(signed).map_err(|_| "a delay cannot be negative".to_owned())
+    Duration::try_from(signed).map_err(|_| format!("{what} cannot be negative"))
 }
 
 /// `--at`: an RFC 3339 time with its offset, `2026-12-01T20:00:00+08:00` or `…Z`.
@@ -118,6 +128,7 @@ pub fn job_json(job: &JobInfo) -> Value {
         "attempt": job.attempt(),
         "max_attempts": job.max_attempts(),
         "last_error": job.last_error(),
+        "successor_run_at": job.successor().map(time),
         "payload": payload,
         "payload_encoding": encoding,
     })
@@ -133,9 +144,17 @@ pub fn job_text(job: &JobInfo, now: SystemTime) -> String {
     let error = job.last_error().map_or("none".to_owned(), |e| {
         escape_lines(e).replace('\n', "\n         ")
     });
+    // A successor (`Dedup::AllowWhileRunning`) only when one waits.
+    let successor = job.successor().map_or(String::new(), |at| {
+        format!(
+            "\nnext     a successor due at {} ({}), once this job is acked or dies",
+            time_text(at),
+            relative(at, now)
+        )
+    });
     format!(
         "id       {}\nstate    {}\nkind     {}\npriority {}\nrun_at   {} ({})\n\
-         attempt  {} of {}\nerror    {error}\npayload  {payload}",
+         attempt  {} of {}\nerror    {error}{successor}\npayload  {payload}",
         escape(job.id()),
         state(job.state()),
         kind(job.kind()),
@@ -245,6 +264,11 @@ mod tests {
             parse_delay("-5m").unwrap_err(),
             "a delay cannot be negative"
         );
+        assert_eq!(
+            parse_hold_off("-5s").unwrap_err(),
+            "a hold-off cannot be negative"
+        );
+        assert_eq!(parse_hold_off("5s"), Ok(Duration::from_secs(5)));
         assert!(parse_delay("1mo")
             .unwrap_err()
             .starts_with("months and years"));

@@ -76,7 +76,7 @@ enum Command {
         /// The job's id.
         id: String,
     },
-    /// Schedule a job; an existing id is left unchanged.
+    /// Schedule a job; an existing id is left unchanged (unless `--dedup` says otherwise).
     Schedule {
         /// The job's id.
         id: String,
@@ -105,6 +105,12 @@ enum Command {
         /// queue's).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         max_attempts: Option<u32>,
+        /// What happens if the id is taken: `keep` (leave it), `replace` (a pending job's
+        /// time, payload and options), `allow-while-running` (store a successor beside a
+        /// running job), `hold-off=DURATION` (refuse the id that long after an ack)
+        /// (default: the kind's, else keep).
+        #[arg(long, value_name = "MODE", value_parser = parse_dedup)]
+        dedup: Option<wheel_jobs::Dedup>,
     },
     /// Cancel a pending job.
     Cancel {
@@ -222,6 +228,19 @@ fn parse_kind(s: &str) -> Result<String, String> {
         return Err("a kind must not contain control characters".to_owned());
     }
     Ok(s.to_owned())
+}
+
+fn parse_dedup(s: &str) -> Result<wheel_jobs::Dedup, String> {
+    use wheel_jobs::Dedup;
+    match s {
+        "keep" => Ok(Dedup::Keep),
+        "replace" => Ok(Dedup::Replace),
+        "allow-while-running" => Ok(Dedup::AllowWhileRunning),
+        _ => match s.strip_prefix("hold-off=") {
+            Some(d) => format::parse_hold_off(d).map(Dedup::HoldOff),
+            None => Err("one of keep, replace, allow-while-running, hold-off=DURATION".to_owned()),
+        },
+    }
 }
 
 fn parse_cursor(s: &str) -> Result<Cursor, String> {

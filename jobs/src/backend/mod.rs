@@ -143,8 +143,11 @@ pub(crate) struct Import {
 pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Creates the job, with its spec, unless the id exists (or, with [`Dedup::Replace`],
     /// replaces a pending one's run_at, payload and spec) or is held off after an ack
-    /// ([`Dedup::HoldOff`]); returns the outcome and the job's run_at (for `HeldOff`, the
-    /// end of the hold-off).
+    /// ([`Dedup::HoldOff`]), or, with [`Dedup::AllowWhileRunning`] on a running job without
+    /// one, stores the job as its successor (`Scheduled::Successor`: every ack, retry,
+    /// death, lease-expiry kill, `cancel` and `get` of the id then follows the rules on
+    /// `Dedup::AllowWhileRunning`); returns the outcome and the job's run_at (for `HeldOff`,
+    /// the end of the hold-off).
     fn schedule(&self, job: NewJob) -> BoxFuture<'_, Result<(Scheduled, u64), Error>>;
 
     /// [`schedule`](Self::schedule) for many jobs in one atomic step, answers in order.

@@ -242,6 +242,8 @@ struct JobView {
     max_attempts: u32,
     last_error: Option<String>,
     payload: Payload,
+    /// When the successor waiting for this job is due (`Dedup::AllowWhileRunning`).
+    successor: Option<Time>,
     /// The recurring series this job is the pending occurrence of: it has no Cancel of its
     /// own (the queue refuses it), the series is cancelled instead.
     series: Option<String>,
@@ -297,6 +299,7 @@ pub(super) async fn job(
                 max_attempts: info.max_attempts(),
                 last_error: info.last_error().map(str::to_owned),
                 payload: view::payload(info.payload()),
+                successor: info.successor().map(|at| view::time(at, now)),
                 series,
             });
             page(status, &JobPage { frame, id, job })

@@ -111,6 +111,10 @@ pub enum Scheduled {
         /// When the hold-off ends.
         until: SystemTime,
     },
+    /// A job with this id is running: the new run_at, payload and options were stored as its
+    /// successor ([`Dedup::AllowWhileRunning`](crate::Dedup::AllowWhileRunning)), to become
+    /// the pending job once the running one is acked or dies.
+    Successor,
 }
 
 /// Where a job is in its life.
@@ -136,6 +140,8 @@ pub struct JobInfo {
     last_error: Option<String>,
     payload: Vec<u8>,
     spec: Spec,
+    /// The run_at of the successor waiting for this running job, if any.
+    successor: Option<u64>,
 }
 
 impl JobInfo {
@@ -157,7 +163,15 @@ impl JobInfo {
             last_error,
             payload,
             spec,
+            successor: None,
         }
+    }
+
+    /// This snapshot with the run_at of the successor waiting for the job
+    /// ([`Dedup::AllowWhileRunning`](crate::Dedup::AllowWhileRunning)).
+    pub(crate) fn with_successor(mut self, run_at: Option<u64>) -> JobInfo {
+        self.successor = run_at;
+        self
     }
 
     /// The job's kind: `""` for a job scheduled without one.
@@ -215,6 +229,13 @@ impl JobInfo {
     pub fn payload(&self) -> &[u8] {
         &self.payload
     }
+
+    /// When the successor stored beside this running job is due
+    /// ([`Dedup::AllowWhileRunning`](crate::Dedup::AllowWhileRunning)): it becomes the
+    /// pending job once this one is acked or dies. `None` if no successor waits.
+    pub fn successor(&self) -> Option<SystemTime> {
+        self.successor.map(system_time)
+    }
 }
 
 impl fmt::Debug for JobInfo {
@@ -228,6 +249,7 @@ impl fmt::Debug for JobInfo {
             .field("attempt", &self.attempt)
             .field("last_error", &self.last_error)
             .field("payload_len", &self.payload.len())
+            .field("successor", &self.successor())
             .finish()
     }
 }

@@ -57,6 +57,22 @@ pub enum Dedup {
     /// the refused schedule. A zero duration holds nothing off. A job cancelled, dead or
     /// removed holds nothing off either.
     HoldOff(Duration),
+    /// A new job may wait while the old one runs (river#1183): a schedule meeting a
+    /// *running* job with the id stores the new run_at, payload and options as its
+    /// **successor** ([`Scheduled::Successor`](crate::Scheduled::Successor)), not yet
+    /// pending, not counted, shown by [`JobInfo::successor`](crate::JobInfo::successor).
+    /// When the running job is acked, the successor becomes the pending job (attempt 0; if
+    /// the acked job had a hold-off, not due before it ends, and no tombstone is left).
+    /// While it retries, the successor waits. When it dies (its last attempt failed, or its
+    /// lease ended at its last attempt), the successor becomes the pending job carrying the
+    /// dead one's last error, and no dead job is kept (the death is still counted by the
+    /// metrics). [`cancel`](crate::JobQueue::cancel) of the id removes a waiting successor.
+    /// A [`Replace`](Self::Replace) of a job pending again after a retry, with a successor
+    /// waiting, takes the job's values and drops the successor: the newest schedule wins.
+    /// An absent id is created; a pending or dead job, a running one that already has a
+    /// successor, and a series' occurrence win as with `Keep`
+    /// ([`Scheduled::Exists`](crate::Scheduled::Exists)).
+    AllowWhileRunning,
 }
 
 /// Options for one job, or the defaults of one kind: its kind, priority, attempts, backoff

@@ -17,7 +17,6 @@ use crate::backend::embedded::Embedded;
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::kind::JobOptions;
-#[cfg(any(feature = "redis", feature = "postgres"))]
 use crate::core::wakeup::Wakeup;
 use crate::queue::JobQueue;
 
@@ -281,12 +280,9 @@ impl Builder {
         if let Some(stem) = path.as_ref().file_stem() {
             config.name = stem.to_string_lossy().into_owned();
         }
-        let backend = Embedded::open(path.as_ref().to_path_buf(), &config).await?;
-        Ok(JobQueue::with_backend(
-            Box::new(backend),
-            config,
-            Arc::default(),
-        ))
+        let wakeup: Arc<Wakeup> = Arc::default();
+        let backend = Embedded::open(path.as_ref().to_path_buf(), &config, wakeup.clone()).await?;
+        Ok(JobQueue::with_backend(Box::new(backend), config, wakeup))
     }
 
     /// Opens the queue `name` on the Redis server at `url` (`redis://host:port`,

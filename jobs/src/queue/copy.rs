@@ -11,6 +11,9 @@
 //! - Hold-off tombstones (`Dedup::HoldOff`) are not jobs and are not copied; a job copied
 //!   keeps its hold-off in its options, and no backend writes an id over its own live
 //!   tombstone (the id counts as existing).
+//! - Successors (`Dedup::AllowWhileRunning`) are not jobs either and are not copied: a copy
+//!   is of a stopped queue, and the job a successor waits for is copied pending (below), as
+//!   a job of its own, with no successor beside it (lists do not show successors).
 //! - The source is read through its list indexes a page at a time (pending, running, dead),
 //!   each page written with one import (one commit embedded or on PostgreSQL, one script
 //!   call per partition on Redis). Jobs that move in the source while it is read may be

@@ -126,9 +126,10 @@ impl JobQueue {
     ///
     /// The options' [`Dedup`](crate::Dedup) mode says what happens if the id is taken:
     /// [`Scheduled::Exists`] (`Keep`, the default), [`Scheduled::Replaced`] (`Replace`, on a
-    /// pending job), or [`Scheduled::HeldOff`] while an acked job's hold-off lasts. Idle
-    /// consumers are woken for a replaced job as for a created one; the `scheduled` metric
-    /// counts created jobs only.
+    /// pending job), [`Scheduled::Successor`] (`AllowWhileRunning`, on a running job), or
+    /// [`Scheduled::HeldOff`] while an acked job's hold-off lasts. Idle consumers are woken
+    /// for a replaced job as for a created one; the `scheduled` metric counts created jobs
+    /// and successors.
     ///
     /// # Examples
     ///
@@ -189,7 +190,7 @@ impl JobQueue {
             dedup,
         };
         let (outcome, run_at) = self.inner.backend.schedule(job).await?;
-        if outcome == Scheduled::Created {
+        if matches!(outcome, Scheduled::Created | Scheduled::Successor) {
             self.inner.metrics.scheduled(1);
         }
         if matches!(outcome, Scheduled::Created | Scheduled::Replaced) {
@@ -292,7 +293,9 @@ impl JobQueue {
             return Ok(Vec::new());
         }
         let outcomes = self.inner.backend.schedule_many(batch).await?;
-        let created = outcomes.iter().filter(|(o, _)| *o == Scheduled::Created);
+        let created = outcomes
+            .iter()
+            .filter(|(o, _)| matches!(o, Scheduled::Created | Scheduled::Successor));
         self.inner.metrics.scheduled(created.count() as u64);
         let moved = outcomes
             .iter()
@@ -303,8 +306,10 @@ impl JobQueue {
         Ok(outcomes.into_iter().map(|(o, _)| o).collect())
     }
 
-    /// Removes a pending job: `true` if it was pending, and then it is never delivered.
-    /// A running or dead job, or an unknown id, gives `false` and nothing changes; so does
+    /// Removes a pending job: `true` if it was pending, and then it is never delivered
+    /// (nor is a successor waiting for it, [`Dedup::AllowWhileRunning`](crate::Dedup::AllowWhileRunning)).
+    /// A running job with a successor loses the successor (`true`) and runs on. Any other
+    /// running job, a dead job, or an unknown id gives `false` and nothing changes; so does
     /// the pending occurrence of a recurring series (its series would have none:
     /// [`cancel_recurring`](Self::cancel_recurring) removes both).
     ///

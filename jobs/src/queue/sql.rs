@@ -39,6 +39,19 @@ impl JobQueue {
     /// of the same id (from any handle) waits for it, up to `postgres_timeout`, then answers
     /// as its commit or rollback decides; schedules of other ids do not wait.
     ///
+    /// A job it replaced ([`Dedup::Replace`](crate::Dedup::Replace)) stays locked until this
+    /// transaction ends: no worker claims it meanwhile. A job it finds existing (or running,
+    /// for a Replace) is answered without a lock, except in one narrow case: if another
+    /// transaction creates or claims the job in the instant between this statement's start
+    /// and its write, that job's row stays locked (and unchanged) until this transaction
+    /// ends, which delays its worker's ack, retry or extension until then.
+    ///
+    /// A successor it stores beside a running job
+    /// ([`Dedup::AllowWhileRunning`](crate::Dedup::AllowWhileRunning)) locks that job's
+    /// row until this transaction ends: its worker's ack, retry or extension waits for the
+    /// commit (which decides whether the successor exists). A running job that already has
+    /// one, or one of another mode's schedule, is answered without a lock.
+    ///
     /// # Examples
     ///
     /// The order and its 48 h rating job commit together:
@@ -204,6 +217,9 @@ impl Delivery {
     /// the job's effects). A rollback after `true` leaves the job leased to this delivery
     /// until its lease ends (in a [`run`](crate::JobQueue::run) handler, `true` stops the
     /// lease's renewals, as an ack does), then it is delivered again.
+    ///
+    /// A job with a successor ([`Dedup::AllowWhileRunning`]) hands over to it in the same
+    /// statement: the successor is the pending job if and only if the transaction commits.
     ///
     /// Use a `READ COMMITTED` transaction (PostgreSQL's default). A lease renewal (which
     /// [`run`](crate::JobQueue::run) makes while the handler works) committed after the

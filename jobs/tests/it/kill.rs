@@ -366,6 +366,305 @@ fn racing_replaces_survive_kill_9() {
     eprintln!("{acknowledged} replaces acknowledged over {ROUNDS} kills");
 }
 
+/// The ids the `AllowWhileRunning` children race on.
+const SUCCESSOR_IDS: usize = 4;
+
+/// Child: first, deterministically, job `d` (kind `last`, 2 attempts, payload
+/// `<round>-9-0`) is delivered, retried and delivered again at its last attempt, given a
+/// successor `<round>-9-1`, and held: no later claim of the child reads kind `last`, so the
+/// parent's drain finds its lease ended and must hand over (no dead job). Then 8 tasks schedule `Dedup::AllowWhileRunning` jobs
+/// (2 attempts) due now on `SUCCESSOR_IDS` ids forever, printing `stored <payload>` once a
+/// schedule returned `Created` or `Successor` (else `exists <payload>`); and a consumer
+/// acks each delivery (printing `delivered <payload>` first and `acked <payload>` once the
+/// ack returned), but gives every fifth first delivery back with a retry (the successor
+/// waits through it) and fails each second delivery, its last attempt, after scheduling a
+/// successor for it (so each of those deaths hands over). Leases are `MIN_LEASE`, so the
+/// parent redelivers what it held.
+async fn allow_while_running_forever(path: &Path, round: &str) {
+    let queue = JobQueue::builder()
+        .lease(wheel_jobs::MIN_LEASE)
+        .open(path)
+        .await
+        .unwrap();
+    // The race's jobs are of kind `race`, which the race's consumer claims: no claim of
+    // the child reads `d` again (claims read only their kinds), so `d` dies in the drain.
+    let allow = JobOptions::kind("race")
+        .dedup(Dedup::AllowWhileRunning)
+        .max_attempts(2);
+    let first = format!("{round}-9-0");
+    let last = JobOptions::kind("last").max_attempts(2);
+    let created = queue
+        .schedule_with("d", Duration::ZERO, first.as_str(), &last)
+        .await
+        .unwrap();
+    assert_eq!(created, Scheduled::Created);
+    println!("stored {first}");
+    let mut prelude = queue.consume_kind("last");
+    let d = prelude.next().await.unwrap().unwrap();
+    println!("delivered {first}");
+    assert!(d.retry(Duration::ZERO).await.unwrap());
+    let held = prelude.next().await.unwrap().unwrap();
+    assert_eq!((held.payload(), held.attempt()), (first.as_bytes(), 2));
+    let successor = format!("{round}-9-1");
+    let outcome = queue
+        .schedule_with("d", Duration::ZERO, successor.as_str(), &allow)
+        .await
+        .unwrap();
+    assert_eq!(outcome, Scheduled::Successor);
+    println!("stored {successor}");
+    println!("\nready");
+    let mut tasks = Vec::new();
+    for t in 0..8usize {
+        let (queue, round, allow) = (queue.clone(), round.to_owned(), allow.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 0usize.. {
+                let id = format!("s{}", (t * 3 + n) % SUCCESSOR_IDS);
+                let payload = format!("{round}-{t}-{n}");
+                let outcome = queue
+                    .schedule_with(&id, Duration::ZERO, payload.as_str(), &allow)
+                    .await
+                    .unwrap();
+                if matches!(outcome, Scheduled::Created | Scheduled::Successor) {
+                    println!("stored {payload}");
+                } else {
+                    println!("exists {payload}");
+                }
+                if n % 4 == 0 {
+                    tokio::time::sleep(ms(1)).await;
+                }
+            }
+        }));
+    }
+    let mut consumer = queue.consume_kind("race");
+    let (mut seen, mut deaths) = (0u64, 0usize);
+    while let Some(d) = consumer.next().await {
+        let d = d.unwrap();
+        let payload = std::str::from_utf8(d.payload()).unwrap().to_owned();
+        println!("delivered {payload}");
+        seen += 1;
+        if d.attempt() == 2 {
+            // Its last attempt: a successor waits (this one, or one stored before), so
+            // the death hands over.
+            // Numbered one by one, as the tasks' are: one at most is in flight at a kill.
+            let next = format!("{round}-8-{deaths}");
+            deaths += 1;
+            let outcome = queue
+                .schedule_with(d.id(), Duration::ZERO, next.as_str(), &allow)
+                .await
+                .unwrap();
+            match outcome {
+                Scheduled::Successor => println!("stored {next}"),
+                Scheduled::Exists => println!("exists {next}"),
+                other => panic!("{} is running: {other:?}", d.id()),
+            }
+            assert!(d.fail(Duration::ZERO, "boom").await.unwrap());
+            println!("died {payload}");
+        } else if seen.is_multiple_of(5) {
+            assert!(d.retry(Duration::ZERO).await.unwrap());
+        } else {
+            assert!(d.ack().await.unwrap());
+            println!("acked {payload}");
+        }
+    }
+    drop(held);
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Processes racing `Dedup::AllowWhileRunning` schedules, acks, retries and deaths (each
+/// with a successor waiting) on a few ids, one after another, each SIGKILLed mid-race (in
+/// the middle of handovers). After each reopen: no job is dead, a successor waits only
+/// beside a running or pending job, and a drain (redelivering the dead child's leases, then
+/// the successors they hand over to) delivers each once every payload a child was told was
+/// stored and never had delivered, and none whose ack was answered. The job `d` each child
+/// held at its last attempt, with a successor, is killed by the drain's claim: its
+/// successor runs in its place and no dead job is kept (certain by construction). A job of
+/// the race the child held at its last attempt may die in the drain without a successor:
+/// it must be one the child had been delivered.
+#[test]
+fn racing_successors_survive_kill_9() {
+    const TEST: &str = "kill::racing_successors_survive_kill_9";
+    if let Some((role, path)) = child_role() {
+        let round = role.trim_start_matches('s').to_owned();
+        runtime().block_on(allow_while_running_forever(&path, &round));
+        return;
+    }
+    const ROUNDS: usize = 4;
+    let mut rng = Rng(seed());
+    let h = embedded::harness();
+    let rt = runtime();
+    let (mut stored_total, mut handed, mut died, mut killed_in_drain) = (0, 0, 0, 0);
+    for round in 0..ROUNDS {
+        let (mut child, lines) = spawn_child(TEST, &format!("s{round}"), &h.path());
+        let until = std::time::Instant::now() + ms(50 + rng.next() % 200);
+        let mut printed = Vec::new();
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            match lines.recv_timeout(left) {
+                Ok(line) => printed.push(line),
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the child ended by itself"),
+            }
+        }
+        child.kill();
+        printed.extend(lines.iter());
+        let mut stored = HashSet::new();
+        let mut acked = HashSet::new();
+        let mut delivered = HashSet::new();
+        // Per task, the highest n it had an answer for: one more may have been in flight.
+        let mut highest: HashMap<usize, usize> = HashMap::new();
+        for line in &printed {
+            let answered = line.strip_prefix("stored ").map(|p| (p, true));
+            if let Some((payload, was_stored)) =
+                answered.or_else(|| line.strip_prefix("exists ").map(|p| (p, false)))
+            {
+                let (r, t, n) = payload_parts(payload);
+                assert_eq!(r, round);
+                let top = highest.entry(t).or_insert(n);
+                *top = (*top).max(n);
+                if was_stored {
+                    stored.insert(payload.to_owned());
+                }
+            } else if let Some(payload) = line.strip_prefix("delivered ") {
+                delivered.insert(payload.to_owned());
+            } else if line.starts_with("died ") {
+                died += 1;
+            } else if let Some(payload) = line.strip_prefix("acked ") {
+                assert!(acked.insert(payload.to_owned()), "{payload} acked twice");
+            }
+        }
+        stored_total += stored.len();
+        handed += acked.len();
+        rt.block_on(async {
+            let queue = JobQueue::builder()
+                .lease(wheel_jobs::MIN_LEASE)
+                .open(h.path())
+                .await
+                .expect("reopens after kill -9");
+            let mut live = 0;
+            for id in (0..SUCCESSOR_IDS)
+                .map(|i| format!("s{i}"))
+                .chain(["d".into()])
+            {
+                let Some(job) = queue.get(&id).await.unwrap() else {
+                    continue;
+                };
+                if job.state() == JobState::Dead {
+                    // Only a stall of the child longer than a lease kills a job there: then
+                    // at its last attempt, without a successor (a death with one hands over).
+                    let payload = std::str::from_utf8(job.payload()).unwrap();
+                    assert_eq!(
+                        (
+                            id.as_str() != "d",
+                            job.attempt(),
+                            job.last_error(),
+                            job.successor()
+                        ),
+                        (true, 2, Some("lease expired"), None),
+                        "round {round}: a death kept a job: {job:?}"
+                    );
+                    assert!(delivered.contains(payload), "round {round}: {payload}");
+                    assert!(queue.remove_dead(&id).await.unwrap());
+                    continue;
+                }
+                live += 1;
+            }
+            let counts = queue.counts().await.unwrap();
+            assert_eq!(counts.dead, 0, "round {round}: a death kept a job");
+            assert_eq!(counts.pending + counts.running, live, "round {round}");
+            let d = queue
+                .get("d")
+                .await
+                .unwrap()
+                .expect("d, held by the dead child");
+            assert_eq!(
+                (d.state(), d.attempt(), d.successor().is_some()),
+                (JobState::Running, 2, true),
+                "round {round}"
+            );
+            // Drain: the dead child's leases end within `MIN_LEASE` (a claim kills those at
+            // their last attempt), and each ack or kill hands over to the successor waiting.
+            let mut drained: HashMap<String, u32> = HashMap::new();
+            let mut consumer = queue.consume();
+            loop {
+                let counts = queue.counts().await.unwrap();
+                if counts.pending + counts.running == 0 {
+                    break;
+                }
+                let d = tokio::time::timeout(Duration::from_secs(30), consumer.next())
+                    .await
+                    .expect("the drain goes on")
+                    .unwrap()
+                    .unwrap();
+                let payload = std::str::from_utf8(d.payload()).unwrap().to_owned();
+                assert!(d.ack().await.unwrap());
+                *drained.entry(payload).or_default() += 1;
+            }
+            for (payload, times) in &drained {
+                assert_eq!(*times, 1, "round {round}: {payload} drained {times} times");
+                assert!(
+                    !acked.contains(payload),
+                    "round {round}: {payload} was acked, then delivered again"
+                );
+                let (r, t, n) = payload_parts(payload);
+                assert!(
+                    r == round && highest.get(&t).is_none_or(|&top| n <= top + 1),
+                    "round {round}: {payload} was never scheduled"
+                );
+            }
+            // Delivered without an answered ack: the ack may have been durable.
+            for payload in &stored {
+                assert!(
+                    acked.contains(payload)
+                        || drained.contains_key(payload)
+                        || delivered.contains(payload),
+                    "round {round}: {payload} was stored, then lost"
+                );
+            }
+            // `d` died at its last attempt, in the drain's claim: its successor ran in its
+            // place, and no dead job was kept.
+            let (first, successor) = (format!("{round}-9-0"), format!("{round}-9-1"));
+            assert!(
+                !drained.contains_key(&first),
+                "round {round}: d ran after its death"
+            );
+            assert!(
+                drained.contains_key(&successor),
+                "round {round}: d's successor did not run"
+            );
+            assert!(queue.get("d").await.unwrap().is_none(), "round {round}");
+            for i in 0..SUCCESSOR_IDS {
+                let id = format!("s{i}");
+                let Some(job) = queue.get(&id).await.unwrap() else {
+                    continue;
+                };
+                // Held by the child at its last attempt, without a successor: killed by
+                // the drain's claim.
+                let payload = std::str::from_utf8(job.payload()).unwrap();
+                assert_eq!(
+                    (
+                        job.state(),
+                        job.attempt(),
+                        job.last_error(),
+                        job.successor()
+                    ),
+                    (JobState::Dead, 2, Some("lease expired"), None),
+                    "round {round}: {id}"
+                );
+                assert!(delivered.contains(payload), "round {round}: {payload}");
+                assert!(queue.remove_dead(&id).await.unwrap());
+                killed_in_drain += 1;
+            }
+            queue.close().await.unwrap();
+        });
+    }
+    eprintln!(
+        "{stored_total} stored, {handed} acked, {died} died with a successor over {ROUNDS} \
+         kills (and {ROUNDS} killed by a drain's claim with one), {killed_in_drain} killed \
+         by a drain's claim without one"
+    );
+}
+
 /// Child: consumes with a short lease, acks the first `ACKED` jobs (printing each once the
 /// ack returned), then hangs in the middle of the next handler.
 async fn consume_then_hang(queue: JobQueue) {

@@ -28,6 +28,8 @@ mod postgres_pool;
 #[cfg(feature = "postgres")]
 mod postgres_server;
 #[cfg(feature = "postgres")]
+mod postgres_successor;
+#[cfg(feature = "postgres")]
 mod postgres_tls;
 #[cfg(feature = "redis")]
 mod redis;

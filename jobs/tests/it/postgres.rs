@@ -596,9 +596,20 @@ async fn a_schedule_waiting_on_a_kill_answers_exists_and_leaves_the_job_dead() {
     .await
     .unwrap();
 
+    // A Keep reads `x` pending in its snapshot and answers at once, without touching it.
+    assert_eq!(
+        queue.schedule("x", Duration::ZERO, "k").await.unwrap(),
+        Scheduled::Exists
+    );
+    // A Replace of the pending `x` waits on the kill's row.
     let scheduling = {
         let queue = queue.clone();
-        tokio::spawn(async move { queue.schedule("x", Duration::ZERO, "q").await })
+        let replace = wheel_jobs::JobOptions::new().dedup(wheel_jobs::Dedup::Replace);
+        tokio::spawn(async move {
+            queue
+                .schedule_with("x", Duration::ZERO, "q", &replace)
+                .await
+        })
     };
     blocked_by(&pool, holder).await;
     tx.commit().await.unwrap();

@@ -7,6 +7,7 @@ mod failover;
 mod fold;
 mod outage;
 mod security;
+mod successor;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
@@ -492,6 +493,7 @@ fn eval_series_script(server: &RedisServer, body: &str, keys: &[&str], args: &[&
 fn eval_claim(server: &RedisServer) -> String {
     let claim = concat!(
         include_str!("../../src/backend/redis/lua/held.lua"),
+        include_str!("../../src/backend/redis/lua/next.lua"),
         include_str!("../../src/backend/redis/lua/acks.lua"),
         include_str!("../../src/backend/redis/lua/claim.lua")
     );
@@ -510,11 +512,18 @@ fn eval_claim(server: &RedisServer) -> String {
         "levels",
         "held",
         "held_until",
+        "next",
+        "next_payload",
     ];
     // The plain spec's tail (`scripts::spec_tail`): priority 0, 25 attempts, lease 30 s,
     // backoff 1 s to 1 h, kind "". Every kind ("*").
     let plain = ":0:25:30000000000:1000000000:3600000000000\x1f";
-    eval_series_script(server, claim, &keys, &["10", plain, "*"])
+    eval_series_script(
+        server,
+        claim,
+        &keys,
+        &["10", plain, "*", "{orders}:wake", "PUBLISH"],
+    )
 }
 
 /// `recurring_set.lua` handed a list computed before a claim moved the series (its Rust

@@ -20,6 +20,7 @@ macro_rules! cli_suite {
             cancel_of_a_series_occurrence_names_the_series,
             copy_moves_a_queue_and_again_writes_nothing,
             kinds_priorities_and_attempts_are_scheduled_shown_and_filtered,
+            dedup_modes_and_a_successor_are_scheduled_and_shown,
         );
     };
     ($harness:expr; $($name:ident),* $(,)?) => {
@@ -570,4 +571,84 @@ pub async fn kinds_priorities_and_attempts_are_scheduled_shown_and_filtered(plac
         .await
         .failed(1)
         .starts_with("wheel-jobs: no job"));
+}
+
+/// `--dedup`: a replace of a pending job, a successor stored beside a running one (shown by
+/// `get`, in text and JSON), a hold-off; a mode it does not know is a bad command line.
+pub async fn dedup_modes_and_a_successor_are_scheduled_and_shown(place: impl Place) {
+    let queue = place
+        .open(
+            JobQueue::builder()
+                .max_attempts(1)
+                .lease(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    busy_and_failed(&queue).await;
+    queue.close().await.unwrap(); // the embedded store is one process at a time
+
+    on(&place, &["schedule", "p", "--in", "1h"]).await.ok();
+    let args = [
+        "schedule", "p", "--in", "2h", "--dedup", "replace", "--json",
+    ];
+    assert_eq!(on(&place, &args).await.json()["outcome"], "replaced");
+    let next = "2100-01-01T00:00:00Z";
+    let args = [
+        "schedule",
+        "busy",
+        "--at",
+        next,
+        "--dedup",
+        "allow-while-running",
+        "--json",
+    ];
+    assert_eq!(on(&place, &args).await.json()["outcome"], "successor");
+    let busy = on(&place, &["get", "busy", "--json"]).await.json();
+    assert_eq!(
+        (&busy["state"], &busy["successor_run_at"]),
+        (&"running".into(), &next.into())
+    );
+    let text = on(&place, &["get", "busy"]).await.ok().to_owned();
+    assert!(
+        text.contains(&format!("\nnext     a successor due at {next} (in ")),
+        "{text}"
+    );
+    // The labels line up: each value starts in the same column.
+    for line in text.lines().filter(|l| !l.starts_with(' ')) {
+        let (label, value) = line.split_at(9);
+        assert!(label.ends_with(' ') && !value.starts_with(' '), "{text}");
+    }
+    let pending = on(&place, &["get", "p", "--json"]).await.json();
+    assert_eq!(pending["successor_run_at"], serde_json::Value::Null);
+    assert!(!on(&place, &["get", "p"]).await.ok().contains("successor"));
+    // A cancel of the running job removes only its successor.
+    assert_eq!(
+        on(&place, &["cancel", "busy"]).await.ok(),
+        "cancelled the successor of busy (the running job goes on)\n"
+    );
+    let busy = on(&place, &["get", "busy", "--json"]).await.json();
+    assert_eq!(
+        (&busy["state"], &busy["successor_run_at"]),
+        (&"running".into(), &serde_json::Value::Null)
+    );
+    let args = [
+        "schedule",
+        "h",
+        "--in",
+        "1s",
+        "--dedup",
+        "hold-off=1h",
+        "--json",
+    ];
+    assert_eq!(on(&place, &args).await.json()["outcome"], "created");
+    let ran = on(
+        &place,
+        &["schedule", "bad", "--in", "1s", "--dedup", "sometimes"],
+    )
+    .await;
+    let message = ran.failed(2);
+    assert!(
+        message.ends_with("one of keep, replace, allow-while-running, hold-off=DURATION"),
+        "{message}"
+    );
 }

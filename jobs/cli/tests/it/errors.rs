@@ -18,6 +18,10 @@ async fn bad_command_lines_exit_2_with_one_line() {
             "wheel-jobs: invalid value '-5m' for '--in <DURATION>': a delay cannot be negative",
         ),
         (
+            vec!["schedule", "x", "--in", "1s", "--dedup", "hold-off=-5s"],
+            "wheel-jobs: invalid value 'hold-off=-5s' for '--dedup <MODE>': a hold-off cannot be negative",
+        ),
+        (
             vec!["schedule", "x", "--at", "2030-12-01T20:00:00"],
             "wheel-jobs: invalid value '2030-12-01T20:00:00' for '--at <TIME>': not an RFC 3339 time with an offset",
         ),

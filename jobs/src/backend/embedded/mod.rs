@@ -47,6 +47,7 @@ use crate::core::job::{self, JobInfo, JobState, Scheduled, When};
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{CatchUp, Recurring, RecurringInfo};
 use crate::core::state::{Retry, Tally};
+use crate::core::wakeup::Wakeup;
 use store::{Op, Reply, Store};
 
 /// Requests the writer thread applies in one transaction at most: bounds a commit's size and
@@ -62,6 +63,10 @@ pub(crate) struct Embedded {
     path: PathBuf,
     requests: mpsc::Sender<Request>,
     published: Arc<Published>,
+    /// This process's idle consumers: an ack or a death (a failure's or a claim's kill)
+    /// that makes a successor pending wakes them (the front knows only that the ack held
+    /// its lease).
+    wakeup: Arc<Wakeup>,
 }
 
 /// What the writer thread publishes.
@@ -154,7 +159,11 @@ impl Published {
 }
 
 impl Embedded {
-    pub(crate) async fn open(path: PathBuf, config: &Config) -> Result<Embedded, Error> {
+    pub(crate) async fn open(
+        path: PathBuf,
+        config: &Config,
+        wakeup: Arc<Wakeup>,
+    ) -> Result<Embedded, Error> {
         let cache_size = config.cache_size;
         let config = config.clone();
         let (requests, receiver) = mpsc::channel();
@@ -199,6 +208,7 @@ impl Embedded {
             path,
             requests,
             published,
+            wakeup,
         })
     }
 
@@ -321,7 +331,13 @@ impl Embedded {
             after,
             error,
         };
-        expect_reply!(self.call(op).await?, Reply::Retried(r, at) => (r, at))
+        let (retry, run_at, successor) =
+            expect_reply!(self.call(op).await?, Reply::Retried(r, at, s) => (r, at, s))?;
+        if let Some(at) = successor {
+            // Durable: the reply came after the commit.
+            self.wakeup.due_at(at);
+        }
+        Ok((retry, run_at))
     }
 }
 
@@ -386,13 +402,25 @@ impl Backend for Embedded {
 
     fn claim(&self, max: usize, kind: ClaimKinds) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(async move {
-            expect_reply!(self.call(Op::Claim { max, kind }).await?, Reply::Claimed(c) => c)
+            let (batch, handed) = expect_reply!(self.call(Op::Claim { max, kind }).await?, Reply::Claimed(c, h) => (c, h))?;
+            if let Some(at) = handed {
+                // A successor of a job the claim killed may be of a kind this claim does
+                // not take (not in its `next_due`): wake the consumers sleeping past it.
+                // Durable: the reply came after the commit.
+                self.wakeup.due_at(at);
+            }
+            Ok(batch)
         })
     }
 
     fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(async move {
-            expect_reply!(self.call(Op::Ack { id, token }).await?, Reply::Bool(b) => b)
+            let (acked, successor) = expect_reply!(self.call(Op::Ack { id, token }).await?, Reply::Acked(b, s) => (b, s))?;
+            if let Some(at) = successor {
+                // Durable: the reply came after the commit.
+                self.wakeup.due_at(at);
+            }
+            Ok(acked)
         })
     }
 

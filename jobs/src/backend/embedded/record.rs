@@ -10,15 +10,18 @@
 //!   Records are written in this version only; the decoder also reads version 2, written
 //!   before kinds (by stores of format 4, and in their logs), as a job of the plain spec of
 //!   the queue opening it: such a record stays as it is until its job next changes.
-//! - Layout of version 3: `version: u8, state: u8, attempt: u32, run_at: u64, token: u64,
-//!   time: u64` (the lease's end while running, the death time when dead, else 0), the
+//! - Layout of version 3: `version: u8, state: u8` (0 pending, 1 running, 2 dead; bit 7
+//!   set while a successor of `Dedup::AllowWhileRunning` waits in the store's `next` table,
+//!   so a job without one pays no lookup on its ack, retry or death), `attempt: u32,
+//!   run_at: u64, token: u64, time: u64` (the lease's end while running, the death time when dead, else 0), the
 //!   spec (`priority: i8, kind_len: u8`, the kind's bytes, then as LEB128 varints
 //!   `max_attempts` and the durations backoff first, backoff max, lease and hold-off (zero
 //!   for none, `Dedup::HoldOff`), each `ms << 1`
 //!   when a whole number of milliseconds, else `ns << 1 | 1`, each saturated below 2^63 of
 //!   its unit: 292 years in nanoseconds), `error: u16` (0: none; `n + 1`: `n` bytes of UTF-8 follow), then
 //!   the payload to the end. Version 2 is the same without the spec.
-//!   (The hold-off was added to version 3 in place, before format 5 was released.)
+//!   (The hold-off and the successor bit were added to version 3 in place, before format 5
+//!   was released; version 2 never sets the bit.)
 //! - The spec is compact (12 bytes for a plain job with the builder's defaults, against 30
 //!   for fixed-width fields): every record is copied several times per transition (the
 //!   table, the log record, its checksum).
@@ -39,6 +42,8 @@ const FIXED: usize = 1 + 1 + 4 + 8 + 8 + 8;
 const SPEC: usize = 1 + 1;
 /// The longest varint of a `u64`.
 const MAX_VARINT: usize = 10;
+/// The bit of the state byte set while a successor waits.
+const HAS_NEXT: u8 = 0x80;
 
 /// A stored record that cannot be decoded: the file is corrupt or not a job store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +64,9 @@ pub(crate) struct Record<'a> {
     pub(crate) spec: Cow<'a, Spec>,
     pub(crate) error: Option<&'a str>,
     pub(crate) payload: &'a [u8],
+    /// Whether a successor waits for this job (`Dedup::AllowWhileRunning`, the store's
+    /// `next` table).
+    pub(crate) next: bool,
 }
 
 fn push_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -108,15 +116,15 @@ fn duration_of(code: u64) -> Duration {
     }
 }
 
-/// The fixed header, as both versions write it.
-fn push_fixed(out: &mut Vec<u8>, version: u8, job: &Machine) {
+/// The fixed header, as both versions write it (version 2 with `next` false).
+fn push_fixed(out: &mut Vec<u8>, version: u8, job: &Machine, next: bool) {
     let (state, token, time) = match job.status {
         Status::Pending => (0u8, 0, 0),
         Status::Running { token, until } => (1, token, until),
         Status::Dead { at } => (2, 0, at),
     };
     out.push(version);
-    out.push(state);
+    out.push(if next { state | HAS_NEXT } else { state });
     out.extend_from_slice(&job.attempt.to_le_bytes());
     out.extend_from_slice(&job.run_at.to_le_bytes());
     out.extend_from_slice(&token.to_le_bytes());
@@ -148,7 +156,7 @@ impl<'a> Record<'a> {
         let mut out = Vec::with_capacity(
             FIXED + SPEC + spec.kind.len() + 5 * MAX_VARINT + 2 + error_len + self.payload.len(),
         );
-        push_fixed(&mut out, VERSION, &self.job);
+        push_fixed(&mut out, VERSION, &self.job, self.next);
         out.extend_from_slice(&spec.priority.to_le_bytes());
         out.push(kind_len);
         out.extend_from_slice(spec.kind.as_bytes());
@@ -201,7 +209,8 @@ impl<'a> Record<'a> {
         };
         let attempt = u32_at(2)?;
         let run_at = u64_at(6)?;
-        let status = match bytes[1] {
+        let next = bytes[1] & HAS_NEXT != 0;
+        let status = match bytes[1] & !HAS_NEXT {
             0 => Status::Pending,
             1 => Status::Running {
                 token: u64_at(14)?,
@@ -231,6 +240,7 @@ impl<'a> Record<'a> {
             spec,
             error,
             payload,
+            next,
         })
     }
 }
@@ -244,7 +254,7 @@ pub(crate) mod tests {
     /// format 4 and its log hold.
     pub(crate) fn encode_v2(job: &Machine, error: Option<&str>, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        push_fixed(&mut out, VERSION_2, job);
+        push_fixed(&mut out, VERSION_2, job, false);
         push_tail(&mut out, error, payload);
         out
     }
@@ -313,12 +323,14 @@ pub(crate) mod tests {
             spec in spec(),
             error in proptest::option::of(".{0,40}"),
             payload in proptest::collection::vec(any::<u8>(), 0..40),
+            next in any::<bool>(),
         ) {
             let record = Record {
                 job,
                 spec: Cow::Owned(spec),
                 error: error.as_deref(),
                 payload: &payload,
+                next,
             };
             let encoded = record.encode();
             let plain = plain();
@@ -340,6 +352,7 @@ pub(crate) mod tests {
                 spec: Cow::Borrowed(&plain),
                 error: error.as_deref(),
                 payload: &payload,
+                next: false,
             };
             prop_assert_eq!(read, Ok(expect));
         }
@@ -412,6 +425,7 @@ pub(crate) mod tests {
             spec: Cow::Borrowed(&kind),
             error,
             payload: b"",
+            next: false,
         };
         // Kind "mail", then 25, 1 s, 60 s, 30 s and no hold-off as varints: 1, 2, 3, 3 and 1
         // bytes.
@@ -420,6 +434,12 @@ pub(crate) mod tests {
         let mut bad_state = record(None).encode();
         bad_state[1] = 3;
         assert_eq!(Record::decode(&bad_state, &plain), Err(Corrupt));
+        bad_state[1] = HAS_NEXT | 3;
+        assert_eq!(
+            Record::decode(&bad_state, &plain),
+            Err(Corrupt),
+            "the bit is no state"
+        );
         let mut short_error = record(Some("boom")).encode();
         short_error.pop();
         assert_eq!(Record::decode(&short_error, &plain), Err(Corrupt));

@@ -32,7 +32,9 @@
 //!   `check: u64` (over everything else), then the body: entries of `id_len: u16, id,
 //!   tag: u8` (0: deleted; 1: followed by `len: u32` and the record; 2 and 3 the same for
 //!   a recurring series' record, keyed by its name; 4 and 5 the same for a hold-off's
-//!   tombstone, keyed by the job's id, its value the end of the hold-off as a `u64`).
+//!   tombstone, keyed by the job's id, its value the end of the hold-off as a `u64`; 6 and
+//!   7 the same for the successor waiting for a running job (`Dedup::AllowWhileRunning`),
+//!   keyed by the job's id, its value the successor's record).
 //! - Any error writing or syncing the log stops the store (`mod.rs`): after a failed
 //!   fsync the file's state is unknown, so nothing more is answered from it.
 
@@ -114,13 +116,21 @@ fn push_entry(body: &mut Vec<u8>, id: &str, value: Option<&[u8]>, deleted: u8) {
     }
 }
 
-/// A record's changes: to jobs, to recurring series, and to hold-off tombstones.
+/// Appends one successor's entry (its record, or `None`: deleted) to a record body.
+pub(crate) fn push_next_change(body: &mut Vec<u8>, id: &str, value: Option<&[u8]>) {
+    push_entry(body, id, value, 6);
+}
+
+/// A record's changes: to jobs, to recurring series, to hold-off tombstones and to
+/// successors.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Changes<'a> {
     pub(crate) jobs: Vec<Change<'a>>,
     pub(crate) series: Vec<Change<'a>>,
     /// A tombstone's id and the end of its hold-off, or `None`: deleted.
     pub(crate) held: Vec<(&'a str, Option<u64>)>,
+    /// A successor's record under its running job's id, or `None`: deleted.
+    pub(crate) next: Vec<Change<'a>>,
 }
 
 /// The entries of a record body; `None` if it does not parse to its end.
@@ -139,8 +149,8 @@ fn parse(mut body: &[u8]) -> Option<Changes<'_>> {
         let id = std::str::from_utf8(take(&mut body, id_len.into())?).ok()?;
         let tag = take(&mut body, 1)?[0];
         let value = match tag {
-            0 | 2 | 4 => None,
-            1 | 3 | 5 => {
+            0 | 2 | 4 | 6 => None,
+            1 | 3 | 5 | 7 => {
                 let len = u32::from_le_bytes(take(&mut body, 4)?.try_into().ok()?);
                 Some(take(&mut body, usize::try_from(len).ok()?)?)
             }
@@ -149,6 +159,7 @@ fn parse(mut body: &[u8]) -> Option<Changes<'_>> {
         match tag {
             0 | 1 => changes.jobs.push((id, value)),
             2 | 3 => changes.series.push((id, value)),
+            6 | 7 => changes.next.push((id, value)),
             _ => {
                 let until = match value {
                     Some(v) => Some(u64::from_le_bytes(v.try_into().ok()?)),
@@ -471,10 +482,25 @@ mod tests {
         let changes = parse(&record).expect("parses");
         assert_eq!(changes.jobs, [("a", None)]);
         assert_eq!(changes.held, [("a", Some(7)), ("b", None)]);
-        assert!(changes.series.is_empty());
+        assert!(changes.series.is_empty() && changes.next.is_empty());
         let mut bad = Vec::new();
         push_entry(&mut bad, "a", Some(b"short"), 4);
         assert_eq!(parse(&bad), None);
+    }
+
+    /// Successors replay apart from the jobs they wait for.
+    #[test]
+    fn next_entries_replay_apart_from_jobs() {
+        let mut record = body(&[("a", Some(&b"running"[..]))]);
+        push_next_change(&mut record, "a", Some(b"successor"));
+        push_next_change(&mut record, "b", None);
+        let changes = parse(&record).expect("parses");
+        assert_eq!(changes.jobs, [("a", Some(&b"running"[..]))]);
+        assert_eq!(changes.next, [("a", Some(&b"successor"[..])), ("b", None)]);
+        assert!(changes.series.is_empty() && changes.held.is_empty());
+        let mut bad = Vec::new();
+        push_entry(&mut bad, "a", None, 8);
+        assert_eq!(parse(&bad), None, "an unknown tag");
     }
 
     #[test]

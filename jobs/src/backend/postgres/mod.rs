@@ -32,6 +32,14 @@
 //!   of a held id answers its `until` and stores nothing, or deletes it once expired; each
 //!   claim deletes at most 64 expired ones; imports skip held ids. Tombstones are neither
 //!   counted, listed nor copied.
+//! - Successors (`Dedup::AllowWhileRunning`) live in their job's row, in the `next_`
+//!   columns (run_at, payload, spec; `next_payload IS NOT NULL` is the flag): stored by the
+//!   schedule's own `ON CONFLICT DO UPDATE` on a running row (rechecked under its lock),
+//!   dropped by `cancel` and by a Replace of the job pending again, kept through retries.
+//!   An ack or a death (`settle`) deletes the row and inserts its successor as the pending
+//!   job from the deleted version's RETURNING; a claim's kill of an ended lease updates the
+//!   row into its successor; each in its one statement, so in `ack_in`'s transaction too.
+//!   Never counted, listed, copied nor imported.
 //!
 //! # Files
 //!

@@ -213,9 +213,29 @@ fn audit(conn: &mut Connection, k: &Keys, case: &str) {
     assert_eq!(actual, expect, "indexes after {case}");
     let recorded: BTreeSet<String> = conn.zrange(&k.levels, 0, -1).unwrap();
     assert_eq!(recorded, levels, "levels after {case}");
-    let stored: BTreeMap<String, i64> = conn.hgetall(&k.counts).unwrap();
+    let mut stored: BTreeMap<String, i64> = conn.hgetall(&k.counts).unwrap();
+    let successors = stored.remove("successors");
     let stored: BTreeMap<String, i64> = stored.into_iter().filter(|(_, n)| *n != 0).collect();
     assert_eq!(stored, counts, "counts after {case}");
+    // Successors (`lua/next.lua`): each beside a pending or running job of its id, with its
+    // payload, and nothing else; in no index and no counter (checked above: those are the
+    // jobs' only).
+    let next: BTreeMap<String, String> = conn.hgetall(&k.next).unwrap();
+    let next_payload: BTreeMap<String, String> = conn.hgetall(&k.next_payload).unwrap();
+    assert_eq!(
+        next.keys().collect::<Vec<_>>(),
+        next_payload.keys().collect::<Vec<_>>(),
+        "successor payloads after {case}"
+    );
+    let waiting = (!next.is_empty()).then_some(next.len() as i64);
+    assert_eq!(successors, waiting, "the successors' count after {case}");
+    for id in next.keys() {
+        let state = metas.get(id).map(|m| &m[..1]);
+        assert!(
+            matches!(state, Some("p" | "r")),
+            "the successor of {id} beside {state:?} after {case}"
+        );
+    }
 }
 
 /// Every state a script can meet, with `attempt`: pending, running under `TOKEN` (its lease
@@ -320,10 +340,11 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
     let series = include_str!("lua/series.lua");
     let held = include_str!("lua/held.lua");
     let acks = include_str!("lua/acks.lua");
-    let ack = script(&[kinds, held, acks, include_str!("lua/ack.lua")]);
-    let retry = script(&[kinds, include_str!("lua/retry.lua")]);
+    let next = include_str!("lua/next.lua");
+    let ack = script(&[kinds, held, next, acks, include_str!("lua/ack.lua")]);
+    let retry = script(&[kinds, held, next, include_str!("lua/retry.lua")]);
     let extend = script(&[kinds, include_str!("lua/extend.lua")]);
-    let cancel = script(&[kinds, series, include_str!("lua/cancel.lua")]);
+    let cancel = script(&[kinds, series, held, next, include_str!("lua/cancel.lua")]);
     let revive = script(&[kinds, include_str!("lua/revive.lua")]);
     let mut cases = 0;
     for spec in SPECS {
@@ -383,19 +404,7 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
                         let case = format!("{case} token {token}");
                         // An ack.
                         store(&mut conn, &k, job, &tail);
-                        let acked: Vec<u64> = ack
-                            .key(&k.meta)
-                            .key(&k.payload)
-                            .key(&k.counts)
-                            .key(&k.errors)
-                            .key(&k.running)
-                            .key(&k.levels)
-                            .key(&k.held)
-                            .key(&k.held_until)
-                            .arg(ID)
-                            .arg(token)
-                            .invoke(&mut conn)
-                            .unwrap();
+                        let acked = ack_with(&mut conn, &k, &ack, token);
                         let valid = job.ack(token);
                         assert_eq!(acked, [u64::from(valid)], "ack {case}");
                         let left = stored(&mut conn, &k);
@@ -407,23 +416,8 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
                         store(&mut conn, &k, job, &tail);
                         let mut rust = job;
                         let outcome = rust.retry(token, u64::MAX, RUN_AT, max);
-                        let (code, _): (u64, String) = retry
-                            .key(&k.meta)
-                            .key(&k.due)
-                            .key(&k.counts)
-                            .key(&k.dead)
-                            .key(&k.errors)
-                            .key(&k.running)
-                            .key(&k.levels)
-                            .arg(ID)
-                            .arg(token)
-                            .arg(0)
-                            .arg(if spec.is_some() { 100 } else { max })
-                            .arg(&k.wake)
-                            .arg("PUBLISH")
-                            .arg("boom")
-                            .invoke(&mut conn)
-                            .unwrap();
+                        let plain_max = if spec.is_some() { 100 } else { max };
+                        let code = retry_with(&mut conn, &k, &retry, token, plain_max);
                         let expect = match outcome {
                             Retry::Stale => 0,
                             Retry::Pending => 1,
@@ -458,17 +452,7 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
 
                     // A cancel.
                     store(&mut conn, &k, job, &tail);
-                    let removed: u64 = cancel
-                        .key(&k.meta)
-                        .key(&k.payload)
-                        .key(&k.due)
-                        .key(&k.counts)
-                        .key(&k.series)
-                        .key(&k.errors)
-                        .key(&k.levels)
-                        .arg(ID)
-                        .invoke(&mut conn)
-                        .unwrap();
+                    let removed = cancel_with(&mut conn, &k, &cancel);
                     assert_eq!(removed, u64::from(job.cancel()), "cancel {case}");
                     let left = stored(&mut conn, &k);
                     let expect = (!job.cancel()).then_some((letter(&job), job.attempt));
@@ -504,6 +488,93 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
         }
     }
     assert_eq!(cases, SPECS.len() * 4 * 3 * (2 + 3 * 6 + 2 * 3));
+}
+
+/// One `schedule.lua` batch creating `x` of kind `k` then replacing `y`, the last stored job
+/// of `k`, into kind `k2`: the replace's tidy of `y`'s old level must see `x` (written
+/// before it), so `levels` keeps `k`'s level and a claim delivers both jobs.
+/// `schedule.lua` as the queue sends it (`scripts/jobs.rs`).
+fn schedule_script() -> Script {
+    script(&[
+        include_str!("lua/kinds.lua"),
+        include_str!("lua/series.lua"),
+        include_str!("lua/held.lua"),
+        include_str!("lua/next.lua"),
+        include_str!("lua/schedule.lua"),
+    ])
+}
+
+/// One `schedule.lua` batch: per job its id, spec tail and mode ('k', 'r' or 'w'), due at
+/// `RUN_AT`, its payload its id; the answers (outcome, ns) in order.
+fn schedule_batch(
+    conn: &mut Connection,
+    k: &Keys,
+    schedule: &Script,
+    jobs: &[(&str, &str, &str)],
+) -> Vec<(i64, String)> {
+    let mut call = schedule.prepare_invoke();
+    call.key(&k.meta)
+        .key(&k.payload)
+        .key(&k.due)
+        .key(&k.counts)
+        .key(&k.levels)
+        .key(&k.held)
+        .key(&k.held_until)
+        .key(&k.series)
+        .key(&k.next)
+        .key(&k.next_payload)
+        .arg(&k.wake)
+        .arg("PUBLISH");
+    for (id, tail, mode) in jobs {
+        call.arg(*id)
+            .arg("at")
+            .arg(RUN_AT)
+            .arg(RUN_AT.div_ceil(1000))
+            .arg(*id)
+            .arg(*tail)
+            .arg(*mode);
+    }
+    call.invoke(conn).unwrap()
+}
+
+#[test]
+fn a_replace_after_a_create_in_one_batch_keeps_the_created_jobs_level() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let schedule = schedule_script();
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    put(
+        &mut conn,
+        &k,
+        "y",
+        pending(RUN_AT),
+        &tail(Some(("k", 1)), 3),
+    );
+    audit(&mut conn, &k, "y stored");
+    let answers = schedule_batch(
+        &mut conn,
+        &k,
+        &schedule,
+        &[
+            ("x", &tail(Some(("k", 1)), 3), "k"),
+            ("y", &tail(Some(("k2", 1)), 3), "r"),
+        ],
+    );
+    assert_eq!(
+        answers,
+        [(1, RUN_AT.to_string()), (2, RUN_AT.to_string())],
+        "x created, y replaced"
+    );
+    audit(&mut conn, &k, "create x of k, replace y from k to k2");
+    let mut got: Vec<String> = claim_with(&mut conn, &k, 10, &["*"])
+        .jobs
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    got.sort();
+    assert_eq!(got, ["x", "y"]);
+    audit(&mut conn, &k, "claim of both");
 }
 
 #[test]
@@ -590,6 +661,70 @@ fn import_writes_a_job_as_the_scripts_keep_it_and_leaves_an_existing_one() {
     }
 }
 
+/// `ack.lua` of the job under `token`: its answer.
+fn ack_with(conn: &mut Connection, k: &Keys, ack: &Script, token: u64) -> Vec<u64> {
+    ack.key(&k.meta)
+        .key(&k.payload)
+        .key(&k.counts)
+        .key(&k.errors)
+        .key(&k.running)
+        .key(&k.levels)
+        .key(&k.held)
+        .key(&k.held_until)
+        .key(&k.due)
+        .key(&k.next)
+        .key(&k.next_payload)
+        .arg(&k.wake)
+        .arg("PUBLISH")
+        .arg(ID)
+        .arg(token)
+        .invoke(conn)
+        .unwrap()
+}
+
+/// `retry.lua`, a failure ("boom") of the job under `token`, due again at once, for a queue
+/// whose plain spec has `plain_max` attempts: its outcome code.
+fn retry_with(conn: &mut Connection, k: &Keys, retry: &Script, token: u64, plain_max: u32) -> u64 {
+    let (code, _): (u64, String) = retry
+        .key(&k.meta)
+        .key(&k.due)
+        .key(&k.counts)
+        .key(&k.dead)
+        .key(&k.errors)
+        .key(&k.running)
+        .key(&k.levels)
+        .key(&k.payload)
+        .key(&k.next)
+        .key(&k.next_payload)
+        .arg(ID)
+        .arg(token)
+        .arg(0)
+        .arg(plain_max)
+        .arg(&k.wake)
+        .arg("PUBLISH")
+        .arg("boom")
+        .invoke(conn)
+        .unwrap();
+    code
+}
+
+/// `cancel.lua` of the job: its answer.
+fn cancel_with(conn: &mut Connection, k: &Keys, cancel: &Script) -> u64 {
+    cancel
+        .key(&k.meta)
+        .key(&k.payload)
+        .key(&k.due)
+        .key(&k.counts)
+        .key(&k.series)
+        .key(&k.errors)
+        .key(&k.levels)
+        .key(&k.next)
+        .key(&k.next_payload)
+        .arg(ID)
+        .invoke(conn)
+        .unwrap()
+}
+
 /// `claim.lua` of up to `max` jobs of the kinds `filter` names (`["*"]`, or the number of
 /// kinds, then each kind and its most).
 fn claim_with(conn: &mut Connection, k: &Keys, max: usize, filter: &[&str]) -> ClaimReply {
@@ -607,6 +742,7 @@ fn claim_as(
     let claim = script(&[
         include_str!("lua/kinds.lua"),
         include_str!("lua/held.lua"),
+        include_str!("lua/next.lua"),
         include_str!("lua/acks.lua"),
         include_str!("lua/series.lua"),
         include_str!("lua/claim.lua"),
@@ -626,9 +762,14 @@ fn claim_as(
         .key(&k.levels)
         .key(&k.held)
         .key(&k.held_until)
+        .key(&k.next)
+        .key(&k.next_payload)
         .arg(max)
         .arg(plain)
-        .arg(filter)
+        .arg(filter[0])
+        .arg(&k.wake)
+        .arg("PUBLISH")
+        .arg(&filter[1..])
         .invoke(conn)
         .unwrap();
     ClaimReply::from_redis_value(reply).unwrap()
@@ -1015,5 +1156,315 @@ fn dead_jobs_are_kept_per_kind_listed_revived_and_purged_oldest_first_across_kin
             .unwrap();
         assert_eq!(removed, 1);
         audit(&mut conn, &k, &format!("remove {id}"));
+    }
+}
+
+/// The successor of `ID` (`lua/next.lua`): due at `SUCC_RUN_AT`, of the spec tail given, its
+/// payload "next".
+fn put_successor(conn: &mut Connection, k: &Keys, tail: &str) {
+    let _: () = conn
+        .hset(&k.next, ID, format!("{SUCC_RUN_AT}{tail}"))
+        .unwrap();
+    let _: () = conn.hset(&k.next_payload, ID, "next").unwrap();
+    let _: () = conn.hincr(&k.counts, "successors", 1).unwrap();
+}
+
+const SUCC_RUN_AT: u64 = 3_000_000;
+
+/// Whether `ID` has a successor waiting.
+fn has_successor(conn: &mut Connection, k: &Keys) -> bool {
+    conn.hexists(&k.next, ID).unwrap()
+}
+
+/// The job `ID` is its successor now: pending at attempt 0, its payload, due at `run_at`
+/// in its own level's due set.
+fn assert_handed_over(conn: &mut Connection, k: &Keys, succ_tail: &str, run_at: u64, case: &str) {
+    let meta: String = conn.hget(&k.meta, ID).unwrap();
+    assert_eq!(meta, format!("p:0:0:{run_at}{succ_tail}"), "{case}");
+    let payload: String = conn.hget(&k.payload, ID).unwrap();
+    assert_eq!(payload, "next", "{case}");
+    assert!(!has_successor(conn, k), "{case}");
+    let (p, kind) = level_of(&meta);
+    let score: f64 = conn.zscore(due_key(k, p, &kind), ID).unwrap();
+    assert_eq!(score as u64, run_at.div_ceil(1000), "{case}");
+}
+
+/// Every transition of a job with a successor, against the state machine it mirrors: the
+/// same outcome and state as without one while the job goes on (claim, retry with attempts
+/// left, stale tokens), the successor still waiting; an ack or a death (a retry or a
+/// claim's kill at the last attempt) hands the id over to it (pending, attempt 0, its own
+/// spec and payload, the dead job's last error, no dead job); a cancel removes it, with a
+/// pending job or beside a running one. Every set, `levels` and counter audited after each.
+#[test]
+fn successors_follow_acks_and_deaths_and_wait_through_the_rest() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let kinds = include_str!("lua/kinds.lua");
+    let series = include_str!("lua/series.lua");
+    let held = include_str!("lua/held.lua");
+    let next = include_str!("lua/next.lua");
+    let acks = include_str!("lua/acks.lua");
+    let ack = script(&[kinds, held, next, acks, include_str!("lua/ack.lua")]);
+    let retry = script(&[kinds, held, next, include_str!("lua/retry.lua")]);
+    let cancel = script(&[kinds, series, held, next, include_str!("lua/cancel.lua")]);
+    let mut cases = 0;
+    for spec in SPECS {
+        for attempt in 0..=3 {
+            for max in MAX_ATTEMPTS {
+                // A dead job never has a successor.
+                for job in jobs(attempt).into_iter().take(2) {
+                    let tail = tail(spec, max);
+                    let plain = plain_tail(spec, max);
+                    let plain_max = if spec.is_some() { 100 } else { max };
+                    // The successor of the job's own level, and of another kind and level.
+                    for succ_tail in [tail.clone(), self::tail(Some(("s", 3)), 2)] {
+                        let case = format!(
+                            "{job:?} max_attempts {max} spec {spec:?} successor {succ_tail:?}"
+                        );
+                        let setup = |conn: &mut Connection| {
+                            store(conn, &k, job, &tail);
+                            put_successor(conn, &k, &succ_tail);
+                        };
+
+                        // A claim: delivered as without one (the successor waits), or a kill
+                        // that hands over.
+                        setup(&mut conn);
+                        let mut rust = job;
+                        let error = rust.claim_error();
+                        let outcome = rust.claim(u64::MAX, u64::MAX, 1, max);
+                        let reply = claim_as(&mut conn, &k, 10, &plain, &["1", "k", "10"]);
+                        let reply_all = if spec.is_some_and(|s| s.0 == "k") {
+                            reply
+                        } else {
+                            claim_as(&mut conn, &k, 10, &plain, &["*"])
+                        };
+                        match outcome {
+                            Claim::Deliver => {
+                                assert_eq!(reply_all.jobs.len(), 1, "claim {case}");
+                                assert_eq!(reply_all.jobs[0].payload, b"p", "claim {case}");
+                                let left = stored(&mut conn, &k);
+                                assert_eq!(left, Some(('r', rust.attempt)), "claim {case}");
+                                assert!(has_successor(&mut conn, &k), "claim {case}");
+                            }
+                            Claim::Died => {
+                                // The successor may be claimed by the same call's later
+                                // reads only if it was due among the claimed kinds: not
+                                // here, since the kill comes last in its claim.
+                                assert_eq!(reply_all.died, 1, "claim {case}");
+                                assert!(reply_all.jobs.is_empty(), "claim {case}");
+                                assert_handed_over(
+                                    &mut conn,
+                                    &k,
+                                    &succ_tail,
+                                    SUCC_RUN_AT,
+                                    &format!("claim {case}"),
+                                );
+                            }
+                            Claim::NotDue => panic!("{case}: every case is due"),
+                        }
+                        audit(&mut conn, &k, &format!("claim {case}"));
+                        assert_eq!(last_error(&mut conn, &k).as_deref(), error, "claim {case}");
+                        cases += 1;
+
+                        for token in [TOKEN, TOKEN + 1] {
+                            let case = format!("{case} token {token}");
+                            setup(&mut conn);
+                            let acked = ack_with(&mut conn, &k, &ack, token);
+                            let valid = job.ack(token);
+                            assert_eq!(acked, [u64::from(valid)], "ack {case}");
+                            if valid {
+                                assert_handed_over(
+                                    &mut conn,
+                                    &k,
+                                    &succ_tail,
+                                    SUCC_RUN_AT,
+                                    &format!("ack {case}"),
+                                );
+                                assert_eq!(last_error(&mut conn, &k), None, "ack {case}");
+                            } else {
+                                let left = stored(&mut conn, &k);
+                                assert_eq!(left, Some((letter(&job), job.attempt)), "ack {case}");
+                                assert!(has_successor(&mut conn, &k), "ack {case}");
+                            }
+                            audit(&mut conn, &k, &format!("ack {case}"));
+
+                            setup(&mut conn);
+                            let mut rust = job;
+                            let outcome = rust.retry(token, u64::MAX, RUN_AT, max);
+                            let code = retry_with(&mut conn, &k, &retry, token, plain_max);
+                            match outcome {
+                                Retry::Stale | Retry::Pending => {
+                                    assert_eq!(
+                                        code,
+                                        u64::from(outcome == Retry::Pending),
+                                        "retry {case}"
+                                    );
+                                    let left = stored(&mut conn, &k);
+                                    assert_eq!(
+                                        left,
+                                        Some((letter(&rust), rust.attempt)),
+                                        "retry {case}"
+                                    );
+                                    assert!(has_successor(&mut conn, &k), "retry {case}");
+                                }
+                                Retry::Died => {
+                                    assert_eq!(code, 2, "retry {case}");
+                                    assert_handed_over(
+                                        &mut conn,
+                                        &k,
+                                        &succ_tail,
+                                        SUCC_RUN_AT,
+                                        &format!("retry {case}"),
+                                    );
+                                    assert_eq!(
+                                        last_error(&mut conn, &k).as_deref(),
+                                        Some("boom"),
+                                        "retry {case}"
+                                    );
+                                }
+                            }
+                            audit(&mut conn, &k, &format!("retry {case}"));
+                            cases += 2;
+                        }
+
+                        // A cancel: a pending job goes with its successor; a running one
+                        // stays, its successor goes.
+                        setup(&mut conn);
+                        assert_eq!(cancel_with(&mut conn, &k, &cancel), 1, "cancel {case}");
+                        let left = stored(&mut conn, &k);
+                        let expect = (!job.cancel()).then_some((letter(&job), job.attempt));
+                        assert_eq!(left, expect, "cancel {case}");
+                        assert!(!has_successor(&mut conn, &k), "cancel {case}");
+                        audit(&mut conn, &k, &format!("cancel {case}"));
+                        assert_eq!(
+                            cancel_with(&mut conn, &k, &cancel),
+                            0,
+                            "cancel again {case}"
+                        );
+                        cases += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(cases > 500, "{cases}");
+}
+
+/// `schedule.lua`'s `'w'` mode (`AllowWhileRunning`) on every state it can meet, its
+/// successors and their counter audited after each: a running job gets one successor (a
+/// second schedule of the id in the same batch is `Exists`), a pending or dead job and a
+/// running series occurrence none; and a `Replace` of a job pending again after a retry,
+/// with a successor waiting, takes the new values and drops the successor (the counter of
+/// the others' kept in step).
+#[test]
+fn allow_while_running_schedules_follow_running_jobs_only_and_a_replace_drops_a_successor() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let schedule = schedule_script();
+    let at = RUN_AT.to_string();
+    let old_at = (RUN_AT / 2).to_string();
+    for spec in SPECS {
+        for max in MAX_ATTEMPTS {
+            let tail = tail(spec, max);
+            let own = self::tail(Some(("s", 3)), 2);
+            for job in jobs(1) {
+                let job = Machine {
+                    run_at: RUN_AT / 2,
+                    ..job
+                };
+                let case = format!("{job:?} max_attempts {max} spec {spec:?}");
+                store(&mut conn, &k, job, &tail);
+                let answers = schedule_batch(
+                    &mut conn,
+                    &k,
+                    &schedule,
+                    &[(ID, &own, "w"), (ID, &own, "w")],
+                );
+                audit(&mut conn, &k, &format!("w w {case}"));
+                assert_eq!(stored(&mut conn, &k), Some((letter(&job), 1)), "{case}");
+                if letter(&job) == 'r' {
+                    assert_eq!(
+                        answers,
+                        [(4, at.clone()), (0, old_at.clone())],
+                        "the first a successor, the second exists: {case}"
+                    );
+                    let next: String = conn.hget(&k.next, ID).unwrap();
+                    assert_eq!(next, format!("{RUN_AT}{own}"), "{case}");
+                    let payload: String = conn.hget(&k.next_payload, ID).unwrap();
+                    assert_eq!(payload, ID, "{case}");
+                } else {
+                    assert_eq!(
+                        answers,
+                        [(0, old_at.clone()), (0, old_at.clone())],
+                        "{case}"
+                    );
+                    assert!(!has_successor(&mut conn, &k), "{case}");
+                }
+            }
+
+            // A running occurrence of a series: the client sends its AllowWhileRunning as 'k'
+            // (`scripts/jobs.rs`, by the id's shape, as every backend decides), so it exists.
+            let case = format!("series occurrence max_attempts {max} spec {spec:?}");
+            let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+            let occurrence = "daily@2024-01-01T00:00:00Z";
+            assert!(crate::core::series::occurrence_series(occurrence).is_some());
+            put(&mut conn, &k, occurrence, jobs(1)[1], &tail);
+            let _: () = conn.hset(&k.series, "daily", "record").unwrap();
+            let answers = schedule_batch(&mut conn, &k, &schedule, &[(occurrence, &own, "k")]);
+            assert_eq!(answers, [(0, RUN_AT.to_string())], "{case}");
+            let next: BTreeMap<String, String> = conn.hgetall(&k.next).unwrap();
+            assert!(next.is_empty(), "{case}");
+            audit(&mut conn, &k, &case);
+
+            // A replace of a job pending again after a retry (attempt 1, its last error
+            // kept), with a successor waiting, beside another running job with one.
+            for replace_tail in [tail.clone(), own.clone()] {
+                let case =
+                    format!("replace into {replace_tail:?} max_attempts {max} spec {spec:?}");
+                store(&mut conn, &k, jobs(1)[0], &tail);
+                let _: () = conn.hset(&k.errors, ID, "boom").unwrap();
+                put_successor(&mut conn, &k, &own);
+                put(&mut conn, &k, "other", jobs(1)[1], &tail);
+                let _: () = conn
+                    .hset(&k.next, "other", format!("{SUCC_RUN_AT}{own}"))
+                    .unwrap();
+                let _: () = conn.hset(&k.next_payload, "other", "next").unwrap();
+                let _: () = conn.hincr(&k.counts, "successors", 1).unwrap();
+                audit(&mut conn, &k, &format!("setup {case}"));
+                // The replace, then an AllowWhileRunning of the now pending job: exists.
+                let answers = schedule_batch(
+                    &mut conn,
+                    &k,
+                    &schedule,
+                    &[(ID, &replace_tail, "r"), (ID, &own, "w")],
+                );
+                assert_eq!(answers, [(2, at.clone()), (0, at.clone())], "{case}");
+                audit(&mut conn, &k, &case);
+                assert!(
+                    !has_successor(&mut conn, &k),
+                    "the successor dropped: {case}"
+                );
+                let meta: String = conn.hget(&k.meta, ID).unwrap();
+                assert_eq!(meta, format!("p:1:0:{RUN_AT}{replace_tail}"), "{case}");
+                let payload: String = conn.hget(&k.payload, ID).unwrap();
+                assert_eq!(payload, ID, "{case}");
+                assert_eq!(last_error(&mut conn, &k).as_deref(), Some("boom"), "{case}");
+                let count: Option<i64> = conn.hget(&k.counts, "successors").unwrap();
+                assert_eq!(count, Some(1), "the other's successor counted: {case}");
+
+                // The other's gone too: the counter field goes with the last one.
+                let _: () = conn.hdel(&k.next, "other").unwrap();
+                let _: () = conn.hdel(&k.next_payload, "other").unwrap();
+                let _: () = conn.hdel(&k.counts, "successors").unwrap();
+                put_successor(&mut conn, &k, &own);
+                let answers = schedule_batch(&mut conn, &k, &schedule, &[(ID, &replace_tail, "r")]);
+                assert_eq!(answers, [(2, at.clone())], "again {case}");
+                audit(&mut conn, &k, &format!("again {case}"));
+                let count: Option<i64> = conn.hget(&k.counts, "successors").unwrap();
+                assert_eq!(count, None, "no successor counted: {case}");
+            }
+        }
     }
 }

@@ -275,6 +275,9 @@ impl Backend for Redis {
             if let Some(answer) = part.folds.park(&id, token).await {
                 return answer;
             }
+            // Not `changed` (it would void the `Idle` note at every ack): an ack that hands
+            // the id over to a successor (`lua/next.lua`) publishes a wake message in its
+            // script, which this process hears too, bumping the epoch.
             part.acks.call((id, token)).await
         })
     }

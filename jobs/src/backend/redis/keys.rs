@@ -15,7 +15,8 @@
 //!   (`lua/kinds.lua`), listed in `levels`: they carry the same tag, but are not passed in
 //!   `KEYS` (a server that enforces declared keys, such as Dragonfly by default, refuses
 //!   these scripts). The hold-off tombstones `held` and `held_until` are declared keys of
-//!   every script that touches them (`lua/held.lua`).
+//!   every script that touches them (`lua/held.lua`), and so are the successors `next` and
+//!   `next_payload` (`lua/next.lua`).
 
 /// The layout of a queue's keys and of the values the scripts store in them, recorded in
 /// its layout hash by the first open ([`layout`]); a queue of another format is refused at
@@ -23,7 +24,9 @@
 /// spec in its meta string and adds the per-(priority, kind) due sets, per-kind running
 /// and dead sets (`dead` keeps kind `""`'s), `levels` and per-kind counters
 /// (`lua/kinds.lua`), and the hold-off tombstones `held` and `held_until` (`lua/held.lua`)
-/// with a job's hold-off in its spec tail (a tail without it holds nothing off).
+/// with a job's hold-off in its spec tail (a tail without it holds nothing off), and the
+/// successors of running jobs `next` and `next_payload` (`lua/next.lua`; a queue without
+/// them has none).
 pub(super) const FORMAT: u32 = 2;
 
 /// The older format this version reads as it is, and records as [`FORMAT`] at open (a
@@ -53,6 +56,9 @@ pub(super) struct Keys {
     /// until in microseconds.
     pub(super) held: String,
     pub(super) held_until: String,
+    /// The successors (`lua/next.lua`): id → run_at ns and spec tail, id → payload.
+    pub(super) next: String,
+    pub(super) next_payload: String,
     pub(super) wake: String,
     /// `PUBLISH`, or `SPUBLISH` on a cluster that has it: how the scripts send on `wake`.
     pub(super) publish: &'static str,
@@ -75,6 +81,8 @@ impl Keys {
             levels: format!("{{{tag}}}:levels"),
             held: format!("{{{tag}}}:held"),
             held_until: format!("{{{tag}}}:held_until"),
+            next: format!("{{{tag}}}:next"),
+            next_payload: format!("{{{tag}}}:next_payload"),
             wake: format!("{{{tag}}}:wake"),
             publish,
         }

@@ -12,10 +12,10 @@
 //!   lease end (each job in its state's index of its level or kind only, as on the embedded
 //!   store: `lua/claim.lua`, `lua/kinds.lua`); payloads live in their own hash, so cancel by
 //!   id is O(log n).
-//! - Each job stores its spec (kind, priority, attempts, backoff, lease, hold-off) in its meta string;
-//!   one stored without (a series' occurrence, a job of keyspace format 1) is of the plain
-//!   spec of the queue reading it. A claim leases each job for its own lease and kills it at
-//!   its own attempts; a claim of one kind reads only that kind's sets.
+//! - Each job stores its spec (kind, priority, attempts, backoff, lease, hold-off) in its
+//!   meta string; one stored without (a series' occurrence, a job of keyspace format 1) is
+//!   of the plain spec of the queue reading it. A claim leases each job for its own lease
+//!   and kills it at its own attempts; a claim of one kind reads only that kind's sets.
 //! - Dedup modes (`lua/schedule.lua`, `lua/held.lua`): a `Replace` schedule of a pending job
 //!   (not a series' pending occurrence) rewrites it in the schedule's script, moving it
 //!   between due sets, levels and per-kind counters, its attempts and last error kept. Every
@@ -25,7 +25,24 @@
 //!   tag. A schedule (each job of a batch in order) or an import meeting one before its
 //!   until stores nothing; one at or after it deletes it; each claim deletes at most 64
 //!   expired ones, earliest first. Tombstones are not jobs: `get`, counts and lists never
-//!   see them.
+//!   see them. A hold-off is capped at 100 years (`HELD_MAX_US` in `lua/held.lua`: the
+//!   server's time plus it stays exact in a Lua double), where the embedded store saturates
+//!   its until at `u64::MAX` nanoseconds (the year 2554): a longer one holds its id off for
+//!   100 years after the ack here.
+//! - `Dedup::AllowWhileRunning` (`lua/next.lua`): a schedule meeting a running job without
+//!   one stores its successor (run_at and spec tail as resolved, payload) in `next` and
+//!   `next_payload`, declared keys of the partition's tag, and counts it in the counts
+//!   hash's `successors` field (gone at 0). Every ack path reads that field once per batch
+//!   (HEXISTS, O(1)) and looks the acked ids up only if some successor waits; the ack that
+//!   finds one makes it the pending job in the same script (due set, `levels`, per-kind
+//!   counters; not before the acked job's hold-off ends, no tombstone) and publishes its
+//!   score as a schedule does. A death (`retry.lua` at the last attempt, a claim's kill) does
+//!   the same, keeping the dead job's last error and storing no dead job (the claim still
+//!   counts the death). A retry leaves it waiting; a `Replace` of the job pending again
+//!   after the retry drops it in the schedule's script (the newest schedule wins); `cancel`
+//!   removes it (with a pending job,
+//!   or alone beside a running one); `get` shows its run_at. Successors are no jobs: never
+//!   listed, counted or copied.
 //! - Time is the server's (`TIME` inside the scripts): `When::After` delays, lease ends and
 //!   "now" at a claim. A `When::At` is a wall-clock instant the caller chose; its score is
 //!   rounded up to the microsecond, so it is never delivered early.

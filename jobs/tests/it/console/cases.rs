@@ -17,6 +17,7 @@ macro_rules! console_suite {
             lists_refuse_bad_cursors_limits_and_states,
             job_page_shows_state_run_at_attempt_error_and_payload,
             job_page_answers_unknown_missing_and_invalid_ids,
+            job_page_shows_a_waiting_successor,
             ids_payloads_and_messages_are_escaped,
             cancel_removes_a_pending_job,
             a_series_occurrence_is_not_cancelled_alone,
@@ -256,6 +257,30 @@ pub async fn job_page_shows_state_run_at_attempt_error_and_payload(h: impl Harne
         OK,
         &["3 bytes, shown in hex", r#"id="payload">ff007f</pre>"#],
     );
+    queue.close().await.unwrap();
+}
+
+/// A running job's successor (`Dedup::AllowWhileRunning`) shows with its due time; a job
+/// without one shows no such row.
+pub async fn job_page_shows_a_waiting_successor(h: impl Harness) {
+    let queue = every_state(&h).await;
+    let due = SystemTime::UNIX_EPOCH + Duration::from_secs(4_102_444_800); // 2100-01-01
+    let allow = JobOptions::new().dedup(wheel_jobs::Dedup::AllowWhileRunning);
+    let outcome = queue.schedule_with("busy", due, "next", &allow).await;
+    assert_eq!(outcome.unwrap(), wheel_jobs::Scheduled::Successor);
+    let client = Client::new(console::router(queue.clone()));
+    client.get("/job?id=busy").await.shows(
+        OK,
+        &[
+            r#"id="state">running</span>"#,
+            r#"<td id="successor">due at <time>2100-01-01T00:00:00Z</time>"#,
+        ],
+    );
+    client
+        .get("/job?id=later")
+        .await
+        .shows(OK, &[r#"id="state">pending</span>"#])
+        .lacks(&[r#"id="successor""#]);
     queue.close().await.unwrap();
 }
 

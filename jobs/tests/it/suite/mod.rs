@@ -19,6 +19,7 @@ pub mod lease;
 pub mod operate;
 pub mod recurring;
 pub mod schedule;
+pub mod successor;
 #[cfg(feature = "serde")]
 pub mod typed;
 pub mod worker;
@@ -142,6 +143,19 @@ macro_rules! run_shared_suite {
                 hold_off_follows_only_an_ack,
                 racing_schedulers_leave_each_id_once,
             }
+            successor {
+                a_successor_waits_for_the_ack_then_runs,
+                a_due_successor_wakes_an_idle_consumer,
+                allow_while_running_creates_and_leaves_pending_and_dead_jobs,
+                a_successor_waits_through_retries,
+                a_successor_takes_over_from_a_death,
+                a_successor_handed_over_by_a_claims_kill_wakes_an_idle_consumer,
+                a_successor_after_a_hold_off_waits_for_its_end,
+                a_replace_after_a_retry_drops_the_waiting_successor,
+                an_occurrence_gets_no_successor_and_other_ids_with_at_do,
+                cancel_removes_a_waiting_successor,
+                racing_successors_are_each_delivered_once,
+            }
         );
     };
 }
@@ -166,7 +180,22 @@ pub async fn idle_consumer(
     queue: &JobQueue,
     timer: &wheel_timer::Timer,
 ) -> tokio::task::JoinHandle<String> {
-    let mut consumer = queue.consume();
+    idle(queue.consume(), timer).await
+}
+
+/// [`idle_consumer`] of one kind (`consume_kind`).
+pub async fn idle_kind_consumer(
+    queue: &JobQueue,
+    timer: &wheel_timer::Timer,
+    kind: &str,
+) -> tokio::task::JoinHandle<String> {
+    idle(queue.consume_kind(kind), timer).await
+}
+
+async fn idle(
+    mut consumer: wheel_jobs::Consumer,
+    timer: &wheel_timer::Timer,
+) -> tokio::task::JoinHandle<String> {
     let waiting = tokio::spawn(async move { next(&mut consumer).await.id().to_owned() });
     while timer.pending() == 0 {
         tokio::task::yield_now().await;

@@ -17,6 +17,11 @@
 //!   order among themselves open.
 //! - A claim hands out only jobs of its kind, even the occurrence a series' head gives in
 //!   its place (`FirstClaim::Instead`): one of another kind is left pending.
+//! - A job killed with a successor waiting (`Dedup::AllowWhileRunning`) is replaced by it
+//!   in the same transaction (`jobs::hand_over`): still counted in `died`, but no dead job
+//!   is kept; the successor is due for the next claim, not this one. The claim answers
+//!   the earliest run_at of the successors it handed over: they may be of kinds it does
+//!   not claim (not in its `next_due`), so the caller wakes the idle consumers for them.
 
 use super::counts::Counters;
 use super::index::{self, Position};
@@ -29,8 +34,9 @@ use crate::core::job::add;
 use crate::core::state::{Claim, Status};
 
 impl Store {
-    /// Leases up to `max` due jobs of the kinds `kinds` names; whether anything changed (a
-    /// job delivered or killed).
+    /// Leases up to `max` due jobs of the kinds `kinds` names; the earliest run_at of the
+    /// successors made pending by its kills; whether anything changed (a job delivered or
+    /// killed).
     pub(super) fn claim(
         &mut self,
         t: &mut Tables<'_>,
@@ -38,7 +44,7 @@ impl Store {
         now: u64,
         max: usize,
         kinds: &ClaimKinds,
-    ) -> Result<(ClaimBatch, bool), Error> {
+    ) -> Result<(ClaimBatch, Option<u64>, bool), Error> {
         if t.paused {
             // Nothing is due until a resume, which wakes the consumers itself.
             let batch = ClaimBatch {
@@ -47,7 +53,7 @@ impl Store {
                 now,
                 died: 0,
             };
-            return Ok((batch, false));
+            return Ok((batch, None, false));
         }
         // Expired hold-offs go a bounded number per claim; a schedule meeting one deletes
         // it too.
@@ -56,6 +62,7 @@ impl Store {
         let changed = !due.is_empty() || expired > 0;
         let mut jobs = Vec::with_capacity(due.len());
         let mut died = 0;
+        let mut handed: Option<u64> = None;
         for (at, mut id) in due {
             let Some(mut stored) = t.load(&id)? else {
                 return Err(Error::storage(format!(
@@ -96,7 +103,14 @@ impl Store {
             if let Some(error) = stored.job.claim_error() {
                 record.error = Some(error);
             }
-            t.set(counts, &id, Some(&stored), Some(record))?;
+            if outcome == Claim::Died && stored.next {
+                // Its successor takes its place, due for a later claim.
+                let error = record.error;
+                let at = super::jobs::hand_over(t, counts, &id, &stored, 0, error)?;
+                handed = Some(handed.map_or(at, |h| h.min(at)));
+            } else {
+                t.set(counts, &id, Some(&stored), Some(record))?;
+            }
             died += u64::from(outcome == Claim::Died);
             if outcome == Claim::Deliver {
                 jobs.push(Claimed {
@@ -122,6 +136,7 @@ impl Store {
                 now,
                 died,
             },
+            handed,
             changed,
         ))
     }

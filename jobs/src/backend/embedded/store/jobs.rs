@@ -9,12 +9,13 @@ use redb::ReadableTable;
 use super::counts::Counters;
 use super::index::{self, Position};
 use super::reply::Reply;
-use super::tables::{state, storage, Tables};
+use super::tables::{state, storage, Stored, Tables};
 use crate::backend::embedded::record::Record;
 use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{add, system_time, JobInfo, JobState, Scheduled, When};
 use crate::core::kind::Dedup;
+use crate::core::series::occurrence_series;
 use crate::core::state::{Machine, Retry, Status};
 
 /// What an operation answers, and whether it changed anything (an unchanged batch is
@@ -23,9 +24,11 @@ pub(super) type Outcome = Result<(Reply, bool), Error>;
 
 /// Schedules `job` as its [`Dedup`] mode says: refused while a tombstone holds its id off
 /// (an expired tombstone is deleted here), then created if the id is free; a pending job
-/// replaced under [`Dedup::Replace`] (not a series' occurrence: its time is its id); else
-/// left as it is. The outcome, the run_at (for `HeldOff` the end of the hold-off), and
-/// whether anything changed.
+/// replaced under [`Dedup::Replace`] (not a series' occurrence: its time is its id), a
+/// successor waiting for it after a retry dropped; a running job without a successor given
+/// `job` as one under [`Dedup::AllowWhileRunning`] (not a series' occurrence: it never has
+/// one); else left as it is. The outcome, the run_at (for `HeldOff` the end of the
+/// hold-off), and whether anything changed.
 pub(super) fn schedule(
     t: &mut Tables<'_>,
     counts: &mut Counters,
@@ -51,20 +54,46 @@ pub(super) fn schedule(
             spec: Cow::Borrowed(&job.spec),
             error: None,
             payload: &job.payload,
+            next: false,
         };
         t.set(counts, id, None, Some(record))?;
         return Ok((Scheduled::Created, run_at, true));
     };
     let mut moved = stored.job;
     if job.dedup == Dedup::Replace && moved.reschedule(run_at) && !super::series::is_head(t, id)? {
+        // A job pending again after a retry may have a successor waiting: the newest
+        // schedule wins, so it is dropped (bit and `next` entry in the same batch).
+        if stored.next {
+            t.put_next(id, None)?;
+        }
         let record = Record {
             job: moved,
             spec: Cow::Borrowed(&job.spec),
             error: stored.error.as_deref(),
             payload: &job.payload,
+            next: false,
         };
         t.set(counts, id, Some(&stored), Some(record))?;
         return Ok((Scheduled::Replaced, run_at, true));
+    }
+    let running = matches!(stored.job.status, Status::Running { .. });
+    if job.dedup == Dedup::AllowWhileRunning
+        && running
+        && !stored.next
+        && occurrence_series(id).is_none()
+    {
+        let successor = Record {
+            job: Machine::new(run_at),
+            spec: Cow::Borrowed(&job.spec),
+            error: None,
+            payload: &job.payload,
+            next: false,
+        };
+        t.put_next(id, Some(&successor.encode()))?;
+        let mut marked = stored.with(stored.job);
+        marked.next = true;
+        t.set(counts, id, Some(&stored), Some(marked))?;
+        return Ok((Scheduled::Successor, run_at, true));
     }
     Ok((Scheduled::Exists, stored.job.run_at, changed))
 }
@@ -126,6 +155,7 @@ pub(super) fn import(
             spec: Cow::Borrowed(&job.spec),
             error: job.last_error.as_deref(),
             payload: &job.payload,
+            next: false,
         };
         t.set(counts, &job.id, None, Some(record))?;
         written.push(true);
@@ -134,11 +164,24 @@ pub(super) fn import(
     Ok((Reply::Imported(written), changed))
 }
 
-/// Removes a pending job, but the pending occurrence of a series (it would have none).
+/// Removes a pending job (with its successor, if a retry left it one), but the pending
+/// occurrence of a series (it would have none); or the successor of a running job, which
+/// runs on.
 pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Counters, id: &str) -> Outcome {
     match t.load(id)? {
         Some(stored) if stored.job.cancel() && !super::series::is_head(t, id)? => {
+            if stored.next {
+                t.put_next(id, None)?;
+            }
             t.set(counts, id, Some(&stored), None)?;
+            Ok((Reply::Bool(true), true))
+        }
+        // Running: a dead job never has a successor, and a pending one was removed above.
+        Some(stored) if stored.next && !stored.job.cancel() => {
+            t.put_next(id, None)?;
+            let mut alone = stored.with(stored.job);
+            alone.next = false;
+            t.set(counts, id, Some(&stored), Some(alone))?;
             Ok((Reply::Bool(true), true))
         }
         _ => Ok((Reply::Bool(false), false)),
@@ -168,13 +211,57 @@ pub(super) fn reschedule(
     }
 }
 
+/// The job, with its successor's run_at if one waits.
 pub(super) fn get(t: &Tables<'_>, id: String) -> Outcome {
-    let info = t.load(&id)?.map(|stored| stored.info(id));
-    Ok((Reply::Info(info), false))
+    let Some(stored) = t.load(&id)? else {
+        return Ok((Reply::Info(None), false));
+    };
+    let successor = match stored.next {
+        true => Some(successor_of(t, &id)?.job.run_at),
+        false => None,
+    };
+    let info = stored.info(id).with_successor(successor);
+    Ok((Reply::Info(Some(info)), false))
+}
+
+/// The successor the `next` bit of `id`'s record says waits.
+fn successor_of(t: &Tables<'_>, id: &str) -> Result<Stored, Error> {
+    t.successor(id)?.ok_or_else(|| {
+        Error::storage(format!(
+            "job {id:?} is marked with a successor that is missing"
+        ))
+    })
+}
+
+/// Makes the successor waiting for `stored` (just acked, or dead) the pending job `id`, in
+/// the caller's transaction: attempt 0, its own spec and payload, due at its own run_at or
+/// `not_before` if later, `error` as its last error. Its run_at.
+pub(super) fn hand_over(
+    t: &mut Tables<'_>,
+    counts: &mut Counters,
+    id: &str,
+    stored: &Stored,
+    not_before: u64,
+    error: Option<&str>,
+) -> Result<u64, Error> {
+    let successor = successor_of(t, id)?;
+    t.put_next(id, None)?;
+    let run_at = successor.job.run_at.max(not_before);
+    let record = Record {
+        job: Machine::new(run_at),
+        spec: Cow::Borrowed(&successor.spec),
+        error,
+        payload: &successor.payload,
+        next: false,
+    };
+    t.set(counts, id, Some(stored), Some(record))?;
+    Ok(run_at)
 }
 
 /// Deletes a leased job; with a hold-off in its spec, leaves a tombstone that refuses its
-/// id until `now` + the hold-off.
+/// id until `now` + the hold-off. A job with a successor hands over to it instead (no
+/// tombstone; the successor not due before the hold-off ends): the reply then carries the
+/// successor's run_at, for the wakeup.
 pub(super) fn ack(
     t: &mut Tables<'_>,
     counts: &mut Counters,
@@ -185,18 +272,27 @@ pub(super) fn ack(
     // The job is deleted: its payload is not copied out.
     match t.load_with(id, false)? {
         Some(stored) if stored.job.ack(token) => {
-            t.set(counts, id, Some(&stored), None)?;
-            if !stored.spec.hold_off.is_zero() {
-                t.put_held(id, Some(add(now, stored.spec.hold_off)))?;
+            let hold_off =
+                (!stored.spec.hold_off.is_zero()).then(|| add(now, stored.spec.hold_off));
+            // The one check a job without a successor pays: a bit of the record just read.
+            if stored.next {
+                let at = hand_over(t, counts, id, &stored, hold_off.unwrap_or(0), None)?;
+                return Ok((Reply::Acked(true, Some(at)), true));
             }
-            Ok((Reply::Bool(true), true))
+            t.set(counts, id, Some(&stored), None)?;
+            if hold_off.is_some() {
+                t.put_held(id, hold_off)?;
+            }
+            Ok((Reply::Acked(true, None), true))
         }
-        _ => Ok((Reply::Bool(false), false)),
+        _ => Ok((Reply::Acked(false, None), false)),
     }
 }
 
 /// A retry, or with an `error` a failure (the job's last error is then replaced); the job
-/// dies if that was the last of its own `max_attempts`.
+/// dies if that was the last of its own `max_attempts`, and a successor then takes its
+/// place, with its last error (its run_at in the reply, for the wakeup); while it retries
+/// the successor waits.
 pub(super) fn retry(
     t: &mut Tables<'_>,
     counts: &mut Counters,
@@ -208,18 +304,27 @@ pub(super) fn retry(
 ) -> Outcome {
     let run_at = add(now, after);
     let Some(stored) = t.load(id)? else {
-        return Ok((Reply::Retried(Retry::Stale, run_at), false));
+        return Ok((Reply::Retried(Retry::Stale, run_at, None), false));
     };
     let mut job = stored.job;
     let outcome = job.retry(token, now, run_at, stored.spec.max_attempts);
-    if outcome != Retry::Stale {
-        let mut record = stored.with(job);
-        if error.is_some() {
-            record.error = error.as_deref();
-        }
-        t.set(counts, id, Some(&stored), Some(record))?;
+    let mut record = stored.with(job);
+    if error.is_some() {
+        record.error = error.as_deref();
     }
-    Ok((Reply::Retried(outcome, run_at), outcome != Retry::Stale))
+    let successor = match outcome {
+        Retry::Stale => None,
+        Retry::Died if stored.next => {
+            let error = record.error;
+            Some(hand_over(t, counts, id, &stored, 0, error)?)
+        }
+        Retry::Pending | Retry::Died => {
+            t.set(counts, id, Some(&stored), Some(record))?;
+            None
+        }
+    };
+    let reply = Reply::Retried(outcome, run_at, successor);
+    Ok((reply, outcome != Retry::Stale))
 }
 
 pub(super) fn extend(

@@ -2,7 +2,7 @@
 //!
 //! # Ground rules
 //!
-//! - Thirteen tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header,
+//! - Fourteen tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header,
 //!   the job's spec, the last error and the payload, `record.rs`); the pending jobs' keys in
 //!   `due` ((run_at, id) → (): the plain group, kind `""` and priority 0) and `due_by_kind`
 //!   ((kind, level, run_at, id) → (): every other group, `level` being the priority
@@ -16,7 +16,18 @@
 //!   pending, running and dead counts, `store/counts.rs`), `meta` (format version, the
 //!   per-state [`Tally`], the paused flag, the log's epoch and owner number), and the
 //!   hold-off tombstones of `Dedup::HoldOff` in `held` (id → until) and `held_until`
-//!   ((until, id) → ()), never counted, written only by `Tables::put_held`.
+//!   ((until, id) → ()), never counted, written only by `Tables::put_held`; and the
+//!   successors of `Dedup::AllowWhileRunning` in `next` (id → the successor's record:
+//!   pending, attempt 0), never counted, listed or indexed, written only by
+//!   `Tables::put_next`.
+//! - A successor waits in `next` exactly while its job's record has the `next` bit
+//!   (`record.rs`), set and cleared in the same batch as the row: an ack, retry, death or
+//!   kill reads that bit from the record it loads anyway, so a job without a successor pays
+//!   no lookup. A successor is attached only to a running job that is no series'
+//!   occurrence; it survives the job's retries and redeliveries (every rewrite keeps the
+//!   bit), and an ack or a death hands over to it in the same transaction
+//!   (`jobs::hand_over`: the successor becomes the pending job, no tombstone, no dead job).
+//!   A dead job never has one.
 //! - A claim for kind k reads only k's keys: its expired leases (one range), then its
 //!   levels highest first, each a range of due keys up to "now"; a claim of every kind
 //!   finds the groups in use by skipping from one to the next (`index.rs`) and merges the
@@ -197,6 +208,9 @@ impl Store {
                     }
                     for &(id, until) in &changes.held {
                         t.put_held(id, until)?;
+                    }
+                    for &(id, value) in &changes.next {
+                        t.put_next(id, value)?;
                     }
                     for &(id, value) in &changes.jobs {
                         let before = t.load(id)?;

@@ -136,8 +136,8 @@ impl Store {
             Op::Reschedule { id, when } => jobs::reschedule(t, counts, now, &id, when),
             Op::Get { id } => jobs::get(t, id),
             Op::Claim { max, kind } => {
-                let (batch, changed) = self.claim(t, counts, now, max, &kind)?;
-                Ok((Reply::Claimed(batch), changed))
+                let (batch, handed, changed) = self.claim(t, counts, now, max, &kind)?;
+                Ok((Reply::Claimed(batch, handed), changed))
             }
             Op::Ack { id, token } => jobs::ack(t, counts, now, &id, token),
             Op::Retry {

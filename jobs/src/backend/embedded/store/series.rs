@@ -144,6 +144,7 @@ fn place_head(
                     spec: Cow::Borrowed(&plain),
                     error: None,
                     payload,
+                    next: false,
                 };
                 t.set(counts, &id, None, Some(job))?;
                 return Ok(Some(time));
@@ -209,6 +210,7 @@ fn keep_head(
                 spec: Cow::Borrowed(&stored.spec),
                 error: None,
                 payload,
+                next: stored.next,
             };
             t.set(counts, &id, Some(&stored), Some(job))?;
             Ok(Some(head))

@@ -50,6 +50,10 @@ pub(super) const HELD: TableDefinition<'_, &str, u64> = TableDefinition::new("he
 /// its front, a bounded number at a time.
 pub(super) const HELD_UNTIL: TableDefinition<'_, (u64, &str), ()> =
     TableDefinition::new("held_until");
+/// The successors of `Dedup::AllowWhileRunning`: a job's id → the record of the job that
+/// takes its place (pending, attempt 0, no error) once it is acked or dies. Present exactly
+/// while the job's record has its `next` bit set; never counted, listed or indexed.
+pub(super) const NEXT: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("next");
 /// The most expired tombstones one claim deletes.
 pub(super) const HELD_PER_CLAIM: usize = 64;
 
@@ -79,6 +83,7 @@ pub(super) struct Tables<'t> {
     pub(super) series: Table<'t, &'static str, &'static [u8]>,
     pub(super) held: Table<'t, &'static str, u64>,
     pub(super) held_until: Table<'t, (u64, &'static str), ()>,
+    pub(super) next: Table<'t, &'static str, &'static [u8]>,
     /// The body of this batch's log record: every job's final value; `None` once it would
     /// pass `LOG_AT_MOST` (the batch is then a checkpoint, and a bulk load does not build a
     /// record it would throw away), or for a batch that pauses or resumes (the log holds
@@ -104,6 +109,7 @@ impl<'t> Tables<'t> {
             series: txn.open_table(SERIES).map_err(storage)?,
             held: txn.open_table(HELD).map_err(storage)?,
             held_until: txn.open_table(HELD_UNTIL).map_err(storage)?,
+            next: txn.open_table(NEXT).map_err(storage)?,
             log: Some(Vec::new()),
             paused: false,
             plain: plain.clone(),
@@ -117,25 +123,30 @@ pub(super) struct Stored {
     pub(super) spec: Spec,
     pub(super) error: Option<String>,
     pub(super) payload: Vec<u8>,
+    /// Whether a successor waits in `next`.
+    pub(super) next: bool,
 }
 
 impl Stored {
-    /// The record of this job in state `job`, its error and payload unchanged.
+    /// The record of this job in state `job`, its error, payload and successor unchanged.
     pub(super) fn with(&self, job: Machine) -> Record<'_> {
         Record {
             job,
             spec: Cow::Borrowed(&self.spec),
             error: self.error.as_deref(),
             payload: &self.payload,
+            next: self.next,
         }
     }
 
+    /// The job as `get` and lists show it (without its successor: lists do not show one).
     pub(super) fn info(self, id: String) -> JobInfo {
         let Stored {
             job,
             spec,
             error,
             payload,
+            next: _,
         } = self;
         JobInfo::new(
             id,
@@ -169,6 +180,7 @@ impl Tables<'_> {
             } else {
                 Vec::new()
             },
+            next: record.next,
         }))
     }
 
@@ -282,6 +294,42 @@ impl Tables<'_> {
         .map_err(storage)?;
         if let Some(log) = &mut self.log {
             wal::push_series_change(log, name, bytes);
+            if log.len() > LOG_AT_MOST {
+                self.log = None;
+            }
+        }
+        Ok(())
+    }
+}
+
+// ===== successors =====
+
+impl Tables<'_> {
+    /// The successor waiting for `id`, as its record (pending, attempt 0) holds it.
+    pub(super) fn successor(&self, id: &str) -> Result<Option<Stored>, Error> {
+        let Some(value) = self.next.get(id).map_err(storage)? else {
+            return Ok(None);
+        };
+        let record = Record::decode(value.value(), &self.plain).map_err(storage)?;
+        Ok(Some(Stored {
+            job: record.job,
+            spec: record.spec.into_owned(),
+            error: record.error.map(str::to_owned),
+            payload: record.payload.to_vec(),
+            next: false,
+        }))
+    }
+
+    /// Sets (`Some(record)`) or deletes `id`'s successor, in `next` and the log. The caller
+    /// sets the running job's `next` bit to match, in the same batch.
+    pub(super) fn put_next(&mut self, id: &str, record: Option<&[u8]>) -> Result<(), Error> {
+        match record {
+            Some(bytes) => self.next.insert(id, bytes).map(drop),
+            None => self.next.remove(id).map(drop),
+        }
+        .map_err(storage)?;
+        if let Some(log) = &mut self.log {
+            wal::push_next_change(log, id, record);
             if log.len() > LOG_AT_MOST {
                 self.log = None;
             }

@@ -5,15 +5,16 @@
 //! copies the database and the log as they are on disk mid-run (what `kill -9` leaves),
 //! reopens the copy (replaying the log) and carries on with it against the same model.
 //! Jobs have kinds, priorities, their own attempts and leases; claims name a kind or none.
-//! Schedules carry a dedup mode (keep, replace, hold-off); the hold-off tombstones an ack
-//! leaves are compared with the model's after each step too.
+//! Schedules carry a dedup mode (keep, replace, hold-off, allow-while-running); the hold-off
+//! tombstones an ack leaves and the successors waiting for running jobs (the `next` table
+//! and each record's bit) are compared with the model's after each step too.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
 use proptest::prelude::*;
 
-use super::tables::{DIED, DIED_BY_KIND, HELD, HELD_UNTIL, SERIES};
+use super::tables::{DIED, DIED_BY_KIND, HELD, HELD_UNTIL, NEXT, SERIES};
 use super::*;
 use crate::backend::{ClaimBatch, ClaimKinds, NewJob};
 use crate::core::job::{self, Scheduled};
@@ -36,9 +37,33 @@ struct RefJob {
     error: Option<String>,
     payload: Vec<u8>,
     spec: Spec,
+    /// The successor waiting for it: run_at, payload, spec.
+    next: Option<(u64, Vec<u8>, Spec)>,
 }
 
 impl RefJob {
+    /// A new pending job (attempt 0): a schedule's, or a successor taking over.
+    fn new(run_at: u64, payload: Vec<u8>, spec: Spec, error: Option<String>) -> RefJob {
+        RefJob {
+            run_at,
+            attempt: 0,
+            holder: None,
+            dead: false,
+            died_at: 0,
+            error,
+            payload,
+            spec,
+            next: None,
+        }
+    }
+
+    /// The successor that takes this job's place (acked or dead), not due before
+    /// `not_before`, with `error`.
+    fn successor(&mut self, not_before: u64, error: Option<String>) -> Option<RefJob> {
+        let (run_at, payload, spec) = self.next.take()?;
+        Some(RefJob::new(run_at.max(not_before), payload, spec, error))
+    }
+
     fn due(&self) -> Option<u64> {
         if self.dead {
             None
@@ -72,7 +97,8 @@ fn dedup_of(mode: u8) -> Dedup {
         0 => Dedup::Keep,
         1 => Dedup::Replace,
         2 => Dedup::HoldOff(Duration::from_nanos(HOLD_OFF)),
-        _ => Dedup::HoldOff(Duration::ZERO),
+        3 => Dedup::HoldOff(Duration::ZERO),
+        _ => Dedup::AllowWhileRunning,
     }
 }
 
@@ -117,7 +143,7 @@ fn step() -> impl Strategy<Value = Step> {
             id.clone(),
             0..60u64,
             (0..3u8, 0..3u8, 0..3u8, 0..2u8),
-            0..4u8
+            0..5u8
         )
             .prop_map(|(i, at, spec, mode)| Step::ScheduleDedup(i, at, spec, mode)),
         (
@@ -127,6 +153,8 @@ fn step() -> impl Strategy<Value = Step> {
             1..3u8
         )
             .prop_map(|(i, at, spec, mode)| Step::ScheduleDedup(i, at, spec, mode)),
+        (id.clone(), 0..60u64, (0..3u8, 0..3u8, 0..3u8, 0..2u8))
+            .prop_map(|(i, at, spec)| Step::ScheduleDedup(i, at, spec, 4)),
         (1..4usize, 0..3u8).prop_map(|(max, kind)| Step::ClaimKind(max, kind)),
         id.clone().prop_map(Step::Cancel),
         (id.clone(), 0..60u64).prop_map(|(i, at)| Step::Reschedule(i, at)),
@@ -288,7 +316,18 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     {
                         held.remove(&id);
                         (job.run_at, job.payload, job.spec) = (run_at, payload, spec);
+                        // The newest schedule wins: a successor waiting (after a retry) goes.
+                        job.next = None;
                         Reply::Scheduled(Scheduled::Replaced, run_at)
+                    }
+                    (None, Some(job))
+                        if dedup == Dedup::AllowWhileRunning
+                            && job.holder.is_some()
+                            && job.next.is_none() =>
+                    {
+                        held.remove(&id);
+                        job.next = Some((run_at, payload, spec));
+                        Reply::Scheduled(Scheduled::Successor, run_at)
                     }
                     (None, Some(job)) => {
                         held.remove(&id);
@@ -296,19 +335,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     }
                     (None, None) => {
                         held.remove(&id);
-                        model.insert(
-                            id,
-                            RefJob {
-                                run_at,
-                                attempt: 0,
-                                holder: None,
-                                dead: false,
-                                died_at: 0,
-                                error: None,
-                                payload,
-                                spec,
-                            },
-                        );
+                        model.insert(id, RefJob::new(run_at, payload, spec, None));
                         Reply::Scheduled(Scheduled::Created, run_at)
                     }
                 };
@@ -316,15 +343,18 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
             }
             Step::Cancel(i) => {
                 let id = name(i);
-                let pending = model
-                    .get(&id)
-                    .is_some_and(|j| !j.dead && j.holder.is_none());
-                if pending {
-                    model.remove(&id);
-                }
+                let removed = match model.get_mut(&id) {
+                    Some(j) if !j.dead && j.holder.is_none() => {
+                        model.remove(&id);
+                        true
+                    }
+                    // A running job's successor goes; the job runs on.
+                    Some(j) => j.next.take().is_some(),
+                    None => false,
+                };
                 prop_assert_eq!(
                     one(&mut store, Op::Cancel { id }, now),
-                    Reply::Bool(pending)
+                    Reply::Bool(removed)
                 );
             }
             Step::Reschedule(i, t) => {
@@ -350,7 +380,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     max,
                     kind: kind.map(str::to_owned).into(),
                 };
-                let Reply::Claimed(batch) = one(&mut store, op, now) else {
+                let Reply::Claimed(batch, handed) = one(&mut store, op, now) else {
                     return Err(TestCaseError::fail("claim reply"));
                 };
                 if !paused {
@@ -358,6 +388,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     held.retain(|_, until| now < *until);
                 }
                 if paused {
+                    prop_assert_eq!(handed, None);
                     prop_assert_eq!(
                         batch,
                         ClaimBatch {
@@ -394,16 +425,23 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     .chain(pending.into_iter().map(|(_, _, id)| id));
                 let mut delivered = Vec::new();
                 let mut died = 0;
+                let mut handed_over: Option<u64> = None;
                 for id in due.take(max) {
                     let job = model.get_mut(&id).unwrap();
                     if job.holder.is_some() {
                         job.error = Some(state::LEASE_EXPIRED.to_owned());
                     }
                     if job.attempt >= job.spec.max_attempts {
+                        died += 1;
+                        if let Some(next) = job.successor(0, job.error.clone()) {
+                            handed_over =
+                                Some(handed_over.map_or(next.run_at, |h| h.min(next.run_at)));
+                            *job = next;
+                            continue;
+                        }
                         job.dead = true;
                         job.died_at = now;
                         job.holder = None;
-                        died += 1;
                     } else {
                         job.attempt += 1;
                         delivered.push((
@@ -432,6 +470,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 }
                 prop_assert_eq!(batch.now, now);
                 prop_assert_eq!(batch.died, died);
+                prop_assert_eq!(handed, handed_over, "the earliest successor handed over");
                 let next_due = model
                     .values()
                     .filter(|j| of_kind(j))
@@ -443,22 +482,28 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 let id = name(i);
                 let token = token_for(&id, current);
                 let valid = holds(&model, &id, token);
+                let mut successor = None;
                 if valid {
-                    let job = model.remove(&id).unwrap();
+                    let mut job = model.remove(&id).unwrap();
                     let hold_off = nanos_of(job.spec.hold_off);
-                    if hold_off > 0 {
+                    let not_before = if hold_off > 0 { now + hold_off } else { 0 };
+                    if let Some(next) = job.successor(not_before, None) {
+                        successor = Some(next.run_at);
+                        model.insert(id.clone(), next);
+                    } else if hold_off > 0 {
                         held.insert(id.clone(), now + hold_off);
                     }
                 }
                 prop_assert_eq!(
                     one(&mut store, Op::Ack { id, token }, now),
-                    Reply::Bool(valid)
+                    Reply::Acked(valid, successor)
                 );
             }
             Step::Retry(i, current, after) | Step::Fail(i, current, after) => {
                 let id = name(i);
                 let token = token_for(&id, current);
                 let error = matches!(step, Step::Fail(..)).then(|| format!("failed at {now}"));
+                let mut successor = None;
                 let outcome = if holds(&model, &id, token) {
                     let job = model.get_mut(&id).unwrap();
                     job.holder = None;
@@ -466,8 +511,13 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                         job.error.clone_from(&error);
                     }
                     if job.attempt >= job.spec.max_attempts {
-                        job.dead = true;
-                        job.died_at = now;
+                        if let Some(next) = job.successor(0, job.error.clone()) {
+                            successor = Some(next.run_at);
+                            *job = next;
+                        } else {
+                            job.dead = true;
+                            job.died_at = now;
+                        }
                         Retry::Died
                     } else {
                         job.run_at = now + after;
@@ -486,7 +536,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     },
                     now,
                 );
-                prop_assert_eq!(reply, Reply::Retried(outcome, now + after));
+                prop_assert_eq!(reply, Reply::Retried(outcome, now + after, successor));
             }
             Step::Extend(i, current, by) => {
                 let id = name(i);
@@ -616,11 +666,17 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                     j.payload.clone(),
                     j.spec.clone(),
                 )
+                .with_successor(j.next.as_ref().map(|(at, _, _)| *at))
             });
             prop_assert_eq!(reply, Reply::Info(expect));
         }
         check_counts_and_lists(&mut store, &model, paused, now)?;
         prop_assert_eq!(held_tables(&store), held.clone());
+        let successors: BTreeMap<String, (u64, Vec<u8>, Spec)> = model
+            .iter()
+            .filter_map(|(id, j)| Some((id.clone(), j.next.clone()?)))
+            .collect();
+        prop_assert_eq!(next_table(&store), successors);
         store.checkpoint_every = CHECKPOINT_EVERY;
     }
     Ok(())
@@ -666,6 +722,61 @@ fn held_tables(store: &Store) -> BTreeMap<String, u64> {
     expect.sort();
     assert_eq!(by_until, expect, "held_until indexes held");
     held
+}
+
+/// The successors as `next` holds them (each pending at attempt 0 without an error), after
+/// checking that exactly their jobs' records have the `next` bit, and that those jobs are
+/// running or pending (a dead job never has one).
+fn next_table(store: &Store) -> BTreeMap<String, (u64, Vec<u8>, Spec)> {
+    use crate::backend::embedded::record::Record;
+    use crate::core::state::Status;
+    use redb::ReadableTable;
+    let txn = redb::ReadableDatabase::begin_read(&store.db).expect("read");
+    let next: BTreeMap<String, (u64, Vec<u8>, Spec)> = txn
+        .open_table(NEXT)
+        .expect("next")
+        .iter()
+        .expect("iter")
+        .map(|entry| {
+            let (id, value) = entry.expect("a successor");
+            let record = Record::decode(value.value(), &store.plain).expect("a record");
+            assert_eq!(
+                (
+                    record.job.attempt,
+                    record.job.status,
+                    record.error,
+                    record.next
+                ),
+                (0, Status::Pending, None, false),
+                "a successor is a new pending job"
+            );
+            let spec = record.spec.into_owned();
+            (
+                id.value().to_owned(),
+                (record.job.run_at, record.payload.to_vec(), spec),
+            )
+        })
+        .collect();
+    let marked: Vec<String> = txn
+        .open_table(tables::JOBS)
+        .expect("jobs")
+        .iter()
+        .expect("iter")
+        .filter_map(|entry| {
+            let (id, value) = entry.expect("a job");
+            let record = Record::decode(value.value(), &store.plain).expect("a record");
+            if record.next {
+                assert!(!matches!(record.job.status, Status::Dead { .. }), "dead");
+            }
+            record.next.then(|| id.value().to_owned())
+        })
+        .collect();
+    assert_eq!(
+        marked,
+        next.keys().cloned().collect::<Vec<_>>(),
+        "the bit marks exactly the jobs with a successor"
+    );
+    next
 }
 
 /// The keys of `died_by_kind`, in order.
@@ -1015,11 +1126,11 @@ fn a_format_4_store_and_its_log_are_upgraded_at_open() {
         max: 10,
         kind: ClaimKinds::one("x"),
     };
-    let Reply::Claimed(batch) = one(&mut store, other, now) else {
+    let Reply::Claimed(batch, _) = one(&mut store, other, now) else {
         panic!("a claim");
     };
     assert_eq!((batch.jobs.len(), batch.next_due), (0, None));
-    let Reply::Claimed(batch) = one(
+    let Reply::Claimed(batch, _) = one(
         &mut store,
         Op::Claim {
             max: 10,
@@ -1084,7 +1195,7 @@ fn own_specs_survive_a_crash_and_rule_the_claim() {
         max: 10,
         kind: kind.map(str::to_owned).into(),
     };
-    let Reply::Claimed(batch) = one(&mut store, claim(None), 20) else {
+    let Reply::Claimed(batch, _) = one(&mut store, claim(None), 20) else {
         panic!("a claim");
     };
     // Priority 5 before the plain job due earlier; each leased for its own lease.
@@ -1095,7 +1206,7 @@ fn own_specs_survive_a_crash_and_rule_the_claim() {
         .collect();
     assert_eq!(got, [("m", &spec), ("plain", &store.plain)]);
     assert_eq!(batch.next_due, Some(20 + LEASE));
-    let Reply::Claimed(batch) = one(&mut store, claim(Some("mail")), 20) else {
+    let Reply::Claimed(batch, _) = one(&mut store, claim(Some("mail")), 20) else {
         panic!("a claim");
     };
     assert_eq!(
@@ -1104,7 +1215,7 @@ fn own_specs_survive_a_crash_and_rule_the_claim() {
         "mail's own lease; the plain one is not counted"
     );
     let mut store = crash(store, dir.path(), 1);
-    let Reply::Claimed(batch) = one(&mut store, claim(Some("mail")), 60) else {
+    let Reply::Claimed(batch, _) = one(&mut store, claim(Some("mail")), 60) else {
         panic!("a claim");
     };
     assert_eq!(
@@ -1159,7 +1270,7 @@ fn series_changes_survive_a_crash_by_the_log() {
         one(&mut store, set_every_10("s"), 100 * MS),
         Reply::Recurring(Recurring::Created, Some(110 * MS))
     );
-    let Reply::Claimed(batch) = one(
+    let Reply::Claimed(batch, _) = one(
         &mut store,
         Op::Claim {
             max: 10,
@@ -1188,7 +1299,7 @@ fn series_changes_survive_a_crash_by_the_log() {
 
 /// Claims the one due occurrence at `now` and acks it (its job is gone); returns its time.
 fn run_one(store: &mut Store, now: u64) -> u64 {
-    let Reply::Claimed(batch) = one(
+    let Reply::Claimed(batch, _) = one(
         store,
         Op::Claim {
             max: 10,
@@ -1237,7 +1348,7 @@ fn a_clock_gone_back_does_not_make_a_delivered_occurrence_again() {
 fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
     let mut store = store();
     one(&mut store, set_every_10("s"), 100 * MS);
-    let Reply::Claimed(batch) = one(
+    let Reply::Claimed(batch, _) = one(
         &mut store,
         Op::Claim {
             max: 10,
@@ -1271,7 +1382,7 @@ fn claim_kinds(store: &mut Store, kind: Option<&str>, now: u64) -> Vec<(String, 
         max: 10,
         kind: kind.map(str::to_owned).into(),
     };
-    let Reply::Claimed(batch) = one(store, op, now) else {
+    let Reply::Claimed(batch, _) = one(store, op, now) else {
         panic!("a claim");
     };
     batch
@@ -1346,6 +1457,7 @@ fn a_claim_of_one_kind_never_gets_an_occurrence_in_its_heads_place() {
             spec: std::borrow::Cow::Borrowed(&x),
             error: None,
             payload: &stored.payload,
+            next: false,
         };
         t.set(&mut store.counts, &head, Some(&stored), Some(record))
             .expect("set");
@@ -1394,7 +1506,7 @@ fn a_stored_recurrence_that_no_longer_parses_fails_no_claim() {
         txn.commit().unwrap();
     }
     assert!(list(&mut store, 105 * MS).is_empty());
-    let Reply::Claimed(batch) = one(
+    let Reply::Claimed(batch, _) = one(
         &mut store,
         Op::Claim {
             max: 10,
@@ -1439,7 +1551,7 @@ fn replace_and_hold_off_survive_a_crash() {
         one(&mut store, new("r", 30, b"new", Dedup::Replace), 1),
         Reply::Scheduled(Scheduled::Replaced, 30)
     );
-    let Reply::Claimed(batch) = one(
+    let Reply::Claimed(batch, _) = one(
         &mut store,
         Op::Claim {
             max: 1,
@@ -1455,7 +1567,7 @@ fn replace_and_hold_off_survive_a_crash() {
         id: "h".into(),
         token,
     };
-    assert_eq!(one(&mut store, ack, 10), Reply::Bool(true));
+    assert_eq!(one(&mut store, ack, 10), Reply::Acked(true, None));
     let mut store = crash(store, dir.path(), 0);
     let Reply::Info(Some(r)) = one(&mut store, Op::Get { id: "r".into() }, 11) else {
         panic!("r is there");
@@ -1512,7 +1624,7 @@ fn replace_moves_only_a_pending_job() {
         max,
         kind: ClaimKinds::All,
     };
-    let Reply::Claimed(batch) = one(&mut store, claim(1), 5) else {
+    let Reply::Claimed(batch, _) = one(&mut store, claim(1), 5) else {
         panic!("a claim");
     };
     assert_eq!(
@@ -1539,7 +1651,7 @@ fn replace_moves_only_a_pending_job() {
         (1, Some("boom"), &b"new"[..])
     );
     // Out of attempts: dead, then left alone.
-    let Reply::Claimed(batch) = one(&mut store, claim(1), 50) else {
+    let Reply::Claimed(batch, _) = one(&mut store, claim(1), 50) else {
         panic!("a claim");
     };
     let fail = Op::Retry {
@@ -1548,7 +1660,10 @@ fn replace_moves_only_a_pending_job() {
         after: Duration::ZERO,
         error: None,
     };
-    assert_eq!(one(&mut store, fail, 51), Reply::Retried(Retry::Died, 51));
+    assert_eq!(
+        one(&mut store, fail, 51),
+        Reply::Retried(Retry::Died, 51, None)
+    );
     assert!(matches!(
         one(&mut store, replace("run", 60), 52),
         Reply::Scheduled(Scheduled::Exists, _)
@@ -1573,4 +1688,86 @@ fn replace_moves_only_a_pending_job() {
         one(&mut store, replace(&id, 200 * MS), 100 * MS),
         Reply::Scheduled(Scheduled::Exists, head)
     );
+}
+
+/// A successor, its record bit and each handover are in the log: a crash after the
+/// schedule keeps the successor beside its running job, and one after the ack (or after the
+/// claim that killed the job at its last attempt) finds the successor pending in its place.
+#[test]
+fn successors_and_their_handovers_survive_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = file_store(dir.path(), 0);
+    store.checkpoint_every = Duration::from_secs(3600);
+    let mut once = store.plain.clone();
+    once.max_attempts = 1;
+    let new = |id: &str, t: u64, payload: &[u8], spec: &Spec, dedup: Dedup| {
+        Op::Schedule(NewJob {
+            id: id.into(),
+            when: at(t),
+            payload: payload.to_vec(),
+            spec: spec.clone(),
+            dedup,
+        })
+    };
+    let plain = store.plain.clone();
+    let allow = Dedup::AllowWhileRunning;
+    one(&mut store, new("a", 0, b"a1", &plain, Dedup::Keep), 0);
+    one(&mut store, new("k", 0, b"k1", &once, Dedup::Keep), 0);
+    let Reply::Claimed(batch, _) = one(
+        &mut store,
+        Op::Claim {
+            max: 2,
+            kind: ClaimKinds::All,
+        },
+        1,
+    ) else {
+        panic!("a claim");
+    };
+    assert_eq!(batch.jobs.len(), 2);
+    for (id, t) in [("a", 7), ("k", 9)] {
+        assert_eq!(
+            one(&mut store, new(id, t, b"next", &plain, allow), 2),
+            Reply::Scheduled(Scheduled::Successor, t)
+        );
+    }
+    let mut store = crash(store, dir.path(), 0);
+    assert_eq!(next_table(&store).len(), 2, "both successors replayed");
+    let Reply::Info(Some(a)) = one(&mut store, Op::Get { id: "a".into() }, 3) else {
+        panic!("a is there");
+    };
+    let seven = UNIX_EPOCH + Duration::from_nanos(7);
+    assert_eq!((a.state(), a.successor()), (JobState::Running, Some(seven)));
+    let ack = Op::Ack {
+        id: "a".into(),
+        token: batch.jobs[0].token,
+    };
+    assert_eq!(one(&mut store, ack, 3), Reply::Acked(true, Some(7)));
+    // k's lease (30 s) ends; the claim finds it at its last attempt and hands over.
+    let after_lease = 1 + nanos_of(plain.lease);
+    let Reply::Claimed(killed, handed) = one(
+        &mut store,
+        Op::Claim {
+            max: 1,
+            kind: ClaimKinds::All,
+        },
+        after_lease,
+    ) else {
+        panic!("a claim");
+    };
+    assert_eq!((killed.jobs.len(), killed.died, handed), (0, 1, Some(9)));
+    let mut store = crash(store, dir.path(), 1);
+    assert!(next_table(&store).is_empty(), "both handed over");
+    for (id, t, error) in [("a", 7, None), ("k", 9, Some(state::LEASE_EXPIRED))] {
+        let Reply::Info(Some(job)) = one(&mut store, Op::Get { id: id.into() }, after_lease) else {
+            panic!("{id} is there");
+        };
+        assert_eq!(
+            (job.state(), job.payload(), job.attempt(), job.last_error()),
+            (JobState::Pending, &b"next"[..], 0, error),
+            "{id}"
+        );
+        assert_eq!(job::nanos(job.run_at()), t);
+        assert_eq!(job.successor(), None);
+    }
+    assert_eq!(store.counts().dead, 0);
 }

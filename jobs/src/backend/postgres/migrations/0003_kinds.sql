@@ -11,6 +11,15 @@
 -- default rewrites no row. `hold_off` (nanoseconds, NULL = 0) is the job's own hold-off
 -- (`Dedup::HoldOff`): its ack writes a tombstone in `held`. Dead rows keep it too: a
 -- revived job is pending again with its whole spec.
+--
+-- The `next_` columns hold a job's successor (`Dedup::AllowWhileRunning`): the run_at,
+-- payload and resolved spec of a schedule that met the job running, all NULL when none
+-- waits (`next_payload IS NOT NULL` is the flag every statement tests). A successor lives
+-- in its job's row, not in a table of its own: whatever version of the row a statement
+-- locks (an ack waiting on a schedule that stored one, a schedule waiting on an ack) holds
+-- the successor that goes with it, so the ack hands over to what it read under the lock,
+-- never to a row its snapshot cannot see. A job without one pays a test of its row's NULL
+-- bitmap. It is never counted, listed, copied nor imported; dead rows never have one.
 ALTER TABLE {schema}.jobs
     ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT '',
     ADD COLUMN priority smallint NOT NULL DEFAULT 0,
@@ -18,7 +27,16 @@ ALTER TABLE {schema}.jobs
     ADD COLUMN backoff_first bigint,
     ADD COLUMN backoff_max bigint,
     ADD COLUMN lease bigint,
-    ADD COLUMN hold_off bigint;
+    ADD COLUMN hold_off bigint,
+    ADD COLUMN next_run_at bigint,
+    ADD COLUMN next_payload bytea,
+    ADD COLUMN next_kind text COLLATE "C",
+    ADD COLUMN next_priority smallint,
+    ADD COLUMN next_max_attempts integer,
+    ADD COLUMN next_backoff_first bigint,
+    ADD COLUMN next_backoff_max bigint,
+    ADD COLUMN next_lease bigint,
+    ADD COLUMN next_hold_off bigint;
 ALTER TABLE {schema}.dead
     ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT '',
     ADD COLUMN priority smallint NOT NULL DEFAULT 0,
@@ -59,8 +77,9 @@ ALTER TABLE {schema}.counts ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT ''
 ALTER TABLE {schema}.counts DROP CONSTRAINT counts_pkey, ADD PRIMARY KEY (queue, kind, slot);
 ALTER TABLE {schema}.count_deltas ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT '';
 
--- The triggers of version 2, their deltas grouped by queue and kind (a statement never
--- changes a job's kind, so an update's old and new rows share it).
+-- The triggers of version 2, their deltas grouped by queue and kind: an update's old rows
+-- count out of their kind and its new rows into theirs, so a Replace that changes a job's
+-- kind moves its count from one kind to the other.
 CREATE OR REPLACE FUNCTION {schema}.jobs_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO {schema}.count_deltas (queue, kind, pending, running, dead)

@@ -1,12 +1,15 @@
 //! The statements of a consumer's lease: `claim` (lease due jobs, kill those out of
 //! attempts, delete at most [`HELD_PER_CLAIM`] expired tombstones), `settle` (acks and
 //! retries, hence failures, of many jobs in one statement; an ack of a job with a hold-off
-//! writes its tombstone in the same statement), `extend`.
+//! writes its tombstone in the same statement; an ack or a death of a job with a successor
+//! hands over to it in the same statement, as a claim's kill does), `extend`.
 
 use sqlx::postgres::PgExecutor;
 use sqlx::Row;
 
-use super::{attempt, db, dec, later, not_head, spec, spec_cols, Kinds, Sql, NOW};
+use super::{
+    attempt, db, dec, has_next, later, next_spec_cols, not_head, spec, spec_cols, Kinds, Sql, NOW,
+};
 use crate::backend::postgres::names::Names;
 use crate::backend::ClaimKinds;
 use crate::core::error::Error;
@@ -108,6 +111,15 @@ impl ClaimSql {
         // due time below counts it (it excludes the leased and killed rows, not the picked
         // ones), so the consumer looks again at once rather than at the next lease's end.
         //
+        // A job killed (its lease ended at its last attempt, or a pending one out of
+        // attempts) with a successor waiting (`nx`, read from the locked version, which is
+        // the one the kill acts on) is not deleted but becomes its successor
+        // (`embedded/store/jobs.rs` `hand_over`, `handed`): one update of its row, attempt
+        // 0, the successor's run_at, payload and spec, the kill's last error, no dead row.
+        // The update trigger counts it out of running and into pending (its new kind) and
+        // wakes consumers; the death counts in `died` as a buried one does, and its run_at
+        // in the next due time. Jobs without a successor pay one test of a NULL bit.
+        //
         // Each claim deletes at most [`HELD_PER_CLAIM`] expired tombstones, earliest first
         // (`held_until`; one index probe when there are none), skipping those another
         // statement holds (`embedded/store/claim.rs` `expire_held`).
@@ -126,17 +138,18 @@ impl ClaimSql {
                     format!(
                         "due AS (SELECT d.* FROM levels l CROSS JOIN LATERAL (\
                          SELECT j.ctid AS tid, j.id, j.attempt, j.max_attempts AS most, j.priority AS prio, \
-                         j.run_at AS at FROM {jobs} j \
+                         j.run_at AS at, {next_j} AS nx FROM {jobs} j \
                          WHERE j.queue = $1 AND j.token IS NULL {kj} AND j.priority = l.lvl \
                          AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
                          AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
                          ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED) d \
                          WHERE l.lvl IS NOT NULL AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads)) LIMIT $2)",
                         head = not_head(series, "j.id"),
+                        next_j = has_next("j"),
                     ),
-                    "picked AS (SELECT tid, id, attempt, most, expired FROM (\
-                     SELECT tid, id, attempt, most, true AS expired, 0 AS k, prio, at FROM expired \
-                     UNION ALL SELECT tid, id, attempt, most, false, 1, prio, at FROM due) AS both_ \
+                    "picked AS (SELECT tid, id, attempt, most, expired, nx FROM (\
+                     SELECT tid, id, attempt, most, true AS expired, 0 AS k, prio, at, nx FROM expired \
+                     UNION ALL SELECT tid, id, attempt, most, false, 1, prio, at, nx FROM due) AS both_ \
                      ORDER BY k, prio DESC, at, id LIMIT $2)"
                         .to_owned(),
                     next_level(jobs, kinds),
@@ -150,19 +163,26 @@ impl ClaimSql {
                  heads AS (SELECT s.head_id FROM {series} s WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) \
                    AND NOT (SELECT p FROM paused) {heads} ORDER BY s.head LIMIT $2), \
                  expired AS (SELECT j.ctid AS tid, j.id, j.kind, j.attempt, j.max_attempts AS most, \
-                   j.priority AS prio, j.lease_until AS at FROM {jobs} j \
+                   j.priority AS prio, j.lease_until AS at, {next_j} AS nx FROM {jobs} j \
                    WHERE j.queue = $1 AND j.token IS NOT NULL {kj} AND j.lease_until <= (SELECT t FROM now) \
                    AND NOT (SELECT p FROM paused) \
                    ORDER BY j.lease_until, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
                  {due}, {picked}, \
                  killed AS (DELETE FROM {jobs} j USING picked p \
                    WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id AND p.attempt >= coalesce(p.most, $5) \
+                   AND NOT p.nx \
                    RETURNING j.queue, j.id, j.run_at, j.attempt, \
                    CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END AS last_error, j.payload, \
                    {spec_j}), \
                  buried AS (INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload, {spec}) \
                    SELECT queue, id, run_at, attempt, (SELECT t FROM now), last_error, payload, {spec} FROM killed \
                    RETURNING 1), \
+                 handed AS (UPDATE {jobs} j SET run_at = j.next_run_at, attempt = 0, token = NULL, \
+                   lease_until = NULL, \
+                   last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END, \
+                   payload = j.next_payload, {take_next} \
+                   FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
+                   AND p.attempt >= coalesce(p.most, $5) AND p.nx RETURNING j.run_at), \
                  leased AS (UPDATE {jobs} j SET attempt = j.attempt + 1, token = $4, \
                    lease_until = {until}, \
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END \
@@ -179,15 +199,18 @@ impl ClaimSql {
                    AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
                    AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1) \
                  SELECT 0 AS row_, id, payload, attempt, run_at AS at, {spec} FROM leased \
-                 UNION ALL SELECT 1, NULL, NULL, (SELECT count(*) FROM buried)::int, (SELECT t FROM now), \
+                 UNION ALL SELECT 1, NULL, NULL, ((SELECT count(*) FROM buried) + (SELECT count(*) FROM handed))::int, \
+                   (SELECT t FROM now), \
                    '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 2, NULL, NULL, (SELECT p FROM paused)::int, \
                    LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
-                   (SELECT min(lease_until) FROM leased)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
+                   (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL FROM heads",
                 until = later("coalesce(j.lease, $3)"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
+                next_j = has_next("j"),
+                take_next = take_next(),
             )
         };
         ClaimSql {
@@ -198,13 +221,26 @@ impl ClaimSql {
             // token, back to pending, or dead if that was the job's last attempt, its own
             // `max_attempts` or, NULL, the queue's $8) of many jobs in one statement and one
             // commit.
+            //
+            // A job with a successor (`embedded/store/jobs.rs` `hand_over`) acked or dead is
+            // deleted all the same, and its successor, read from the deleted row's
+            // RETURNING (the version the delete locked, so one a schedule committed while the
+            // ack waited on the row is there), is inserted as the pending job under the id:
+            // attempt 0, its own payload and spec, last_error NULL (acked) or the dead one's,
+            // due at its run_at or, after an ack with a hold-off, not before the hold-off
+            // ends; no tombstone, no dead row. The insert reads the deletes' output, so each
+            // row is deleted before its key is inserted again. The triggers count the
+            // running row out and the pending one in, and wake consumers for it. A retry
+            // with attempts left leaves the successor in its row. Jobs without a successor
+            // pay one test of the `next_payload` NULL bit.
             settle: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  acked AS (DELETE FROM {jobs} j USING unnest($2::text[], $3::bigint[]) AS a(id, token) \
                    WHERE j.queue = $1 AND j.id = a.id AND j.token = a.token \
-                   RETURNING j.id, a.token, j.hold_off), \
+                   RETURNING j.id, a.token, j.hold_off, {next_j} AS has_next, j.next_run_at, j.next_payload, \
+                   {next_spec_j}), \
                  tombs AS (INSERT INTO {held} (queue, id, until) \
-                   SELECT $1, id, {held_until} FROM acked WHERE hold_off > 0 \
+                   SELECT $1, id, {held_until} FROM acked WHERE hold_off > 0 AND NOT has_next \
                    ON CONFLICT (queue, id) DO UPDATE SET until = EXCLUDED.until RETURNING 1), \
                  r AS (SELECT * FROM unnest($4::text[], $5::bigint[], $6::bigint[], $7::text[]) \
                    AS r(id, token, after, error)), \
@@ -217,10 +253,16 @@ impl ClaimSql {
                    WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token \
                    AND j.attempt >= coalesce(j.max_attempts, $8) \
                    RETURNING j.queue, j.id, r.token, j.run_at, j.attempt, \
-                   coalesce(r.error, j.last_error) AS last_error, j.payload, {spec_j}), \
+                   coalesce(r.error, j.last_error) AS last_error, j.payload, {spec_j}, \
+                   {next_j} AS has_next, j.next_run_at, j.next_payload, {next_spec_j}), \
                  buried AS (INSERT INTO {dead} (queue, id, run_at, attempt, died_at, last_error, payload, {spec}) \
                    SELECT queue, id, run_at, attempt, (SELECT t FROM now), last_error, payload, {spec} FROM gone \
-                   RETURNING id) \
+                   WHERE NOT has_next RETURNING id), \
+                 handed AS (INSERT INTO {jobs} (queue, id, run_at, last_error, payload, {spec}) \
+                   SELECT $1, id, GREATEST(next_run_at, CASE WHEN hold_off > 0 THEN {held_until} END), NULL, \
+                   next_payload, {next_spec} FROM acked WHERE has_next \
+                   UNION ALL SELECT $1, id, next_run_at, last_error, next_payload, {next_spec} FROM gone \
+                   WHERE has_next RETURNING 1) \
                  SELECT 0 AS kind, id, token, 0::bigint AS at FROM acked \
                  UNION ALL SELECT 1, id, token, run_at FROM back \
                  UNION ALL SELECT 2, id, token, (SELECT t FROM now) FROM gone",
@@ -228,6 +270,9 @@ impl ClaimSql {
                 held_until = later("hold_off"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
+                next_j = has_next("j"),
+                next_spec = next_spec_cols(""),
+                next_spec_j = next_spec_cols("j"),
             ),
             // Machine::extend.
             extend: format!(
@@ -274,12 +319,13 @@ fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
     let pick = |rows: &str| {
         format!(
             "(SELECT j.ctid AS tid, j.id, j.kind, j.attempt, j.max_attempts AS most, j.priority AS prio, \
-             j.run_at AS at FROM {jobs} j \
+             j.run_at AS at, {next_j} AS nx FROM {jobs} j \
              WHERE j.queue = $1 AND j.token IS NULL {rows} AND j.priority = l.lvl \
              AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
              AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
              ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED)",
             head = not_head(series, "j.id"),
+            next_j = has_next("j"),
         )
     };
     // Two arms, one per index (a locking subquery cannot be an arm of a UNION itself):
@@ -297,10 +343,10 @@ fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
         named = arm("l.kind <> ''", "AND j.kind = l.kind AND j.kind <> ''"),
         plain = arm("l.kind = ''", "AND j.kind = ''"),
     );
-    let picked = "picked AS (SELECT c.tid, c.id, c.attempt, c.most, c.expired FROM (\
+    let picked = "picked AS (SELECT c.tid, c.id, c.attempt, c.most, c.expired, c.nx FROM (\
          SELECT b.*, row_number() OVER (PARTITION BY b.kind ORDER BY b.k, b.prio DESC, b.at, b.id) AS nth \
-         FROM (SELECT tid, id, kind, attempt, most, true AS expired, 0 AS k, prio, at FROM expired \
-         UNION ALL SELECT tid, id, kind, attempt, most, false, 1, prio, at FROM due) AS b) AS c \
+         FROM (SELECT tid, id, kind, attempt, most, true AS expired, 0 AS k, prio, at, nx FROM expired \
+         UNION ALL SELECT tid, id, kind, attempt, most, false, 1, prio, at, nx FROM due) AS b) AS c \
          JOIN ks ON ks.kind = c.kind WHERE c.nth <= ks.room \
          ORDER BY c.k, c.prio DESC, c.at, c.id LIMIT $2)"
         .to_owned();
@@ -310,6 +356,17 @@ fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
         named = next_level(jobs, Kinds::Named).replace("$6", "l.kind"),
     );
     (levels, due, picked, next)
+}
+
+/// SQL making a job's successor the job: its spec columns and none left (`next_payload`
+/// and `next_run_at` are the caller's to move).
+fn take_next() -> String {
+    let own = spec_cols("")
+        .split(", ")
+        .map(|c| format!("{c} = j.next_{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("{own}, {}", super::jobs::no_successor())
 }
 
 /// The most future pending rows a claim of the kind `''` reads per priority level to find

@@ -14,7 +14,10 @@
 //! insert through while the new `dead` or `held` row stays invisible to it. The second
 //! statement's fresh snapshot (READ COMMITTED) sees it; its delete's trigger delta cancels
 //! the insert's, so the counts stay exact. A replaced row was pending and locked by the
-//! update: neither a kill nor an ack can have passed it.
+//! update: neither a kill nor an ack can have passed it. Its `NOT EXISTS` of a series head
+//! reads the snapshot too: a Replace that waited on the insert of a row its snapshot did
+//! not see, by a series placing it as its occurrence, gives it back to the series (a third
+//! statement, sent only then, for an id with an `@`) and answers Exists.
 //!
 //! An import writes every job as pending first, through the same insert and the same check
 //! (an id held off at the server's now is skipped): the `jobs` key is what orders it
@@ -28,12 +31,16 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnection, PgExecutor, PgPool};
 use sqlx::Row;
 
-use super::{attempt, db, dec, enc, not_head, run_at, spec, spec_cols, when, SpecArrays, Sql, NOW};
+use super::{
+    attempt, db, dec, enc, has_next, next_spec_cols, not_head, run_at, spec, spec_cols, when,
+    SpecArrays, Sql, NOW,
+};
 use crate::backend::postgres::names::Names;
 use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{system_time, JobInfo, JobState, Scheduled, When};
 use crate::core::kind::Dedup;
+use crate::core::series::occurrence_series;
 
 /// The SQL text of these statements for one schema.
 #[derive(Debug)]
@@ -43,6 +50,7 @@ pub(super) struct JobsSql {
     bury: String,
     died: String,
     undead: String,
+    unplace: String,
     cancel: String,
     reschedule: String,
     get: String,
@@ -67,13 +75,41 @@ impl JobsSql {
             // that is not a series' occurrence takes the new run_at, payload and spec, its
             // attempt and last error kept (an update: the triggers move its counts and wake
             // the consumers if it became due earlier). The ids are distinct (`schedule_raw`
-            // sends repeated ones in later rounds). Answers: 0 created, 1 replaced, 2 held
-            // off (with the tombstone's end); an id not answered exists.
+            // sends repeated ones in later rounds). One insert, in id order, whatever each
+            // job's mode (its `replace` read back from the input): the rows are locked in id
+            // order, as by any other schedule, so batches mixing modes on the same ids
+            // cannot deadlock.
+            //
+            // Only the ids absent from the statement's snapshot, or pending there for a
+            // Replace, are sent to the insert: `ON CONFLICT DO UPDATE` locks the row it meets
+            // even when its WHERE is false, and an id seen existing (Keep) or running
+            // (Replace) answers Exists without touching it, so a schedule in a long
+            // transaction never holds a running job's row against its worker's ack, retry or
+            // extension. The row of an id created or claimed by another transaction between
+            // the snapshot and the insert is still locked, and left as it is (the token
+            // check), until this transaction ends.
+            //
+            // An AllowWhileRunning ($14, false for a series' occurrence) of a job running
+            // without a successor stores it as the successor, in the `next_` columns of the
+            // job's row (`embedded/store/jobs.rs` `schedule`): the same insert's `ON CONFLICT
+            // DO UPDATE`, so the running row is locked in id order with the others, and only
+            // when the statement's snapshot saw it running without one (else Exists without
+            // a lock); its WHERE rechecks that under the lock, against the row's latest
+            // version. The update sets only the `next_` columns of a running row and only
+            // the job's own of a pending one (a Replace), whose successor, if a retry left
+            // it one, it drops: the newest schedule wins. The lock is held until the
+            // transaction ends: in `schedule_in`, the job's worker's ack waits for the
+            // caller's commit, which it must (the successor may yet be rolled back).
+            //
+            // Answers: 0 created, 1 replaced, 2 held off (with the tombstone's end), 3
+            // replaced a row this statement's snapshot did not see (a series may have placed
+            // it as an occurrence meanwhile: `schedule_round` checks it), 4 a successor
+            // stored (with its run_at); an id not answered exists.
             schedule: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
-                 input AS (SELECT i.id, i.ord, i.replace, {run_at}::bigint AS run_at, i.payload, {spec_i} \
-                   FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bytea[], $6::boolean[], {spec_types}) \
-                   WITH ORDINALITY AS i(id, at, after, payload, replace, {spec}, ord)), \
+                 input AS (SELECT i.id, i.ord, i.replace, i.allow, {run_at}::bigint AS run_at, i.payload, {spec_i} \
+                   FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bytea[], $6::boolean[], {spec_types}, \
+                   $14::boolean[]) WITH ORDINALITY AS i(id, at, after, payload, replace, {spec}, allow, ord)), \
                  hold AS (SELECT h.id, h.until FROM {held} h WHERE h.queue = $1 \
                    AND h.id IN (SELECT id FROM input) AND h.until > (SELECT t FROM now)), \
                  stale AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.id IN (SELECT id FROM input) \
@@ -81,27 +117,29 @@ impl JobsSql {
                  free AS (SELECT * FROM input \
                    WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
                    AND NOT EXISTS (SELECT 1 FROM hold WHERE hold.id = input.id)), \
-                 kept AS (INSERT INTO {jobs} (queue, id, run_at, payload, {spec}) \
-                   SELECT $1, id, run_at, payload, {spec} FROM free WHERE NOT replace ORDER BY id \
-                   ON CONFLICT (queue, id) DO NOTHING RETURNING id, run_at), \
-                 moved AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}) \
-                   SELECT $1, id, run_at, payload, {spec} FROM free WHERE replace ORDER BY id \
-                   ON CONFLICT (queue, id) DO UPDATE SET run_at = EXCLUDED.run_at, \
-                   payload = EXCLUDED.payload, {set_spec} \
-                   WHERE j.token IS NULL AND {head} \
-                   RETURNING j.id, j.run_at, j.xmax = 0 AS inserted) \
-                 SELECT id, run_at, 0 AS outcome FROM kept \
-                 UNION ALL SELECT id, run_at, CASE WHEN inserted THEN 0 ELSE 1 END FROM moved \
+                 seen AS (SELECT j.id, j.token IS NOT NULL AS running, {seen_next} AS has_next FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.id IN (SELECT id FROM input)), \
+                 sent AS (SELECT * FROM free WHERE NOT EXISTS (SELECT 1 FROM seen \
+                   WHERE seen.id = free.id AND CASE WHEN seen.running THEN NOT free.allow OR seen.has_next \
+                   ELSE NOT free.replace END)), \
+                 ins AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}) \
+                   SELECT $1, id, run_at, payload, {spec} FROM sent ORDER BY id \
+                   ON CONFLICT (queue, id) DO UPDATE SET {set_spec} \
+                   WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
+                   AND {head} \
+                   OR j.token IS NOT NULL AND NOT {seen_next} AND (SELECT f.allow FROM sent f WHERE f.id = EXCLUDED.id) \
+                   RETURNING j.id, CASE WHEN j.token IS NULL THEN j.run_at ELSE j.next_run_at END AS run_at, \
+                   j.xmax = 0 AS inserted, j.token IS NOT NULL AS successor) \
+                 SELECT id, run_at, CASE WHEN inserted THEN 0 WHEN successor THEN 4 \
+                   WHEN EXISTS (SELECT 1 FROM seen WHERE seen.id = ins.id) THEN 1 ELSE 3 END AS outcome \
+                   FROM ins \
                  UNION ALL SELECT id, until, 2 FROM hold",
                 run_at = run_at("i.at", "i.after"),
                 spec = spec_cols(""),
                 spec_i = spec_cols("i"),
                 spec_types = spec_types(7),
-                set_spec = spec_cols("")
-                    .split(", ")
-                    .map(|c| format!("{c} = EXCLUDED.{c}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                seen_next = has_next("j"),
+                set_spec = conflict_sets(),
                 head = not_head(series, "j.id"),
             ),
             // Each job as given, pending, where its id is free (see the module docs).
@@ -149,10 +187,41 @@ impl JobsSql {
                 "DELETE FROM {jobs} WHERE queue = $1 AND id = ANY($2::text[]) AND token IS NULL \
                  RETURNING id"
             ),
-            // Machine::cancel: only a pending job, and not a series' pending occurrence.
+            // Of the jobs $2 a Replace just updated, unseen by its statement's snapshot, those
+            // a series placed as its occurrence while the Replace waited on their insert (the
+            // statement's `NOT EXISTS` on `series` read the snapshot, without the new head):
+            // given back what the series wrote (`series.rs` `place_head`: its time and
+            // payload, the plain spec), as if the series had come second. The Replace holds
+            // their rows, so the series cannot have moved on.
+            unplace: format!(
+                "UPDATE {jobs} j SET run_at = s.head, payload = s.payload, {plain} \
+                 FROM {series} s WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.token IS NULL \
+                 AND s.queue = $1 AND s.name = split_part(j.id, '@', 1) AND s.head_id = j.id \
+                 RETURNING j.id",
+                plain = spec_cols("")
+                    .split(", ")
+                    .map(|c| format!("{c} = DEFAULT"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            // Machine::cancel (`embedded/store/jobs.rs` `cancel`): a pending job, with its
+            // successor if a retry left it one, but not a series' pending occurrence; or the
+            // successor of a running job, which runs on. `lk` locks the row if its snapshot
+            // version is one of those and answers its latest version (a claim or a retry may
+            // have committed meanwhile), which alone says which of the two it is: the delete
+            // and the update test only `lk`, never the row's snapshot version. A running job
+            // without a successor is not locked (false, as before).
             cancel: format!(
-                "DELETE FROM {jobs} WHERE queue = $1 AND id = $2 AND token IS NULL AND {} RETURNING 1",
-                not_head(series, "$2")
+                "WITH lk AS (SELECT j.token IS NULL AS pending FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.id = $2 AND (j.token IS NULL AND {head} OR {next}) FOR UPDATE), \
+                 del AS (DELETE FROM {jobs} j USING lk WHERE j.queue = $1 AND j.id = $2 AND lk.pending \
+                   RETURNING 1), \
+                 dropped AS (UPDATE {jobs} j SET {none} FROM lk WHERE j.queue = $1 AND j.id = $2 \
+                   AND NOT lk.pending RETURNING 1) \
+                 SELECT 1 FROM del UNION ALL SELECT 1 FROM dropped",
+                head = not_head(series, "$2"),
+                next = has_next("j"),
+                none = no_successor(),
             ),
             // Machine::reschedule.
             reschedule: format!(
@@ -162,10 +231,11 @@ impl JobsSql {
                 run_at("$3", "$4"),
                 not_head(series, "$2")
             ),
+            // With the successor's run_at, if one waits (a dead job never has one).
             get: format!(
                 "SELECT run_at, attempt, token IS NOT NULL AS running, false AS dead, last_error, payload, \
-                 {spec} FROM {jobs} WHERE queue = $1 AND id = $2 \
-                 UNION ALL SELECT run_at, attempt, false, true, last_error, payload, {spec} \
+                 {spec}, next_run_at FROM {jobs} WHERE queue = $1 AND id = $2 \
+                 UNION ALL SELECT run_at, attempt, false, true, last_error, payload, {spec}, NULL \
                  FROM {dead} WHERE queue = $1 AND id = $2 LIMIT 1",
                 spec = spec_cols(""),
             ),
@@ -239,7 +309,8 @@ impl Sql {
         answers: &mut [(Scheduled, u64)],
     ) -> Result<(), sqlx::Error> {
         let n = round.len();
-        let (mut ids, mut ats, mut afters, mut payloads, mut replaces) = (
+        let (mut ids, mut ats, mut afters, mut payloads, mut replaces, mut allows) = (
+            Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::with_capacity(n),
             Vec::with_capacity(n),
@@ -257,6 +328,10 @@ impl Sql {
             afters.push(after);
             payloads.push(job.payload.as_slice());
             replaces.push(job.dedup == Dedup::Replace);
+            // A series' occurrence never gets a successor: Exists, as with Keep.
+            allows.push(
+                job.dedup == Dedup::AllowWhileRunning && occurrence_series(&job.id).is_none(),
+            );
             specs.push(&job.spec);
         }
         let query = sqlx::query(&self.jobs.schedule)
@@ -266,14 +341,15 @@ impl Sql {
             .bind(afters)
             .bind(payloads)
             .bind(replaces);
-        let rows = specs.bind(query).fetch_all(&mut *conn).await?;
-        let mut created = Vec::new();
+        let rows = specs.bind(query).bind(allows).fetch_all(&mut *conn).await?;
+        let (mut created, mut unseen) = (Vec::new(), Vec::new());
         for r in &rows {
             let id: String = r.try_get(0)?;
             let at = dec(r.try_get(1)?);
             let outcome = match r.try_get::<i32, _>(2)? {
                 0 => Scheduled::Created,
-                1 => Scheduled::Replaced,
+                1 | 3 => Scheduled::Replaced,
+                4 => Scheduled::Successor,
                 _ => Scheduled::HeldOff {
                     until: system_time(at),
                 },
@@ -281,8 +357,24 @@ impl Sql {
             if outcome == Scheduled::Created {
                 created.push(id.clone());
             }
+            // Only an id with an `@` can be a series' occurrence.
+            if r.try_get::<i32, _>(2)? == 3 && id.contains('@') {
+                unseen.push(id.clone());
+            }
             if let Some(&i) = at_id.get(id.as_str()) {
                 answers[i] = (outcome, at);
+            }
+        }
+        if !unseen.is_empty() {
+            let placed = sqlx::query(&self.jobs.unplace)
+                .bind(queue)
+                .bind(&unseen)
+                .fetch_all(&mut *conn)
+                .await?;
+            for r in &placed {
+                if let Some(&i) = at_id.get(r.try_get::<&str, _>(0)?) {
+                    answers[i] = (Scheduled::Exists, 0);
+                }
             }
         }
         let undone = self
@@ -469,15 +561,18 @@ impl Sql {
             (true, _) => JobState::Running,
             _ => JobState::Pending,
         };
-        Ok(Some(JobInfo::new(
-            id.to_owned(),
-            state,
-            dec(db(r.try_get(0))?),
-            attempt(&r, 1)?,
-            db(r.try_get(4))?,
-            db(r.try_get(5))?,
-            spec(&r, 6, &self.plain)?,
-        )))
+        Ok(Some(
+            JobInfo::new(
+                id.to_owned(),
+                state,
+                dec(db(r.try_get(0))?),
+                attempt(&r, 1)?,
+                db(r.try_get(4))?,
+                db(r.try_get(5))?,
+                spec(&r, 6, &self.plain)?,
+            )
+            .with_successor(db(r.try_get::<Option<i64>, _>(13))?.map(dec)),
+        ))
     }
 }
 
@@ -495,6 +590,29 @@ fn rounds<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
         *n += 1;
     }
     rounds
+}
+
+/// The `SET` list of the schedule's `ON CONFLICT DO UPDATE`: on a pending row (a Replace),
+/// the new run_at, payload and spec, and no successor; on a running row (a successor
+/// stored), the new ones in the `next_` columns, the job's own left as they are.
+fn conflict_sets() -> String {
+    let cols = format!("run_at, payload, {}", spec_cols(""));
+    let own = cols
+        .split(", ")
+        .map(|c| format!("{c} = CASE WHEN j.token IS NULL THEN EXCLUDED.{c} ELSE j.{c} END"));
+    let next = cols
+        .split(", ")
+        .map(|c| format!("next_{c} = CASE WHEN j.token IS NULL THEN NULL ELSE EXCLUDED.{c} END"));
+    own.chain(next).collect::<Vec<_>>().join(", ")
+}
+
+/// SQL setting the successor columns of a job to none.
+pub(super) fn no_successor() -> String {
+    format!("next_run_at, next_payload, {}", next_spec_cols(""))
+        .split(", ")
+        .map(|c| format!("{c} = NULL"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The types of [`spec_cols`]' parameter arrays from `$first` on, for `unnest`.
@@ -530,15 +648,67 @@ mod tests {
     fn a_replace_updates_only_a_pending_job_that_is_no_series_occurrence() {
         let names = Names::new("wheel_jobs");
         let text = JobsSql::new(&names).schedule;
+        // The job's own values change only on a pending row (a running one's go to its
+        // successor, `next_`).
         assert!(
-            text.contains("DO UPDATE SET run_at = EXCLUDED.run_at"),
+            text.contains(
+                "DO UPDATE SET run_at = CASE WHEN j.token IS NULL THEN EXCLUDED.run_at ELSE j.run_at END"
+            ),
             "{text}"
         );
-        assert!(text.contains("hold_off = EXCLUDED.hold_off"), "{text}");
         assert!(
-            text.contains("WHERE j.token IS NULL AND NOT EXISTS"),
+            text.contains(
+                "hold_off = CASE WHEN j.token IS NULL THEN EXCLUDED.hold_off ELSE j.hold_off END"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
+                 AND NOT EXISTS (SELECT 1 FROM"
+            ),
             "{text}"
         );
         assert!(!text.contains("attempt = "), "attempts stay: {text}");
+    }
+
+    #[test]
+    fn a_successor_is_stored_only_beside_a_running_job_without_one() {
+        let names = Names::new("wheel_jobs");
+        let text = JobsSql::new(&names).schedule;
+        // Rechecked under the row lock, on the row's latest version.
+        assert!(
+            text.contains(
+                "OR j.token IS NOT NULL AND NOT j.next_payload IS NOT NULL \
+                 AND (SELECT f.allow FROM sent f WHERE f.id = EXCLUDED.id)"
+            ),
+            "{text}"
+        );
+        // Only a running row's successor columns take the new values; a Replace drops them.
+        assert!(
+            text.contains(
+                "next_payload = CASE WHEN j.token IS NULL THEN NULL ELSE EXCLUDED.payload END"
+            ),
+            "{text}"
+        );
+        // An id seen running with a successor, or seen running by another mode, is not sent
+        // (Exists, no lock).
+        assert!(
+            text.contains("CASE WHEN seen.running THEN NOT free.allow OR seen.has_next"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_schedule_locks_its_rows_in_id_order_whatever_their_modes() {
+        let names = Names::new("wheel_jobs");
+        let text = JobsSql::new(&names).schedule;
+        // One insert for Keep and Replace alike: two would lock a batch's Keep ids, then
+        // its Replace ids, and two batches mixing them on the same ids could deadlock.
+        assert_eq!(text.matches("INSERT INTO").count(), 1, "{text}");
+        assert!(
+            text.contains("ORDER BY id ON CONFLICT (queue, id) DO UPDATE"),
+            "{text}"
+        );
     }
 }

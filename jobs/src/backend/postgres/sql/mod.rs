@@ -16,7 +16,7 @@
 //! - Times are stored as `bigint` nanoseconds, saturating at `i64::MAX` ("never", read back
 //!   as `u64::MAX`): [`enc`], [`dec`].
 //! - Where a state-machine rule runs in SQL, a comment names the `core/state` function it
-//!   mirrors. Counts and wake-ups are not here: the schema's triggers keep them for every
+//!   mirrors (or, for dedup modes and successors, the `embedded/store` function). Counts and wake-ups are not here: the schema's triggers keep them for every
 //!   statement on `jobs` and `dead` (migrations/0001_jobs.sql).
 
 mod claim;
@@ -103,6 +103,27 @@ fn spec_cols(t: &str) -> String {
         "{t}kind, {t}priority, {t}max_attempts, {t}backoff_first, {t}backoff_max, {t}lease, \
          {t}hold_off"
     )
+}
+
+/// The successor's spec columns (`next_kind`, …, `next_hold_off`), in [`spec_cols`]' order,
+/// with the table alias `t` (`""` for none).
+fn next_spec_cols(t: &str) -> String {
+    let t = if t.is_empty() {
+        String::new()
+    } else {
+        format!("{t}.")
+    };
+    spec_cols("")
+        .split(", ")
+        .map(|c| format!("{t}next_{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// SQL for "the job (alias `t`) has a successor waiting" (`Dedup::AllowWhileRunning`,
+/// `migrations/0003_kinds.sql`): one test of the row's NULL bitmap.
+fn has_next(t: &str) -> String {
+    format!("{t}.next_payload IS NOT NULL")
 }
 
 /// Which jobs a statement reads: every kind, the kind `''`, or the named kind `$6`.

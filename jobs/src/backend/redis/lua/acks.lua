@@ -1,10 +1,10 @@
 -- acks.lua: `apply_acks`, prepended to ack.lua and claim.lua (which applies the acks a
--- consumer folded into its claim first), so the two cannot drift. kinds.lua and held.lua
--- are prepended before it.
+-- consumer folded into its claim first), so the two cannot drift. kinds.lua, held.lua and
+-- next.lua are prepended before it.
 --
 -- Mirrors core/state `Machine::ack` (a lease is checked by its token only) (checked on the same cases by backend/redis/agreement.rs).
 --
--- apply_acks(meta, payload, counts, errors, running, levels, H, args, from): args[from],
+-- apply_acks(meta, payload, counts, errors, running, levels, H, args, from, N): args[from],
 -- args[from + 1], ... are pairs id, lease token (at most 512 pairs). kinds.lua, prepended
 -- first, names each job's running set and counters by its kind. Deletes each job whose lease is
 -- held with its token; returns one 1|0 per pair: 1 if the lease was held (the job is
@@ -15,8 +15,12 @@
 -- counter) delete the done ones together. A done job whose spec holds a hold-off leaves its
 -- tombstone (held.lua, H its keys), until = the server's time now + its hold-off: in the
 -- same script as the ack, so an ack is never seen without its tombstone nor one without
--- its ack.
-local function apply_acks(meta, payload, counts, errors, running, levels, H, args, from)
+-- its ack. A done job with a successor (next.lua, N its keys) is followed by it in the same
+-- script: the successor becomes the pending job, due at its run_at or, if the done job had
+-- a hold-off, not before the hold-off ends, and no tombstone is left; the earliest such job
+-- that became its level's first due is published on N.wake, as a schedule does. Whether
+-- any successor waits is one HEXISTS per batch (next.lua); the acked ids are looked up only if so.
+local function apply_acks(meta, payload, counts, errors, running, levels, H, args, from, N)
   local ids = {}
   local tokens = {}
   for i = from, #args, 2 do
@@ -32,8 +36,9 @@ local function apply_acks(meta, payload, counts, errors, running, levels, H, arg
   local by_kind = {}
   local kinds = {}
   local plain = {}
-  -- id, hold-off pairs of the done jobs with one.
-  local holds = {}
+  -- id -> hold-off of the done jobs with one.
+  local hold_of = {}
+  local held = false
   for i, id in ipairs(ids) do
     local ok = 0
     local m = metas[i]
@@ -62,8 +67,8 @@ local function apply_acks(meta, payload, counts, errors, running, levels, H, arg
         end
         local hold = job_hold(string.match(m, '^%a:%d+:%d+:%d+(.*)$'))
         if hold and hold ~= '0' then
-          holds[#holds + 1] = id
-          holds[#holds + 1] = hold
+          hold_of[id] = hold
+          held = true
         end
         ok = 1
       end
@@ -71,6 +76,9 @@ local function apply_acks(meta, payload, counts, errors, running, levels, H, arg
     out[i] = ok
   end
   if #done > 0 then
+    -- The successors of the done jobs, if any waits in the partition (next.lua).
+    local succs = nil
+    if next_any(N) then succs = redis.call('HMGET', N.next, unpack(done)) end
     redis.call('HDEL', meta, unpack(done))
     redis.call('HDEL', payload, unpack(done))
     redis.call('HDEL', errors, unpack(done))
@@ -83,10 +91,29 @@ local function apply_acks(meta, payload, counts, errors, running, levels, H, arg
       if redis.call('HINCRBY', counts, f, -#list) == 0 then redis.call('HDEL', counts, f) end
       running_tidy(levels, running, kind)
     end
-    if #holds > 0 then
+    -- Only a batch with a hold-off or a successor in it walks its done jobs again.
+    local now = nil
+    if held or succs then
       local t = redis.call('TIME')
-      local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-      for i = 1, #holds, 2 do held_put(H, holds[i], now, holds[i + 1]) end
+      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    local counted = {}
+    local due = {}
+    for i, id in ipairs(now and done or {}) do
+      local succ = succs and succs[i]
+      local hold = hold_of[id]
+      if succ then
+        local not_before = nil
+        if hold then not_before = held_until_ns(now, hold) end
+        local key, score = next_handover(N, id, succ, not_before, counted)
+        if not due[key] or score < due[key] then due[key] = score end
+      elseif hold then
+        held_put(H, id, now, hold)
+      end
+    end
+    if succs then
+      tally_flush(counts, counted)
+      next_wake(N, due)
     end
   end
   return out

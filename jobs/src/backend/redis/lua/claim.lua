@@ -26,11 +26,17 @@
 -- KEYS[13] held, KEYS[14] held_until (see held.lua, prepended): a folded ack of a job with a
 -- hold-off leaves its tombstone, and each claim (not paused) deletes at most HELD_PER_CLAIM
 -- expired ones, earliest first
+-- KEYS[15] next, KEYS[16] next_payload (see next.lua, prepended): a job this claim kills
+-- (out of attempts: its lease ended at its last attempt) with a successor is followed by it
+-- instead of dying (no dead job is kept, the death is still counted in the reply), and a
+-- folded ack's job by its successor as in ack.lua
 -- ARGV[1] max jobs (at most 512), ARGV[2] the queue's plain spec tail (kinds.lua: the lease
 -- and max attempts of a job stored without its spec), ARGV[3] '*' for every kind or the
--- number n of kinds to claim, then (for a number) n pairs kind, most: the kinds, each with
--- the most jobs of it this claim takes (a worker's free cap of that kind), then pairs id,
--- lease token: the consumer's acks folded into this claim (at most 512 pairs), applied
+-- number n of kinds to claim, ARGV[4] wake channel, ARGV[5] 'PUBLISH' | 'SPUBLISH' (see
+-- schedule.lua: a successor that becomes its level's first due is published), then (for a
+-- number) n pairs kind, most: the kinds, each with the most jobs of it this claim takes (a
+-- worker's free cap of that kind), then pairs id, lease token: the consumer's acks folded
+-- into this claim (at most 512 pairs), applied
 -- first exactly as ack.lua applies them (acks.lua, prepended), so a steady consumer pays
 -- one request per job instead of a claim and an ack
 --
@@ -65,16 +71,19 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local plain = ARGV[2]
 -- left[kind]: how many more jobs of the kind this claim may take; nil for every kind.
 local left = nil
-local acks_from = 4
+local acks_from = 6
 if ARGV[3] ~= '*' then
   left = {}
   local n = tonumber(ARGV[3])
-  for i = 0, n - 1 do left[ARGV[4 + 2 * i]] = tonumber(ARGV[5 + 2 * i]) end
-  acks_from = 4 + 2 * n
+  for i = 0, n - 1 do left[ARGV[6 + 2 * i]] = tonumber(ARGV[7 + 2 * i]) end
+  acks_from = 6 + 2 * n
 end
 -- Before the pause check: a paused queue still takes acks.
 local H = {held = KEYS[13], held_until = KEYS[14]}
-local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], H, ARGV, acks_from)
+local N = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], levels = KEYS[12], counts = KEYS[4],
+           next = KEYS[15],
+           next_payload = KEYS[16], wake = ARGV[4], publish = ARGV[5]}
+local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], H, ARGV, acks_from, N)
 if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, '', {}, 0, acked} end
 held_expire(H, now)
 local max = tonumber(ARGV[1])
@@ -188,7 +197,8 @@ if #ids > 0 then
       local p, kind, max_attempts, lease = job_spec(tail, plain)
       r = {p = p, kind = kind, max = max_attempts, lease = lease,
            due = due_key(KEYS[3], p, kind), running = running_key(KEYS[11], kind),
-           due_rems = {}, run_rems = {}, leases = {}, leased = 0, died_p = 0, died_r = 0}
+           due_rems = {}, run_rems = {}, leases = {}, leased = 0, died_p = 0, died_r = 0,
+           handed_p = 0, handed_r = 0}
       recs[tail] = r
       order[#order + 1] = r
     end
@@ -211,6 +221,11 @@ if #ids > 0 then
   local payloads = redis.call('HMGET', KEYS[2], unpack(ids))
   local meta_writes = {}
   local died = {}
+  -- Killed jobs followed by their successors (next.lua): id, successor pairs, handed over
+  -- once the killed jobs are out of their indexes. Whether any successor waits is looked
+  -- up at the first kill only (kills are rare).
+  local handed = {}
+  local waits = nil
   local died_scores = {}
   local expired = {}
   local sent = nil
@@ -249,16 +264,31 @@ if #ids > 0 then
         expired[#expired + 1] = 'lease expired'
       end
       if attempt >= r.max then
-        meta_writes[#meta_writes + 1] = id
-        meta_writes[#meta_writes + 1] = 'd:' .. attempt .. ':0:' .. run_ns .. tail
+        if waits == nil then waits = next_any(N) end
+        local succ = waits and redis.call('HGET', N.next, id)
         died[#died + 1] = id
-        g_push(died_scores, dead_key(KEYS[6], r.kind), now, id)
         if state == 'p' then
           r.due_rems[#r.due_rems + 1] = id
-          r.died_p = r.died_p + 1
         else
           r.run_rems[#r.run_rems + 1] = id
-          r.died_r = r.died_r + 1
+        end
+        if succ then
+          handed[#handed + 1] = id
+          handed[#handed + 1] = succ
+          if state == 'p' then
+            r.handed_p = r.handed_p + 1
+          else
+            r.handed_r = r.handed_r + 1
+          end
+        else
+          meta_writes[#meta_writes + 1] = id
+          meta_writes[#meta_writes + 1] = 'd:' .. attempt .. ':0:' .. run_ns .. tail
+          g_push(died_scores, dead_key(KEYS[6], r.kind), now, id)
+          if state == 'p' then
+            r.died_p = r.died_p + 1
+          else
+            r.died_r = r.died_r + 1
+          end
         end
       else
         attempt = attempt + 1
@@ -309,12 +339,19 @@ if #ids > 0 then
         redis.call('ZADD', r.running, unpack(r.leases))
       end
     end
-    tally(counted, 'pending', r.kind, -(r.leased + r.died_p))
-    tally(counted, 'running', r.kind, r.leased - r.died_r)
+    tally(counted, 'pending', r.kind, -(r.leased + r.died_p + r.handed_p))
+    tally(counted, 'running', r.kind, r.leased - r.died_r - r.handed_r)
     tally(counted, 'dead', r.kind, r.died_p + r.died_r)
   end
   out[4] = #died
   g_run(died_scores, 'ZADD')
+  -- After the killed jobs left their due and running sets: a successor may go to the due
+  -- set its job was in. The job's last error (errors) stays, the successor's.
+  local handed_due = {}
+  for i = 1, #handed, 2 do
+    local key, score = next_handover(N, handed[i], handed[i + 1], nil, counted)
+    if not handed_due[key] or score < handed_due[key] then handed_due[key] = score end
+  end
   for _, r in ipairs(order) do
     if r.died_p + r.died_r > 0 then dead_note(KEYS[12], r.kind) end
   end
@@ -323,6 +360,7 @@ if #ids > 0 then
     if #r.due_rems > 0 then level_tidy(KEYS[12], KEYS[3], r.p, r.kind) end
     if #r.run_rems > 0 then running_tidy(KEYS[12], KEYS[11], r.kind) end
   end
+  if #handed > 0 then next_wake(N, handed_due) end
 end
 -- The next due time among the claimed kinds: the first of their due heads and lease ends.
 local head = nil

@@ -1,6 +1,7 @@
 -- held.lua: the tombstones of `Dedup::HoldOff`. Not a script of its own: prepended (after
 -- kinds.lua) to schedule.lua, ack.lua, claim.lua and import.lua, which pass their keys in a
--- table H {held = ..., held_until = ...}, both declared in their KEYS, under the partition's tag:
+-- table H {held = ..., held_until = ...}, both declared in their KEYS, under the partition's
+-- tag (and to retry.lua and cancel.lua, for next.lua's use of its functions only):
 --
 --   held        hash  id -> until_ns (decimal text, exact): the id was acked with a
 --                     hold-off, and a schedule of it before until_ns stores nothing
@@ -35,9 +36,9 @@ local function now_ns_text(now_us)
   return string.format('%.0f', now_us) .. '000'
 end
 
--- Writes the tombstone of `id`, acked at `now_us` with the hold-off `hold` (ns text); its
--- until_ns.
-local function held_put(H, id, now_us, hold)
+-- The end of the hold-off `hold` (ns text) of a job acked at `now_us`: until_ns (a decimal
+-- text) and its score, ceil(until_ns / 1000).
+local function held_until_ns(now_us, hold)
   local us = ns_us(hold)
   local rest = string.sub('000' .. hold, -3)
   if us > HELD_MAX_US then
@@ -48,6 +49,13 @@ local function held_put(H, id, now_us, hold)
   local until_ns = string.format('%.0f', floor) .. rest
   local score = floor
   if rest ~= '000' then score = floor + 1 end
+  return until_ns, score
+end
+
+-- Writes the tombstone of `id`, acked at `now_us` with the hold-off `hold` (ns text); its
+-- until_ns.
+local function held_put(H, id, now_us, hold)
+  local until_ns, score = held_until_ns(now_us, hold)
   redis.call('HSET', H.held, id, until_ns)
   redis.call('ZADD', H.held_until, score, id)
   return until_ns

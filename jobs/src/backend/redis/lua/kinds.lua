@@ -129,7 +129,8 @@ end
 
 -- Forgets the kind's dead set if it holds no job.
 local function dead_tidy(levels, dead, kind)
-  if kind ~= '' and redis.call('EXISTS', dead_key(dead, kind)) == 0 then
+  -- ZCARD, not EXISTS: a queue's ACL (guide/redis.md) allows the former only.
+  if kind ~= '' and redis.call('ZCARD', dead_key(dead, kind)) == 0 then
     redis.call('ZREM', levels, 'x:' .. kind)
   end
 end

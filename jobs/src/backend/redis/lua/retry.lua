@@ -5,13 +5,17 @@
 -- again) (checked on the same cases by backend/redis/agreement.rs).
 --
 -- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead, KEYS[5] errors, KEYS[6] running
--- (see schedule.lua, claim.lua), KEYS[7] levels (see kinds.lua, prepended)
+-- (see schedule.lua, claim.lua), KEYS[7] levels (see kinds.lua, prepended), KEYS[8] payload,
+-- KEYS[9] next, KEYS[10] next_payload (see next.lua, prepended after held.lua: a job that
+-- dies with a successor is followed by it, which keeps the job's last error; with attempts
+-- left the successor waits on)
 -- ARGV[1] id, ARGV[2] token, ARGV[3] delay in microseconds, ARGV[4] the queue's max
 -- attempts (for a job stored without its spec; any other dies at its own),
 -- ARGV[5] wake channel, ARGV[6] 'PUBLISH' | 'SPUBLISH' (see schedule.lua), ARGV[7] (a
 -- failure only) the job's new last error, at most 4 KiB; without it the last error stays
 --
--- Returns {0, ""} for a stale token, {1, run_at_ns} when pending again, {2, ""} when dead.
+-- Returns {0, ""} for a stale token, {1, run_at_ns} when pending again, {2, ""} when dead
+-- (also when its successor took over: the job died, no dead job is kept).
 -- Atomic with claim and ack (token checked and state changed in one step). The job moves
 -- from its kind's running set to its level's due set (pending) or its kind's dead set.
 local state, attempt, token, run_ns, tail = job_parse(redis.call('HGET', KEYS[1], ARGV[1]))
@@ -25,6 +29,15 @@ redis.call('ZREM', running_key(KEYS[6], kind), ARGV[1])
 running_tidy(KEYS[7], KEYS[6], kind)
 local t = redis.call('TIME')
 if tonumber(attempt) >= max_attempts then
+  local succ = redis.call('HGET', KEYS[9], ARGV[1])
+  if succ then
+    local N = {meta = KEYS[1], payload = KEYS[8], due = KEYS[2], levels = KEYS[7], counts = KEYS[3],
+               next = KEYS[9], next_payload = KEYS[10], wake = ARGV[5], publish = ARGV[6]}
+    local key, score = next_handover(N, ARGV[1], succ, nil, counted)
+    tally_flush(KEYS[3], counted)
+    next_wake(N, {[key] = score})
+    return {2, ''}
+  end
   redis.call('HSET', KEYS[1], ARGV[1], 'd:' .. attempt .. ':0:' .. run_ns .. tail)
   redis.call('ZADD', dead_key(KEYS[4], kind), tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[1])
   dead_note(KEYS[7], kind)

@@ -1,5 +1,7 @@
 -- schedule.lua: create jobs unless their id exists (idempotent), or replace a pending one
--- (`Dedup::Replace`), unless their id is held off (held.lua); due at a time or after a delay.
+-- (`Dedup::Replace`), or store one as the successor of a running one
+-- (`Dedup::AllowWhileRunning`, next.lua), unless their id is held off (held.lua); due at a
+-- time or after a delay.
 --
 -- KEYS[1] meta    hash  id -> "state:attempt:token:run_at_ns" then the job's spec (state
 --                       p|r|d: pending, running, dead; kinds.lua, prepended, has the layout)
@@ -10,17 +12,25 @@
 -- KEYS[4] counts  hash  pending | running | dead, and per kind (kinds.lua)
 -- KEYS[5] levels  zset  the levels in use (kinds.lua)
 -- KEYS[6] held, KEYS[7] held_until: the hold-off tombstones (held.lua, prepended)
--- KEYS[8] series  (series.lua, prepended: a series' pending occurrence is never replaced)
+-- KEYS[8] series  (series.lua, prepended: a series' pending occurrence is never replaced,
+--                 nor a running one followed)
+-- KEYS[9] next, KEYS[10] next_payload: the successors (next.lua, prepended)
 -- ARGV[1] wake channel (sent the new head's score when a job becomes the first due)
 -- ARGV[2] 'PUBLISH', or 'SPUBLISH' on a cluster (the channel shares the keys' hash tag)
 -- ARGV[3..] groups of 7: id, mode ("at" | "after"), ns (at: run_at in ns, exact) or
 --           us (after: delay in microseconds), score (at: ceil(ns / 1000)), payload, the
 --           job's spec tail (kinds.lua), or "" for the same as the job before's (a batch's
---           jobs mostly share one: it is sent once), 'r' to replace a pending job (Replace)
---           or 'k' to keep any (Keep, HoldOff)
+--           jobs mostly share one: it is sent once), 'r' to replace a pending job (Replace),
+--           'w' to store a successor of a running job (AllowWhileRunning) or 'k' to keep any
+--           (Keep, HoldOff)
 --
 -- Returns one {outcome, ns} per job, in order: {1 (created), run_at_ns}, {0 (exists),
--- its run_at_ns}, {2 (replaced), the new run_at_ns}, {3 (held off), until_ns}.
+-- its run_at_ns}, {2 (replaced), the new run_at_ns}, {3 (held off), until_ns},
+-- {4 (successor stored), its run_at_ns}. A running job gets a successor unless it has one
+-- already or is a series' occurrence (its id name@... of a series that exists); the
+-- successor keeps its run_at, payload and spec as resolved here. A replace of a job pending
+-- again after a retry drops its successor, if one waits (next.lua keeps `successors` in
+-- step): the newest schedule wins.
 -- Mirrors the embedded store's `schedule` (store/jobs.rs): a tombstone whose until is at
 -- or before now is deleted and the schedule proceeds; a replaced job keeps its attempts and
 -- last error and takes the new run_at, payload and whole spec, moving between due sets,
@@ -30,14 +40,15 @@
 -- or none. The delay is added to the server's TIME, never a client's clock. One HMGET reads
 -- every id's state and one its tombstone, then one HSET, HSET, ZADD per level and HINCRBY
 -- per counter write the created jobs (at most 512, so the unpacked argument lists stay
--- small); a replace, rare, writes its job on its own. Each job meets what the jobs before
--- it in the batch left, as calls in a row would: an id twice is created once, or created
--- then replaced.
+-- small); a replace, rare, first writes the jobs created before it, then its own. Each job
+-- meets what the jobs before it in the batch left, as calls in a row would: an id twice is
+-- created once, or created then replaced.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ns = now_ns_text(now)
 local H = {held = KEYS[6], held_until = KEYS[7]}
 local S = {series = KEYS[8]}
+local N = {counts = KEYS[4], next = KEYS[9], next_payload = KEYS[10]}
 local ids = {}
 for i = 3, #ARGV, 7 do ids[#ids + 1] = ARGV[i] end
 local metas = redis.call('HMGET', KEYS[1], unpack(ids))
@@ -46,8 +57,9 @@ local out = {}
 -- The batch's view of each id it met: its meta (false: none), its tombstone (false: none).
 local cur = {}
 local cur_held = {}
--- Created jobs not written yet (flush), by id.
-local created = {}
+-- Whether the id has a successor, once met (nil: not looked up yet).
+local cur_next = {}
+-- Created jobs not written yet (flush).
 local meta_writes = {}
 local payloads = {}
 local scores = {}
@@ -59,7 +71,7 @@ local function flush()
   redis.call('HSET', KEYS[1], unpack(meta_writes))
   redis.call('HSET', KEYS[2], unpack(payloads))
   g_run(scores, 'ZADD')
-  created, meta_writes, payloads, scores = {}, {}, {}, {}
+  meta_writes, payloads, scores = {}, {}, {}
 end
 local function note_due(key, score)
   if not earliest[key] or score < earliest[key] then earliest[key] = score end
@@ -79,8 +91,26 @@ for j, id in ipairs(ids) do
   local m = cur[id]
   if m == nil then m = metas[j] or false end
   local state, attempt, _, old_ns, old_tail = job_parse(m)
+  local follow = false
+  if state == 'r' and ARGV[i + 6] == 'w' and not held_ns then
+    -- A series' occurrence is sent as 'k' (the client knows an occurrence's id by its shape).
+    if cur_next[id] == nil then
+      cur_next[id] = redis.call('HEXISTS', N.next, id) == 1
+    end
+    follow = not cur_next[id]
+  end
   if held_ns then
     out[j] = {3, held_ns}
+  elseif follow then
+    local run_ns
+    if ARGV[i + 1] == 'after' then
+      run_ns = string.format('%.0f', now + tonumber(ARGV[i + 2])) .. '000'
+    else
+      run_ns = ARGV[i + 2]
+    end
+    next_put(N, id, run_ns, tail, ARGV[i + 4])
+    cur_next[id] = true
+    out[j] = {4, run_ns}
   elseif state and not (ARGV[i + 6] == 'r' and state == 'p' and not series_is_head(S, id)) then
     out[j] = {0, old_ns}
   else
@@ -96,7 +126,6 @@ for j, id in ipairs(ids) do
     local key = due_key(KEYS[3], p, kind)
     if not state then
       local meta = 'p:0:0:' .. run_ns .. tail
-      created[id] = true
       cur[id] = meta
       meta_writes[#meta_writes + 1] = id
       meta_writes[#meta_writes + 1] = meta
@@ -107,8 +136,10 @@ for j, id in ipairs(ids) do
       tally(counted, 'pending', kind, 1)
       out[j] = {1, run_ns}
     else
-      -- Replace a pending job: written now (after the created ones, which it may be).
-      if created[id] then flush() end
+      -- Replace a pending job: written now, after the jobs created before it (it may be one
+      -- of them): its old level's tidy below must see them in their due sets, or it would
+      -- forget a level a created job is about to be written to.
+      flush()
       local old_p, old_kind = job_level(old_tail)
       local meta = 'p:' .. attempt .. ':0:' .. run_ns .. tail
       cur[id] = meta
@@ -120,6 +151,11 @@ for j, id in ipairs(ids) do
       level_tidy(KEYS[5], KEYS[3], old_p, old_kind)
       tally(counted, 'pending', old_kind, -1)
       tally(counted, 'pending', kind, 1)
+      -- A pending job has a successor only after a retry: the newest schedule wins, so it
+      -- is dropped (nothing older runs after these values). Replaces are rare; the flag
+      -- spares the HDELs when no successor waits in the partition.
+      if cur_next[id] ~= false and next_any(N) then next_drop(N, id) end
+      cur_next[id] = false
       out[j] = {2, run_ns}
     end
     note_due(key, score)

@@ -106,6 +106,7 @@ impl Scripts {
         let mut call = script!(
             "kinds.lua",
             "held.lua",
+            "next.lua",
             "acks.lua",
             "series.lua",
             "claim.lua"
@@ -124,14 +125,16 @@ impl Scripts {
             .key(&k.running)
             .key(&k.levels)
             .key(&k.held)
-            .key(&k.held_until);
+            .key(&k.held_until)
+            .key(&k.next)
+            .key(&k.next_payload);
         call.arg(max).arg(plain_tail);
         match kinds {
             ClaimKinds::All => {
-                call.arg("*");
+                call.arg("*").arg(&k.wake).arg(k.publish);
             }
             ClaimKinds::Some(kinds) => {
-                call.arg(kinds.len());
+                call.arg(kinds.len()).arg(&k.wake).arg(k.publish);
                 for (kind, most) in kinds {
                     call.arg(kind).arg((*most).min(max));
                 }

@@ -13,10 +13,11 @@ use crate::backend::{Import, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{system_time, JobInfo, Scheduled, When};
 use crate::core::kind::{Dedup, Spec};
+use crate::core::series::occurrence_series;
 use crate::core::state::Retry;
 
-/// One job's answer in `schedule.lua`'s reply: `{1 | 0 | 2 (created | existed | replaced),
-/// run_at_ns}` or `{3 (held off), until_ns}`.
+/// One job's answer in `schedule.lua`'s reply: `{1 | 0 | 2 | 4 (created | existed | replaced
+/// | successor stored), run_at_ns}` or `{3 (held off), until_ns}`.
 struct ScheduleAnswer {
     outcome: u64,
     ns: u64,
@@ -58,16 +59,22 @@ impl FromRedisValue for RetryReply {
 
 impl Scripts {
     /// `schedule.lua`: creates each job unless its id exists (or replaces a pending one,
-    /// [`Dedup::Replace`]) or is held off; the outcomes and run_ats (a hold-off's end) in
-    /// order.
+    /// [`Dedup::Replace`], or follows a running one, [`Dedup::AllowWhileRunning`]) or is
+    /// held off; the outcomes and run_ats (a hold-off's end) in order.
     pub(in crate::backend::redis) async fn schedule(
         &self,
         conn: &mut Conn,
         k: &Keys,
         jobs: &[NewJob],
     ) -> Result<Vec<(Scheduled, u64)>, Error> {
-        let mut call =
-            script!("kinds.lua", "series.lua", "held.lua", "schedule.lua").prepare_invoke();
+        let mut call = script!(
+            "kinds.lua",
+            "series.lua",
+            "held.lua",
+            "next.lua",
+            "schedule.lua"
+        )
+        .prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.due)
@@ -75,7 +82,9 @@ impl Scripts {
             .key(&k.levels)
             .key(&k.held)
             .key(&k.held_until)
-            .key(&k.series);
+            .key(&k.series)
+            .key(&k.next)
+            .key(&k.next_payload);
         call.arg(&k.wake).arg(k.publish);
         // A spec is sent once for a run of jobs that share it ("": the one before's).
         let mut last: Option<&Spec> = None;
@@ -93,10 +102,12 @@ impl Scripts {
                 .arg(score)
                 .arg(job.payload.as_slice())
                 .arg(tail)
-                .arg(if job.dedup == Dedup::Replace {
-                    "r"
-                } else {
-                    "k"
+                .arg(match job.dedup {
+                    Dedup::Replace => "r",
+                    // A series' occurrence (by its id's shape, as on every backend) never
+                    // gets a successor: kept as it is.
+                    Dedup::AllowWhileRunning if occurrence_series(&job.id).is_none() => "w",
+                    _ => "k",
                 });
         }
         let answers: Vec<ScheduleAnswer> = call.invoke_async(conn).await.map_err(redis_error)?;
@@ -110,6 +121,7 @@ impl Scripts {
                     3 => Scheduled::HeldOff {
                         until: system_time(a.ns),
                     },
+                    4 => Scheduled::Successor,
                     other => {
                         return Err(Error::storage(format!("bad schedule outcome {other}")));
                     }
@@ -159,14 +171,15 @@ impl Scripts {
     }
 
     /// `ack.lua`: deletes each job whose lease is held with its token (leaving the tombstone
-    /// of one with a hold-off); one answer each.
+    /// of one with a hold-off), or hands it over to its successor; one answer each.
     pub(in crate::backend::redis) async fn ack(
         &self,
         conn: &mut Conn,
         k: &Keys,
         acks: &[(String, u64)],
     ) -> Result<Vec<bool>, Error> {
-        let mut call = script!("kinds.lua", "held.lua", "acks.lua", "ack.lua").prepare_invoke();
+        let mut call =
+            script!("kinds.lua", "held.lua", "next.lua", "acks.lua", "ack.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.counts)
@@ -174,7 +187,11 @@ impl Scripts {
             .key(&k.running)
             .key(&k.levels)
             .key(&k.held)
-            .key(&k.held_until);
+            .key(&k.held_until)
+            .key(&k.due)
+            .key(&k.next)
+            .key(&k.next_payload);
+        call.arg(&k.wake).arg(k.publish);
         for (id, token) in acks {
             call.arg(id).arg(token);
         }
@@ -182,14 +199,22 @@ impl Scripts {
         Ok(answers.into_iter().map(|a| a == 1).collect())
     }
 
-    /// `cancel.lua`: removes a pending job.
+    /// `cancel.lua`: removes a pending job (and its successor), or a running job's
+    /// successor.
     pub(in crate::backend::redis) async fn cancel(
         &self,
         conn: &mut Conn,
         k: &Keys,
         id: &str,
     ) -> Result<bool, Error> {
-        let mut call = script!("kinds.lua", "series.lua", "cancel.lua").prepare_invoke();
+        let mut call = script!(
+            "kinds.lua",
+            "series.lua",
+            "held.lua",
+            "next.lua",
+            "cancel.lua"
+        )
+        .prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.due)
@@ -197,6 +222,8 @@ impl Scripts {
             .key(&k.series)
             .key(&k.errors)
             .key(&k.levels)
+            .key(&k.next)
+            .key(&k.next_payload)
             .arg(id);
         let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(removed == 1)
@@ -223,7 +250,7 @@ impl Scripts {
     }
 
     /// `get.lua`: a job's state, run_at, attempt, last error, payload and spec (`plain` for
-    /// a job stored without one).
+    /// a job stored without one), and its successor's run_at.
     pub(in crate::backend::redis) async fn get(
         &self,
         conn: &mut Conn,
@@ -232,19 +259,29 @@ impl Scripts {
         plain: &Spec,
     ) -> Result<Option<JobInfo>, Error> {
         let mut call = script!("get.lua").prepare_invoke();
-        call.key(&k.meta).key(&k.payload).key(&k.errors).arg(id);
+        call.key(&k.meta)
+            .key(&k.payload)
+            .key(&k.errors)
+            .key(&k.next)
+            .arg(id);
         let reply: Value = call.invoke_async(conn).await.map_err(redis_error)?;
         if reply == Value::Nil {
             return Ok(None);
         }
-        let [meta, payload, error] =
-            <[Value; 3]>::try_from(array(reply)?).map_err(|_| Error::storage("short get reply"))?;
-        job_info(id.to_owned(), meta, error, payload, plain).map(Some)
+        let [meta, payload, error, next] =
+            <[Value; 4]>::try_from(array(reply)?).map_err(|_| Error::storage("short get reply"))?;
+        let successor = match next {
+            Value::Nil => None,
+            next => Some(successor_run_at(&text(next)?)?),
+        };
+        job_info(id.to_owned(), meta, error, payload, plain)
+            .map(|j| Some(j.with_successor(successor)))
     }
 
     /// `retry.lua`: gives a running job back to run `after` from now, or kills it if it is
-    /// out of its own attempts (`max_attempts` for a job stored without its spec); with an
-    /// `error` (a failure) that becomes the job's last error.
+    /// out of its own attempts (`max_attempts` for a job stored without its spec; its
+    /// successor, if one waits, becomes the pending job); with an `error` (a failure) that
+    /// becomes the job's last error.
     #[allow(clippy::too_many_arguments)] // the script's own arguments, each named once here
     pub(in crate::backend::redis) async fn retry(
         &self,
@@ -256,14 +293,17 @@ impl Scripts {
         max_attempts: u32,
         error: Option<&str>,
     ) -> Result<(Retry, u64), Error> {
-        let mut call = script!("kinds.lua", "retry.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "held.lua", "next.lua", "retry.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.due)
             .key(&k.counts)
             .key(&k.dead)
             .key(&k.errors)
             .key(&k.running)
-            .key(&k.levels);
+            .key(&k.levels)
+            .key(&k.payload)
+            .key(&k.next)
+            .key(&k.next_payload);
         call.arg(id)
             .arg(token)
             .arg(micros(after.min(MAX_AFTER)))
@@ -305,4 +345,15 @@ impl Scripts {
         let done: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(done == 1)
     }
+}
+
+/// The run_at (ns) of a successor's `next` value (`lua/next.lua`: run_at_ns then its spec
+/// tail).
+fn successor_run_at(next: &str) -> Result<u64, Error> {
+    let end = next
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(next.len());
+    next[..end]
+        .parse()
+        .map_err(|_| Error::storage(format!("corrupt successor {next:?}")))
 }
