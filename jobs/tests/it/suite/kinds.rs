@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use wheel_jobs::{
-    Error, JobOptions, JobQueue, JobState, ListOptions, Scheduled, MAX_KIND_LEN, MIN_LEASE,
+    Dedup, Error, JobOptions, JobQueue, JobState, ListOptions, Scheduled, MAX_KIND_LEN, MIN_LEASE,
 };
 
 use super::open;
@@ -1052,4 +1052,62 @@ pub async fn workers_of_overlapping_kinds_take_each_job_once(h: impl Harness) {
     }
     let extra: Vec<Report> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
     assert!(extra.is_empty(), "delivered again: {extra:?}");
+}
+
+/// A worker of several kinds whose claim kills a job (its lease ended at its last attempt)
+/// hands it over to its waiting successor (`Dedup::AllowWhileRunning`), of another of the
+/// worker's kinds, which the worker then runs: no dead job, the kill's error carried.
+pub async fn a_worker_of_several_kinds_hands_a_killed_job_over_to_its_successor(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let once = JobOptions::kind("a").max_attempts(1).lease(MIN_LEASE);
+    queue
+        .schedule_with("sync", Duration::ZERO, "v1", &once)
+        .await
+        .unwrap();
+    let mut first = queue.consume_kind("a");
+    let held = next(&mut first).await;
+    let successor = JobOptions::kind("b").dedup(Dedup::AllowWhileRunning);
+    assert_eq!(
+        queue
+            .schedule_with("sync", Duration::ZERO, "v2", &successor)
+            .await
+            .unwrap(),
+        Scheduled::Successor
+    );
+    tokio::time::sleep(MIN_LEASE + ms(200)).await; // the handler is too slow
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let report = move |d: wheel_jobs::Delivery| {
+        let seen = (
+            d.kind().to_owned(),
+            d.id().to_owned(),
+            d.payload().to_vec(),
+            d.attempt(),
+        );
+        tx.send(seen).unwrap();
+        std::future::ready(Ok::<(), String>(()))
+    };
+    let worker = queue.worker().kind("a", report.clone()).kind("b", report);
+    let running = tokio::spawn(worker.run(2));
+    // The bound only turns a missing handover or wakeup into a failure instead of a hang.
+    let got = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("the successor is delivered")
+        .unwrap();
+    assert_eq!(got, ("b".to_owned(), "sync".to_owned(), b"v2".to_vec(), 1));
+    assert_eq!(queue.counts().await.unwrap().dead, 0, "no dead job kept");
+    assert!(!held.ack().await.unwrap(), "the killed lease is gone");
+    drop(first);
+    queue.close().await.unwrap();
+    running.await.unwrap().unwrap();
+    assert!(
+        rx.try_recv().is_err(),
+        "the killed job is not delivered again"
+    );
+    let queue = open(&h, |_| {}).await;
+    assert_eq!(
+        queue.get("sync").await.unwrap(),
+        None,
+        "the successor acked"
+    );
+    queue.close().await.unwrap();
 }

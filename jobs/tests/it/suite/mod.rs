@@ -114,6 +114,7 @@ macro_rules! run_shared_suite {
                 a_worker_claims_by_priority_across_its_kinds,
                 close_drains_a_worker_of_several_kinds,
                 workers_of_overlapping_kinds_take_each_job_once,
+                a_worker_of_several_kinds_hands_a_killed_job_over_to_its_successor,
             }
             recurring {
                 recurring_bad_input_stores_nothing,
