@@ -48,9 +48,11 @@ impl JobQueue {
     ///
     /// A successor it stores beside a running job
     /// ([`Dedup::AllowWhileRunning`](crate::Dedup::AllowWhileRunning)) locks that job's
-    /// row until this transaction ends: its worker's ack, retry or extension waits for the
-    /// commit (which decides whether the successor exists). A running job that already has
-    /// one, or one of another mode's schedule, is answered without a lock.
+    /// row until this transaction ends: that job's own ack, retry or extension waits for
+    /// the commit (which decides whether the successor exists), up to `postgres_timeout`.
+    /// Acks, retries and extensions of other jobs, from the same handle or any other, do
+    /// not wait for it. A running job that already has one, or one of another mode's
+    /// schedule, is answered without a lock.
     ///
     /// # Examples
     ///

@@ -40,6 +40,31 @@ pub(crate) async fn pool() -> sqlx::PgPool {
     sqlx::PgPool::connect(&url()).await.expect("test pool")
 }
 
+/// Waits until no connection named `application_name` is left on the server (a killed
+/// child's last commit lands before the checks read); fails past `deadline`.
+pub(crate) async fn connections_gone(
+    pool: &sqlx::PgPool,
+    application_name: &str,
+    deadline: std::time::Instant,
+) {
+    loop {
+        let left: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+                .bind(application_name)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        if left == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the children's connections stay"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
 /// A fresh `orders` table: (oid, status).
 async fn orders(pool: &sqlx::PgPool) -> String {
     let table = fresh("orders");

@@ -1,7 +1,9 @@
 //! Successors (`Dedup::AllowWhileRunning`) on PostgreSQL (feature `postgres`): the `next_`
 //! columns of a job's row after each path (stored, kept through a retry, handed over by an
 //! ack, a death and a lease-expiry kill, dropped by a cancel and a Replace), the counts per
-//! kind across a handover, `ack_in` handing over in the caller's transaction, the wake-up
+//! kind across a handover, `ack_in` handing over in the caller's transaction, an open
+//! `schedule_in` of a successor holding up its own job's ack only, a cancel racing a
+//! handover, the wake-up
 //! of another handle's idle consumer, and AllowWhileRunning schedules racing acks, retries
 //! and deaths in three processes, one of them SIGKILLed.
 //!
@@ -16,7 +18,7 @@ use wheel_jobs::sqlx::{self, Row};
 use wheel_jobs::{Builder, Dedup, JobOptions, JobQueue, JobState, Scheduled, MIN_LEASE};
 
 use crate::kill::{child_role, runtime, spawn_child, Killed};
-use crate::postgres::{fresh, pool, url};
+use crate::postgres::{connections_gone, fresh, pool, url};
 use crate::suite::{hour_ticks, idle_consumer};
 use crate::support::{ms, next};
 
@@ -333,6 +335,130 @@ async fn postgres_ack_in_hands_over_in_the_callers_transaction() {
     queue.close().await.unwrap();
 }
 
+/// A `schedule_in` storing a successor holds the running job's row until its caller
+/// commits: that job's ack waits for the commit, and the ack of another job of the same
+/// handle (its settlements share one batcher) answers meanwhile. Then the commit lets the
+/// first ack hand over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_open_successor_schedule_holds_up_only_its_own_jobs_ack() {
+    let name = fresh("sc");
+    let pool = pool().await;
+    let queue = Builder::new()
+        .lease(HOUR)
+        .postgres_timeout(Some(Duration::from_secs(120)))
+        .postgres(&url(), &name)
+        .await
+        .unwrap();
+    queue.schedule("a", Duration::ZERO, "a1").await.unwrap();
+    queue.schedule("b", Duration::ZERO, "b1").await.unwrap();
+    let mut consumer = queue.consume();
+    let (first, second) = (next(&mut consumer).await, next(&mut consumer).await);
+    drop(consumer);
+    let (a, b) = if first.id() == "a" {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert_eq!((a.id(), b.id()), ("a", "b"));
+
+    let mut tx = pool.begin().await.unwrap();
+    let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(
+        queue
+            .schedule_in_with(&mut tx, "a", Duration::ZERO, "a2", &allow())
+            .await
+            .unwrap(),
+        Scheduled::Successor
+    );
+    let acking = tokio::spawn(async move { a.ack().await });
+    // The ack of a waits on the caller's row lock (seen by the server) before b's is sent.
+    while sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+    )
+    .bind(holder)
+    .fetch_one(&pool)
+    .await
+    .unwrap()
+        == 0
+    {
+        assert!(!acking.is_finished(), "a's ack ended before the commit");
+        tokio::time::sleep(ms(10)).await;
+    }
+    // The bound only turns an ack stuck behind a's (until the commit below) into a failure.
+    let b_acked = tokio::time::timeout(Duration::from_secs(30), b.ack()).await;
+    assert!(b_acked.expect("b's ack waits for a's").unwrap());
+    assert!(queue.get("b").await.unwrap().is_none());
+    assert!(!acking.is_finished(), "a's ack waits for the commit");
+
+    tx.commit().await.unwrap();
+    assert!(acking.await.unwrap().unwrap());
+    let job = queue.get("a").await.unwrap().unwrap();
+    assert_eq!(
+        (job.state(), job.payload(), job.attempt(), job.successor()),
+        (JobState::Pending, &b"a2"[..], 0, None)
+    );
+    check_shape(&pool, &queue, &name).await;
+    queue.close().await.unwrap();
+}
+
+/// A cancel waiting on the row of an ack that hands over (in the caller's open transaction)
+/// finds, once the ack commits, the successor pending under the id and cancels it: true,
+/// as if it had come before the ack (it would then have removed the successor), never a
+/// false with the job left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_cancel_racing_a_handover_cancels_the_successor() {
+    let name = fresh("sc");
+    let pool = pool().await;
+    let queue = Builder::new()
+        .lease(HOUR)
+        .postgres_timeout(Some(Duration::from_secs(120)))
+        .postgres(&url(), &name)
+        .await
+        .unwrap();
+    queue.schedule("c", Duration::ZERO, "c1").await.unwrap();
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    drop(consumer);
+    assert_eq!(
+        queue
+            .schedule_with("c", HOUR, "c2", &allow())
+            .await
+            .unwrap(),
+        Scheduled::Successor
+    );
+    let mut tx = pool.begin().await.unwrap();
+    let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert!(d.ack_in(&mut tx).await.unwrap());
+    let canceller = queue.clone();
+    let cancelling = tokio::spawn(async move { canceller.cancel("c").await });
+    while sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+    )
+    .bind(holder)
+    .fetch_one(&pool)
+    .await
+    .unwrap()
+        == 0
+    {
+        assert!(
+            !cancelling.is_finished(),
+            "the cancel ended before the commit"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    tx.commit().await.unwrap();
+    assert!(cancelling.await.unwrap().unwrap());
+    assert!(queue.get("c").await.unwrap().is_none());
+    check_shape(&pool, &queue, &name).await;
+    queue.close().await.unwrap();
+}
+
 /// An ack that makes a due successor pending wakes an idle consumer of another handle (its
 /// own listener: as across processes), sleeping on one-hour ticks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -570,20 +696,7 @@ fn postgres_successors_race_in_three_processes_through_a_kill() {
     }
 
     rt.block_on(async {
-        loop {
-            let left: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-            )
-            .bind(&name)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            if left == 0 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the children's connections stay");
-            tokio::time::sleep(ms(5)).await;
-        }
+        connections_gone(&pool, &name, deadline).await;
         let queue = open(&name).await;
         check_shape(&pool, &queue, &name).await;
         queue.close().await.unwrap();

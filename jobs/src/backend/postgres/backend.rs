@@ -119,7 +119,10 @@ impl Backend for Postgres {
     }
 
     fn cancel(&self, id: String) -> BoxFuture<'_, Result<bool, Error>> {
-        Box::pin(self.timed(async move { self.sql.cancel(&self.pool, &self.queue, &id).await }))
+        Box::pin(self.timed(async move {
+            let mut conn = self.pool.acquire().await.map_err(pg_error)?;
+            self.sql.cancel(&mut conn, &self.queue, &id).await
+        }))
     }
 
     fn reschedule(&self, id: String, when: When) -> BoxFuture<'_, Result<Option<u64>, Error>> {

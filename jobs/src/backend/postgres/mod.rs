@@ -228,7 +228,7 @@ impl Postgres {
             let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.to_owned());
             Batcher::new(timeout, move |batch: Vec<Settle>, replies| {
                 let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
-                async move { answer(replies, sql.settle(&pool, &queue, &batch).await) }
+                settle_batch(pool, sql, queue, timeout, batch, replies)
             })
         };
         let listening = listen::spawn(&pool, names.channel.clone(), queue.to_owned(), &wakeup);
@@ -411,6 +411,50 @@ async fn schedule_batch(
             result => drop(reply.send(one_answer(result))),
         }
     }
+}
+
+/// One batch of acks and retries, as [`schedule_batch`]: one transaction whose lock waits
+/// are short. When it loses one (on the row of a running job whose successor an open
+/// transaction schedules, `schedule_in`), each request runs alone, in order; one that still
+/// waits then waits alone, in a task of its own, up to its own timeout, so only the
+/// settlement of that job waits for the caller's commit, and the rest answer at once.
+async fn settle_batch(
+    pool: PgPool,
+    sql: Arc<Sql>,
+    queue: String,
+    timeout: Option<Duration>,
+    batch: Vec<Settle>,
+    replies: Vec<Reply<Settled>>,
+) {
+    let short = Some(timeout.map_or(BATCH_LOCK_WAIT, |t| (t / 4).min(BATCH_LOCK_WAIT)));
+    match sql.settle_tx(&pool, &queue, &batch, short).await {
+        Ok(answers) => return answer(replies, Ok(answers)),
+        Err(err) if !error::is_contended(&err) => return answer(replies, Err(pg_error(err))),
+        Err(_) => {}
+    }
+    for (settle, reply) in batch.into_iter().zip(replies) {
+        if reply.is_closed() {
+            continue;
+        }
+        let one = std::slice::from_ref(&settle);
+        match sql.settle_tx(&pool, &queue, one, short).await {
+            Err(err) if error::is_contended(&err) => {
+                let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
+                tokio::spawn(async move {
+                    let one = std::slice::from_ref(&settle);
+                    let result = sql.settle_tx(&pool, &queue, one, timeout).await;
+                    let _ = reply.send(one_settled(result));
+                });
+            }
+            result => drop(reply.send(one_settled(result))),
+        }
+    }
+}
+
+/// The answer to a settlement of one job alone.
+fn one_settled(result: Result<Vec<Settled>, sqlx::Error>) -> Result<Settled, Error> {
+    let answers = result.map_err(pg_error)?;
+    Ok(answers.first().copied().unwrap_or(Settled::Stale))
 }
 
 /// The answer to a schedule of one job alone.

@@ -64,7 +64,10 @@ async fn a_parked_ack_with_no_claim_after_it_is_still_applied() {
     let (q, a) = a_delivered_with_b_due_next(&server).await;
     assert!(a.ack().await.unwrap());
     assert!(q.get("a").await.unwrap().is_none());
-    assert_eq!(q.running().await.unwrap(), 0);
+    // On a slow machine `b` may already have been due at the claim that took `a`: then it
+    // is leased to the dropped consumer, and only it is running.
+    let b_running = q.get("b").await.unwrap().unwrap().state() == wheel_jobs::JobState::Running;
+    assert_eq!(q.running().await.unwrap(), u64::from(b_running));
     q.close().await.unwrap();
 }
 

@@ -4,8 +4,10 @@
 //! writes its tombstone in the same statement; an ack or a death of a job with a successor
 //! hands over to it in the same statement, as a claim's kill does), `extend`.
 
+use std::time::Duration;
+
 use sqlx::postgres::PgExecutor;
-use sqlx::Row;
+use sqlx::{PgPool, Row};
 
 use super::{
     attempt, db, dec, has_next, later, next_spec_cols, not_head, spec, spec_cols, Kinds, Sql, NOW,
@@ -108,7 +110,7 @@ impl ClaimSql {
         // job, 0.9 s per claim of 50 among 20,000 due. A picked row updated by a commit
         // after this statement's snapshot is locked in its new version, which the snapshot
         // cannot see: it is neither leased nor killed, only left as it is, and the next
-        // due time below counts it (it excludes the leased and killed rows, not the picked
+        // due time below counts it (it excludes the leased, killed and handed rows, not the picked
         // ones), so the consumer looks again at once rather than at the next lease's end.
         //
         // A job killed (its lease ended at its last attempt, or a pending one out of
@@ -182,7 +184,7 @@ impl ClaimSql {
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END, \
                    payload = j.next_payload, {take_next} \
                    FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
-                   AND p.attempt >= coalesce(p.most, $5) AND p.nx RETURNING j.run_at), \
+                   AND p.attempt >= coalesce(p.most, $5) AND p.nx RETURNING j.id, j.run_at), \
                  leased AS (UPDATE {jobs} j SET attempt = j.attempt + 1, token = $4, \
                    lease_until = {until}, \
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END \
@@ -197,7 +199,8 @@ impl ClaimSql {
                    WHERE l.lvl IS NOT NULL), \
                  next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
                    AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
-                   AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1) \
+                   AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) \
+                   AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1) \
                  SELECT 0 AS row_, id, payload, attempt, run_at AS at, {spec} FROM leased \
                  UNION ALL SELECT 1, NULL, NULL, ((SELECT count(*) FROM buried) + (SELECT count(*) FROM handed))::int, \
                    (SELECT t FROM now), \
@@ -489,6 +492,32 @@ impl Sql {
         queue: &str,
         batch: &[Settle],
     ) -> Result<Vec<Settled>, Error> {
+        db(self.settle_raw(ex, queue, batch).await)
+    }
+
+    /// [`Sql::settle`] in a transaction of its own on a connection of `pool` whose lock
+    /// waits end after `lock_timeout` (SQLSTATE 55P03): the raw error, so the caller can
+    /// tell a contended row (a job an open transaction schedules a successor of) from a
+    /// failure.
+    pub(in crate::backend::postgres) async fn settle_tx(
+        &self,
+        pool: &PgPool,
+        queue: &str,
+        batch: &[Settle],
+        lock_timeout: Option<Duration>,
+    ) -> Result<Vec<Settled>, sqlx::Error> {
+        let mut tx = pool.begin_with(super::begin(lock_timeout)).await?;
+        let answers = self.settle_raw(&mut *tx, queue, batch).await?;
+        tx.commit().await?;
+        Ok(answers)
+    }
+
+    async fn settle_raw(
+        &self,
+        ex: impl PgExecutor<'_>,
+        queue: &str,
+        batch: &[Settle],
+    ) -> Result<Vec<Settled>, sqlx::Error> {
         let (mut ack_ids, mut ack_tokens) = (Vec::new(), Vec::new());
         let (mut ids, mut tokens, mut afters, mut errors) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -511,7 +540,7 @@ impl Sql {
                 }
             }
         }
-        let rows = db(sqlx::query(&self.claims.settle)
+        let rows = sqlx::query(&self.claims.settle)
             .bind(queue)
             .bind(ack_ids)
             .bind(ack_tokens)
@@ -521,13 +550,13 @@ impl Sql {
             .bind(errors)
             .bind(i32::try_from(self.plain.max_attempts).unwrap_or(i32::MAX))
             .fetch_all(ex)
-            .await)?;
+            .await?;
         let mut done = std::collections::HashMap::new();
         for r in &rows {
-            let id: String = db(r.try_get(1))?;
-            let token: i64 = db(r.try_get(2))?;
-            let at = dec(db(r.try_get(3))?);
-            let answer = match db(r.try_get::<i32, _>(0))? {
+            let id: String = r.try_get(1)?;
+            let token: i64 = r.try_get(2)?;
+            let at = dec(r.try_get(3)?);
+            let answer = match r.try_get::<i32, _>(0)? {
                 0 => Settled::Acked,
                 1 => Settled::Pending(at),
                 _ => Settled::Died(at),
@@ -613,6 +642,19 @@ mod tests {
             set.contains("AND '' = ANY($6::text[]) ORDER BY s.head"),
             "{set}"
         );
+    }
+
+    #[test]
+    fn the_next_lease_leaves_out_the_rows_this_claim_changed() {
+        for kinds in Kinds::EACH {
+            let text = claim_text(kinds);
+            let next_lease = &text[text.find("next_lease AS").expect("next_lease")..];
+            let next_lease = &next_lease[..next_lease.find("LIMIT 1)").expect("its end")];
+            for step in ["leased x", "killed k", "handed h"] {
+                let left_out = format!("NOT EXISTS (SELECT 1 FROM {step} WHERE");
+                assert!(next_lease.contains(&left_out), "{step}: {next_lease}");
+            }
+        }
     }
 
     #[test]

@@ -211,14 +211,23 @@ impl JobsSql {
             // have committed meanwhile), which alone says which of the two it is: the delete
             // and the update test only `lk`, never the row's snapshot version. A running job
             // without a successor is not locked (false, as before).
+            //
+            // An ack that hands over deletes the row and inserts its successor's: if it
+            // commits while `lk` waits, the locked version is gone and the new row is not
+            // in this statement's snapshot, so `lk` finds nothing. `seen` (the snapshot's
+            // version was one to cancel) then answers false, and the caller runs the
+            // statement once more, under a new snapshot (`Sql::cancel`).
             cancel: format!(
                 "WITH lk AS (SELECT j.token IS NULL AS pending FROM {jobs} j \
                    WHERE j.queue = $1 AND j.id = $2 AND (j.token IS NULL AND {head} OR {next}) FOR UPDATE), \
+                 seen AS (SELECT 1 FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.id = $2 AND (j.token IS NULL AND {head} OR {next})), \
                  del AS (DELETE FROM {jobs} j USING lk WHERE j.queue = $1 AND j.id = $2 AND lk.pending \
                    RETURNING 1), \
                  dropped AS (UPDATE {jobs} j SET {none} FROM lk WHERE j.queue = $1 AND j.id = $2 \
                    AND NOT lk.pending RETURNING 1) \
-                 SELECT 1 FROM del UNION ALL SELECT 1 FROM dropped",
+                 SELECT true FROM del UNION ALL SELECT true FROM dropped \
+                 UNION ALL SELECT false FROM seen WHERE NOT EXISTS (SELECT 1 FROM lk)",
                 head = not_head(series, "$2"),
                 next = has_next("j"),
                 none = no_successor(),
@@ -267,16 +276,8 @@ impl Sql {
         lock_timeout: Option<Duration>,
     ) -> Result<Vec<(Scheduled, u64)>, sqlx::Error> {
         // READ COMMITTED whatever the server's default: the second statement must see the
-        // deaths committed while the first one waited. One round trip with the timeout.
-        let begin = match lock_timeout {
-            // 0 turns the timeout off: wait at least 1 ms.
-            Some(t) => format!(
-                "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{}ms'",
-                t.as_millis().clamp(1, i32::MAX as u128)
-            ),
-            None => "BEGIN ISOLATION LEVEL READ COMMITTED".to_owned(),
-        };
-        let mut tx = pool.begin_with(begin).await?;
+        // deaths committed while the first one waited.
+        let mut tx = pool.begin_with(super::begin(lock_timeout)).await?;
         let answers = self.schedule_raw(&mut tx, queue, jobs).await?;
         tx.commit().await?;
         Ok(answers)
@@ -520,18 +521,27 @@ impl Sql {
         db(run.await)
     }
 
+    /// Cancels `id`: a pending job (with its successor) or a running job's successor. A
+    /// row changed under the statement's lock (an ack handing over, committed meanwhile)
+    /// runs it once more, under a new snapshot (at READ COMMITTED).
     pub(in crate::backend::postgres) async fn cancel(
         &self,
-        ex: impl PgExecutor<'_>,
+        conn: &mut PgConnection,
         queue: &str,
         id: &str,
     ) -> Result<bool, Error> {
-        let row = db(sqlx::query(&self.jobs.cancel)
-            .bind(queue)
-            .bind(id)
-            .fetch_optional(ex)
-            .await)?;
-        Ok(row.is_some())
+        let mut again = true;
+        loop {
+            let row = db(sqlx::query_scalar::<_, bool>(&self.jobs.cancel)
+                .bind(queue)
+                .bind(id)
+                .fetch_optional(&mut *conn)
+                .await)?;
+            match row {
+                Some(false) if again => again = false,
+                row => return Ok(row == Some(true)),
+            }
+        }
     }
 
     pub(in crate::backend::postgres) async fn reschedule(

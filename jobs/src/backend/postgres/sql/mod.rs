@@ -266,6 +266,19 @@ pub(super) struct Sql {
     plain: Spec,
 }
 
+/// The `BEGIN` of a transaction at READ COMMITTED (whatever the server's default) whose lock
+/// waits end after `lock_timeout` (SQLSTATE 55P03): one round trip with the timeout.
+fn begin(lock_timeout: Option<std::time::Duration>) -> String {
+    match lock_timeout {
+        // 0 turns the timeout off: wait at least 1 ms.
+        Some(t) => format!(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{}ms'",
+            t.as_millis().clamp(1, i32::MAX as u128)
+        ),
+        None => "BEGIN ISOLATION LEVEL READ COMMITTED".to_owned(),
+    }
+}
+
 fn db<T>(r: Result<T, sqlx::Error>) -> Result<T, Error> {
     r.map_err(pg_error)
 }
