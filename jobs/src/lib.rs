@@ -148,6 +148,7 @@ pub use crate::queue::builder::Builder;
 pub use crate::queue::consumer::Consumer;
 pub use crate::queue::copy::Copied;
 pub use crate::queue::delivery::Delivery;
+pub use crate::queue::kinds::Worker;
 #[cfg(feature = "serde")]
 pub use crate::queue::typed::{TypedDelivery, TypedQueue};
 pub use crate::queue::JobQueue;

@@ -59,8 +59,57 @@ pub(crate) struct NewJob {
     pub(crate) dedup: Dedup,
 }
 
-/// Which jobs a claim takes: every kind (`None`, as `run` and `consume` do), or one.
+/// Which jobs a list takes: every kind (`None`), or one.
 pub(crate) type KindFilter = Option<String>;
+
+/// Which jobs a claim takes, and how many of each: every kind (`run`, `consume`), or a set
+/// of kinds (a [`Worker`](crate::Worker), `run_kind`, `consume_kind`), each with the most
+/// jobs of it this claim may lease (the worker's free slots of that kind). A claim's own
+/// `max` bounds the total either way.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum ClaimKinds {
+    All,
+    /// Sorted by kind, each kind once, each most at least 1.
+    Some(Vec<(String, usize)>),
+}
+
+impl From<Option<String>> for ClaimKinds {
+    fn from(kind: Option<String>) -> ClaimKinds {
+        ClaimKinds::of(kind.as_deref())
+    }
+}
+
+impl ClaimKinds {
+    /// The one kind `kind`, as many as the claim's `max`.
+    pub(crate) fn one(kind: &str) -> ClaimKinds {
+        ClaimKinds::Some(vec![(kind.to_owned(), usize::MAX)])
+    }
+
+    /// Whether the claim takes jobs of `kind`.
+    pub(crate) fn takes(&self, kind: &str) -> bool {
+        match self {
+            ClaimKinds::All => true,
+            ClaimKinds::Some(kinds) => kinds
+                .binary_search_by(|(k, _)| k.as_str().cmp(kind))
+                .is_ok(),
+        }
+    }
+
+    /// The most jobs of `kind` a claim of `max` in all takes (0 for a kind it does not take).
+    pub(crate) fn most(&self, kind: &str, max: usize) -> usize {
+        match self {
+            ClaimKinds::All => max,
+            ClaimKinds::Some(kinds) => kinds
+                .binary_search_by(|(k, _)| k.as_str().cmp(kind))
+                .map_or(0, |i| kinds[i].1.min(max)),
+        }
+    }
+
+    /// The kind `kind` names, as many as the claim's `max`; every kind for `None`.
+    pub(crate) fn of(kind: Option<&str>) -> ClaimKinds {
+        kind.map_or(ClaimKinds::All, ClaimKinds::one)
+    }
+}
 
 /// What one claim returned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -126,13 +175,14 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Jobs leased to consumers.
     fn running(&self) -> BoxFuture<'_, Result<u64, Error>>;
 
-    /// Leases up to `max` due jobs of the kinds `kind` names (redelivering expired leases,
-    /// killing jobs out of their own attempts, each lease the job's own), highest priority
-    /// first, then earliest due, then by id; and reports the next due time among those
-    /// kinds (never later than it: a backend may report an earlier time it must look again
-    /// at, as PostgreSQL does for the kind `""`). Jobs of other kinds are neither touched nor
-    /// delivered.
-    fn claim(&self, max: usize, kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>>;
+    /// Leases up to `max` due jobs of the kinds `kinds` names, and of each at most its own
+    /// most (redelivering expired leases of those kinds first, killing jobs out of their own
+    /// attempts, each lease the job's own), highest priority first across those kinds, then
+    /// earliest due, then by id; and reports the next due time among those kinds (never
+    /// later than it: a backend may report an earlier time it must look again at, as
+    /// PostgreSQL does for the kind `""`). Jobs of other kinds are neither touched nor
+    /// delivered, all in one atomic step (one transaction, script or statement).
+    fn claim(&self, max: usize, kinds: ClaimKinds) -> BoxFuture<'_, Result<ClaimBatch, Error>>;
 
     fn ack(&self, id: String, token: u64) -> BoxFuture<'_, Result<bool, Error>>;
 

@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 
 use futures_core::Stream;
 
-use crate::backend::{BoxFuture, Claimed, KindFilter};
+use tokio::sync::Notify;
+
+use crate::backend::{BoxFuture, ClaimKinds, Claimed};
 use crate::core::error::Error;
 use crate::core::state;
 use crate::core::wakeup::Slot;
@@ -87,7 +89,7 @@ fn safety_wait(max: Duration, seed: u64) -> Duration {
 pub struct Consumer {
     inner: Arc<Hub>,
     slot: Arc<Slot>,
-    kind: KindFilter,
+    kind: ClaimKinds,
     /// Claimed jobs and when their lease ends on the local clock (`None`: beyond it).
     buffered: VecDeque<(Claimed, Option<Instant>)>,
     fetch: Option<Fetch>,
@@ -117,14 +119,17 @@ fn stop_if_closing(inner: &Hub, slot: &Slot) -> Result<(), Error> {
     Ok(())
 }
 
-/// Claims up to `max` due jobs, sleeping on one wheel timer until some are due; with them,
-/// the local time just before the claim that leased them was sent.
+/// Claims up to `max` due jobs of the kinds `kind` names, sleeping on one wheel timer until
+/// some are due; with them, the local time just before the claim that leased them was
+/// sent. A notice on `refresh` ends an idle wait with no jobs (a worker whose claim a cap
+/// cut short has room for more kinds: it claims anew).
 pub(crate) async fn fetch(
     inner: Arc<Hub>,
     slot: Arc<Slot>,
-    kind: KindFilter,
+    kind: ClaimKinds,
     max: usize,
     errors: u32,
+    refresh: Option<Arc<Notify>>,
 ) -> Result<(Vec<Claimed>, Instant), Error> {
     let timer = inner.config.timer();
     if errors > 0 {
@@ -175,15 +180,25 @@ pub(crate) async fn fetch(
         let seed = batch.now ^ (Arc::as_ptr(&slot) as u64);
         let wait = Duration::from_nanos(next.saturating_sub(batch.now))
             .min(safety_wait(inner.config.safety_wakeup, seed));
+        let refreshed = async {
+            match &refresh {
+                Some(refresh) => refresh.notified().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = timer.sleep(wait) => {}
             _ = &mut notified => {}
+            () = refreshed => {
+                slot.set(0);
+                return Ok((Vec::new(), sent));
+            }
         }
     }
 }
 
 impl Consumer {
-    pub(crate) fn new(inner: Arc<Hub>, kind: KindFilter) -> Consumer {
+    pub(crate) fn new(inner: Arc<Hub>, kind: ClaimKinds) -> Consumer {
         let slot = Arc::new(inner.wakeup.register());
         Consumer {
             inner,
@@ -228,6 +243,7 @@ impl Stream for Consumer {
                     this.kind.clone(),
                     max,
                     this.errors,
+                    None,
                 ))
             });
             let result = ready!(fetch.as_mut().poll(cx));
@@ -253,7 +269,7 @@ impl Stream for Consumer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Backend, ClaimBatch};
+    use crate::backend::{Backend, ClaimBatch, KindFilter};
     use crate::core::state::Retry;
     use crate::{JobInfo, JobQueue, Scheduled, When};
     use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -302,7 +318,7 @@ mod tests {
         fn running(&self) -> BoxFuture<'_, Result<u64, Error>> {
             down()
         }
-        fn claim(&self, _: usize, _: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+        fn claim(&self, _: usize, _: ClaimKinds) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
             self.claims.fetch_add(1, SeqCst);
             down()
         }

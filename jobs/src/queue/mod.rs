@@ -15,8 +15,10 @@ pub(crate) mod consumer;
 pub(crate) mod copy;
 pub(crate) mod delivery;
 pub(crate) mod hub;
+pub(crate) mod kinds;
 pub(crate) mod metrics;
 mod recurring;
+pub(crate) mod routes;
 #[cfg(feature = "postgres")]
 mod sql;
 #[cfg(feature = "serde")]
@@ -27,7 +29,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::backend::{Backend, NewJob};
+use crate::backend::{Backend, ClaimKinds, NewJob};
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::{check_id, check_payload, Counts, JobInfo, JobState, Scheduled, When};
@@ -37,6 +39,7 @@ use crate::core::wakeup::Wakeup;
 use crate::queue::consumer::Consumer;
 use crate::queue::delivery::Delivery;
 use crate::queue::hub::Hub;
+use crate::queue::kinds::Worker;
 
 /// A durable queue of delayed jobs. Cheap to clone: clones share one store.
 ///
@@ -788,9 +791,16 @@ impl JobQueue {
         )
     }
 
+    /// A worker for several kinds, each with its own handler and optional cap, claimed
+    /// together by one loop: declare them with [`Worker::kind`] and [`Worker::cap`], then
+    /// [`Worker::run`]. See [`Worker`].
+    pub fn worker(&self) -> Worker {
+        Worker::new(self.inner.clone())
+    }
+
     /// A stream of due jobs, each leased to the receiver. See [`Consumer`].
     pub fn consume(&self) -> Consumer {
-        Consumer::new(self.inner.clone(), None)
+        Consumer::new(self.inner.clone(), ClaimKinds::All)
     }
 
     /// [`consume`](Self::consume) for the jobs of one kind only.
@@ -802,7 +812,7 @@ impl JobQueue {
     #[track_caller]
     pub fn consume_kind(&self, kind: &str) -> Consumer {
         assert_kind("consume_kind", kind);
-        Consumer::new(self.inner.clone(), Some(kind.to_owned()))
+        Consumer::new(self.inner.clone(), ClaimKinds::one(kind))
     }
 
     /// Stops claiming (every consumer stream ends once its buffer is empty), waits for the

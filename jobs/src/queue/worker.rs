@@ -1,7 +1,15 @@
-//! The loop behind [`JobQueue::run`](crate::JobQueue::run): the worker on top of the consumer.
+//! The loop behind [`JobQueue::run`](crate::JobQueue::run), `run_kind` and
+//! [`Worker::run`](crate::Worker::run): the worker on top of the consumer.
 //!
 //! # Ground rules
 //!
+//! - One loop claims for every kind it runs (`routes.rs` `Routes`): a claim names every kind
+//!   (`run`) or the declared kinds with room, each at most min(its free cap, the free
+//!   permits); a job goes to its kind's handler with its cap's permit, given back with the
+//!   slot's when the handler returns. A kind at its cap is left out of the claim; when every
+//!   kind with work is, the loop waits for a cap's permit (`freed`), and a claim a cap cut
+//!   short ends its idle wait on one (`fetch`'s `refresh`), so a capped kind's due jobs never
+//!   wait for another kind's next job.
 //! - At most `concurrency` handlers run at once, each a task in one `JoinSet` holding a
 //!   semaphore permit; the loop claims exactly as many jobs as there are free permits, so no
 //!   job waits leased in a buffer. A task gives its permit back when the handler returns,
@@ -27,6 +35,7 @@
 //!   for itself).
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -36,16 +45,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::backend::{Claimed, KindFilter};
+use crate::backend::Claimed;
 use crate::core::error::{panic_message, Error};
 use crate::core::job::capped_error;
 use crate::queue::consumer::{fetch, Fetch};
 use crate::queue::delivery::{ack, backoff, retry, Delivery, Renewal};
 use crate::queue::hub::{in_handler, Drain, Hub};
+use crate::queue::routes::{boxed, Handler, Route, Routes};
 
 /// Runs `future`, turning a panic in any of its polls into `Err`.
 struct CatchUnwind<F>(Pin<Box<F>>);
@@ -63,16 +73,13 @@ impl<F: Future> Future for CatchUnwind<F> {
     }
 }
 
-async fn handle<F, Fut, E>(
+async fn handle(
     inner: Arc<Hub>,
-    handler: Arc<F>,
+    handler: Handler,
     job: Claimed,
     slot: OwnedSemaphorePermit,
-) where
-    F: Fn(Delivery) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send + 'static,
-    E: fmt::Display + Send + 'static,
-{
+    cap: Option<(OwnedSemaphorePermit, Arc<Notify>)>,
+) {
     let (id, token, attempt) = (job.id.clone(), job.token, job.attempt);
     let (job_backoff, lease) = (job.spec.backoff, job.spec.lease);
     let renewal = Arc::new(Renewal::default());
@@ -88,6 +95,11 @@ async fn handle<F, Fut, E>(
     inner.metrics.handled(started.elapsed());
     // The handler is done: its slot can take the next job while this one's ack commits.
     drop(slot);
+    if let Some((permit, freed)) = cap {
+        // Its kind has room again: a claim its cap cut short looks again.
+        drop(permit);
+        freed.notify_one();
+    }
     let failure = match outcome {
         Ok(Ok(())) => {
             if let Err(err) = ack(&inner, &id, token).await {
@@ -95,7 +107,7 @@ async fn handle<F, Fut, E>(
             }
             return;
         }
-        Ok(Err(err)) => capped_error(err),
+        Ok(Err(err)) => err,
         Err(panic) => capped_error(format_args!("panicked: {}", panic_message(&*panic))),
     };
     let (first, max) = job_backoff;
@@ -169,23 +181,41 @@ async fn keep_leased<T>(
 }
 
 /// The loop behind [`JobQueue::run`](crate::JobQueue::run) (see its docs), on `inner`'s
-/// store, claiming the jobs of the kinds `kind` names; `concurrency` is at least 1.
-pub(crate) async fn run<F, Fut, E>(
+/// store, claiming the jobs of the kind `kind` (every kind for `None`); `concurrency` is at
+/// least 1.
+pub(crate) fn run<F, Fut, E>(
     inner: Arc<Hub>,
-    kind: KindFilter,
+    kind: Option<String>,
     concurrency: usize,
     handler: F,
-) -> Result<(), Error>
+) -> impl Future<Output = Result<(), Error>> + Send
 where
     F: Fn(Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
     E: fmt::Display + Send + 'static,
 {
+    let handler = boxed(handler);
+    let routes = match kind {
+        None => Routes::All(handler),
+        Some(kind) => Routes::Kinds(BTreeMap::from([(kind, Route { handler, cap: None })])),
+    };
+    run_routes(inner, routes, concurrency)
+}
+
+/// The loop of [`run`] and of a [`Worker`](crate::Worker): claims the jobs `routes` names
+/// (each kind up to its cap) and runs each with its kind's handler; `concurrency` is at
+/// least 1.
+pub(crate) async fn run_routes(
+    inner: Arc<Hub>,
+    routes: Routes,
+    concurrency: usize,
+) -> Result<(), Error> {
     let Some(_running) = Drain::enter(&inner) else {
         return Ok(());
     };
-    let handler = Arc::new(handler);
     let slot = Arc::new(inner.wakeup.register());
+    // A capped kind's permit came back (`handle`).
+    let freed = Arc::new(Notify::new());
     let permits = Arc::new(Semaphore::new(concurrency));
     let mut tasks = JoinSet::new();
     let mut claim: Option<Fetch> = None;
@@ -196,13 +226,17 @@ where
             while let Ok(permit) = permits.clone().try_acquire_owned() {
                 held.push(permit);
             }
-            if !held.is_empty() {
+            if let (false, (Some(kinds), capped)) = (held.is_empty(), routes.claim(held.len())) {
+                // A claim a cap cut short ends its idle wait when a capped kind has room
+                // again, so that kind's due jobs do not wait for the other kinds' next job.
+                let refresh = capped.then(|| freed.clone());
                 let fetching = fetch(
                     inner.clone(),
                     slot.clone(),
-                    kind.clone(),
+                    kinds,
                     held.len(),
                     unavailable,
+                    refresh,
                 );
                 claim = Some(Box::pin(fetching));
             }
@@ -216,6 +250,9 @@ where
                 // one job now and the rest in the next claim (twice the claims per job).
                 tokio::task::yield_now().await;
             }
+            () = freed.notified(), if claim.is_none() && !held.is_empty() => {
+                // Every kind with work was at its cap: one has room now.
+            }
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Err(err) = done {
                     tracing::error!(error = %err, "wheel-jobs: a handler task failed");
@@ -228,10 +265,15 @@ where
                         unavailable = 0;
                         let handed_out = !jobs.is_empty();
                         for job in jobs {
+                            let Some((handler, cap)) = routes.route(&job.spec.kind) else {
+                                tracing::error!(job = %job.id, kind = %job.spec.kind, "wheel-jobs: a claim returned a job of a kind it did not ask for; it runs again when its lease ends");
+                                continue;
+                            };
                             let permit = held.pop().expect("a permit per claimed job");
+                            let cap = cap.map(|cap| (cap, freed.clone()));
                             // Everything the handler (and its ack or failure) logs names the job.
                             let span = tracing::info_span!("wheel_jobs.job", job = %job.id, attempt = job.attempt);
-                            let handled = handle(inner.clone(), handler.clone(), job, permit);
+                            let handled = handle(inner.clone(), handler, job, permit, cap);
                             tasks.spawn(handled.instrument(span));
                         }
                         held.clear(); // fewer jobs than permits: give the rest back

@@ -1,6 +1,6 @@
 //! `--kinds`: what kinds and priorities cost against the plain path, on the backend the
 //! other flags name (the embedded store by default, `--redis URL`, `--postgres URL`), with N
-//! jobs per phase (`--n`) over R rounds (`--rounds`), the three variants alternated within
+//! jobs per phase (`--n`) over R rounds (`--rounds`), the five variants alternated within
 //! each round so the machine's noise falls on all of them alike:
 //!
 //! - `plain`: N due jobs through `schedule_many`, drained by one `run(c)`;
@@ -10,7 +10,10 @@
 //!   drained by one `run(c)` (what storing and ordering kinds costs);
 //! - `kinds`: the same jobs drained by four `run_kind(kind, c / 4)` workers (what routing
 //!   them to a worker per kind costs on top: four claim loops of a quarter of the
-//!   concurrency each).
+//!   concurrency each);
+//! - `kinds, one worker`: the same jobs drained by one `worker()` declaring the four kinds,
+//!   each capped at c / 4 as the `run_kind` workers are, run with c (one claim loop whose
+//!   claims name the four kinds).
 //!
 //! Each phase first times N / 5 single schedules with 64 in flight (`schedule` for `plain`,
 //! `schedule_with` with a kind and a priority for the others), due in an hour, then the
@@ -45,6 +48,7 @@ enum Variant {
     Priorities,
     KindsOneRun,
     Kinds,
+    KindsOneWorker,
 }
 
 impl Variant {
@@ -54,6 +58,7 @@ impl Variant {
             Variant::Priorities => "priorities",
             Variant::KindsOneRun => "kinds, one run",
             Variant::Kinds => "kinds",
+            Variant::KindsOneWorker => "kinds, one worker",
         }
     }
 
@@ -63,7 +68,7 @@ impl Variant {
         match self {
             Variant::Plain => None,
             Variant::Priorities => Some(JobOptions::new().priority(priority)),
-            Variant::Kinds | Variant::KindsOneRun => {
+            Variant::Kinds | Variant::KindsOneRun | Variant::KindsOneWorker => {
                 Some(JobOptions::kind(KINDS[(i / 3) % KINDS.len()]).priority(priority))
             }
         }
@@ -163,6 +168,13 @@ async fn drain(queue: &JobQueue, variant: Variant, n: u64, concurrency: usize) -
                 queue.run_kind(kind, cap, handler).await
             }));
         }
+    } else if variant == Variant::KindsOneWorker {
+        let cap = (concurrency / KINDS.len()).max(1);
+        let mut worker = queue.worker();
+        for kind in KINDS {
+            worker = worker.kind(kind, count(handled.clone())).cap(kind, cap);
+        }
+        workers.push(tokio::spawn(worker.run(cap * KINDS.len())));
     } else {
         let (queue, handler) = (queue.clone(), count(handled.clone()));
         workers.push(tokio::spawn(async move {
@@ -198,6 +210,7 @@ pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) 
         Variant::Priorities,
         Variant::KindsOneRun,
         Variant::Kinds,
+        Variant::KindsOneWorker,
     ];
     let mut single = vec![Vec::new(); variants.len()];
     let mut drained = vec![Vec::new(); variants.len()];
@@ -218,7 +231,7 @@ pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) 
             let d = drain(&queue, variant, n as u64, concurrency).await;
             queue.close().await.expect("close");
             println!(
-                "round {}: {:<14} single schedules {s:>8.0}/s, deliveries + acks {d:>8.0}/s",
+                "round {}: {:<17} single schedules {s:>8.0}/s, deliveries + acks {d:>8.0}/s",
                 round + 1,
                 variant.name()
             );
@@ -239,7 +252,7 @@ pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) 
             median(&mut drained[v].clone()),
         );
         println!(
-            "median {:<14} single schedules {s:>8.0}/s ({rs:.2}x plain), deliveries + acks {d:>8.0}/s ({rd:.2}x plain)",
+            "median {:<17} single schedules {s:>8.0}/s ({rs:.2}x plain), deliveries + acks {d:>8.0}/s ({rd:.2}x plain)",
             variant.name(),
         );
     }

@@ -75,7 +75,7 @@ struct Args {
     /// on the embedded store, or on `--redis URL` or `--postgres URL`.
     #[arg(long)]
     kinds: bool,
-    /// With `--kinds`: rounds, each running the three variants in turn.
+    /// With `--kinds`: rounds, each running every variant in turn.
     #[arg(long, value_name = "N", default_value_t = 3)]
     rounds: usize,
     /// With `--postgres`: measure only deliveries + acks/s before, during and after a

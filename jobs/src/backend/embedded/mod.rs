@@ -40,7 +40,7 @@ use std::time::Duration;
 use redb::DatabaseError;
 use tokio::sync::oneshot;
 
-use crate::backend::{Backend, BoxFuture, ClaimBatch, Import, KindFilter, NewJob};
+use crate::backend::{Backend, BoxFuture, ClaimBatch, ClaimKinds, Import, KindFilter, NewJob};
 use crate::core::config::Config;
 use crate::core::error::{panic_message, Error};
 use crate::core::job::{self, JobInfo, JobState, Scheduled, When};
@@ -400,7 +400,7 @@ impl Backend for Embedded {
         })
     }
 
-    fn claim(&self, max: usize, kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+    fn claim(&self, max: usize, kind: ClaimKinds) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(async move {
             let (batch, handed) = expect_reply!(self.call(Op::Claim { max, kind }).await?, Reply::Claimed(c, h) => (c, h))?;
             if let Some(at) = handed {

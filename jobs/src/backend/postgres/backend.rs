@@ -7,7 +7,9 @@ use super::batch::MAX_BATCH;
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
 use super::{Postgres, LOCKED_RETRY};
-use crate::backend::{Backend, BoxFuture, ClaimBatch, Claimed, Import, KindFilter, NewJob};
+use crate::backend::{
+    Backend, BoxFuture, ClaimBatch, ClaimKinds, Claimed, Import, KindFilter, NewJob,
+};
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, Scheduled, When};
 use crate::core::recurrence::Recurrence;
@@ -143,7 +145,7 @@ impl Backend for Postgres {
         Box::pin(async move { Ok(self.counts().await?.running) })
     }
 
-    fn claim(&self, max: usize, kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+    fn claim(&self, max: usize, kinds: ClaimKinds) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(self.timed(async move {
             if self.fold_due() {
                 self.sql.fold(&self.pool, &self.queue, self.slot()).await?;
@@ -151,7 +153,7 @@ impl Backend for Postgres {
             let token = self.token();
             let want = max.min(MAX_BATCH);
             let rows = (self.sql)
-                .claim(&self.pool, &self.queue, want, token, kind.as_deref())
+                .claim(&self.pool, &self.queue, want, token, &kinds)
                 .await?;
             let mut jobs: Vec<Claimed> = rows
                 .jobs
@@ -169,8 +171,10 @@ impl Backend for Postgres {
             // Due heads are priority-0 plain jobs: the statement left the levels below 0
             // out when it saw some (strict priority), and the room left is theirs.
             let mut heads_claimed = false;
-            if !rows.heads.is_empty() && jobs.len() < want {
-                let room = want - jobs.len();
+            // Heads are of the kind '': they fill what that kind may still take.
+            let plain_taken = jobs.iter().filter(|j| j.spec.kind.is_empty()).count();
+            let room = (want - jobs.len()).min(kinds.most("", want).saturating_sub(plain_taken));
+            if !rows.heads.is_empty() && room > 0 {
                 match self.claim_heads(rows.heads, room, token).await {
                     Ok(heads) => {
                         heads_claimed = !heads.is_empty();

@@ -367,7 +367,7 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
                         let mut rust = job;
                         let error = rust.claim_error();
                         let outcome = rust.claim(u64::MAX, u64::MAX, 1, max);
-                        let reply = claim_as(&mut conn, &k, 10, &plain, "*");
+                        let reply = claim_as(&mut conn, &k, 10, &plain, &["*"]);
                         match outcome {
                             Claim::Deliver => {
                                 assert_eq!(reply.jobs.len(), 1, "{case}");
@@ -567,7 +567,7 @@ fn a_replace_after_a_create_in_one_batch_keeps_the_created_jobs_level() {
         "x created, y replaced"
     );
     audit(&mut conn, &k, "create x of k, replace y from k to k2");
-    let mut got: Vec<String> = claim_with(&mut conn, &k, 10, "*")
+    let mut got: Vec<String> = claim_with(&mut conn, &k, 10, &["*"])
         .jobs
         .into_iter()
         .map(|j| j.id)
@@ -725,13 +725,20 @@ fn cancel_with(conn: &mut Connection, k: &Keys, cancel: &Script) -> u64 {
         .unwrap()
 }
 
-/// `claim.lua` of up to `max` jobs of the kinds `filter` names ("*", or "=" and a kind).
-fn claim_with(conn: &mut Connection, k: &Keys, max: usize, filter: &str) -> ClaimReply {
+/// `claim.lua` of up to `max` jobs of the kinds `filter` names (`["*"]`, or the number of
+/// kinds, then each kind and its most).
+fn claim_with(conn: &mut Connection, k: &Keys, max: usize, filter: &[&str]) -> ClaimReply {
     claim_as(conn, k, max, &plain_tail(None, 3), filter)
 }
 
 /// [`claim_with`] for a queue whose plain spec is the meta tail `plain`.
-fn claim_as(conn: &mut Connection, k: &Keys, max: usize, plain: &str, filter: &str) -> ClaimReply {
+fn claim_as(
+    conn: &mut Connection,
+    k: &Keys,
+    max: usize,
+    plain: &str,
+    filter: &[&str],
+) -> ClaimReply {
     let claim = script(&[
         include_str!("lua/kinds.lua"),
         include_str!("lua/held.lua"),
@@ -759,9 +766,10 @@ fn claim_as(conn: &mut Connection, k: &Keys, max: usize, plain: &str, filter: &s
         .key(&k.next_payload)
         .arg(max)
         .arg(plain)
-        .arg(filter)
+        .arg(filter[0])
         .arg(&k.wake)
         .arg("PUBLISH")
+        .arg(&filter[1..])
         .invoke(conn)
         .unwrap();
     ClaimReply::from_redis_value(reply).unwrap()
@@ -824,12 +832,48 @@ fn a_claim_merges_the_kinds_of_one_priority_by_run_at_then_id() {
     expect.insert(0, "top".to_owned());
     let mut got = Vec::new();
     for max in [1, 5, 30, 200, 512] {
-        let reply = claim_with(&mut conn, &k, max, "*");
+        let reply = claim_with(&mut conn, &k, max, &["*"]);
         assert!(reply.jobs.len() <= max);
         got.extend(reply.jobs.into_iter().map(|j| j.id));
         audit(&mut conn, &k, &format!("claim of {max}"));
     }
     assert_eq!(got, expect);
+}
+
+#[test]
+fn a_claim_of_several_kinds_takes_each_up_to_its_most_by_priority_across_them() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    // Kinds a, b (two priorities) and c (not claimed), 10 due jobs each per level; the
+    // plain kind "" with 3.
+    for n in 0..10u64 {
+        let at = RUN_AT + n * 1_000;
+        for (kind, p) in [("a", 0), ("b", 0), ("b", 5), ("c", 9)] {
+            let id = format!("{kind}{p}-{n}");
+            put(&mut conn, &k, &id, pending(at), &tail(Some((kind, p)), 3));
+        }
+        if n < 3 {
+            put(&mut conn, &k, &format!("plain-{n}"), pending(at), "");
+        }
+    }
+    let reply = claim_with(&mut conn, &k, 50, &["3", "", "10", "a", "2", "b", "4"]);
+    let mut ids: Vec<String> = reply.jobs.iter().map(|j| j.id.clone()).collect();
+    audit(&mut conn, &k, "claim of a, b and \"\"");
+    // b's priority 5 first (its most, 4, all there), then priority 0 by run_at: a's 2 and
+    // the plain 3; nothing of c, nothing more of a or b.
+    assert_eq!(
+        ids.drain(..4).collect::<Vec<_>>(),
+        ["b5-0", "b5-1", "b5-2", "b5-3"]
+    );
+    ids.sort();
+    assert_eq!(ids, ["a0-0", "a0-1", "plain-0", "plain-1", "plain-2"]);
+    // The total cuts too: 3 in all, the highest priority first.
+    let reply = claim_with(&mut conn, &k, 3, &["2", "a", "10", "b", "10"]);
+    let ids: Vec<String> = reply.jobs.iter().map(|j| j.id.clone()).collect();
+    assert_eq!(ids, ["b5-4", "b5-5", "b5-6"]);
+    audit(&mut conn, &k, "claim of 3");
 }
 
 #[test]
@@ -853,7 +897,7 @@ fn a_kind_claim_reports_the_lease_end_of_the_jobs_it_just_leased_as_next_due() {
         pending(RUN_AT),
         &tail(Some(("x", 0)), 3),
     );
-    let reply = claim_with(&mut conn, &k, 10, "=x");
+    let reply = claim_with(&mut conn, &k, 10, &["1", "x", "10"]);
     assert_eq!(reply.jobs.len(), 2);
     let end: f64 = conn.zscore(running_key(&k, "x"), "a").unwrap();
     assert_eq!(reply.next_due, Some(end as u64 * 1000));
@@ -866,7 +910,7 @@ fn a_kind_claim_reports_the_lease_end_of_the_jobs_it_just_leased_as_next_due() {
         pending(RUN_AT),
         &tail(Some(("x", 0)), 3),
     );
-    let reply = claim_with(&mut conn, &k, 10, "*");
+    let reply = claim_with(&mut conn, &k, 10, &["*"]);
     let end: f64 = conn.zscore(running_key(&k, "x"), "a").unwrap();
     assert_eq!(reply.next_due, Some(end as u64 * 1000));
 }
@@ -955,7 +999,7 @@ fn a_series_adopts_no_job_of_another_kind_and_a_claim_delivers_none_outside_its_
     let _: () = conn
         .hset(&k.series_next, "s", format!("{}=b,{t3}=c", RUN_AT * 2))
         .unwrap();
-    let reply = claim_with(&mut conn, &k, 10, "=x");
+    let reply = claim_with(&mut conn, &k, 10, &["1", "x", "10"]);
     for job in &reply.jobs {
         assert_eq!(
             job.spec.kind, "x",
@@ -963,7 +1007,7 @@ fn a_series_adopts_no_job_of_another_kind_and_a_claim_delivers_none_outside_its_
             job.id
         );
     }
-    let reply = claim_with(&mut conn, &k, 10, "=x");
+    let reply = claim_with(&mut conn, &k, 10, &["1", "x", "10"]);
     assert!(reply.jobs.iter().all(|job| job.spec.kind == "x"));
     audit(&mut conn, &k, "claim of x");
 }
@@ -1189,11 +1233,11 @@ fn successors_follow_acks_and_deaths_and_wait_through_the_rest() {
                         let mut rust = job;
                         let error = rust.claim_error();
                         let outcome = rust.claim(u64::MAX, u64::MAX, 1, max);
-                        let reply = claim_as(&mut conn, &k, 10, &plain, "=k");
+                        let reply = claim_as(&mut conn, &k, 10, &plain, &["1", "k", "10"]);
                         let reply_all = if spec.is_some_and(|s| s.0 == "k") {
                             reply
                         } else {
-                            claim_as(&mut conn, &k, 10, &plain, "*")
+                            claim_as(&mut conn, &k, 10, &plain, &["*"])
                         };
                         match outcome {
                             Claim::Deliver => {

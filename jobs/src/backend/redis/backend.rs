@@ -18,7 +18,7 @@ use super::keys::partition_of;
 use super::keys::Keys;
 use super::scripts::MAX_JOBS_PER_SCRIPT;
 use super::{Idle, Redis};
-use crate::backend::{Backend, BoxFuture, ClaimBatch, Import, KindFilter, NewJob};
+use crate::backend::{Backend, BoxFuture, ClaimBatch, ClaimKinds, Import, KindFilter, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, KindCounts, Scheduled, When};
 use crate::core::recurrence::Recurrence;
@@ -167,15 +167,21 @@ impl Backend for Redis {
         Box::pin(self.count("running"))
     }
 
-    fn claim(&self, max: usize, kind: KindFilter) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
+    fn claim(&self, max: usize, kinds: ClaimKinds) -> BoxFuture<'_, Result<ClaimBatch, Error>> {
         Box::pin(async move {
             // Partitions in rotation, so every one is served; stop once `max` jobs came.
             // Each partition is claimed on its own: one that fails (its node down) must not
             // cost the leases already taken on the others, so their jobs are handed out and
-            // the error is returned only when nothing was claimed.
-            if let Some(idle) = self.known_idle(&kind) {
+            // the error is returned only when nothing was claimed. Each kind's most counts
+            // across the partitions: what one gave, the next is asked less.
+            let names = match &kinds {
+                ClaimKinds::All => None,
+                ClaimKinds::Some(kinds) => Some(kinds.iter().map(|(k, _)| k.clone()).collect()),
+            };
+            if let Some(idle) = self.known_idle(&names) {
                 return Ok(idle);
             }
+            let mut kinds = kinds;
             let epoch = self.epoch.load(SeqCst);
             let sent = std::time::Instant::now();
             let deadline = self.timeout.map(|t| tokio::time::Instant::now() + t);
@@ -195,7 +201,7 @@ impl Backend for Redis {
                 // it took. A larger `max` (prefetch, `run`'s concurrency) just claims again.
                 let want = (max - jobs.len()).min(MAX_JOBS_PER_SCRIPT);
                 let (claimed, part_now, next, part_died) =
-                    match self.claim_part(part, want, &kind, deadline).await {
+                    match self.claim_part(part, want, &kinds, deadline).await {
                         Ok(claim) => claim,
                         Err(err) => {
                             failed.get_or_insert(err);
@@ -203,6 +209,15 @@ impl Backend for Redis {
                         }
                     };
                 more |= claimed.len() >= want;
+                if let ClaimKinds::Some(left) = &mut kinds {
+                    for (kind, most) in left.iter_mut() {
+                        let got = claimed.iter().filter(|j| j.spec.kind == *kind).count();
+                        // A kind that reached its most may have more due here.
+                        more |= got > 0 && got >= (*most).min(want);
+                        *most = most.saturating_sub(got);
+                    }
+                    left.retain(|(_, most)| *most > 0);
+                }
                 died += part_died;
                 jobs.extend(claimed);
                 now = part_now;
@@ -211,7 +226,7 @@ impl Backend for Redis {
                     let w = next.saturating_sub(part_now);
                     wait = Some(wait.map_or(w, |x| x.min(w)));
                 }
-                if jobs.len() >= max {
+                if jobs.len() >= max || kinds == ClaimKinds::Some(Vec::new()) {
                     wait = Some(0);
                     break;
                 }
@@ -241,8 +256,8 @@ impl Backend for Redis {
             };
             let mut idle = self.idle.lock().expect("idle note");
             match note {
-                Some(note) => idle.insert(kind, note),
-                None => idle.remove(&kind),
+                Some(note) => idle.insert(names, note),
+                None => idle.remove(&names),
             };
             Ok(ClaimBatch {
                 jobs,

@@ -116,7 +116,7 @@ use self::keys::{partition_of, tag, Keys};
 use self::reply::redis_error;
 use self::scripts::{spec_tail, ClaimReply, Scripts};
 use self::wake::{subscribe, subscribe_cluster, Heard, Wake};
-use crate::backend::{BoxFuture, ClaimBatch, Claimed, KindFilter, NewJob};
+use crate::backend::{BoxFuture, ClaimBatch, ClaimKinds, Claimed, NewJob};
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::Scheduled;
@@ -154,8 +154,9 @@ pub(crate) struct Redis {
     subscriber: tokio::task::JoinHandle<()>,
     /// Bumped after every change that may make a job due earlier (see the ground rules).
     epoch: Arc<AtomicU64>,
-    /// Per kind filter: a claim of one kind says nothing of another's jobs.
-    idle: std::sync::Mutex<std::collections::HashMap<KindFilter, Idle>>,
+    /// Per set of kinds claimed (`None`: every kind), whatever their mosts: a claim of
+    /// some kinds says nothing of another's jobs.
+    idle: std::sync::Mutex<std::collections::HashMap<Option<Vec<String>>, Idle>>,
     rules: series::Rules,
 }
 
@@ -335,10 +336,10 @@ impl Redis {
         self.epoch.fetch_add(1, SeqCst);
     }
 
-    /// The answer of a claim of `kind` that the last short claim of `kind` already knows:
-    /// nothing due yet.
-    fn known_idle(&self, kind: &KindFilter) -> Option<ClaimBatch> {
-        let idle = *self.idle.lock().expect("idle note").get(kind)?;
+    /// The answer of a claim of the kinds `kinds` that the last short claim of those kinds
+    /// already knows: nothing due yet.
+    fn known_idle(&self, kinds: &Option<Vec<String>>) -> Option<ClaimBatch> {
+        let idle = *self.idle.lock().expect("idle note").get(kinds)?;
         if idle.epoch != self.epoch.load(SeqCst) {
             return None;
         }
@@ -380,7 +381,7 @@ impl Redis {
         &self,
         part: &Partition,
         max: usize,
-        kind: &KindFilter,
+        kinds: &ClaimKinds,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<(Vec<Claimed>, u64, Option<u64>, u64), Error> {
         // Not `writer`: a claim that failed its `WAIT` would strand the leases it took
@@ -390,7 +391,7 @@ impl Redis {
         let acks = taken.pairs();
         let claim = self
             .scripts
-            .claim(&mut conn, &part.keys, max, &self.plain_tail, kind, &acks);
+            .claim(&mut conn, &part.keys, max, &self.plain_tail, kinds, &acks);
         let claimed: Result<ClaimReply, Error> = match deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, claim)
                 .await

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use wheel_jobs::{
-    Error, JobOptions, JobQueue, JobState, ListOptions, Scheduled, MAX_KIND_LEN, MIN_LEASE,
+    Dedup, Error, JobOptions, JobQueue, JobState, ListOptions, Scheduled, MAX_KIND_LEN, MIN_LEASE,
 };
 
 use super::open;
@@ -695,4 +695,419 @@ pub async fn workers_of_two_kinds_get_each_job_once(h: impl Harness) {
     let extra: Vec<Seen> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
     assert!(extra.is_empty(), "delivered again: {extra:?}");
     assert_eq!(seen.len(), 2 * EACH);
+}
+
+/// What a [`Worker`](wheel_jobs::Worker)'s handlers report: the handler (the kind it was
+/// declared for) and the delivery's kind and id.
+type Report = (String, String, String);
+
+/// A handler for `kind` that reports each delivery to `seen` and acks it.
+fn reporting(
+    kind: &str,
+    seen: &tokio::sync::mpsc::UnboundedSender<Report>,
+) -> impl Fn(wheel_jobs::Delivery) -> std::future::Ready<Result<(), String>> + Send + Sync + 'static
+{
+    let (kind, seen) = (kind.to_owned(), seen.clone());
+    move |d| {
+        let report = (kind.clone(), d.kind().to_owned(), d.id().to_owned());
+        seen.send(report).unwrap();
+        std::future::ready(Ok(()))
+    }
+}
+
+pub async fn one_worker_of_three_kinds_routes_each_to_its_own_handler(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let now = SystemTime::now();
+    // Undeclared kinds, due first and of the highest priority: never this worker's.
+    for (id, kind) in [
+        ("other:1", "other"),
+        ("other:2", "rate2"),
+        ("other:3", "remin"),
+    ] {
+        let options = JobOptions::kind(kind).priority(i8::MAX);
+        queue
+            .schedule_with(id, now - HOUR, "o", &options)
+            .await
+            .unwrap();
+    }
+    let mut expect = Vec::new();
+    for i in 0..30u64 {
+        let kind = ["rate", "remind", ""][(i % 3) as usize];
+        let id = format!("{kind}:{i}");
+        let options = JobOptions::kind(kind).priority((i % 4) as i8);
+        queue
+            .schedule_with(&id, now - ms(600 - i * 10), "p", &options)
+            .await
+            .unwrap();
+        expect.push((kind.to_owned(), kind.to_owned(), id));
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = queue
+        .worker()
+        .kind("rate", reporting("rate", &tx))
+        .kind("remind", reporting("remind", &tx))
+        .kind("", reporting("", &tx))
+        .cap("remind", 2);
+    drop(tx);
+    let running = tokio::spawn(worker.run(4));
+    let mut got = Vec::new();
+    for _ in 0..expect.len() {
+        got.push(rx.recv().await.unwrap());
+    }
+    got.sort();
+    expect.sort();
+    assert_eq!(
+        got, expect,
+        "each kind's jobs to its own handler, each once"
+    );
+    for id in ["other:1", "other:2", "other:3"] {
+        let info = queue.get(id).await.unwrap().unwrap();
+        assert_eq!(
+            (info.state(), info.attempt()),
+            (JobState::Pending, 0),
+            "{id}"
+        );
+    }
+    queue.close().await.unwrap();
+    running.await.unwrap().unwrap();
+    assert!(rx.try_recv().is_err(), "no job was delivered twice");
+}
+
+/// Handlers held at a gate per kind, counting how many of each run at once.
+#[derive(Default)]
+struct Gates {
+    state: std::sync::Mutex<GateState>,
+    open: BTreeMap<String, tokio::sync::watch::Sender<bool>>,
+}
+
+#[derive(Default)]
+struct GateState {
+    running: BTreeMap<String, usize>,
+    most: BTreeMap<String, usize>,
+    done: usize,
+}
+
+impl Gates {
+    fn new(kinds: &[&str]) -> std::sync::Arc<Gates> {
+        let open = kinds
+            .iter()
+            .map(|k| (k.to_string(), tokio::sync::watch::channel(false).0))
+            .collect();
+        std::sync::Arc::new(Gates {
+            state: Default::default(),
+            open,
+        })
+    }
+
+    /// A handler of `kind` that waits at its gate.
+    fn handler(
+        self: &std::sync::Arc<Self>,
+        kind: &str,
+    ) -> impl Fn(
+        wheel_jobs::Delivery,
+    )
+        -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
+           + Send
+           + Sync
+           + 'static {
+        let (gates, kind) = (self.clone(), kind.to_owned());
+        move |d| {
+            let (gates, kind) = (gates.clone(), kind.clone());
+            Box::pin(async move {
+                assert_eq!(d.kind(), kind);
+                {
+                    let mut s = gates.state.lock().unwrap();
+                    let n = s.running.entry(kind.clone()).or_default();
+                    *n += 1;
+                    let n = *n;
+                    let most = s.most.entry(kind.clone()).or_default();
+                    *most = (*most).max(n);
+                }
+                let mut open = gates.open[&kind].subscribe();
+                open.wait_for(|open| *open).await.unwrap();
+                let mut s = gates.state.lock().unwrap();
+                *s.running.get_mut(&kind).unwrap() -= 1;
+                s.done += 1;
+                Ok(())
+            })
+        }
+    }
+
+    fn running(&self, kind: &str) -> usize {
+        let s = self.state.lock().unwrap();
+        s.running.get(kind).copied().unwrap_or(0)
+    }
+
+    /// Waits until `check` holds of the state.
+    async fn until(&self, check: impl Fn(&GateState) -> bool) {
+        while !check(&self.state.lock().unwrap()) {
+            tokio::time::sleep(ms(2)).await;
+        }
+    }
+}
+
+pub async fn a_workers_kind_caps_hold_and_leave_room_to_the_other_kinds(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let now = SystemTime::now();
+    // a and b first (higher priorities): without caps they would fill every slot.
+    for i in 0..6u64 {
+        for (kind, priority) in [("a", 2), ("b", 1), ("c", 0)] {
+            let options = JobOptions::kind(kind).priority(priority);
+            queue
+                .schedule_with(&format!("{kind}:{i}"), now - ms(100 - i), "p", &options)
+                .await
+                .unwrap();
+        }
+    }
+    let gates = Gates::new(&["a", "b", "c"]);
+    let worker = queue
+        .worker()
+        .kind("a", gates.handler("a"))
+        .kind("b", gates.handler("b"))
+        .kind("c", gates.handler("c"))
+        .cap("a", 2)
+        .cap("b", 1);
+    let running = tokio::spawn(worker.run(8));
+    // Every slot taken: a at most 2, b at most 1, c the rest.
+    gates
+        .until(|s| s.running.values().sum::<usize>() == 8)
+        .await;
+    assert!(gates.running("a") <= 2 && gates.running("b") <= 1);
+    // c done: a and b now have slots to spare, and stay at their caps.
+    gates.open["c"].send(true).unwrap();
+    gates
+        .until(|s| s.running.get("a") == Some(&2) && s.running.get("b") == Some(&1) && s.done == 6)
+        .await;
+    gates.open["a"].send(true).unwrap();
+    gates.open["b"].send(true).unwrap();
+    gates.until(|s| s.done == 18).await;
+    for i in 0..6 {
+        for kind in ["a", "b", "c"] {
+            gone(&queue, &format!("{kind}:{i}")).await;
+        }
+    }
+    let most = gates.state.lock().unwrap().most.clone();
+    assert_eq!((most["a"], most["b"]), (2, 1), "the caps held: {most:?}");
+    queue.close().await.unwrap();
+    running.await.unwrap().unwrap();
+}
+
+pub async fn a_worker_claims_by_priority_across_its_kinds(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let now = SystemTime::now();
+    let jobs: [(&str, &str, i8, Duration); 8] = [
+        ("x-1", "x", 1, HOUR * 3),
+        ("y-5", "y", 5, HOUR),
+        ("z-3", "z", 3, HOUR * 2),
+        ("x-5", "x", 5, HOUR * 2),
+        ("z-m1", "z", -1, HOUR * 5),
+        ("y-0", "y", 0, HOUR * 4),
+        ("z-5", "z", 5, HOUR),
+        ("other", "w", 9, HOUR * 9),
+    ];
+    for (id, kind, priority, ago) in jobs {
+        let options = JobOptions::kind(kind).priority(priority);
+        queue
+            .schedule_with(id, now - ago, "p", &options)
+            .await
+            .unwrap();
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = queue
+        .worker()
+        .kind("x", reporting("x", &tx))
+        .kind("y", reporting("y", &tx))
+        .kind("z", reporting("z", &tx));
+    drop(tx);
+    // One slot: each claim takes the first job across the three kinds.
+    let running = tokio::spawn(worker.run(1));
+    let mut got = Vec::new();
+    for _ in 0..7 {
+        let (handler, kind, id) = rx.recv().await.unwrap();
+        assert_eq!(handler, kind);
+        got.push(id);
+    }
+    let expect = ["x-5", "y-5", "z-5", "z-3", "x-1", "y-0", "z-m1"];
+    if h.ordered() {
+        assert_eq!(got, expect, "priority across kinds, then run_at, then id");
+    } else {
+        got.sort_unstable();
+        let mut all = expect.to_vec();
+        all.sort_unstable();
+        assert_eq!(got, all);
+    }
+    let other = queue.get("other").await.unwrap().unwrap();
+    assert_eq!((other.state(), other.attempt()), (JobState::Pending, 0));
+    queue.close().await.unwrap();
+    running.await.unwrap().unwrap();
+}
+
+pub async fn close_drains_a_worker_of_several_kinds(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    for kind in ["a", "b"] {
+        queue
+            .schedule_with(kind, Duration::ZERO, "p", &JobOptions::kind(kind))
+            .await
+            .unwrap();
+    }
+    let gates = Gates::new(&["a", "b"]);
+    let worker = queue
+        .worker()
+        .kind("a", gates.handler("a"))
+        .kind("b", gates.handler("b"))
+        .cap("b", 1);
+    let running = tokio::spawn(worker.run(2));
+    gates
+        .until(|s| s.running.values().sum::<usize>() == 2)
+        .await;
+    let closer = queue.clone();
+    let closing = tokio::spawn(async move { closer.close().await });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !closing.is_finished(),
+        "close waits for the running handlers"
+    );
+    gates.open["a"].send(true).unwrap();
+    gates.open["b"].send(true).unwrap();
+    closing.await.unwrap().unwrap();
+    running.await.unwrap().unwrap();
+    let queue = open(&h, |_| {}).await;
+    for id in ["a", "b"] {
+        assert_eq!(
+            queue.get(id).await.unwrap(),
+            None,
+            "{id} acked before the close"
+        );
+    }
+    queue.close().await.unwrap();
+}
+
+pub async fn workers_of_overlapping_kinds_take_each_job_once(h: impl Harness) {
+    const EACH: usize = 60;
+    let queue = open(&h, |_| {}).await;
+    // A second handle where the store allows one (the embedded store is one process's):
+    // else a clone, whose workers still race for the same jobs.
+    let (second, own) = match h.open(&JobQueue::builder()).await {
+        Ok(other) => (other, true),
+        Err(_) => (queue.clone(), false),
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut workers = Vec::new();
+    for (handle, name, kinds) in [
+        (&queue, "w1", ["a", "b"]),
+        (&second, "w2", ["b", "c"]),
+        (&queue, "w3", ["c", "a"]),
+    ] {
+        let mut worker = handle.worker();
+        for kind in kinds {
+            let seen = tx.clone();
+            let name = name.to_owned();
+            worker = worker.kind(kind, move |d: wheel_jobs::Delivery| {
+                let report = (name.clone(), d.kind().to_owned(), d.id().to_owned());
+                seen.send(report).unwrap();
+                std::future::ready(Ok::<(), String>(()))
+            });
+        }
+        workers.push(tokio::spawn(worker.cap(kinds[0], 2).run(4)));
+    }
+    drop(tx);
+    for chunk in 0..3 {
+        for kind in ["a", "b", "c"] {
+            let ids: Vec<String> = (0..EACH / 3)
+                .map(|i| format!("{kind}:{:03}", chunk * EACH / 3 + i))
+                .collect();
+            let options = JobOptions::kind(kind).priority(chunk as i8);
+            queue
+                .schedule_many_with(
+                    ids.into_iter().map(|id| (id, Duration::ZERO, "p")),
+                    &options,
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for _ in 0..3 * EACH {
+        let (worker, kind, id) = rx.recv().await.unwrap();
+        let allowed = match worker.as_str() {
+            "w1" => ["a", "b"],
+            "w2" => ["b", "c"],
+            _ => ["c", "a"],
+        };
+        assert!(allowed.contains(&kind.as_str()), "{id} went to {worker}");
+        assert!(
+            id.starts_with(&format!("{kind}:")),
+            "{id} is of kind {kind}"
+        );
+        assert!(seen.insert(id.clone()), "{id} delivered twice");
+    }
+    queue.close().await.unwrap();
+    if own {
+        second.close().await.unwrap();
+    }
+    for worker in workers {
+        worker.await.unwrap().unwrap();
+    }
+    let extra: Vec<Report> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+    assert!(extra.is_empty(), "delivered again: {extra:?}");
+}
+
+/// A worker of several kinds whose claim kills a job (its lease ended at its last attempt)
+/// hands it over to its waiting successor (`Dedup::AllowWhileRunning`), of another of the
+/// worker's kinds, which the worker then runs: no dead job, the kill's error carried.
+pub async fn a_worker_of_several_kinds_hands_a_killed_job_over_to_its_successor(h: impl Harness) {
+    let queue = open(&h, |_| {}).await;
+    let once = JobOptions::kind("a").max_attempts(1).lease(MIN_LEASE);
+    queue
+        .schedule_with("sync", Duration::ZERO, "v1", &once)
+        .await
+        .unwrap();
+    let mut first = queue.consume_kind("a");
+    let held = next(&mut first).await;
+    let successor = JobOptions::kind("b").dedup(Dedup::AllowWhileRunning);
+    assert_eq!(
+        queue
+            .schedule_with("sync", Duration::ZERO, "v2", &successor)
+            .await
+            .unwrap(),
+        Scheduled::Successor
+    );
+    tokio::time::sleep(MIN_LEASE + ms(200)).await; // the handler is too slow
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let report = move |d: wheel_jobs::Delivery| {
+        let seen = (
+            d.kind().to_owned(),
+            d.id().to_owned(),
+            d.payload().to_vec(),
+            d.attempt(),
+        );
+        tx.send(seen).unwrap();
+        std::future::ready(Ok::<(), String>(()))
+    };
+    let worker = queue.worker().kind("a", report.clone()).kind("b", report);
+    let running = tokio::spawn(worker.run(2));
+    // The bound only turns a missing handover or wakeup into a failure instead of a hang.
+    let got = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("the successor is delivered")
+        .unwrap();
+    assert_eq!(got, ("b".to_owned(), "sync".to_owned(), b"v2".to_vec(), 1));
+    assert_eq!(queue.counts().await.unwrap().dead, 0, "no dead job kept");
+    assert!(!held.ack().await.unwrap(), "the killed lease is gone");
+    drop(first);
+    queue.close().await.unwrap();
+    running.await.unwrap().unwrap();
+    assert!(
+        rx.try_recv().is_err(),
+        "the killed job is not delivered again"
+    );
+    let queue = open(&h, |_| {}).await;
+    assert_eq!(
+        queue.get("sync").await.unwrap(),
+        None,
+        "the successor acked"
+    );
+    queue.close().await.unwrap();
 }

@@ -109,6 +109,12 @@ macro_rules! run_shared_suite {
                 a_kind_no_job_can_have_is_refused_by_open_claims_and_lists,
                 schedule_many_with_gives_every_job_the_options,
                 workers_of_two_kinds_get_each_job_once,
+                one_worker_of_three_kinds_routes_each_to_its_own_handler,
+                a_workers_kind_caps_hold_and_leave_room_to_the_other_kinds,
+                a_worker_claims_by_priority_across_its_kinds,
+                close_drains_a_worker_of_several_kinds,
+                workers_of_overlapping_kinds_take_each_job_once,
+                a_worker_of_several_kinds_hands_a_killed_job_over_to_its_successor,
             }
             recurring {
                 recurring_bad_input_stores_nothing,

@@ -1,5 +1,6 @@
-//! The claim, for one kind or all: the expired leases of the claimed kinds, then their due
-//! pending jobs by priority (highest first), run_at, then id, up to `max` in all; each job
+//! The claim, for a set of kinds or all: the expired leases of the claimed kinds, then their
+//! due pending jobs by priority (highest first), run_at, then id, up to `max` in all and up
+//! to each kind's own most (`ClaimKinds`); each job
 //! leased for its own lease by [`Machine::claim`](crate::core::state::Machine::claim) (or
 //! killed, out of its own attempts), a series' head moving its series on its first claim
 //! (`series.rs`).
@@ -9,7 +10,9 @@
 //! - A claim reads only keys of the claimed kinds (`index.rs`): one range of running keys
 //!   per kind with leases, then the pending levels highest first, the kinds of one level
 //!   merged by run_at, until `max` keys are taken; per claim O(groups + taken). Jobs of
-//!   other kinds are not read, leased, killed or counted in `next_due`.
+//!   other kinds are not read, leased, killed or counted in `next_due`. A kind's range is
+//!   cut at what that kind may still take, so a kind at its most stops being read while
+//!   the others' go on.
 //! - Expired leases come first, in (kind, lease end, id) order; the contract leaves their
 //!   order among themselves open.
 //! - A claim hands out only jobs of its kind, even the occurrence a series' head gives in
@@ -25,22 +28,22 @@ use super::index::{self, Position};
 use super::series::{self, FirstClaim};
 use super::tables::Tables;
 use super::Store;
-use crate::backend::{ClaimBatch, Claimed};
+use crate::backend::{ClaimBatch, ClaimKinds, Claimed};
 use crate::core::error::Error;
 use crate::core::job::add;
 use crate::core::state::{Claim, Status};
 
 impl Store {
-    /// Leases up to `max` due jobs of `kind` (every kind for `None`); the earliest run_at
-    /// of the successors made pending by its kills; whether anything changed (a job
-    /// delivered or killed).
+    /// Leases up to `max` due jobs of the kinds `kinds` names; the earliest run_at of the
+    /// successors made pending by its kills; whether anything changed (a job delivered or
+    /// killed).
     pub(super) fn claim(
         &mut self,
         t: &mut Tables<'_>,
         counts: &mut Counters,
         now: u64,
         max: usize,
-        kind: Option<&str>,
+        kinds: &ClaimKinds,
     ) -> Result<(ClaimBatch, Option<u64>, bool), Error> {
         if t.paused {
             // Nothing is due until a resume, which wakes the consumers itself.
@@ -55,7 +58,7 @@ impl Store {
         // Expired hold-offs go a bounded number per claim; a schedule meeting one deletes
         // it too.
         let expired = t.expire_held(now)?;
-        let (due, walked) = due_keys(t, now, max, kind)?;
+        let (due, walked) = due_keys(t, now, max, kinds)?;
         let changed = !due.is_empty() || expired > 0;
         let mut jobs = Vec::with_capacity(due.len());
         let mut died = 0;
@@ -77,7 +80,7 @@ impl Store {
                         stored = t.load(&instead)?.ok_or_else(|| {
                             Error::storage(format!("series occurrence {instead:?} is missing"))
                         })?;
-                        if kind.is_some_and(|k| k != stored.spec.kind) {
+                        if !kinds.takes(&stored.spec.kind) {
                             // Not this claim's kind (a head of another kind, adopted by an
                             // earlier version): it stays pending, due, for its own claimers;
                             // the series has moved past it, so their claim just runs it.
@@ -124,7 +127,7 @@ impl Store {
         // first ones (no second walk for an empty claim).
         let next_due = match walked {
             Some(first) if !changed => first,
-            _ => next_due(t, kind)?,
+            _ => next_due(t, kinds)?,
         };
         Ok((
             ClaimBatch {
@@ -139,17 +142,71 @@ impl Store {
     }
 }
 
-/// The keys a claim takes at `now`: up to `max` expired leases and due pending jobs of
-/// `kind` (every kind for `None`), in the order they are claimed; and, when it read every
-/// group's first key, the earliest of them (what [`next_due`] reads while nothing changed).
+/// The kinds `kinds` names with running jobs, each with its first lease end, in kind order.
+fn lease_kinds(t: &Tables<'_>, kinds: &ClaimKinds) -> Result<Vec<(String, u64)>, Error> {
+    match kinds {
+        ClaimKinds::All => index::lease_kinds(t, None),
+        ClaimKinds::Some(kinds) => {
+            let mut out = Vec::new();
+            for (kind, _) in kinds {
+                out.extend(index::lease_kinds(t, Some(kind))?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// The (kind, level) groups of the kinds `kinds` names with pending jobs.
+fn levels(t: &Tables<'_>, kinds: &ClaimKinds) -> Result<Vec<index::Level>, Error> {
+    match kinds {
+        ClaimKinds::All => index::levels(t, None),
+        ClaimKinds::Some(kinds) => {
+            let mut out = Vec::new();
+            for (kind, _) in kinds {
+                out.extend(index::levels(t, Some(kind))?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// What each kind may still take, for a claim of `max` in all.
+struct Room<'k> {
+    kinds: &'k ClaimKinds,
+    max: usize,
+    taken: std::collections::HashMap<String, usize>,
+}
+
+impl Room<'_> {
+    fn left(&self, kind: &str) -> usize {
+        let taken = self.taken.get(kind).copied().unwrap_or(0);
+        self.kinds.most(kind, self.max).saturating_sub(taken)
+    }
+
+    fn take(&mut self, kind: &str, n: usize) {
+        if n > 0 && matches!(self.kinds, ClaimKinds::Some(_)) {
+            *self.taken.entry(kind.to_owned()).or_default() += n;
+        }
+    }
+}
+
+/// The keys a claim takes at `now`: up to `max` expired leases and due pending jobs of the
+/// kinds `kinds` names (each kind up to its own most), in the order they are claimed; and,
+/// when it read every group's first key, the earliest of them (what [`next_due`] reads
+/// while nothing changed).
 fn due_keys(
     t: &Tables<'_>,
     now: u64,
     max: usize,
-    kind: Option<&str>,
+    kinds: &ClaimKinds,
 ) -> Result<(Vec<Position>, Option<Option<u64>>), Error> {
     let mut due = Vec::new();
-    let leases = index::lease_kinds(t, kind)?;
+    let mut room = Room {
+        kinds,
+        max,
+        taken: std::collections::HashMap::new(),
+    };
+    let leases = lease_kinds(t, kinds)?;
     let earliest_lease = leases.iter().map(|(_, first)| *first).min();
     for (k, first) in leases {
         if due.len() == max {
@@ -157,12 +214,15 @@ fn due_keys(
         }
         if first <= now {
             let stream = index::lease_range(t, &k, None, now)?;
-            due.extend(index::merge(vec![stream], max - due.len())?);
+            let got = index::merge(vec![stream], (max - due.len()).min(room.left(&k)))?;
+            room.take(&k, got.len());
+            due.extend(got);
         }
     }
     // Levels in key order are (kind, level); a claim reads them level first, each level's
-    // kinds merged by run_at.
-    let mut levels = index::levels(t, kind)?;
+    // kinds merged by run_at, each kind's range cut at what it may still take (one range
+    // per kind at a level).
+    let mut levels = levels(t, kinds)?;
     let first = earliest_lease
         .into_iter()
         .chain(levels.iter().map(|l| l.first))
@@ -173,19 +233,33 @@ fn due_keys(
         if due.len() == max {
             break;
         }
-        let streams = group
-            .iter()
-            .map(|l| index::due_range(t, &l.kind, l.level, None, now))
-            .collect::<Result<_, _>>()?;
-        due.extend(index::merge(streams, max - due.len())?);
+        let mut streams: Vec<index::Stream<'_>> = Vec::with_capacity(group.len());
+        let mut tags: Vec<&str> = Vec::with_capacity(group.len());
+        for l in group {
+            let left = room.left(&l.kind);
+            if left > 0 {
+                let range = index::due_range(t, &l.kind, l.level, None, now)?;
+                streams.push(Box::new(range.take(left)));
+                tags.push(&l.kind);
+            }
+        }
+        if streams.is_empty() {
+            continue;
+        }
+        let got = index::merge_from(streams, max - due.len())?;
+        due.reserve(got.len());
+        for (position, i) in got {
+            room.take(tags[i], 1);
+            due.push(position);
+        }
     }
     Ok((due, Some(first)))
 }
 
-/// The first due key (pending run_at or lease end) of `kind` (every kind for `None`).
-fn next_due(t: &Tables<'_>, kind: Option<&str>) -> Result<Option<u64>, Error> {
-    let leases = index::lease_kinds(t, kind)?;
-    let levels = index::levels(t, kind)?;
+/// The first due key (pending run_at or lease end) of the kinds `kinds` names.
+fn next_due(t: &Tables<'_>, kinds: &ClaimKinds) -> Result<Option<u64>, Error> {
+    let leases = lease_kinds(t, kinds)?;
+    let levels = levels(t, kinds)?;
     Ok(leases
         .iter()
         .map(|(_, first)| *first)

@@ -205,7 +205,18 @@ pub(super) fn lease_range<'a>(
 }
 
 /// The first `limit` positions of sorted `streams` together, in order.
-pub(super) fn merge(mut streams: Vec<Stream<'_>>, limit: usize) -> Result<Vec<Position>, Error> {
+pub(super) fn merge(streams: Vec<Stream<'_>>, limit: usize) -> Result<Vec<Position>, Error> {
+    Ok(merge_from(streams, limit)?
+        .into_iter()
+        .map(|(position, _)| position)
+        .collect())
+}
+
+/// [`merge`], each position with the index of the stream it came from.
+pub(super) fn merge_from(
+    mut streams: Vec<Stream<'_>>,
+    limit: usize,
+) -> Result<Vec<(Position, usize)>, Error> {
     let mut out = Vec::with_capacity(limit.min(1024));
     if limit == 0 {
         return Ok(out);
@@ -217,7 +228,7 @@ pub(super) fn merge(mut streams: Vec<Stream<'_>>, limit: usize) -> Result<Vec<Po
         }
     }
     while let Some(Reverse((position, i))) = heads.pop() {
-        out.push(position);
+        out.push((position, i));
         if out.len() == limit {
             break;
         }

@@ -7,7 +7,7 @@ use super::counts::Counters;
 use super::reply::Reply;
 use super::tables::Tables;
 use super::{jobs, series, Store};
-use crate::backend::{Import, NewJob};
+use crate::backend::{ClaimKinds, Import, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{JobState, When};
 use crate::core::recurrence::Recurrence;
@@ -34,10 +34,10 @@ pub(crate) enum Op {
     Get {
         id: String,
     },
-    /// Up to `max` due jobs of `kind` (every kind for `None`).
+    /// Up to `max` due jobs of the kinds `kind` names, each kind at most its own most.
     Claim {
         max: usize,
-        kind: Option<String>,
+        kind: ClaimKinds,
     },
     Ack {
         id: String,
@@ -136,7 +136,7 @@ impl Store {
             Op::Reschedule { id, when } => jobs::reschedule(t, counts, now, &id, when),
             Op::Get { id } => jobs::get(t, id),
             Op::Claim { max, kind } => {
-                let (batch, handed, changed) = self.claim(t, counts, now, max, kind.as_deref())?;
+                let (batch, handed, changed) = self.claim(t, counts, now, max, &kind)?;
                 Ok((Reply::Claimed(batch, handed), changed))
             }
             Op::Ack { id, token } => jobs::ack(t, counts, now, &id, token),

@@ -16,7 +16,7 @@ use proptest::prelude::*;
 
 use super::tables::{DIED, DIED_BY_KIND, HELD, HELD_UNTIL, NEXT, SERIES};
 use super::*;
-use crate::backend::{ClaimBatch, NewJob};
+use crate::backend::{ClaimBatch, ClaimKinds, NewJob};
 use crate::core::job::{self, Scheduled};
 use crate::core::job::{JobInfo, JobState, KindCounts, When};
 use crate::core::kind::Dedup;
@@ -378,7 +378,7 @@ fn run(steps: Vec<Step>, on_file: bool) -> Result<(), TestCaseError> {
                 };
                 let op = Op::Claim {
                     max,
-                    kind: kind.map(str::to_owned),
+                    kind: kind.map(str::to_owned).into(),
                 };
                 let Reply::Claimed(batch, handed) = one(&mut store, op, now) else {
                     return Err(TestCaseError::fail("claim reply"));
@@ -1124,7 +1124,7 @@ fn a_format_4_store_and_its_log_are_upgraded_at_open() {
     assert_eq!(one(&mut store, Op::Counts, now), Reply::Counts(expect));
     let other = Op::Claim {
         max: 10,
-        kind: Some("x".into()),
+        kind: ClaimKinds::one("x"),
     };
     let Reply::Claimed(batch, _) = one(&mut store, other, now) else {
         panic!("a claim");
@@ -1134,7 +1134,7 @@ fn a_format_4_store_and_its_log_are_upgraded_at_open() {
         &mut store,
         Op::Claim {
             max: 10,
-            kind: None,
+            kind: ClaimKinds::All,
         },
         now,
     ) else {
@@ -1193,7 +1193,7 @@ fn own_specs_survive_a_crash_and_rule_the_claim() {
     let mut store = crash(store, dir.path(), 0);
     let claim = |kind: Option<&str>| Op::Claim {
         max: 10,
-        kind: kind.map(str::to_owned),
+        kind: kind.map(str::to_owned).into(),
     };
     let Reply::Claimed(batch, _) = one(&mut store, claim(None), 20) else {
         panic!("a claim");
@@ -1274,7 +1274,7 @@ fn series_changes_survive_a_crash_by_the_log() {
         &mut store,
         Op::Claim {
             max: 10,
-            kind: None,
+            kind: ClaimKinds::All,
         },
         112 * MS,
     ) else {
@@ -1303,7 +1303,7 @@ fn run_one(store: &mut Store, now: u64) -> u64 {
         store,
         Op::Claim {
             max: 10,
-            kind: None,
+            kind: ClaimKinds::All,
         },
         now,
     ) else {
@@ -1352,7 +1352,7 @@ fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
         &mut store,
         Op::Claim {
             max: 10,
-            kind: None,
+            kind: ClaimKinds::All,
         },
         135 * MS,
     ) else {
@@ -1380,7 +1380,7 @@ fn a_superseded_head_is_replaced_by_its_successor_in_the_same_claim() {
 fn claim_kinds(store: &mut Store, kind: Option<&str>, now: u64) -> Vec<(String, String)> {
     let op = Op::Claim {
         max: 10,
-        kind: kind.map(str::to_owned),
+        kind: kind.map(str::to_owned).into(),
     };
     let Reply::Claimed(batch, _) = one(store, op, now) else {
         panic!("a claim");
@@ -1510,7 +1510,7 @@ fn a_stored_recurrence_that_no_longer_parses_fails_no_claim() {
         &mut store,
         Op::Claim {
             max: 10,
-            kind: None,
+            kind: ClaimKinds::All,
         },
         112 * MS,
     ) else {
@@ -1551,7 +1551,14 @@ fn replace_and_hold_off_survive_a_crash() {
         one(&mut store, new("r", 30, b"new", Dedup::Replace), 1),
         Reply::Scheduled(Scheduled::Replaced, 30)
     );
-    let Reply::Claimed(batch, _) = one(&mut store, Op::Claim { max: 1, kind: None }, 10) else {
+    let Reply::Claimed(batch, _) = one(
+        &mut store,
+        Op::Claim {
+            max: 1,
+            kind: ClaimKinds::All,
+        },
+        10,
+    ) else {
         panic!("a claim");
     };
     assert_eq!(batch.jobs[0].id, "h");
@@ -1579,7 +1586,14 @@ fn replace_and_hold_off_survive_a_crash() {
         );
     }
     assert_eq!(held_tables(&store).len(), 1);
-    one(&mut store, Op::Claim { max: 0, kind: None }, 60);
+    one(
+        &mut store,
+        Op::Claim {
+            max: 0,
+            kind: ClaimKinds::All,
+        },
+        60,
+    );
     assert!(held_tables(&store).is_empty(), "the claim deleted it");
     let mut store = crash(store, dir.path(), 1);
     assert!(held_tables(&store).is_empty(), "and the log says so");
@@ -1606,7 +1620,10 @@ fn replace_moves_only_a_pending_job() {
         })
     };
     one(&mut store, schedule("run", at(1), b"old"), 0);
-    let claim = |max| Op::Claim { max, kind: None };
+    let claim = |max| Op::Claim {
+        max,
+        kind: ClaimKinds::All,
+    };
     let Reply::Claimed(batch, _) = one(&mut store, claim(1), 5) else {
         panic!("a claim");
     };
@@ -1696,7 +1713,14 @@ fn successors_and_their_handovers_survive_a_crash() {
     let allow = Dedup::AllowWhileRunning;
     one(&mut store, new("a", 0, b"a1", &plain, Dedup::Keep), 0);
     one(&mut store, new("k", 0, b"k1", &once, Dedup::Keep), 0);
-    let Reply::Claimed(batch, _) = one(&mut store, Op::Claim { max: 2, kind: None }, 1) else {
+    let Reply::Claimed(batch, _) = one(
+        &mut store,
+        Op::Claim {
+            max: 2,
+            kind: ClaimKinds::All,
+        },
+        1,
+    ) else {
         panic!("a claim");
     };
     assert_eq!(batch.jobs.len(), 2);
@@ -1720,9 +1744,14 @@ fn successors_and_their_handovers_survive_a_crash() {
     assert_eq!(one(&mut store, ack, 3), Reply::Acked(true, Some(7)));
     // k's lease (30 s) ends; the claim finds it at its last attempt and hands over.
     let after_lease = 1 + nanos_of(plain.lease);
-    let Reply::Claimed(killed, handed) =
-        one(&mut store, Op::Claim { max: 1, kind: None }, after_lease)
-    else {
+    let Reply::Claimed(killed, handed) = one(
+        &mut store,
+        Op::Claim {
+            max: 1,
+            kind: ClaimKinds::All,
+        },
+        after_lease,
+    ) else {
         panic!("a claim");
     };
     assert_eq!((killed.jobs.len(), killed.died, handed), (0, 1, Some(9)));

@@ -13,6 +13,7 @@ use super::{
     attempt, db, dec, has_next, later, next_spec_cols, not_head, spec, spec_cols, Kinds, Sql, NOW,
 };
 use crate::backend::postgres::names::Names;
+use crate::backend::ClaimKinds;
 use crate::core::error::Error;
 use crate::core::kind::Spec;
 
@@ -64,6 +65,8 @@ pub(super) const HELD_PER_CLAIM: u32 = 64;
 pub(super) struct ClaimSql {
     /// A claim of every kind, of the kind `''`, of the kind `$6` ([`Kinds`]).
     claim: [String; 3],
+    /// A claim of the kinds `$6`, each at most its room in `$7` ([`set_parts`]).
+    claim_set: String,
     settle: String,
     extend: String,
 }
@@ -122,13 +125,38 @@ impl ClaimSql {
         // Each claim deletes at most [`HELD_PER_CLAIM`] expired tombstones, earliest first
         // (`held_until`; one index probe when there are none), skipping those another
         // statement holds (`embedded/store/claim.rs` `expire_held`).
-        let claim = |kinds: Kinds| {
-            let kj = kinds.rows("j");
+        let claim = |kinds: Option<Kinds>| {
+            // `None`: a set of kinds, `$6` and their rooms `$7` (`claim_set` below).
+            let kj = kinds.map_or_else(|| SET_ROWS.to_owned(), |k| k.rows("j"));
             // Series heads are of the kind '': a claim of a named kind leaves them.
-            let heads = if kinds == Kinds::Named {
-                "AND false"
-            } else {
-                ""
+            let heads = match kinds {
+                Some(Kinds::Named) => "AND false",
+                None => "AND '' = ANY($6::text[])",
+                Some(_) => "",
+            };
+            let (levels, due, picked, next_level) = match kinds {
+                Some(kinds) => (
+                    super::levels(jobs, kinds),
+                    format!(
+                        "due AS (SELECT d.* FROM levels l CROSS JOIN LATERAL (\
+                         SELECT j.ctid AS tid, j.id, j.attempt, j.max_attempts AS most, j.priority AS prio, \
+                         j.run_at AS at, {next_j} AS nx FROM {jobs} j \
+                         WHERE j.queue = $1 AND j.token IS NULL {kj} AND j.priority = l.lvl \
+                         AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
+                         AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
+                         ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED) d \
+                         WHERE l.lvl IS NOT NULL AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads)) LIMIT $2)",
+                        head = not_head(series, "j.id"),
+                        next_j = has_next("j"),
+                    ),
+                    "picked AS (SELECT tid, id, attempt, most, expired, nx FROM (\
+                     SELECT tid, id, attempt, most, true AS expired, 0 AS k, prio, at, nx FROM expired \
+                     UNION ALL SELECT tid, id, attempt, most, false, 1, prio, at, nx FROM due) AS both_ \
+                     ORDER BY k, prio DESC, at, id LIMIT $2)"
+                        .to_owned(),
+                    next_level(jobs, kinds),
+                ),
+                None => set_parts(jobs, series),
             };
             format!(
                 "WITH RECURSIVE now AS (SELECT {NOW} AS t), \
@@ -136,23 +164,12 @@ impl ClaimSql {
                  {levels}, \
                  heads AS (SELECT s.head_id FROM {series} s WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) \
                    AND NOT (SELECT p FROM paused) {heads} ORDER BY s.head LIMIT $2), \
-                 expired AS (SELECT j.ctid AS tid, j.id, j.attempt, j.max_attempts AS most, j.priority AS prio, \
-                   j.lease_until AS at, {next_j} AS nx FROM {jobs} j \
+                 expired AS (SELECT j.ctid AS tid, j.id, j.kind, j.attempt, j.max_attempts AS most, \
+                   j.priority AS prio, j.lease_until AS at, {next_j} AS nx FROM {jobs} j \
                    WHERE j.queue = $1 AND j.token IS NOT NULL {kj} AND j.lease_until <= (SELECT t FROM now) \
                    AND NOT (SELECT p FROM paused) \
                    ORDER BY j.lease_until, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-                 due AS (SELECT d.* FROM levels l CROSS JOIN LATERAL (\
-                   SELECT j.ctid AS tid, j.id, j.attempt, j.max_attempts AS most, j.priority AS prio, \
-                   j.run_at AS at, {next_j} AS nx FROM {jobs} j \
-                   WHERE j.queue = $1 AND j.token IS NULL {kj} AND j.priority = l.lvl \
-                   AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
-                   AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
-                   ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED) d \
-                   WHERE l.lvl IS NOT NULL AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads)) LIMIT $2), \
-                 picked AS (SELECT tid, id, attempt, most, expired, nx FROM (\
-                   SELECT tid, id, attempt, most, true AS expired, 0 AS k, prio, at, nx FROM expired \
-                   UNION ALL SELECT tid, id, attempt, most, false, 1, prio, at, nx FROM due) AS both_ \
-                   ORDER BY k, prio DESC, at, id LIMIT $2), \
+                 {due}, {picked}, \
                  killed AS (DELETE FROM {jobs} j USING picked p \
                    WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id AND p.attempt >= coalesce(p.most, $5) \
                    AND NOT p.nx \
@@ -192,9 +209,6 @@ impl ClaimSql {
                    LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
                    (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL FROM heads",
-                levels = super::levels(jobs, kinds),
-                next_level = next_level(jobs, kinds),
-                head = not_head(series, "j.id"),
                 until = later("coalesce(j.lease, $3)"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
@@ -203,7 +217,8 @@ impl ClaimSql {
             )
         };
         ClaimSql {
-            claim: Kinds::EACH.map(claim),
+            claim: Kinds::EACH.map(|kinds| claim(Some(kinds))),
+            claim_set: claim(None),
             // Acks (Machine::ack: the token must hold; a job with a hold-off leaves its
             // tombstone, `embedded/store/jobs.rs` `ack`) and retries (Machine::retry: with the
             // token, back to pending, or dead if that was the job's last attempt, its own
@@ -272,6 +287,80 @@ impl ClaimSql {
     }
 }
 
+/// The condition on a row of `jobs` (alias `j`) of a claim of a set of kinds (`$6`).
+const SET_ROWS: &str = "AND j.kind = ANY($6::text[])";
+
+/// The parts of the claim of a set of kinds that differ from a claim of one kind or all:
+/// the CTEs `levels`, `due` and `picked`, and the next due time per level (see
+/// [`next_level`]). The kinds are `$6` and the most of each this claim takes is `$7`
+/// (`ks(kind, room)`).
+///
+/// `levels(kind, room, lvl)` is the skip scan of `super::levels` run per kind, all at once
+/// (one recursive CTE, one index probe per level of each kind): a named kind's of
+/// `jobs_due`, the kind `''`'s of `jobs_pending` (every kind's levels, as a claim of the
+/// kind `''` reads them). `due` is, per kind, the nested loop of a claim of that kind over
+/// its levels highest first, each level a `LATERAL (… LIMIT $2 FOR UPDATE SKIP LOCKED)`
+/// (a named kind's rows of `jobs_due`; the kind `''`'s of `jobs_pending`, past other kinds'
+/// due rows of its levels, as a claim of the kind `''` does), stopped at the kind's room
+/// by `LIMIT ks.room`: so a claim reads O(kinds × levels + rooms) rows, none of a kind it
+/// did not name, and locks at most each kind's room. `picked` then orders the expired
+/// leases and those rows as every claim does and keeps the first `$2`, each kind at most
+/// its room (expired leases count in it: `row_number` per kind).
+fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
+    let levels = format!(
+        "ks AS (SELECT k.kind, k.room FROM unnest($6::text[], $7::bigint[]) AS k(kind, room)), \
+         levels(kind, room, lvl) AS (SELECT ks.kind, ks.room, CASE WHEN ks.kind = '' \
+           THEN (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL) \
+           ELSE (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL \
+             AND kind = ks.kind AND kind <> '') END FROM ks \
+         UNION ALL SELECT l.kind, l.room, CASE WHEN l.kind = '' \
+           THEN (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND priority < l.lvl) \
+           ELSE (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL \
+             AND kind = l.kind AND kind <> '' AND priority < l.lvl) END \
+         FROM levels l WHERE l.lvl IS NOT NULL)"
+    );
+    let pick = |rows: &str| {
+        format!(
+            "(SELECT j.ctid AS tid, j.id, j.kind, j.attempt, j.max_attempts AS most, j.priority AS prio, \
+             j.run_at AS at, {next_j} AS nx FROM {jobs} j \
+             WHERE j.queue = $1 AND j.token IS NULL {rows} AND j.priority = l.lvl \
+             AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
+             AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
+             ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            head = not_head(series, "j.id"),
+            next_j = has_next("j"),
+        )
+    };
+    // Two arms, one per index (a locking subquery cannot be an arm of a UNION itself):
+    // for a kind only one of them has levels, so its rows come in its levels' order.
+    let arm = |kind: &str, rows: &str| {
+        format!(
+            "SELECT x.* FROM levels l CROSS JOIN LATERAL {pick} x \
+             WHERE l.kind = ks.kind AND {kind} AND l.lvl IS NOT NULL \
+             AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads))",
+            pick = pick(rows),
+        )
+    };
+    let due = format!(
+        "due AS (SELECT d.* FROM ks CROSS JOIN LATERAL ({named} UNION ALL {plain} LIMIT ks.room) d)",
+        named = arm("l.kind <> ''", "AND j.kind = l.kind AND j.kind <> ''"),
+        plain = arm("l.kind = ''", "AND j.kind = ''"),
+    );
+    let picked = "picked AS (SELECT c.tid, c.id, c.attempt, c.most, c.expired, c.nx FROM (\
+         SELECT b.*, row_number() OVER (PARTITION BY b.kind ORDER BY b.k, b.prio DESC, b.at, b.id) AS nth \
+         FROM (SELECT tid, id, kind, attempt, most, true AS expired, 0 AS k, prio, at, nx FROM expired \
+         UNION ALL SELECT tid, id, kind, attempt, most, false, 1, prio, at, nx FROM due) AS b) AS c \
+         JOIN ks ON ks.kind = c.kind WHERE c.nth <= ks.room \
+         ORDER BY c.k, c.prio DESC, c.at, c.id LIMIT $2)"
+        .to_owned();
+    let next = format!(
+        "SELECT CASE WHEN l.kind = '' THEN ({plain}) ELSE ({named}) END AS t",
+        plain = next_level(jobs, Kinds::Plain),
+        named = next_level(jobs, Kinds::Named).replace("$6", "l.kind"),
+    );
+    (levels, due, picked, next)
+}
+
 /// SQL making a job's successor the job: its spec columns and none left (`next_payload`
 /// and `next_run_at` are the caller's to move).
 fn take_next() -> String {
@@ -320,24 +409,50 @@ fn next_level(jobs: &str, kinds: Kinds) -> String {
 }
 
 impl Sql {
-    /// Claims up to `max` due jobs of `kind` (every kind for `None`) under `token`, each for
-    /// its own lease, killing those out of their own attempts.
+    /// Claims up to `max` due jobs of the kinds `kinds` names (each at most its own most)
+    /// under `token`, each for its own lease, killing those out of their own attempts.
     pub(in crate::backend::postgres) async fn claim(
         &self,
         ex: impl PgExecutor<'_>,
         queue: &str,
         max: usize,
         token: i64,
-        kind: Option<&str>,
+        kinds: &ClaimKinds,
     ) -> Result<ClaimRows, Error> {
         let plain = &self.plain;
-        let query = sqlx::query(&self.claims.claim[Kinds::of(kind) as usize])
+        // One kind or all: the statements of one, whose kind needs no room (`max` is it).
+        let one = match kinds {
+            ClaimKinds::All => Some(None),
+            ClaimKinds::Some(set) if set.len() == 1 => Some(Some(set[0].0.as_str())),
+            ClaimKinds::Some(_) => None,
+        };
+        let text = match one {
+            Some(kind) => &self.claims.claim[Kinds::of(kind) as usize],
+            None => &self.claims.claim_set,
+        };
+        // A claim of one kind takes at most that kind's most.
+        let max = match (one, kinds) {
+            (Some(Some(kind)), _) => kinds.most(kind, max),
+            _ => max,
+        };
+        let query = sqlx::query(text)
             .bind(queue)
             .bind(i64::try_from(max).unwrap_or(i64::MAX))
             .bind(super::span(plain.lease))
             .bind(token)
             .bind(i32::try_from(plain.max_attempts).unwrap_or(i32::MAX));
-        let query = Kinds::bind(kind, query);
+        let query = match (one, kinds) {
+            (Some(kind), _) => Kinds::bind(kind, query),
+            (None, ClaimKinds::Some(set)) => {
+                let names: Vec<&str> = set.iter().map(|(k, _)| k.as_str()).collect();
+                let rooms: Vec<i64> = set
+                    .iter()
+                    .map(|(_, most)| i64::try_from((*most).min(max)).unwrap_or(i64::MAX))
+                    .collect();
+                query.bind(names).bind(rooms)
+            }
+            (None, ClaimKinds::All) => unreachable!("every kind is a statement of one"),
+        };
         let rows = db(query.fetch_all(ex).await)?;
         let mut out = ClaimRows {
             jobs: Vec::new(),
@@ -502,6 +617,31 @@ mod tests {
             let text = claim_text(kinds);
             assert!(!text.contains(window.as_str()), "{text}");
         }
+    }
+
+    #[test]
+    fn a_claim_of_several_kinds_reads_each_kinds_rows_up_to_its_room() {
+        let names = Names::new("wheel_jobs");
+        let set = ClaimSql::new(&names).claim_set;
+        // Per kind, its levels' rows, stopped at its room; a named kind's through jobs_due
+        // (the `<> ''` the partial index needs), the kind '' through jobs_pending.
+        assert!(
+            set.contains("unnest($6::text[], $7::bigint[]) AS k(kind, room)"),
+            "{set}"
+        );
+        assert!(set.contains("LIMIT ks.room) d)"), "{set}");
+        assert!(
+            set.contains("AND j.kind = l.kind AND j.kind <> '' AND j.priority = l.lvl"),
+            "{set}"
+        );
+        // Expired leases count in a kind's room, and the total is $2.
+        assert!(set.contains("PARTITION BY b.kind"), "{set}");
+        assert!(set.contains("WHERE c.nth <= ks.room"), "{set}");
+        // Series heads only when the kind '' is claimed.
+        assert!(
+            set.contains("AND '' = ANY($6::text[]) ORDER BY s.head"),
+            "{set}"
+        );
     }
 
     #[test]

@@ -31,10 +31,12 @@
 -- instead of dying (no dead job is kept, the death is still counted in the reply), and a
 -- folded ack's job by its successor as in ack.lua
 -- ARGV[1] max jobs (at most 512), ARGV[2] the queue's plain spec tail (kinds.lua: the lease
--- and max attempts of a job stored without its spec), ARGV[3] '*' for every kind or '='
--- then the one kind to claim, ARGV[4] wake channel, ARGV[5] 'PUBLISH' | 'SPUBLISH' (see
--- schedule.lua: a successor that becomes its level's first due is published), then pairs
--- id, lease token: the consumer's acks folded into this claim (at most 512 pairs), applied
+-- and max attempts of a job stored without its spec), ARGV[3] '*' for every kind or the
+-- number n of kinds to claim, ARGV[4] wake channel, ARGV[5] 'PUBLISH' | 'SPUBLISH' (see
+-- schedule.lua: a successor that becomes its level's first due is published), then (for a
+-- number) n pairs kind, most: the kinds, each with the most jobs of it this claim takes (a
+-- worker's free cap of that kind), then pairs id, lease token: the consumer's acks folded
+-- into this claim (at most 512 pairs), applied
 -- first exactly as ack.lua applies them (acks.lua, prepended), so a steady consumer pays
 -- one request per job instead of a claim and an ack
 --
@@ -42,7 +44,8 @@
 -- first), then run_at, then id (bytewise). The levels index says which (priority, kind)
 -- due sets exist: per priority, the claimed kinds' sets are merged a chunk of each at a
 -- time (kinds.lua `merge`: O(sets + jobs taken) entries read, never each set's whole
--- backlog); nothing of another kind, and no job not yet due, is read. Each job is
+-- backlog); nothing of another kind, and no job not yet due, is read. Each kind's reads
+-- stop at its most (one set per kind at a priority, so a set's cap is its kind's room). Each job is
 -- leased for its own lease and dies at its own max attempts (its spec, kinds.lua).
 --
 -- Returns {now_us, next_due_us ("" if none), notes, how many jobs it killed, the folded
@@ -66,23 +69,40 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local plain = ARGV[2]
+-- left[kind]: how many more jobs of the kind this claim may take; nil for every kind.
+local left = nil
+local acks_from = 6
+if ARGV[3] ~= '*' then
+  left = {}
+  local n = tonumber(ARGV[3])
+  for i = 0, n - 1 do left[ARGV[6 + 2 * i]] = tonumber(ARGV[7 + 2 * i]) end
+  acks_from = 6 + 2 * n
+end
 -- Before the pause check: a paused queue still takes acks.
 local H = {held = KEYS[13], held_until = KEYS[14]}
 local N = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], levels = KEYS[12], counts = KEYS[4],
            next = KEYS[15],
            next_payload = KEYS[16], wake = ARGV[4], publish = ARGV[5]}
-local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], H, ARGV, 6, N)
+local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], H, ARGV, acks_from, N)
 if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, '', {}, 0, acked} end
 held_expire(H, now)
 local max = tonumber(ARGV[1])
-local only = nil
-if ARGV[3] ~= '*' then only = string.sub(ARGV[3], 2) end
--- The claimed kinds' due sets by priority, and their running sets.
-local groups, prios, runs, listed = {}, {}, {}, {}
-if only == nil or only == '' then
+-- How many jobs of `kind` may still be taken, at most `want`.
+local function room(kind, want)
+  if left == nil then return want end
+  return math.min(want, left[kind] or 0)
+end
+local function took(kind, n)
+  if left ~= nil then left[kind] = left[kind] - n end
+end
+-- The claimed kinds' due sets by priority (and each set's kind), and their running sets.
+local groups, prios, runs, run_kinds, listed, kind_of = {}, {}, {}, {}, {}, {}
+if left == nil or left[''] ~= nil then
   groups[0] = {KEYS[3]}
+  kind_of[KEYS[3]] = ''
   prios[1] = 0
   runs[1] = KEYS[11]
+  run_kinds[1] = ''
   listed[KEYS[11]] = true
 end
 -- By score: the due levels and running sets, not the dead sets (kinds.lua).
@@ -90,19 +110,22 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', 1000)) do
   local p, kind = string.match(m, '^d:(%-?%d+):(.*)$')
   if p then
     p = tonumber(p)
-    if only == nil or kind == only then
+    if left == nil or left[kind] ~= nil then
       if not groups[p] then
         groups[p] = {}
         prios[#prios + 1] = p
       end
       local g = groups[p]
-      g[#g + 1] = due_key(KEYS[3], p, kind)
+      local key = due_key(KEYS[3], p, kind)
+      g[#g + 1] = key
+      kind_of[key] = kind
     end
   else
     kind = string.match(m, '^r:(.*)$')
-    if kind and (only == nil or kind == only) then
+    if kind and (left == nil or left[kind] ~= nil) then
       local key = running_key(KEYS[11], kind)
       runs[#runs + 1] = key
+      run_kinds[#runs] = kind
       listed[key] = true
     end
   end
@@ -110,30 +133,47 @@ end
 table.sort(prios, function(a, b) return a > b end)
 local ids, from = {}, {}
 -- Expired leases are few: each running set's range read is mostly empty.
-for _, key in ipairs(runs) do
+for i, key in ipairs(runs) do
   if #ids >= max then break end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, max - #ids)) do
-    ids[#ids + 1] = id
-    from[#ids] = key
+  local want = room(run_kinds[i], max - #ids)
+  if want > 0 then
+    local got = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, want)
+    for _, id in ipairs(got) do
+      ids[#ids + 1] = id
+      from[#ids] = key
+    end
+    took(run_kinds[i], #got)
   end
 end
 for _, p in ipairs(prios) do
   local want = max - #ids
   if want <= 0 then break end
-  local keys = groups[p]
-  if #keys == 1 then
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', keys[1], '-inf', now, 'LIMIT', 0, want)) do
-      ids[#ids + 1] = id
-      from[#ids] = keys[1]
+  -- The level's sets of kinds with room left, each read at most its kind's room.
+  local keys, caps = {}, {}
+  for _, key in ipairs(groups[p]) do
+    local r = room(kind_of[key], want)
+    if r > 0 then
+      keys[#keys + 1] = key
+      caps[key] = r
     end
-  else
+  end
+  if #keys == 1 then
+    local key = keys[1]
+    local got = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, caps[key])
+    for _, id in ipairs(got) do
+      ids[#ids + 1] = id
+      from[#ids] = key
+    end
+    took(kind_of[key], #got)
+  elseif #keys > 1 then
     -- Kinds of one priority, merged by (run_at, id) a chunk of each at a time (kinds.lua).
     local function read(key, off, count)
       return redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', off, count)
     end
-    for _, e in ipairs(merge(keys, want, read)) do
+    for _, e in ipairs(merge(keys, want, read, caps)) do
       ids[#ids + 1] = e[1]
       from[#ids] = e[3]
+      took(kind_of[e[3]], 1)
     end
   end
 end
@@ -210,7 +250,7 @@ if #ids > 0 then
         _, _, _, run_ns, tail = job_parse(redis.call('HGET', KEYS[1], id))
         r = rec_of(tail)
         payload = redis.call('HGET', KEYS[2], id)
-        if only ~= nil and r.kind ~= only then id = nil end
+        if left ~= nil and left[r.kind] == nil then id = nil end
       end
     end
     if not state then

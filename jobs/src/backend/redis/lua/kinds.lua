@@ -158,8 +158,9 @@ end
 -- from its `from`th on (0-based), in that order, as a WITHSCORES reply. A k-way merge: each
 -- set is read a chunk at a time (8 entries, then twice as many each refill, never past
 -- what is still wanted), the heads kept in a binary heap, so the cost is O(k + n) entries
--- read and O(n log k) comparisons, whatever the sets hold beyond what is taken.
-local function merge(keys, n, read)
+-- read and O(n log k) comparisons, whatever the sets hold beyond what is taken. `caps`, if
+-- given, maps a key to the most entries taken from it (claim.lua: its kind's room).
+local function merge(keys, n, read, caps)
   local out = {}
   if n <= 0 then return out end
   local heap = {}
@@ -168,7 +169,7 @@ local function merge(keys, n, read)
     return less(a.buf[a.at], b.buf[b.at])
   end
   local function fill(c, want)
-    local count = math.min(c.chunk, want)
+    local count = math.min(c.chunk, want, c.cap - c.from)
     if count <= 0 then return false end
     c.buf = read(c.key, c.from, count)
     c.from = c.from + #c.buf / 2
@@ -198,7 +199,7 @@ local function merge(keys, n, read)
     end
   end
   for _, key in ipairs(keys) do
-    local c = {key = key, from = 0, chunk = 8}
+    local c = {key = key, from = 0, chunk = 8, cap = (caps and caps[key]) or n}
     if fill(c, n) then
       heap[#heap + 1] = c
       up(#heap)

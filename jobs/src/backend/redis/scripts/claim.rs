@@ -3,12 +3,12 @@
 
 use ::redis::{FromRedisValue, ParsingError, Value};
 
-use super::{filter_arg, tail_spec, Scripts};
+use super::{tail_spec, Scripts};
 use crate::backend::redis::conn::Conn;
 use crate::backend::redis::keys::Keys;
 use crate::backend::redis::reply::{array, bytes, int, parsing, redis_error, score_ns, text};
 use crate::backend::redis::series::SeriesNote;
-use crate::backend::{Claimed, KindFilter};
+use crate::backend::{ClaimKinds, Claimed};
 use crate::core::error::Error;
 
 /// What one partition's claim returned.
@@ -90,7 +90,8 @@ impl FromRedisValue for ClaimReply {
 
 impl Scripts {
     /// `claim.lua`: applies `acks` (answered in [`ClaimReply::acked`]), then leases up to
-    /// `max` due jobs of one partition of the kinds `kind` names; `plain_tail` is the
+    /// `max` due jobs of one partition of the kinds `kinds` names (each at most its own
+    /// most); `plain_tail` is the
     /// queue's plain spec (`spec_tail`), the lease and attempts of a job stored without.
     #[allow(clippy::too_many_arguments)] // the script's own arguments, each named once here
     pub(in crate::backend::redis) async fn claim(
@@ -99,7 +100,7 @@ impl Scripts {
         k: &Keys,
         max: usize,
         plain_tail: &str,
-        kind: &KindFilter,
+        kinds: &ClaimKinds,
         acks: &[(String, u64)],
     ) -> Result<ClaimReply, Error> {
         let mut call = script!(
@@ -127,11 +128,18 @@ impl Scripts {
             .key(&k.held_until)
             .key(&k.next)
             .key(&k.next_payload);
-        call.arg(max)
-            .arg(plain_tail)
-            .arg(filter_arg(kind))
-            .arg(&k.wake)
-            .arg(k.publish);
+        call.arg(max).arg(plain_tail);
+        match kinds {
+            ClaimKinds::All => {
+                call.arg("*").arg(&k.wake).arg(k.publish);
+            }
+            ClaimKinds::Some(kinds) => {
+                call.arg(kinds.len()).arg(&k.wake).arg(k.publish);
+                for (kind, most) in kinds {
+                    call.arg(kind).arg((*most).min(max));
+                }
+            }
+        }
         for (id, token) in acks {
             call.arg(id).arg(token);
         }

@@ -74,7 +74,7 @@ fn at_args(ns: u64) -> (&'static str, String, String) {
     ("at", ns.to_string(), ns.div_ceil(1000).to_string())
 }
 
-/// A claim's or list's kind argument: `*` for every kind, `=` and the kind for one.
+/// A list's kind argument: `*` for every kind, `=` and the kind for one.
 fn filter_arg(kind: &KindFilter) -> String {
     match kind {
         None => "*".to_owned(),
