@@ -219,7 +219,10 @@ pub async fn reschedule_earlier_and_later(h: impl Harness) {
         .unwrap();
     queue.schedule("late", ms(40), "p").await.unwrap();
     queue.schedule("marker", ms(80), "p").await.unwrap();
-    let new_early = SystemTime::now() + ms(20);
+    // Before the marker by its stored time, not by the clock now: a slow reply to the
+    // marker's schedule must not put `early` after it.
+    let marker_at = queue.get("marker").await.unwrap().unwrap().run_at();
+    let new_early = marker_at - ms(40);
     assert!(queue.reschedule("early", new_early).await.unwrap());
     assert!(queue
         .reschedule("late", Duration::from_secs(3600))
