@@ -97,6 +97,40 @@ pub(crate) fn spawn_child(test: &str, role: &str, path: &Path) -> (Killed, mpsc:
     (child, rx)
 }
 
+/// Kills racing children in turn and returns every line they printed: the first after
+/// `gap` (mid-race), the others once a further `gap` has passed, so whatever each had in
+/// flight is cut. A child that ends by itself fails the test.
+#[cfg(feature = "redis")]
+pub(crate) fn kill_in_turn(
+    children: &mut [(Killed, mpsc::Receiver<String>)],
+    gap: Duration,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let collect =
+        |rx: &mpsc::Receiver<String>, lines: &mut Vec<String>, until: std::time::Instant| {
+            while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+                match rx.recv_timeout(left) {
+                    Ok(line) => lines.push(line),
+                    Err(mpsc::RecvTimeoutError::Timeout) => break,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => panic!("a child ended by itself"),
+                }
+            }
+        };
+    let Some(((first, first_rx), rest)) = children.split_first_mut() else {
+        return lines;
+    };
+    collect(first_rx, &mut lines, std::time::Instant::now() + gap);
+    first.kill();
+    lines.extend(first_rx.iter());
+    let later = std::time::Instant::now() + gap;
+    for (child, rx) in rest {
+        collect(rx, &mut lines, later);
+        child.kill();
+        lines.extend(rx.iter());
+    }
+    lines
+}
+
 /// In a child: its role and path (or URL); `None` in the parent.
 pub(crate) fn child_role() -> Option<(String, std::path::PathBuf)> {
     let role = std::env::var(ROLE).ok()?;

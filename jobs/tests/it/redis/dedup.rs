@@ -5,13 +5,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use wheel_jobs::{Dedup, JobOptions, JobQueue, JobState, ListOptions, Scheduled};
 
 use super::{eval_claim, eval_series_script, queue, script_calls};
-use crate::kill::{child_role, runtime, spawn_child};
+use crate::kill::{child_role, kill_in_turn, runtime, spawn_child};
 use crate::support::redis::RedisServer;
 use crate::support::{ms, next, temp_dir};
 
@@ -375,28 +374,8 @@ fn racing_dedup_processes_survive_kill_9() {
     let mut children: Vec<_> = (0..3)
         .map(|c| spawn_child(TEST, &c.to_string(), Path::new(&url)))
         .collect();
-    let mut lines: Vec<String> = Vec::new();
-    let collect =
-        |rx: &mpsc::Receiver<String>, lines: &mut Vec<String>, until: std::time::Instant| {
-            while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
-                match rx.recv_timeout(left) {
-                    Ok(line) => lines.push(line),
-                    Err(mpsc::RecvTimeoutError::Timeout) => break,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => panic!("a child ended by itself"),
-                }
-            }
-        };
     // The first mid-race, the others a while later: whatever each had in flight is cut.
-    let soon = std::time::Instant::now() + ms(300);
-    collect(&children[0].1, &mut lines, soon);
-    children[0].0.kill();
-    lines.extend(children[0].1.iter());
-    let later = std::time::Instant::now() + ms(300);
-    for (child, rx) in &mut children[1..] {
-        collect(rx, &mut lines, later);
-        child.kill();
-        lines.extend(rx.iter());
-    }
+    let lines = kill_in_turn(&mut children, ms(300));
     let mut writes: HashMap<String, Vec<Write>> = HashMap::new();
     let mut delivered: HashSet<(String, String)> = HashSet::new();
     let mut acked: Vec<(String, String)> = Vec::new();

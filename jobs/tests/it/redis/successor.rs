@@ -4,12 +4,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use wheel_jobs::{Dedup, JobOptions, JobQueue, Scheduled};
 
-use crate::kill::{child_role, runtime, spawn_child};
+use crate::kill::{child_role, kill_in_turn, runtime, spawn_child};
 use crate::support::redis::RedisServer;
 use crate::support::{ms, next};
 
@@ -93,27 +92,7 @@ fn racing_successor_processes_survive_kill_9() {
     let mut children: Vec<_> = (0..3)
         .map(|c| spawn_child(TEST, &c.to_string(), Path::new(&url)))
         .collect();
-    let mut lines: Vec<String> = Vec::new();
-    let collect =
-        |rx: &mpsc::Receiver<String>, lines: &mut Vec<String>, until: std::time::Instant| {
-            while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
-                match rx.recv_timeout(left) {
-                    Ok(line) => lines.push(line),
-                    Err(mpsc::RecvTimeoutError::Timeout) => break,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => panic!("a child ended by itself"),
-                }
-            }
-        };
-    let soon = std::time::Instant::now() + ms(400);
-    collect(&children[0].1, &mut lines, soon);
-    children[0].0.kill();
-    lines.extend(children[0].1.iter());
-    let later = std::time::Instant::now() + ms(400);
-    for (child, rx) in &mut children[1..] {
-        collect(rx, &mut lines, later);
-        child.kill();
-        lines.extend(rx.iter());
-    }
+    let lines = kill_in_turn(&mut children, ms(400));
     // payload -> (id, outcome) of each answered schedule; deliveries by payload.
     let mut answered: HashMap<String, (String, String)> = HashMap::new();
     let mut delivered: HashSet<String> = HashSet::new();
