@@ -140,7 +140,9 @@ pub use crate::core::error::Error;
 pub use crate::core::job::{
     Counts, JobInfo, JobState, KindCounts, Scheduled, When, MAX_ERROR_LEN, MAX_ID_LEN, MAX_PAYLOAD,
 };
-pub use crate::core::kind::{Dedup, JobOptions, MAX_KIND_LEN, MIN_LEASE};
+pub use crate::core::kind::{
+    Dedup, JobOptions, MAX_KEY_LEN, MAX_KIND_LEN, MAX_RATE_PERIOD, MIN_LEASE,
+};
 pub use crate::core::list::{Cursor, ListOptions, Page};
 pub use crate::core::recurrence::Recurrence;
 pub use crate::core::series::{CatchUp, Recurring, RecurringInfo};

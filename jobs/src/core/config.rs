@@ -127,6 +127,12 @@ impl Config {
                      backoff and lease, not with kind(\"\", ..)",
                 ));
             }
+            if options.key_name().is_some() {
+                return Err(Error::invalid_config_owned(format!(
+                    "kind {kind:?}: a kind's defaults cannot set a key, only its limits \
+                     (key_limit, key_rate): a key belongs to one job"
+                )));
+            }
             let resolved = c.defaults().resolve(&options.clone().of_kind(kind.clone()));
             if let Err(e) = resolved {
                 return Err(Error::invalid_config_owned(format!("kind {kind:?}: {e}")));
@@ -146,6 +152,7 @@ impl Config {
                 backoff: self.backoff,
                 lease: self.lease,
                 hold_off: Duration::ZERO,
+                key: None,
             },
             kinds: self.kinds.clone(),
         }

@@ -184,6 +184,11 @@ impl JobInfo {
         self.spec.priority
     }
 
+    /// The job's key ([`JobOptions::key`](crate::JobOptions::key)), if it has one.
+    pub fn key(&self) -> Option<&str> {
+        self.spec.key.as_ref().map(|k| k.key.as_str())
+    }
+
     /// How many deliveries the job gets before it is dead (its own, resolved when it was
     /// scheduled).
     pub fn max_attempts(&self) -> u32 {
@@ -245,6 +250,7 @@ impl fmt::Debug for JobInfo {
             .field("state", &self.state)
             .field("kind", &self.spec.kind)
             .field("priority", &self.spec.priority)
+            .field("key", &self.key())
             .field("run_at", &self.run_at())
             .field("attempt", &self.attempt)
             .field("last_error", &self.last_error)

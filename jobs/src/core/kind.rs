@@ -13,6 +13,9 @@
 //! - A [`Dedup`] mode acts on the schedule call that carries it (job's, else kind's, else
 //!   [`Dedup::Keep`]) and is not stored, but for the hold-off of [`Dedup::HoldOff`]: the ack
 //!   of the job needs it, so it is part of the [`Spec`] (`hold_off`, zero for none).
+//! - A job's key ([`JobOptions::key`]) is its own, never a kind's; the limits of its key
+//!   (`key_limit`, `key_rate`) resolve like the other options and are stored with it
+//!   ([`Keyed`]). A key is 1 to [`MAX_KEY_LEN`] bytes with no control character.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,6 +24,13 @@ use crate::core::error::Error;
 
 /// The longest kind name, in bytes.
 pub const MAX_KIND_LEN: usize = 64;
+
+/// The longest key ([`JobOptions::key`]), in bytes.
+pub const MAX_KEY_LEN: usize = 256;
+
+/// The longest period of a key's rate ([`JobOptions::key_rate`]): a longer one is lowered
+/// to this (a year).
+pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The shortest lease: [`Builder::lease`](crate::Builder::lease) raises a shorter
 /// (non-zero) one to this.
@@ -103,6 +113,9 @@ pub struct JobOptions {
     backoff: Option<(Duration, Duration)>,
     lease: Option<Duration>,
     dedup: Option<Dedup>,
+    key: Option<String>,
+    key_limit: Option<u32>,
+    key_rate: Option<(u32, Duration)>,
 }
 
 impl JobOptions {
@@ -157,9 +170,64 @@ impl JobOptions {
         self
     }
 
+    /// The job's key: a tenant, a user, anything whose jobs are limited together by
+    /// [`key_limit`](Self::key_limit) and [`key_rate`](Self::key_rate) (1 to
+    /// [`MAX_KEY_LEN`] bytes, no control character). Stored with the job and shown by
+    /// [`JobInfo::key`](crate::JobInfo::key) and [`Delivery::key`](crate::Delivery::key).
+    /// A job's own option only: a kind's defaults cannot set a key
+    /// ([`Error::is_invalid_config`](crate::Error::is_invalid_config) at open).
+    pub fn key(mut self, key: impl Into<String>) -> JobOptions {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// At most `jobs` jobs of one kind and key running at once, across every process (at
+    /// least 1). A key's other jobs stay pending until one of its running jobs is acked,
+    /// retried, dead or its lease ends at its last attempt; a lease ending earlier keeps its
+    /// slot for the redelivery. Acts on jobs with a [`key`](Self::key) only.
+    pub fn key_limit(mut self, jobs: u32) -> JobOptions {
+        self.key_limit = Some(jobs);
+        self
+    }
+
+    /// At most `starts` jobs of one kind and key started per `per` (a window opens at the
+    /// first start after the last one ended), across every process. `starts` at least 1,
+    /// `per` at least 1 ms and at most [`MAX_RATE_PERIOD`] (lowered to it). A redelivery
+    /// after a lease ended is not a new start. Acts on jobs with a [`key`](Self::key) only.
+    pub fn key_rate(mut self, starts: u32, per: Duration) -> JobOptions {
+        self.key_rate = Some((starts, per));
+        self
+    }
+
     /// The kind these options name, if any.
     pub fn kind_name(&self) -> Option<&str> {
         self.kind.as_deref()
+    }
+
+    /// The key these options set, if any.
+    pub fn key_name(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+}
+
+/// A job's key and the limits of its `(kind, key)`, resolved when it was scheduled.
+///
+/// A keyed job is **gated** when its key has a limit or a rate: then the store keeps, per
+/// `(kind, key)`, how many of its jobs run and start, and lets at most as many of the key's
+/// pending jobs be claimable as its limits allow (ARCHITECTURE, "Fairness per key").
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Keyed {
+    pub(crate) key: String,
+    /// At most this many running; 0 for no limit.
+    pub(crate) limit: u32,
+    /// At most `.0` starts per `.1` (`.0` ≥ 1, 1 ms ≤ `.1` ≤ [`MAX_RATE_PERIOD`]).
+    pub(crate) rate: Option<(u32, Duration)>,
+}
+
+impl Keyed {
+    /// Whether the key has a limit or a rate.
+    pub(crate) fn gated(&self) -> bool {
+        self.limit > 0 || self.rate.is_some()
     }
 }
 
@@ -174,6 +242,15 @@ pub(crate) struct Spec {
     pub(crate) lease: Duration,
     /// How long the id is refused after an ack ([`Dedup::HoldOff`]); zero for no hold-off.
     pub(crate) hold_off: Duration,
+    /// The job's key and its limits, if it has a key.
+    pub(crate) key: Option<Keyed>,
+}
+
+impl Spec {
+    /// The job's key and limits, if its key has a limit or a rate.
+    pub(crate) fn gate(&self) -> Option<&Keyed> {
+        self.key.as_ref().filter(|k| k.gated())
+    }
 }
 
 /// The defaults a [`Spec`] resolves from: the queue's own and its kinds'.
@@ -203,7 +280,30 @@ impl Defaults {
             Dedup::HoldOff(d) => d,
             _ => Duration::ZERO,
         };
+        let key = match &options.key {
+            None => None,
+            Some(key) => {
+                check_key(key)?;
+                let limit = options
+                    .key_limit
+                    .or_else(|| of_kind.and_then(|o| o.key_limit));
+                let rate = options
+                    .key_rate
+                    .or_else(|| of_kind.and_then(|o| o.key_rate));
+                Some(Keyed {
+                    key: key.clone(),
+                    limit: check_limit(limit)?,
+                    rate: check_rate(rate)?,
+                })
+            }
+        };
+        if options.key.is_none() {
+            // Limits without a key limit nothing, but bad ones are still refused.
+            check_limit(options.key_limit)?;
+            check_rate(options.key_rate)?;
+        }
         let spec = Spec {
+            key,
             hold_off,
             priority: pick!(priority),
             max_attempts: pick!(max_attempts),
@@ -244,6 +344,42 @@ pub(crate) fn check_kind(kind: &str) -> Result<(), Error> {
         ));
     }
     Ok(())
+}
+
+/// `Ok` if `key` is a valid key: 1 to [`MAX_KEY_LEN`] bytes, no control character.
+pub(crate) fn check_key(key: &str) -> Result<(), Error> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(Error::invalid_input(format!(
+            "a key is 1 to {MAX_KEY_LEN} bytes, this one {}",
+            key.len()
+        )));
+    }
+    if key.chars().any(char::is_control) {
+        return Err(Error::invalid_input(
+            "a key must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// A key limit as stored (0 for none), or why it cannot be used.
+fn check_limit(limit: Option<u32>) -> Result<u32, Error> {
+    match limit {
+        Some(0) => Err(Error::invalid_input("key_limit must be at least 1")),
+        limit => Ok(limit.unwrap_or(0)),
+    }
+}
+
+/// A key rate with its period lowered to [`MAX_RATE_PERIOD`], or why it cannot be used.
+fn check_rate(rate: Option<(u32, Duration)>) -> Result<Option<(u32, Duration)>, Error> {
+    match rate {
+        None => Ok(None),
+        Some((0, _)) => Err(Error::invalid_input("key_rate needs at least 1 start")),
+        Some((_, per)) if per < Duration::from_millis(1) => Err(Error::invalid_input(
+            "key_rate's period must be at least 1 ms",
+        )),
+        Some((starts, per)) => Ok(Some((starts, per.min(MAX_RATE_PERIOD)))),
+    }
 }
 
 /// Panics unless `kind` is a valid kind ([`check_kind`]): for the calls that take a kind and
@@ -289,6 +425,7 @@ mod tests {
                 backoff: (Duration::from_secs(1), Duration::from_secs(60)),
                 lease: Duration::from_secs(30),
                 hold_off: Duration::ZERO,
+                key: None,
             },
             kinds,
         }
@@ -352,6 +489,62 @@ mod tests {
         assert_eq!(short.lease, MIN_LEASE);
         assert!(d
             .resolve(&JobOptions::kind("x".repeat(MAX_KIND_LEN)))
+            .is_ok());
+    }
+
+    #[test]
+    fn a_key_and_its_limits_resolve_from_the_job_then_its_kind() {
+        let mut d = defaults();
+        let minute = Duration::from_secs(60);
+        d.kinds.insert(
+            "sync".to_owned(),
+            JobOptions::new().key_limit(2).key_rate(10, minute),
+        );
+        let spec = d
+            .resolve(&JobOptions::kind("sync").key("tenant-a"))
+            .unwrap();
+        let keyed = spec.key.clone().unwrap();
+        assert_eq!(
+            (keyed.key.as_str(), keyed.limit, keyed.rate),
+            ("tenant-a", 2, Some((10, minute)))
+        );
+        assert!(spec.gate().is_some());
+        let own = d
+            .resolve(&JobOptions::kind("sync").key("a").key_limit(5))
+            .unwrap();
+        assert_eq!(own.key.unwrap().limit, 5);
+        let open = d.resolve(&JobOptions::new().key("a")).unwrap();
+        assert_eq!(open.key.as_ref().map(|k| k.gated()), Some(false));
+        assert!(open.gate().is_none(), "a key without limits is not gated");
+        let unkeyed = d.resolve(&JobOptions::kind("sync")).unwrap();
+        assert_eq!(unkeyed.key, None, "limits without a key limit nothing");
+        let long = d
+            .resolve(&JobOptions::new().key("a").key_rate(1, Duration::MAX))
+            .unwrap();
+        assert_eq!(long.key.unwrap().rate, Some((1, MAX_RATE_PERIOD)));
+    }
+
+    #[test]
+    fn bad_keys_and_limits_are_refused() {
+        let d = defaults();
+        for bad in [
+            JobOptions::new().key(""),
+            JobOptions::new().key("k".repeat(MAX_KEY_LEN + 1)),
+            JobOptions::new().key("a\nb"),
+            JobOptions::new().key("a").key_limit(0),
+            JobOptions::new()
+                .key("a")
+                .key_rate(0, Duration::from_secs(1)),
+            JobOptions::new()
+                .key("a")
+                .key_rate(1, Duration::from_micros(999)),
+            JobOptions::new().key_limit(0),
+        ] {
+            let err = d.resolve(&bad).unwrap_err();
+            assert!(err.is_invalid_input(), "{bad:?}: {err}");
+        }
+        assert!(d
+            .resolve(&JobOptions::new().key("k".repeat(MAX_KEY_LEN)))
             .is_ok());
     }
 }

@@ -108,6 +108,11 @@ impl Delivery {
         self.job.spec.priority
     }
 
+    /// The job's key ([`JobOptions::key`](crate::JobOptions::key)), if it has one.
+    pub fn key(&self) -> Option<&str> {
+        self.job.spec.key.as_ref().map(|k| k.key.as_str())
+    }
+
     /// 1 on the first delivery, then one more per redelivery or retry.
     pub fn attempt(&self) -> u32 {
         self.job.attempt

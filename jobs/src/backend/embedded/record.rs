@@ -197,6 +197,7 @@ impl<'a> Record<'a> {
                 let hold_off = duration_of(varint(bytes, &mut at)?);
                 let spec = Spec {
                     hold_off,
+                    key: None,
                     kind: kind.to_owned(),
                     priority: i8::from_le_bytes([bytes[FIXED]]),
                     max_attempts,
@@ -267,6 +268,7 @@ pub(crate) mod tests {
             backoff: (Duration::from_secs(1), Duration::from_secs(60)),
             lease: Duration::from_secs(30),
             hold_off: Duration::ZERO,
+            key: None,
         }
     }
 
@@ -312,6 +314,7 @@ pub(crate) mod tests {
                     backoff: (first, max),
                     lease,
                     hold_off,
+                    key: None,
                 },
             )
     }

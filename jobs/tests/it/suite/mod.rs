@@ -14,6 +14,7 @@ use wheel_jobs::JobQueue;
 use crate::support::{next, Harness};
 
 pub mod dedup;
+pub mod keys;
 pub mod kinds;
 pub mod lease;
 pub mod operate;
@@ -156,6 +157,19 @@ macro_rules! run_shared_suite {
                 an_occurrence_gets_no_successor_and_other_ids_with_at_do,
                 cancel_removes_a_waiting_successor,
                 racing_successors_are_each_delivered_once,
+            }
+            keys {
+                a_key_is_stored_and_shown,
+                a_key_without_limits_limits_nothing,
+                a_key_limit_holds_and_an_ack_wakes_the_next,
+                limits_are_per_kind_and_key,
+                tenant_b_is_not_behind_tenant_as_backlog,
+                a_key_limit_holds_under_a_busy_worker,
+                retry_fail_and_death_free_the_slot,
+                an_ended_lease_keeps_its_slot_until_its_last_attempt,
+                waiting_jobs_are_pending_listed_cancelled_and_moved,
+                a_key_rate_holds_starts_to_its_window,
+                bad_keys_and_limits_are_refused_and_nothing_is_stored,
             }
         );
     };

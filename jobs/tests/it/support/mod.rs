@@ -56,6 +56,12 @@ pub trait Harness: Send + Sync + 'static {
     fn ordered(&self) -> bool {
         true
     }
+
+    /// Whether the queue keeps key limits (`JobOptions::key_limit` and `key_rate`): a
+    /// partitioned Redis queue places jobs by id, so it refuses them.
+    fn limits_keys(&self) -> bool {
+        true
+    }
 }
 
 /// The next delivery, which must come: a closed queue or an error fails the test.

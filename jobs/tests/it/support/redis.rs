@@ -282,4 +282,8 @@ impl Harness for RedisHarness {
     fn ordered(&self) -> bool {
         self.partitions == 1
     }
+
+    fn limits_keys(&self) -> bool {
+        self.partitions == 1
+    }
 }

@@ -85,6 +85,7 @@ fn spec_of((kind, priority, attempts, lease): (u8, u8, u8, u8)) -> Spec {
         backoff: (Duration::from_nanos(1), Duration::from_nanos(8)),
         lease: Duration::from_nanos([LEASE, 25][usize::from(lease)]),
         hold_off: Duration::ZERO,
+        key: None,
     }
 }
 
@@ -1180,6 +1181,7 @@ fn own_specs_survive_a_crash_and_rule_the_claim() {
         backoff: (Duration::from_nanos(3), Duration::from_nanos(9)),
         lease: Duration::from_nanos(40),
         hold_off: Duration::ZERO,
+        key: None,
     };
     let op = Op::Schedule(NewJob {
         id: "m".into(),

@@ -209,6 +209,7 @@ pub(super) fn spec(r: &PgRow, i: usize, plain: &Spec) -> Result<Spec, Error> {
         lease: ns(5)?.unwrap_or(plain.lease),
         // NULL (rows before version 3's hold-off, series occurrences): none.
         hold_off: ns(6)?.unwrap_or(std::time::Duration::ZERO),
+        key: None,
     })
 }
 

@@ -144,6 +144,7 @@ pub(super) fn tail_spec(tail: &str) -> Result<Option<Spec>, Error> {
         backoff,
         lease,
         hold_off,
+        key: None,
     }))
 }
 
