@@ -48,6 +48,9 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             priority,
             max_attempts,
             dedup,
+            key,
+            key_limit,
+            key_rate,
             ..
         } => {
             let when = match (delay, at) {
@@ -55,7 +58,17 @@ pub async fn run(cli: Cli) -> Result<(), String> {
                 (None, Some(at)) => When::At(at),
                 (None, None) => unreachable!("clap requires --in or --at"),
             };
-            let options = job_options(kind, priority, max_attempts, dedup);
+            let options = job_options(
+                kind,
+                priority,
+                max_attempts,
+                dedup,
+                Keys {
+                    key,
+                    limit: key_limit,
+                    rate: key_rate,
+                },
+            );
             schedule(&queue, &id, when, payload, options.as_ref(), out).await
         }
         Command::Cancel { id } => cancel(&queue, &id, out).await,
@@ -192,6 +205,13 @@ fn no_job(id: &str) -> String {
     format!("no job {id:?} (never scheduled, or cancelled, acked or removed)")
 }
 
+/// `schedule`'s `--key`, `--key-limit` and `--key-rate`.
+struct Keys {
+    key: Option<String>,
+    limit: Option<u32>,
+    rate: Option<(u32, std::time::Duration)>,
+}
+
 /// `schedule`'s options, if any is given: without one, the job is scheduled as a plain
 /// `JobQueue::schedule` does.
 fn job_options(
@@ -199,8 +219,14 @@ fn job_options(
     priority: Option<i8>,
     max_attempts: Option<u32>,
     dedup: Option<Dedup>,
+    keys: Keys,
 ) -> Option<JobOptions> {
-    if kind.is_none() && priority.is_none() && max_attempts.is_none() && dedup.is_none() {
+    if kind.is_none()
+        && priority.is_none()
+        && max_attempts.is_none()
+        && dedup.is_none()
+        && keys.key.is_none()
+    {
         return None;
     }
     let mut options = JobOptions::new();
@@ -215,6 +241,15 @@ fn job_options(
     }
     if let Some(dedup) = dedup {
         options = options.dedup(dedup);
+    }
+    if let Some(key) = keys.key {
+        options = options.key(key);
+    }
+    if let Some(limit) = keys.limit {
+        options = options.key_limit(limit);
+    }
+    if let Some((starts, per)) = keys.rate {
+        options = options.key_rate(starts, per);
     }
     Some(options)
 }

@@ -17,6 +17,52 @@ pub fn parse_hold_off(s: &str) -> Result<Duration, String> {
     parse_duration(s, "a hold-off")
 }
 
+/// `--key-rate STARTS/DURATION`: at most `STARTS` (at least 1) starts of the key per
+/// `DURATION` (written as for [`parse_delay`]), like `10/1m`.
+pub fn parse_key_rate(s: &str) -> Result<(u32, Duration), String> {
+    let (starts, per) = s
+        .split_once('/')
+        .ok_or("a rate is STARTS/DURATION, like 10/1m")?;
+    let starts: u32 = starts
+        .trim()
+        .parse()
+        .map_err(|_| format!("{starts:?} is not a number of starts"))?;
+    if starts == 0 {
+        return Err("a rate needs at least 1 start".to_owned());
+    }
+    Ok((starts, parse_duration(per.trim(), "a rate's period")?))
+}
+
+/// A job's key and its limits for people, like `tenant-7 (at most 2 running, 10 starts per
+/// 1m)`; `None` without a key.
+fn key_text(job: &JobInfo) -> Option<String> {
+    let key = escape(job.key()?);
+    let mut limits = Vec::new();
+    if let Some(limit) = job.key_limit() {
+        limits.push(format!("at most {limit} running"));
+    }
+    if let Some((starts, per)) = job.key_rate() {
+        limits.push(format!("{starts} starts per {}", span(per)));
+    }
+    Some(match limits.is_empty() {
+        true => key,
+        false => format!("{key} ({})", limits.join(", ")),
+    })
+}
+
+/// A period for people, in its largest whole unit: `1h`, `90m`, `250ms`.
+fn span(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0ms".to_owned();
+    }
+    let (n, unit) = [(3_600_000, "h"), (60_000, "m"), (1_000, "s"), (1, "ms")]
+        .into_iter()
+        .find(|&(size, _)| ms % size == 0)
+        .map_or((ms, "ms"), |(size, unit)| (ms / size, unit));
+    format!("{n}{unit}")
+}
+
 /// A duration as [`parse_delay`] reads it; `what` names it when it is negative.
 fn parse_duration(s: &str, what: &str) -> Result<Duration, String> {
     let span: Span = s
@@ -129,6 +175,12 @@ pub fn job_json(job: &JobInfo) -> Value {
         "max_attempts": job.max_attempts(),
         "last_error": job.last_error(),
         "successor_run_at": job.successor().map(time),
+        "key": job.key(),
+        "key_limit": job.key_limit(),
+        "key_rate": job.key_rate().map(|(starts, per)| json!({
+            "starts": starts,
+            "per_ms": u64::try_from(per.as_millis()).unwrap_or(u64::MAX),
+        })),
         "payload": payload,
         "payload_encoding": encoding,
     })
@@ -152,8 +204,10 @@ pub fn job_text(job: &JobInfo, now: SystemTime) -> String {
             relative(at, now)
         )
     });
+    // A key (fairness per key) only when the job has one.
+    let key = key_text(job).map_or(String::new(), |k| format!("\nkey      {k}"));
     format!(
-        "id       {}\nstate    {}\nkind     {}\npriority {}\nrun_at   {} ({})\n\
+        "id       {}\nstate    {}\nkind     {}{key}\npriority {}\nrun_at   {} ({})\n\
          attempt  {} of {}\nerror    {error}{successor}\npayload  {payload}",
         escape(job.id()),
         state(job.state()),
@@ -172,8 +226,11 @@ pub fn row_text(job: &JobInfo, now: SystemTime) -> String {
         .last_error()
         .and_then(|e| e.lines().next())
         .unwrap_or("");
+    let key = job
+        .key()
+        .map_or(String::new(), |k| format!("  key {}", escape(k)));
     format!(
-        "{}  kind {}  priority {}  {} ({})  attempt {}  {}",
+        "{}  kind {}{key}  priority {}  {} ({})  attempt {}  {}",
         escape(job.id()),
         kind(job.kind()),
         job.priority(),
@@ -272,6 +329,33 @@ mod tests {
         assert!(parse_delay("1mo")
             .unwrap_err()
             .starts_with("months and years"));
+    }
+
+    #[test]
+    fn key_rates_and_their_periods() {
+        assert_eq!(parse_key_rate("10/1m"), Ok((10, Duration::from_secs(60))));
+        assert_eq!(
+            parse_key_rate(" 3 / 500ms "),
+            Ok((3, Duration::from_millis(500)))
+        );
+        assert!(parse_key_rate("0/1m").is_err());
+        assert!(parse_key_rate("x/1m").is_err());
+        assert!(parse_key_rate("10").is_err());
+        assert_eq!(
+            parse_key_rate("1/-1s").unwrap_err(),
+            "a rate's period cannot be negative"
+        );
+        let span_of = |ms| span(Duration::from_millis(ms));
+        assert_eq!(
+            [
+                span_of(60_000),
+                span_of(5_400_000),
+                span_of(250),
+                span_of(1_500),
+                span_of(0)
+            ],
+            ["1m", "90m", "250ms", "1500ms", "0ms"]
+        );
     }
 
     #[test]

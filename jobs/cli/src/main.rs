@@ -111,6 +111,20 @@ enum Command {
         /// (default: the kind's, else keep).
         #[arg(long, value_name = "MODE", value_parser = parse_dedup)]
         dedup: Option<wheel_jobs::Dedup>,
+        /// The job's key (a tenant, a user): jobs of one kind and key share the limits
+        /// `--key-limit` and `--key-rate` set (default: none).
+        #[arg(long, value_name = "KEY", value_parser = parse_key)]
+        key: Option<String>,
+        /// At most N jobs of this kind and key running at once, at least 1 (default: the
+        /// kind's, else none). Needs --key.
+        #[arg(long, value_name = "N", requires = "key",
+              value_parser = clap::value_parser!(u32).range(1..))]
+        key_limit: Option<u32>,
+        /// At most STARTS starts of this kind and key per DURATION, like `10/1m` (default:
+        /// the kind's, else none). Needs --key.
+        #[arg(long, value_name = "STARTS/DURATION", requires = "key",
+              value_parser = format::parse_key_rate)]
+        key_rate: Option<(u32, std::time::Duration)>,
     },
     /// Cancel a pending job.
     Cancel {
@@ -226,6 +240,17 @@ fn parse_kind(s: &str) -> Result<String, String> {
     }
     if s.chars().any(char::is_control) {
         return Err("a kind must not contain control characters".to_owned());
+    }
+    Ok(s.to_owned())
+}
+
+fn parse_key(s: &str) -> Result<String, String> {
+    let max = wheel_jobs::MAX_KEY_LEN;
+    if s.is_empty() || s.len() > max {
+        return Err(format!("a key is 1 to {max} bytes"));
+    }
+    if s.chars().any(char::is_control) {
+        return Err("a key must not contain control characters".to_owned());
     }
     Ok(s.to_owned())
 }

@@ -114,6 +114,7 @@ struct Row {
     id: String,
     kind: String,
     priority: i8,
+    key: Option<String>,
     run_at: Time,
     attempt: u32,
     error: Option<String>,
@@ -209,6 +210,7 @@ pub(super) async fn list(
             id: job.id().to_owned(),
             kind: job.kind().to_owned(),
             priority: job.priority(),
+            key: job.key().map(str::to_owned),
             run_at: view::time(job.run_at(), now),
             attempt: job.attempt(),
             error: job.last_error().map(view::first_line),
@@ -237,6 +239,8 @@ struct JobView {
     state: &'static str,
     kind: String,
     priority: i8,
+    /// The job's key and the limits of its key, if it has one.
+    key: Option<(String, Option<String>)>,
     run_at: Time,
     attempt: u32,
     max_attempts: u32,
@@ -294,6 +298,9 @@ pub(super) async fn job(
                 state: view::state(info.state()),
                 kind: info.kind().to_owned(),
                 priority: info.priority(),
+                key: info
+                    .key()
+                    .map(|key| (key.to_owned(), view::key_limits(&info))),
                 run_at: view::time(info.run_at(), now),
                 attempt: info.attempt(),
                 max_attempts: info.max_attempts(),

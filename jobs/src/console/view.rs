@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::core::job::JobState;
+use crate::core::job::{JobInfo, JobState};
 
 /// The most of a payload a page shows: payloads may be up to 512 MiB, a page stays small.
 pub(super) const PAYLOAD_SHOWN: usize = 64 << 10;
@@ -43,6 +43,26 @@ fn span(d: Duration) -> String {
         }
     }
     parts.join(" ")
+}
+
+/// The limits of a job's key for people, like "at most 2 running, 10 starts per 1m";
+/// `None` if its key has none.
+pub(super) fn key_limits(job: &JobInfo) -> Option<String> {
+    let mut limits = Vec::new();
+    if let Some(limit) = job.key_limit() {
+        limits.push(format!("at most {limit} running"));
+    }
+    if let Some((starts, per)) = job.key_rate() {
+        let ms = per.as_millis();
+        let per = [(3_600_000, "h"), (60_000, "m"), (1_000, "s")]
+            .into_iter()
+            .find(|&(size, _)| ms % size == 0)
+            .map_or(format!("{ms}ms"), |(size, unit)| {
+                format!("{}{unit}", ms / size)
+            });
+        limits.push(format!("{starts} starts per {per}"));
+    }
+    (!limits.is_empty()).then(|| limits.join(", "))
 }
 
 /// `n` with thousands separated: "10,000,000".

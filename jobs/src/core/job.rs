@@ -189,6 +189,24 @@ impl JobInfo {
         self.spec.key.as_ref().map(|k| k.key.as_str())
     }
 
+    /// The most jobs of its kind and key running at once
+    /// ([`JobOptions::key_limit`](crate::JobOptions::key_limit)), if it has a key with a
+    /// limit.
+    pub fn key_limit(&self) -> Option<u32> {
+        self.spec
+            .key
+            .as_ref()
+            .map(|k| k.limit)
+            .filter(|&limit| limit > 0)
+    }
+
+    /// The most starts of its kind and key per period
+    /// ([`JobOptions::key_rate`](crate::JobOptions::key_rate)), if it has a key with a
+    /// rate.
+    pub fn key_rate(&self) -> Option<(u32, Duration)> {
+        self.spec.key.as_ref().and_then(|k| k.rate)
+    }
+
     /// How many deliveries the job gets before it is dead (its own, resolved when it was
     /// scheduled).
     pub fn max_attempts(&self) -> u32 {

@@ -21,6 +21,7 @@ macro_rules! cli_suite {
             copy_moves_a_queue_and_again_writes_nothing,
             kinds_priorities_and_attempts_are_scheduled_shown_and_filtered,
             dedup_modes_and_a_successor_are_scheduled_and_shown,
+            keys_and_their_limits_are_scheduled_and_shown,
         );
     };
     ($harness:expr; $($name:ident),* $(,)?) => {
@@ -650,5 +651,67 @@ pub async fn dedup_modes_and_a_successor_are_scheduled_and_shown(place: impl Pla
     assert!(
         message.ends_with("one of keep, replace, allow-while-running, hold-off=DURATION"),
         "{message}"
+    );
+}
+
+/// `--key`, `--key-limit` and `--key-rate`: stored with the job, shown by `get` (text and
+/// JSON) and `list`; a job without a key shows none.
+pub async fn keys_and_their_limits_are_scheduled_and_shown(place: impl Place) {
+    let args = [
+        "schedule",
+        "t1",
+        "--in",
+        "1h",
+        "--key",
+        "tenant-7",
+        "--key-limit",
+        "2",
+        "--key-rate",
+        "10/1m",
+        "--json",
+    ];
+    assert_eq!(on(&place, &args).await.json()["outcome"], "created");
+    on(
+        &place,
+        &["schedule", "t2", "--in", "2h", "--key", "tenant-8"],
+    )
+    .await
+    .ok();
+    on(&place, &["schedule", "plain", "--in", "3h"]).await.ok();
+    let job = on(&place, &["get", "t1", "--json"]).await.json();
+    assert_eq!(
+        (&job["key"], &job["key_limit"], &job["key_rate"]),
+        (
+            &"tenant-7".into(),
+            &2.into(),
+            &serde_json::json!({"starts": 10, "per_ms": 60_000})
+        )
+    );
+    let text = on(&place, &["get", "t1"]).await.ok().to_owned();
+    assert!(
+        text.contains("\nkey      tenant-7 (at most 2 running, 10 starts per 1m)\n"),
+        "{text}"
+    );
+    let open = on(&place, &["get", "t2"]).await.ok().to_owned();
+    assert!(open.contains("\nkey      tenant-8\n"), "{open}");
+    let plain = on(&place, &["get", "plain", "--json"]).await.json();
+    assert_eq!(
+        (&plain["key"], &plain["key_limit"]),
+        (&serde_json::Value::Null, &serde_json::Value::Null)
+    );
+    assert!(!on(&place, &["get", "plain"]).await.ok().contains("key"));
+    let list = on(&place, &["list", "pending"]).await.ok().to_owned();
+    let rows: Vec<&str> = list.lines().collect();
+    assert!(
+        rows[0].starts_with("t1  kind (none)  key tenant-7  priority 0"),
+        "{list}"
+    );
+    assert!(
+        rows[1].starts_with("t2  kind (none)  key tenant-8  priority 0"),
+        "{list}"
+    );
+    assert!(
+        rows[2].starts_with("plain  kind (none)  priority 0"),
+        "{list}"
     );
 }

@@ -22,6 +22,26 @@ async fn bad_command_lines_exit_2_with_one_line() {
             "wheel-jobs: invalid value 'hold-off=-5s' for '--dedup <MODE>': a hold-off cannot be negative",
         ),
         (
+            vec!["schedule", "x", "--in", "1s", "--key", "k", "--key-limit", "0"],
+            "wheel-jobs: invalid value '0' for '--key-limit <N>': 0 is not in 1..=4294967295",
+        ),
+        (
+            vec!["schedule", "x", "--in", "1s", "--key", "k", "--key-rate", "0/1m"],
+            "wheel-jobs: invalid value '0/1m' for '--key-rate <STARTS/DURATION>': a rate needs at least 1 start",
+        ),
+        (
+            vec!["schedule", "x", "--in", "1s", "--key", "k", "--key-rate", "10"],
+            "wheel-jobs: invalid value '10' for '--key-rate <STARTS/DURATION>': a rate is STARTS/DURATION, like 10/1m",
+        ),
+        (
+            vec!["schedule", "x", "--in", "1s", "--key-limit", "2"],
+            "wheel-jobs: the following required arguments were not provided: --key <KEY>",
+        ),
+        (
+            vec!["schedule", "x", "--in", "1s", "--key", ""],
+            "wheel-jobs: invalid value '' for '--key <KEY>': a key is 1 to 256 bytes",
+        ),
+        (
             vec!["schedule", "x", "--at", "2030-12-01T20:00:00"],
             "wheel-jobs: invalid value '2030-12-01T20:00:00' for '--at <TIME>': not an RFC 3339 time with an offset",
         ),

@@ -32,6 +32,7 @@ macro_rules! console_suite {
             hostile_kinds_are_escaped_in_every_page,
             bad_kind_filters_are_refused,
             a_revive_from_a_kinds_dead_list_goes_back_to_it,
+            keys_show_on_lists_and_the_job_page_escaped,
         );
     };
     ($harness:expr; $($name:ident),* $(,)?) => {
@@ -884,5 +885,61 @@ pub async fn a_revive_from_a_kinds_dead_list_goes_back_to_it(h: impl Harness) {
     ];
     let done = client.post("/job/revive", &fields).await;
     assert_eq!(done.location(), "/jobs/dead?done=revived");
+    queue.close().await.unwrap();
+}
+
+/// A job's key is shown on lists and its page, with its key's limits; a hostile key is
+/// escaped like any text.
+pub async fn keys_show_on_lists_and_the_job_page_escaped(h: impl Harness) {
+    let queue = h.open(&JobQueue::builder()).await.unwrap();
+    let hostile = "<script>alert(6)</script>";
+    queue
+        .schedule_with("t", HOUR, "p", &JobOptions::new().key("tenant-7"))
+        .await
+        .unwrap();
+    queue
+        .schedule_with("h", HOUR * 2, "p", &JobOptions::new().key(hostile))
+        .await
+        .unwrap();
+    queue.schedule("plain", HOUR * 3, "p").await.unwrap();
+    let client = Client::new(console::router(queue.clone()));
+    let escaped = "&#60;script&#62;alert(6)&#60;/script&#62;";
+    client
+        .get("/jobs/pending")
+        .await
+        .shows(
+            OK,
+            &[
+                "<th>priority</th><th>key</th>",
+                r#"<td class="key">tenant-7</td>"#,
+                &format!(r#"<td class="key">{escaped}</td>"#),
+                r#"<td class="key"></td>"#,
+            ],
+        )
+        .lacks(&["<script>alert"]);
+    client
+        .get(&job_uri("h"))
+        .await
+        .shows(OK, &[&format!(r#"<code id="key">{escaped}</code>"#)])
+        .lacks(&["<script>alert", r#"id="key-limits""#]);
+    client
+        .get(&job_uri("plain"))
+        .await
+        .shows(OK, &[r#"<td id="priority">0</td>"#])
+        .lacks(&[r#"id="key""#]);
+    if h.limits_keys() {
+        let limited = JobOptions::new()
+            .key("tenant-7")
+            .key_limit(2)
+            .key_rate(10, Duration::from_secs(60));
+        queue.schedule_with("l", HOUR, "p", &limited).await.unwrap();
+        client.get(&job_uri("l")).await.shows(
+            OK,
+            &[
+                r#"<code id="key">tenant-7</code>"#,
+                r#"<span class="muted" id="key-limits">(at most 2 running, 10 starts per 1m)</span>"#,
+            ],
+        );
+    }
     queue.close().await.unwrap();
 }
