@@ -14,6 +14,14 @@
 //! - `kinds, one worker`: the same jobs drained by one `worker()` declaring the four kinds,
 //!   each capped at c / 4 as the `run_kind` workers are, run with c (one claim loop whose
 //!   claims name the four kinds).
+//! - `keys, limited`: the same jobs of one kind over 100 keys, each key limited to c
+//!   running (`key_limit`, a limit that never binds: what keeping the per-key counts
+//!   costs), drained by one `run(c)`.
+//!
+//! `--fair` measures fairness instead (`fair`): tenant A's N due jobs, then tenant B's 100,
+//! drained by one `run(c)` whose handler takes 1 ms, once without limits and once with
+//! `key_limit(c / 4)`: B's lateness (start − due) percentiles and how many of A's jobs had
+//! started when B's last one did.
 //!
 //! Each phase first times N / 5 single schedules with 64 in flight (`schedule` for `plain`,
 //! `schedule_with` with a kind and a priority for the others), due in an hour, then the
@@ -49,7 +57,11 @@ enum Variant {
     KindsOneRun,
     Kinds,
     KindsOneWorker,
+    KeysLimited,
 }
+
+/// Keys of the `keys, limited` variant.
+const KEYS: usize = 100;
 
 impl Variant {
     fn name(self) -> &'static str {
@@ -59,13 +71,19 @@ impl Variant {
             Variant::KindsOneRun => "kinds, one run",
             Variant::Kinds => "kinds",
             Variant::KindsOneWorker => "kinds, one worker",
+            Variant::KeysLimited => "keys, limited",
         }
     }
 
     /// The options job `i` is scheduled with (`None`: the plain `schedule`).
-    fn options(self, i: usize) -> Option<JobOptions> {
+    fn options(self, i: usize, concurrency: usize) -> Option<JobOptions> {
         let priority = PRIORITIES[i % PRIORITIES.len()];
         match self {
+            Variant::KeysLimited => Some(
+                JobOptions::kind("sync")
+                    .key(format!("tenant-{}", i % KEYS))
+                    .key_limit(concurrency as u32),
+            ),
             Variant::Plain => None,
             Variant::Priorities => Some(JobOptions::new().priority(priority)),
             Variant::Kinds | Variant::KindsOneRun | Variant::KindsOneWorker => {
@@ -94,7 +112,7 @@ async fn open(place: &Place, phase: &str) -> JobQueue {
 }
 
 /// Single schedules of `n` jobs, 64 in flight, due in an hour: jobs per second.
-async fn schedules(queue: &JobQueue, variant: Variant, n: usize) -> f64 {
+async fn schedules(queue: &JobQueue, variant: Variant, n: usize, concurrency: usize) -> f64 {
     let next = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
     let tasks: Vec<_> = (0..64)
@@ -108,7 +126,7 @@ async fn schedules(queue: &JobQueue, variant: Variant, n: usize) -> f64 {
                     }
                     let id = format!("single-{i:08}");
                     let hour = Duration::from_secs(3600);
-                    let done = match variant.options(i) {
+                    let done = match variant.options(i, concurrency) {
                         None => queue.schedule(&id, hour, PAYLOAD).await,
                         Some(o) => queue.schedule_with(&id, hour, PAYLOAD, &o).await,
                     };
@@ -124,13 +142,13 @@ async fn schedules(queue: &JobQueue, variant: Variant, n: usize) -> f64 {
 }
 
 /// Loads `n` due jobs, grouped by their options into `schedule_many(_with)` calls.
-async fn load(queue: &JobQueue, variant: Variant, n: usize) {
+async fn load(queue: &JobQueue, variant: Variant, n: usize, concurrency: usize) {
     let now = SystemTime::now();
     for base in (0..n).step_by(CHUNK) {
         let ids: Vec<usize> = (base..(base + CHUNK).min(n)).collect();
         let mut groups: Vec<(Option<JobOptions>, Vec<usize>)> = Vec::new();
         for i in ids {
-            let options = variant.options(i);
+            let options = variant.options(i, concurrency);
             match groups.iter_mut().find(|(o, _)| *o == options) {
                 Some((_, members)) => members.push(i),
                 None => groups.push((options, vec![i])),
@@ -211,6 +229,7 @@ pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) 
         Variant::KindsOneRun,
         Variant::Kinds,
         Variant::KindsOneWorker,
+        Variant::KeysLimited,
     ];
     let mut single = vec![Vec::new(); variants.len()];
     let mut drained = vec![Vec::new(); variants.len()];
@@ -224,10 +243,10 @@ pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) 
             let v = (round + k) % variants.len();
             let variant = variants[v];
             let queue = open(&place, variant.name()).await;
-            let s = schedules(&queue, variant, n / 5).await;
+            let s = schedules(&queue, variant, n / 5, concurrency).await;
             queue.close().await.expect("close");
             let queue = open(&place, variant.name()).await;
-            load(&queue, variant, n).await;
+            load(&queue, variant, n, concurrency).await;
             let d = drain(&queue, variant, n as u64, concurrency).await;
             queue.close().await.expect("close");
             println!(
@@ -255,5 +274,91 @@ pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) 
             "median {:<17} single schedules {s:>8.0}/s ({rs:.2}x plain), deliveries + acks {d:>8.0}/s ({rd:.2}x plain)",
             variant.name(),
         );
+    }
+}
+
+/// Percentile `p` (0–100) of sorted `v`.
+fn percentile(v: &[Duration], p: usize) -> Duration {
+    v[(v.len() * p / 100).min(v.len() - 1)]
+}
+
+/// The `--fair` measurement (see the module docs).
+pub async fn fair(place: Place, n: usize, rounds: usize, concurrency: usize) {
+    const B: usize = 100;
+    let limit = (concurrency / 4).max(1) as u32;
+    println!(
+        "fairness: tenant A {n} due jobs, then tenant B {B}; run({concurrency}), 1 ms per job; \
+         {rounds} rounds; load average {}",
+        wheel_bench::cpu::load_average()
+    );
+    for round in 0..rounds {
+        for limited in [round % 2 == 1, round % 2 == 0] {
+            let name = if limited { "key_limit" } else { "no limit" };
+            let queue = open(&place, "fair").await;
+            let options = |key: &str| {
+                let o = JobOptions::kind("sync").key(key);
+                if limited {
+                    o.key_limit(limit)
+                } else {
+                    o
+                }
+            };
+            let now = SystemTime::now();
+            for base in (0..n).step_by(CHUNK) {
+                let jobs =
+                    (base..(base + CHUNK).min(n)).map(|i| (format!("a-{i:08}"), now, PAYLOAD));
+                queue
+                    .schedule_many_with(jobs, &options("a"))
+                    .await
+                    .expect("a");
+            }
+            let b_due = SystemTime::now();
+            let jobs = (0..B).map(|i| (format!("b-{i:04}"), b_due, PAYLOAD));
+            queue
+                .schedule_many_with(jobs, &options("b"))
+                .await
+                .expect("b");
+            let a_started = Arc::new(AtomicU64::new(0));
+            let seen = Arc::new(std::sync::Mutex::new((Vec::new(), None::<u64>)));
+            let worker = {
+                let (a_started, seen) = (a_started.clone(), seen.clone());
+                queue.run(concurrency, move |job| {
+                    let (a_started, seen) = (a_started.clone(), seen.clone());
+                    async move {
+                        if job.key() == Some("a") {
+                            a_started.fetch_add(1, Relaxed);
+                        } else {
+                            let late = SystemTime::now()
+                                .duration_since(job.run_at())
+                                .unwrap_or_default();
+                            let mut s = seen.lock().unwrap();
+                            s.0.push(late);
+                            if s.0.len() == B {
+                                s.1 = Some(a_started.load(Relaxed));
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        Ok::<(), String>(())
+                    }
+                })
+            };
+            let running = tokio::spawn(worker);
+            while seen.lock().unwrap().1.is_none() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            running.abort();
+            let (mut late, a_before) = {
+                let s = seen.lock().unwrap();
+                (s.0.clone(), s.1.unwrap_or_default())
+            };
+            late.sort();
+            println!(
+                "round {}: {name:<9} B's lateness p50 {:>8.1} ms, p99 {:>8.1} ms; A's started before B's last: {a_before}",
+                round + 1,
+                percentile(&late, 50).as_secs_f64() * 1e3,
+                percentile(&late, 99).as_secs_f64() * 1e3,
+            );
+            queue.close().await.expect("close");
+        }
     }
 }

@@ -15,6 +15,7 @@
 //!
 //! ```text
 //! cargo run --release -p wheel-bench --bin jobs -- --kinds [--n 20000 --rounds 3]
+//! cargo run --release -p wheel-bench --bin jobs -- --fair [--n 100000 --rounds 2]
 //! ```
 //!
 //! `--postgres URL` runs the phases of the PostgreSQL benchmark instead, the ones the
@@ -75,6 +76,10 @@ struct Args {
     /// on the embedded store, or on `--redis URL` or `--postgres URL`.
     #[arg(long)]
     kinds: bool,
+    /// Measure instead how late tenant B's 100 jobs start behind tenant A's N, with and
+    /// without a key limit (`kinds.rs`, `fair`).
+    #[arg(long)]
+    fair: bool,
     /// With `--kinds`: rounds, each running every variant in turn.
     #[arg(long, value_name = "N", default_value_t = 3)]
     rounds: usize,
@@ -504,7 +509,7 @@ async fn main() {
         schedules(&queue, 64, usize::MAX / 128).await;
         return;
     }
-    if args.kinds {
+    if args.kinds || args.fair {
         let dir = tempfile::tempdir_in(std::env::var("BENCH_DIR").unwrap_or_else(|_| ".".into()))
             .expect("a temporary directory");
         let (place, concurrency) = match (&args.redis, &args.postgres) {
@@ -513,6 +518,9 @@ async fn main() {
             (None, None) => (kinds::Place::Embedded(dir.path().to_owned()), 256),
         };
         let concurrency = args.concurrency.unwrap_or(concurrency);
+        if args.fair {
+            return kinds::fair(place, args.n, args.rounds, concurrency).await;
+        }
         return kinds::measure(place, args.n, args.rounds, concurrency).await;
     }
     if let Some(url) = &args.postgres {
