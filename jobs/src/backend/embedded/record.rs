@@ -357,9 +357,13 @@ pub(crate) mod tests {
     /// No key, or a key with any limits the layout keeps.
     fn keyed() -> impl Strategy<Value = Option<Keyed>> {
         let rate = proptest::option::of((1..=u32::MAX, duration()));
-        proptest::option::of(("[a-zé-]{1,12}", any::<u32>(), rate).prop_map(
-            |(key, limit, rate)| Keyed { key, limit, rate },
-        ))
+        proptest::option::of(
+            ("[a-zé-]{1,12}", any::<u32>(), rate).prop_map(|(key, limit, rate)| Keyed {
+                key,
+                limit,
+                rate,
+            }),
+        )
     }
 
     fn spec() -> impl Strategy<Value = Spec> {

@@ -162,7 +162,11 @@ impl Gate {
             cap = u64::from(self.limit).saturating_sub(self.running.saturating_sub(freed));
         }
         if let Some((starts, _)) = self.rate {
-            let started = if self.window_open(now) { self.started } else { 0 };
+            let started = if self.window_open(now) {
+                self.started
+            } else {
+                0
+            };
             cap = cap.min(u64::from(starts).saturating_sub(started));
         }
         cap
@@ -336,9 +340,8 @@ impl Tables<'_> {
             return Ok(false);
         }
         let kind = record.spec.kind.as_str();
-        let same = before.filter(|b| {
-            b.spec.kind == kind && b.spec.gate().is_some_and(|k| k.key == keyed.key)
-        });
+        let same = before
+            .filter(|b| b.spec.kind == kind && b.spec.gate().is_some_and(|k| k.key == keyed.key));
         let now = self.now;
         let gate = self.gate_mut(kind, &keyed.key)?;
         let running = same.is_some_and(|b| matches!(b.job.status, Status::Running { .. }));
@@ -364,7 +367,11 @@ impl Tables<'_> {
         let next_key = format!("{key}\0");
         let range = (kind, key, 0, 0, "")..(kind, next_key.as_str(), 0, 0, "");
         let found = match end {
-            End::LastAdmitted => self.gate_admitted.range(range).map_err(storage)?.next_back(),
+            End::LastAdmitted => self
+                .gate_admitted
+                .range(range)
+                .map_err(storage)?
+                .next_back(),
             End::FirstWaiting => self.gate_waiting.range(range).map_err(storage)?.next(),
         };
         let Some(entry) = found else {
@@ -537,7 +544,9 @@ impl Tables<'_> {
                 self.gate_timers.remove((kind, at, key)).map_err(storage)?;
             }
             if let Some(at) = will {
-                self.gate_timers.insert((kind, at, key), ()).map_err(storage)?;
+                self.gate_timers
+                    .insert((kind, at, key), ())
+                    .map_err(storage)?;
             }
         }
         match value {
@@ -571,7 +580,10 @@ mod tests {
             timer: Some(9),
         };
         assert_eq!(Gate::decode(&gate.encode()).unwrap(), gate);
-        assert_eq!(Gate::decode(&Gate::default().encode()).unwrap(), Gate::default());
+        assert_eq!(
+            Gate::decode(&Gate::default().encode()).unwrap(),
+            Gate::default()
+        );
         assert!(Gate::decode(&gate.encode()[1..]).unwrap_err().is_storage());
         let mut big_limit = gate.encode();
         big_limit[1 + 5 * 8 + 4] = 1;
@@ -594,7 +606,11 @@ mod tests {
         assert_eq!((gate.window_start, gate.started), (10, 1));
         assert_eq!(gate.cap(50, 0), 1);
         gate.start(60);
-        assert_eq!((gate.window_start, gate.started), (10, 2), "the same window");
+        assert_eq!(
+            (gate.window_start, gate.started),
+            (10, 2),
+            "the same window"
+        );
         assert_eq!(gate.cap(109, 0), 0);
         assert_eq!(gate.wanted_timer(109), None, "no job waits");
         gate.waiting = 1;

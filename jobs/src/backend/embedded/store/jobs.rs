@@ -474,12 +474,7 @@ pub(super) fn list(
                 .map(|l| index::due_range(t, &l.kind, l.level, after, u64::MAX))
                 .collect::<Result<_, _>>()?;
             for (k, _) in &waiting {
-                streams.push(index::kind_range(
-                    &t.waiting_by_kind,
-                    k,
-                    after,
-                    u64::MAX,
-                )?);
+                streams.push(index::kind_range(&t.waiting_by_kind, k, after, u64::MAX)?);
             }
             Box::new(index::merge(streams, limit)?.into_iter().map(Ok))
         }

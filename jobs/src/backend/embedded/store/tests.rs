@@ -1774,3 +1774,5 @@ fn successors_and_their_handovers_survive_a_crash() {
     }
     assert_eq!(store.counts().dead, 0);
 }
+
+mod gates;
