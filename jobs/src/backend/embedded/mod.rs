@@ -55,7 +55,9 @@ use store::{Op, Reply, Store};
 const MAX_REQUESTS_PER_COMMIT: usize = 4096;
 
 enum Request {
-    Op(Op, oneshot::Sender<Result<Reply, Error>>),
+    /// Boxed: an op carries a whole spec (a key and its limits included), and a close
+    /// should not be that size.
+    Op(Box<Op>, oneshot::Sender<Result<Reply, Error>>),
     Close(oneshot::Sender<Result<(), Error>>),
 }
 
@@ -217,7 +219,7 @@ impl Embedded {
     async fn call(&self, op: Op) -> Result<Reply, Error> {
         let (tx, rx) = oneshot::channel();
         self.requests
-            .send(Request::Op(op, tx))
+            .send(Request::Op(Box::new(op), tx))
             .map_err(|_| self.published.gone())?;
         rx.await.map_err(|_| self.published.gone())?
     }
@@ -239,7 +241,7 @@ fn serve(
         while let Some(request) = next.take() {
             match request {
                 Request::Op(op, reply) => {
-                    ops.push(op);
+                    ops.push(*op);
                     replies.push(reply);
                 }
                 Request::Close(done) => closing.push(done),

@@ -82,6 +82,7 @@ use crate::core::state::{self, Tally};
 
 mod claim;
 mod counts;
+mod gate;
 mod gates;
 mod index;
 mod jobs;

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use redb::{ReadableTable, Table, TableDefinition};
 
 use super::counts::Counters;
-use super::gates::{self, Gate, GateKey, Side};
+use super::gate::{self, Gate, GateKey};
 use crate::backend::embedded::record::Record;
 use crate::backend::embedded::wal;
 use crate::core::error::Error;
@@ -131,11 +131,11 @@ impl<'t> Tables<'t> {
             held: txn.open_table(HELD).map_err(storage)?,
             held_until: txn.open_table(HELD_UNTIL).map_err(storage)?,
             next: txn.open_table(NEXT).map_err(storage)?,
-            gates: txn.open_table(gates::GATES).map_err(storage)?,
-            gate_admitted: txn.open_table(gates::GATE_ADMITTED).map_err(storage)?,
-            gate_waiting: txn.open_table(gates::GATE_WAITING).map_err(storage)?,
-            waiting_by_kind: txn.open_table(gates::WAITING_BY_KIND).map_err(storage)?,
-            gate_timers: txn.open_table(gates::GATE_TIMERS).map_err(storage)?,
+            gates: txn.open_table(gate::GATES).map_err(storage)?,
+            gate_admitted: txn.open_table(gate::GATE_ADMITTED).map_err(storage)?,
+            gate_waiting: txn.open_table(gate::GATE_WAITING).map_err(storage)?,
+            waiting_by_kind: txn.open_table(gate::WAITING_BY_KIND).map_err(storage)?,
+            gate_timers: txn.open_table(gate::GATE_TIMERS).map_err(storage)?,
             gate_cache: std::collections::BTreeMap::new(),
             dirty: std::collections::BTreeSet::new(),
             promoted: None,
@@ -248,10 +248,8 @@ impl Tables<'_> {
     ) -> Result<(), Error> {
         self.account(
             id,
-            before.and_then(|s| Side::of(&s.spec, s.job, s.waiting)),
-            after
-                .as_ref()
-                .and_then(|r| Side::of(&r.spec, r.job, r.waiting)),
+            before.map(|s| (&s.spec, s.job, s.waiting)),
+            after.as_ref().map(|r| (&*r.spec, r.job, r.waiting)),
         )?;
         let before = before.map(|s| (s.job, s.spec.kind.as_str(), s.spec.priority, s.waiting));
         let after_key = after
