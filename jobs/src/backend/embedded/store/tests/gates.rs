@@ -341,6 +341,60 @@ fn gates_survive_a_crash_by_the_log() {
     assert_eq!(ids(&claimed), ["r2"], "the window ended");
 }
 
+/// A gated job of the plain group (kind `""`, priority 0) is admitted into the plain
+/// group's own `due` table and waits like any other: listed pending, claimed in turn.
+#[test]
+fn a_gated_job_of_the_plain_group_waits_and_is_listed() {
+    let mut store = store();
+    let plain = Spec {
+        key: Some(Keyed {
+            key: "k".into(),
+            limit: 1,
+            rate: None,
+        }),
+        ..store.plain.clone()
+    };
+    one(&mut store, put("p1", 1, &plain, Dedup::Keep), 0);
+    one(&mut store, put("p2", 2, &plain, Dedup::Keep), 0);
+    let list = Op::List {
+        state: JobState::Pending,
+        after: None,
+        limit: 10,
+        payloads: false,
+        kind: Some(String::new()),
+    };
+    let Reply::Listed(listed) = one(&mut store, list, 0) else {
+        panic!("a list");
+    };
+    let listed: Vec<_> = listed
+        .iter()
+        .map(|(at, j)| (*at, j.id(), j.key()))
+        .collect();
+    assert_eq!(listed, [(1, "p1", Some("k")), (2, "p2", Some("k"))]);
+    let claim = |store: &mut Store, now| {
+        let op = Op::Claim {
+            max: 10,
+            kind: None::<String>.into(),
+        };
+        let Reply::Claimed(batch, _) = one(store, op, now) else {
+            panic!("a claim");
+        };
+        batch.jobs
+    };
+    let claimed = claim(&mut store, 5);
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, "p1");
+    assert!(claim(&mut store, 6).is_empty(), "p2 waits for p1's slot");
+    let ack = Op::Ack {
+        id: "p1".into(),
+        token: claimed[0].token,
+    };
+    one(&mut store, ack, 7);
+    let claimed = claim(&mut store, 8);
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, "p2");
+}
+
 // ===== random operations against the gates' invariants =====
 
 /// The keys of the random runs, each with fixed limits so that they can be checked:
