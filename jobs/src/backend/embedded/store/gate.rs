@@ -9,13 +9,20 @@ use redb::TableDefinition;
 use crate::core::error::Error;
 use crate::core::kind::Keyed;
 
+/// `(kind, key)` → the gate's state ([`Gate::encode`]), for every gate with a job or an
+/// open rate window.
 pub(super) const GATES: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("gates");
+/// A gate's admitted jobs (also in `due`), in key order.
 pub(super) const GATE_ADMITTED: TableDefinition<'_, GateKey, ()> =
     TableDefinition::new("gate_admitted");
+/// A gate's waiting jobs (not in `due`), in key order.
 pub(super) const GATE_WAITING: TableDefinition<'_, GateKey, ()> =
     TableDefinition::new("gate_waiting");
+/// The waiting jobs again as `(kind, run_at, id)`: a list of pending jobs merges them in.
 pub(super) const WAITING_BY_KIND: TableDefinition<'_, (&str, u64, &str), ()> =
     TableDefinition::new("waiting_by_kind");
+/// `(kind, at, key)`: the gate of `(kind, key)` is to be rebalanced at `at`, the end of
+/// its rate window.
 pub(super) const GATE_TIMERS: TableDefinition<'_, (&str, u64, &str), ()> =
     TableDefinition::new("gate_timers");
 

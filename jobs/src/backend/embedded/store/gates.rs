@@ -8,9 +8,10 @@
 //!   pending job (claimable) and again in `gate_admitted`; and the **waiting** ones, their
 //!   record's `waiting` bit set (`record.rs`), in `gate_waiting` and `waiting_by_kind`
 //!   instead of `due` (pending, counted and listed, never claimed). Five tables (defined
-//!   with the gate's state in `gate.rs`): `gates` ((kind, key) → [`Gate`]), `gate_admitted` and `gate_waiting` ((kind, key, level,
-//!   run_at, id) → ()), `waiting_by_kind` ((kind, run_at, id) → (), for lists) and
-//!   `gate_timers` ((kind, at, key) → ()).
+//!   with the gate's state in `gate.rs`): `gates` ((kind, key) → [`Gate`]),
+//!   `gate_admitted` and `gate_waiting` ((kind, key, level, run_at, id) → ()),
+//!   `waiting_by_kind` ((kind, run_at, id) → (), for lists) and `gate_timers` ((kind, at,
+//!   key) → ()).
 //! - Invariant after every operation: every admitted job is before every waiting one in key
 //!   order, and `admitted = min(admitted + waiting, cap)` where `cap` is what the limit
 //!   (`limit - running`) and the rate (`starts - started` in the open window) leave
