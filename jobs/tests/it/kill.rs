@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use wheel_jobs::{Dedup, JobOptions, JobQueue, JobState, ListOptions, Scheduled};
@@ -974,6 +974,211 @@ fn a_job_that_kills_its_process_goes_dead_after_max_attempts() {
         assert_eq!(info.state(), wheel_jobs::JobState::Dead);
         assert_eq!(info.attempt(), 2);
         queue.close().await.unwrap();
+    });
+}
+
+/// The keys of the gated jobs of the key-limit test, each with `PER_KEY` jobs.
+const GATE_KEYS: [&str; 3] = ["a", "b", "c"];
+const PER_KEY: usize = 6;
+/// At most this many jobs of one key run at once.
+const KEY_LIMIT: usize = 2;
+
+/// A gated job of key `key`: kind "sync", at most `KEY_LIMIT` running, the shortest lease
+/// (the limits and the lease are stored with the job, not taken from the opener's builder).
+fn gated(key: &str) -> JobOptions {
+    JobOptions::kind("sync")
+        .key(key)
+        .key_limit(KEY_LIMIT as u32)
+        .lease(wheel_jobs::MIN_LEASE)
+}
+
+/// The running jobs of kind "sync" per key, as the store lists them.
+async fn running_by_key(queue: &JobQueue) -> HashMap<String, usize> {
+    let mut options = ListOptions::new();
+    options.kind("sync");
+    let page = queue.list(JobState::Running, &options).await.unwrap();
+    let mut by_key = HashMap::new();
+    for job in page.jobs() {
+        *by_key.entry(job.key().unwrap().to_owned()).or_default() += 1;
+    }
+    by_key
+}
+
+/// Child: a worker of 16 slots whose handlers print their job and hang: it holds every
+/// slot its keys' limits give it (its worker renews their leases while it lives).
+async fn hold_key_slots(path: &Path) {
+    let queue = JobQueue::open(path).await.unwrap();
+    println!("\nready");
+    let handler = |d: wheel_jobs::Delivery| async move {
+        let key = d.key().unwrap_or_default().to_owned();
+        println!("start {} {key} {}", d.id(), d.attempt());
+        std::future::pending::<Result<(), String>>().await
+    };
+    queue.run(16, handler).await.unwrap();
+}
+
+/// Files the job a "start" line of `hold_key_slots` names under its key.
+fn note_start(line: &str, held: &mut HashMap<String, Vec<String>>) {
+    let Some(rest) = line.strip_prefix("start ") else {
+        return;
+    };
+    let parts: Vec<&str> = rest.split(' ').collect();
+    assert_eq!(parts[2], "1", "a first delivery: {line}");
+    held.entry(parts[1].to_owned())
+        .or_default()
+        .push(parts[0].to_owned());
+}
+
+/// A process holding the slots of keys with a limit is SIGKILLed: after a reopen the
+/// limits still hold (its jobs still count as running, as the store lists them, sampled
+/// throughout), each key's slots come back with the dead process's leases (its jobs are
+/// redelivered, with their second attempt, before any other job of their key starts),
+/// and every job runs to its ack once.
+#[test]
+fn key_limits_hold_across_a_kill_9_and_the_slots_come_back_with_the_leases() {
+    const TEST: &str =
+        "kill::key_limits_hold_across_a_kill_9_and_the_slots_come_back_with_the_leases";
+    if let Some((_, path)) = child_role() {
+        runtime().block_on(hold_key_slots(&path));
+        return;
+    }
+    let h = embedded::harness();
+    let rt = runtime();
+    rt.block_on(async {
+        let queue = JobQueue::open(h.path()).await.unwrap();
+        let now = SystemTime::now();
+        for key in GATE_KEYS {
+            for i in 0..PER_KEY {
+                let id = format!("{key}{i}");
+                let run_at = now - ms(1000 - i as u64);
+                queue
+                    .schedule_with(&id, run_at, "p", &gated(key))
+                    .await
+                    .unwrap();
+            }
+        }
+        queue.close().await.unwrap();
+    });
+    let (mut child, lines) = spawn_child(TEST, "hold", &h.path());
+    let mut held: HashMap<String, Vec<String>> = HashMap::new();
+    let starts = |held: &HashMap<String, Vec<String>>| held.values().map(Vec::len).sum::<usize>();
+    while starts(&held) < GATE_KEYS.len() * KEY_LIMIT {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("child output");
+        note_start(&line, &mut held);
+    }
+    // A start beyond the limits, had the store admitted one, would come within this.
+    let until = std::time::Instant::now() + ms(500);
+    while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+        match lines.recv_timeout(left) {
+            Ok(line) => note_start(&line, &mut held),
+            Err(mpsc::RecvTimeoutError::Timeout) => break,
+            Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the child ended by itself"),
+        }
+    }
+    child.kill(); // holding every slot
+    let mut hung = HashSet::new();
+    for key in GATE_KEYS {
+        let mut ids = held.remove(key).unwrap_or_default();
+        ids.sort_unstable();
+        let first: Vec<String> = (0..KEY_LIMIT).map(|i| format!("{key}{i}")).collect();
+        assert_eq!(
+            ids, first,
+            "key {key}: its first {KEY_LIMIT} jobs, and no more"
+        );
+        hung.extend(ids);
+    }
+    assert!(held.is_empty(), "jobs of no key: {held:?}");
+    rt.block_on(async {
+        let queue = JobQueue::open(h.path()).await.unwrap();
+        let counts = queue.counts().await.unwrap();
+        let total = GATE_KEYS.len() * PER_KEY;
+        assert_eq!(
+            (counts.running, counts.pending),
+            (hung.len() as u64, (total - hung.len()) as u64),
+            "the dead process's jobs still run; the rest wait, pending"
+        );
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let (queue, stop) = (queue.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut most: HashMap<String, usize> = HashMap::new();
+                let mut samples = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for (key, n) in running_by_key(&queue).await {
+                        let seen = most.entry(key).or_default();
+                        *seen = (*seen).max(n);
+                    }
+                    samples += 1;
+                    tokio::time::sleep(ms(2)).await;
+                }
+                (most, samples)
+            })
+        };
+        let done = Arc::new(Mutex::new(Vec::new()));
+        let handler = {
+            let done = done.clone();
+            move |d: wheel_jobs::Delivery| {
+                let done = done.clone();
+                async move {
+                    let key = d.key().unwrap().to_owned();
+                    done.lock()
+                        .unwrap()
+                        .push((d.id().to_owned(), key, d.attempt()));
+                    tokio::time::sleep(ms(5)).await;
+                    Ok::<(), String>(())
+                }
+            }
+        };
+        let running = tokio::spawn(queue.run(8, handler));
+        let waited = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let counts = queue.counts().await.unwrap();
+                if counts.pending + counts.running == 0 {
+                    break;
+                }
+                tokio::time::sleep(ms(10)).await;
+            }
+        });
+        waited.await.expect("every job ends");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (most, samples) = sampler.await.unwrap();
+        queue.close().await.unwrap();
+        running.await.unwrap().unwrap();
+        assert!(samples > 0);
+        for key in GATE_KEYS {
+            assert_eq!(
+                most.get(key).copied(),
+                Some(KEY_LIMIT),
+                "key {key}: at most {KEY_LIMIT} running, the dead process's held at first"
+            );
+        }
+        let done = done.lock().unwrap().clone();
+        let mut once = HashSet::new();
+        for (id, _, attempt) in &done {
+            assert!(once.insert(id.clone()), "{id} ran twice: {done:?}");
+            let expected = if hung.contains(id) { 2 } else { 1 };
+            assert_eq!(*attempt, expected, "{id}");
+        }
+        assert_eq!(once.len(), total, "every job once");
+        for key in GATE_KEYS {
+            let first: HashSet<&str> = done
+                .iter()
+                .filter(|(_, k, _)| k == key)
+                .take(KEY_LIMIT)
+                .map(|(id, _, _)| id.as_str())
+                .collect();
+            let expect: HashSet<&str> = hung
+                .iter()
+                .filter(|id| id.starts_with(key))
+                .map(String::as_str)
+                .collect();
+            assert_eq!(
+                first, expect,
+                "key {key}: its slots came back with the dead process's leases"
+            );
+        }
     });
 }
 

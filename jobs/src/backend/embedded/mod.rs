@@ -55,7 +55,9 @@ use store::{Op, Reply, Store};
 const MAX_REQUESTS_PER_COMMIT: usize = 4096;
 
 enum Request {
-    Op(Op, oneshot::Sender<Result<Reply, Error>>),
+    /// Boxed: an op carries a whole spec (a key and its limits included), and a close
+    /// should not be that size.
+    Op(Box<Op>, oneshot::Sender<Result<Reply, Error>>),
     Close(oneshot::Sender<Result<(), Error>>),
 }
 
@@ -65,7 +67,8 @@ pub(crate) struct Embedded {
     published: Arc<Published>,
     /// This process's idle consumers: an ack or a death (a failure's or a claim's kill)
     /// that makes a successor pending wakes them (the front knows only that the ack held
-    /// its lease).
+    /// its lease); the writer thread wakes them for the jobs a batch admitted from their
+    /// key's queue (`store/gates.rs`).
     wakeup: Arc<Wakeup>,
 }
 
@@ -171,6 +174,7 @@ impl Embedded {
         let (ready_tx, ready_rx) = oneshot::channel();
         let thread_path = path.clone();
         let thread_published = published.clone();
+        let thread_wakeup = wakeup.clone();
         std::thread::Builder::new()
             .name("wheel-jobs-store".into())
             .spawn(move || {
@@ -192,7 +196,7 @@ impl Embedded {
                     Ok(store) => {
                         thread_published.publish(store.counts());
                         if ready_tx.send(Ok(())).is_ok() {
-                            serve(store, receiver, &thread_published);
+                            serve(store, receiver, &thread_published, &thread_wakeup);
                         }
                     }
                     Err(err) => {
@@ -215,14 +219,19 @@ impl Embedded {
     async fn call(&self, op: Op) -> Result<Reply, Error> {
         let (tx, rx) = oneshot::channel();
         self.requests
-            .send(Request::Op(op, tx))
+            .send(Request::Op(Box::new(op), tx))
             .map_err(|_| self.published.gone())?;
         rx.await.map_err(|_| self.published.gone())?
     }
 }
 
 /// The writer thread's loop: batch, apply, commit, answer.
-fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, published: &Published) {
+fn serve(
+    mut store: Store,
+    receiver: mpsc::Receiver<Request>,
+    published: &Published,
+    wakeup: &Wakeup,
+) {
     let mut closing = Vec::new();
     let mut panicked = false;
     while let Ok(first) = receiver.recv() {
@@ -232,7 +241,7 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, published: &Publis
         while let Some(request) = next.take() {
             match request {
                 Request::Op(op, reply) => {
-                    ops.push(op);
+                    ops.push(*op);
                     replies.push(reply);
                 }
                 Request::Close(done) => closing.push(done),
@@ -247,7 +256,8 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, published: &Publis
             .into_iter()
             .zip(replies)
             .partition(|(op, _)| !op.needs_fsync());
-        panicked = apply(&mut store, fast, published) || apply(&mut store, slow, published);
+        panicked = apply(&mut store, fast, published, wakeup)
+            || apply(&mut store, slow, published, wakeup);
         if panicked || store.broken() || !closing.is_empty() {
             break;
         }
@@ -272,11 +282,13 @@ fn serve(mut store: Store, receiver: mpsc::Receiver<Request>, published: &Publis
 }
 
 /// Applies one group of requests in one transaction and answers them; `true` if the store
-/// panicked (the thread must stop).
+/// panicked (the thread must stop). Jobs the group admitted from their key's queue wake
+/// this process's idle consumers, once durable, before anyone hears of the group.
 fn apply(
     store: &mut Store,
     group: Vec<(Op, oneshot::Sender<Result<Reply, Error>>)>,
     published: &Published,
+    wakeup: &Wakeup,
 ) -> bool {
     if group.is_empty() {
         return false;
@@ -285,6 +297,9 @@ fn apply(
     let (answers, panicked) = match catch_unwind(AssertUnwindSafe(|| store.apply(ops))) {
         Ok(Ok(answers)) => {
             published.publish(store.counts());
+            if let Some(at) = store.take_promoted() {
+                wakeup.due_at(at);
+            }
             for (reply, answer) in replies.into_iter().zip(answers) {
                 let _ = reply.send(Ok(answer));
             }

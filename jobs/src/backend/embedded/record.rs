@@ -22,6 +22,13 @@
 //!   the payload to the end. Version 2 is the same without the spec.
 //!   (The hold-off and the successor bit were added to version 3 in place, before format 5
 //!   was released; version 2 never sets the bit.)
+//! - Two more bits of the state byte, added to version 3 in place the same way (a record
+//!   written before them has neither set and reads as a job without a key): bit 6 says the
+//!   spec carries a key, after the hold-off: `key_len` as a varint, the key's bytes, then
+//!   as varints the limit (0 for none) and the rate's starts (0 for no rate), followed by
+//!   its period as a duration when there is one; bit 5 says a pending gated job waits for
+//!   its key's slot (`store/gates.rs`: it is in the gate's queue, not in `due`). A job
+//!   without a key pays no byte for either.
 //! - The spec is compact (12 bytes for a plain job with the builder's defaults, against 30
 //!   for fixed-width fields): every record is copied several times per transition (the
 //!   table, the log record, its checksum).
@@ -30,7 +37,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use crate::core::kind::Spec;
+use crate::core::kind::{Keyed, Spec};
 use crate::core::state::{Machine, Status};
 
 const VERSION: u8 = 3;
@@ -44,6 +51,12 @@ const SPEC: usize = 1 + 1;
 const MAX_VARINT: usize = 10;
 /// The bit of the state byte set while a successor waits.
 const HAS_NEXT: u8 = 0x80;
+/// The bit of the state byte set when the spec carries a key (and its limits).
+const HAS_KEY: u8 = 0x40;
+/// The bit of the state byte set while a pending gated job waits for its key's slot.
+const WAITING: u8 = 0x20;
+/// Every flag bit of the state byte.
+const FLAGS: u8 = HAS_NEXT | HAS_KEY | WAITING;
 
 /// A stored record that cannot be decoded: the file is corrupt or not a job store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +80,9 @@ pub(crate) struct Record<'a> {
     /// Whether a successor waits for this job (`Dedup::AllowWhileRunning`, the store's
     /// `next` table).
     pub(crate) next: bool,
+    /// Whether a pending gated job waits for its key's slot (`store/gates.rs`): then it is
+    /// in its gate's queue, not in `due`. Always false for any other job.
+    pub(crate) waiting: bool,
 }
 
 fn push_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -116,15 +132,16 @@ fn duration_of(code: u64) -> Duration {
     }
 }
 
-/// The fixed header, as both versions write it (version 2 with `next` false).
-fn push_fixed(out: &mut Vec<u8>, version: u8, job: &Machine, next: bool) {
+/// The fixed header, as both versions write it (version 2 with no flag), `flags` or'd into
+/// the state byte.
+fn push_fixed(out: &mut Vec<u8>, version: u8, job: &Machine, flags: u8) {
     let (state, token, time) = match job.status {
         Status::Pending => (0u8, 0, 0),
         Status::Running { token, until } => (1, token, until),
         Status::Dead { at } => (2, 0, at),
     };
     out.push(version);
-    out.push(if next { state | HAS_NEXT } else { state });
+    out.push(state | flags);
     out.extend_from_slice(&job.attempt.to_le_bytes());
     out.extend_from_slice(&job.run_at.to_le_bytes());
     out.extend_from_slice(&token.to_le_bytes());
@@ -156,7 +173,16 @@ impl<'a> Record<'a> {
         let mut out = Vec::with_capacity(
             FIXED + SPEC + spec.kind.len() + 5 * MAX_VARINT + 2 + error_len + self.payload.len(),
         );
-        push_fixed(&mut out, VERSION, &self.job, self.next);
+        let key = spec.key.as_ref();
+        let flags = [
+            (self.next, HAS_NEXT),
+            (key.is_some(), HAS_KEY),
+            (self.waiting, WAITING),
+        ]
+        .iter()
+        .filter(|(set, _)| *set)
+        .fold(0, |flags, (_, bit)| flags | bit);
+        push_fixed(&mut out, VERSION, &self.job, flags);
         out.extend_from_slice(&spec.priority.to_le_bytes());
         out.push(kind_len);
         out.extend_from_slice(spec.kind.as_bytes());
@@ -165,6 +191,16 @@ impl<'a> Record<'a> {
         push_varint(&mut out, duration_code(spec.backoff.1));
         push_varint(&mut out, duration_code(spec.lease));
         push_varint(&mut out, duration_code(spec.hold_off));
+        if let Some(key) = key {
+            push_varint(&mut out, key.key.len() as u64);
+            out.extend_from_slice(key.key.as_bytes());
+            push_varint(&mut out, u64::from(key.limit));
+            let (starts, per) = key.rate.unwrap_or_default();
+            push_varint(&mut out, u64::from(starts));
+            if starts > 0 {
+                push_varint(&mut out, duration_code(per));
+            }
+        }
         push_tail(&mut out, self.error, self.payload);
         out
     }
@@ -195,9 +231,13 @@ impl<'a> Record<'a> {
                 let max = duration_of(varint(bytes, &mut at)?);
                 let lease = duration_of(varint(bytes, &mut at)?);
                 let hold_off = duration_of(varint(bytes, &mut at)?);
+                let key = match bytes[1] & HAS_KEY {
+                    0 => None,
+                    _ => Some(keyed(bytes, &mut at)?),
+                };
                 let spec = Spec {
                     hold_off,
-                    key: None,
+                    key,
                     kind: kind.to_owned(),
                     priority: i8::from_le_bytes([bytes[FIXED]]),
                     max_attempts,
@@ -211,7 +251,8 @@ impl<'a> Record<'a> {
         let attempt = u32_at(2)?;
         let run_at = u64_at(6)?;
         let next = bytes[1] & HAS_NEXT != 0;
-        let status = match bytes[1] & !HAS_NEXT {
+        let waiting = bytes[1] & WAITING != 0;
+        let status = match bytes[1] & !FLAGS {
             0 => Status::Pending,
             1 => Status::Running {
                 token: u64_at(14)?,
@@ -242,8 +283,25 @@ impl<'a> Record<'a> {
             error,
             payload,
             next,
+            waiting,
         })
     }
+}
+
+/// The key and its limits at `*at` (bit 6 of the state byte set), moving `*at` past them.
+fn keyed(bytes: &[u8], at: &mut usize) -> Result<Keyed, Corrupt> {
+    let len = usize::try_from(varint(bytes, at)?).map_err(|_| Corrupt)?;
+    let end = at.checked_add(len).ok_or(Corrupt)?;
+    let key = bytes.get(*at..end).ok_or(Corrupt)?;
+    let key = std::str::from_utf8(key).map_err(|_| Corrupt)?.to_owned();
+    *at = end;
+    let limit = u32::try_from(varint(bytes, at)?).map_err(|_| Corrupt)?;
+    let starts = u32::try_from(varint(bytes, at)?).map_err(|_| Corrupt)?;
+    let rate = match starts {
+        0 => None,
+        _ => Some((starts, duration_of(varint(bytes, at)?))),
+    };
+    Ok(Keyed { key, limit, rate })
 }
 
 #[cfg(test)]
@@ -255,7 +313,7 @@ pub(crate) mod tests {
     /// format 4 and its log hold.
     pub(crate) fn encode_v2(job: &Machine, error: Option<&str>, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        push_fixed(&mut out, VERSION_2, job, false);
+        push_fixed(&mut out, VERSION_2, job, 0);
         push_tail(&mut out, error, payload);
         out
     }
@@ -296,25 +354,37 @@ pub(crate) mod tests {
         ]
     }
 
+    /// No key, or a key with any limits the layout keeps.
+    fn keyed() -> impl Strategy<Value = Option<Keyed>> {
+        let rate = proptest::option::of((1..=u32::MAX, duration()));
+        proptest::option::of(
+            ("[a-zé-]{1,12}", any::<u32>(), rate).prop_map(|(key, limit, rate)| Keyed {
+                key,
+                limit,
+                rate,
+            }),
+        )
+    }
+
     fn spec() -> impl Strategy<Value = Spec> {
         (
             "[a-z.é]{0,21}",
             any::<i8>(),
             any::<u32>(),
+            (duration(), duration()),
             duration(),
             duration(),
-            duration(),
-            duration(),
+            keyed(),
         )
             .prop_map(
-                |(kind, priority, max_attempts, first, max, lease, hold_off)| Spec {
+                |(kind, priority, max_attempts, backoff, lease, hold_off, key)| Spec {
                     kind,
                     priority,
                     max_attempts,
-                    backoff: (first, max),
+                    backoff,
                     lease,
                     hold_off,
-                    key: None,
+                    key,
                 },
             )
     }
@@ -327,6 +397,7 @@ pub(crate) mod tests {
             error in proptest::option::of(".{0,40}"),
             payload in proptest::collection::vec(any::<u8>(), 0..40),
             next in any::<bool>(),
+            waiting in any::<bool>(),
         ) {
             let record = Record {
                 job,
@@ -334,6 +405,7 @@ pub(crate) mod tests {
                 error: error.as_deref(),
                 payload: &payload,
                 next,
+                waiting,
             };
             let encoded = record.encode();
             let plain = plain();
@@ -356,6 +428,7 @@ pub(crate) mod tests {
                 error: error.as_deref(),
                 payload: &payload,
                 next: false,
+                waiting: false,
             };
             prop_assert_eq!(read, Ok(expect));
         }
@@ -429,6 +502,7 @@ pub(crate) mod tests {
             error,
             payload: b"",
             next: false,
+            waiting: false,
         };
         // Kind "mail", then 25, 1 s, 60 s, 30 s and no hold-off as varints: 1, 2, 3, 3 and 1
         // bytes.
@@ -468,5 +542,57 @@ pub(crate) mod tests {
         }
         let old = encode_v2(&Machine::new(1), None, b"");
         assert_eq!(Record::decode(&old[..FIXED + 1], &plain), Err(Corrupt));
+    }
+
+    /// A key costs its bytes and three or four varints after the hold-off, flagged by bit 6;
+    /// a record cut inside them, or with a key that is not UTF-8, is corrupt.
+    #[test]
+    fn a_key_and_its_limits_follow_the_hold_off() {
+        let plain = plain();
+        let spec = Spec {
+            kind: "mail".into(),
+            key: Some(Keyed {
+                key: "t-1".into(),
+                limit: 2,
+                rate: Some((5, Duration::from_secs(1))),
+            }),
+            ..plain.clone()
+        };
+        let record = Record {
+            job: Machine::new(1),
+            spec: Cow::Borrowed(&spec),
+            error: None,
+            payload: b"p",
+            next: false,
+            waiting: true,
+        };
+        let encoded = record.encode();
+        let header = FIXED + SPEC + 4 + 10;
+        assert_eq!(encoded[1], HAS_KEY | WAITING, "pending, keyed, waiting");
+        // The key's length and bytes, limit 2, 5 starts per 1000 ms (2000 as a varint: 2
+        // bytes), then the error tag and the payload.
+        assert_eq!(&encoded[header..header + 4], &[3, b't', b'-', b'1']);
+        assert_eq!(encoded.len(), header + 4 + 1 + 1 + 2 + 2 + 1);
+        assert_eq!(Record::decode(&encoded, &plain), Ok(record.clone()));
+        for cut in [header + 2, header + 4, header + 6, header + 7] {
+            assert_eq!(
+                Record::decode(&encoded[..cut], &plain),
+                Err(Corrupt),
+                "{cut}"
+            );
+        }
+        let mut bad_key = encoded.clone();
+        bad_key[header + 1] = 0xff;
+        assert_eq!(Record::decode(&bad_key, &plain), Err(Corrupt));
+        let mut no_rate = spec.clone();
+        no_rate.key.as_mut().unwrap().rate = None;
+        let record = Record {
+            spec: Cow::Borrowed(&no_rate),
+            waiting: false,
+            ..record
+        };
+        let encoded = record.encode();
+        assert_eq!(encoded.len(), header + 4 + 1 + 1 + 2 + 1, "no period");
+        assert_eq!(Record::decode(&encoded, &plain), Ok(record));
     }
 }

@@ -34,7 +34,9 @@
 //!   a recurring series' record, keyed by its name; 4 and 5 the same for a hold-off's
 //!   tombstone, keyed by the job's id, its value the end of the hold-off as a `u64`; 6 and
 //!   7 the same for the successor waiting for a running job (`Dedup::AllowWhileRunning`),
-//!   keyed by the job's id, its value the successor's record).
+//!   keyed by the job's id, its value the successor's record; 8 and 9 the same for the
+//!   state of a key's gate, keyed by its kind and key joined by a NUL (neither holds a
+//!   control character), its value the gate's state, `store/gates.rs`).
 //! - Any error writing or syncing the log stops the store (`mod.rs`): after a failed
 //!   fsync the file's state is unknown, so nothing more is answered from it.
 
@@ -121,8 +123,14 @@ pub(crate) fn push_next_change(body: &mut Vec<u8>, id: &str, value: Option<&[u8]
     push_entry(body, id, value, 6);
 }
 
-/// A record's changes: to jobs, to recurring series, to hold-off tombstones and to
-/// successors.
+/// Appends one gate's entry (its state, or `None`: deleted) to a record body, under its
+/// kind and key joined by a NUL.
+pub(crate) fn push_gate_change(body: &mut Vec<u8>, gate: &str, value: Option<&[u8]>) {
+    push_entry(body, gate, value, 8);
+}
+
+/// A record's changes: to jobs, to recurring series, to hold-off tombstones, to
+/// successors and to gates.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Changes<'a> {
     pub(crate) jobs: Vec<Change<'a>>,
@@ -131,6 +139,9 @@ pub(crate) struct Changes<'a> {
     pub(crate) held: Vec<(&'a str, Option<u64>)>,
     /// A successor's record under its running job's id, or `None`: deleted.
     pub(crate) next: Vec<Change<'a>>,
+    /// A gate's state under its kind and key joined by a NUL, or `None`: deleted. Replayed
+    /// after the record's jobs: it is the gate's final value in the batch.
+    pub(crate) gates: Vec<Change<'a>>,
 }
 
 /// The entries of a record body; `None` if it does not parse to its end.
@@ -149,8 +160,8 @@ fn parse(mut body: &[u8]) -> Option<Changes<'_>> {
         let id = std::str::from_utf8(take(&mut body, id_len.into())?).ok()?;
         let tag = take(&mut body, 1)?[0];
         let value = match tag {
-            0 | 2 | 4 | 6 => None,
-            1 | 3 | 5 | 7 => {
+            0 | 2 | 4 | 6 | 8 => None,
+            1 | 3 | 5 | 7 | 9 => {
                 let len = u32::from_le_bytes(take(&mut body, 4)?.try_into().ok()?);
                 Some(take(&mut body, usize::try_from(len).ok()?)?)
             }
@@ -160,6 +171,7 @@ fn parse(mut body: &[u8]) -> Option<Changes<'_>> {
             0 | 1 => changes.jobs.push((id, value)),
             2 | 3 => changes.series.push((id, value)),
             6 | 7 => changes.next.push((id, value)),
+            8 | 9 => changes.gates.push((id, value)),
             _ => {
                 let until = match value {
                     Some(v) => Some(u64::from_le_bytes(v.try_into().ok()?)),
@@ -499,8 +511,23 @@ mod tests {
         assert_eq!(changes.next, [("a", Some(&b"successor"[..])), ("b", None)]);
         assert!(changes.series.is_empty() && changes.held.is_empty());
         let mut bad = Vec::new();
-        push_entry(&mut bad, "a", None, 8);
+        push_entry(&mut bad, "a", None, 10);
         assert_eq!(parse(&bad), None, "an unknown tag");
+    }
+
+    /// Gates replay apart from jobs, under their kind and key.
+    #[test]
+    fn gate_entries_replay_apart_from_jobs() {
+        let mut record = body(&[("a", Some(&b"job"[..]))]);
+        push_gate_change(&mut record, "sync\0t-1", Some(b"state"));
+        push_gate_change(&mut record, "\0t-2", None);
+        let changes = parse(&record).expect("parses");
+        assert_eq!(changes.jobs, [("a", Some(&b"job"[..]))]);
+        assert_eq!(
+            changes.gates,
+            [("sync\0t-1", Some(&b"state"[..])), ("\0t-2", None)]
+        );
+        assert!(changes.series.is_empty() && changes.held.is_empty() && changes.next.is_empty());
     }
 
     #[test]

@@ -548,6 +548,8 @@ pub async fn a_key_rate_holds_starts_to_its_window(h: impl Harness) {
     );
     assert!(third.ack().await.unwrap());
     drop(consumer);
+    // Closed first: an embedded store is opened by one handle at a time.
+    queue.close().await.unwrap();
     // A window of an hour: two start, two wait, and an idle consumer sleeps past them.
     let slow = open(&h, |b| {
         b.timer(timer.clone())
@@ -573,7 +575,6 @@ pub async fn a_key_rate_holds_starts_to_its_window(h: impl Harness) {
     assert!(!waiting.is_finished());
     waiting.abort();
     slow.close().await.unwrap();
-    queue.close().await.unwrap();
 }
 
 pub async fn bad_keys_and_limits_are_refused_and_nothing_is_stored(h: impl Harness) {

@@ -22,6 +22,11 @@
 //!   is kept; the successor is due for the next claim, not this one. The claim answers
 //!   the earliest run_at of the successors it handed over: they may be of kinds it does
 //!   not claim (not in its `next_due`), so the caller wakes the idle consumers for them.
+//! - A gated job waiting for its key's slot is not in `due`, so no claim reads it
+//!   (`gates.rs`). A claim first rebalances the gates of its kinds whose rate window ended
+//!   (their timers, a bounded number), so the jobs they admit are claimable by it; it
+//!   settles the gates its leases and kills touched before reading its `next_due`, which is
+//!   no later than the earliest gate timer of its kinds.
 
 use super::counts::Counters;
 use super::index::{self, Position};
@@ -58,8 +63,13 @@ impl Store {
         // Expired hold-offs go a bounded number per claim; a schedule meeting one deletes
         // it too.
         let expired = t.expire_held(now)?;
+        // Gates whose rate window ended admit their next jobs before the walk.
+        let woken = t.wake_gates(kinds, now)?;
+        if woken > 0 {
+            t.settle(counts)?;
+        }
         let (due, walked) = due_keys(t, now, max, kinds)?;
-        let changed = !due.is_empty() || expired > 0;
+        let changed = !due.is_empty() || expired > 0 || woken > 0;
         let mut jobs = Vec::with_capacity(due.len());
         let mut died = 0;
         let mut handed: Option<u64> = None;
@@ -123,11 +133,18 @@ impl Store {
                 });
             }
         }
+        // The slots its leases took and its kills freed: settled before `next_due` reads
+        // what they admitted.
+        t.settle(counts)?;
         // A claim that took nothing changed nothing: the walk's first keys are still the
         // first ones (no second walk for an empty claim).
         let next_due = match walked {
             Some(first) if !changed => first,
             _ => next_due(t, kinds)?,
+        };
+        let next_due = match (next_due, t.next_timer(kinds)?) {
+            (Some(due), Some(timer)) => Some(due.min(timer)),
+            (due, timer) => due.or(timer),
         };
         Ok((
             ClaimBatch {

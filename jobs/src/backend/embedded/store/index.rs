@@ -1,8 +1,9 @@
 //! Reads of the pending and running indexes by kind: the plain group's tables `due`
 //! ((run_at, id): kind `""`, priority 0) and `running` ((lease end, id): kind `""`), and for
 //! every other group `due_by_kind` ((kind, level, run_at, id)) and `running_by_kind`
-//! ((kind, lease end, id)); the groups present, found by skipping from one to the next, and
-//! a merge of sorted ranges.
+//! ((kind, lease end, id)), and the other `(kind, u64, id)` indexes alike (`gates.rs`'s
+//! waiting jobs and timers: [`kinds_of`], [`kind_range`]); the groups present, found by
+//! skipping from one to the next, and a merge of sorted ranges.
 //!
 //! # Ground rules
 //!
@@ -19,7 +20,7 @@ use std::ops::Bound::{self, Excluded, Included, Unbounded};
 
 use redb::{ReadableTable, Table};
 
-use super::tables::{storage, Tables, PLAIN_LEVEL};
+use super::tables::{storage, LeaseKey, Tables, PLAIN_LEVEL};
 use crate::core::error::Error;
 
 /// A level of one kind in `due`: its pending jobs of one priority.
@@ -108,14 +109,25 @@ pub(super) fn lease_kinds(t: &Tables<'_>, only: Option<&str>) -> Result<Vec<(Str
             return Ok(out);
         }
     }
+    out.extend(kinds_of(&t.running, only)?);
+    Ok(out)
+}
+
+/// Every kind with a key in `table` (`(kind, u64, id)` keys; the kind `only` if given), in
+/// kind order, each with its first key's `u64`.
+pub(super) fn kinds_of(
+    table: &Table<'_, LeaseKey, ()>,
+    only: Option<&str>,
+) -> Result<Vec<(String, u64)>, Error> {
+    let mut out = Vec::new();
     let mut from = only.unwrap_or_default().to_owned();
     loop {
         let found = {
-            let mut range = t.running.range((from.as_str(), 0, "")..).map_err(storage)?;
+            let mut range = table.range((from.as_str(), 0, "")..).map_err(storage)?;
             match range.next().transpose().map_err(storage)? {
                 Some((key, _)) => {
-                    let (kind, until, _) = key.value();
-                    Some((kind.to_owned(), until))
+                    let (kind, first, _) = key.value();
+                    Some((kind.to_owned(), first))
                 }
                 None => None,
             }
@@ -124,6 +136,8 @@ pub(super) fn lease_kinds(t: &Tables<'_>, only: Option<&str>) -> Result<Vec<(Str
         if only.is_some_and(|only| only != kind) {
             break;
         }
+        // No kind holds a NUL (`check_kind`): every later kind sorts at or after this one
+        // followed by NUL.
         from = format!("{kind}\0");
         out.push((kind, first));
         if only.is_some() {
@@ -190,11 +204,22 @@ pub(super) fn lease_range<'a>(
     if kind.is_empty() {
         return plain_range(&t.plain_running, after, upto);
     }
+    kind_range(&t.running, kind, after, upto)
+}
+
+/// The keys of one kind in `table` (`(kind, u64, id)` keys) after `after` (all for `None`)
+/// up to `upto`, as positions, in order.
+pub(super) fn kind_range<'a>(
+    table: &'a Table<'_, LeaseKey, ()>,
+    kind: &'a str,
+    after: Option<(u64, &str)>,
+    upto: u64,
+) -> Result<Stream<'a>, Error> {
     let start: Bound<(&str, u64, &str)> = match after {
         Some((at, id)) => Excluded((kind, at, id)),
         None => Included((kind, 0, "")),
     };
-    let range = t.running.range((start, Unbounded)).map_err(storage)?;
+    let range = table.range((start, Unbounded)).map_err(storage)?;
     Ok(Box::new(range.map_while(move |entry| match entry {
         Err(err) => Some(Err(storage(err))),
         Ok((key, _)) => {

@@ -55,6 +55,7 @@ pub(super) fn schedule(
             error: None,
             payload: &job.payload,
             next: false,
+            waiting: false,
         };
         t.set(counts, id, None, Some(record))?;
         return Ok((Scheduled::Created, run_at, true));
@@ -72,6 +73,7 @@ pub(super) fn schedule(
             error: stored.error.as_deref(),
             payload: &job.payload,
             next: false,
+            waiting: false,
         };
         t.set(counts, id, Some(&stored), Some(record))?;
         return Ok((Scheduled::Replaced, run_at, true));
@@ -88,6 +90,7 @@ pub(super) fn schedule(
             error: None,
             payload: &job.payload,
             next: false,
+            waiting: false,
         };
         t.put_next(id, Some(&successor.encode()))?;
         let mut marked = stored.with(stored.job);
@@ -156,6 +159,7 @@ pub(super) fn import(
             error: job.last_error.as_deref(),
             payload: &job.payload,
             next: false,
+            waiting: false,
         };
         t.set(counts, &job.id, None, Some(record))?;
         written.push(true);
@@ -253,6 +257,7 @@ pub(super) fn hand_over(
         error,
         payload: &successor.payload,
         next: false,
+        waiting: false,
     };
     t.set(counts, id, Some(stored), Some(record))?;
     Ok(run_at)
@@ -436,7 +441,8 @@ pub(super) fn pause(t: &mut Tables<'_>, paused: bool) -> Outcome {
 }
 
 /// The per-state and per-kind counts, the paused flag and the next pending job's due time
-/// (the earliest first key of `due`'s levels).
+/// (the earliest first key of `due`'s levels: a gated job waiting for its key's slot is
+/// counted pending but is not due, so it is not this time's).
 pub(super) fn counts(t: &Tables<'_>, counts: &Counters) -> Outcome {
     let next_due = index::levels(t, None)?.iter().map(|l| l.first).min();
     Ok((Reply::Counts(counts.snapshot(t.paused, next_due)), false))
@@ -444,7 +450,8 @@ pub(super) fn counts(t: &Tables<'_>, counts: &Counters) -> Outcome {
 
 /// Up to `limit` jobs in `state` (of kind `kind` only, if given) after the position `after`,
 /// each with its position: pending by `(run_at, id)` and running by `(lease end, id)`, each
-/// a merge of its kinds' (and levels') ranges, only `kind`'s read for a kind; dead by
+/// a merge of its kinds' (and levels') ranges, only `kind`'s read for a kind (pending: the
+/// gated jobs waiting for their key's slot too, `waiting_by_kind`); dead by
 /// `(death time, id)` descending, a range of `died`, or of `kind`'s keys in
 /// `died_by_kind`.
 pub(super) fn list(
@@ -460,10 +467,15 @@ pub(super) fn list(
     let keys: Box<dyn Iterator<Item = Result<Position, Error>>> = match wanted {
         JobState::Pending => {
             let levels = index::levels(t, kind)?;
-            let streams = levels
+            // The gated jobs waiting for their key's slot, pending too (`gates.rs`).
+            let waiting = index::kinds_of(&t.waiting_by_kind, kind)?;
+            let mut streams: Vec<index::Stream<'_>> = levels
                 .iter()
                 .map(|l| index::due_range(t, &l.kind, l.level, after, u64::MAX))
                 .collect::<Result<_, _>>()?;
+            for (k, _) in &waiting {
+                streams.push(index::kind_range(&t.waiting_by_kind, k, after, u64::MAX)?);
+            }
             Box::new(index::merge(streams, limit)?.into_iter().map(Ok))
         }
         JobState::Running => {

@@ -2,7 +2,7 @@
 //!
 //! # Ground rules
 //!
-//! - Fourteen tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header,
+//! - Nineteen tables: `jobs` (id → record: the [`Machine`](crate::core::state::Machine) header,
 //!   the job's spec, the last error and the payload, `record.rs`); the pending jobs' keys in
 //!   `due` ((run_at, id) → (): the plain group, kind `""` and priority 0) and `due_by_kind`
 //!   ((kind, level, run_at, id) → (): every other group, `level` being the priority
@@ -19,7 +19,10 @@
 //!   ((until, id) → ()), never counted, written only by `Tables::put_held`; and the
 //!   successors of `Dedup::AllowWhileRunning` in `next` (id → the successor's record:
 //!   pending, attempt 0), never counted, listed or indexed, written only by
-//!   `Tables::put_next`.
+//!   `Tables::put_next`; and the gates of keys with limits, in five tables of their own
+//!   (`gates`, `gate_admitted`, `gate_waiting`, `waiting_by_kind`, `gate_timers`: a gated
+//!   job waiting for its key's slot is pending but not in `due`, `store/gates.rs`), kept by
+//!   `Tables::set` and settled at the end of every operation.
 //! - A successor waits in `next` exactly while its job's record has the `next` bit
 //!   (`record.rs`), set and cleared in the same batch as the row: an ack, retry, death or
 //!   kill reads that bit from the record it loads anyway, so a job without a successor pays
@@ -79,6 +82,8 @@ use crate::core::state::{self, Tally};
 
 mod claim;
 mod counts;
+mod gate;
+mod gates;
 mod index;
 mod jobs;
 mod op;
@@ -129,6 +134,9 @@ pub(crate) struct Store {
     seed: u64,
     issued: u64,
     rules: Rules,
+    /// The earliest run_at of the jobs the last batch's rebalances admitted, until
+    /// [`take_promoted`](Self::take_promoted).
+    promoted: Option<u64>,
 }
 
 fn now() -> u64 {
@@ -218,8 +226,13 @@ impl Store {
                             .map(|v| Record::decode(v, &plain))
                             .transpose()
                             .map_err(storage)?;
-                        t.set(&mut counts, id, before.as_ref(), after)?;
+                        t.set_exact(&mut counts, id, before.as_ref(), after)?;
                     }
+                    // Its gates' final values, over what its jobs counted.
+                    for &(name, value) in &changes.gates {
+                        t.replay_gate(name, value)?;
+                    }
+                    t.forget_gates();
                     Ok(())
                 })?;
             }
@@ -254,12 +267,20 @@ impl Store {
             seed: state::mix(seed),
             issued: 0,
             rules: Rules::default(),
+            promoted: None,
         })
     }
 
     /// The totals per state.
     pub(crate) fn counts(&self) -> Tally {
         self.counts.total
+    }
+
+    /// The earliest run_at of the jobs the batches applied since the last call admitted
+    /// from their gate's queue: the writer thread wakes idle consumers for them, as for a
+    /// schedule, once they are durable.
+    pub(crate) fn take_promoted(&mut self) -> Option<u64> {
+        self.promoted.take()
     }
 
     /// Whether memory and disk may disagree (the log could not be written, or a commit
@@ -305,9 +326,10 @@ impl Store {
         let mut dirty = false;
         let mut durable = false;
         let mut replies = Vec::with_capacity(ops.len());
-        let (log, paused) = {
+        let (log, paused, promoted) = {
             let mut t = Tables::open(&txn, &self.plain)?;
             t.paused = self.paused;
+            t.now = now;
             for op in ops {
                 let needs_fsync = op.needs_fsync();
                 let (reply, changed) = self.op(&mut t, &mut counts, now, op)?;
@@ -327,7 +349,7 @@ impl Store {
                 let mut kinds = txn.open_table(KINDS).map_err(storage)?;
                 counts.write_kinds(&self.counts, &mut kinds)?;
             }
-            (t.log, t.paused)
+            (t.log, t.paused, t.promoted)
         };
         if !dirty {
             txn.abort().map_err(storage)?;
@@ -375,6 +397,9 @@ impl Store {
         }
         self.counts = counts;
         self.paused = paused;
+        if let Some(at) = promoted {
+            self.promoted = Some(self.promoted.map_or(at, |p| p.min(at)));
+        }
         Ok(replies)
     }
 }

@@ -120,8 +120,21 @@ impl Op {
 
 impl Store {
     /// Applies one op inside the batch's transaction: its reply, and whether it changed
-    /// anything. Each op's logic is one function (`jobs.rs`, `claim.rs`, `series.rs`).
+    /// anything. Each op's logic is one function (`jobs.rs`, `claim.rs`, `series.rs`); the
+    /// gates it touched are settled after it (`gates.rs`).
     pub(super) fn op(
+        &mut self,
+        t: &mut Tables<'_>,
+        counts: &mut Counters,
+        now: u64,
+        op: Op,
+    ) -> Result<(Reply, bool), Error> {
+        let done = self.dispatch(t, counts, now, op)?;
+        t.settle(counts)?;
+        Ok(done)
+    }
+
+    fn dispatch(
         &mut self,
         t: &mut Tables<'_>,
         counts: &mut Counters,

@@ -145,6 +145,7 @@ fn place_head(
                     error: None,
                     payload,
                     next: false,
+                    waiting: false,
                 };
                 t.set(counts, &id, None, Some(job))?;
                 return Ok(Some(time));
@@ -211,6 +212,7 @@ fn keep_head(
                 error: None,
                 payload,
                 next: stored.next,
+                waiting: false,
             };
             t.set(counts, &id, Some(&stored), Some(job))?;
             Ok(Some(head))

@@ -1,12 +1,14 @@
 //! The store's tables and what keeps them in step: [`Tables`], every index and the counts
 //! written through [`Tables::set`], and each change appended to the batch's log record.
-//! The reads of the per-kind indexes are in `index.rs`.
+//! The reads of the per-kind indexes are in `index.rs`; the gates of keys with limits (their
+//! tables, counters, rebalance and timers) in `gates.rs`.
 
 use std::borrow::Cow;
 
 use redb::{ReadableTable, Table, TableDefinition};
 
 use super::counts::Counters;
+use super::gate::{self, Gate, GateKey};
 use crate::backend::embedded::record::Record;
 use crate::backend::embedded::wal;
 use crate::core::error::Error;
@@ -84,6 +86,25 @@ pub(super) struct Tables<'t> {
     pub(super) held: Table<'t, &'static str, u64>,
     pub(super) held_until: Table<'t, (u64, &'static str), ()>,
     pub(super) next: Table<'t, &'static str, &'static [u8]>,
+    /// `gates.rs`: (kind, key) → the gate's state.
+    pub(super) gates: Table<'t, (&'static str, &'static str), &'static [u8]>,
+    /// `gates.rs`: the admitted pending jobs of each gate, in key order.
+    pub(super) gate_admitted: Table<'t, GateKey, ()>,
+    /// `gates.rs`: the waiting pending jobs of each gate, in key order.
+    pub(super) gate_waiting: Table<'t, GateKey, ()>,
+    /// `gates.rs`: the waiting jobs again, `(kind, run_at, id)`, for lists of pending jobs.
+    pub(super) waiting_by_kind: Table<'t, LeaseKey, ()>,
+    /// `gates.rs`: `(kind, at, key)`, a gate to revisit at `at` (its rate window's end).
+    pub(super) gate_timers: Table<'t, LeaseKey, ()>,
+    /// The gates this operation changed, as they are now (written by `Tables::settle`).
+    pub(super) gate_cache: std::collections::BTreeMap<(String, String), Gate>,
+    /// The gates this operation changed whose admitted jobs may need a rebalance.
+    pub(super) dirty: std::collections::BTreeSet<(String, String)>,
+    /// The earliest run_at of the jobs a rebalance admitted in this batch (the writer
+    /// thread wakes idle consumers for it once the batch is durable).
+    pub(super) promoted: Option<u64>,
+    /// The batch's clock reading (a gate's rate window opens at a claim's `now`).
+    pub(super) now: u64,
     /// The body of this batch's log record: every job's final value; `None` once it would
     /// pass `LOG_AT_MOST` (the batch is then a checkpoint, and a bulk load does not build a
     /// record it would throw away), or for a batch that pauses or resumes (the log holds
@@ -110,6 +131,15 @@ impl<'t> Tables<'t> {
             held: txn.open_table(HELD).map_err(storage)?,
             held_until: txn.open_table(HELD_UNTIL).map_err(storage)?,
             next: txn.open_table(NEXT).map_err(storage)?,
+            gates: txn.open_table(gate::GATES).map_err(storage)?,
+            gate_admitted: txn.open_table(gate::GATE_ADMITTED).map_err(storage)?,
+            gate_waiting: txn.open_table(gate::GATE_WAITING).map_err(storage)?,
+            waiting_by_kind: txn.open_table(gate::WAITING_BY_KIND).map_err(storage)?,
+            gate_timers: txn.open_table(gate::GATE_TIMERS).map_err(storage)?,
+            gate_cache: std::collections::BTreeMap::new(),
+            dirty: std::collections::BTreeSet::new(),
+            promoted: None,
+            now: 0,
             log: Some(Vec::new()),
             paused: false,
             plain: plain.clone(),
@@ -125,10 +155,13 @@ pub(super) struct Stored {
     pub(super) payload: Vec<u8>,
     /// Whether a successor waits in `next`.
     pub(super) next: bool,
+    /// Whether it waits for its key's slot (`gates.rs`).
+    pub(super) waiting: bool,
 }
 
 impl Stored {
-    /// The record of this job in state `job`, its error, payload and successor unchanged.
+    /// The record of this job in state `job`, its error, payload, successor and place in
+    /// its gate unchanged.
     pub(super) fn with(&self, job: Machine) -> Record<'_> {
         Record {
             job,
@@ -136,6 +169,7 @@ impl Stored {
             error: self.error.as_deref(),
             payload: &self.payload,
             next: self.next,
+            waiting: self.waiting,
         }
     }
 
@@ -147,6 +181,7 @@ impl Stored {
             error,
             payload,
             next: _,
+            waiting: _,
         } = self;
         JobInfo::new(
             id,
@@ -181,36 +216,60 @@ impl Tables<'_> {
                 Vec::new()
             },
             next: record.next,
+            waiting: record.waiting,
         }))
     }
 
     /// Stores `after` (or deletes the job for `None`) in place of `before`, keeping the due
-    /// index, the running and dead indexes (both of them) and the counts in step.
+    /// index, the running and dead indexes (both of them), the gates and the counts in
+    /// step. A pending gated job's place in its gate (`waiting`) is the gate's to decide
+    /// ([`Tables::place`]), whatever `after` says.
     pub(super) fn set(
+        &mut self,
+        counts: &mut Counters,
+        id: &str,
+        before: Option<&Stored>,
+        mut after: Option<Record<'_>>,
+    ) -> Result<(), Error> {
+        if let Some(record) = after.as_mut() {
+            record.waiting = self.place(before, record)?;
+        }
+        self.set_exact(counts, id, before, after)
+    }
+
+    /// [`set`](Self::set) with `after` exactly as given, its `waiting` bit included: the
+    /// log's replay, and a rebalance moving a job between its gate's two parts.
+    pub(super) fn set_exact(
         &mut self,
         counts: &mut Counters,
         id: &str,
         before: Option<&Stored>,
         after: Option<Record<'_>>,
     ) -> Result<(), Error> {
-        let before = before.map(|s| (s.job, s.spec.kind.as_str(), s.spec.priority));
+        self.account(
+            id,
+            before.map(|s| (&s.spec, s.job, s.waiting)),
+            after.as_ref().map(|r| (&*r.spec, r.job, r.waiting)),
+        )?;
+        let before = before.map(|s| (s.job, s.spec.kind.as_str(), s.spec.priority, s.waiting));
         let after_key = after
             .as_ref()
-            .map(|r| (r.job, r.spec.kind.as_str(), r.spec.priority));
+            .map(|r| (r.job, r.spec.kind.as_str(), r.spec.priority, r.waiting));
         // Each state's table holds its jobs' `listed_at` keys: run_at, lease end, death
-        // time; the pending and running ones under their kind.
-        type Keyed<'k> = Option<(Machine, &'k str, i8)>;
-        fn due(k: Keyed<'_>) -> Option<(&str, u8, u64)> {
-            k.filter(|(j, _, _)| j.status == Status::Pending)
-                .map(|(j, kind, p)| (kind, level(p), j.listed_at()))
+        // time; the pending and running ones under their kind. A waiting job is in its
+        // gate's tables instead of `due`.
+        type Keys<'k> = Option<(Machine, &'k str, i8, bool)>;
+        fn due(k: Keys<'_>) -> Option<(&str, u8, u64)> {
+            k.filter(|(j, _, _, waiting)| j.status == Status::Pending && !waiting)
+                .map(|(j, kind, p, _)| (kind, level(p), j.listed_at()))
         }
-        fn running(k: Keyed<'_>) -> Option<(&str, u64)> {
-            k.filter(|(j, _, _)| matches!(j.status, Status::Running { .. }))
-                .map(|(j, kind, _)| (kind, j.listed_at()))
+        fn running(k: Keys<'_>) -> Option<(&str, u64)> {
+            k.filter(|(j, _, _, _)| matches!(j.status, Status::Running { .. }))
+                .map(|(j, kind, _, _)| (kind, j.listed_at()))
         }
-        fn died(k: Keyed<'_>) -> Option<(&str, u64)> {
-            k.filter(|(j, _, _)| matches!(j.status, Status::Dead { .. }))
-                .map(|(j, kind, _)| (kind, j.listed_at()))
+        fn died(k: Keys<'_>) -> Option<(&str, u64)> {
+            k.filter(|(j, _, _, _)| matches!(j.status, Status::Dead { .. }))
+                .map(|(j, kind, _, _)| (kind, j.listed_at()))
         }
         let (due_before, due_after) = (due(before), due(after_key));
         if due_before != due_after {
@@ -260,8 +319,8 @@ impl Tables<'_> {
             }
         }
         counts.transition(
-            before.map(|(j, kind, _)| (kind, j.status)),
-            after_key.map(|(j, kind, _)| (kind, j.status)),
+            before.map(|(j, kind, _, _)| (kind, j.status)),
+            after_key.map(|(j, kind, _, _)| (kind, j.status)),
         );
         match after {
             Some(record) => {
@@ -317,6 +376,7 @@ impl Tables<'_> {
             error: record.error.map(str::to_owned),
             payload: record.payload.to_vec(),
             next: false,
+            waiting: false,
         }))
     }
 

@@ -1460,6 +1460,7 @@ fn a_claim_of_one_kind_never_gets_an_occurrence_in_its_heads_place() {
             error: None,
             payload: &stored.payload,
             next: false,
+            waiting: false,
         };
         t.set(&mut store.counts, &head, Some(&stored), Some(record))
             .expect("set");
@@ -1773,3 +1774,5 @@ fn successors_and_their_handovers_survive_a_crash() {
     }
     assert_eq!(store.counts().dead, 0);
 }
+
+mod gates;

@@ -1,0 +1,232 @@
+//! One gate's stored state ([`Gate`]: a `(kind, key)`'s counters, rate window, limits and
+//! timer), its layout and the arithmetic of its cap; and the definitions of the gate
+//! tables. How the store keeps them is in `gates.rs`.
+
+use std::time::Duration;
+
+use redb::TableDefinition;
+
+use crate::core::error::Error;
+use crate::core::kind::Keyed;
+
+/// `(kind, key)` → the gate's state ([`Gate::encode`]), for every gate with a job or an
+/// open rate window.
+pub(super) const GATES: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("gates");
+/// A gate's admitted jobs (also in `due`), in key order.
+pub(super) const GATE_ADMITTED: TableDefinition<'_, GateKey, ()> =
+    TableDefinition::new("gate_admitted");
+/// A gate's waiting jobs (not in `due`), in key order.
+pub(super) const GATE_WAITING: TableDefinition<'_, GateKey, ()> =
+    TableDefinition::new("gate_waiting");
+/// The waiting jobs again as `(kind, run_at, id)`: a list of pending jobs merges them in.
+pub(super) const WAITING_BY_KIND: TableDefinition<'_, (&str, u64, &str), ()> =
+    TableDefinition::new("waiting_by_kind");
+/// `(kind, at, key)`: the gate of `(kind, key)` is to be rebalanced at `at`, the end of
+/// its rate window.
+pub(super) const GATE_TIMERS: TableDefinition<'_, (&str, u64, &str), ()> =
+    TableDefinition::new("gate_timers");
+
+/// The most gates whose timer came one claim rebalances.
+pub(super) const TIMERS_PER_CLAIM: usize = 64;
+
+/// A key of `gate_admitted` and `gate_waiting`: `(kind, key, level, run_at, id)`.
+pub(super) type GateKey = (&'static str, &'static str, u8, u64, &'static str);
+
+/// The layout of a gate's state.
+const VERSION: u8 = 1;
+const LEN: usize = 1 + 9 * 8;
+
+/// One gate's state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Gate {
+    /// Its running jobs (a redelivered one included).
+    pub(super) running: u64,
+    /// Its pending jobs in `due`.
+    pub(super) admitted: u64,
+    /// Its pending jobs in its queue.
+    pub(super) waiting: u64,
+    /// When the rate window opened.
+    pub(super) window_start: u64,
+    /// Starts in the window (0: no window yet).
+    pub(super) started: u64,
+    /// At most this many running; 0 for no limit.
+    pub(super) limit: u32,
+    /// At most `.0` starts per `.1` nanoseconds.
+    pub(super) rate: Option<(u32, u64)>,
+    /// Its key in `gate_timers`, if any.
+    pub(super) timer: Option<u64>,
+}
+
+fn corrupt() -> Error {
+    Error::storage("a gate's record is corrupt")
+}
+
+impl Gate {
+    /// `version: u8`, then as little-endian `u64`s: running, admitted, waiting, window
+    /// start, started, limit, the rate's starts (0: none) and period, the timer (0: none).
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let (starts, per) = self.rate.unwrap_or_default();
+        let mut out = Vec::with_capacity(LEN);
+        out.push(VERSION);
+        for field in [
+            self.running,
+            self.admitted,
+            self.waiting,
+            self.window_start,
+            self.started,
+            u64::from(self.limit),
+            u64::from(starts),
+            per,
+            self.timer.unwrap_or(0),
+        ] {
+            out.extend_from_slice(&field.to_le_bytes());
+        }
+        out
+    }
+
+    pub(super) fn decode(bytes: &[u8]) -> Result<Gate, Error> {
+        if bytes.len() != LEN || bytes[0] != VERSION {
+            return Err(corrupt());
+        }
+        let field = |i: usize| {
+            let at = 1 + 8 * i;
+            u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+        };
+        let small = |i: usize| u32::try_from(field(i)).map_err(|_| corrupt());
+        let starts = small(6)?;
+        Ok(Gate {
+            running: field(0),
+            admitted: field(1),
+            waiting: field(2),
+            window_start: field(3),
+            started: field(4),
+            limit: small(5)?,
+            rate: (starts > 0).then(|| (starts, field(7))),
+            timer: Some(field(8)).filter(|&at| at > 0),
+        })
+    }
+
+    /// Whether a rate window is open at `now` (one opens at a start).
+    pub(super) fn window_open(&self, now: u64) -> bool {
+        self.rate
+            .is_some_and(|(_, per)| self.started > 0 && now < self.window_start.saturating_add(per))
+    }
+
+    /// How many of its pending jobs may be admitted at `now`, `freed` of its running jobs
+    /// not counted (a retry placing itself).
+    pub(super) fn cap(&self, now: u64, freed: u64) -> u64 {
+        let mut cap = u64::MAX;
+        if self.limit > 0 {
+            cap = u64::from(self.limit).saturating_sub(self.running.saturating_sub(freed));
+        }
+        if let Some((starts, _)) = self.rate {
+            let started = if self.window_open(now) {
+                self.started
+            } else {
+                0
+            };
+            cap = cap.min(u64::from(starts).saturating_sub(started));
+        }
+        cap
+    }
+
+    /// A claim started one of its jobs at `now`: a closed window opens.
+    pub(super) fn start(&mut self, now: u64) {
+        if self.rate.is_some() {
+            if !self.window_open(now) {
+                self.window_start = now;
+                self.started = 0;
+            }
+            self.started += 1;
+        }
+    }
+
+    /// The limits of the job entering it.
+    pub(super) fn take(&mut self, keyed: &Keyed) {
+        self.limit = keyed.limit;
+        self.rate = keyed.rate.map(|(starts, per)| (starts, nanos_of(per)));
+    }
+
+    /// Whether it has no job at all.
+    pub(super) fn is_empty(&self) -> bool {
+        self.running == 0 && self.admitted == 0 && self.waiting == 0
+    }
+
+    /// Whether it is kept when written at `now`: it has a job, or starts in an open window.
+    pub(super) fn kept(&self, now: u64) -> bool {
+        !self.is_empty() || self.window_open(now)
+    }
+
+    /// Its timer at `now`: the window's end, while a window is open and jobs wait (or none
+    /// is left, so that it is deleted then).
+    pub(super) fn wanted_timer(&self, now: u64) -> Option<u64> {
+        let (_, per) = self.rate?;
+        (self.window_open(now) && (self.waiting > 0 || self.is_empty()))
+            .then(|| self.window_start.saturating_add(per))
+    }
+}
+
+fn nanos_of(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gate_round_trips_and_garbage_is_corrupt() {
+        let gate = Gate {
+            running: 1,
+            admitted: 2,
+            waiting: 3,
+            window_start: 4,
+            started: 5,
+            limit: 6,
+            rate: Some((7, 8)),
+            timer: Some(9),
+        };
+        assert_eq!(Gate::decode(&gate.encode()).unwrap(), gate);
+        assert_eq!(
+            Gate::decode(&Gate::default().encode()).unwrap(),
+            Gate::default()
+        );
+        assert!(Gate::decode(&gate.encode()[1..]).unwrap_err().is_storage());
+        let mut big_limit = gate.encode();
+        big_limit[1 + 5 * 8 + 4] = 1;
+        assert!(Gate::decode(&big_limit).unwrap_err().is_storage());
+    }
+
+    /// The cap is what both limits leave; a closed window counts no start.
+    #[test]
+    fn the_cap_is_the_tighter_of_limit_and_rate() {
+        let mut gate = Gate {
+            limit: 3,
+            running: 1,
+            ..Gate::default()
+        };
+        assert_eq!(gate.cap(0, 0), 2);
+        assert_eq!(gate.cap(0, 1), 3, "a retry's own slot");
+        gate.rate = Some((2, 100));
+        assert_eq!(gate.cap(0, 0), 2, "no window yet");
+        gate.start(10);
+        assert_eq!((gate.window_start, gate.started), (10, 1));
+        assert_eq!(gate.cap(50, 0), 1);
+        gate.start(60);
+        assert_eq!(
+            (gate.window_start, gate.started),
+            (10, 2),
+            "the same window"
+        );
+        assert_eq!(gate.cap(109, 0), 0);
+        assert_eq!(gate.wanted_timer(109), None, "no job waits");
+        gate.waiting = 1;
+        assert_eq!(gate.wanted_timer(109), Some(110));
+        assert_eq!(gate.cap(110, 0), 2, "the window ended");
+        assert_eq!(gate.wanted_timer(110), None);
+        gate.start(110);
+        assert_eq!((gate.window_start, gate.started), (110, 1), "a new window");
+        gate.limit = 0;
+        assert_eq!(gate.cap(110, 0), 1, "no limit: the rate's");
+    }
+}

@@ -1,0 +1,412 @@
+//! Fairness per key: the gate of each `(kind, key)` whose jobs have a limit or a rate
+//! ([`Spec::gate`]), its tables, and how every transition keeps them in step.
+//!
+//! # Ground rules
+//!
+//! - A gate's pending jobs are split in two, in key order (priority highest first, then
+//!   run_at, then id: `(level, run_at, id)`): the **admitted** ones, in `due` like any
+//!   pending job (claimable) and again in `gate_admitted`; and the **waiting** ones, their
+//!   record's `waiting` bit set (`record.rs`), in `gate_waiting` and `waiting_by_kind`
+//!   instead of `due` (pending, counted and listed, never claimed). Five tables (defined
+//!   with the gate's state in `gate.rs`): `gates` ((kind, key) → [`Gate`]),
+//!   `gate_admitted` and `gate_waiting` ((kind, key, level, run_at, id) → ()),
+//!   `waiting_by_kind` ((kind, run_at, id) → (), for lists) and `gate_timers` ((kind, at,
+//!   key) → ()).
+//! - Invariant after every operation: every admitted job is before every waiting one in key
+//!   order, and `admitted = min(admitted + waiting, cap)` where `cap` is what the limit
+//!   (`limit - running`) and the rate (`starts - started` in the open window) leave
+//!   ([`Gate::cap`]). [`Tables::set`] is the one writer of the jobs, so the one place that
+//!   keeps a gate's counters (`running`, `admitted`, `waiting`, the window's `started`) and
+//!   indexes in step with the records (`Tables::account`): a claim of an admitted job
+//!   (pending → running) is a start; a redelivery (running → running) changes nothing; an
+//!   ack, retry, failure or death frees its slot. Every operation then rebalances the gates
+//!   it touched (`Tables::settle`, from `Store::op` and twice in a claim): demote the last
+//!   admitted while over the cap, promote the first waiting while under it, swap while the
+//!   first waiting is before the last admitted. A move is one record rewrite through
+//!   [`Tables::set_exact`]; a promotion is noted (`promoted`) so the writer thread wakes the
+//!   idle consumers once the batch is durable, as a schedule does.
+//! - A pending gated job entering its gate (a schedule, a replace of another gate's job, an
+//!   import, a revive, a retry, a successor taking over) is placed by `Tables::place`:
+//!   admitted while the gate has room, else waiting; the rebalance that follows puts it in
+//!   order. It gives the gate its limits, unless it is a retry (same limits, its own slot
+//!   freed): the newest job to enter rules the gate. A job staying pending in its gate (a
+//!   reschedule, a replace) keeps its part until the rebalance.
+//! - A gate with an open rate window and waiting jobs (or none at all) has a timer at the
+//!   window's end (`gate_timers`): every claim first rebalances up to
+//!   [`TIMERS_PER_CLAIM`] gates of its kinds whose time has come, and its `next_due` is no
+//!   later than the earliest timer of its kinds, so an idle consumer wakes by itself when
+//!   the window ends. A gate with no running, admitted or waiting job is deleted when it is
+//!   written (`Tables::settle`) unless its window is open (the starts in it must still
+//!   count); such a gate keeps its timer, so it is deleted by the first claim of its kind
+//!   after its window ends, or by its next touch.
+//! - An operation's gates are read once into `gate_cache` and written back, and logged
+//!   (their final value, `wal.rs`), when it ends: the log's replay applies a record's jobs
+//!   (through `set_exact`, which recounts the gates on its way) and then its gates' logged
+//!   values over them ([`Tables::replay_gate`]), so a replayed store has the gates the live
+//!   one had.
+
+use redb::ReadableTable;
+
+use super::counts::Counters;
+use super::gate::{Gate, TIMERS_PER_CLAIM};
+use super::index;
+use super::tables::{level, storage, Stored, Tables};
+use crate::backend::embedded::record::Record;
+use crate::backend::embedded::wal;
+use crate::backend::ClaimKinds;
+use crate::core::error::Error;
+use crate::core::kind::Spec;
+use crate::core::state::{Machine, Status};
+
+/// A gated job as its gate counts it: pending (with its place in key order and whether it
+/// waits) or running. A dead job, or one without a gate, has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Side<'a> {
+    kind: &'a str,
+    key: &'a str,
+    /// `(level, run_at, waiting)` while pending; `None` while running.
+    pending: Option<(u8, u64, bool)>,
+}
+
+impl<'a> Side<'a> {
+    fn of(spec: &'a Spec, job: Machine, waiting: bool) -> Option<Side<'a>> {
+        let keyed = spec.gate()?;
+        let pending = match job.status {
+            Status::Pending => Some((level(spec.priority), job.run_at, waiting)),
+            Status::Running { .. } => None,
+            Status::Dead { .. } => return None,
+        };
+        Some(Side {
+            kind: &spec.kind,
+            key: &keyed.key,
+            pending,
+        })
+    }
+}
+
+/// Which end of which part of a gate.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    LastAdmitted,
+    FirstWaiting,
+}
+
+/// A job's place in its gate's key order, and its id.
+type Place = ((u8, u64), String);
+
+// ===== impl Tables: counters, placement, rebalance =====
+
+impl Tables<'_> {
+    /// The gate of `(kind, key)`, read into this operation's cache (a new one if none).
+    pub(super) fn gate_mut(&mut self, kind: &str, key: &str) -> Result<&mut Gate, Error> {
+        let name = (kind.to_owned(), key.to_owned());
+        if !self.gate_cache.contains_key(&name) {
+            let gate = match self.gates.get((kind, key)).map_err(storage)? {
+                Some(value) => Gate::decode(value.value())?,
+                None => Gate::default(),
+            };
+            self.gate_cache.insert(name.clone(), gate);
+        }
+        Ok(self.gate_cache.get_mut(&name).expect("just cached"))
+    }
+
+    /// Keeps the gates' counters and indexes in step with one job moving from `before` to
+    /// `after` (called by `set_exact` for every transition).
+    pub(super) fn account(
+        &mut self,
+        id: &str,
+        before: Option<(&Spec, Machine, bool)>,
+        after: Option<(&Spec, Machine, bool)>,
+    ) -> Result<(), Error> {
+        let before = before.and_then(|(spec, job, waiting)| Side::of(spec, job, waiting));
+        let after = after.and_then(|(spec, job, waiting)| Side::of(spec, job, waiting));
+        if before == after {
+            return Ok(());
+        }
+        let now = self.now;
+        if let Some(b) = before {
+            if let Some((level, at, waiting)) = b.pending {
+                let key = (b.kind, b.key, level, at, id);
+                if waiting {
+                    self.gate_waiting.remove(key).map_err(storage)?;
+                    self.waiting_by_kind
+                        .remove((b.kind, at, id))
+                        .map_err(storage)?;
+                } else {
+                    self.gate_admitted.remove(key).map_err(storage)?;
+                }
+            }
+            let gate = self.gate_mut(b.kind, b.key)?;
+            let count = match b.pending {
+                None => &mut gate.running,
+                Some((_, _, true)) => &mut gate.waiting,
+                Some((_, _, false)) => &mut gate.admitted,
+            };
+            *count = count.saturating_sub(1);
+            self.dirty.insert((b.kind.to_owned(), b.key.to_owned()));
+        }
+        if let Some(a) = after {
+            if let Some((level, at, waiting)) = a.pending {
+                let key = (a.kind, a.key, level, at, id);
+                if waiting {
+                    self.gate_waiting.insert(key, ()).map_err(storage)?;
+                    self.waiting_by_kind
+                        .insert((a.kind, at, id), ())
+                        .map_err(storage)?;
+                } else {
+                    self.gate_admitted.insert(key, ()).map_err(storage)?;
+                }
+            }
+            let started = a.pending.is_none() && before.is_some_and(|b| b.pending.is_some());
+            let gate = self.gate_mut(a.kind, a.key)?;
+            match a.pending {
+                None => gate.running += 1,
+                Some((_, _, true)) => gate.waiting += 1,
+                Some((_, _, false)) => gate.admitted += 1,
+            }
+            if started {
+                gate.start(now);
+            }
+            self.dirty.insert((a.kind.to_owned(), a.key.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Whether `record`, written in place of `before`, waits in its gate: `false` for a job
+    /// that is not pending and gated. One staying pending in its gate keeps its part; one
+    /// entering is admitted while the gate has room, giving the gate its limits unless it
+    /// is a retry.
+    pub(super) fn place(
+        &mut self,
+        before: Option<&Stored>,
+        record: &Record<'_>,
+    ) -> Result<bool, Error> {
+        let Some(keyed) = record.spec.gate() else {
+            return Ok(false);
+        };
+        if record.job.status != Status::Pending {
+            return Ok(false);
+        }
+        let kind = record.spec.kind.as_str();
+        let same = before
+            .filter(|b| b.spec.kind == kind && b.spec.gate().is_some_and(|k| k.key == keyed.key));
+        let now = self.now;
+        let gate = self.gate_mut(kind, &keyed.key)?;
+        let running = same.is_some_and(|b| matches!(b.job.status, Status::Running { .. }));
+        match same {
+            Some(b) if b.job.status == Status::Pending => {
+                // A replace with other limits brings them; a reschedule changes nothing.
+                if b.spec.key.as_ref() != Some(keyed) {
+                    gate.take(keyed);
+                }
+                return Ok(b.waiting);
+            }
+            // A retry (a successor taking over is attempt 0): the gate's limits stay.
+            Some(_) if running && record.job.attempt > 0 => {}
+            _ => gate.take(keyed),
+        }
+        // A running job of this gate becoming this pending one frees its own slot.
+        let freed = u64::from(running);
+        Ok(gate.admitted >= gate.cap(now, freed))
+    }
+
+    /// The job at `end` of its gate's admitted or waiting part.
+    fn end_of(&self, kind: &str, key: &str, end: End) -> Result<Place, Error> {
+        let next_key = format!("{key}\0");
+        let range = (kind, key, 0, 0, "")..(kind, next_key.as_str(), 0, 0, "");
+        let found = match end {
+            End::LastAdmitted => self
+                .gate_admitted
+                .range(range)
+                .map_err(storage)?
+                .next_back(),
+            End::FirstWaiting => self.gate_waiting.range(range).map_err(storage)?.next(),
+        };
+        let Some(entry) = found else {
+            return Err(Error::storage(format!(
+                "gate ({kind:?}, {key:?}) counts jobs its index does not hold ({end:?})"
+            )));
+        };
+        let (k, _) = entry.map_err(storage)?;
+        let (_, _, level, at, id) = k.value();
+        Ok(((level, at), id.to_owned()))
+    }
+
+    /// Moves the pending job `id` to its gate's waiting part (`true`) or admitted part.
+    fn flip(&mut self, counts: &mut Counters, id: &str, waiting: bool) -> Result<(), Error> {
+        let Some(stored) = self.load(id)? else {
+            return Err(Error::storage(format!("a gate names a missing job {id:?}")));
+        };
+        let mut record = stored.with(stored.job);
+        record.waiting = waiting;
+        if !waiting {
+            let at = stored.job.run_at;
+            self.promoted = Some(self.promoted.map_or(at, |p| p.min(at)));
+        }
+        self.set_exact(counts, id, Some(&stored), Some(record))
+    }
+
+    /// Restores the gate's invariant (module docs): demote, promote, swap.
+    fn rebalance(&mut self, counts: &mut Counters, kind: &str, key: &str) -> Result<(), Error> {
+        loop {
+            let now = self.now;
+            let gate = self.gate_mut(kind, key)?;
+            let cap = gate.cap(now, 0);
+            let (admitted, waiting) = (gate.admitted, gate.waiting);
+            if admitted > cap {
+                let (_, last) = self.end_of(kind, key, End::LastAdmitted)?;
+                self.flip(counts, &last, true)?;
+            } else if admitted < cap && waiting > 0 {
+                let (_, first) = self.end_of(kind, key, End::FirstWaiting)?;
+                self.flip(counts, &first, false)?;
+            } else if admitted > 0 && waiting > 0 {
+                let last = self.end_of(kind, key, End::LastAdmitted)?;
+                let first = self.end_of(kind, key, End::FirstWaiting)?;
+                if first >= last {
+                    return Ok(());
+                }
+                self.flip(counts, &last.1, true)?;
+                self.flip(counts, &first.1, false)?;
+            } else {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Ends an operation's (or a claim's step's) work on gates: rebalances every gate it
+    /// touched, then writes and logs them, deleting those left with no job and no open
+    /// window, and moving their timers.
+    pub(super) fn settle(&mut self, counts: &mut Counters) -> Result<(), Error> {
+        while let Some((kind, key)) = self.dirty.pop_first() {
+            self.rebalance(counts, &kind, &key)?;
+            // Its own moves marked it again; they moved it to its invariant.
+            self.dirty.remove(&(kind, key));
+        }
+        let now = self.now;
+        for ((kind, key), mut gate) in std::mem::take(&mut self.gate_cache) {
+            let kept = gate.kept(now);
+            let timer = gate.wanted_timer(now).filter(|_| kept);
+            if gate.timer != timer {
+                if let Some(at) = gate.timer {
+                    self.gate_timers
+                        .remove((kind.as_str(), at, key.as_str()))
+                        .map_err(storage)?;
+                }
+                if let Some(at) = timer {
+                    self.gate_timers
+                        .insert((kind.as_str(), at, key.as_str()), ())
+                        .map_err(storage)?;
+                }
+                gate.timer = timer;
+            }
+            let value = kept.then(|| gate.encode());
+            match &value {
+                Some(value) => self
+                    .gates
+                    .insert((kind.as_str(), key.as_str()), value.as_slice())
+                    .map(drop),
+                None => self.gates.remove((kind.as_str(), key.as_str())).map(drop),
+            }
+            .map_err(storage)?;
+            self.log_gate(&kind, &key, value.as_deref());
+        }
+        Ok(())
+    }
+
+    fn log_gate(&mut self, kind: &str, key: &str, value: Option<&[u8]>) {
+        if let Some(log) = &mut self.log {
+            wal::push_gate_change(log, &format!("{kind}\0{key}"), value);
+            if log.len() > super::tables::LOG_AT_MOST {
+                self.log = None;
+            }
+        }
+    }
+}
+
+// ===== impl Tables: timers, lists, replay =====
+
+impl Tables<'_> {
+    /// The kinds `kinds` names with gate timers, each with its earliest.
+    fn timer_kinds(&self, kinds: &ClaimKinds) -> Result<Vec<(String, u64)>, Error> {
+        match kinds {
+            ClaimKinds::All => index::kinds_of(&self.gate_timers, None),
+            ClaimKinds::Some(kinds) => {
+                let mut out = Vec::new();
+                for (kind, _) in kinds {
+                    out.extend(index::kinds_of(&self.gate_timers, Some(kind))?);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Marks for a rebalance up to [`TIMERS_PER_CLAIM`] gates of the kinds `kinds` names
+    /// whose timer is at or before `now` (their next `settle` moves or deletes the timer);
+    /// how many.
+    pub(super) fn wake_gates(&mut self, kinds: &ClaimKinds, now: u64) -> Result<usize, Error> {
+        let mut woken = Vec::new();
+        for (kind, first) in self.timer_kinds(kinds)? {
+            if first > now {
+                continue;
+            }
+            let left = TIMERS_PER_CLAIM - woken.len();
+            for entry in index::kind_range(&self.gate_timers, &kind, None, now)?.take(left) {
+                let (_, key) = entry?;
+                woken.push((kind.clone(), key));
+            }
+            if woken.len() == TIMERS_PER_CLAIM {
+                break;
+            }
+        }
+        for (kind, key) in &woken {
+            self.gate_mut(kind, key)?;
+            self.dirty.insert((kind.clone(), key.clone()));
+        }
+        Ok(woken.len())
+    }
+
+    /// The earliest gate timer of the kinds `kinds` names.
+    pub(super) fn next_timer(&self, kinds: &ClaimKinds) -> Result<Option<u64>, Error> {
+        Ok(self.timer_kinds(kinds)?.iter().map(|(_, at)| *at).min())
+    }
+
+    /// Writes a gate's logged final value (`None`: deleted) over what the replay of its
+    /// record's jobs counted, its timer with it.
+    pub(super) fn replay_gate(&mut self, name: &str, value: Option<&[u8]>) -> Result<(), Error> {
+        let (kind, key) = name
+            .split_once('\0')
+            .ok_or_else(|| Error::storage("a logged gate's name is corrupt"))?;
+        self.gate_cache.remove(&(kind.to_owned(), key.to_owned()));
+        self.dirty.remove(&(kind.to_owned(), key.to_owned()));
+        let old = match self.gates.get((kind, key)).map_err(storage)? {
+            Some(v) => Some(Gate::decode(v.value())?),
+            None => None,
+        };
+        let new = value.map(Gate::decode).transpose()?;
+        let (was, will) = (
+            old.and_then(|g| g.timer),
+            new.as_ref().and_then(|g| g.timer),
+        );
+        if was != will {
+            if let Some(at) = was {
+                self.gate_timers.remove((kind, at, key)).map_err(storage)?;
+            }
+            if let Some(at) = will {
+                self.gate_timers
+                    .insert((kind, at, key), ())
+                    .map_err(storage)?;
+            }
+        }
+        match value {
+            Some(value) => self.gates.insert((kind, key), value).map(drop),
+            None => self.gates.remove((kind, key)).map(drop),
+        }
+        .map_err(storage)
+    }
+
+    /// Forgets what a replayed record's jobs counted: its logged gates are the truth.
+    pub(super) fn forget_gates(&mut self) {
+        self.gate_cache.clear();
+        self.dirty.clear();
+    }
+}
