@@ -313,8 +313,14 @@ impl Scripts {
         max_attempts: u32,
         error: Option<&str>,
     ) -> Result<(Retry, u64), Error> {
-        let mut call =
-            script!("kinds.lua", "gates.lua", "held.lua", "next.lua", "retry.lua").prepare_invoke();
+        let mut call = script!(
+            "kinds.lua",
+            "gates.lua",
+            "held.lua",
+            "next.lua",
+            "retry.lua"
+        )
+        .prepare_invoke();
         call.key(&k.meta)
             .key(&k.due)
             .key(&k.counts)
