@@ -1231,9 +1231,17 @@ fn successors_follow_acks_and_deaths_and_wait_through_the_rest() {
     let held = include_str!("lua/held.lua");
     let next = include_str!("lua/next.lua");
     let acks = include_str!("lua/acks.lua");
-    let ack = script(&[kinds, held, next, acks, include_str!("lua/ack.lua")]);
-    let retry = script(&[kinds, held, next, include_str!("lua/retry.lua")]);
-    let cancel = script(&[kinds, series, held, next, include_str!("lua/cancel.lua")]);
+    let gates = include_str!("lua/gates.lua");
+    let ack = script(&[kinds, gates, held, next, acks, include_str!("lua/ack.lua")]);
+    let retry = script(&[kinds, gates, held, next, include_str!("lua/retry.lua")]);
+    let cancel = script(&[
+        kinds,
+        gates,
+        series,
+        held,
+        next,
+        include_str!("lua/cancel.lua"),
+    ]);
     let mut cases = 0;
     for spec in SPECS {
         for attempt in 0..=3 {

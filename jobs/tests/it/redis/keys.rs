@@ -142,10 +142,12 @@ fn keyed_consumer_processes_hold_limits_through_kill_9() {
                     for job in page.jobs() {
                         *now.entry(job.key().unwrap().to_owned()).or_default() += 1;
                     }
-                    let mut most = most.lock().unwrap();
-                    for (key, n) in now {
-                        let m = most.entry(key).or_default();
-                        *m = (*m).max(n);
+                    {
+                        let mut most = most.lock().unwrap();
+                        for (key, n) in now {
+                            let m = most.entry(key).or_default();
+                            *m = (*m).max(n);
+                        }
                     }
                     samples += 1;
                     tokio::time::sleep(ms(1)).await;
