@@ -400,3 +400,44 @@ async fn a_rate_window_ends_at_its_timer_and_then_the_gate_goes() {
     assert_eq!(server.cli(&["KEYS", "{g}:gate*"]), "", "no gate state left");
     q.close().await.unwrap();
 }
+
+/// A queue of one partition on a cluster keeps key limits as on one server (its gates share
+/// its hash tag, so every script still touches one slot): a key's second job waits for the
+/// first's ack, and a key alone limits nothing. One of several partitions refuses them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_queue_of_one_partition_keeps_key_limits() {
+    let cluster = crate::support::cluster::RedisCluster::start();
+    let q = JobQueue::builder()
+        .redis_cluster(&cluster.nodes, "keyed")
+        .await
+        .unwrap();
+    let o = JobOptions::kind("sync").key("a").key_limit(1);
+    let now = SystemTime::now();
+    for (i, id) in ["a0", "a1"].into_iter().enumerate() {
+        q.schedule_with(id, now - ms(100 - i as u64), "p", &o)
+            .await
+            .unwrap();
+    }
+    let mut consumer = q.consume();
+    let a0 = next(&mut consumer).await;
+    assert_eq!(a0.id(), "a0");
+    let counts = q.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.running), (1, 1), "a1 waits");
+    assert!(a0.ack().await.unwrap());
+    let a1 = next(&mut consumer).await;
+    assert_eq!(a1.id(), "a1", "a0's ack let a1 go");
+    assert!(a1.ack().await.unwrap());
+    q.close().await.unwrap();
+    let partitioned = JobQueue::builder()
+        .partitions(3)
+        .redis_cluster(&cluster.nodes, "spread")
+        .await
+        .unwrap();
+    let err = partitioned
+        .schedule_with("x", Duration::ZERO, "p", &o)
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_config(), "{err}");
+    assert!(partitioned.get("x").await.unwrap().is_none());
+    partitioned.close().await.unwrap();
+}
