@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use wheel_jobs::{JobOptions, JobQueue, JobState, ListOptions};
+use wheel_jobs::{Dedup, JobOptions, JobQueue, JobState, ListOptions, Scheduled};
 
 use crate::kill::{child_role, runtime, spawn_child, Killed};
 use crate::support::redis::RedisServer;
@@ -440,4 +440,75 @@ async fn a_cluster_queue_of_one_partition_keeps_key_limits() {
     assert!(err.is_invalid_config(), "{err}");
     assert!(partitioned.get("x").await.unwrap().is_none());
     partitioned.close().await.unwrap();
+}
+
+/// Jobs enter their gates by every way in, each meeting the gate's order and limit: dead
+/// jobs hold no gate, and revived they enter it; a successor handed over at its job's ack
+/// enters behind the key's earlier job; a copy to another queue keeps each job's key and
+/// limits and rebuilds its gates there; a copy of them to a queue of 3 partitions is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revived_handed_over_and_copied_jobs_enter_their_gates() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    let o = JobOptions::kind("sync")
+        .key("a")
+        .key_limit(1)
+        .max_attempts(1);
+    let (admitted, waiting) = ("{g}:gate_a:sync\x1fa", "{g}:gate_w:sync\x1fa");
+    let now = SystemTime::now();
+    for (i, id) in ["d0", "d1"].into_iter().enumerate() {
+        q.schedule_with(id, now - ms(200 - 100 * i as u64), "p", &o)
+            .await
+            .unwrap();
+    }
+    let mut consumer = q.consume();
+    for id in ["d0", "d1"] {
+        let d = next(&mut consumer).await;
+        assert_eq!(d.id(), id);
+        assert!(d.fail(Duration::ZERO, "boom").await.unwrap());
+    }
+    assert_eq!(q.counts().await.unwrap().dead, 2);
+    assert_eq!(
+        server.cli(&["KEYS", "{g}:gate*"]),
+        "",
+        "dead jobs hold no gate"
+    );
+    assert_eq!(q.revive_all_dead(Duration::ZERO).await.unwrap(), 2);
+    assert_eq!(gate_ids(&server, admitted), ["d0"], "one run_at: by id");
+    assert_eq!(gate_ids(&server, waiting), ["d1"]);
+    let d0 = next(&mut consumer).await;
+    assert_eq!(d0.id(), "d0");
+    let follow = o.clone().dedup(Dedup::AllowWhileRunning);
+    assert_eq!(
+        q.schedule_with("d0", Duration::ZERO, "s", &follow)
+            .await
+            .unwrap(),
+        Scheduled::Successor
+    );
+    assert!(d0.ack().await.unwrap());
+    assert_eq!(
+        gate_ids(&server, admitted),
+        ["d1"],
+        "revived before the successor"
+    );
+    assert_eq!(gate_ids(&server, waiting), ["d0"]);
+    drop(consumer);
+    let copy = JobQueue::builder().redis(&server.url(), "h").await.unwrap();
+    q.copy_to(&copy).await.unwrap();
+    assert_eq!(gate_ids(&server, "{h}:gate_a:sync\x1fa"), ["d1"]);
+    assert_eq!(gate_ids(&server, "{h}:gate_w:sync\x1fa"), ["d0"]);
+    let copied = copy.get("d0").await.unwrap().unwrap();
+    assert_eq!((copied.key(), copied.payload()), (Some("a"), &b"s"[..]));
+    assert_eq!(copy.counts().await.unwrap().pending, 2);
+    let spread = JobQueue::builder()
+        .partitions(3)
+        .redis(&server.url(), "spread")
+        .await
+        .unwrap();
+    let err = q.copy_to(&spread).await.unwrap_err();
+    assert!(err.is_invalid_config(), "{err}");
+    assert_eq!(spread.counts().await.unwrap().pending, 0);
+    for queue in [q, copy, spread] {
+        queue.close().await.unwrap();
+    }
 }
