@@ -5,6 +5,7 @@ run_shared_suite!(crate::support::redis::harness());
 mod dedup;
 mod failover;
 mod fold;
+mod keys;
 mod outage;
 mod security;
 mod successor;
@@ -492,6 +493,7 @@ fn eval_series_script(server: &RedisServer, body: &str, keys: &[&str], args: &[&
 /// its script, as a consumer would send it; its reply as redis-cli prints it.
 fn eval_claim(server: &RedisServer) -> String {
     let claim = concat!(
+        include_str!("../../src/backend/redis/lua/gates.lua"),
         include_str!("../../src/backend/redis/lua/held.lua"),
         include_str!("../../src/backend/redis/lua/next.lua"),
         include_str!("../../src/backend/redis/lua/acks.lua"),
@@ -514,6 +516,7 @@ fn eval_claim(server: &RedisServer) -> String {
         "held_until",
         "next",
         "next_payload",
+        "gate_timers",
     ];
     // The plain spec's tail (`scripts::spec_tail`): priority 0, 25 attempts, lease 30 s,
     // backoff 1 s to 1 h, kind "". Every kind ("*").

@@ -341,11 +341,19 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
     let held = include_str!("lua/held.lua");
     let acks = include_str!("lua/acks.lua");
     let next = include_str!("lua/next.lua");
-    let ack = script(&[kinds, held, next, acks, include_str!("lua/ack.lua")]);
-    let retry = script(&[kinds, held, next, include_str!("lua/retry.lua")]);
+    let gates = include_str!("lua/gates.lua");
+    let ack = script(&[kinds, gates, held, next, acks, include_str!("lua/ack.lua")]);
+    let retry = script(&[kinds, gates, held, next, include_str!("lua/retry.lua")]);
     let extend = script(&[kinds, include_str!("lua/extend.lua")]);
-    let cancel = script(&[kinds, series, held, next, include_str!("lua/cancel.lua")]);
-    let revive = script(&[kinds, include_str!("lua/revive.lua")]);
+    let cancel = script(&[
+        kinds,
+        gates,
+        series,
+        held,
+        next,
+        include_str!("lua/cancel.lua"),
+    ]);
+    let revive = script(&[kinds, gates, include_str!("lua/revive.lua")]);
     let mut cases = 0;
     for spec in SPECS {
         for attempt in 0..=3 {
@@ -469,6 +477,7 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
                         .key(&k.counts)
                         .key(&k.dead)
                         .key(&k.levels)
+                        .key(&k.gate_timers)
                         .arg("id")
                         .arg(ID)
                         .arg("after")
@@ -497,6 +506,7 @@ fn the_scripts_agree_with_the_state_machine_they_mirror() {
 fn schedule_script() -> Script {
     script(&[
         include_str!("lua/kinds.lua"),
+        include_str!("lua/gates.lua"),
         include_str!("lua/series.lua"),
         include_str!("lua/held.lua"),
         include_str!("lua/next.lua"),
@@ -523,6 +533,7 @@ fn schedule_batch(
         .key(&k.series)
         .key(&k.next)
         .key(&k.next_payload)
+        .key(&k.gate_timers)
         .arg(&k.wake)
         .arg("PUBLISH");
     for (id, tail, mode) in jobs {
@@ -584,6 +595,7 @@ fn import_writes_a_job_as_the_scripts_keep_it_and_leaves_an_existing_one() {
     let k = Keys::new("q", "PUBLISH");
     let import = script(&[
         include_str!("lua/kinds.lua"),
+        include_str!("lua/gates.lua"),
         include_str!("lua/held.lua"),
         include_str!("lua/import.lua"),
     ]);
@@ -603,6 +615,7 @@ fn import_writes_a_job_as_the_scripts_keep_it_and_leaves_an_existing_one() {
                 .key(&k.levels)
                 .key(&k.held)
                 .key(&k.held_until)
+                .key(&k.gate_timers)
                 .arg(&k.wake)
                 .arg("PUBLISH")
                 .arg(ID)
@@ -674,6 +687,7 @@ fn ack_with(conn: &mut Connection, k: &Keys, ack: &Script, token: u64) -> Vec<u6
         .key(&k.due)
         .key(&k.next)
         .key(&k.next_payload)
+        .key(&k.gate_timers)
         .arg(&k.wake)
         .arg("PUBLISH")
         .arg(ID)
@@ -696,6 +710,7 @@ fn retry_with(conn: &mut Connection, k: &Keys, retry: &Script, token: u64, plain
         .key(&k.payload)
         .key(&k.next)
         .key(&k.next_payload)
+        .key(&k.gate_timers)
         .arg(ID)
         .arg(token)
         .arg(0)
@@ -720,7 +735,10 @@ fn cancel_with(conn: &mut Connection, k: &Keys, cancel: &Script) -> u64 {
         .key(&k.levels)
         .key(&k.next)
         .key(&k.next_payload)
+        .key(&k.gate_timers)
         .arg(ID)
+        .arg(&k.wake)
+        .arg("PUBLISH")
         .invoke(conn)
         .unwrap()
 }
@@ -741,6 +759,7 @@ fn claim_as(
 ) -> ClaimReply {
     let claim = script(&[
         include_str!("lua/kinds.lua"),
+        include_str!("lua/gates.lua"),
         include_str!("lua/held.lua"),
         include_str!("lua/next.lua"),
         include_str!("lua/acks.lua"),
@@ -764,6 +783,7 @@ fn claim_as(
         .key(&k.held_until)
         .key(&k.next)
         .key(&k.next_payload)
+        .key(&k.gate_timers)
         .arg(max)
         .arg(plain)
         .arg(filter[0])
@@ -1019,7 +1039,11 @@ fn dead_jobs_are_kept_per_kind_listed_revived_and_purged_oldest_first_across_kin
     let k = Keys::new("q", "PUBLISH");
     let kinds = include_str!("lua/kinds.lua");
     let list = script(&[kinds, include_str!("lua/list.lua")]);
-    let revive = script(&[kinds, include_str!("lua/revive.lua")]);
+    let revive = script(&[
+        kinds,
+        include_str!("lua/gates.lua"),
+        include_str!("lua/revive.lua"),
+    ]);
     let remove = script(&[kinds, include_str!("lua/remove_dead.lua")]);
     let dead = |at: u64| Machine {
         run_at: RUN_AT,
@@ -1050,6 +1074,7 @@ fn dead_jobs_are_kept_per_kind_listed_revived_and_purged_oldest_first_across_kin
             .key(&k.errors)
             .key(&k.dead)
             .key(&k.levels)
+            .key(&k.gate_timers)
             .arg("dead")
             .arg(limit)
             .arg(after.0)
@@ -1107,6 +1132,7 @@ fn dead_jobs_are_kept_per_kind_listed_revived_and_purged_oldest_first_across_kin
         .key(&k.counts)
         .key(&k.dead)
         .key(&k.levels)
+        .key(&k.gate_timers)
         .arg("limit")
         .arg(6)
         .arg("after")
@@ -1205,9 +1231,17 @@ fn successors_follow_acks_and_deaths_and_wait_through_the_rest() {
     let held = include_str!("lua/held.lua");
     let next = include_str!("lua/next.lua");
     let acks = include_str!("lua/acks.lua");
-    let ack = script(&[kinds, held, next, acks, include_str!("lua/ack.lua")]);
-    let retry = script(&[kinds, held, next, include_str!("lua/retry.lua")]);
-    let cancel = script(&[kinds, series, held, next, include_str!("lua/cancel.lua")]);
+    let gates = include_str!("lua/gates.lua");
+    let ack = script(&[kinds, gates, held, next, acks, include_str!("lua/ack.lua")]);
+    let retry = script(&[kinds, gates, held, next, include_str!("lua/retry.lua")]);
+    let cancel = script(&[
+        kinds,
+        gates,
+        series,
+        held,
+        next,
+        include_str!("lua/cancel.lua"),
+    ]);
     let mut cases = 0;
     for spec in SPECS {
         for attempt in 0..=3 {

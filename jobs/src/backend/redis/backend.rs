@@ -21,6 +21,7 @@ use super::{Idle, Redis};
 use crate::backend::{Backend, BoxFuture, ClaimBatch, ClaimKinds, Import, KindFilter, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{Counts, JobInfo, JobState, KindCounts, Scheduled, When};
+use crate::core::kind::Spec;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{CatchUp, Recurring, RecurringInfo};
 use crate::core::state::Retry;
@@ -49,6 +50,19 @@ impl Redis {
         // Even a failed call may have committed (a timeout after the script ran).
         self.changed();
         given
+    }
+
+    /// Refuses jobs whose key has a limit or a rate on a queue of several partitions: a
+    /// key's jobs are spread over partitions by id, and no script sees all of them, so no
+    /// limit could hold. A key alone is kept.
+    fn gates_kept<'a>(&self, specs: impl IntoIterator<Item = &'a Spec>) -> Result<(), Error> {
+        if self.parts.len() > 1 && specs.into_iter().any(|s| s.gate().is_some()) {
+            return Err(Error::invalid_config(
+                "a key's limit or rate needs a Redis queue of one partition: a partitioned \
+                 queue spreads a key's jobs where no script sees them together",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -99,6 +113,7 @@ impl Backend for Redis {
     fn schedule(&self, job: NewJob) -> BoxFuture<'_, Result<(Scheduled, u64), Error>> {
         Box::pin(async move {
             self.conn()?;
+            self.gates_kept([&job.spec])?;
             let scheduled = self.part(&job.id).schedules.call(job).await;
             // Even a failed call may have committed (a timeout after the script ran).
             self.changed();
@@ -111,6 +126,7 @@ impl Backend for Redis {
         jobs: Vec<NewJob>,
     ) -> BoxFuture<'_, Result<Vec<(Scheduled, u64)>, Error>> {
         Box::pin(async move {
+            self.gates_kept(jobs.iter().map(|j| &j.spec))?;
             let schedule = |mut conn: Conn, keys: Arc<Keys>, chunk: Vec<NewJob>| async move {
                 self.scripts.schedule(&mut conn, &keys, &chunk).await
             };
@@ -122,6 +138,7 @@ impl Backend for Redis {
 
     fn import(&self, jobs: Vec<Import>) -> BoxFuture<'_, Result<Vec<bool>, Error>> {
         Box::pin(async move {
+            self.gates_kept(jobs.iter().map(|j| &j.spec))?;
             let import = |mut conn: Conn, keys: Arc<Keys>, chunk: Vec<Import>| async move {
                 self.scripts.import(&mut conn, &keys, &chunk).await
             };

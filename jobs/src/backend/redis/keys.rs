@@ -16,7 +16,9 @@
 //!   `KEYS` (a server that enforces declared keys, such as Dragonfly by default, refuses
 //!   these scripts). The hold-off tombstones `held` and `held_until` are declared keys of
 //!   every script that touches them (`lua/held.lua`), and so are the successors `next` and
-//!   `next_payload` (`lua/next.lua`).
+//!   `next_payload` (`lua/next.lua`). The gates of keys with limits (`lua/gates.lua`) are
+//!   named after `gate_timers`, declared: `gate_h:`, `gate_a:`, `gate_w:` and a kind's
+//!   `gate_l:` sets carry the same tag, undeclared as the level sets are.
 
 /// The layout of a queue's keys and of the values the scripts store in them, recorded in
 /// its layout hash by the first open ([`layout`]); a queue of another format is refused at
@@ -26,7 +28,9 @@
 /// (`lua/kinds.lua`), and the hold-off tombstones `held` and `held_until` (`lua/held.lua`)
 /// with a job's hold-off in its spec tail (a tail without it holds nothing off), and the
 /// successors of running jobs `next` and `next_payload` (`lua/next.lua`; a queue without
-/// them has none).
+/// them has none), and a job's key and its limits in its spec tail with the gates of keys
+/// with limits (`lua/gates.lua`; a tail without a key has none, a queue without gates has
+/// no gated job).
 pub(super) const FORMAT: u32 = 2;
 
 /// The older format this version reads as it is, and records as [`FORMAT`] at open (a
@@ -59,6 +63,9 @@ pub(super) struct Keys {
     /// The successors (`lua/next.lua`): id → run_at ns and spec tail, id → payload.
     pub(super) next: String,
     pub(super) next_payload: String,
+    /// The gates of keys with a limit or a rate (`lua/gates.lua`): their rate windows'
+    /// timers; every other gate key is named after it (`{tag}:gate_*`).
+    pub(super) gate_timers: String,
     pub(super) wake: String,
     /// `PUBLISH`, or `SPUBLISH` on a cluster that has it: how the scripts send on `wake`.
     pub(super) publish: &'static str,
@@ -83,6 +90,7 @@ impl Keys {
             held_until: format!("{{{tag}}}:held_until"),
             next: format!("{{{tag}}}:next"),
             next_payload: format!("{{{tag}}}:next_payload"),
+            gate_timers: format!("{{{tag}}}:gate_timers"),
             wake: format!("{{{tag}}}:wake"),
             publish,
         }

@@ -12,8 +12,8 @@
 //!   lease end (each job in its state's index of its level or kind only, as on the embedded
 //!   store: `lua/claim.lua`, `lua/kinds.lua`); payloads live in their own hash, so cancel by
 //!   id is O(log n).
-//! - Each job stores its spec (kind, priority, attempts, backoff, lease, hold-off) in its
-//!   meta string; one stored without (a series' occurrence, a job of keyspace format 1) is
+//! - Each job stores its spec (kind, priority, attempts, backoff, lease, hold-off, key and
+//!   its limits) in its meta string; one stored without (a series' occurrence, a job of keyspace format 1) is
 //!   of the plain spec of the queue reading it. A claim leases each job for its own lease
 //!   and kills it at its own attempts; a claim of one kind reads only that kind's sets.
 //! - Dedup modes (`lua/schedule.lua`, `lua/held.lua`): a `Replace` schedule of a pending job
@@ -43,6 +43,14 @@
 //!   removes it (with a pending job,
 //!   or alone beside a running one); `get` shows its run_at. Successors are no jobs: never
 //!   listed, counted or copied.
+//! - Fairness per key (`lua/gates.lua`): a job whose key has a limit or a rate is in its
+//!   `(kind, key)` gate, admitted (in its due set, claimable) or waiting (in the gate's own
+//!   sets only, still pending: counted, listed, cancelled and moved as any). Every script
+//!   that moves a job moves its gate's counts in the same script and rebalances the gates it
+//!   touched at its end, publishing what it admits as a schedule does; a claim first
+//!   rebalances the gates whose rate window ended (`gate_timers`) and reports the next such
+//!   end as due. A queue of several partitions refuses gated jobs (`invalid_config`): a
+//!   key's jobs would spread over partitions no one script sees.
 //! - Time is the server's (`TIME` inside the scripts): `When::After` delays, lease ends and
 //!   "now" at a claim. A `When::At` is a wall-clock instant the caller chose; its score is
 //!   rounded up to the microsecond, so it is never delivered early.

@@ -104,6 +104,7 @@ async fn a_replace_after_a_create_in_one_batch_leaves_the_created_job_claimable(
         .await
         .unwrap();
     let body = concat!(
+        include_str!("../../../src/backend/redis/lua/gates.lua"),
         include_str!("../../../src/backend/redis/lua/held.lua"),
         include_str!("../../../src/backend/redis/lua/next.lua"),
         include_str!("../../../src/backend/redis/lua/schedule.lua")
@@ -119,6 +120,7 @@ async fn a_replace_after_a_create_in_one_batch_leaves_the_created_job_claimable(
         "series",
         "next",
         "next_payload",
+        "gate_timers",
     ];
     // A kind's spec tail (`scripts::spec_tail`): priority 0, 25 attempts, lease 30 s,
     // backoff 1 s to 1 h.

@@ -1,6 +1,7 @@
 -- acks.lua: `apply_acks`, prepended to ack.lua and claim.lua (which applies the acks a
--- consumer folded into its claim first), so the two cannot drift. kinds.lua, held.lua and
--- next.lua are prepended before it.
+-- consumer folded into its claim first), so the two cannot drift. kinds.lua, gates.lua,
+-- held.lua and next.lua are prepended before it. A done gated job gives its gate's slot
+-- back (gates.lua, N.G its context), and its gate rebalances before the script goes on.
 --
 -- Mirrors core/state `Machine::ack` (a lease is checked by its token only) (checked on the same cases by backend/redis/agreement.rs).
 --
@@ -65,7 +66,13 @@ local function apply_acks(meta, payload, counts, errors, running, levels, H, arg
           end
           list[#list + 1] = id
         end
-        local hold = job_hold(string.match(m, '^%a:%d+:%d+:%d+(.*)$'))
+        local tail = string.match(m, '^%a:%d+:%d+:%d+(.*)$')
+        local hold = job_hold(tail)
+        -- A gated job (gates.lua) gives its gate's slot back.
+        if string.find(tail, '\30', 1, true) then
+          local gid = job_gate(tail)
+          if gid then gate_stop(N.G, gid) end
+        end
         if hold and hold ~= '0' then
           hold_of[id] = hold
           held = true
@@ -106,7 +113,7 @@ local function apply_acks(meta, payload, counts, errors, running, levels, H, arg
         local not_before = nil
         if hold then not_before = held_until_ns(now, hold) end
         local key, score = next_handover(N, id, succ, not_before, counted)
-        if not due[key] or score < due[key] then due[key] = score end
+        if key and (not due[key] or score < due[key]) then due[key] = score end
       elseif hold then
         held_put(H, id, now, hold)
       end
@@ -115,6 +122,9 @@ local function apply_acks(meta, payload, counts, errors, running, levels, H, arg
       tally_flush(counts, counted)
       next_wake(N, due)
     end
+    -- The gates of the done jobs (and of gated successors) rebalance: the next of each key
+    -- may go, and wakes idle consumers.
+    gate_flush(N.G)
   end
   return out
 end

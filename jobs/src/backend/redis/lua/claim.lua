@@ -30,6 +30,11 @@
 -- (out of attempts: its lease ended at its last attempt) with a successor is followed by it
 -- instead of dying (no dead job is kept, the death is still counted in the reply), and a
 -- folded ack's job by its successor as in ack.lua
+-- KEYS[17] gate_timers (see gates.lua, prepended): a claim first rebalances at most
+-- GATE_TIMERS_PER_CLAIM gates whose rate window ended; leasing an admitted gated job counts
+-- a start and a running job of its gate (an expired lease's redelivery counts neither), a
+-- kill frees what the job held; the gates touched rebalance at the end, and next_due is at
+-- most the first gate timer (so an idle consumer wakes at a window's end by itself)
 -- ARGV[1] max jobs (at most 512), ARGV[2] the queue's plain spec tail (kinds.lua: the lease
 -- and max attempts of a job stored without its spec), ARGV[3] '*' for every kind or the
 -- number n of kinds to claim, ARGV[4] wake channel, ARGV[5] 'PUBLISH' | 'SPUBLISH' (see
@@ -80,12 +85,15 @@ if ARGV[3] ~= '*' then
 end
 -- Before the pause check: a paused queue still takes acks.
 local H = {held = KEYS[13], held_until = KEYS[14]}
+local G = gate_ctx(KEYS[17], KEYS[3], KEYS[12], now, ARGV[4], ARGV[5])
 local N = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], levels = KEYS[12], counts = KEYS[4],
            next = KEYS[15],
-           next_payload = KEYS[16], wake = ARGV[4], publish = ARGV[5]}
+           next_payload = KEYS[16], wake = ARGV[4], publish = ARGV[5], G = G}
 local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], H, ARGV, acks_from, N)
 if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, '', {}, 0, acked} end
 held_expire(H, now)
+-- Gates whose rate window ended admit their next jobs before the due sets are read.
+gate_timers_due(G)
 local max = tonumber(ARGV[1])
 -- How many jobs of `kind` may still be taken, at most `want`.
 local function room(kind, want)
@@ -198,7 +206,7 @@ if #ids > 0 then
       r = {p = p, kind = kind, max = max_attempts, lease = lease,
            due = due_key(KEYS[3], p, kind), running = running_key(KEYS[11], kind),
            due_rems = {}, run_rems = {}, leases = {}, leased = 0, died_p = 0, died_r = 0,
-           handed_p = 0, handed_r = 0}
+           handed_p = 0, handed_r = 0, gid = job_gate(tail)}
       recs[tail] = r
       order[#order + 1] = r
     end
@@ -264,6 +272,11 @@ if #ids > 0 then
         expired[#expired + 1] = 'lease expired'
       end
       if attempt >= r.max then
+        -- A gated job's death frees what it held of its gate: a slot (running) or its
+        -- admission (pending).
+        if r.gid then
+          if state == 'p' then gate_drop(G, r.gid, id, run_ns) else gate_stop(G, r.gid) end
+        end
         if waits == nil then waits = next_any(N) end
         local succ = waits and redis.call('HGET', N.next, id)
         died[#died + 1] = id
@@ -302,6 +315,8 @@ if #ids > 0 then
         if state == 'p' then
           r.due_rems[#r.due_rems + 1] = id
           r.leased = r.leased + 1
+          -- A start of its gate (an expired lease's redelivery is none).
+          if r.gid then gate_start(G, r.gid, id, run_ns) end
         end
         if tail == '' then tail = plain end
         out[#out + 1] = id
@@ -350,7 +365,7 @@ if #ids > 0 then
   local handed_due = {}
   for i = 1, #handed, 2 do
     local key, score = next_handover(N, handed[i], handed[i + 1], nil, counted)
-    if not handed_due[key] or score < handed_due[key] then handed_due[key] = score end
+    if key and (not handed_due[key] or score < handed_due[key]) then handed_due[key] = score end
   end
   for _, r in ipairs(order) do
     if r.died_p + r.died_r > 0 then dead_note(KEYS[12], r.kind) end
@@ -362,8 +377,13 @@ if #ids > 0 then
   end
   if #handed > 0 then next_wake(N, handed_due) end
 end
--- The next due time among the claimed kinds: the first of their due heads and lease ends.
+-- The gates this claim touched rebalance: jobs admitted now are due at the earliest of
+-- their run_ats (maybe in a level this claim did not read).
+local promoted = gate_flush(G)
+-- The next due time among the claimed kinds: the first of their due heads and lease ends,
+-- and of the gates' timers (a rate window's end admits jobs: gates.lua).
 local head = nil
+if promoted then head = string.format('%.0f', promoted) end
 local function sooner(key)
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if first[1] and first[1] ~= RUNNING_PIN and (not head or tonumber(first[2]) < tonumber(head)) then
@@ -374,5 +394,6 @@ for _, p in ipairs(prios) do
   for _, key in ipairs(groups[p]) do sooner(key) end
 end
 for _, key in ipairs(runs) do sooner(key) end
+sooner(G.timers)
 if head then out[2] = head end
 return out

@@ -21,7 +21,7 @@ local HELD_MAX_US = 3153600000000000
 
 -- The hold-off in nanoseconds (decimal text) a tail stores, or nil for none.
 local function job_hold(tail)
-  return string.match(tail or '', '^:%-?%d+:%d+:%d+:%d+:%d+:(%d+)\31')
+  return string.match(tail or '', '^:%-?%d+:%d+:%d+:%d+:%d+:(%d+)[\30\31]')
 end
 
 -- a < b for decimal texts of non-negative integers without leading zeros (nanoseconds,

@@ -5,7 +5,8 @@
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts, KEYS[5] dead, KEYS[6] errors
 -- (see schedule.lua, claim.lua), KEYS[7] levels (see kinds.lua, prepended), KEYS[8] held,
--- KEYS[9] held_until (see held.lua)
+-- KEYS[9] held_until (see held.lua), KEYS[10] gate_timers (see gates.lua, prepended: a
+-- gated pending job enters its gate, waiting, and the gate takes its limits)
 -- ARGV[1] wake channel, ARGV[2] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)
 -- ARGV[3..] groups of 9: id, 'p' (pending) | 'd' (dead), attempt, run_at_ns, score
 --           (pending: ceil(run_at_ns / 1000), its due score; dead: its death time in
@@ -23,6 +24,7 @@
 local t = redis.call('TIME')
 local now_ns = now_ns_text(tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local H = {held = KEYS[8], held_until = KEYS[9]}
+local G = gate_ctx(KEYS[10], KEYS[3], KEYS[7], nil, ARGV[1], ARGV[2])
 -- Whether a tombstone holds `id` off now (deleting a stale one).
 local function held_now(id)
   local until_ns = redis.call('HGET', H.held, id)
@@ -50,6 +52,10 @@ for i = 3, #ARGV, 9 do
       redis.call('ZADD', dead_key(KEYS[5], kind), score, id)
       dead_note(KEYS[7], kind)
       tally(counted, 'dead', kind, 1)
+    elseif job_gate(tail) then
+      -- A gated job enters its gate, waiting; the gate takes its limits (gates.lua).
+      gate_enter(G, id, run_ns, tail, true)
+      tally(counted, 'pending', kind, 1)
     else
       local due = due_key(KEYS[3], p, kind)
       redis.call('ZADD', due, score, id)
@@ -67,4 +73,5 @@ for due, s in pairs(earliest) do
   if is_head(due, s) and (not first or s < first) then first = s end
 end
 if first then redis.call(ARGV[2], ARGV[1], string.format('%.0f', first)) end
+gate_flush(G)
 return out

@@ -6,7 +6,8 @@
 -- (every job `schedule` and `import` write), the tail
 -- ":priority:max_attempts:lease_ns:backoff_first_ns:backoff_max_ns", then ":hold_off_ns" for
 -- a job of `Dedup::HoldOff` with a hold-off (held.lua; a tail without it holds nothing off,
--- as every tail written before it was), then the byte 0x1f (US,
+-- as every tail written before it was), then for a job with a key the byte 0x1e and
+-- "limit:starts:per_ns:key" (gates.lua), then the byte 0x1f (US,
 -- which no kind holds: kinds have no control characters) and the kind, last since it may
 -- hold ':'. So a meta ending in 0x1f is of kind "", one byte read (acks.lua). A meta without
 -- a tail (a series' occurrence, or a job written by format 1) is a job of the queue's plain
@@ -58,7 +59,7 @@ local function job_spec(tail, plain)
   if tail == '' then tail = plain end
   local spec = SPECS[tail]
   if not spec then
-    local p, max, lease, kind = string.match(tail, '^:(%-?%d+):(%d+):(%d+):%d+:%d+:?%d*\31(.*)$')
+    local p, max, lease, kind = string.match(tail, '^:(%-?%d+):(%d+):(%d+):%d+:%d+[^\31]*\31(.*)$')
     spec = {tonumber(p), kind, tonumber(max), ns_us(lease)}
     SPECS[tail] = spec
   end
@@ -72,7 +73,7 @@ local function job_level(tail)
   if tail == '' then return 0, '' end
   local level = LEVELS[tail]
   if not level then
-    local p, kind = string.match(tail, '^:(%-?%d+):%d+:%d+:%d+:%d+:?%d*\31(.*)$')
+    local p, kind = string.match(tail, '^:(%-?%d+):%d+:%d+:%d+:%d+[^\31]*\31(.*)$')
     level = {tonumber(p), kind}
     LEVELS[tail] = level
   end

@@ -6,6 +6,8 @@
 -- KEYS[4] the state's index: due (pending), running or dead (see claim.lua); jobs of other
 -- levels and kinds are in the sets named after it (kinds.lua)
 -- KEYS[5] levels (see kinds.lua), which says which of those exist
+-- KEYS[6] gate_timers (see gates.lua): pending jobs waiting for their key's slot are in
+-- the per-kind sets named after it, scored by run_at as the due sets are
 -- ARGV[1] 'pending' | 'running' | 'dead', ARGV[2] how many jobs at most (at most 1,001)
 -- ARGV[3] the position's score ("" for the first page), ARGV[4] the position's id
 -- ARGV[5] '1' to return payloads, '0' for none ('' each: a listing that shows no payload
@@ -82,6 +84,11 @@ for _, m in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
   local p, kind = string.match(m, '^d:(%-?%d+):(.*)$')
   if mode == 'pending' and p and (only == nil or kind == only) then
     indexes[#indexes + 1] = due_key(KEYS[4], tonumber(p), kind)
+  end
+  kind = string.match(m, '^w:(.*)$')
+  if mode == 'pending' and kind and (only == nil or kind == only) then
+    -- The kind's jobs waiting for their key's slot (gates.lua): pending too.
+    indexes[#indexes + 1] = string.sub(KEYS[6], 1, -7) .. 'l:' .. kind
   end
   kind = string.match(m, '^r:(.*)$')
   if mode == 'running' and kind and (only == nil or kind == only) then

@@ -1,5 +1,5 @@
 -- next.lua: the successors of `Dedup::AllowWhileRunning`. Not a script of its own:
--- prepended (after kinds.lua and held.lua) to schedule.lua, ack.lua, claim.lua, retry.lua
+-- prepended (after kinds.lua, gates.lua and held.lua) to schedule.lua, ack.lua, claim.lua, retry.lua
 -- and cancel.lua, which pass their keys in a table N (declared in their KEYS, under the
 -- partition's tag; get.lua reads `next` itself):
 --
@@ -21,14 +21,6 @@
 -- ACL of a queue's user allows the commands the scripts already sent, guide/redis.md), then
 -- one HMGET of the acked ids only if some successor waits in the partition; a death (rare)
 -- the flag and one HGET; a retry with attempts left nothing.
-
--- ceil(ns / 1000) of a decimal text of nanoseconds: the due score of a run_at.
-local function next_score(ns)
-  local us = ns_us(ns)
-  if #ns > 3 and string.sub(ns, -3) ~= '000' then us = us + 1 end
-  if #ns <= 3 and ns ~= '0' then us = 1 end
-  return us
-end
 
 -- Whether any successor waits in the partition.
 local function next_any(N)
@@ -58,19 +50,26 @@ end
 -- if that is later; in its level's due set and `levels`, tallied pending in `counted`
 -- (kinds.lua). The job it follows must be out of its index and counters already (or be
 -- taken out by the caller from an index that is not this due set). Returns the due key
--- and score, for the caller's wake message.
+-- and score, for the caller's wake message; nil for a gated successor, which enters its
+-- gate (gates.lua, N.G) instead.
 local function next_handover(N, id, succ, not_before_ns, counted)
   local run_ns, tail = string.match(succ, '^(%d+)(.*)$')
   if not_before_ns and ns_less(run_ns, not_before_ns) then run_ns = not_before_ns end
   local p, kind = job_level(tail)
-  local key = due_key(N.due, p, kind)
-  local score = next_score(run_ns)
   redis.call('HSET', N.meta, id, 'p:0:0:' .. run_ns .. tail)
   redis.call('HSET', N.payload, id, redis.call('HGET', N.next_payload, id))
   next_drop(N, id)
+  tally(counted, 'pending', kind, 1)
+  if job_gate(tail) then
+    -- A gated successor enters its gate as a new job (gates.lua): the caller's gate_flush
+    -- admits it, or not, and publishes it.
+    gate_enter(N.G, id, run_ns, tail, true)
+    return nil, nil
+  end
+  local key = due_key(N.due, p, kind)
+  local score = ns_score(run_ns)
   redis.call('ZADD', key, score, id)
   level_note(N.levels, p, kind)
-  tally(counted, 'pending', kind, 1)
   return key, score
 end
 

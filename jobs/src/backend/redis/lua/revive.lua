@@ -5,7 +5,8 @@
 --
 -- KEYS[1] meta, KEYS[2] due, KEYS[3] counts, KEYS[4] dead (see schedule.lua, claim.lua),
 -- KEYS[5] levels (see kinds.lua, prepended: each job goes back to its own level, its spec
--- kept, and leaves its kind's dead set)
+-- kept, and leaves its kind's dead set), KEYS[6] gate_timers (see gates.lua, prepended: a
+-- gated job enters its gate, waiting, and the gate takes its limits)
 -- ARGV[1] "id" then ARGV[2] the id, or "limit" then ARGV[2] how many at most (at most 512)
 -- ARGV[3] mode ("at" | "after"), ARGV[4] ns | us, ARGV[5] score (see schedule.lua),
 -- ARGV[6] wake channel, ARGV[7] 'PUBLISH' | 'SPUBLISH' (see schedule.lua)
@@ -36,7 +37,7 @@ else
   score = tonumber(ARGV[5])
 end
 local metas = redis.call('HMGET', KEYS[1], unpack(ids))
-local meta_writes, scores, revived, counted, gone = {}, {}, {}, {}, {}
+local meta_writes, scores, revived, counted, gone, gated = {}, {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
   local state, _, _, _, tail = job_parse(metas[i])
   if state == 'd' then
@@ -44,8 +45,12 @@ for i, id in ipairs(ids) do
     local due = due_key(KEYS[2], p, kind)
     meta_writes[#meta_writes + 1] = id
     meta_writes[#meta_writes + 1] = 'p:0:0:' .. run_ns .. tail
-    if not scores[due] then level_note(KEYS[5], p, kind) end
-    g_push(scores, due, score, id)
+    if job_gate(tail) then
+      gated[#gated + 1] = {id, tail}
+    else
+      if not scores[due] then level_note(KEYS[5], p, kind) end
+      g_push(scores, due, score, id)
+    end
     revived[#revived + 1] = id
     g_push(gone, dead_key(KEYS[4], kind), id)
     tally(counted, 'dead', kind, -1)
@@ -64,5 +69,11 @@ local wake = false
 for due in pairs(scores) do wake = wake or is_head(due, score) end
 if wake then
   redis.call(ARGV[7], ARGV[6], string.format('%.0f', score))
+end
+if #gated > 0 then
+  -- Gated jobs enter their gates, which take their limits (gates.lua).
+  local G = gate_ctx(KEYS[6], KEYS[2], KEYS[5], nil, ARGV[6], ARGV[7])
+  for _, job in ipairs(gated) do gate_enter(G, job[1], run_ns, job[2], true) end
+  gate_flush(G)
 end
 return {#revived, run_ns}

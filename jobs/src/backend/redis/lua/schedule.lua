@@ -15,6 +15,8 @@
 -- KEYS[8] series  (series.lua, prepended: a series' pending occurrence is never replaced,
 --                 nor a running one followed)
 -- KEYS[9] next, KEYS[10] next_payload: the successors (next.lua, prepended)
+-- KEYS[11] gate_timers (gates.lua, prepended: a gated job enters its gate waiting, the
+--          gate takes its limits, and rebalances once at the end, publishing what it admits)
 -- ARGV[1] wake channel (sent the new head's score when a job becomes the first due)
 -- ARGV[2] 'PUBLISH', or 'SPUBLISH' on a cluster (the channel shares the keys' hash tag)
 -- ARGV[3..] groups of 7: id, mode ("at" | "after"), ns (at: run_at in ns, exact) or
@@ -49,6 +51,7 @@ local now_ns = now_ns_text(now)
 local H = {held = KEYS[6], held_until = KEYS[7]}
 local S = {series = KEYS[8]}
 local N = {counts = KEYS[4], next = KEYS[9], next_payload = KEYS[10]}
+local G = gate_ctx(KEYS[11], KEYS[3], KEYS[5], now, ARGV[1], ARGV[2])
 local ids = {}
 for i = 3, #ARGV, 7 do ids[#ids + 1] = ARGV[i] end
 local metas = redis.call('HMGET', KEYS[1], unpack(ids))
@@ -124,6 +127,7 @@ for j, id in ipairs(ids) do
     end
     local p, kind = job_level(tail)
     local key = due_key(KEYS[3], p, kind)
+    local gated = job_gate(tail)
     if not state then
       local meta = 'p:0:0:' .. run_ns .. tail
       cur[id] = meta
@@ -131,8 +135,13 @@ for j, id in ipairs(ids) do
       meta_writes[#meta_writes + 1] = meta
       payloads[#payloads + 1] = id
       payloads[#payloads + 1] = ARGV[i + 4]
-      if not scores[key] then level_note(KEYS[5], p, kind) end
-      g_push(scores, key, score, id)
+      if gated then
+        -- Into its gate, waiting: the rebalance at the end admits it or not (gates.lua).
+        gate_enter(G, id, run_ns, tail, true)
+      else
+        if not scores[key] then level_note(KEYS[5], p, kind) end
+        g_push(scores, key, score, id)
+      end
       tally(counted, 'pending', kind, 1)
       out[j] = {1, run_ns}
     else
@@ -145,9 +154,18 @@ for j, id in ipairs(ids) do
       cur[id] = meta
       redis.call('HSET', KEYS[1], id, meta)
       redis.call('HSET', KEYS[2], id, ARGV[i + 4])
-      redis.call('ZREM', due_key(KEYS[3], old_p, old_kind), id)
-      redis.call('ZADD', key, score, id)
-      level_note(KEYS[5], p, kind)
+      -- Out of its old gate (if gated), into its new one (gates.lua).
+      if job_gate(old_tail) then
+        gate_leave(G, id, old_ns, old_tail)
+      else
+        redis.call('ZREM', due_key(KEYS[3], old_p, old_kind), id)
+      end
+      if gated then
+        gate_enter(G, id, run_ns, tail, true)
+      else
+        redis.call('ZADD', key, score, id)
+        level_note(KEYS[5], p, kind)
+      end
       level_tidy(KEYS[5], KEYS[3], old_p, old_kind)
       tally(counted, 'pending', old_kind, -1)
       tally(counted, 'pending', kind, 1)
@@ -158,11 +176,12 @@ for j, id in ipairs(ids) do
       cur_next[id] = false
       out[j] = {2, run_ns}
     end
-    note_due(key, score)
+    if not gated then note_due(key, score) end
   end
 end
 flush()
 tally_flush(KEYS[4], counted)
+gate_flush(G)
 if any then
   local first = nil
   for key, score in pairs(earliest) do

@@ -105,6 +105,7 @@ impl Scripts {
     ) -> Result<ClaimReply, Error> {
         let mut call = script!(
             "kinds.lua",
+            "gates.lua",
             "held.lua",
             "next.lua",
             "acks.lua",
@@ -127,7 +128,8 @@ impl Scripts {
             .key(&k.held)
             .key(&k.held_until)
             .key(&k.next)
-            .key(&k.next_payload);
+            .key(&k.next_payload)
+            .key(&k.gate_timers);
         call.arg(max).arg(plain_tail);
         match kinds {
             ClaimKinds::All => {

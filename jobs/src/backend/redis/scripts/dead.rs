@@ -104,12 +104,13 @@ impl Scripts {
         when: When,
     ) -> Result<ReviveReply, Error> {
         let (when_mode, value, score) = when_args(when);
-        let mut call = script!("kinds.lua", "revive.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "gates.lua", "revive.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.due)
             .key(&k.counts)
             .key(&k.dead)
-            .key(&k.levels);
+            .key(&k.levels)
+            .key(&k.gate_timers);
         call.arg(mode)
             .arg(arg)
             .arg(when_mode)

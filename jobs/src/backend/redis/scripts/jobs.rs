@@ -69,6 +69,7 @@ impl Scripts {
     ) -> Result<Vec<(Scheduled, u64)>, Error> {
         let mut call = script!(
             "kinds.lua",
+            "gates.lua",
             "series.lua",
             "held.lua",
             "next.lua",
@@ -84,7 +85,8 @@ impl Scripts {
             .key(&k.held_until)
             .key(&k.series)
             .key(&k.next)
-            .key(&k.next_payload);
+            .key(&k.next_payload)
+            .key(&k.gate_timers);
         call.arg(&k.wake).arg(k.publish);
         // A spec is sent once for a run of jobs that share it ("": the one before's).
         let mut last: Option<&Spec> = None;
@@ -139,7 +141,7 @@ impl Scripts {
         k: &Keys,
         jobs: &[Import],
     ) -> Result<Vec<bool>, Error> {
-        let mut call = script!("kinds.lua", "held.lua", "import.lua").prepare_invoke();
+        let mut call = script!("kinds.lua", "gates.lua", "held.lua", "import.lua").prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.due)
@@ -148,7 +150,8 @@ impl Scripts {
             .key(&k.errors)
             .key(&k.levels)
             .key(&k.held)
-            .key(&k.held_until);
+            .key(&k.held_until)
+            .key(&k.gate_timers);
         call.arg(&k.wake).arg(k.publish);
         for job in jobs {
             // Due scores round up (never early); the dead index is in microseconds.
@@ -178,8 +181,15 @@ impl Scripts {
         k: &Keys,
         acks: &[(String, u64)],
     ) -> Result<Vec<bool>, Error> {
-        let mut call =
-            script!("kinds.lua", "held.lua", "next.lua", "acks.lua", "ack.lua").prepare_invoke();
+        let mut call = script!(
+            "kinds.lua",
+            "gates.lua",
+            "held.lua",
+            "next.lua",
+            "acks.lua",
+            "ack.lua"
+        )
+        .prepare_invoke();
         call.key(&k.meta)
             .key(&k.payload)
             .key(&k.counts)
@@ -190,7 +200,8 @@ impl Scripts {
             .key(&k.held_until)
             .key(&k.due)
             .key(&k.next)
-            .key(&k.next_payload);
+            .key(&k.next_payload)
+            .key(&k.gate_timers);
         call.arg(&k.wake).arg(k.publish);
         for (id, token) in acks {
             call.arg(id).arg(token);
@@ -209,6 +220,7 @@ impl Scripts {
     ) -> Result<bool, Error> {
         let mut call = script!(
             "kinds.lua",
+            "gates.lua",
             "series.lua",
             "held.lua",
             "next.lua",
@@ -224,7 +236,10 @@ impl Scripts {
             .key(&k.levels)
             .key(&k.next)
             .key(&k.next_payload)
-            .arg(id);
+            .key(&k.gate_timers)
+            .arg(id)
+            .arg(&k.wake)
+            .arg(k.publish);
         let removed: u64 = call.invoke_async(conn).await.map_err(redis_error)?;
         Ok(removed == 1)
     }
@@ -238,8 +253,13 @@ impl Scripts {
         when: When,
     ) -> Result<Option<u64>, Error> {
         let (mode, value, score) = when_args(when);
-        let mut call = script!("kinds.lua", "series.lua", "reschedule.lua").prepare_invoke();
-        call.key(&k.meta).key(&k.due).key(&k.series);
+        let mut call =
+            script!("kinds.lua", "gates.lua", "series.lua", "reschedule.lua").prepare_invoke();
+        call.key(&k.meta)
+            .key(&k.due)
+            .key(&k.series)
+            .key(&k.gate_timers)
+            .key(&k.levels);
         call.arg(id)
             .arg(mode)
             .arg(value)
@@ -293,7 +313,14 @@ impl Scripts {
         max_attempts: u32,
         error: Option<&str>,
     ) -> Result<(Retry, u64), Error> {
-        let mut call = script!("kinds.lua", "held.lua", "next.lua", "retry.lua").prepare_invoke();
+        let mut call = script!(
+            "kinds.lua",
+            "gates.lua",
+            "held.lua",
+            "next.lua",
+            "retry.lua"
+        )
+        .prepare_invoke();
         call.key(&k.meta)
             .key(&k.due)
             .key(&k.counts)
@@ -303,7 +330,8 @@ impl Scripts {
             .key(&k.levels)
             .key(&k.payload)
             .key(&k.next)
-            .key(&k.next_payload);
+            .key(&k.next_payload)
+            .key(&k.gate_timers);
         call.arg(id)
             .arg(token)
             .arg(micros(after.min(MAX_AFTER)))

@@ -43,7 +43,7 @@ use super::reply::{bytes, text};
 use crate::backend::KindFilter;
 use crate::core::error::Error;
 use crate::core::job::{nanos, JobInfo, JobState, When};
-use crate::core::kind::Spec;
+use crate::core::kind::{Keyed, Spec};
 
 pub(super) use claim::ClaimReply;
 
@@ -90,8 +90,10 @@ pub(super) struct Scripts;
 /// The tail of a job's meta string that stores its spec (`lua/kinds.lua`):
 /// `:priority:max_attempts:lease_ns:backoff_first_ns:backoff_max_ns`, then `:hold_off_ns`
 /// if the job has a hold-off (`lua/held.lua`; none is written for zero, so a job without
-/// one has the tail every version of format 2 wrote), the byte 0x1f (no kind holds a
-/// control character), then the kind, last (it may hold `:`); durations in nanoseconds
+/// one has the tail every version of format 2 wrote), then for a job with a key the byte
+/// 0x1e and `limit:rate_starts:rate_per_ns:key` (0 for no limit, no rate; the key last: it
+/// may hold `:`, never a control character; `lua/gates.lua`), the byte 0x1f (no kind holds
+/// a control character), then the kind, last (it may hold `:`); durations in nanoseconds
 /// (exact; the scripts floor the lease to microseconds for its score).
 pub(super) fn spec_tail(spec: &Spec) -> String {
     let hold_off = if spec.hold_off.is_zero() {
@@ -99,8 +101,15 @@ pub(super) fn spec_tail(spec: &Spec) -> String {
     } else {
         format!(":{}", spec.hold_off.as_nanos())
     };
+    let key = match &spec.key {
+        None => String::new(),
+        Some(k) => {
+            let (starts, per) = k.rate.unwrap_or((0, Duration::ZERO));
+            format!("\x1e{}:{starts}:{}:{}", k.limit, per.as_nanos(), k.key)
+        }
+    };
     format!(
-        ":{}:{}:{}:{}:{}{hold_off}\x1f{}",
+        ":{}:{}:{}:{}:{}{hold_off}{key}\x1f{}",
         spec.priority,
         spec.max_attempts,
         spec.lease.as_nanos(),
@@ -118,6 +127,10 @@ pub(super) fn tail_spec(tail: &str) -> Result<Option<Spec>, Error> {
     }
     let corrupt = || Error::storage(format!("corrupt job spec {tail:?}"));
     let (numbers, kind) = tail.split_once('\x1f').ok_or_else(corrupt)?;
+    let (numbers, key) = match numbers.split_once('\x1e') {
+        Some((numbers, key)) => (numbers, Some(key)),
+        None => (numbers, None),
+    };
     let mut fields = numbers.strip_prefix(':').ok_or_else(corrupt)?.split(':');
     let mut field = || fields.next().ok_or_else(corrupt);
     let priority = field()?.parse().map_err(|_| corrupt())?;
@@ -136,6 +149,22 @@ pub(super) fn tail_spec(tail: &str) -> Result<Option<Spec>, Error> {
     if fields.next().is_some() {
         return Err(corrupt());
     }
+    let key = match key {
+        None => None,
+        Some(key) => {
+            let mut fields = key.splitn(4, ':');
+            let mut field = || fields.next().ok_or_else(corrupt);
+            let limit = field()?.parse().map_err(|_| corrupt())?;
+            let starts: u32 = field()?.parse().map_err(|_| corrupt())?;
+            let per = duration(field()?)?;
+            let key = field()?.to_owned();
+            Some(Keyed {
+                key,
+                limit,
+                rate: (starts > 0).then_some((starts, per)),
+            })
+        }
+    };
     let kind = kind.to_owned();
     Ok(Some(Spec {
         kind,
@@ -144,7 +173,7 @@ pub(super) fn tail_spec(tail: &str) -> Result<Option<Spec>, Error> {
         backoff,
         lease,
         hold_off,
-        key: None,
+        key,
     }))
 }
 

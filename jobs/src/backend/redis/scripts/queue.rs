@@ -129,7 +129,8 @@ impl Scripts {
             .key(&k.payload)
             .key(&k.errors)
             .key(index)
-            .key(&k.levels);
+            .key(&k.levels)
+            .key(&k.gate_timers);
         call.arg(mode).arg(limit);
         match after {
             Some((at, id)) => call.arg(at.div_ceil(1000)).arg(id),

@@ -1,0 +1,258 @@
+-- gates.lua: fairness per key (a job's key with a limit or a rate: a "gated" job). Not a
+-- script of its own: prepended after kinds.lua to every script that moves a job between
+-- states (schedule, import, cancel, reschedule, claim, ack, retry, revive) and to list.lua,
+-- which pass a table G (`gate_ctx`) built from their declared `gate_timers` key.
+--
+-- A job's key is in its meta tail (kinds.lua) right before the kind's 0x1f: the byte 0x1e,
+-- then "limit:starts:per_ns:key" (limit 0: none; starts 0: no rate; the key last, it may
+-- hold ':' but no control character). A tail without it has no key. A job is gated when its
+-- key has a limit or a rate; a gate is one (kind, key), named gid = kind .. 0x1f .. key.
+--
+-- Keys, under the partition's hash tag, named after `gate_timers` ("{tag}:gate_timers",
+-- declared) by its prefix "{tag}:gate_":
+--   gate_h:<gid>   hash  run (leased jobs of the gate), ws + st (the rate window's start in
+--                        µs and the starts in it), lim, rs, rp (limit, rate starts, rate
+--                        period in µs: those of the job of the newest schedule, replace,
+--                        import, revive or successor that entered the gate)
+--   gate_a:<gid>   zset  the gate's admitted pending jobs: in their due set (kinds.lua),
+--                        claimable as any
+--   gate_w:<gid>   zset  the gate's waiting pending jobs: in no due set, not claimable
+--   gate_l:<kind>  zset  the kind's waiting jobs scored by run_at µs, for lists; `levels`
+--                        holds "w:<kind>" (scored 3000) while it has any
+--   gate_timers    zset  gids scored by the end of their open rate window (µs): a claim
+--                        rebalances those whose time has come (at most GATE_TIMERS_PER_CLAIM)
+--                        and reports the first as due, so an idle consumer wakes then
+-- gate_a and gate_w are in key order: scored -priority, member the run_at in ns padded to
+-- 20 digits then the id, so equal scores sort by (run_at, id) bytewise, exactly.
+--
+-- Invariant after every script: every admitted job is before every waiting one in key
+-- order, and admitted = min(admitted + waiting, cap), cap = max(0, min(lim - run,
+-- rs - st while the window is open, else rs)) (`gate_rebalance`). A script marks the gates
+-- it touches (`gate_dirty`) and rebalances them once at its end (`gate_flush`); a
+-- promotion that becomes its level's first due is published on the wake channel, as a
+-- schedule does. A gate with no job (run 0, none admitted or waiting) is deleted at its
+-- rebalance, unless its rate window is still open: then it keeps its timer, and the claim
+-- that meets that timer deletes it.
+
+local GATE_TIMERS_PER_CLAIM = 64
+
+-- ceil(ns / 1000) of a decimal text of nanoseconds: the due score of a run_at.
+local function ns_score(ns)
+  local us = ns_us(ns)
+  if #ns > 3 and string.sub(ns, -3) ~= '000' then us = us + 1 end
+  if #ns <= 3 and ns ~= '0' then us = 1 end
+  return us
+end
+
+-- gid, limit, rate starts, rate period µs of a tail whose key is gated; nil otherwise.
+local GATES = {}
+local function job_gate(tail)
+  if tail == nil or tail == '' then return nil end
+  local g = GATES[tail]
+  if g == nil then
+    g = false
+    local lim, rs, rp, key, kind = string.match(tail, '\30(%d+):(%d+):(%d+):([^\31]*)\31(.*)$')
+    if lim and (lim ~= '0' or rs ~= '0') then
+      g = {kind .. '\31' .. key, tonumber(lim), tonumber(rs), ns_us(rp)}
+    end
+    GATES[tail] = g
+  end
+  if not g then return nil end
+  return g[1], g[2], g[3], g[4]
+end
+
+local function gate_ctx(timers, due, levels, now, wake, publish)
+  return {pre = string.sub(timers, 1, -7), timers = timers, due = due, levels = levels,
+          now = now, wake = wake, publish = publish, dirty = {}, order = {}, woke = {}}
+end
+
+local function gate_dirty(G, gid)
+  if not G.dirty[gid] then
+    G.dirty[gid] = true
+    G.order[#G.order + 1] = gid
+  end
+end
+
+local function gate_member(run_ns, id)
+  return string.rep('0', 20 - #run_ns) .. run_ns .. id
+end
+
+-- id, run_ns of a member.
+local function gate_split(m)
+  local run_ns = string.match(string.sub(m, 1, 20), '^0*(%d-)$')
+  if run_ns == '' then run_ns = '0' end
+  return string.sub(m, 21), run_ns
+end
+
+-- The key-order score of priority p (never -0).
+local function gate_rank(p)
+  if p == 0 then return 0 end
+  return -p
+end
+
+local function gate_list_drop(G, kind, id)
+  local l = G.pre .. 'l:' .. kind
+  redis.call('ZREM', l, id)
+  if redis.call('ZCARD', l) == 0 then redis.call('ZREM', G.levels, 'w:' .. kind) end
+end
+
+-- The pending job `id` (run_at `run_ns`, spec `tail`, gated) enters its gate, waiting; with
+-- `limits` (or into a gate without any) the gate takes the job's limit and rate.
+local function gate_enter(G, id, run_ns, tail, limits)
+  local gid, lim, rs, rp = job_gate(tail)
+  local p, kind = job_level(tail)
+  local h = G.pre .. 'h:' .. gid
+  if limits or redis.call('HEXISTS', h, 'lim') == 0 then
+    redis.call('HSET', h, 'lim', lim, 'rs', rs, 'rp', rp)
+  end
+  redis.call('ZADD', G.pre .. 'w:' .. gid, gate_rank(p), gate_member(run_ns, id))
+  redis.call('ZADD', G.pre .. 'l:' .. kind, ns_score(run_ns), id)
+  redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
+  gate_dirty(G, gid)
+end
+
+-- The pending gated job `id` leaves its gate (cancel, replace, reschedule): out of its due
+-- set if admitted, out of the waiting sets if not.
+local function gate_leave(G, id, run_ns, tail)
+  local gid = job_gate(tail)
+  local p, kind = job_level(tail)
+  local m = gate_member(run_ns, id)
+  if redis.call('ZREM', G.pre .. 'a:' .. gid, m) == 1 then
+    redis.call('ZREM', due_key(G.due, p, kind), id)
+    level_tidy(G.levels, G.due, p, kind)
+  else
+    redis.call('ZREM', G.pre .. 'w:' .. gid, m)
+    gate_list_drop(G, kind, id)
+  end
+  gate_dirty(G, gid)
+end
+
+-- A claim leases the admitted job `id` of gate `gid` (pending to running; the claim takes
+-- it out of its due set): one more running, one more start in the rate window (a new
+-- window if the last one ended).
+local function gate_start(G, gid, id, run_ns)
+  local h = G.pre .. 'h:' .. gid
+  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, id))
+  redis.call('HINCRBY', h, 'run', 1)
+  local f = redis.call('HMGET', h, 'ws', 'rs', 'rp')
+  if (tonumber(f[2]) or 0) > 0 then
+    local ws = tonumber(f[1])
+    if not ws or G.now >= ws + tonumber(f[3]) then
+      redis.call('HSET', h, 'ws', G.now, 'st', 1)
+    else
+      redis.call('HINCRBY', h, 'st', 1)
+    end
+  end
+  gate_dirty(G, gid)
+end
+
+-- A claim kills the admitted pending job `id` (out of attempts; the claim takes it out of
+-- its due set).
+local function gate_drop(G, gid, id, run_ns)
+  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, id))
+  gate_dirty(G, gid)
+end
+
+-- A running job of gate `gid` stops running (ack, retry, failure, death).
+local function gate_stop(G, gid)
+  redis.call('HINCRBY', G.pre .. 'h:' .. gid, 'run', -1)
+  gate_dirty(G, gid)
+end
+
+-- Whether the entry {member, score} x is before y in key order.
+local function gate_before(x, y)
+  local a, b = tonumber(x[2]), tonumber(y[2])
+  if a ~= b then return a < b end
+  return less(x[1], y[1])
+end
+
+-- Restores the gate's invariant (see the header) at G.now: demotes admitted's last while
+-- over the cap, promotes waiting's first while under it, swaps while waiting's first is
+-- before admitted's last; then sets or clears its timer, or deletes it if it has no job.
+local function gate_rebalance(G, gid)
+  local kind = string.sub(gid, 1, string.find(gid, '\31', 1, true) - 1)
+  local h, a, w = G.pre .. 'h:' .. gid, G.pre .. 'a:' .. gid, G.pre .. 'w:' .. gid
+  local list = G.pre .. 'l:' .. kind
+  local f = redis.call('HMGET', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp')
+  local run, ws, st = tonumber(f[1]) or 0, tonumber(f[2]), tonumber(f[3]) or 0
+  local lim, rs, rp = tonumber(f[4]) or 0, tonumber(f[5]) or 0, tonumber(f[6]) or 0
+  local open = rs > 0 and ws ~= nil and G.now < ws + rp
+  local cap = math.huge
+  if lim > 0 then cap = math.max(0, lim - run) end
+  if rs > 0 then
+    local left = rs
+    if open then left = rs - st end
+    cap = math.min(cap, math.max(0, left))
+  end
+  local na, nw = redis.call('ZCARD', a), redis.call('ZCARD', w)
+  local function demote()
+    local e = redis.call('ZRANGE', a, -1, -1, 'WITHSCORES')
+    local id, run_ns = gate_split(e[1])
+    local p = gate_rank(tonumber(e[2]))
+    redis.call('ZREM', a, e[1])
+    redis.call('ZREM', due_key(G.due, p, kind), id)
+    level_tidy(G.levels, G.due, p, kind)
+    redis.call('ZADD', w, e[2], e[1])
+    redis.call('ZADD', list, ns_score(run_ns), id)
+    redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
+    na, nw = na - 1, nw + 1
+  end
+  local function promote()
+    local e = redis.call('ZRANGE', w, 0, 0, 'WITHSCORES')
+    local id, run_ns = gate_split(e[1])
+    local p = gate_rank(tonumber(e[2]))
+    redis.call('ZREM', w, e[1])
+    redis.call('ZREM', list, id)
+    redis.call('ZADD', a, e[2], e[1])
+    local key, score = due_key(G.due, p, kind), ns_score(run_ns)
+    redis.call('ZADD', key, score, id)
+    level_note(G.levels, p, kind)
+    if not G.woke[key] or score < G.woke[key] then G.woke[key] = score end
+    na, nw = na + 1, nw - 1
+  end
+  while na > cap do demote() end
+  while na < cap and nw > 0 do promote() end
+  while na > 0 and nw > 0 do
+    local first = redis.call('ZRANGE', w, 0, 0, 'WITHSCORES')
+    local last = redis.call('ZRANGE', a, -1, -1, 'WITHSCORES')
+    if not gate_before(first, last) then break end
+    demote()
+    promote()
+  end
+  if nw == 0 and redis.call('ZCARD', list) == 0 then redis.call('ZREM', G.levels, 'w:' .. kind) end
+  local idle = na == 0 and nw == 0 and run <= 0
+  if open and (nw > 0 or idle) then
+    redis.call('ZADD', G.timers, ws + rp, gid)
+  else
+    redis.call('ZREM', G.timers, gid)
+    if idle then redis.call('HDEL', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp') end
+  end
+end
+
+-- Rebalances the gates marked since the last flush, then publishes the earliest promotion
+-- that became its level's first due. Returns the earliest promotion's due score, or nil.
+local function gate_flush(G)
+  if #G.order == 0 then return nil end
+  if not G.now then
+    local t = redis.call('TIME')
+    G.now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  for _, gid in ipairs(G.order) do gate_rebalance(G, gid) end
+  G.dirty, G.order = {}, {}
+  local first, any = nil, nil
+  for key, score in pairs(G.woke) do
+    if not any or score < any then any = score end
+    if is_head(key, score) and (not first or score < first) then first = score end
+  end
+  G.woke = {}
+  if first and G.wake then redis.call(G.publish, G.wake, string.format('%.0f', first)) end
+  return any
+end
+
+-- A claim's first step: rebalances the gates whose rate window ended (their timers at or
+-- before G.now), at most GATE_TIMERS_PER_CLAIM.
+local function gate_timers_due(G)
+  local gids = redis.call('ZRANGEBYSCORE', G.timers, '-inf', G.now, 'LIMIT', 0, GATE_TIMERS_PER_CLAIM)
+  for _, gid in ipairs(gids) do gate_dirty(G, gid) end
+  gate_flush(G)
+end
