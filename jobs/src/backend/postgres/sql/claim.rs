@@ -55,7 +55,13 @@ pub(in crate::backend::postgres) struct ClaimRows {
     pub(in crate::backend::postgres) paused: bool,
     /// Series heads due, left to the series step (`series.rs`).
     pub(in crate::backend::postgres) heads: Vec<String>,
+    /// A gate of the claimed kinds has a timer due (a rate window ended): for
+    /// [`Sql::gate_timers`].
+    pub(in crate::backend::postgres) timers: bool,
 }
+
+/// The most gates whose timer came that one claim rebalances.
+pub(super) const TIMERS_PER_CLAIM: i32 = 64;
 
 /// The most expired tombstones (`held`) one claim deletes.
 pub(super) const HELD_PER_CLAIM: u32 = 64;
@@ -69,6 +75,7 @@ pub(super) struct ClaimSql {
     claim_set: String,
     settle: String,
     extend: String,
+    timers: String,
 }
 
 impl ClaimSql {
@@ -79,6 +86,7 @@ impl ClaimSql {
             series,
             queues,
             held,
+            gates,
             ..
         } = n;
         // Machine::claim for each due job: the expired leases first (their last error
@@ -141,7 +149,7 @@ impl ClaimSql {
                         "due AS (SELECT d.* FROM levels l CROSS JOIN LATERAL (\
                          SELECT j.ctid AS tid, j.id, j.attempt, j.max_attempts AS most, j.priority AS prio, \
                          j.run_at AS at, {next_j} AS nx FROM {jobs} j \
-                         WHERE j.queue = $1 AND j.token IS NULL {kj} AND j.priority = l.lvl \
+                         WHERE j.queue = $1 AND j.token IS NULL AND NOT j.waiting {kj} AND j.priority = l.lvl \
                          AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
                          AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
                          ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED) d \
@@ -197,6 +205,8 @@ impl ClaimSql {
                    FOR UPDATE SKIP LOCKED) RETURNING 1), \
                  next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
                    WHERE l.lvl IS NOT NULL), \
+                 timer AS (SELECT min(g.wake_at) AS t FROM {gates} g WHERE g.queue = $1 \
+                   AND g.wake_at IS NOT NULL {kg}), \
                  next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
                    AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
                    AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) \
@@ -204,16 +214,20 @@ impl ClaimSql {
                  SELECT 0 AS row_, id, payload, attempt, run_at AS at, {spec} FROM leased \
                  UNION ALL SELECT 1, NULL, NULL, ((SELECT count(*) FROM buried) + (SELECT count(*) FROM handed))::int, \
                    (SELECT t FROM now), \
-                   '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
+                   '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 2, NULL, NULL, (SELECT p FROM paused)::int, \
                    LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
-                   (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
-                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL FROM heads",
+                   (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed), \
+                   (SELECT t FROM timer)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM heads \
+                 UNION ALL SELECT 4, NULL, NULL, NULL, t, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM timer \
+                   WHERE t <= (SELECT t FROM now)",
                 until = later("coalesce(j.lease, $3)"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
                 next_j = has_next("j"),
                 take_next = take_next(),
+                kg = kinds.map_or_else(|| "AND g.kind = ANY($6::text[])".to_owned(), |k| k.rows("g")),
             )
         };
         ClaimSql {
@@ -247,7 +261,7 @@ impl ClaimSql {
                    ON CONFLICT (queue, id) DO UPDATE SET until = EXCLUDED.until RETURNING 1), \
                  r AS (SELECT * FROM unnest($4::text[], $5::bigint[], $6::bigint[], $7::text[]) \
                    AS r(id, token, after, error)), \
-                 back AS (UPDATE {jobs} j SET run_at = {after}, token = NULL, lease_until = NULL, \
+                 back AS (UPDATE {jobs} j SET run_at = {after}, token = NULL, lease_until = NULL, waiting = {gated}, \
                    last_error = coalesce(r.error, j.last_error) \
                    FROM r WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token \
                    AND j.attempt < coalesce(j.max_attempts, $8) \
@@ -270,6 +284,7 @@ impl ClaimSql {
                  UNION ALL SELECT 1, id, token, run_at FROM back \
                  UNION ALL SELECT 2, id, token, (SELECT t FROM now) FROM gone",
                 after = later("r.after"),
+                gated = super::gated("j"),
                 held_until = later("hold_off"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
@@ -277,6 +292,8 @@ impl ClaimSql {
                 next_spec = next_spec_cols(""),
                 next_spec_j = next_spec_cols("j"),
             ),
+            // The gates whose rate window ended (`migrations/0003_kinds.sql`).
+            timers: format!("SELECT {}.gate_timers($1, $2, $3)", n.quoted),
             // Machine::extend.
             extend: format!(
                 "WITH now AS (SELECT {NOW} AS t) \
@@ -310,12 +327,12 @@ fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
     let levels = format!(
         "ks AS (SELECT k.kind, k.room FROM unnest($6::text[], $7::bigint[]) AS k(kind, room)), \
          levels(kind, room, lvl) AS (SELECT ks.kind, ks.room, CASE WHEN ks.kind = '' \
-           THEN (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL) \
-           ELSE (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL \
+           THEN (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting) \
+           ELSE (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting \
              AND kind = ks.kind AND kind <> '') END FROM ks \
          UNION ALL SELECT l.kind, l.room, CASE WHEN l.kind = '' \
-           THEN (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND priority < l.lvl) \
-           ELSE (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL \
+           THEN (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting AND priority < l.lvl) \
+           ELSE (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting \
              AND kind = l.kind AND kind <> '' AND priority < l.lvl) END \
          FROM levels l WHERE l.lvl IS NOT NULL)"
     );
@@ -323,7 +340,7 @@ fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
         format!(
             "(SELECT j.ctid AS tid, j.id, j.kind, j.attempt, j.max_attempts AS most, j.priority AS prio, \
              j.run_at AS at, {next_j} AS nx FROM {jobs} j \
-             WHERE j.queue = $1 AND j.token IS NULL {rows} AND j.priority = l.lvl \
+             WHERE j.queue = $1 AND j.token IS NULL AND NOT j.waiting {rows} AND j.priority = l.lvl \
              AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
              AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
              ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED)",
@@ -391,17 +408,17 @@ fn next_level(jobs: &str, kinds: Kinds) -> String {
                      AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id)";
     match kinds {
         Kinds::All | Kinds::Named => format!(
-            "SELECT j.run_at AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL {kj} \
+            "SELECT j.run_at AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL AND NOT j.waiting {kj} \
              AND j.priority = l.lvl {not_taken} ORDER BY j.run_at, j.id LIMIT 1"
         ),
         Kinds::Plain => format!(
             "SELECT LEAST(\
-               (SELECT j.run_at FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL {kj} \
+               (SELECT j.run_at FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL AND NOT j.waiting {kj} \
                 AND j.priority = l.lvl AND j.run_at <= (SELECT t FROM now) {not_taken} \
                 ORDER BY j.run_at, j.id LIMIT 1), \
                (SELECT CASE WHEN bool_or(w.kind = '') THEN min(w.t) FILTER (WHERE w.kind = '') \
                   WHEN count(*) = {PLAIN_WINDOW} THEN max(w.t) END \
-                FROM (SELECT j.run_at AS t, j.kind FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL \
+                FROM (SELECT j.run_at AS t, j.kind FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL AND NOT j.waiting \
                   AND j.priority = l.lvl AND j.run_at > (SELECT t FROM now) \
                   ORDER BY j.run_at, j.id LIMIT {PLAIN_WINDOW}) w)) AS t"
         ),
@@ -461,6 +478,7 @@ impl Sql {
             next_due: None,
             paused: false,
             heads: Vec::new(),
+            timers: false,
         };
         for r in &rows {
             match db(r.try_get::<i32, _>(0))? {
@@ -479,10 +497,31 @@ impl Sql {
                     out.paused = db(r.try_get::<i32, _>(3))? != 0;
                     out.next_due = db(r.try_get::<Option<i64>, _>(4))?.map(dec);
                 }
+                4 => out.timers = true,
                 _ => out.heads.push(db(r.try_get(1))?),
             }
         }
         Ok(out)
+    }
+
+    /// Rebalances the gates of `kinds` whose timer came (at most [`TIMERS_PER_CLAIM`],
+    /// skipping those another transaction holds): how many.
+    pub(in crate::backend::postgres) async fn gate_timers(
+        &self,
+        ex: impl PgExecutor<'_>,
+        queue: &str,
+        kinds: &ClaimKinds,
+    ) -> Result<i32, Error> {
+        let names: Option<Vec<&str>> = match kinds {
+            ClaimKinds::All => None,
+            ClaimKinds::Some(set) => Some(set.iter().map(|(k, _)| k.as_str()).collect()),
+        };
+        db(sqlx::query_scalar(&self.claims.timers)
+            .bind(queue)
+            .bind(names)
+            .bind(TIMERS_PER_CLAIM)
+            .fetch_one(ex)
+            .await)
     }
 
     /// Acks and retries, in one statement; the answers in order.

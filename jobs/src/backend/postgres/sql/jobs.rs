@@ -89,7 +89,7 @@ impl JobsSql {
             // the snapshot and the insert is still locked, and left as it is (the token
             // check), until this transaction ends.
             //
-            // An AllowWhileRunning ($14, false for a series' occurrence) of a job running
+            // An AllowWhileRunning ($18, false for a series' occurrence) of a job running
             // without a successor stores it as the successor, in the `next_` columns of the
             // job's row (`embedded/store/jobs.rs` `schedule`): the same insert's `ON CONFLICT
             // DO UPDATE`, so the running row is locked in id order with the others, and only
@@ -109,7 +109,7 @@ impl JobsSql {
                 "WITH now AS (SELECT {NOW} AS t), \
                  input AS (SELECT i.id, i.ord, i.replace, i.allow, {run_at}::bigint AS run_at, i.payload, {spec_i} \
                    FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bytea[], $6::boolean[], {spec_types}, \
-                   $14::boolean[]) WITH ORDINALITY AS i(id, at, after, payload, replace, {spec}, allow, ord)), \
+                   $18::boolean[]) WITH ORDINALITY AS i(id, at, after, payload, replace, {spec}, allow, ord)), \
                  hold AS (SELECT h.id, h.until FROM {held} h WHERE h.queue = $1 \
                    AND h.id IN (SELECT id FROM input) AND h.until > (SELECT t FROM now)), \
                  stale AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.id IN (SELECT id FROM input) \
@@ -122,8 +122,8 @@ impl JobsSql {
                  sent AS (SELECT * FROM free WHERE NOT EXISTS (SELECT 1 FROM seen \
                    WHERE seen.id = free.id AND CASE WHEN seen.running THEN NOT free.allow OR seen.has_next \
                    ELSE NOT free.replace END)), \
-                 ins AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}) \
-                   SELECT $1, id, run_at, payload, {spec} FROM sent ORDER BY id \
+                 ins AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}, waiting) \
+                   SELECT $1, id, run_at, payload, {spec}, {gated} FROM sent ORDER BY id \
                    ON CONFLICT (queue, id) DO UPDATE SET {set_spec} \
                    WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
                    AND {head} \
@@ -140,6 +140,7 @@ impl JobsSql {
                 spec_types = spec_types(7),
                 seen_next = has_next("j"),
                 set_spec = conflict_sets(),
+                gated = super::gated(""),
                 head = not_head(series, "j.id"),
             ),
             // Each job as given, pending, where its id is free (see the module docs).
@@ -581,7 +582,7 @@ impl Sql {
                 db(r.try_get(5))?,
                 spec(&r, 6, &self.plain)?,
             )
-            .with_successor(db(r.try_get::<Option<i64>, _>(13))?.map(dec)),
+            .with_successor(db(r.try_get::<Option<i64>, _>(17))?.map(dec)),
         ))
     }
 }
@@ -613,7 +614,12 @@ fn conflict_sets() -> String {
     let next = cols
         .split(", ")
         .map(|c| format!("next_{c} = CASE WHEN j.token IS NULL THEN NULL ELSE EXCLUDED.{c} END"));
-    own.chain(next).collect::<Vec<_>>().join(", ")
+    // A gated job replaced enters its gate's waiting jobs (its rebalance may admit it).
+    let waiting = "waiting = CASE WHEN j.token IS NULL THEN EXCLUDED.waiting ELSE j.waiting END";
+    own.chain(next)
+        .chain(std::iter::once(waiting.to_owned()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// SQL setting the successor columns of a job to none.
@@ -634,6 +640,10 @@ fn spec_types(first: usize) -> String {
         "bigint[]",
         "bigint[]",
         "bigint[]",
+        "bigint[]",
+        "text[]",
+        "integer[]",
+        "integer[]",
         "bigint[]",
     ]
     .iter()
