@@ -157,11 +157,11 @@ BEGIN
             rate_per = CASE WHEN enter THEN rp ELSE x.rate_per END
         RETURNING * INTO g;
     open_ := g.rate_per IS NOT NULL AND g.window_start IS NOT NULL AND t < g.window_start + g.rate_per;
-    IF d_start > 0 THEN
+    IF d_start > 0 AND g.rate_per IS NOT NULL THEN
         IF NOT open_ THEN
             g.window_start := t;
             g.started := 0;
-            open_ := g.rate_per IS NOT NULL;
+            open_ := true;
         END IF;
         g.started := g.started + d_start;
     END IF;
