@@ -48,13 +48,11 @@ async fn gate(pool: &sqlx::PgPool, queue: &str, key: &str) -> Option<(i32, i32, 
 
 /// The pending jobs of `queue` that wait for their gate, in id order.
 async fn waiting(pool: &sqlx::PgPool, queue: &str) -> Vec<String> {
-    sqlx::query_scalar(
-        "SELECT id FROM wheel_jobs.jobs WHERE queue = $1 AND waiting ORDER BY id",
-    )
-    .bind(queue)
-    .fetch_all(pool)
-    .await
-    .unwrap()
+    sqlx::query_scalar("SELECT id FROM wheel_jobs.jobs WHERE queue = $1 AND waiting ORDER BY id")
+        .bind(queue)
+        .fetch_all(pool)
+        .await
+        .unwrap()
 }
 
 /// Schedules `n` jobs `<key><i>` of kind `sync` with key `key`, due in id order in the past.
@@ -112,7 +110,11 @@ async fn postgres_a_gate_admits_its_first_jobs_swaps_and_is_deleted_with_its_las
     for _ in 0..2 {
         assert!(next(&mut consumer).await.ack().await.unwrap());
     }
-    assert_eq!(gate(&pool, &name, "a").await, None, "deleted with its last job");
+    assert_eq!(
+        gate(&pool, &name, "a").await,
+        None,
+        "deleted with its last job"
+    );
     queue.close().await.unwrap();
 }
 
@@ -129,19 +131,26 @@ async fn postgres_a_retry_re_enters_without_changing_the_gates_limits() {
     drop(consumer);
     // A schedule with a limit of 3 raises the gate's: a1 is admitted beside the running a0.
     queue
-        .schedule_with("a2", HOUR, "p", &JobOptions::kind("sync").key("a").key_limit(3))
+        .schedule_with(
+            "a2",
+            HOUR,
+            "p",
+            &JobOptions::kind("sync").key("a").key_limit(3),
+        )
         .await
         .unwrap();
     assert_eq!(gate(&pool, &name, "a").await, Some((1, 2, 0, false)));
     assert!(d.retry(HOUR).await.unwrap());
-    let limit: i32 = sqlx::query_scalar(
-        "SELECT key_limit FROM wheel_jobs.gates WHERE queue = $1 AND key = 'a'",
-    )
-    .bind(&name)
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    assert_eq!(limit, 3, "the retried job's own limit (1) did not replace the gate's");
+    let limit: i32 =
+        sqlx::query_scalar("SELECT key_limit FROM wheel_jobs.gates WHERE queue = $1 AND key = 'a'")
+            .bind(&name)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        limit, 3,
+        "the retried job's own limit (1) did not replace the gate's"
+    );
     assert_eq!(gate(&pool, &name, "a").await, Some((0, 3, 0, false)));
     queue.close().await.unwrap();
 }
@@ -156,7 +165,13 @@ async fn postgres_schedule_in_and_ack_in_move_the_gate_with_the_callers_commit()
     let mut tx = pool.begin().await.unwrap();
     for id in ["a0", "a1"] {
         queue
-            .schedule_in_with(&mut tx, id, Duration::ZERO, "p", &JobOptions::kind("sync").key("a"))
+            .schedule_in_with(
+                &mut tx,
+                id,
+                Duration::ZERO,
+                "p",
+                &JobOptions::kind("sync").key("a"),
+            )
             .await
             .unwrap();
     }
@@ -205,7 +220,10 @@ async fn postgres_a_rate_windows_timer_is_processed_by_claims() {
     let idle = tokio::spawn(async move { consumer.next().await.is_some() });
     let deadline = Instant::now() + Duration::from_secs(30);
     while gate(&pool, &name, "a").await.is_some() {
-        assert!(Instant::now() < deadline, "the empty gate was never deleted");
+        assert!(
+            Instant::now() < deadline,
+            "the empty gate was never deleted"
+        );
         tokio::time::sleep(ms(50)).await;
     }
     idle.abort();
@@ -362,10 +380,11 @@ fn postgres_key_limits_hold_across_processes_and_a_kill() {
                 children[0].kill();
                 killed = true;
             }
-            let acked: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {}", effects(&name)))
-                .fetch_one(&pool)
-                .await
-                .unwrap();
+            let acked: i64 =
+                sqlx::query_scalar(&format!("SELECT count(*) FROM {}", effects(&name)))
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
             if acked == (KEYS * PER_KEY) as i64 {
                 return acked;
             }
@@ -378,13 +397,11 @@ fn postgres_key_limits_hold_across_processes_and_a_kill() {
     assert!(killed, "the first child started jobs");
     rt.block_on(async {
         connections_gone(&pool, &name, deadline).await;
-        let dups: Vec<String> = sqlx::query_scalar(&format!(
-            "SELECT id FROM {} WHERE dups > 0",
-            effects(&name)
-        ))
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+        let dups: Vec<String> =
+            sqlx::query_scalar(&format!("SELECT id FROM {} WHERE dups > 0", effects(&name)))
+                .fetch_all(&pool)
+                .await
+                .unwrap();
         assert!(dups.is_empty(), "acked twice: {dups:?}");
         let left: i64 = sqlx::query_scalar(
             "SELECT (SELECT count(*) FROM wheel_jobs.jobs WHERE queue = $1) \
@@ -407,19 +424,30 @@ fn postgres_key_limits_hold_across_processes_and_a_kill() {
     // their leases ended (their slots with them: the limit held all along).
     let restarted: BTreeMap<&String, usize> = starts[0]
         .iter()
-        .map(|id| (id, starts[1..].iter().flatten().filter(|s| *s == id).count()))
+        .map(|id| {
+            (
+                id,
+                starts[1..].iter().flatten().filter(|s| *s == id).count(),
+            )
+        })
         .collect();
     assert!(
         restarted.values().all(|n| *n >= 1),
         "each job the killed child held was redelivered: {restarted:?}"
     );
-    let per_child: HashMap<usize, usize> =
-        starts.iter().enumerate().map(|(i, s)| (i, s.len())).collect();
+    let per_child: HashMap<usize, usize> = starts
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i, s.len()))
+        .collect();
     eprintln!(
         "{done} acked; {samples} samples: at most {most} leased of a key, gates' running at \
          most {most_gate}; starts per child {per_child:?}; redelivered after the kill {restarted:?}"
     );
     assert!(most <= i64::from(LIMIT), "{most} of one key leased at once");
-    assert!(most_gate <= i64::from(LIMIT), "a gate counted {most_gate} running");
+    assert!(
+        most_gate <= i64::from(LIMIT),
+        "a gate counted {most_gate} running"
+    );
     assert!(most > 0 && samples > 10, "the sampling saw the work");
 }

@@ -133,6 +133,20 @@ impl ClaimSql {
         // Each claim deletes at most [`HELD_PER_CLAIM`] expired tombstones, earliest first
         // (`held_until`; one index probe when there are none), skipping those another
         // statement holds (`embedded/store/claim.rs` `expire_held`).
+        //
+        // Fairness per key (`migrations/0003_kinds.sql`, `gates`): jobs waiting for their
+        // gate are in no due index (`NOT waiting`, which every read of pending jobs here
+        // says, so the planner uses the partial indexes), so the claim leases only admitted
+        // ones, and a backlog held back costs it nothing. The statement's triggers do a
+        // gate's bookkeeping (a lease from pending is a start: running + 1; a kill, running
+        // - 1; then the gate's rebalance); `gl` first locks the gates of the rows it
+        // leased, killed or handed over, in (kind, key) order, after those rows (the rule:
+        // job rows, then gates in order), so the triggers, one per kind of change, never
+        // take gates out of order (the old gate of a handed-over job is the exception:
+        // rare, and a deadlock the server breaks). `timer` is the earliest gate timer of
+        // the claimed kinds: the next due time is no later, and one due is reported (row
+        // 4) for [`Sql::gate_timers`]. For ungated jobs: one probe of `gates_wake` and an
+        // empty `gl`.
         let claim = |kinds: Option<Kinds>| {
             // `None`: a set of kinds, `$6` and their rooms `$7` (`claim_set` below).
             let kj = kinds.map_or_else(|| SET_ROWS.to_owned(), |k| k.rows("j"));
@@ -192,7 +206,8 @@ impl ClaimSql {
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END, \
                    payload = j.next_payload, {take_next} \
                    FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
-                   AND p.attempt >= coalesce(p.most, $5) AND p.nx RETURNING j.id, j.run_at), \
+                   AND p.attempt >= coalesce(p.most, $5) AND p.nx \
+                   RETURNING j.id, j.run_at, j.kind, j.key, {gated_j} AS gated), \
                  leased AS (UPDATE {jobs} j SET attempt = j.attempt + 1, token = $4, \
                    lease_until = {until}, \
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END \
@@ -207,12 +222,16 @@ impl ClaimSql {
                    WHERE l.lvl IS NOT NULL), \
                  timer AS (SELECT min(g.wake_at) AS t FROM {gates} g WHERE g.queue = $1 \
                    AND g.wake_at IS NOT NULL {kg}), \
+                 gl AS (SELECT 1 FROM {gates} g WHERE g.queue = $1 AND (g.kind, g.key) IN ( \
+                   SELECT kind, key FROM leased WHERE {gated_} UNION ALL SELECT kind, key FROM killed WHERE {gated_} \
+                   UNION ALL SELECT kind, key FROM handed WHERE gated) ORDER BY g.kind, g.key FOR UPDATE), \
                  next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
                    AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
                    AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) \
                    AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1) \
                  SELECT 0 AS row_, id, payload, attempt, run_at AS at, {spec} FROM leased \
-                 UNION ALL SELECT 1, NULL, NULL, ((SELECT count(*) FROM buried) + (SELECT count(*) FROM handed))::int, \
+                 UNION ALL SELECT 1, NULL, NULL, ((SELECT count(*) FROM buried) + (SELECT count(*) FROM handed) \
+                   + 0 * (SELECT count(*) FROM gl))::int, \
                    (SELECT t FROM now), \
                    '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 2, NULL, NULL, (SELECT p FROM paused)::int, \
@@ -227,6 +246,8 @@ impl ClaimSql {
                 spec_j = spec_cols("j"),
                 next_j = has_next("j"),
                 take_next = take_next(),
+                gated_ = super::gated(""),
+                gated_j = super::gated("j"),
                 kg = kinds.map_or_else(|| "AND g.kind = ANY($6::text[])".to_owned(), |k| k.rows("g")),
             )
         };
@@ -250,12 +271,18 @@ impl ClaimSql {
             // running row out and the pending one in, and wake consumers for it. A retry
             // with attempts left leaves the successor in its row. Jobs without a successor
             // pay one test of the `next_payload` NULL bit.
+            //
+            // A gated job retried waits in its gate (`waiting`) and its trigger rebalances the
+            // gate (running - 1, as for an ack or a death). `gl` locks the gates of every
+            // settled job and successor, in (kind, key) order, after their rows: acks are a
+            // delete and retries an update, each with a trigger, and two batches mixing them
+            // on two keys would otherwise take the gates in opposite orders.
             settle: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  acked AS (DELETE FROM {jobs} j USING unnest($2::text[], $3::bigint[]) AS a(id, token) \
                    WHERE j.queue = $1 AND j.id = a.id AND j.token = a.token \
                    RETURNING j.id, a.token, j.hold_off, {next_j} AS has_next, j.next_run_at, j.next_payload, \
-                   {next_spec_j}), \
+                   {next_spec_j}, j.kind AS g_kind, j.key AS g_key, {gated} AS g_gated), \
                  tombs AS (INSERT INTO {held} (queue, id, until) \
                    SELECT $1, id, {held_until} FROM acked WHERE hold_off > 0 AND NOT has_next \
                    ON CONFLICT (queue, id) DO UPDATE SET until = EXCLUDED.until RETURNING 1), \
@@ -265,7 +292,7 @@ impl ClaimSql {
                    last_error = coalesce(r.error, j.last_error) \
                    FROM r WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token \
                    AND j.attempt < coalesce(j.max_attempts, $8) \
-                   RETURNING j.id, r.token, j.run_at), \
+                   RETURNING j.id, r.token, j.run_at, j.kind AS g_kind, j.key AS g_key, {gated} AS g_gated), \
                  gone AS (DELETE FROM {jobs} j USING r \
                    WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token \
                    AND j.attempt >= coalesce(j.max_attempts, $8) \
@@ -279,12 +306,22 @@ impl ClaimSql {
                    SELECT $1, id, GREATEST(next_run_at, CASE WHEN hold_off > 0 THEN {held_until} END), NULL, \
                    next_payload, {next_spec} FROM acked WHERE has_next \
                    UNION ALL SELECT $1, id, next_run_at, last_error, next_payload, {next_spec} FROM gone \
-                   WHERE has_next RETURNING 1) \
+                   WHERE has_next RETURNING 1), \
+                 gl AS (SELECT 1 FROM {gates} g WHERE g.queue = $1 AND (g.kind, g.key) IN ( \
+                   SELECT g_kind, g_key FROM acked WHERE g_gated \
+                   UNION ALL SELECT g_kind, g_key FROM back WHERE g_gated \
+                   UNION ALL SELECT kind, key FROM gone WHERE {gated_} \
+                   UNION ALL SELECT next_kind, next_key FROM acked WHERE has_next AND {gated_next} \
+                   UNION ALL SELECT next_kind, next_key FROM gone WHERE has_next AND {gated_next}) \
+                   ORDER BY g.kind, g.key FOR UPDATE) \
                  SELECT 0 AS kind, id, token, 0::bigint AS at FROM acked \
                  UNION ALL SELECT 1, id, token, run_at FROM back \
-                 UNION ALL SELECT 2, id, token, (SELECT t FROM now) FROM gone",
+                 UNION ALL SELECT 2, id, token, (SELECT t FROM now) FROM gone \
+                 UNION ALL SELECT 3, NULL, NULL, NULL FROM (SELECT count(*) AS n FROM gl) c WHERE c.n < 0",
                 after = later("r.after"),
                 gated = super::gated("j"),
+                gated_ = super::gated(""),
+                gated_next = super::gated("").replace("key_limit", "next_key_limit").replace("rate_starts", "next_rate_starts"),
                 held_until = later("hold_off"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),

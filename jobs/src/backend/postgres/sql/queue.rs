@@ -45,7 +45,13 @@ impl QueueSql {
         );
         let mut list = Vec::with_capacity(18);
         for (table, at, filter, cmp, order) in [
-            (jobs, "run_at", "AND token IS NULL AND NOT waiting", ">", "ASC"),
+            (
+                jobs,
+                "run_at",
+                "AND token IS NULL AND NOT waiting",
+                ">",
+                "ASC",
+            ),
             (jobs, "lease_until", "AND token IS NOT NULL", ">", "ASC"),
             (dead, "died_at", "", "<", "DESC"),
         ] {
