@@ -199,8 +199,10 @@ impl JobsSql {
                  FROM {series} s WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.token IS NULL \
                  AND s.queue = $1 AND s.name = split_part(j.id, '@', 1) AND s.head_id = j.id \
                  RETURNING j.id",
+                // The plain spec has no key: the job waits for no gate.
                 plain = spec_cols("")
                     .split(", ")
+                    .chain(["waiting"])
                     .map(|c| format!("{c} = DEFAULT"))
                     .collect::<Vec<_>>()
                     .join(", "),
