@@ -129,13 +129,15 @@ CREATE TABLE {schema}.gates (
 );
 CREATE INDEX gates_wake ON {schema}.gates (queue, wake_at) WHERE wake_at IS NOT NULL;
 
--- rebalance(gate, now): the gate's running changes
--- by `d_run`, `d_start` jobs started (opening a window if none is open); an `enter`ing job
--- sets the limits. Then the first `cap` pending jobs in key order (priority desc, run_at,
--- id) are admitted and the others wait, where cap = min(limit - running, rate's starts -
--- started in the open window), at least 0. Its own updates of `waiting` set
--- `wheel_jobs.gating` so the trigger they fire leaves the gates alone; their wake-ups go
--- out as any update's (a promoted job due soon wakes idle consumers).
+-- rebalance(gate, now): the gate's running changes by `d_run`, `d_start` jobs started
+-- (opening a window if none is open); an `enter`ing job sets the limits. Then the first
+-- `cap` pending jobs in key order (priority desc, run_at, id) are admitted and the others
+-- wait, where cap = min(limit - running, rate's starts - started in the open window), at
+-- least 0: demotion, promotion and the swap in one step, O(cap) rows read. Rows another
+-- transaction holds are left as they are (it rebalances after its change) and counted
+-- where they are. Its own updates of `waiting` set `wheel_jobs.gating` so the trigger they
+-- fire leaves the gates alone; their wake-ups go out as any update's (a promoted job due
+-- soon wakes idle consumers).
 CREATE FUNCTION {schema}.gate_rebalance(q text, k text, ky text, d_run integer, d_start integer,
     enter boolean, lim integer, rs integer, rp bigint) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -144,6 +146,8 @@ DECLARE
     open_ boolean;
     cap integer := 2147483647;
     top text[];
+    kept integer;
+    extra integer;
     dem text[];
     up text[];
     n integer;
@@ -171,23 +175,31 @@ BEGIN
     IF g.rate_starts IS NOT NULL THEN
         cap := least(cap, greatest(g.rate_starts - CASE WHEN open_ THEN g.started ELSE 0 END, 0));
     END IF;
-    SELECT coalesce(array_agg(x.id), '{}') INTO top FROM (
-        (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j WHERE j.queue = q AND j.kind = k
-          AND j.key = ky AND NOT j.waiting AND j.token IS NULL
+    SELECT coalesce(array_agg(x.id), '{}'), count(*) FILTER (WHERE NOT x.waiting) INTO top, kept FROM (
+        (SELECT j.id, j.priority, j.run_at, j.waiting FROM {schema}.jobs j WHERE j.queue = q
+          AND j.kind = k AND j.key = ky AND NOT j.waiting AND j.token IS NULL
           AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
           ORDER BY j.priority DESC, j.run_at, j.id LIMIT cap)
         UNION ALL
-        (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j WHERE j.queue = q AND j.kind = k
-          AND j.key = ky AND j.waiting AND j.token IS NULL
+        (SELECT j.id, j.priority, j.run_at, j.waiting FROM {schema}.jobs j WHERE j.queue = q
+          AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
           AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
           ORDER BY j.priority DESC, j.run_at, j.id LIMIT cap)
         ORDER BY 2 DESC, 3, 1 LIMIT cap) x;
+    -- The admitted jobs after the first `cap` wait, but for those another transaction holds:
+    -- they stay admitted (one may be a claim's lease), and take the room of as many
+    -- promotions, so admitted never passes cap whichever way their change ends.
+    SELECT count(*) INTO extra FROM {schema}.jobs j WHERE j.queue = q AND j.kind = k
+        AND j.key = ky AND NOT j.waiting AND j.token IS NULL
+        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL) AND NOT j.id = ANY(top);
     SELECT array_agg(x.id) INTO dem FROM (SELECT j.id FROM {schema}.jobs j WHERE j.queue = q
         AND j.kind = k AND j.key = ky AND NOT j.waiting AND j.token IS NULL
         AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL) AND NOT j.id = ANY(top)
         FOR UPDATE SKIP LOCKED) x;
     SELECT array_agg(x.id) INTO up FROM (SELECT j.id FROM {schema}.jobs j WHERE j.queue = q
         AND j.id = ANY(top) AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT greatest(cap - kept - (extra - coalesce(cardinality(dem), 0)), 0)
         FOR UPDATE SKIP LOCKED) x;
     IF dem IS NOT NULL OR up IS NOT NULL THEN
         PERFORM set_config('wheel_jobs.gating', 'on', true);
