@@ -734,6 +734,34 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_reads_no_job_waiting_for_its_gate_and_locks_gates_in_order() {
+        let names = Names::new("wheel_jobs");
+        let sql = ClaimSql::new(&names);
+        for text in sql.claim.iter().chain([&sql.claim_set]) {
+            // Every read of pending jobs says `NOT waiting`: the due indexes' predicate.
+            let pending = text.matches("token IS NULL").count();
+            let admitted = text.matches("token IS NULL AND NOT j.waiting").count()
+                + text.matches("token IS NULL AND NOT waiting").count();
+            assert!(pending > 0 && pending == admitted, "{text}");
+            assert!(
+                text.contains("ORDER BY g.kind, g.key FOR UPDATE)"),
+                "gates in order: {text}"
+            );
+            assert!(text.contains("0 * (SELECT count(*) FROM gl)"), "{text}");
+            assert!(text.contains("(SELECT t FROM timer))"), "{text}");
+        }
+        assert!(
+            sql.settle.contains("ORDER BY g.kind, g.key FOR UPDATE)"),
+            "{}",
+            sql.settle
+        );
+        // A retried gated job waits in its gate.
+        assert!(sql
+            .settle
+            .contains("waiting = (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)"));
+    }
+
+    #[test]
     fn due_series_heads_hold_back_the_levels_below_theirs() {
         for kinds in [Kinds::All, Kinds::Plain] {
             let text = claim_text(kinds);

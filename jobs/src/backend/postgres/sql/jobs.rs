@@ -63,6 +63,7 @@ impl JobsSql {
             dead,
             series,
             held,
+            gates,
             ..
         } = n;
         JobsSql {
@@ -101,6 +102,11 @@ impl JobsSql {
             // transaction ends: in `schedule_in`, the job's worker's ack waits for the
             // caller's commit, which it must (the successor may yet be rolled back).
             //
+            // A gated job enters its gate waiting (its rebalance, in the insert's or the
+            // update's trigger, may admit it at once); `gl` locks the gates of the jobs
+            // written, in (kind, key) order, after their rows, so the two triggers (insert,
+            // update) take no gate out of order (`migrations/0003_kinds.sql`, `gates`).
+            //
             // Answers: 0 created, 1 replaced, 2 held off (with the tombstone's end), 3
             // replaced a row this statement's snapshot did not see (a series may have placed
             // it as an occurrence meanwhile: `schedule_round` checks it), 4 a successor
@@ -129,11 +135,15 @@ impl JobsSql {
                    AND {head} \
                    OR j.token IS NOT NULL AND NOT {seen_next} AND (SELECT f.allow FROM sent f WHERE f.id = EXCLUDED.id) \
                    RETURNING j.id, CASE WHEN j.token IS NULL THEN j.run_at ELSE j.next_run_at END AS run_at, \
-                   j.xmax = 0 AS inserted, j.token IS NOT NULL AS successor) \
+                   j.xmax = 0 AS inserted, j.token IS NOT NULL AS successor, j.kind, j.key, \
+                   j.token IS NULL AND {gated_j} AS gated), \
+                 gl AS (SELECT 1 FROM {gates} g WHERE g.queue = $1 AND (g.kind, g.key) IN \
+                   (SELECT kind, key FROM ins WHERE gated) ORDER BY g.kind, g.key FOR UPDATE) \
                  SELECT id, run_at, CASE WHEN inserted THEN 0 WHEN successor THEN 4 \
                    WHEN EXISTS (SELECT 1 FROM seen WHERE seen.id = ins.id) THEN 1 ELSE 3 END AS outcome \
                    FROM ins \
-                 UNION ALL SELECT id, until, 2 FROM hold",
+                 UNION ALL SELECT id, until, 2 FROM hold \
+                 UNION ALL SELECT NULL, NULL, 5 FROM (SELECT count(*) AS n FROM gl) c WHERE c.n < 0",
                 run_at = run_at("i.at", "i.after"),
                 spec = spec_cols(""),
                 spec_i = spec_cols("i"),
@@ -141,6 +151,7 @@ impl JobsSql {
                 seen_next = has_next("j"),
                 set_spec = conflict_sets(),
                 gated = super::gated(""),
+                gated_j = super::gated("j"),
                 head = not_head(series, "j.id"),
             ),
             // Each job as given, pending, where its id is free (see the module docs).
