@@ -22,6 +22,8 @@ mod postgres_dedup;
 #[cfg(feature = "postgres")]
 mod postgres_faults;
 #[cfg(feature = "postgres")]
+mod postgres_keys;
+#[cfg(feature = "postgres")]
 mod postgres_kinds;
 #[cfg(feature = "postgres")]
 mod postgres_pool;

@@ -168,6 +168,9 @@ impl Backend for Postgres {
                 })
                 .collect();
             let mut next_due = rows.next_due;
+            // A gate's rate window ended: its waiting jobs may start now. Rebalanced after
+            // the claim (its statement could not lease what it admits): look again at once.
+            let timers = rows.timers && self.sql.gate_timers(&self.pool, &self.queue, &kinds).await? > 0;
             // Due heads are priority-0 plain jobs: the statement left the levels below 0
             // out when it saw some (strict priority), and the room left is theirs.
             let mut heads_claimed = false;
@@ -190,7 +193,7 @@ impl Backend for Postgres {
             }
             if rows.paused {
                 next_due = None;
-            } else if jobs.len() >= want {
+            } else if jobs.len() >= want || timers {
                 // More may be due: look again at once.
                 next_due = Some(rows.now);
             } else if heads_claimed && next_due.is_some_and(|n| n <= rows.now) {

@@ -70,6 +70,8 @@ pub(crate) struct Names {
     pub(crate) series: String,
     /// Tombstones of ids acked with a hold-off (`Dedup::HoldOff`).
     pub(crate) held: String,
+    /// Fairness per key: one row per (queue, kind, key) of gated jobs.
+    pub(crate) gates: String,
     /// One row per queue: its paused flag.
     pub(crate) queues: String,
     /// Per-queue counters, 16 slot rows per queue.
@@ -98,6 +100,7 @@ impl Names {
             dead: table("dead"),
             series: table("series"),
             held: table("held"),
+            gates: table("gates"),
             queues: table("queues"),
             counts: table("counts"),
             deltas: table("count_deltas"),

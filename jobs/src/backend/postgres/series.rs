@@ -108,7 +108,7 @@ impl SeriesSql {
                  + coalesce(lease, $4), 9223372036854775807)::bigint \
                  WHERE queue = $1 AND id = $2 AND token IS NULL \
                  RETURNING payload, attempt, run_at, kind, priority, max_attempts, backoff_first, \
-                 backoff_max, lease, hold_off"
+                 backoff_max, lease, hold_off, key, key_limit, rate_starts, rate_per"
             ),
             schema: n.schema.clone(),
         }

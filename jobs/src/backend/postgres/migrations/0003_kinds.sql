@@ -12,6 +12,11 @@
 -- (`Dedup::HoldOff`): its ack writes a tombstone in `held`. Dead rows keep it too: a
 -- revived job is pending again with its whole spec.
 --
+-- `key` is the job's key (`JobOptions::key`, NULL: none), `key_limit` and `rate_starts` /
+-- `rate_per` (nanoseconds) its limits (NULL: none); a job with either is *gated* (fairness
+-- per key, `gates` below). `waiting` is true for a gated pending job its gate holds back:
+-- it is in no due index, so no claim reads it (a running job never waits).
+--
 -- The `next_` columns hold a job's successor (`Dedup::AllowWhileRunning`): the run_at,
 -- payload and resolved spec of a schedule that met the job running, all NULL when none
 -- waits (`next_payload IS NOT NULL` is the flag every statement tests). A successor lives
@@ -28,6 +33,11 @@ ALTER TABLE {schema}.jobs
     ADD COLUMN backoff_max bigint,
     ADD COLUMN lease bigint,
     ADD COLUMN hold_off bigint,
+    ADD COLUMN key text COLLATE "C",
+    ADD COLUMN key_limit integer,
+    ADD COLUMN rate_starts integer,
+    ADD COLUMN rate_per bigint,
+    ADD COLUMN waiting boolean NOT NULL DEFAULT false,
     ADD COLUMN next_run_at bigint,
     ADD COLUMN next_payload bytea,
     ADD COLUMN next_kind text COLLATE "C",
@@ -36,7 +46,11 @@ ALTER TABLE {schema}.jobs
     ADD COLUMN next_backoff_first bigint,
     ADD COLUMN next_backoff_max bigint,
     ADD COLUMN next_lease bigint,
-    ADD COLUMN next_hold_off bigint;
+    ADD COLUMN next_hold_off bigint,
+    ADD COLUMN next_key text COLLATE "C",
+    ADD COLUMN next_key_limit integer,
+    ADD COLUMN next_rate_starts integer,
+    ADD COLUMN next_rate_per bigint;
 ALTER TABLE {schema}.dead
     ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT '',
     ADD COLUMN priority smallint NOT NULL DEFAULT 0,
@@ -44,7 +58,11 @@ ALTER TABLE {schema}.dead
     ADD COLUMN backoff_first bigint,
     ADD COLUMN backoff_max bigint,
     ADD COLUMN lease bigint,
-    ADD COLUMN hold_off bigint;
+    ADD COLUMN hold_off bigint,
+    ADD COLUMN key text COLLATE "C",
+    ADD COLUMN key_limit integer,
+    ADD COLUMN rate_starts integer,
+    ADD COLUMN rate_per bigint;
 
 -- Tombstones of the ids acked with a hold-off: a schedule of `id` is refused while the
 -- server's clock is before `until` (nanoseconds), in any dedup mode. Written by the ack's
@@ -67,10 +85,160 @@ CREATE INDEX held_until ON {schema}.held (queue, until);
 -- out of the second: a plain schedule writes one due index entry, as in version 2 (two cost
 -- 43 % more WAL per inserted row). A claim of the kind '' reads the first, past other
 -- kinds' due jobs of its levels.
+--
+-- Neither holds the waiting jobs of a gate: a tenant's backlog held back by its key's limit
+-- costs a claim nothing. `jobs_waiting` orders them for lists of pending jobs, `jobs_gate`
+-- orders a gate's pending jobs, admitted and waiting apart, in key order (priority, run_at,
+-- id) for its rebalance; only gated rows are in them.
 DROP INDEX {schema}.jobs_pending;
-CREATE INDEX jobs_pending ON {schema}.jobs (queue, priority DESC, run_at, id) WHERE token IS NULL;
+CREATE INDEX jobs_pending ON {schema}.jobs (queue, priority DESC, run_at, id)
+    WHERE token IS NULL AND NOT waiting;
 CREATE INDEX jobs_due ON {schema}.jobs (queue, kind, priority DESC, run_at, id)
-    WHERE token IS NULL AND kind <> '';
+    WHERE token IS NULL AND NOT waiting AND kind <> '';
+CREATE INDEX jobs_waiting ON {schema}.jobs (queue, run_at, id) WHERE waiting;
+CREATE INDEX jobs_gate ON {schema}.jobs (queue, kind, key, waiting, priority DESC, run_at, id)
+    WHERE token IS NULL AND (key_limit IS NOT NULL OR rate_starts IS NOT NULL);
+
+-- Fairness per key: one row per (queue, kind, key) of gated jobs. `running` counts its
+-- leased jobs, `admitted` its pending jobs in the due indexes (`waiting` false), its rate
+-- window opened at `window_start` with `started` starts in it, and the limits of the job
+-- that entered last (`key_limit`, `rate_starts`, `rate_per`; a retry does not set them).
+-- `wake_at` is the end of an open rate window when the gate must be looked at then (jobs
+-- wait for it, or the gate is empty and is deleted then): claims rebalance the gates whose
+-- time has come (`gate_timers`). A gate without running, admitted or waiting jobs and
+-- without an open window is deleted by the rebalance that finds it so.
+--
+-- Every statement on `jobs` keeps them: its trigger (below) rebalances each gate its rows
+-- touched, in (kind, key) order, after the statement locked those rows: job rows first,
+-- then gate rows, and within a rebalance the jobs it moves are locked `SKIP LOCKED` (a row
+-- another transaction holds is being changed by a statement that rebalances its gate after
+-- it), so no rebalance waits on a job row while holding a gate.
+CREATE TABLE {schema}.gates (
+    queue text COLLATE "C" NOT NULL,
+    kind text COLLATE "C" NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    running integer NOT NULL DEFAULT 0,
+    admitted integer NOT NULL DEFAULT 0,
+    window_start bigint,
+    started integer NOT NULL DEFAULT 0,
+    key_limit integer,
+    rate_starts integer,
+    rate_per bigint,
+    wake_at bigint,
+    PRIMARY KEY (queue, kind, key)
+);
+CREATE INDEX gates_wake ON {schema}.gates (queue, wake_at) WHERE wake_at IS NOT NULL;
+
+-- rebalance(gate, now): the gate's running changes by `d_run`, `d_start` jobs started
+-- (opening a window if none is open); an `enter`ing job sets the limits. Then the first
+-- `cap` pending jobs in key order (priority desc, run_at, id) are admitted and the others
+-- wait, where cap = min(limit - running, rate's starts - started in the open window), at
+-- least 0: demotion, promotion and the swap in one step, O(cap) rows read. Rows another
+-- transaction holds are left as they are (it rebalances after its change) and counted
+-- where they are. Its own updates of `waiting` set `wheel_jobs.gating` so the trigger they
+-- fire leaves the gates alone; their wake-ups go out as any update's (a promoted job due
+-- soon wakes idle consumers).
+CREATE FUNCTION {schema}.gate_rebalance(q text, k text, ky text, d_run integer, d_start integer,
+    enter boolean, lim integer, rs integer, rp bigint) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    g {schema}.gates;
+    t bigint := (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint;
+    open_ boolean;
+    cap integer := 2147483647;
+    top text[];
+    kept integer;
+    extra integer;
+    dem text[];
+    up text[];
+    n integer;
+    held boolean;
+BEGIN
+    INSERT INTO {schema}.gates AS x (queue, kind, key, running, key_limit, rate_starts, rate_per)
+        VALUES (q, k, ky, greatest(d_run, 0), lim, rs, rp)
+        ON CONFLICT (queue, kind, key) DO UPDATE SET running = greatest(x.running + d_run, 0),
+            key_limit = CASE WHEN enter THEN lim ELSE x.key_limit END,
+            rate_starts = CASE WHEN enter THEN rs ELSE x.rate_starts END,
+            rate_per = CASE WHEN enter THEN rp ELSE x.rate_per END
+        RETURNING * INTO g;
+    open_ := g.rate_per IS NOT NULL AND g.window_start IS NOT NULL AND t < g.window_start + g.rate_per;
+    IF d_start > 0 AND g.rate_per IS NOT NULL THEN
+        IF NOT open_ THEN
+            g.window_start := t;
+            g.started := 0;
+            open_ := true;
+        END IF;
+        g.started := g.started + d_start;
+    END IF;
+    IF g.key_limit IS NOT NULL THEN
+        cap := least(cap, greatest(g.key_limit - g.running, 0));
+    END IF;
+    IF g.rate_starts IS NOT NULL THEN
+        cap := least(cap, greatest(g.rate_starts - CASE WHEN open_ THEN g.started ELSE 0 END, 0));
+    END IF;
+    SELECT coalesce(array_agg(x.id), '{}'), count(*) FILTER (WHERE NOT x.waiting) INTO top, kept FROM (
+        (SELECT j.id, j.priority, j.run_at, j.waiting FROM {schema}.jobs j WHERE j.queue = q
+          AND j.kind = k AND j.key = ky AND NOT j.waiting AND j.token IS NULL
+          AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+          ORDER BY j.priority DESC, j.run_at, j.id LIMIT cap)
+        UNION ALL
+        (SELECT j.id, j.priority, j.run_at, j.waiting FROM {schema}.jobs j WHERE j.queue = q
+          AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
+          AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+          ORDER BY j.priority DESC, j.run_at, j.id LIMIT cap)
+        ORDER BY 2 DESC, 3, 1 LIMIT cap) x;
+    -- The admitted jobs after the first `cap` wait, but for those another transaction holds:
+    -- they stay admitted (one may be a claim's lease), and take the room of as many
+    -- promotions, so admitted never passes cap whichever way their change ends.
+    SELECT count(*) INTO extra FROM {schema}.jobs j WHERE j.queue = q AND j.kind = k
+        AND j.key = ky AND NOT j.waiting AND j.token IS NULL
+        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL) AND NOT j.id = ANY(top);
+    SELECT array_agg(x.id) INTO dem FROM (SELECT j.id FROM {schema}.jobs j WHERE j.queue = q
+        AND j.kind = k AND j.key = ky AND NOT j.waiting AND j.token IS NULL
+        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL) AND NOT j.id = ANY(top)
+        FOR UPDATE SKIP LOCKED) x;
+    SELECT array_agg(x.id) INTO up FROM (SELECT j.id FROM {schema}.jobs j WHERE j.queue = q
+        AND j.id = ANY(top) AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT greatest(cap - kept - (extra - coalesce(cardinality(dem), 0)), 0)
+        FOR UPDATE SKIP LOCKED) x;
+    IF dem IS NOT NULL OR up IS NOT NULL THEN
+        PERFORM set_config('wheel_jobs.gating', 'on', true);
+        UPDATE {schema}.jobs SET waiting = true WHERE queue = q AND id = ANY(dem);
+        UPDATE {schema}.jobs SET waiting = false WHERE queue = q AND id = ANY(up);
+        PERFORM set_config('wheel_jobs.gating', '', true);
+    END IF;
+    SELECT count(*) INTO n FROM {schema}.jobs j WHERE j.queue = q AND j.kind = k AND j.key = ky
+        AND NOT j.waiting AND j.token IS NULL AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL);
+    held := EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.queue = q AND j.kind = k AND j.key = ky
+        AND j.waiting AND j.token IS NULL AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL));
+    IF g.running = 0 AND n = 0 AND NOT held AND NOT open_ THEN
+        DELETE FROM {schema}.gates WHERE queue = q AND kind = k AND key = ky;
+        RETURN;
+    END IF;
+    UPDATE {schema}.gates SET admitted = n, window_start = g.window_start, started = g.started,
+        wake_at = CASE WHEN open_ AND (held OR g.running = 0 AND n = 0)
+            THEN g.window_start + g.rate_per END
+        WHERE queue = q AND kind = k AND key = ky;
+END $$;
+
+-- The gates of `q` (of the kinds `kinds`, NULL: every kind) whose `wake_at` has come, at
+-- most `most`, rebalanced in (kind, key) order, skipping those another transaction holds
+-- (it rebalances them): how many. A claim runs it when its statement saw one due.
+CREATE FUNCTION {schema}.gate_timers(q text, kinds text[], most integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    g record;
+    n integer := 0;
+BEGIN
+    FOR g IN SELECT x.kind, x.key FROM {schema}.gates x WHERE x.queue = q AND x.wake_at <= (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint
+        AND (kinds IS NULL OR x.kind = ANY(kinds)) ORDER BY x.kind, x.key LIMIT most
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM {schema}.gate_rebalance(q, g.kind, g.key, 0, 0, false, NULL, NULL, NULL);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END $$;
 
 -- Counters per queue and kind. The rows of version 2 are the kind '' (every job had it).
 ALTER TABLE {schema}.counts ADD COLUMN kind text COLLATE "C" NOT NULL DEFAULT '';
@@ -79,19 +247,34 @@ ALTER TABLE {schema}.count_deltas ADD COLUMN kind text COLLATE "C" NOT NULL DEFA
 
 -- The triggers of version 2, their deltas grouped by queue and kind: an update's old rows
 -- count out of their kind and its new rows into theirs, so a Replace that changes a job's
--- kind moves its count from one kind to the other.
+-- kind moves its count from one kind to the other. A wake-up is for jobs that do not wait
+-- for their gate. Then the gates the rows touched are rebalanced (`gate_rebalance`).
 CREATE OR REPLACE FUNCTION {schema}.jobs_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
 BEGIN
     INSERT INTO {schema}.count_deltas (queue, kind, pending, running, dead)
         SELECT queue, kind, count(*) FILTER (WHERE token IS NULL), count(*) FILTER (WHERE token IS NOT NULL), 0
         FROM new_rows GROUP BY queue, kind;
     PERFORM pg_notify(TG_TABLE_SCHEMA || ':wake', min(run_at)::text || ' ' || queue)
-        FROM new_rows WHERE token IS NULL GROUP BY queue
+        FROM new_rows WHERE token IS NULL AND NOT waiting GROUP BY queue
         HAVING min(run_at) <= (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint + 60000000000;
+    IF current_setting('wheel_jobs.gating', true) IS DISTINCT FROM 'on' THEN
+        FOR c IN SELECT queue, kind, key, count(*) FILTER (WHERE token IS NOT NULL)::int AS run,
+                (array_agg(key_limit ORDER BY id))[1] AS lim, (array_agg(rate_starts ORDER BY id))[1] AS rs,
+                (array_agg(rate_per ORDER BY id))[1] AS rp
+            FROM new_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL
+            GROUP BY queue, kind, key ORDER BY queue, kind, key
+        LOOP
+            PERFORM {schema}.gate_rebalance(c.queue, c.kind, c.key, c.run, 0, true, c.lim, c.rs, c.rp);
+        END LOOP;
+    END IF;
     RETURN NULL;
 END $$;
 
 CREATE OR REPLACE FUNCTION {schema}.jobs_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
 BEGIN
     INSERT INTO {schema}.count_deltas (queue, kind, pending, running, dead)
         SELECT queue, kind, sum(p), sum(r), 0 FROM (
@@ -102,16 +285,59 @@ BEGIN
     -- A job made pending again (a retry) or moved (a reschedule) may be due earlier than
     -- what an idle consumer sleeps toward: a wake-up if it is due within 60 s.
     PERFORM pg_notify(TG_TABLE_SCHEMA || ':wake', min(run_at)::text || ' ' || queue)
-        FROM new_rows WHERE token IS NULL GROUP BY queue
+        FROM new_rows WHERE token IS NULL AND NOT waiting GROUP BY queue
         HAVING min(run_at) <= (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint + 60000000000;
+    IF current_setting('wheel_jobs.gating', true) IS DISTINCT FROM 'on' THEN
+        IF EXISTS (SELECT 1 FROM new_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL)
+            OR EXISTS (SELECT 1 FROM old_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL) THEN
+            -- Each changed row counts out of its old gate and into its new one; a lease
+            -- renewed or redelivered (running before and after, same gate) changes nothing.
+            -- A start is pending -> running; a job entering is one made pending but by a
+            -- retry (attempt > 0 after running).
+            FOR c IN SELECT v.queue, v.kind, v.key, sum(v.run)::int AS run, sum(v.start)::int AS start,
+                    bool_or(v.enter) AS enter, (array_agg(v.lim ORDER BY v.enter DESC, v.id))[1] AS lim,
+                    (array_agg(v.rs ORDER BY v.enter DESC, v.id))[1] AS rs,
+                    (array_agg(v.rp ORDER BY v.enter DESC, v.id))[1] AS rp
+                FROM new_rows n JOIN old_rows o ON o.queue = n.queue AND o.id = n.id
+                CROSS JOIN LATERAL (VALUES
+                    (n.queue, n.kind, n.key, (n.token IS NOT NULL)::int,
+                     (n.token IS NOT NULL AND o.token IS NULL)::int,
+                     n.token IS NULL AND (o.token IS NULL OR n.attempt = 0),
+                     n.key_limit, n.rate_starts, n.rate_per, n.id,
+                     n.key_limit IS NOT NULL OR n.rate_starts IS NOT NULL),
+                    (o.queue, o.kind, o.key, -(o.token IS NOT NULL)::int, 0, false,
+                     o.key_limit, o.rate_starts, o.rate_per, o.id,
+                     o.key_limit IS NOT NULL OR o.rate_starts IS NOT NULL)
+                ) AS v(queue, kind, key, run, start, enter, lim, rs, rp, id, gated)
+                WHERE v.gated AND NOT (o.token IS NOT NULL AND n.token IS NOT NULL
+                    AND o.kind = n.kind AND o.key IS NOT DISTINCT FROM n.key)
+                GROUP BY v.queue, v.kind, v.key ORDER BY v.queue, v.kind, v.key
+            LOOP
+                PERFORM {schema}.gate_rebalance(c.queue, c.kind, c.key, c.run, c.start, c.enter,
+                    c.lim, c.rs, c.rp);
+            END LOOP;
+        END IF;
+    END IF;
     RETURN NULL;
 END $$;
 
 CREATE OR REPLACE FUNCTION {schema}.jobs_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    c record;
 BEGIN
     INSERT INTO {schema}.count_deltas (queue, kind, pending, running, dead)
         SELECT queue, kind, -count(*) FILTER (WHERE token IS NULL), -count(*) FILTER (WHERE token IS NOT NULL), 0
         FROM old_rows GROUP BY queue, kind;
+    IF current_setting('wheel_jobs.gating', true) IS DISTINCT FROM 'on' THEN
+        FOR c IN SELECT queue, kind, key, -count(*) FILTER (WHERE token IS NOT NULL)::int AS run,
+                (array_agg(key_limit ORDER BY id))[1] AS lim, (array_agg(rate_starts ORDER BY id))[1] AS rs,
+                (array_agg(rate_per ORDER BY id))[1] AS rp
+            FROM old_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL
+            GROUP BY queue, kind, key ORDER BY queue, kind, key
+        LOOP
+            PERFORM {schema}.gate_rebalance(c.queue, c.kind, c.key, c.run, 0, false, c.lim, c.rs, c.rp);
+        END LOOP;
+    END IF;
     RETURN NULL;
 END $$;
 

@@ -55,7 +55,13 @@ pub(in crate::backend::postgres) struct ClaimRows {
     pub(in crate::backend::postgres) paused: bool,
     /// Series heads due, left to the series step (`series.rs`).
     pub(in crate::backend::postgres) heads: Vec<String>,
+    /// A gate of the claimed kinds has a timer due (a rate window ended): for
+    /// [`Sql::gate_timers`].
+    pub(in crate::backend::postgres) timers: bool,
 }
+
+/// The most gates whose timer came that one claim rebalances.
+pub(super) const TIMERS_PER_CLAIM: i32 = 64;
 
 /// The most expired tombstones (`held`) one claim deletes.
 pub(super) const HELD_PER_CLAIM: u32 = 64;
@@ -69,6 +75,7 @@ pub(super) struct ClaimSql {
     claim_set: String,
     settle: String,
     extend: String,
+    timers: String,
 }
 
 impl ClaimSql {
@@ -79,6 +86,7 @@ impl ClaimSql {
             series,
             queues,
             held,
+            gates,
             ..
         } = n;
         // Machine::claim for each due job: the expired leases first (their last error
@@ -125,6 +133,20 @@ impl ClaimSql {
         // Each claim deletes at most [`HELD_PER_CLAIM`] expired tombstones, earliest first
         // (`held_until`; one index probe when there are none), skipping those another
         // statement holds (`embedded/store/claim.rs` `expire_held`).
+        //
+        // Fairness per key (`migrations/0003_kinds.sql`, `gates`): jobs waiting for their
+        // gate are in no due index (`NOT waiting`, which every read of pending jobs here
+        // says, so the planner uses the partial indexes), so the claim leases only admitted
+        // ones, and a backlog held back costs it nothing. The statement's triggers do a
+        // gate's bookkeeping (a lease from pending is a start: running + 1; a kill, running
+        // - 1; then the gate's rebalance); `gl` first locks the gates of the rows it
+        // leased, killed or handed over, in (kind, key) order, after those rows (the rule:
+        // job rows, then gates in order), so the triggers, one per kind of change, never
+        // take gates out of order (the old gate of a handed-over job is the exception:
+        // rare, and a deadlock the server breaks). `timer` is the earliest gate timer of
+        // the claimed kinds: the next due time is no later, and one due is reported (row
+        // 4) for [`Sql::gate_timers`]. For ungated jobs: one probe of `gates_wake` and an
+        // empty `gl`.
         let claim = |kinds: Option<Kinds>| {
             // `None`: a set of kinds, `$6` and their rooms `$7` (`claim_set` below).
             let kj = kinds.map_or_else(|| SET_ROWS.to_owned(), |k| k.rows("j"));
@@ -141,7 +163,7 @@ impl ClaimSql {
                         "due AS (SELECT d.* FROM levels l CROSS JOIN LATERAL (\
                          SELECT j.ctid AS tid, j.id, j.attempt, j.max_attempts AS most, j.priority AS prio, \
                          j.run_at AS at, {next_j} AS nx FROM {jobs} j \
-                         WHERE j.queue = $1 AND j.token IS NULL {kj} AND j.priority = l.lvl \
+                         WHERE j.queue = $1 AND j.token IS NULL AND NOT j.waiting {kj} AND j.priority = l.lvl \
                          AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
                          AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
                          ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED) d \
@@ -184,7 +206,8 @@ impl ClaimSql {
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END, \
                    payload = j.next_payload, {take_next} \
                    FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
-                   AND p.attempt >= coalesce(p.most, $5) AND p.nx RETURNING j.id, j.run_at), \
+                   AND p.attempt >= coalesce(p.most, $5) AND p.nx \
+                   RETURNING j.id, j.run_at, j.kind, j.key, {gated_j} AS gated), \
                  leased AS (UPDATE {jobs} j SET attempt = j.attempt + 1, token = $4, \
                    lease_until = {until}, \
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END \
@@ -197,23 +220,35 @@ impl ClaimSql {
                    FOR UPDATE SKIP LOCKED) RETURNING 1), \
                  next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
                    WHERE l.lvl IS NOT NULL), \
+                 timer AS (SELECT min(g.wake_at) AS t FROM {gates} g WHERE g.queue = $1 \
+                   AND g.wake_at IS NOT NULL {kg}), \
+                 gl AS (SELECT 1 FROM {gates} g WHERE g.queue = $1 AND (g.kind, g.key) IN ( \
+                   SELECT kind, key FROM leased WHERE {gated_} UNION ALL SELECT kind, key FROM killed WHERE {gated_} \
+                   UNION ALL SELECT kind, key FROM handed WHERE gated) ORDER BY g.kind, g.key FOR UPDATE), \
                  next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
                    AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
                    AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) \
                    AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1) \
                  SELECT 0 AS row_, id, payload, attempt, run_at AS at, {spec} FROM leased \
-                 UNION ALL SELECT 1, NULL, NULL, ((SELECT count(*) FROM buried) + (SELECT count(*) FROM handed))::int, \
+                 UNION ALL SELECT 1, NULL, NULL, ((SELECT count(*) FROM buried) + (SELECT count(*) FROM handed) \
+                   + 0 * (SELECT count(*) FROM gl))::int, \
                    (SELECT t FROM now), \
-                   '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
+                   '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 2, NULL, NULL, (SELECT p FROM paused)::int, \
                    LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
-                   (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL \
-                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL FROM heads",
+                   (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed), \
+                   (SELECT t FROM timer)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM heads \
+                 UNION ALL SELECT 4, NULL, NULL, NULL, t, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM timer \
+                   WHERE t <= (SELECT t FROM now)",
                 until = later("coalesce(j.lease, $3)"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
                 next_j = has_next("j"),
                 take_next = take_next(),
+                gated_ = super::gated(""),
+                gated_j = super::gated("j"),
+                kg = kinds.map_or_else(|| "AND g.kind = ANY($6::text[])".to_owned(), |k| k.rows("g")),
             )
         };
         ClaimSql {
@@ -236,22 +271,28 @@ impl ClaimSql {
             // running row out and the pending one in, and wake consumers for it. A retry
             // with attempts left leaves the successor in its row. Jobs without a successor
             // pay one test of the `next_payload` NULL bit.
+            //
+            // A gated job retried waits in its gate (`waiting`) and its trigger rebalances the
+            // gate (running - 1, as for an ack or a death). `gl` locks the gates of every
+            // settled job and successor, in (kind, key) order, after their rows: acks are a
+            // delete and retries an update, each with a trigger, and two batches mixing them
+            // on two keys would otherwise take the gates in opposite orders.
             settle: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
                  acked AS (DELETE FROM {jobs} j USING unnest($2::text[], $3::bigint[]) AS a(id, token) \
                    WHERE j.queue = $1 AND j.id = a.id AND j.token = a.token \
                    RETURNING j.id, a.token, j.hold_off, {next_j} AS has_next, j.next_run_at, j.next_payload, \
-                   {next_spec_j}), \
+                   {next_spec_j}, j.kind AS g_kind, j.key AS g_key, {gated} AS g_gated), \
                  tombs AS (INSERT INTO {held} (queue, id, until) \
                    SELECT $1, id, {held_until} FROM acked WHERE hold_off > 0 AND NOT has_next \
                    ON CONFLICT (queue, id) DO UPDATE SET until = EXCLUDED.until RETURNING 1), \
                  r AS (SELECT * FROM unnest($4::text[], $5::bigint[], $6::bigint[], $7::text[]) \
                    AS r(id, token, after, error)), \
-                 back AS (UPDATE {jobs} j SET run_at = {after}, token = NULL, lease_until = NULL, \
+                 back AS (UPDATE {jobs} j SET run_at = {after}, token = NULL, lease_until = NULL, waiting = {gated}, \
                    last_error = coalesce(r.error, j.last_error) \
                    FROM r WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token \
                    AND j.attempt < coalesce(j.max_attempts, $8) \
-                   RETURNING j.id, r.token, j.run_at), \
+                   RETURNING j.id, r.token, j.run_at, j.kind AS g_kind, j.key AS g_key, {gated} AS g_gated), \
                  gone AS (DELETE FROM {jobs} j USING r \
                    WHERE j.queue = $1 AND j.id = r.id AND j.token = r.token \
                    AND j.attempt >= coalesce(j.max_attempts, $8) \
@@ -265,11 +306,22 @@ impl ClaimSql {
                    SELECT $1, id, GREATEST(next_run_at, CASE WHEN hold_off > 0 THEN {held_until} END), NULL, \
                    next_payload, {next_spec} FROM acked WHERE has_next \
                    UNION ALL SELECT $1, id, next_run_at, last_error, next_payload, {next_spec} FROM gone \
-                   WHERE has_next RETURNING 1) \
+                   WHERE has_next RETURNING 1), \
+                 gl AS (SELECT 1 FROM {gates} g WHERE g.queue = $1 AND (g.kind, g.key) IN ( \
+                   SELECT g_kind, g_key FROM acked WHERE g_gated \
+                   UNION ALL SELECT g_kind, g_key FROM back WHERE g_gated \
+                   UNION ALL SELECT kind, key FROM gone WHERE {gated_} \
+                   UNION ALL SELECT next_kind, next_key FROM acked WHERE has_next AND {gated_next} \
+                   UNION ALL SELECT next_kind, next_key FROM gone WHERE has_next AND {gated_next}) \
+                   ORDER BY g.kind, g.key FOR UPDATE) \
                  SELECT 0 AS kind, id, token, 0::bigint AS at FROM acked \
                  UNION ALL SELECT 1, id, token, run_at FROM back \
-                 UNION ALL SELECT 2, id, token, (SELECT t FROM now) FROM gone",
+                 UNION ALL SELECT 2, id, token, (SELECT t FROM now) FROM gone \
+                 UNION ALL SELECT 3, NULL, NULL, NULL FROM (SELECT count(*) AS n FROM gl) c WHERE c.n < 0",
                 after = later("r.after"),
+                gated = super::gated("j"),
+                gated_ = super::gated(""),
+                gated_next = super::gated("").replace("key_limit", "next_key_limit").replace("rate_starts", "next_rate_starts"),
                 held_until = later("hold_off"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
@@ -277,6 +329,8 @@ impl ClaimSql {
                 next_spec = next_spec_cols(""),
                 next_spec_j = next_spec_cols("j"),
             ),
+            // The gates whose rate window ended (`migrations/0003_kinds.sql`).
+            timers: format!("SELECT {}.gate_timers($1, $2, $3)", n.quoted),
             // Machine::extend.
             extend: format!(
                 "WITH now AS (SELECT {NOW} AS t) \
@@ -310,12 +364,12 @@ fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
     let levels = format!(
         "ks AS (SELECT k.kind, k.room FROM unnest($6::text[], $7::bigint[]) AS k(kind, room)), \
          levels(kind, room, lvl) AS (SELECT ks.kind, ks.room, CASE WHEN ks.kind = '' \
-           THEN (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL) \
-           ELSE (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL \
+           THEN (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting) \
+           ELSE (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting \
              AND kind = ks.kind AND kind <> '') END FROM ks \
          UNION ALL SELECT l.kind, l.room, CASE WHEN l.kind = '' \
-           THEN (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND priority < l.lvl) \
-           ELSE (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL \
+           THEN (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting AND priority < l.lvl) \
+           ELSE (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting \
              AND kind = l.kind AND kind <> '' AND priority < l.lvl) END \
          FROM levels l WHERE l.lvl IS NOT NULL)"
     );
@@ -323,7 +377,7 @@ fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
         format!(
             "(SELECT j.ctid AS tid, j.id, j.kind, j.attempt, j.max_attempts AS most, j.priority AS prio, \
              j.run_at AS at, {next_j} AS nx FROM {jobs} j \
-             WHERE j.queue = $1 AND j.token IS NULL {rows} AND j.priority = l.lvl \
+             WHERE j.queue = $1 AND j.token IS NULL AND NOT j.waiting {rows} AND j.priority = l.lvl \
              AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
              AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
              ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED)",
@@ -391,17 +445,17 @@ fn next_level(jobs: &str, kinds: Kinds) -> String {
                      AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id)";
     match kinds {
         Kinds::All | Kinds::Named => format!(
-            "SELECT j.run_at AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL {kj} \
+            "SELECT j.run_at AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL AND NOT j.waiting {kj} \
              AND j.priority = l.lvl {not_taken} ORDER BY j.run_at, j.id LIMIT 1"
         ),
         Kinds::Plain => format!(
             "SELECT LEAST(\
-               (SELECT j.run_at FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL {kj} \
+               (SELECT j.run_at FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL AND NOT j.waiting {kj} \
                 AND j.priority = l.lvl AND j.run_at <= (SELECT t FROM now) {not_taken} \
                 ORDER BY j.run_at, j.id LIMIT 1), \
                (SELECT CASE WHEN bool_or(w.kind = '') THEN min(w.t) FILTER (WHERE w.kind = '') \
                   WHEN count(*) = {PLAIN_WINDOW} THEN max(w.t) END \
-                FROM (SELECT j.run_at AS t, j.kind FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL \
+                FROM (SELECT j.run_at AS t, j.kind FROM {jobs} j WHERE j.queue = $1 AND j.token IS NULL AND NOT j.waiting \
                   AND j.priority = l.lvl AND j.run_at > (SELECT t FROM now) \
                   ORDER BY j.run_at, j.id LIMIT {PLAIN_WINDOW}) w)) AS t"
         ),
@@ -461,6 +515,7 @@ impl Sql {
             next_due: None,
             paused: false,
             heads: Vec::new(),
+            timers: false,
         };
         for r in &rows {
             match db(r.try_get::<i32, _>(0))? {
@@ -479,10 +534,31 @@ impl Sql {
                     out.paused = db(r.try_get::<i32, _>(3))? != 0;
                     out.next_due = db(r.try_get::<Option<i64>, _>(4))?.map(dec);
                 }
+                4 => out.timers = true,
                 _ => out.heads.push(db(r.try_get(1))?),
             }
         }
         Ok(out)
+    }
+
+    /// Rebalances the gates of `kinds` whose timer came (at most [`TIMERS_PER_CLAIM`],
+    /// skipping those another transaction holds): how many.
+    pub(in crate::backend::postgres) async fn gate_timers(
+        &self,
+        ex: impl PgExecutor<'_>,
+        queue: &str,
+        kinds: &ClaimKinds,
+    ) -> Result<i32, Error> {
+        let names: Option<Vec<&str>> = match kinds {
+            ClaimKinds::All => None,
+            ClaimKinds::Some(set) => Some(set.iter().map(|(k, _)| k.as_str()).collect()),
+        };
+        db(sqlx::query_scalar(&self.claims.timers)
+            .bind(queue)
+            .bind(names)
+            .bind(TIMERS_PER_CLAIM)
+            .fetch_one(ex)
+            .await)
     }
 
     /// Acks and retries, in one statement; the answers in order.
@@ -655,6 +731,34 @@ mod tests {
                 assert!(next_lease.contains(&left_out), "{step}: {next_lease}");
             }
         }
+    }
+
+    #[test]
+    fn a_claim_reads_no_job_waiting_for_its_gate_and_locks_gates_in_order() {
+        let names = Names::new("wheel_jobs");
+        let sql = ClaimSql::new(&names);
+        for text in sql.claim.iter().chain([&sql.claim_set]) {
+            // Every read of pending jobs says `NOT waiting`: the due indexes' predicate.
+            let pending = text.matches("token IS NULL").count();
+            let admitted = text.matches("token IS NULL AND NOT j.waiting").count()
+                + text.matches("token IS NULL AND NOT waiting").count();
+            assert!(pending > 0 && pending == admitted, "{text}");
+            assert!(
+                text.contains("ORDER BY g.kind, g.key FOR UPDATE)"),
+                "gates in order: {text}"
+            );
+            assert!(text.contains("0 * (SELECT count(*) FROM gl)"), "{text}");
+            assert!(text.contains("(SELECT t FROM timer))"), "{text}");
+        }
+        assert!(
+            sql.settle.contains("ORDER BY g.kind, g.key FOR UPDATE)"),
+            "{}",
+            sql.settle
+        );
+        // A retried gated job waits in its gate.
+        assert!(sql
+            .settle
+            .contains("waiting = (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)"));
     }
 
     #[test]

@@ -63,6 +63,7 @@ impl JobsSql {
             dead,
             series,
             held,
+            gates,
             ..
         } = n;
         JobsSql {
@@ -89,7 +90,7 @@ impl JobsSql {
             // the snapshot and the insert is still locked, and left as it is (the token
             // check), until this transaction ends.
             //
-            // An AllowWhileRunning ($14, false for a series' occurrence) of a job running
+            // An AllowWhileRunning ($18, false for a series' occurrence) of a job running
             // without a successor stores it as the successor, in the `next_` columns of the
             // job's row (`embedded/store/jobs.rs` `schedule`): the same insert's `ON CONFLICT
             // DO UPDATE`, so the running row is locked in id order with the others, and only
@@ -101,6 +102,11 @@ impl JobsSql {
             // transaction ends: in `schedule_in`, the job's worker's ack waits for the
             // caller's commit, which it must (the successor may yet be rolled back).
             //
+            // A gated job enters its gate waiting (its rebalance, in the insert's or the
+            // update's trigger, may admit it at once); `gl` locks the gates of the jobs
+            // written, in (kind, key) order, after their rows, so the two triggers (insert,
+            // update) take no gate out of order (`migrations/0003_kinds.sql`, `gates`).
+            //
             // Answers: 0 created, 1 replaced, 2 held off (with the tombstone's end), 3
             // replaced a row this statement's snapshot did not see (a series may have placed
             // it as an occurrence meanwhile: `schedule_round` checks it), 4 a successor
@@ -109,7 +115,7 @@ impl JobsSql {
                 "WITH now AS (SELECT {NOW} AS t), \
                  input AS (SELECT i.id, i.ord, i.replace, i.allow, {run_at}::bigint AS run_at, i.payload, {spec_i} \
                    FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bytea[], $6::boolean[], {spec_types}, \
-                   $14::boolean[]) WITH ORDINALITY AS i(id, at, after, payload, replace, {spec}, allow, ord)), \
+                   $18::boolean[]) WITH ORDINALITY AS i(id, at, after, payload, replace, {spec}, allow, ord)), \
                  hold AS (SELECT h.id, h.until FROM {held} h WHERE h.queue = $1 \
                    AND h.id IN (SELECT id FROM input) AND h.until > (SELECT t FROM now)), \
                  stale AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.id IN (SELECT id FROM input) \
@@ -122,24 +128,30 @@ impl JobsSql {
                  sent AS (SELECT * FROM free WHERE NOT EXISTS (SELECT 1 FROM seen \
                    WHERE seen.id = free.id AND CASE WHEN seen.running THEN NOT free.allow OR seen.has_next \
                    ELSE NOT free.replace END)), \
-                 ins AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}) \
-                   SELECT $1, id, run_at, payload, {spec} FROM sent ORDER BY id \
+                 ins AS (INSERT INTO {jobs} AS j (queue, id, run_at, payload, {spec}, waiting) \
+                   SELECT $1, id, run_at, payload, {spec}, {gated} FROM sent ORDER BY id \
                    ON CONFLICT (queue, id) DO UPDATE SET {set_spec} \
                    WHERE j.token IS NULL AND (SELECT f.replace FROM sent f WHERE f.id = EXCLUDED.id) \
                    AND {head} \
                    OR j.token IS NOT NULL AND NOT {seen_next} AND (SELECT f.allow FROM sent f WHERE f.id = EXCLUDED.id) \
                    RETURNING j.id, CASE WHEN j.token IS NULL THEN j.run_at ELSE j.next_run_at END AS run_at, \
-                   j.xmax = 0 AS inserted, j.token IS NOT NULL AS successor) \
+                   j.xmax = 0 AS inserted, j.token IS NOT NULL AS successor, j.kind, j.key, \
+                   j.token IS NULL AND {gated_j} AS gated), \
+                 gl AS (SELECT 1 FROM {gates} g WHERE g.queue = $1 AND (g.kind, g.key) IN \
+                   (SELECT kind, key FROM ins WHERE gated) ORDER BY g.kind, g.key FOR UPDATE) \
                  SELECT id, run_at, CASE WHEN inserted THEN 0 WHEN successor THEN 4 \
                    WHEN EXISTS (SELECT 1 FROM seen WHERE seen.id = ins.id) THEN 1 ELSE 3 END AS outcome \
                    FROM ins \
-                 UNION ALL SELECT id, until, 2 FROM hold",
+                 UNION ALL SELECT id, until, 2 FROM hold \
+                 UNION ALL SELECT NULL, NULL, 5 FROM (SELECT count(*) AS n FROM gl) c WHERE c.n < 0",
                 run_at = run_at("i.at", "i.after"),
                 spec = spec_cols(""),
                 spec_i = spec_cols("i"),
                 spec_types = spec_types(7),
                 seen_next = has_next("j"),
                 set_spec = conflict_sets(),
+                gated = super::gated(""),
+                gated_j = super::gated("j"),
                 head = not_head(series, "j.id"),
             ),
             // Each job as given, pending, where its id is free (see the module docs).
@@ -198,8 +210,10 @@ impl JobsSql {
                  FROM {series} s WHERE j.queue = $1 AND j.id = ANY($2::text[]) AND j.token IS NULL \
                  AND s.queue = $1 AND s.name = split_part(j.id, '@', 1) AND s.head_id = j.id \
                  RETURNING j.id",
+                // The plain spec has no key: the job waits for no gate.
                 plain = spec_cols("")
                     .split(", ")
+                    .chain(["waiting"])
                     .map(|c| format!("{c} = DEFAULT"))
                     .collect::<Vec<_>>()
                     .join(", "),
@@ -581,7 +595,7 @@ impl Sql {
                 db(r.try_get(5))?,
                 spec(&r, 6, &self.plain)?,
             )
-            .with_successor(db(r.try_get::<Option<i64>, _>(13))?.map(dec)),
+            .with_successor(db(r.try_get::<Option<i64>, _>(17))?.map(dec)),
         ))
     }
 }
@@ -613,7 +627,12 @@ fn conflict_sets() -> String {
     let next = cols
         .split(", ")
         .map(|c| format!("next_{c} = CASE WHEN j.token IS NULL THEN NULL ELSE EXCLUDED.{c} END"));
-    own.chain(next).collect::<Vec<_>>().join(", ")
+    // A gated job replaced enters its gate's waiting jobs (its rebalance may admit it).
+    let waiting = "waiting = CASE WHEN j.token IS NULL THEN EXCLUDED.waiting ELSE j.waiting END";
+    own.chain(next)
+        .chain(std::iter::once(waiting.to_owned()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// SQL setting the successor columns of a job to none.
@@ -634,6 +653,10 @@ fn spec_types(first: usize) -> String {
         "bigint[]",
         "bigint[]",
         "bigint[]",
+        "bigint[]",
+        "text[]",
+        "integer[]",
+        "integer[]",
         "bigint[]",
     ]
     .iter()

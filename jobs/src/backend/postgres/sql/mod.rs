@@ -31,7 +31,7 @@ use super::error::pg_error;
 use super::names::Names;
 use crate::core::error::Error;
 use crate::core::job::When;
-use crate::core::kind::Spec;
+use crate::core::kind::{Keyed, Spec};
 
 pub(super) use claim::{Settle, Settled};
 
@@ -101,7 +101,7 @@ fn spec_cols(t: &str) -> String {
     };
     format!(
         "{t}kind, {t}priority, {t}max_attempts, {t}backoff_first, {t}backoff_max, {t}lease, \
-         {t}hold_off"
+         {t}hold_off, {t}key, {t}key_limit, {t}rate_starts, {t}rate_per"
     )
 }
 
@@ -183,13 +183,13 @@ fn levels(jobs: &str, kinds: Kinds) -> String {
         Kinds::All | Kinds::Plain => String::new(),
     };
     format!(
-        "levels(lvl) AS (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL {kind} \
-         UNION ALL SELECT (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL {kind} \
+        "levels(lvl) AS (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting {kind} \
+         UNION ALL SELECT (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting {kind} \
          AND priority < l.lvl) FROM levels l WHERE l.lvl IS NOT NULL)"
     )
 }
 
-/// The spec in the columns `i..i + 7` of `r` ([`spec_cols`]): NULL options are `plain`'s
+/// The spec in the columns `i..i + 11` of `r` ([`spec_cols`]): NULL options are `plain`'s
 /// (rows written before version 3, series occurrences).
 pub(super) fn spec(r: &PgRow, i: usize, plain: &Spec) -> Result<Spec, Error> {
     let ns = |j: usize| -> Result<Option<std::time::Duration>, Error> {
@@ -209,7 +209,24 @@ pub(super) fn spec(r: &PgRow, i: usize, plain: &Spec) -> Result<Spec, Error> {
         lease: ns(5)?.unwrap_or(plain.lease),
         // NULL (rows before version 3's hold-off, series occurrences): none.
         hold_off: ns(6)?.unwrap_or(std::time::Duration::ZERO),
-        key: None,
+        key: match db(r.try_get::<Option<String>, _>(i + 7))? {
+            None => None,
+            Some(key) => {
+                let limit: Option<i32> = db(r.try_get(i + 8))?;
+                let starts: Option<i32> = db(r.try_get(i + 9))?;
+                let per: Option<i64> = db(r.try_get(i + 10))?;
+                Some(Keyed {
+                    key,
+                    limit: limit.map_or(0, |l| u32::try_from(l).unwrap_or(0)),
+                    rate: starts.zip(per).map(|(starts, per)| {
+                        (
+                            u32::try_from(starts).unwrap_or(1),
+                            std::time::Duration::from_nanos(u64::try_from(per).unwrap_or(0)),
+                        )
+                    }),
+                })
+            }
+        },
     })
 }
 
@@ -223,6 +240,10 @@ struct SpecArrays<'a> {
     backoff_max: Vec<i64>,
     leases: Vec<i64>,
     hold_offs: Vec<i64>,
+    keys: Vec<Option<&'a str>>,
+    key_limits: Vec<Option<i32>>,
+    rate_starts: Vec<Option<i32>>,
+    rate_pers: Vec<Option<i64>>,
 }
 
 impl<'a> SpecArrays<'a> {
@@ -235,6 +256,17 @@ impl<'a> SpecArrays<'a> {
         self.backoff_max.push(span(s.backoff.1));
         self.leases.push(span(s.lease));
         self.hold_offs.push(span(s.hold_off));
+        self.keys.push(s.key.as_ref().map(|k| k.key.as_str()));
+        // 0 (no limit) is stored NULL, as is no rate: a job with neither is not gated.
+        let gate = s.gate();
+        self.key_limits.push(
+            gate.filter(|k| k.limit > 0)
+                .map(|k| i32::try_from(k.limit).unwrap_or(i32::MAX)),
+        );
+        let rate = gate.and_then(|k| k.rate);
+        self.rate_starts
+            .push(rate.map(|(starts, _)| i32::try_from(starts).unwrap_or(i32::MAX)));
+        self.rate_pers.push(rate.map(|(_, per)| span(per)));
     }
 
     /// Binds the arrays, in [`spec_cols`]' order.
@@ -252,6 +284,10 @@ impl<'a> SpecArrays<'a> {
             .bind(self.backoff_max)
             .bind(self.leases)
             .bind(self.hold_offs)
+            .bind(self.keys)
+            .bind(self.key_limits)
+            .bind(self.rate_starts)
+            .bind(self.rate_pers)
     }
 }
 
@@ -327,4 +363,16 @@ async fn move_job(
 /// Column `i` as an attempt count.
 fn attempt(r: &PgRow, i: usize) -> Result<u32, Error> {
     Ok(u32::try_from(db(r.try_get::<i32, _>(i))?).unwrap_or(0))
+}
+
+/// SQL for "the job (alias `t`, `""` for none) is gated": it has a key limit or a key rate
+/// (`migrations/0003_kinds.sql`, `gates`). A gated job enters pending as waiting; its
+/// gate's rebalance (the statement's trigger) admits it if it may.
+fn gated(t: &str) -> String {
+    let t = if t.is_empty() {
+        String::new()
+    } else {
+        format!("{t}.")
+    };
+    format!("({t}key_limit IS NOT NULL OR {t}rate_starts IS NOT NULL)")
 }

@@ -45,7 +45,13 @@ impl QueueSql {
         );
         let mut list = Vec::with_capacity(18);
         for (table, at, filter, cmp, order) in [
-            (jobs, "run_at", "AND token IS NULL", ">", "ASC"),
+            (
+                jobs,
+                "run_at",
+                "AND token IS NULL AND NOT waiting",
+                ">",
+                "ASC",
+            ),
             (jobs, "lease_until", "AND token IS NOT NULL", ">", "ASC"),
             (dead, "died_at", "", "<", "DESC"),
         ] {
@@ -60,12 +66,16 @@ impl QueueSql {
                     list.push(if at == "run_at" {
                         // Pending jobs: each priority level's page, merged (the due indexes
                         // are by priority first): O(levels × limit), never another kind's
-                        // rows with a named kind.
+                        // rows with a named kind; and the page of the jobs waiting for their
+                        // gate (`jobs_waiting`, read past other kinds' waiting jobs with a
+                        // kind), which are pending too.
                         format!(
-                            "WITH RECURSIVE {levels} SELECT x.* FROM levels l CROSS JOIN LATERAL (\
+                            "WITH RECURSIVE {levels} SELECT x.* FROM (SELECT y.* FROM levels l CROSS JOIN LATERAL (\
                              SELECT run_at AS at, {columns} FROM {table} \
                              WHERE queue = $1 {filter} {kind} AND priority = l.lvl {position} \
-                             ORDER BY run_at, id LIMIT $4) x WHERE l.lvl IS NOT NULL \
+                             ORDER BY run_at, id LIMIT $4) y WHERE l.lvl IS NOT NULL \
+                             UNION ALL (SELECT run_at AS at, {columns} FROM {table} \
+                             WHERE queue = $1 AND waiting {kind} {position} ORDER BY run_at, id LIMIT $4)) x \
                              ORDER BY x.at, x.id LIMIT $4",
                             levels = super::levels(jobs, kinds),
                         )
@@ -99,7 +109,7 @@ impl QueueSql {
                    GROUP BY kind) \
                  SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused), \
                  (SELECT min(h.t) FROM levels l CROSS JOIN LATERAL (SELECT run_at AS t FROM {jobs} \
-                   WHERE queue = $1 AND token IS NULL AND priority = l.lvl ORDER BY run_at, id LIMIT 1) h \
+                   WHERE queue = $1 AND token IS NULL AND NOT waiting AND priority = l.lvl ORDER BY run_at, id LIMIT 1) h \
                    WHERE l.lvl IS NOT NULL), \
                  array_agg(kind ORDER BY kind), array_agg(p ORDER BY kind), array_agg(r ORDER BY kind), \
                  array_agg(d ORDER BY kind) FROM k",

@@ -1,0 +1,476 @@
+//! Fairness per key on PostgreSQL (feature `postgres`): the `gates` table and the `waiting`
+//! flag after each path (a rebalance's swap, a gate's deletion with its last job, a rate
+//! window's timer kept on an empty gate and processed by a claim, a retry re-entering
+//! without changing the gate's limits, `schedule_in` and `ack_in` in the caller's
+//! transaction), and keyed jobs consumed by three processes, one of them SIGKILLed, while
+//! the store's own count of running jobs per key is sampled.
+//!
+//! Every queue is on the test binary's shared server (`support/postgres.rs`), in the
+//! default schema `wheel_jobs`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant, SystemTime};
+
+use wheel_jobs::sqlx::{self, Row};
+use wheel_jobs::{Builder, JobOptions, JobQueue, MIN_LEASE};
+
+use crate::kill::{child_role, runtime, spawn_child, Killed};
+use crate::postgres::{connections_gone, fresh, pool, url};
+use crate::support::{ms, next};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+async fn open(queue: &str, kind: JobOptions) -> JobQueue {
+    Builder::new()
+        .lease(MIN_LEASE)
+        .prefetch(16)
+        .kind("sync", kind)
+        .postgres(&url(), queue)
+        .await
+        .unwrap()
+}
+
+/// The gate `(sync, key)` of `queue` as stored: running, admitted, started, whether its
+/// timer is set; `None` if it has no row.
+async fn gate(pool: &sqlx::PgPool, queue: &str, key: &str) -> Option<(i32, i32, i32, bool)> {
+    sqlx::query(
+        "SELECT running, admitted, started, wake_at IS NOT NULL FROM wheel_jobs.gates \
+         WHERE queue = $1 AND kind = 'sync' AND key = $2",
+    )
+    .bind(queue)
+    .bind(key)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+}
+
+/// The pending jobs of `queue` that wait for their gate, in id order.
+async fn waiting(pool: &sqlx::PgPool, queue: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT id FROM wheel_jobs.jobs WHERE queue = $1 AND waiting ORDER BY id")
+        .bind(queue)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// Schedules `n` jobs `<key><i>` of kind `sync` with key `key`, due in id order in the past.
+async fn backlog(queue: &JobQueue, key: &str, n: u64) {
+    let now = SystemTime::now();
+    for i in 0..n {
+        queue
+            .schedule_with(
+                &format!("{key}{i}"),
+                now - ms(1000 - i),
+                "p",
+                &JobOptions::kind("sync").key(key),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// A limit of 2: the first two in key order are admitted, the rest wait; a reschedule of a
+/// waiting job before the admitted ones swaps it with the last of them; the gate is
+/// deleted with its last job.
+#[tokio::test]
+async fn postgres_a_gate_admits_its_first_jobs_swaps_and_is_deleted_with_its_last() {
+    let name = fresh("kg");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(2)).await;
+    backlog(&queue, "a", 4).await;
+    assert_eq!(waiting(&pool, &name).await, ["a2", "a3"]);
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 2, 0, false)));
+    let early = SystemTime::now() - Duration::from_secs(10);
+    assert!(queue.reschedule("a3", early).await.unwrap());
+    assert_eq!(
+        waiting(&pool, &name).await,
+        ["a1", "a2"],
+        "a3 moved before a1: swapped"
+    );
+    let mut consumer = queue.consume_kind("sync");
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(next(&mut consumer).await);
+    }
+    // No consumer claims what the acks below admit before the gate is read.
+    drop(consumer);
+    let mut ids: Vec<&str> = held.iter().map(|d| d.id()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["a0", "a3"]);
+    assert_eq!(gate(&pool, &name, "a").await, Some((2, 0, 0, false)));
+    assert_eq!(waiting(&pool, &name).await, ["a1", "a2"]);
+    for d in held {
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(waiting(&pool, &name).await, Vec::<String>::new());
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 2, 0, false)));
+    let mut consumer = queue.consume_kind("sync");
+    for _ in 0..2 {
+        assert!(next(&mut consumer).await.ack().await.unwrap());
+    }
+    assert_eq!(
+        gate(&pool, &name, "a").await,
+        None,
+        "deleted with its last job"
+    );
+    queue.close().await.unwrap();
+}
+
+/// A retry re-enters the gate as waiting and keeps the gate's limits; a schedule sets them.
+#[tokio::test]
+async fn postgres_a_retry_re_enters_without_changing_the_gates_limits() {
+    let name = fresh("kr");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    backlog(&queue, "a", 2).await;
+    let mut consumer = queue.consume_kind("sync");
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "a0");
+    drop(consumer);
+    // A schedule with a limit of 3 raises the gate's: a1 is admitted beside the running a0.
+    queue
+        .schedule_with(
+            "a2",
+            HOUR,
+            "p",
+            &JobOptions::kind("sync").key("a").key_limit(3),
+        )
+        .await
+        .unwrap();
+    assert_eq!(gate(&pool, &name, "a").await, Some((1, 2, 0, false)));
+    assert!(d.retry(HOUR).await.unwrap());
+    let limit: i32 =
+        sqlx::query_scalar("SELECT key_limit FROM wheel_jobs.gates WHERE queue = $1 AND key = 'a'")
+            .bind(&name)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        limit, 3,
+        "the retried job's own limit (1) did not replace the gate's"
+    );
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 3, 0, false)));
+    queue.close().await.unwrap();
+}
+
+/// `schedule_in` and `ack_in` move the gate in the caller's transaction: nothing before its
+/// commit, everything at it.
+#[tokio::test]
+async fn postgres_schedule_in_and_ack_in_move_the_gate_with_the_callers_commit() {
+    let name = fresh("kt");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    let mut tx = pool.begin().await.unwrap();
+    for id in ["a0", "a1"] {
+        queue
+            .schedule_in_with(
+                &mut tx,
+                id,
+                Duration::ZERO,
+                "p",
+                &JobOptions::kind("sync").key("a"),
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(gate(&pool, &name, "a").await, None, "not before the commit");
+    tx.commit().await.unwrap();
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 1, 0, false)));
+    let mut consumer = queue.consume_kind("sync");
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "a0");
+    drop(consumer);
+    let mut tx = pool.begin().await.unwrap();
+    assert!(d.ack_in(&mut tx).await.unwrap());
+    assert_eq!(gate(&pool, &name, "a").await, Some((1, 0, 0, false)));
+    tx.commit().await.unwrap();
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 1, 0, false)));
+    let mut consumer = queue.consume_kind("sync");
+    assert_eq!(next(&mut consumer).await.id(), "a1");
+    queue.close().await.unwrap();
+}
+
+/// A rate of 2 per 3 s: the gate's timer is set while a job waits for the window's end, and
+/// stays on the gate once it is empty, until a claim after the window's end deletes it.
+#[tokio::test]
+async fn postgres_a_rate_windows_timer_is_processed_by_claims() {
+    let name = fresh("kw");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_rate(2, Duration::from_secs(3))).await;
+    backlog(&queue, "a", 3).await;
+    let mut consumer = queue.consume_kind("sync");
+    for i in 0..2 {
+        let d = next(&mut consumer).await;
+        assert_eq!(d.id(), format!("a{i}"));
+        assert!(d.ack().await.unwrap());
+    }
+    let (running, admitted, started, timer) = gate(&pool, &name, "a").await.unwrap();
+    assert_eq!((running, admitted, started), (0, 0, 2));
+    assert!(timer, "a2 waits for the window's end");
+    assert_eq!(waiting(&pool, &name).await, ["a2"]);
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "a2", "a claim after the window's end admitted it");
+    assert!(d.ack().await.unwrap());
+    let (_, _, started, timer) = gate(&pool, &name, "a").await.unwrap();
+    assert_eq!(started, 1, "a2 opened a new window");
+    assert!(timer, "an empty gate keeps its open window until its end");
+    // The idle consumer wakes at the window's end by itself; its claim deletes the gate.
+    let idle = tokio::spawn(async move { consumer.next().await.is_some() });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while gate(&pool, &name, "a").await.is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the empty gate was never deleted"
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+    idle.abort();
+    queue.close().await.unwrap();
+}
+
+const KEYS: usize = 3;
+const PER_KEY: usize = 30;
+const LIMIT: u32 = 2;
+
+fn effects(queue: &str) -> String {
+    format!("effects_{queue}")
+}
+
+fn keyed() -> JobOptions {
+    JobOptions::new().key_limit(LIMIT).max_attempts(10)
+}
+
+/// Child: six workers take each delivery of kind `sync`, print `start <id>`, hold it 30 ms
+/// and ack it with `ack_in`, the id recorded in the same transaction (a second ack of it
+/// would count in `dups`); works until killed. A child `holding` never acks: it holds its
+/// leases, and their keys' slots, until it is killed.
+async fn race_child(url: &str, name: &str, holding: bool) {
+    let queue = Builder::new()
+        .lease(MIN_LEASE)
+        // One job per worker's consumer: none waits in a buffer while its key's slots
+        // are taken.
+        .prefetch(1)
+        .kind("sync", keyed())
+        .postgres(url, name)
+        .await
+        .unwrap();
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let insert = format!(
+        "INSERT INTO {t} (id) VALUES ($1) ON CONFLICT (id) DO UPDATE SET dups = {t}.dups + 1",
+        t = effects(name)
+    );
+    println!("\nready");
+    let mut workers = Vec::new();
+    for _ in 0..6 {
+        let (queue, pool, insert) = (queue.clone(), pool.clone(), insert.clone());
+        workers.push(tokio::spawn(async move {
+            let mut consumer = queue.consume_kind("sync");
+            while let Some(d) = consumer.next().await {
+                let d = d.unwrap();
+                println!("start {}", d.id());
+                if holding {
+                    tokio::time::sleep(HOUR).await;
+                }
+                tokio::time::sleep(ms(30)).await;
+                let mut tx = pool.begin().await.unwrap();
+                sqlx::query(&insert)
+                    .bind(d.id())
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                if d.ack_in(&mut tx).await.unwrap() {
+                    tx.commit().await.unwrap();
+                }
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+}
+
+/// The most jobs of one key the store holds leased, the most it holds leased or admitted
+/// (pending, not waiting: claimable), and its gates' most `running`, now.
+async fn sample(pool: &sqlx::PgPool, queue: &str) -> (i64, i64, i64) {
+    let row = sqlx::query(
+        "SELECT (SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM wheel_jobs.jobs \
+           WHERE queue = $1 AND token IS NOT NULL GROUP BY kind, key) c), \
+         (SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM wheel_jobs.jobs \
+           WHERE queue = $1 AND NOT waiting GROUP BY kind, key) c), \
+         (SELECT coalesce(max(running), 0)::bigint FROM wheel_jobs.gates WHERE queue = $1)",
+    )
+    .bind(queue)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+/// Three processes consume jobs of three keys limited to 2 running each (six workers
+/// apiece), while the store's own count of leased jobs per key (and each gate's `running`)
+/// is sampled: never more than 2, while this process moves pending jobs before their keys'
+/// others (each a swap in its gate). The first child holds every job it takes and is
+/// SIGKILLed holding at least two: its slots come back when its leases end (the jobs are
+/// redelivered to the others), and every job is acked once.
+#[test]
+fn postgres_key_limits_hold_across_processes_and_a_kill() {
+    const TEST: &str = "postgres_keys::postgres_key_limits_hold_across_processes_and_a_kill";
+    if let Some((role, url)) = child_role() {
+        let (name, holding) = match role.strip_prefix("holding:") {
+            Some(name) => (name, true),
+            None => (role.as_str(), false),
+        };
+        runtime().block_on(race_child(url.to_str().unwrap(), name, holding));
+        return;
+    }
+    let name = fresh("kk");
+    let url = format!("{}&application_name={name}", url());
+    let rt = runtime();
+    let pool = rt.block_on(async {
+        let pool = pool().await;
+        sqlx::query(&format!(
+            "CREATE TABLE {} (id text PRIMARY KEY, dups int NOT NULL DEFAULT 0)",
+            effects(&name)
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        // Each job's lease is its spec's, written at its schedule.
+        let queue = Builder::new()
+            .lease(MIN_LEASE)
+            .kind("sync", keyed())
+            .postgres(&crate::postgres::url(), &name)
+            .await
+            .unwrap();
+        for k in 0..KEYS {
+            let jobs: Vec<_> = (0..PER_KEY)
+                .map(|i| (format!("k{k}-{i:02}"), Duration::ZERO, "p"))
+                .collect();
+            queue
+                .schedule_many_with(jobs, &JobOptions::kind("sync").key(format!("k{k}")))
+                .await
+                .unwrap();
+        }
+        queue.close().await.unwrap();
+        pool
+    });
+    let holding = format!("holding:{name}");
+    let (mut children, outputs): (Vec<Killed>, Vec<Receiver<String>>) = [&holding, &name, &name]
+        .into_iter()
+        .map(|role| spawn_child(TEST, role, std::path::Path::new(&url)))
+        .unzip();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut most, mut most_claimable, mut most_gate, mut samples) = (0, 0, 0, 0);
+    let mut starts: Vec<Vec<String>> = vec![Vec::new(); 3];
+    let take = |starts: &mut Vec<Vec<String>>| {
+        for (i, rx) in outputs.iter().enumerate() {
+            while let Ok(line) = rx.try_recv() {
+                if let Some(id) = line.strip_prefix("start ") {
+                    starts[i].push(id.to_owned());
+                }
+            }
+        }
+    };
+    let mut killed = false;
+    let (mut moved, mut round) = (0, 0u64);
+    let done = rt.block_on(async {
+        let mover = Builder::new()
+            .lease(MIN_LEASE)
+            .kind("sync", keyed())
+            .postgres(&crate::postgres::url(), &name)
+            .await
+            .unwrap();
+        loop {
+            assert!(Instant::now() < deadline, "the children stalled");
+            // A pending job moved before its key's others: its gate swaps it with the last
+            // admitted one, which a claim may be leasing at that moment.
+            round += 1;
+            let id = format!("k{}-{:02}", round % 3, (round * 7) % PER_KEY as u64);
+            let early = SystemTime::now() - Duration::from_secs(10) - ms(round);
+            moved += usize::from(mover.reschedule(&id, early).await.unwrap());
+            let (leased, claimable, running) = sample(&pool, &name).await;
+            (most, most_claimable) = (most.max(leased), most_claimable.max(claimable));
+            (most_gate, samples) = (most_gate.max(running), samples + 1);
+            take(&mut starts);
+            if !killed && starts[0].len() >= 2 {
+                children[0].kill();
+                killed = true;
+            }
+            let acked: i64 =
+                sqlx::query_scalar(&format!("SELECT count(*) FROM {}", effects(&name)))
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            if acked == (KEYS * PER_KEY) as i64 {
+                mover.close().await.unwrap();
+                return acked;
+            }
+            tokio::time::sleep(ms(3)).await;
+        }
+    });
+    for child in &mut children[1..] {
+        child.kill();
+    }
+    assert!(killed, "the first child started jobs");
+    rt.block_on(async {
+        connections_gone(&pool, &name, deadline).await;
+        let dups: Vec<String> =
+            sqlx::query_scalar(&format!("SELECT id FROM {} WHERE dups > 0", effects(&name)))
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        assert!(dups.is_empty(), "acked twice: {dups:?}");
+        let left: i64 = sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM wheel_jobs.jobs WHERE queue = $1) \
+             + (SELECT count(*) FROM wheel_jobs.dead WHERE queue = $1)",
+        )
+        .bind(&name)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(left, 0, "every job acked, none dead");
+        let gates: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM wheel_jobs.gates WHERE queue = $1")
+                .bind(&name)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(gates, 0, "every gate deleted with its last job");
+    });
+    // The killed child's jobs, which it held and never acked, came back to the others once
+    // their leases ended (their slots with them: the limit held all along).
+    let restarted: BTreeMap<&String, usize> = starts[0]
+        .iter()
+        .map(|id| {
+            (
+                id,
+                starts[1..].iter().flatten().filter(|s| *s == id).count(),
+            )
+        })
+        .collect();
+    assert!(
+        restarted.values().all(|n| *n >= 1),
+        "each job the killed child held was redelivered: {restarted:?}"
+    );
+    let per_child: HashMap<usize, usize> = starts
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i, s.len()))
+        .collect();
+    eprintln!(
+        "{done} acked, {moved} moved; {samples} samples: at most {most} leased of a key, {most_claimable} \
+         leased or admitted, gates' running at most {most_gate}; starts per child {per_child:?}; redelivered after the kill {restarted:?}"
+    );
+    assert!(most <= i64::from(LIMIT), "{most} of one key leased at once");
+    assert!(
+        most_claimable <= i64::from(LIMIT),
+        "{most_claimable} of one key leased or admitted at once"
+    );
+    assert!(
+        most_gate <= i64::from(LIMIT),
+        "a gate counted {most_gate} running"
+    );
+    assert!(most > 0 && samples > 10, "the sampling saw the work");
+}
