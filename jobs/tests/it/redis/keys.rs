@@ -512,3 +512,33 @@ async fn revived_handed_over_and_copied_jobs_enter_their_gates() {
         queue.close().await.unwrap();
     }
 }
+
+/// A series never adopts a gated job under its next occurrence's id (`lua/series.lua`): the
+/// series skips that time, and the job stays its own, admitted by its gate; cancelling the
+/// series leaves it alone, and with it gone no gate state is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_series_never_adopts_a_gated_job() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    let hour = Duration::from_secs(3600);
+    let every = wheel_jobs::Recurrence::every(hour).unwrap();
+    let head = every.next_after(SystemTime::now()).unwrap();
+    let id = format!("st@{}", jiff::Timestamp::try_from(head).unwrap());
+    let o = JobOptions::new().key("a").key_limit(1);
+    q.schedule_with(&id, Duration::ZERO, "hand", &o)
+        .await
+        .unwrap();
+    q.schedule_recurring("st", every, "series").await.unwrap();
+    assert_eq!(
+        q.list_recurring().await.unwrap()[0].next_run(),
+        Some(head + hour),
+        "the gated job is not the series' head"
+    );
+    assert_eq!(gate_ids(&server, "{g}:gate_a:\x1fa"), [id.as_str()]);
+    assert!(q.cancel_recurring("st").await.unwrap());
+    let job = q.get(&id).await.unwrap().expect("the gated job is its own");
+    assert_eq!((job.key(), job.payload()), (Some("a"), &b"hand"[..]));
+    assert!(q.cancel(&id).await.unwrap());
+    assert_eq!(server.cli(&["KEYS", "{g}:gate*"]), "", "no gate state left");
+    q.close().await.unwrap();
+}
