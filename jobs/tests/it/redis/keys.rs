@@ -253,12 +253,12 @@ fn keyed_consumer_processes_hold_limits_through_kill_9() {
 }
 
 /// The ids of a gate's set (`lua/gates.lua`: members are the run_at padded to 20 digits,
-/// then the id), in key order.
+/// then 127 - priority in 3 digits, then the id), in key order.
 fn gate_ids(server: &RedisServer, set: &str) -> Vec<String> {
     let out = server.cli(&["ZRANGE", set, "0", "-1"]);
     out.lines()
         .filter(|m| !m.is_empty())
-        .map(|m| m[20..].to_owned())
+        .map(|m| m[23..].to_owned())
         .collect()
 }
 
@@ -275,10 +275,12 @@ async fn gate_queue(server: &RedisServer) -> JobQueue {
         .unwrap()
 }
 
-/// A limit of 1: the key's first job in (priority desc, run_at, id) order is the admitted
+/// A limit of 1: the key's first job in (run_at, priority desc, id) order is the admitted
 /// one, whatever order the jobs came in (a job entering before the admitted one swaps with
-/// it); a lease takes the slot, an ack gives it to the next, a cancel of the admitted one
-/// admits the next; the gate's keys and the kind's waiting list are gone with its last job.
+/// it; a due job goes before a higher-priority one due later, which would otherwise hold
+/// the key's slot until its time); a lease takes the slot, an ack gives it to the next, a
+/// cancel of the admitted one admits the next; the gate's keys and the kind's waiting list
+/// are gone with its last job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gate_admits_its_first_in_key_order_and_goes_with_its_last_job() {
     let server = RedisServer::start();
@@ -300,14 +302,31 @@ async fn a_gate_admits_its_first_in_key_order_and_goes_with_its_last_job() {
         "early",
         "only the admitted job is claimable"
     );
-    q.schedule_with("urgent", now, "p", &o.clone().priority(5))
+    q.schedule_with(
+        "tomorrow",
+        now + 86_400 * ms(1000),
+        "p",
+        &o.clone().priority(9),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        gate_ids(&server, admitted),
+        ["early"],
+        "a due job before a higher-priority one due later"
+    );
+    q.schedule_with("urgent", now - ms(2000), "p", &o.clone().priority(5))
         .await
         .unwrap();
-    assert_eq!(gate_ids(&server, admitted), ["urgent"], "priority first");
-    assert_eq!(gate_ids(&server, waiting), ["early", "late"]);
+    assert_eq!(
+        gate_ids(&server, admitted),
+        ["urgent"],
+        "priority first at one run_at"
+    );
+    assert_eq!(gate_ids(&server, waiting), ["early", "late", "tomorrow"]);
     assert_eq!(
         server.cli(&["ZRANGE", "{g}:gate_l:sync", "0", "-1"]),
-        "early\nlate",
+        "early\nlate\ntomorrow",
         "the kind's waiting list, by run_at"
     );
     let mut consumer = q.consume();
@@ -320,6 +339,8 @@ async fn a_gate_admits_its_first_in_key_order_and_goes_with_its_last_job() {
     assert_eq!(gate_ids(&server, admitted), ["early"]);
     assert!(q.cancel("early").await.unwrap());
     assert_eq!(gate_ids(&server, admitted), ["late"]);
+    assert_eq!(gate_ids(&server, waiting), ["tomorrow"]);
+    assert!(q.cancel("tomorrow").await.unwrap());
     assert!(gate_ids(&server, waiting).is_empty());
     assert_eq!(server.cli(&["ZRANGE", "{g}:levels", "0", "-1"]), "d:0:sync");
     let d = next(&mut consumer).await;

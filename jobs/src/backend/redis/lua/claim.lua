@@ -275,7 +275,7 @@ if #ids > 0 then
         -- A gated job's death frees what it held of its gate: a slot (running) or its
         -- admission (pending).
         if r.gid then
-          if state == 'p' then gate_drop(G, r.gid, id, run_ns) else gate_stop(G, r.gid) end
+          if state == 'p' then gate_drop(G, r.gid, id, run_ns, r.p) else gate_stop(G, r.gid) end
         end
         if waits == nil then waits = next_any(N) end
         local succ = waits and redis.call('HGET', N.next, id)
@@ -316,7 +316,7 @@ if #ids > 0 then
           r.due_rems[#r.due_rems + 1] = id
           r.leased = r.leased + 1
           -- A start of its gate (an expired lease's redelivery is none).
-          if r.gid then gate_start(G, r.gid, id, run_ns) end
+          if r.gid then gate_start(G, r.gid, id, run_ns, r.p) end
         end
         if tail == '' then tail = plain end
         out[#out + 1] = id

@@ -22,8 +22,11 @@
 --   gate_timers    zset  gids scored by the end of their open rate window (µs): a claim
 --                        rebalances those whose time has come (at most GATE_TIMERS_PER_CLAIM)
 --                        and reports the first as due, so an idle consumer wakes then
--- gate_a and gate_w are in key order: scored -priority, member the run_at in ns padded to
--- 20 digits then the id, so equal scores sort by (run_at, id) bytewise, exactly.
+-- gate_a and gate_w are in key order, (run_at, priority desc, id), exactly: every member
+-- scored 0, the run_at in ns padded to 20 digits, then 127 - priority in 3 digits, then
+-- the id, so the members sort bytewise in that order. run_at first: a job due later never
+-- holds a slot before a due one, whatever their priorities (a higher-priority job due
+-- tomorrow would stall a limit-1 key until then).
 --
 -- Invariant after every script: every admitted job is before every waiting one in key
 -- order, and admitted = min(admitted + waiting, cap), cap = max(0, min(lim - run,
@@ -73,21 +76,15 @@ local function gate_dirty(G, gid)
   end
 end
 
-local function gate_member(run_ns, id)
-  return string.rep('0', 20 - #run_ns) .. run_ns .. id
+local function gate_member(run_ns, p, id)
+  return string.rep('0', 20 - #run_ns) .. run_ns .. string.format('%03d', 127 - p) .. id
 end
 
--- id, run_ns of a member.
+-- id, run_ns, priority of a member.
 local function gate_split(m)
   local run_ns = string.match(string.sub(m, 1, 20), '^0*(%d-)$')
   if run_ns == '' then run_ns = '0' end
-  return string.sub(m, 21), run_ns
-end
-
--- The key-order score of priority p (never -0).
-local function gate_rank(p)
-  if p == 0 then return 0 end
-  return -p
+  return string.sub(m, 24), run_ns, 127 - tonumber(string.sub(m, 21, 23))
 end
 
 local function gate_list_drop(G, kind, id)
@@ -105,7 +102,7 @@ local function gate_enter(G, id, run_ns, tail, limits)
   if limits or redis.call('HEXISTS', h, 'lim') == 0 then
     redis.call('HSET', h, 'lim', lim, 'rs', rs, 'rp', rp)
   end
-  redis.call('ZADD', G.pre .. 'w:' .. gid, gate_rank(p), gate_member(run_ns, id))
+  redis.call('ZADD', G.pre .. 'w:' .. gid, 0, gate_member(run_ns, p, id))
   redis.call('ZADD', G.pre .. 'l:' .. kind, ns_score(run_ns), id)
   redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
   gate_dirty(G, gid)
@@ -116,7 +113,7 @@ end
 local function gate_leave(G, id, run_ns, tail)
   local gid = job_gate(tail)
   local p, kind = job_level(tail)
-  local m = gate_member(run_ns, id)
+  local m = gate_member(run_ns, p, id)
   if redis.call('ZREM', G.pre .. 'a:' .. gid, m) == 1 then
     redis.call('ZREM', due_key(G.due, p, kind), id)
     level_tidy(G.levels, G.due, p, kind)
@@ -127,12 +124,12 @@ local function gate_leave(G, id, run_ns, tail)
   gate_dirty(G, gid)
 end
 
--- A claim leases the admitted job `id` of gate `gid` (pending to running; the claim takes
--- it out of its due set): one more running, one more start in the rate window (a new
--- window if the last one ended).
-local function gate_start(G, gid, id, run_ns)
+-- A claim leases the admitted job `id` (priority `p`) of gate `gid` (pending to running;
+-- the claim takes it out of its due set): one more running, one more start in the rate
+-- window (a new window if the last one ended).
+local function gate_start(G, gid, id, run_ns, p)
   local h = G.pre .. 'h:' .. gid
-  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, id))
+  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, p, id))
   redis.call('HINCRBY', h, 'run', 1)
   local f = redis.call('HMGET', h, 'ws', 'rs', 'rp')
   if (tonumber(f[2]) or 0) > 0 then
@@ -146,10 +143,10 @@ local function gate_start(G, gid, id, run_ns)
   gate_dirty(G, gid)
 end
 
--- A claim kills the admitted pending job `id` (out of attempts; the claim takes it out of
--- its due set).
-local function gate_drop(G, gid, id, run_ns)
-  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, id))
+-- A claim kills the admitted pending job `id` (priority `p`; out of attempts; the claim
+-- takes it out of its due set).
+local function gate_drop(G, gid, id, run_ns, p)
+  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, p, id))
   gate_dirty(G, gid)
 end
 
@@ -157,13 +154,6 @@ end
 local function gate_stop(G, gid)
   redis.call('HINCRBY', G.pre .. 'h:' .. gid, 'run', -1)
   gate_dirty(G, gid)
-end
-
--- Whether the entry {member, score} x is before y in key order.
-local function gate_before(x, y)
-  local a, b = tonumber(x[2]), tonumber(y[2])
-  if a ~= b then return a < b end
-  return less(x[1], y[1])
 end
 
 -- Restores the gate's invariant (see the header) at G.now: demotes admitted's last while
@@ -186,24 +176,22 @@ local function gate_rebalance(G, gid)
   end
   local na, nw = redis.call('ZCARD', a), redis.call('ZCARD', w)
   local function demote()
-    local e = redis.call('ZRANGE', a, -1, -1, 'WITHSCORES')
-    local id, run_ns = gate_split(e[1])
-    local p = gate_rank(tonumber(e[2]))
-    redis.call('ZREM', a, e[1])
+    local m = redis.call('ZRANGE', a, -1, -1)[1]
+    local id, run_ns, p = gate_split(m)
+    redis.call('ZREM', a, m)
     redis.call('ZREM', due_key(G.due, p, kind), id)
     level_tidy(G.levels, G.due, p, kind)
-    redis.call('ZADD', w, e[2], e[1])
+    redis.call('ZADD', w, 0, m)
     redis.call('ZADD', list, ns_score(run_ns), id)
     redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
     na, nw = na - 1, nw + 1
   end
   local function promote()
-    local e = redis.call('ZRANGE', w, 0, 0, 'WITHSCORES')
-    local id, run_ns = gate_split(e[1])
-    local p = gate_rank(tonumber(e[2]))
-    redis.call('ZREM', w, e[1])
+    local m = redis.call('ZRANGE', w, 0, 0)[1]
+    local id, run_ns, p = gate_split(m)
+    redis.call('ZREM', w, m)
     redis.call('ZREM', list, id)
-    redis.call('ZADD', a, e[2], e[1])
+    redis.call('ZADD', a, 0, m)
     local key, score = due_key(G.due, p, kind), ns_score(run_ns)
     redis.call('ZADD', key, score, id)
     level_note(G.levels, p, kind)
@@ -213,9 +201,9 @@ local function gate_rebalance(G, gid)
   while na > cap do demote() end
   while na < cap and nw > 0 do promote() end
   while na > 0 and nw > 0 do
-    local first = redis.call('ZRANGE', w, 0, 0, 'WITHSCORES')
-    local last = redis.call('ZRANGE', a, -1, -1, 'WITHSCORES')
-    if not gate_before(first, last) then break end
+    local first = redis.call('ZRANGE', w, 0, 0)[1]
+    local last = redis.call('ZRANGE', a, -1, -1)[1]
+    if not less(first, last) then break end
     demote()
     promote()
   end
