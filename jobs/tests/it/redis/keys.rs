@@ -563,3 +563,50 @@ async fn a_series_never_adopts_a_gated_job() {
     assert_eq!(server.cli(&["KEYS", "{g}:gate*"]), "", "no gate state left");
     q.close().await.unwrap();
 }
+
+/// A rate timer set outside a claim (here another process's schedule) is published: a
+/// consumer idle since before it (no due job, its lease and safety wakeup an hour away)
+/// wakes at the window's end and takes the job that waited for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_timer_set_by_a_schedule_wakes_an_idle_consumer() {
+    let server = RedisServer::start();
+    let hour = Duration::from_secs(3600);
+    let q = JobQueue::builder()
+        .lease(hour)
+        .safety_wakeup(hour)
+        .redis(&server.url(), "g")
+        .await
+        .unwrap();
+    let other = gate_queue(&server).await;
+    let o = JobOptions::kind("mail")
+        .key("m")
+        .key_rate(1, Duration::from_secs(1));
+    let mut consumer = q.consume_kind("mail");
+    other
+        .schedule_with("m0", Duration::ZERO, "p", &o)
+        .await
+        .unwrap();
+    let m0 = next(&mut consumer).await;
+    assert_eq!(m0.id(), "m0");
+    // The consumer's claim after m0 finds nothing due and no timer: it goes idle.
+    let waiter = tokio::spawn(async move { next(&mut consumer).await });
+    tokio::time::sleep(ms(300)).await;
+    other
+        .schedule_with("m1", Duration::ZERO, "p", &o)
+        .await
+        .unwrap();
+    assert_ne!(
+        server.cli(&["ZSCORE", "{g}:gate_timers", "mail\x1fm"]),
+        "",
+        "m1 waits for the window's end"
+    );
+    let m1 = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the idle consumer woke at the window's end")
+        .unwrap();
+    assert_eq!(m1.id(), "m1");
+    assert!(m0.ack().await.unwrap());
+    assert!(m1.ack().await.unwrap());
+    other.close().await.unwrap();
+    q.close().await.unwrap();
+}

@@ -210,15 +210,23 @@ local function gate_rebalance(G, gid)
   if nw == 0 and redis.call('ZCARD', list) == 0 then redis.call('ZREM', G.levels, 'w:' .. kind) end
   local idle = na == 0 and nw == 0 and run <= 0
   if open and (nw > 0 or idle) then
-    redis.call('ZADD', G.timers, ws + rp, gid)
+    local at = ws + rp
+    local old = tonumber(redis.call('ZSCORE', G.timers, gid))
+    if old ~= at then redis.call('ZADD', G.timers, at, gid) end
+    -- A new or earlier timer with jobs to admit at it: published by gate_flush, since a
+    -- consumer that went idle before it exists (its claim's next_due did not see it) would
+    -- sleep past the window's end. A claim's own next_due reports it too.
+    if nw > 0 and (not old or at < old) and (not G.timed or at < G.timed) then G.timed = at end
   else
     redis.call('ZREM', G.timers, gid)
     if idle then redis.call('HDEL', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp') end
   end
 end
 
--- Rebalances the gates marked since the last flush, then publishes the earliest promotion
--- that became its level's first due. Returns the earliest promotion's due score, or nil.
+-- Rebalances the gates marked since the last flush, then publishes the earliest of the
+-- promotions that became their level's first due and of the timers set or moved earlier
+-- (one message: a consumer woken early claims and learns the rest as its next_due).
+-- Returns the earliest promotion's due score, or nil.
 local function gate_flush(G)
   if #G.order == 0 then return nil end
   if not G.now then
@@ -233,6 +241,8 @@ local function gate_flush(G)
     if is_head(key, score) and (not first or score < first) then first = score end
   end
   G.woke = {}
+  if G.timed and (not first or G.timed < first) then first = G.timed end
+  G.timed = nil
   if first and G.wake then redis.call(G.publish, G.wake, string.format('%.0f', first)) end
   return any
 end
