@@ -610,3 +610,45 @@ async fn a_rate_timer_set_by_a_schedule_wakes_an_idle_consumer() {
     other.close().await.unwrap();
     q.close().await.unwrap();
 }
+
+/// A rebalance makes at most 256 promotions (`lua/gates.lua`): a schedule raising a key's
+/// limit over 600 waiting jobs admits 256 of them and leaves the gate's timer at now; the
+/// next claim goes on from it and admits the rest, and the timer goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_is_bounded_and_the_next_claim_goes_on() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    let (admitted, waiting) = ("{g}:gate_a:sync\x1fa", "{g}:gate_w:sync\x1fa");
+    let one = JobOptions::kind("sync").key("a").key_limit(1);
+    let at = SystemTime::now() - ms(1000);
+    for i in 0..600 {
+        q.schedule_with(&format!("j{i:03}"), at, "p", &one)
+            .await
+            .unwrap();
+    }
+    assert_eq!(server.cli(&["ZCARD", admitted]), "1");
+    let many = one.clone().key_limit(1000);
+    q.schedule_with("raise", Duration::ZERO, "p", &many)
+        .await
+        .unwrap();
+    assert_eq!(
+        server.cli(&["ZCARD", admitted]),
+        "257",
+        "1 + 256 promotions"
+    );
+    assert_eq!(server.cli(&["ZCARD", waiting]), "344");
+    assert_ne!(
+        server.cli(&["ZSCORE", "{g}:gate_timers", "sync\x1fa"]),
+        "",
+        "moves left: the gate's timer is set"
+    );
+    let mut consumer = q.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "j000");
+    assert_eq!(server.cli(&["ZCARD", waiting]), "0", "the claim went on");
+    assert_eq!(server.cli(&["ZCARD", admitted]), "600");
+    assert_eq!(server.cli(&["ZCARD", "{g}:gate_timers"]), "0");
+    assert_eq!(q.counts().await.unwrap().pending, 600);
+    assert!(d.ack().await.unwrap());
+    q.close().await.unwrap();
+}

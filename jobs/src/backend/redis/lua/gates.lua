@@ -19,9 +19,11 @@
 --   gate_w:<gid>   zset  the gate's waiting pending jobs: in no due set, not claimable
 --   gate_l:<kind>  zset  the kind's waiting jobs scored by run_at µs, for lists; `levels`
 --                        holds "w:<kind>" (scored 3000) while it has any
---   gate_timers    zset  gids scored by the end of their open rate window (µs): a claim
---                        rebalances those whose time has come (at most GATE_TIMERS_PER_CLAIM)
---                        and reports the first as due, so an idle consumer wakes then
+--   gate_timers    zset  gids scored by the end of their open rate window (µs), or by the
+--                        time of a rebalance that left moves (GATE_MOVES_PER_REBALANCE): a
+--                        claim rebalances those whose time has come (at most
+--                        GATE_TIMERS_PER_CLAIM) and reports the first as due, so an idle
+--                        consumer wakes then
 -- gate_a and gate_w are in key order, (run_at, priority desc, id), exactly: every member
 -- scored 0, the run_at in ns padded to 20 digits, then 127 - priority in 3 digits, then
 -- the id, so the members sort bytewise in that order. run_at first: a job due later never
@@ -38,6 +40,14 @@
 -- that meets that timer deletes it.
 
 local GATE_TIMERS_PER_CLAIM = 64
+
+-- The most promotions (a swap counts one) a rebalance makes: one script's work stays
+-- bounded (a limit raised under 20k waiting jobs would otherwise promote them all in one
+-- EVAL). A gate with moves left keeps a timer at now, so the next claim goes on (its
+-- next_due is now). Demotions are not bounded: they keep the limit (admitted never above
+-- the cap after a script), and come in bulk only when a schedule lowers a gate's limit or
+-- rate.
+local GATE_MOVES_PER_REBALANCE = 256
 
 -- ceil(ns / 1000) of a decimal text of nanoseconds: the due score of a run_at.
 local function ns_score(ns)
@@ -199,18 +209,30 @@ local function gate_rebalance(G, gid)
     na, nw = na + 1, nw - 1
   end
   while na > cap do demote() end
-  while na < cap and nw > 0 do promote() end
-  while na > 0 and nw > 0 do
+  local moves = GATE_MOVES_PER_REBALANCE
+  while na < cap and nw > 0 and moves > 0 do
+    promote()
+    moves = moves - 1
+  end
+  -- Moves left: promotions, or a swap (the loop ends on the first that is none).
+  local more = na < cap and nw > 0
+  while not more and na > 0 and nw > 0 do
     local first = redis.call('ZRANGE', w, 0, 0)[1]
     local last = redis.call('ZRANGE', a, -1, -1)[1]
     if not less(first, last) then break end
-    demote()
-    promote()
+    if moves == 0 then
+      more = true
+    else
+      demote()
+      promote()
+      moves = moves - 1
+    end
   end
   if nw == 0 and redis.call('ZCARD', list) == 0 then redis.call('ZREM', G.levels, 'w:' .. kind) end
   local idle = na == 0 and nw == 0 and run <= 0
-  if open and (nw > 0 or idle) then
-    local at = ws + rp
+  if more or (open and (nw > 0 or idle)) then
+    local at = ws and ws + rp
+    if more then at = G.now end
     local old = tonumber(redis.call('ZSCORE', G.timers, gid))
     if old ~= at then redis.call('ZADD', G.timers, at, gid) end
     -- A new or earlier timer with jobs to admit at it: published by gate_flush, since a
