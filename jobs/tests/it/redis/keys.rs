@@ -652,3 +652,50 @@ async fn a_rebalance_is_bounded_and_the_next_claim_goes_on() {
     assert!(d.ack().await.unwrap());
     q.close().await.unwrap();
 }
+
+/// A claim reads the gate timers once (`lua/gates.lua`'s `gate_timers_due`), keeping what
+/// it read for its next_due: on a queue that never used a gate, every claim seen by MONITOR
+/// (its script's check of the pause) makes exactly one read of `gate_timers`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_reads_the_gate_timers_once() {
+    use std::io::BufRead;
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    for id in ["a", "b", "c"] {
+        q.schedule(id, Duration::ZERO, "p").await.unwrap();
+    }
+    let socket = server.url().replace("redis+unix://", "");
+    let mut monitor = std::process::Command::new("redis-cli")
+        .args(["-s", &socket, "monitor"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(monitor.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "OK");
+    let mut consumer = q.consume();
+    for _ in 0..3 {
+        next(&mut consumer).await;
+    }
+    drop(consumer);
+    server.cli(&["ECHO", "monitor-end"]);
+    let (mut claims, mut reads) = (0, 0);
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.contains("monitor-end") {
+            break;
+        }
+        if !line.contains(" lua]") {
+            continue;
+        }
+        if line.contains("\"{g}:gate_timers\"") {
+            reads += 1;
+        } else if line.contains("\"HEXISTS\"") && line.contains("\"paused\"") {
+            claims += 1;
+        }
+    }
+    monitor.kill().unwrap();
+    monitor.wait().unwrap();
+    assert!(claims >= 3, "{claims} claims");
+    assert_eq!(reads, claims, "one read of the gate timers per claim");
+    q.close().await.unwrap();
+}

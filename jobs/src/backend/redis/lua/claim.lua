@@ -394,6 +394,8 @@ for _, p in ipairs(prios) do
   for _, key in ipairs(groups[p]) do sooner(key) end
 end
 for _, key in ipairs(runs) do sooner(key) end
-sooner(G.timers)
+-- The gates' first timer, read once at the claim's start unless a rebalance moved one.
+local timer = gate_timers_head(G)
+if timer and (not head or tonumber(timer) < tonumber(head)) then head = timer end
 if head then out[2] = head end
 return out

@@ -234,13 +234,16 @@ local function gate_rebalance(G, gid)
     local at = ws and ws + rp
     if more then at = G.now end
     local old = tonumber(redis.call('ZSCORE', G.timers, gid))
-    if old ~= at then redis.call('ZADD', G.timers, at, gid) end
+    if old ~= at then
+      redis.call('ZADD', G.timers, at, gid)
+      G.timers_moved = true
+    end
     -- A new or earlier timer with jobs to admit at it: published by gate_flush, since a
     -- consumer that went idle before it exists (its claim's next_due did not see it) would
     -- sleep past the window's end. A claim's own next_due reports it too.
     if nw > 0 and (not old or at < old) and (not G.timed or at < G.timed) then G.timed = at end
   else
-    redis.call('ZREM', G.timers, gid)
+    if redis.call('ZREM', G.timers, gid) == 1 then G.timers_moved = true end
     if idle then redis.call('HDEL', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp') end
   end
 end
@@ -269,10 +272,26 @@ local function gate_flush(G)
   return any
 end
 
--- A claim's first step: rebalances the gates whose rate window ended (their timers at or
--- before G.now), at most GATE_TIMERS_PER_CLAIM.
+-- A claim's first step: rebalances the gates whose timers' time has come (at or before
+-- G.now), at most GATE_TIMERS_PER_CLAIM. Reads the first timer once, kept as
+-- G.timer_head (false: none) for the claim's next_due (`gate_timers_head`): a queue
+-- without timers, most, pays this one read per claim.
 local function gate_timers_due(G)
-  local gids = redis.call('ZRANGEBYSCORE', G.timers, '-inf', G.now, 'LIMIT', 0, GATE_TIMERS_PER_CLAIM)
-  for _, gid in ipairs(gids) do gate_dirty(G, gid) end
+  local first = redis.call('ZRANGE', G.timers, 0, 0, 'WITHSCORES')
+  G.timer_head = first[2] or false
+  if first[2] and tonumber(first[2]) <= G.now then
+    local gids = redis.call('ZRANGEBYSCORE', G.timers, '-inf', G.now, 'LIMIT', 0, GATE_TIMERS_PER_CLAIM)
+    for _, gid in ipairs(gids) do gate_dirty(G, gid) end
+  end
   gate_flush(G)
+end
+
+-- The first gate timer's score at the claim's end, or nil: the one gate_timers_due read,
+-- unless a rebalance since set or removed one (then read again).
+local function gate_timers_head(G)
+  if G.timers_moved then
+    local first = redis.call('ZRANGE', G.timers, 0, 0, 'WITHSCORES')
+    return first[2]
+  end
+  return G.timer_head or nil
 end
