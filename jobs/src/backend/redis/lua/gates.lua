@@ -32,7 +32,9 @@
 --
 -- Invariant after every script: every admitted job is before every waiting one in key
 -- order, and admitted = min(admitted + waiting, cap), cap = max(0, min(lim - run,
--- rs - st while the window is open, else rs)) (`gate_rebalance`). A script marks the gates
+-- rs - st while the window is open, else rs)) (`gate_rebalance`); admitted never above the
+-- cap, but a rebalance out of moves (GATE_MOVES_PER_REBALANCE) may leave fewer admitted,
+-- or a swap undone, until a claim meets the gate's timer at now. A script marks the gates
 -- it touches (`gate_dirty`) and rebalances them once at its end (`gate_flush`); a
 -- promotion that becomes its level's first due is published on the wake channel, as a
 -- schedule does. A gate with no job (run 0, none admitted or waiting) is deleted at its
