@@ -19,6 +19,10 @@
 //!   call per partition on Redis). Jobs that move in the source while it is read may be
 //!   missed or copied in an older state: the source must be still (paused, its workers
 //!   stopped; the command refuses an unpaused one).
+//! - A gated job (a key with a limit or a rate) enters its gate in the destination as an
+//!   import does. A Redis destination of more than one partition refuses gated jobs
+//!   (`Error::is_invalid_config`), so such a copy stops part-way, at the first page that
+//!   holds one, with the pages before it written; it is not checked before the copy starts.
 //! - A running job has no lease in the destination: it is written pending at its lease's
 //!   end with the attempts it has, which is when and how the source would deliver it again.
 //! - Series come after jobs, through [`JobQueue::schedule_recurring_with`], only for names
@@ -119,9 +123,15 @@ impl JobQueue {
     /// `to`'s backend cannot store (PostgreSQL refuses NUL), or a series whose pending
     /// occurrence vanished while it was copied (the source was not still); both name the
     /// job or series. [`Error::is_storage`], [`Error::is_unavailable`],
-    /// [`Error::is_closed`] of either queue. The pages written before the error stay
-    /// written: after a storage or connection failure, call it again; an input error comes
-    /// back at the same job until its cause is fixed (a larger `max_payload` for `to`).
+    /// [`Error::is_closed`] of either queue. [`Error::is_invalid_config`] for a gated job
+    /// (its key has a [`key_limit`](crate::JobOptions::key_limit) or
+    /// [`key_rate`](crate::JobOptions::key_rate)) copied into a Redis queue of more than one
+    /// partition, which refuses them: the copy stops at the page holding the first one, the
+    /// pages before it written. Nothing is checked beforehand: to copy such a queue, first
+    /// cancel its gated jobs (or copy into a queue of one partition). The pages written
+    /// before the error stay written: after a storage or connection failure, call it again;
+    /// an input error comes back at the same job until its cause is fixed (a larger
+    /// `max_payload` for `to`).
     pub async fn copy_to(&self, to: &JobQueue) -> Result<Copied, Error> {
         let mut copied = Copied::default();
         for state in [JobState::Pending, JobState::Running, JobState::Dead] {

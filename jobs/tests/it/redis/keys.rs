@@ -253,12 +253,12 @@ fn keyed_consumer_processes_hold_limits_through_kill_9() {
 }
 
 /// The ids of a gate's set (`lua/gates.lua`: members are the run_at padded to 20 digits,
-/// then the id), in key order.
+/// then 127 - priority in 3 digits, then the id), in key order.
 fn gate_ids(server: &RedisServer, set: &str) -> Vec<String> {
     let out = server.cli(&["ZRANGE", set, "0", "-1"]);
     out.lines()
         .filter(|m| !m.is_empty())
-        .map(|m| m[20..].to_owned())
+        .map(|m| m[23..].to_owned())
         .collect()
 }
 
@@ -275,10 +275,12 @@ async fn gate_queue(server: &RedisServer) -> JobQueue {
         .unwrap()
 }
 
-/// A limit of 1: the key's first job in (priority desc, run_at, id) order is the admitted
+/// A limit of 1: the key's first job in (run_at, priority desc, id) order is the admitted
 /// one, whatever order the jobs came in (a job entering before the admitted one swaps with
-/// it); a lease takes the slot, an ack gives it to the next, a cancel of the admitted one
-/// admits the next; the gate's keys and the kind's waiting list are gone with its last job.
+/// it; a due job goes before a higher-priority one due later, which would otherwise hold
+/// the key's slot until its time); a lease takes the slot, an ack gives it to the next, a
+/// cancel of the admitted one admits the next; the gate's keys and the kind's waiting list
+/// are gone with its last job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gate_admits_its_first_in_key_order_and_goes_with_its_last_job() {
     let server = RedisServer::start();
@@ -300,14 +302,31 @@ async fn a_gate_admits_its_first_in_key_order_and_goes_with_its_last_job() {
         "early",
         "only the admitted job is claimable"
     );
-    q.schedule_with("urgent", now, "p", &o.clone().priority(5))
+    q.schedule_with(
+        "tomorrow",
+        now + 86_400 * ms(1000),
+        "p",
+        &o.clone().priority(9),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        gate_ids(&server, admitted),
+        ["early"],
+        "a due job before a higher-priority one due later"
+    );
+    q.schedule_with("urgent", now - ms(2000), "p", &o.clone().priority(5))
         .await
         .unwrap();
-    assert_eq!(gate_ids(&server, admitted), ["urgent"], "priority first");
-    assert_eq!(gate_ids(&server, waiting), ["early", "late"]);
+    assert_eq!(
+        gate_ids(&server, admitted),
+        ["urgent"],
+        "priority first at one run_at"
+    );
+    assert_eq!(gate_ids(&server, waiting), ["early", "late", "tomorrow"]);
     assert_eq!(
         server.cli(&["ZRANGE", "{g}:gate_l:sync", "0", "-1"]),
-        "early\nlate",
+        "early\nlate\ntomorrow",
         "the kind's waiting list, by run_at"
     );
     let mut consumer = q.consume();
@@ -320,6 +339,8 @@ async fn a_gate_admits_its_first_in_key_order_and_goes_with_its_last_job() {
     assert_eq!(gate_ids(&server, admitted), ["early"]);
     assert!(q.cancel("early").await.unwrap());
     assert_eq!(gate_ids(&server, admitted), ["late"]);
+    assert_eq!(gate_ids(&server, waiting), ["tomorrow"]);
+    assert!(q.cancel("tomorrow").await.unwrap());
     assert!(gate_ids(&server, waiting).is_empty());
     assert_eq!(server.cli(&["ZRANGE", "{g}:levels", "0", "-1"]), "d:0:sync");
     let d = next(&mut consumer).await;
@@ -511,4 +532,170 @@ async fn revived_handed_over_and_copied_jobs_enter_their_gates() {
     for queue in [q, copy, spread] {
         queue.close().await.unwrap();
     }
+}
+
+/// A series never adopts a gated job under its next occurrence's id (`lua/series.lua`): the
+/// series skips that time, and the job stays its own, admitted by its gate; cancelling the
+/// series leaves it alone, and with it gone no gate state is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_series_never_adopts_a_gated_job() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    let hour = Duration::from_secs(3600);
+    let every = wheel_jobs::Recurrence::every(hour).unwrap();
+    let head = every.next_after(SystemTime::now()).unwrap();
+    let id = format!("st@{}", jiff::Timestamp::try_from(head).unwrap());
+    let o = JobOptions::new().key("a").key_limit(1);
+    q.schedule_with(&id, Duration::ZERO, "hand", &o)
+        .await
+        .unwrap();
+    q.schedule_recurring("st", every, "series").await.unwrap();
+    assert_eq!(
+        q.list_recurring().await.unwrap()[0].next_run(),
+        Some(head + hour),
+        "the gated job is not the series' head"
+    );
+    assert_eq!(gate_ids(&server, "{g}:gate_a:\x1fa"), [id.as_str()]);
+    assert!(q.cancel_recurring("st").await.unwrap());
+    let job = q.get(&id).await.unwrap().expect("the gated job is its own");
+    assert_eq!((job.key(), job.payload()), (Some("a"), &b"hand"[..]));
+    assert!(q.cancel(&id).await.unwrap());
+    assert_eq!(server.cli(&["KEYS", "{g}:gate*"]), "", "no gate state left");
+    q.close().await.unwrap();
+}
+
+/// A rate timer set outside a claim (here another process's schedule) is published: a
+/// consumer idle since before it (no due job, its lease and safety wakeup an hour away)
+/// wakes at the window's end and takes the job that waited for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_timer_set_by_a_schedule_wakes_an_idle_consumer() {
+    let server = RedisServer::start();
+    let hour = Duration::from_secs(3600);
+    let q = JobQueue::builder()
+        .lease(hour)
+        .safety_wakeup(hour)
+        .redis(&server.url(), "g")
+        .await
+        .unwrap();
+    let other = gate_queue(&server).await;
+    let o = JobOptions::kind("mail")
+        .key("m")
+        .key_rate(1, Duration::from_secs(1));
+    let mut consumer = q.consume_kind("mail");
+    other
+        .schedule_with("m0", Duration::ZERO, "p", &o)
+        .await
+        .unwrap();
+    let m0 = next(&mut consumer).await;
+    assert_eq!(m0.id(), "m0");
+    // The consumer's claim after m0 finds nothing due and no timer: it goes idle.
+    let waiter = tokio::spawn(async move { next(&mut consumer).await });
+    tokio::time::sleep(ms(300)).await;
+    other
+        .schedule_with("m1", Duration::ZERO, "p", &o)
+        .await
+        .unwrap();
+    assert_ne!(
+        server.cli(&["ZSCORE", "{g}:gate_timers", "mail\x1fm"]),
+        "",
+        "m1 waits for the window's end"
+    );
+    let m1 = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the idle consumer woke at the window's end")
+        .unwrap();
+    assert_eq!(m1.id(), "m1");
+    assert!(m0.ack().await.unwrap());
+    assert!(m1.ack().await.unwrap());
+    other.close().await.unwrap();
+    q.close().await.unwrap();
+}
+
+/// A rebalance makes at most 256 promotions (`lua/gates.lua`): a schedule raising a key's
+/// limit over 600 waiting jobs admits 256 of them and leaves the gate's timer at now; the
+/// next claim goes on from it and admits the rest, and the timer goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_is_bounded_and_the_next_claim_goes_on() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    let (admitted, waiting) = ("{g}:gate_a:sync\x1fa", "{g}:gate_w:sync\x1fa");
+    let one = JobOptions::kind("sync").key("a").key_limit(1);
+    let at = SystemTime::now() - ms(1000);
+    for i in 0..600 {
+        q.schedule_with(&format!("j{i:03}"), at, "p", &one)
+            .await
+            .unwrap();
+    }
+    assert_eq!(server.cli(&["ZCARD", admitted]), "1");
+    let many = one.clone().key_limit(1000);
+    q.schedule_with("raise", Duration::ZERO, "p", &many)
+        .await
+        .unwrap();
+    assert_eq!(
+        server.cli(&["ZCARD", admitted]),
+        "257",
+        "1 + 256 promotions"
+    );
+    assert_eq!(server.cli(&["ZCARD", waiting]), "344");
+    assert_ne!(
+        server.cli(&["ZSCORE", "{g}:gate_timers", "sync\x1fa"]),
+        "",
+        "moves left: the gate's timer is set"
+    );
+    let mut consumer = q.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "j000");
+    assert_eq!(server.cli(&["ZCARD", waiting]), "0", "the claim went on");
+    assert_eq!(server.cli(&["ZCARD", admitted]), "600");
+    assert_eq!(server.cli(&["ZCARD", "{g}:gate_timers"]), "0");
+    assert_eq!(q.counts().await.unwrap().pending, 600);
+    assert!(d.ack().await.unwrap());
+    q.close().await.unwrap();
+}
+
+/// A claim reads the gate timers once (`lua/gates.lua`'s `gate_timers_due`), keeping what
+/// it read for its next_due: on a queue that never used a gate, every claim seen by MONITOR
+/// (its script's check of the pause) makes exactly one read of `gate_timers`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_reads_the_gate_timers_once() {
+    use std::io::BufRead;
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    for id in ["a", "b", "c"] {
+        q.schedule(id, Duration::ZERO, "p").await.unwrap();
+    }
+    let socket = server.url().replace("redis+unix://", "");
+    let mut monitor = std::process::Command::new("redis-cli")
+        .args(["-s", &socket, "monitor"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(monitor.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "OK");
+    let mut consumer = q.consume();
+    for _ in 0..3 {
+        next(&mut consumer).await;
+    }
+    drop(consumer);
+    server.cli(&["ECHO", "monitor-end"]);
+    let (mut claims, mut reads) = (0, 0);
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.contains("monitor-end") {
+            break;
+        }
+        if !line.contains(" lua]") {
+            continue;
+        }
+        if line.contains("\"{g}:gate_timers\"") {
+            reads += 1;
+        } else if line.contains("\"HEXISTS\"") && line.contains("\"paused\"") {
+            claims += 1;
+        }
+    }
+    monitor.kill().unwrap();
+    monitor.wait().unwrap();
+    assert!(claims >= 3, "{claims} claims");
+    assert_eq!(reads, claims, "one read of the gate timers per claim");
+    q.close().await.unwrap();
 }

@@ -275,7 +275,7 @@ if #ids > 0 then
         -- A gated job's death frees what it held of its gate: a slot (running) or its
         -- admission (pending).
         if r.gid then
-          if state == 'p' then gate_drop(G, r.gid, id, run_ns) else gate_stop(G, r.gid) end
+          if state == 'p' then gate_drop(G, r.gid, id, run_ns, r.p) else gate_stop(G, r.gid) end
         end
         if waits == nil then waits = next_any(N) end
         local succ = waits and redis.call('HGET', N.next, id)
@@ -316,7 +316,7 @@ if #ids > 0 then
           r.due_rems[#r.due_rems + 1] = id
           r.leased = r.leased + 1
           -- A start of its gate (an expired lease's redelivery is none).
-          if r.gid then gate_start(G, r.gid, id, run_ns) end
+          if r.gid then gate_start(G, r.gid, id, run_ns, r.p) end
         end
         if tail == '' then tail = plain end
         out[#out + 1] = id
@@ -394,6 +394,8 @@ for _, p in ipairs(prios) do
   for _, key in ipairs(groups[p]) do sooner(key) end
 end
 for _, key in ipairs(runs) do sooner(key) end
-sooner(G.timers)
+-- The gates' first timer, read once at the claim's start unless a rebalance moved one.
+local timer = gate_timers_head(G)
+if timer and (not head or tonumber(timer) < tonumber(head)) then head = timer end
 if head then out[2] = head end
 return out

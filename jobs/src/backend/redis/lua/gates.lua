@@ -19,15 +19,22 @@
 --   gate_w:<gid>   zset  the gate's waiting pending jobs: in no due set, not claimable
 --   gate_l:<kind>  zset  the kind's waiting jobs scored by run_at µs, for lists; `levels`
 --                        holds "w:<kind>" (scored 3000) while it has any
---   gate_timers    zset  gids scored by the end of their open rate window (µs): a claim
---                        rebalances those whose time has come (at most GATE_TIMERS_PER_CLAIM)
---                        and reports the first as due, so an idle consumer wakes then
--- gate_a and gate_w are in key order: scored -priority, member the run_at in ns padded to
--- 20 digits then the id, so equal scores sort by (run_at, id) bytewise, exactly.
+--   gate_timers    zset  gids scored by the end of their open rate window (µs), or by the
+--                        time of a rebalance that left moves (GATE_MOVES_PER_REBALANCE): a
+--                        claim rebalances those whose time has come (at most
+--                        GATE_TIMERS_PER_CLAIM) and reports the first as due, so an idle
+--                        consumer wakes then
+-- gate_a and gate_w are in key order, (run_at, priority desc, id), exactly: every member
+-- scored 0, the run_at in ns padded to 20 digits, then 127 - priority in 3 digits, then
+-- the id, so the members sort bytewise in that order. run_at first: a job due later never
+-- holds a slot before a due one, whatever their priorities (a higher-priority job due
+-- tomorrow would stall a limit-1 key until then).
 --
 -- Invariant after every script: every admitted job is before every waiting one in key
 -- order, and admitted = min(admitted + waiting, cap), cap = max(0, min(lim - run,
--- rs - st while the window is open, else rs)) (`gate_rebalance`). A script marks the gates
+-- rs - st while the window is open, else rs)) (`gate_rebalance`); admitted never above the
+-- cap, but a rebalance out of moves (GATE_MOVES_PER_REBALANCE) may leave fewer admitted,
+-- or a swap undone, until a claim meets the gate's timer at now. A script marks the gates
 -- it touches (`gate_dirty`) and rebalances them once at its end (`gate_flush`); a
 -- promotion that becomes its level's first due is published on the wake channel, as a
 -- schedule does. A gate with no job (run 0, none admitted or waiting) is deleted at its
@@ -35,6 +42,14 @@
 -- that meets that timer deletes it.
 
 local GATE_TIMERS_PER_CLAIM = 64
+
+-- The most promotions (a swap counts one) a rebalance makes: one script's work stays
+-- bounded (a limit raised under 20k waiting jobs would otherwise promote them all in one
+-- EVAL). A gate with moves left keeps a timer at now, so the next claim goes on (its
+-- next_due is now). Demotions are not bounded: they keep the limit (admitted never above
+-- the cap after a script), and come in bulk only when a schedule lowers a gate's limit or
+-- rate.
+local GATE_MOVES_PER_REBALANCE = 256
 
 -- ceil(ns / 1000) of a decimal text of nanoseconds: the due score of a run_at.
 local function ns_score(ns)
@@ -73,21 +88,15 @@ local function gate_dirty(G, gid)
   end
 end
 
-local function gate_member(run_ns, id)
-  return string.rep('0', 20 - #run_ns) .. run_ns .. id
+local function gate_member(run_ns, p, id)
+  return string.rep('0', 20 - #run_ns) .. run_ns .. string.format('%03d', 127 - p) .. id
 end
 
--- id, run_ns of a member.
+-- id, run_ns, priority of a member.
 local function gate_split(m)
   local run_ns = string.match(string.sub(m, 1, 20), '^0*(%d-)$')
   if run_ns == '' then run_ns = '0' end
-  return string.sub(m, 21), run_ns
-end
-
--- The key-order score of priority p (never -0).
-local function gate_rank(p)
-  if p == 0 then return 0 end
-  return -p
+  return string.sub(m, 24), run_ns, 127 - tonumber(string.sub(m, 21, 23))
 end
 
 local function gate_list_drop(G, kind, id)
@@ -105,7 +114,7 @@ local function gate_enter(G, id, run_ns, tail, limits)
   if limits or redis.call('HEXISTS', h, 'lim') == 0 then
     redis.call('HSET', h, 'lim', lim, 'rs', rs, 'rp', rp)
   end
-  redis.call('ZADD', G.pre .. 'w:' .. gid, gate_rank(p), gate_member(run_ns, id))
+  redis.call('ZADD', G.pre .. 'w:' .. gid, 0, gate_member(run_ns, p, id))
   redis.call('ZADD', G.pre .. 'l:' .. kind, ns_score(run_ns), id)
   redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
   gate_dirty(G, gid)
@@ -116,7 +125,7 @@ end
 local function gate_leave(G, id, run_ns, tail)
   local gid = job_gate(tail)
   local p, kind = job_level(tail)
-  local m = gate_member(run_ns, id)
+  local m = gate_member(run_ns, p, id)
   if redis.call('ZREM', G.pre .. 'a:' .. gid, m) == 1 then
     redis.call('ZREM', due_key(G.due, p, kind), id)
     level_tidy(G.levels, G.due, p, kind)
@@ -127,12 +136,12 @@ local function gate_leave(G, id, run_ns, tail)
   gate_dirty(G, gid)
 end
 
--- A claim leases the admitted job `id` of gate `gid` (pending to running; the claim takes
--- it out of its due set): one more running, one more start in the rate window (a new
--- window if the last one ended).
-local function gate_start(G, gid, id, run_ns)
+-- A claim leases the admitted job `id` (priority `p`) of gate `gid` (pending to running;
+-- the claim takes it out of its due set): one more running, one more start in the rate
+-- window (a new window if the last one ended).
+local function gate_start(G, gid, id, run_ns, p)
   local h = G.pre .. 'h:' .. gid
-  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, id))
+  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, p, id))
   redis.call('HINCRBY', h, 'run', 1)
   local f = redis.call('HMGET', h, 'ws', 'rs', 'rp')
   if (tonumber(f[2]) or 0) > 0 then
@@ -146,10 +155,10 @@ local function gate_start(G, gid, id, run_ns)
   gate_dirty(G, gid)
 end
 
--- A claim kills the admitted pending job `id` (out of attempts; the claim takes it out of
--- its due set).
-local function gate_drop(G, gid, id, run_ns)
-  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, id))
+-- A claim kills the admitted pending job `id` (priority `p`; out of attempts; the claim
+-- takes it out of its due set).
+local function gate_drop(G, gid, id, run_ns, p)
+  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, p, id))
   gate_dirty(G, gid)
 end
 
@@ -157,13 +166,6 @@ end
 local function gate_stop(G, gid)
   redis.call('HINCRBY', G.pre .. 'h:' .. gid, 'run', -1)
   gate_dirty(G, gid)
-end
-
--- Whether the entry {member, score} x is before y in key order.
-local function gate_before(x, y)
-  local a, b = tonumber(x[2]), tonumber(y[2])
-  if a ~= b then return a < b end
-  return less(x[1], y[1])
 end
 
 -- Restores the gate's invariant (see the header) at G.now: demotes admitted's last while
@@ -186,24 +188,22 @@ local function gate_rebalance(G, gid)
   end
   local na, nw = redis.call('ZCARD', a), redis.call('ZCARD', w)
   local function demote()
-    local e = redis.call('ZRANGE', a, -1, -1, 'WITHSCORES')
-    local id, run_ns = gate_split(e[1])
-    local p = gate_rank(tonumber(e[2]))
-    redis.call('ZREM', a, e[1])
+    local m = redis.call('ZRANGE', a, -1, -1)[1]
+    local id, run_ns, p = gate_split(m)
+    redis.call('ZREM', a, m)
     redis.call('ZREM', due_key(G.due, p, kind), id)
     level_tidy(G.levels, G.due, p, kind)
-    redis.call('ZADD', w, e[2], e[1])
+    redis.call('ZADD', w, 0, m)
     redis.call('ZADD', list, ns_score(run_ns), id)
     redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
     na, nw = na - 1, nw + 1
   end
   local function promote()
-    local e = redis.call('ZRANGE', w, 0, 0, 'WITHSCORES')
-    local id, run_ns = gate_split(e[1])
-    local p = gate_rank(tonumber(e[2]))
-    redis.call('ZREM', w, e[1])
+    local m = redis.call('ZRANGE', w, 0, 0)[1]
+    local id, run_ns, p = gate_split(m)
+    redis.call('ZREM', w, m)
     redis.call('ZREM', list, id)
-    redis.call('ZADD', a, e[2], e[1])
+    redis.call('ZADD', a, 0, m)
     local key, score = due_key(G.due, p, kind), ns_score(run_ns)
     redis.call('ZADD', key, score, id)
     level_note(G.levels, p, kind)
@@ -211,26 +211,49 @@ local function gate_rebalance(G, gid)
     na, nw = na + 1, nw - 1
   end
   while na > cap do demote() end
-  while na < cap and nw > 0 do promote() end
-  while na > 0 and nw > 0 do
-    local first = redis.call('ZRANGE', w, 0, 0, 'WITHSCORES')
-    local last = redis.call('ZRANGE', a, -1, -1, 'WITHSCORES')
-    if not gate_before(first, last) then break end
-    demote()
+  local moves = GATE_MOVES_PER_REBALANCE
+  while na < cap and nw > 0 and moves > 0 do
     promote()
+    moves = moves - 1
+  end
+  -- Moves left: promotions, or a swap (the loop ends on the first that is none).
+  local more = na < cap and nw > 0
+  while not more and na > 0 and nw > 0 do
+    local first = redis.call('ZRANGE', w, 0, 0)[1]
+    local last = redis.call('ZRANGE', a, -1, -1)[1]
+    if not less(first, last) then break end
+    if moves == 0 then
+      more = true
+    else
+      demote()
+      promote()
+      moves = moves - 1
+    end
   end
   if nw == 0 and redis.call('ZCARD', list) == 0 then redis.call('ZREM', G.levels, 'w:' .. kind) end
   local idle = na == 0 and nw == 0 and run <= 0
-  if open and (nw > 0 or idle) then
-    redis.call('ZADD', G.timers, ws + rp, gid)
+  if more or (open and (nw > 0 or idle)) then
+    local at = ws and ws + rp
+    if more then at = G.now end
+    local old = tonumber(redis.call('ZSCORE', G.timers, gid))
+    if old ~= at then
+      redis.call('ZADD', G.timers, at, gid)
+      G.timers_moved = true
+    end
+    -- A new or earlier timer with jobs to admit at it: published by gate_flush, since a
+    -- consumer that went idle before it exists (its claim's next_due did not see it) would
+    -- sleep past the window's end. A claim's own next_due reports it too.
+    if nw > 0 and (not old or at < old) and (not G.timed or at < G.timed) then G.timed = at end
   else
-    redis.call('ZREM', G.timers, gid)
+    if redis.call('ZREM', G.timers, gid) == 1 then G.timers_moved = true end
     if idle then redis.call('HDEL', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp') end
   end
 end
 
--- Rebalances the gates marked since the last flush, then publishes the earliest promotion
--- that became its level's first due. Returns the earliest promotion's due score, or nil.
+-- Rebalances the gates marked since the last flush, then publishes the earliest of the
+-- promotions that became their level's first due and of the timers set or moved earlier
+-- (one message: a consumer woken early claims and learns the rest as its next_due).
+-- Returns the earliest promotion's due score, or nil.
 local function gate_flush(G)
   if #G.order == 0 then return nil end
   if not G.now then
@@ -245,14 +268,32 @@ local function gate_flush(G)
     if is_head(key, score) and (not first or score < first) then first = score end
   end
   G.woke = {}
+  if G.timed and (not first or G.timed < first) then first = G.timed end
+  G.timed = nil
   if first and G.wake then redis.call(G.publish, G.wake, string.format('%.0f', first)) end
   return any
 end
 
--- A claim's first step: rebalances the gates whose rate window ended (their timers at or
--- before G.now), at most GATE_TIMERS_PER_CLAIM.
+-- A claim's first step: rebalances the gates whose timers' time has come (at or before
+-- G.now), at most GATE_TIMERS_PER_CLAIM. Reads the first timer once, kept as
+-- G.timer_head (false: none) for the claim's next_due (`gate_timers_head`): a queue
+-- without timers, most, pays this one read per claim.
 local function gate_timers_due(G)
-  local gids = redis.call('ZRANGEBYSCORE', G.timers, '-inf', G.now, 'LIMIT', 0, GATE_TIMERS_PER_CLAIM)
-  for _, gid in ipairs(gids) do gate_dirty(G, gid) end
+  local first = redis.call('ZRANGE', G.timers, 0, 0, 'WITHSCORES')
+  G.timer_head = first[2] or false
+  if first[2] and tonumber(first[2]) <= G.now then
+    local gids = redis.call('ZRANGEBYSCORE', G.timers, '-inf', G.now, 'LIMIT', 0, GATE_TIMERS_PER_CLAIM)
+    for _, gid in ipairs(gids) do gate_dirty(G, gid) end
+  end
   gate_flush(G)
+end
+
+-- The first gate timer's score at the claim's end, or nil: the one gate_timers_due read,
+-- unless a rebalance since set or removed one (then read again).
+local function gate_timers_head(G)
+  if G.timers_moved then
+    local first = redis.call('ZRANGE', G.timers, 0, 0, 'WITHSCORES')
+    return first[2]
+  end
+  return G.timer_head or nil
 end

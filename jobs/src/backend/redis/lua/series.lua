@@ -87,10 +87,21 @@ local function series_put_next(S, name, go, list, from)
   redis.call('HSET', S.series_next, name, prefix .. table.concat(rest, ','))
 end
 
+-- Whether a spec tail's key has a limit or a rate (a gated job: gates.lua's `job_gate`,
+-- written inline since series.lua also goes where gates.lua does not, the recurring
+-- scripts). A series never adopts one: its gate would not know the job as its head, and
+-- the recurring scripts cannot keep a gate.
+local function series_gated(tail)
+  local lim, rs = string.match(tail or '', '\30(%d+):(%d+):')
+  return lim ~= nil and (lim ~= '0' or rs ~= '0')
+end
+
 -- Deletes the job `id` if it is pending (a series' head that is replaced or cancelled).
+-- A gated job is never a head (`series_place`); one is left alone, as its own job, rather
+-- than leave its gate's members behind.
 local function series_drop(S, id)
   local state, _, _, _, tail = job_parse(redis.call('HGET', S.meta, id))
-  if state == 'p' then
+  if state == 'p' and not series_gated(tail) then
     -- An adopted job may have been scheduled with a spec: its own level and counters.
     local p, kind = job_level(tail)
     redis.call('HDEL', S.meta, id)
@@ -104,7 +115,8 @@ local function series_drop(S, id)
 end
 
 -- Makes the first entry of `list` from `from` after the series' last delivered occurrence
--- whose id is free (or a never-delivered pending job's of the plain level, attempt 0) the head of `s`: creates
+-- whose id is free (or a never-delivered pending job's of the plain level, attempt 0, not
+-- gated) the head of `s`: creates
 -- its job with `payload`. Writes the rest of the list after it and the record. Returns the
 -- head's score, or nil if the list held none (head left empty). `go`: of list[from] and
 -- after, how many run without counting (0 for none), less those passed over.
@@ -131,12 +143,13 @@ local function series_place(S, name, s, list, from, payload, go)
     -- Only a job of the plain level (kind "" and priority 0, stored with the plain spec or
     -- a spec of its own), in the plain due set as every occurrence: a head is claimed by
     -- consumers of kind "", and one of another kind would hand its series' occurrences to
-    -- consumers of that kind.
+    -- consumers of that kind. Never a gated job (a key with a limit or rate): its gate
+    -- admits and counts it, which a series' head would bypass (`series_gated`).
     local taken = S.taken and S.taken[id]
     if later and not taken and string.sub(meta, 1, 4) == 'p:0:' then
       local _, _, _, _, tail = job_parse(meta)
       local p, kind = job_level(tail or '')
-      if p == 0 and kind == '' then break end
+      if p == 0 and kind == '' and not series_gated(tail) then break end
     end
     i = i + 1
   end
