@@ -1,9 +1,10 @@
 //! Fairness per key on PostgreSQL (feature `postgres`): the `gates` table and the `waiting`
-//! flag after each path (a rebalance's swap, a gate's deletion with its last job, a rate
-//! window's timer kept on an empty gate and processed by a claim, a retry re-entering
-//! without changing the gate's limits, `schedule_in` and `ack_in` in the caller's
-//! transaction), and keyed jobs consumed by three processes, one of them SIGKILLed, while
-//! the store's own count of running jobs per key is sampled.
+//! flag after each path (a rebalance's swap, key order (due time, then priority, then id),
+//! a gate's deletion with its last job, a rate window's timer kept on an empty gate and
+//! processed by a claim, a retry re-entering without changing the gate's limits,
+//! `schedule_in` and `ack_in` in the caller's transaction), and keyed jobs consumed by
+//! three processes, one of them SIGKILLed, while the store's own count of running jobs per
+//! key is sampled.
 //!
 //! Every queue is on the test binary's shared server (`support/postgres.rs`), in the
 //! default schema `wheel_jobs`.
@@ -115,6 +116,65 @@ async fn postgres_a_gate_admits_its_first_jobs_swaps_and_is_deleted_with_its_las
         None,
         "deleted with its last job"
     );
+    queue.close().await.unwrap();
+}
+
+/// Key order is due time first: with a limit of 1, a job of priority 5 due in an hour,
+/// scheduled first, gives its admitted slot to a job of priority 0 due now (a swap), which
+/// is claimed now; the other waits.
+#[tokio::test]
+async fn postgres_a_due_job_is_admitted_before_a_later_job_of_a_higher_priority() {
+    let name = fresh("ko");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    let keyed = |priority| JobOptions::kind("sync").key("a").priority(priority);
+    queue
+        .schedule_with("later", HOUR, "p", &keyed(5))
+        .await
+        .unwrap();
+    assert_eq!(waiting(&pool, &name).await, Vec::<String>::new());
+    queue
+        .schedule_with("due", Duration::ZERO, "p", &keyed(0))
+        .await
+        .unwrap();
+    assert_eq!(
+        waiting(&pool, &name).await,
+        ["later"],
+        "the due job took the slot"
+    );
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 1, 0, false)));
+    let mut consumer = queue.consume_kind("sync");
+    let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("the due job is claimed now");
+    assert_eq!(d.id(), "due");
+    drop(consumer);
+    assert_eq!(gate(&pool, &name, "a").await, Some((1, 0, 0, false)));
+    assert_eq!(waiting(&pool, &name).await, ["later"]);
+    queue.close().await.unwrap();
+}
+
+/// Key order among jobs due at the same time: priority first (higher first), then id.
+#[tokio::test]
+async fn postgres_jobs_due_at_once_are_admitted_by_priority_then_id() {
+    let name = fresh("kp");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    let at = SystemTime::now() - Duration::from_secs(1);
+    let keyed = |priority| JobOptions::kind("sync").key("a").priority(priority);
+    for (id, priority) in [("a", 0), ("c", 5), ("b", 5)] {
+        queue.schedule_with(id, at, "p", &keyed(priority)).await.unwrap();
+    }
+    assert_eq!(waiting(&pool, &name).await, ["a", "c"], "b admitted");
+    let mut consumer = queue.consume_kind("sync");
+    for id in ["b", "c", "a"] {
+        let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+            .await
+            .expect("the gate's next job is claimed");
+        assert_eq!(d.id(), id);
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(gate(&pool, &name, "a").await, None);
     queue.close().await.unwrap();
 }
 
