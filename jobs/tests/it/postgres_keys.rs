@@ -14,7 +14,7 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant, SystemTime};
 
 use wheel_jobs::sqlx::{self, Row};
-use wheel_jobs::{Builder, JobOptions, JobQueue, MIN_LEASE};
+use wheel_jobs::{Builder, Dedup, JobOptions, JobQueue, Scheduled, MIN_LEASE};
 
 use crate::kill::{child_role, runtime, spawn_child, Killed};
 use crate::postgres::{connections_gone, fresh, pool, url};
@@ -163,7 +163,10 @@ async fn postgres_jobs_due_at_once_are_admitted_by_priority_then_id() {
     let at = SystemTime::now() - Duration::from_secs(1);
     let keyed = |priority| JobOptions::kind("sync").key("a").priority(priority);
     for (id, priority) in [("a", 0), ("c", 5), ("b", 5)] {
-        queue.schedule_with(id, at, "p", &keyed(priority)).await.unwrap();
+        queue
+            .schedule_with(id, at, "p", &keyed(priority))
+            .await
+            .unwrap();
     }
     assert_eq!(waiting(&pool, &name).await, ["a", "c"], "b admitted");
     let mut consumer = queue.consume_kind("sync");
@@ -175,6 +178,67 @@ async fn postgres_jobs_due_at_once_are_admitted_by_priority_then_id() {
         assert!(d.ack().await.unwrap());
     }
     assert_eq!(gate(&pool, &name, "a").await, None);
+    queue.close().await.unwrap();
+}
+
+/// A claim that kills an ended lease at its last attempt and hands the job over to its
+/// successor of another key moves it between gates in its one statement (locking both,
+/// the old one read from the row it picked): the old gate's slot goes to the job waiting
+/// there, the successor enters its own gate, and both are claimed.
+#[tokio::test]
+async fn postgres_a_claims_hand_over_frees_the_old_gate_and_enters_the_new() {
+    let name = fresh("kh");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    let a = JobOptions::kind("sync").key("a").max_attempts(1);
+    for id in ["j", "w"] {
+        queue
+            .schedule_with(id, Duration::ZERO, "p", &a)
+            .await
+            .unwrap();
+    }
+    let mut consumer = queue.consume_kind("sync");
+    let held = next(&mut consumer).await;
+    assert_eq!(held.id(), "j");
+    drop(consumer);
+    let b = JobOptions::kind("sync")
+        .key("b")
+        .dedup(Dedup::AllowWhileRunning);
+    assert_eq!(
+        queue
+            .schedule_with("j", Duration::ZERO, "s", &b)
+            .await
+            .unwrap(),
+        Scheduled::Successor
+    );
+    assert_eq!(gate(&pool, &name, "a").await, Some((1, 0, 0, false)));
+    assert_eq!(waiting(&pool, &name).await, ["w"]);
+    // The lease ends (MIN_LEASE) unrenewed; the next claim kills j and hands it over.
+    tokio::time::sleep(MIN_LEASE + ms(100)).await;
+    let mut consumer = queue.consume_kind("sync");
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+            .await
+            .expect("both gates' jobs are claimed");
+        got.push((
+            d.id().to_owned(),
+            d.key().map(str::to_owned),
+            d.payload().to_vec(),
+        ));
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("j".to_owned(), Some("b".to_owned()), b"s".to_vec()),
+            ("w".to_owned(), Some("a".to_owned()), b"p".to_vec()),
+        ]
+    );
+    drop(consumer);
+    assert_eq!(gate(&pool, &name, "a").await, Some((1, 0, 0, false)));
+    assert_eq!(gate(&pool, &name, "b").await, Some((1, 0, 0, false)));
+    drop(held);
     queue.close().await.unwrap();
 }
 
