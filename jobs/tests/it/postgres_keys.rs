@@ -1,10 +1,10 @@
 //! Fairness per key on PostgreSQL (feature `postgres`): the `gates` table and the `waiting`
 //! flag after each path (a rebalance's swap, key order (due time, then priority, then id),
-//! a gate's deletion with its last job, a rate window's timer kept on an empty gate and
-//! processed by a claim, a retry re-entering without changing the gate's limits,
-//! `schedule_in` and `ack_in` in the caller's transaction), and keyed jobs consumed by
-//! three processes, one of them SIGKILLed, while the store's own count of running jobs per
-//! key is sampled.
+//! a claim's hand-over and a Replace moving a job from one gate to another, a gate's
+//! deletion with its last job, a rate window's timer kept on an empty gate and processed by
+//! a claim, a retry re-entering without changing the gate's limits, `schedule_in` and
+//! `ack_in` in the caller's transaction), and keyed jobs consumed by three processes, one
+//! of them SIGKILLed, while the store's own count of running jobs per key is sampled.
 //!
 //! Every queue is on the test binary's shared server (`support/postgres.rs`), in the
 //! default schema `wheel_jobs`.
@@ -239,6 +239,31 @@ async fn postgres_a_claims_hand_over_frees_the_old_gate_and_enters_the_new() {
     assert_eq!(gate(&pool, &name, "a").await, Some((1, 0, 0, false)));
     assert_eq!(gate(&pool, &name, "b").await, Some((1, 0, 0, false)));
     drop(held);
+    queue.close().await.unwrap();
+}
+
+/// A Replace that moves a pending job to another key leaves its old gate (whose next job is
+/// admitted in its place) and enters the new one, in its one statement (which locks both).
+#[tokio::test]
+async fn postgres_a_replace_to_another_key_moves_the_job_between_gates() {
+    let name = fresh("kx");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    backlog(&queue, "a", 2).await;
+    assert_eq!(waiting(&pool, &name).await, ["a1"]);
+    let b = JobOptions::kind("sync").key("b").dedup(Dedup::Replace);
+    assert_eq!(
+        queue
+            .schedule_with("a0", Duration::ZERO, "q", &b)
+            .await
+            .unwrap(),
+        Scheduled::Replaced
+    );
+    assert_eq!(waiting(&pool, &name).await, Vec::<String>::new());
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 1, 0, false)));
+    assert_eq!(gate(&pool, &name, "b").await, Some((0, 1, 0, false)));
+    let a0 = queue.get("a0").await.unwrap().unwrap();
+    assert_eq!((a0.key(), a0.payload()), (Some("b"), &b"q"[..]));
     queue.close().await.unwrap();
 }
 
