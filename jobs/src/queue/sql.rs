@@ -94,6 +94,16 @@ impl JobQueue {
     /// priority, attempts, backoff and lease, exists if and only if the caller's
     /// transaction commits.
     ///
+    /// A job with a key limit or rate ([`JobOptions::key_limit`],
+    /// [`key_rate`](JobOptions::key_rate)) locks its key's gate (one row per kind and
+    /// key) until this transaction ends: claims, acks and retries of that key's jobs wait
+    /// for the commit; other keys' do not. Each statement takes the gates it touches in one
+    /// order, but a transaction writing jobs of two keys in two statements (schedules,
+    /// cancels, reschedules, [`Delivery::ack_in`]) takes them in its own: if another
+    /// transaction takes them in the other order, the server picks one of the two as a
+    /// deadlock victim, which fails with [`Error::is_unavailable`]. Roll back and run the
+    /// transaction again.
+    ///
     /// # Examples
     ///
     /// The payment and its capture job, of its own kind and priority, commit together:
@@ -228,6 +238,12 @@ impl Delivery {
     /// transaction's snapshot was taken makes `ack_in` under `REPEATABLE READ` or
     /// `SERIALIZABLE` fail with a serialization error ([`Error::is_unavailable`]): roll back,
     /// and the job is delivered again.
+    ///
+    /// A job with a key limit or rate locks its key's gate until the transaction ends, as
+    /// [`schedule_in_with`](crate::JobQueue::schedule_in_with) does, with the same
+    /// deadlock to expect when the transaction writes jobs of another such key too: an
+    /// [`Error::is_unavailable`], after which the transaction rolls back and the job is
+    /// delivered again.
     ///
     /// # Examples
     ///

@@ -1,9 +1,10 @@
 //! Fairness per key on PostgreSQL (feature `postgres`): the `gates` table and the `waiting`
-//! flag after each path (a rebalance's swap, a gate's deletion with its last job, a rate
-//! window's timer kept on an empty gate and processed by a claim, a retry re-entering
-//! without changing the gate's limits, `schedule_in` and `ack_in` in the caller's
-//! transaction), and keyed jobs consumed by three processes, one of them SIGKILLed, while
-//! the store's own count of running jobs per key is sampled.
+//! flag after each path (a rebalance's swap, key order (due time, then priority, then id),
+//! a claim's hand-over and a Replace moving a job from one gate to another, a gate's
+//! deletion with its last job, a rate window's timer kept on an empty gate and processed by
+//! a claim, a retry re-entering without changing the gate's limits, `schedule_in` and
+//! `ack_in` in the caller's transaction), and keyed jobs consumed by three processes, one
+//! of them SIGKILLed, while the store's own count of running jobs per key is sampled.
 //!
 //! Every queue is on the test binary's shared server (`support/postgres.rs`), in the
 //! default schema `wheel_jobs`.
@@ -13,7 +14,7 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant, SystemTime};
 
 use wheel_jobs::sqlx::{self, Row};
-use wheel_jobs::{Builder, JobOptions, JobQueue, MIN_LEASE};
+use wheel_jobs::{Builder, Dedup, JobOptions, JobQueue, Scheduled, MIN_LEASE};
 
 use crate::kill::{child_role, runtime, spawn_child, Killed};
 use crate::postgres::{connections_gone, fresh, pool, url};
@@ -115,6 +116,154 @@ async fn postgres_a_gate_admits_its_first_jobs_swaps_and_is_deleted_with_its_las
         None,
         "deleted with its last job"
     );
+    queue.close().await.unwrap();
+}
+
+/// Key order is due time first: with a limit of 1, a job of priority 5 due in an hour,
+/// scheduled first, gives its admitted slot to a job of priority 0 due now (a swap), which
+/// is claimed now; the other waits.
+#[tokio::test]
+async fn postgres_a_due_job_is_admitted_before_a_later_job_of_a_higher_priority() {
+    let name = fresh("ko");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    let keyed = |priority| JobOptions::kind("sync").key("a").priority(priority);
+    queue
+        .schedule_with("later", HOUR, "p", &keyed(5))
+        .await
+        .unwrap();
+    assert_eq!(waiting(&pool, &name).await, Vec::<String>::new());
+    queue
+        .schedule_with("due", Duration::ZERO, "p", &keyed(0))
+        .await
+        .unwrap();
+    assert_eq!(
+        waiting(&pool, &name).await,
+        ["later"],
+        "the due job took the slot"
+    );
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 1, 0, false)));
+    let mut consumer = queue.consume_kind("sync");
+    let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("the due job is claimed now");
+    assert_eq!(d.id(), "due");
+    drop(consumer);
+    assert_eq!(gate(&pool, &name, "a").await, Some((1, 0, 0, false)));
+    assert_eq!(waiting(&pool, &name).await, ["later"]);
+    queue.close().await.unwrap();
+}
+
+/// Key order among jobs due at the same time: priority first (higher first), then id.
+#[tokio::test]
+async fn postgres_jobs_due_at_once_are_admitted_by_priority_then_id() {
+    let name = fresh("kp");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    let at = SystemTime::now() - Duration::from_secs(1);
+    let keyed = |priority| JobOptions::kind("sync").key("a").priority(priority);
+    for (id, priority) in [("a", 0), ("c", 5), ("b", 5)] {
+        queue
+            .schedule_with(id, at, "p", &keyed(priority))
+            .await
+            .unwrap();
+    }
+    assert_eq!(waiting(&pool, &name).await, ["a", "c"], "b admitted");
+    let mut consumer = queue.consume_kind("sync");
+    for id in ["b", "c", "a"] {
+        let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+            .await
+            .expect("the gate's next job is claimed");
+        assert_eq!(d.id(), id);
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(gate(&pool, &name, "a").await, None);
+    queue.close().await.unwrap();
+}
+
+/// A claim that kills an ended lease at its last attempt and hands the job over to its
+/// successor of another key moves it between gates in its one statement (locking both,
+/// the old one read from the row it picked): the old gate's slot goes to the job waiting
+/// there, the successor enters its own gate, and both are claimed.
+#[tokio::test]
+async fn postgres_a_claims_hand_over_frees_the_old_gate_and_enters_the_new() {
+    let name = fresh("kh");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    let a = JobOptions::kind("sync").key("a").max_attempts(1);
+    for id in ["j", "w"] {
+        queue
+            .schedule_with(id, Duration::ZERO, "p", &a)
+            .await
+            .unwrap();
+    }
+    let mut consumer = queue.consume_kind("sync");
+    let held = next(&mut consumer).await;
+    assert_eq!(held.id(), "j");
+    drop(consumer);
+    let b = JobOptions::kind("sync")
+        .key("b")
+        .dedup(Dedup::AllowWhileRunning);
+    assert_eq!(
+        queue
+            .schedule_with("j", Duration::ZERO, "s", &b)
+            .await
+            .unwrap(),
+        Scheduled::Successor
+    );
+    assert_eq!(gate(&pool, &name, "a").await, Some((1, 0, 0, false)));
+    assert_eq!(waiting(&pool, &name).await, ["w"]);
+    // The lease ends (MIN_LEASE) unrenewed; the next claim kills j and hands it over.
+    tokio::time::sleep(MIN_LEASE + ms(100)).await;
+    let mut consumer = queue.consume_kind("sync");
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+            .await
+            .expect("both gates' jobs are claimed");
+        got.push((
+            d.id().to_owned(),
+            d.key().map(str::to_owned),
+            d.payload().to_vec(),
+        ));
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("j".to_owned(), Some("b".to_owned()), b"s".to_vec()),
+            ("w".to_owned(), Some("a".to_owned()), b"p".to_vec()),
+        ]
+    );
+    drop(consumer);
+    assert_eq!(gate(&pool, &name, "a").await, Some((1, 0, 0, false)));
+    assert_eq!(gate(&pool, &name, "b").await, Some((1, 0, 0, false)));
+    drop(held);
+    queue.close().await.unwrap();
+}
+
+/// A Replace that moves a pending job to another key leaves its old gate (whose next job is
+/// admitted in its place) and enters the new one, in its one statement (which locks both).
+#[tokio::test]
+async fn postgres_a_replace_to_another_key_moves_the_job_between_gates() {
+    let name = fresh("kx");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    backlog(&queue, "a", 2).await;
+    assert_eq!(waiting(&pool, &name).await, ["a1"]);
+    let b = JobOptions::kind("sync").key("b").dedup(Dedup::Replace);
+    assert_eq!(
+        queue
+            .schedule_with("a0", Duration::ZERO, "q", &b)
+            .await
+            .unwrap(),
+        Scheduled::Replaced
+    );
+    assert_eq!(waiting(&pool, &name).await, Vec::<String>::new());
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 1, 0, false)));
+    assert_eq!(gate(&pool, &name, "b").await, Some((0, 1, 0, false)));
+    let a0 = queue.get("a0").await.unwrap().unwrap();
+    assert_eq!((a0.key(), a0.payload()), (Some("b"), &b"q"[..]));
     queue.close().await.unwrap();
 }
 

@@ -88,15 +88,16 @@ CREATE INDEX held_until ON {schema}.held (queue, until);
 --
 -- Neither holds the waiting jobs of a gate: a tenant's backlog held back by its key's limit
 -- costs a claim nothing. `jobs_waiting` orders them for lists of pending jobs, `jobs_gate`
--- orders a gate's pending jobs, admitted and waiting apart, in key order (priority, run_at,
--- id) for its rebalance; only gated rows are in them.
+-- orders a gate's pending jobs, admitted and waiting apart, in key order (run_at, priority
+-- desc, id: due time first, so a job of a high priority due tomorrow never holds a slot the
+-- key's due jobs need) for its rebalance; only gated rows are in them.
 DROP INDEX {schema}.jobs_pending;
 CREATE INDEX jobs_pending ON {schema}.jobs (queue, priority DESC, run_at, id)
     WHERE token IS NULL AND NOT waiting;
 CREATE INDEX jobs_due ON {schema}.jobs (queue, kind, priority DESC, run_at, id)
     WHERE token IS NULL AND NOT waiting AND kind <> '';
 CREATE INDEX jobs_waiting ON {schema}.jobs (queue, run_at, id) WHERE waiting;
-CREATE INDEX jobs_gate ON {schema}.jobs (queue, kind, key, waiting, priority DESC, run_at, id)
+CREATE INDEX jobs_gate ON {schema}.jobs (queue, kind, key, waiting, run_at, priority DESC, id)
     WHERE token IS NULL AND (key_limit IS NOT NULL OR rate_starts IS NOT NULL);
 
 -- Fairness per key: one row per (queue, kind, key) of gated jobs. `running` counts its
@@ -131,7 +132,7 @@ CREATE INDEX gates_wake ON {schema}.gates (queue, wake_at) WHERE wake_at IS NOT 
 
 -- rebalance(gate, now): the gate's running changes by `d_run`, `d_start` jobs started
 -- (opening a window if none is open); an `enter`ing job sets the limits. Then the first
--- `cap` pending jobs in key order (priority desc, run_at, id) are admitted and the others
+-- `cap` pending jobs in key order (run_at, priority desc, id) are admitted and the others
 -- wait, where cap = min(limit - running, rate's starts - started in the open window), at
 -- least 0: demotion, promotion and the swap in one step, O(cap) rows read. Rows another
 -- transaction holds are left as they are (it rebalances after its change) and counted
@@ -179,13 +180,13 @@ BEGIN
         (SELECT j.id, j.priority, j.run_at, j.waiting FROM {schema}.jobs j WHERE j.queue = q
           AND j.kind = k AND j.key = ky AND NOT j.waiting AND j.token IS NULL
           AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
-          ORDER BY j.priority DESC, j.run_at, j.id LIMIT cap)
+          ORDER BY j.run_at, j.priority DESC, j.id LIMIT cap)
         UNION ALL
         (SELECT j.id, j.priority, j.run_at, j.waiting FROM {schema}.jobs j WHERE j.queue = q
           AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
           AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
-          ORDER BY j.priority DESC, j.run_at, j.id LIMIT cap)
-        ORDER BY 2 DESC, 3, 1 LIMIT cap) x;
+          ORDER BY j.run_at, j.priority DESC, j.id LIMIT cap)
+        ORDER BY 3, 2 DESC, 1 LIMIT cap) x;
     -- The admitted jobs after the first `cap` wait, but for those another transaction holds:
     -- they stay admitted (one may be a claim's lease), and take the room of as many
     -- promotions, so admitted never passes cap whichever way their change ends.
@@ -198,7 +199,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED) x;
     SELECT array_agg(x.id) INTO up FROM (SELECT j.id FROM {schema}.jobs j WHERE j.queue = q
         AND j.id = ANY(top) AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
-        ORDER BY j.priority DESC, j.run_at, j.id
+        ORDER BY j.run_at, j.priority DESC, j.id
         LIMIT greatest(cap - kept - (extra - coalesce(cardinality(dem), 0)), 0)
         FOR UPDATE SKIP LOCKED) x;
     IF dem IS NOT NULL OR up IS NOT NULL THEN

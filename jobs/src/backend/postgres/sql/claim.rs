@@ -140,10 +140,10 @@ impl ClaimSql {
         // ones, and a backlog held back costs it nothing. The statement's triggers do a
         // gate's bookkeeping (a lease from pending is a start: running + 1; a kill, running
         // - 1; then the gate's rebalance); `gl` first locks the gates of the rows it
-        // leased, killed or handed over, in (kind, key) order, after those rows (the rule:
-        // job rows, then gates in order), so the triggers, one per kind of change, never
-        // take gates out of order (the old gate of a handed-over job is the exception:
-        // rare, and a deadlock the server breaks). `timer` is the earliest gate timer of
+        // leased, killed or handed over (a handed-over job's old gate, read from the row
+        // version the pick locked (`o`), and its successor's), in (kind, key) order, after
+        // those rows (the rule: job rows, then gates in order), so the triggers, one per
+        // kind of change, never take gates out of order. `timer` is the earliest gate timer of
         // the claimed kinds: the next due time is no later, and one due is reported (row
         // 4) for [`Sql::gate_timers`]. For ungated jobs: one probe of `gates_wake` and an
         // empty `gl`.
@@ -205,9 +205,10 @@ impl ClaimSql {
                    lease_until = NULL, \
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END, \
                    payload = j.next_payload, {take_next} \
-                   FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
-                   AND p.attempt >= coalesce(p.most, $5) AND p.nx \
-                   RETURNING j.id, j.run_at, j.kind, j.key, {gated_j} AS gated), \
+                   FROM picked p, {jobs} o WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
+                   AND o.ctid = p.tid AND p.attempt >= coalesce(p.most, $5) AND p.nx \
+                   RETURNING j.id, j.run_at, j.kind, j.key, {gated_j} AS gated, \
+                   o.kind AS old_kind, o.key AS old_key, {gated_o} AS old_gated), \
                  leased AS (UPDATE {jobs} j SET attempt = j.attempt + 1, token = $4, \
                    lease_until = {until}, \
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END \
@@ -224,7 +225,8 @@ impl ClaimSql {
                    AND g.wake_at IS NOT NULL {kg}), \
                  gl AS (SELECT 1 FROM {gates} g WHERE g.queue = $1 AND (g.kind, g.key) IN ( \
                    SELECT kind, key FROM leased WHERE {gated_} UNION ALL SELECT kind, key FROM killed WHERE {gated_} \
-                   UNION ALL SELECT kind, key FROM handed WHERE gated) ORDER BY g.kind, g.key FOR UPDATE), \
+                   UNION ALL SELECT kind, key FROM handed WHERE gated \
+                   UNION ALL SELECT old_kind, old_key FROM handed WHERE old_gated) ORDER BY g.kind, g.key FOR UPDATE), \
                  next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
                    AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
                    AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) \
@@ -248,6 +250,7 @@ impl ClaimSql {
                 take_next = take_next(),
                 gated_ = super::gated(""),
                 gated_j = super::gated("j"),
+                gated_o = super::gated("o"),
                 kg = kinds.map_or_else(|| "AND g.kind = ANY($6::text[])".to_owned(), |k| k.rows("g")),
             )
         };
@@ -748,6 +751,11 @@ mod tests {
                 "gates in order: {text}"
             );
             assert!(text.contains("0 * (SELECT count(*) FROM gl)"), "{text}");
+            // A handed-over job's old gate too, with its successor's.
+            assert!(
+                text.contains("SELECT old_kind, old_key FROM handed WHERE old_gated"),
+                "{text}"
+            );
             assert!(text.contains("(SELECT t FROM timer))"), "{text}");
         }
         assert!(

@@ -104,8 +104,10 @@ impl JobsSql {
             //
             // A gated job enters its gate waiting (its rebalance, in the insert's or the
             // update's trigger, may admit it at once); `gl` locks the gates of the jobs
-            // written, in (kind, key) order, after their rows, so the two triggers (insert,
-            // update) take no gate out of order (`migrations/0003_kinds.sql`, `gates`).
+            // written, and the old gate of a pending job replaced (as the snapshot saw it:
+            // a Replace may change the key), in (kind, key) order, after their rows, so the
+            // two triggers (insert, update) take no gate out of order
+            // (`migrations/0003_kinds.sql`, `gates`).
             //
             // Answers: 0 created, 1 replaced, 2 held off (with the tombstone's end), 3
             // replaced a row this statement's snapshot did not see (a series may have placed
@@ -123,7 +125,8 @@ impl JobsSql {
                  free AS (SELECT * FROM input \
                    WHERE NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.queue = $1 AND d.id = input.id) \
                    AND NOT EXISTS (SELECT 1 FROM hold WHERE hold.id = input.id)), \
-                 seen AS (SELECT j.id, j.token IS NOT NULL AS running, {seen_next} AS has_next FROM {jobs} j \
+                 seen AS (SELECT j.id, j.token IS NOT NULL AS running, {seen_next} AS has_next, \
+                   j.kind, j.key, {gated_j} AS gated FROM {jobs} j \
                    WHERE j.queue = $1 AND j.id IN (SELECT id FROM input)), \
                  sent AS (SELECT * FROM free WHERE NOT EXISTS (SELECT 1 FROM seen \
                    WHERE seen.id = free.id AND CASE WHEN seen.running THEN NOT free.allow OR seen.has_next \
@@ -138,7 +141,9 @@ impl JobsSql {
                    j.xmax = 0 AS inserted, j.token IS NOT NULL AS successor, j.kind, j.key, \
                    j.token IS NULL AND {gated_j} AS gated), \
                  gl AS (SELECT 1 FROM {gates} g WHERE g.queue = $1 AND (g.kind, g.key) IN \
-                   (SELECT kind, key FROM ins WHERE gated) ORDER BY g.kind, g.key FOR UPDATE) \
+                   (SELECT kind, key FROM ins WHERE gated UNION ALL SELECT s.kind, s.key FROM seen s \
+                   WHERE s.gated AND NOT s.running AND s.id IN (SELECT id FROM ins)) \
+                   ORDER BY g.kind, g.key FOR UPDATE) \
                  SELECT id, run_at, CASE WHEN inserted THEN 0 WHEN successor THEN 4 \
                    WHEN EXISTS (SELECT 1 FROM seen WHERE seen.id = ins.id) THEN 1 ELSE 3 END AS outcome \
                    FROM ins \
