@@ -196,8 +196,11 @@ impl Tables<'_> {
         match same {
             Some(b) if b.job.status == Status::Pending => {
                 // A replace with other limits brings them; a reschedule changes nothing.
+                // Other limits change the cap even if the job keeps its place: the gate is
+                // rebalanced however little else moved.
                 if b.spec.key.as_ref() != Some(keyed) {
                     gate.take(keyed);
+                    self.dirty.insert((kind.to_owned(), keyed.key.clone()));
                 }
                 return Ok(b.waiting);
             }

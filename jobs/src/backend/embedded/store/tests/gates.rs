@@ -195,6 +195,32 @@ fn the_admitted_jobs_are_the_first_in_key_order() {
     assert_eq!(store.take_promoted(), Some(20), "the ack let k2 in");
 }
 
+/// A replace that changes only the key's limits (same kind, key, priority and run_at)
+/// rebalances the gate: a lower limit demotes the admitted jobs over it (a claim never
+/// exceeds it), a higher one admits the waiting jobs it makes room for.
+#[test]
+fn a_replace_changing_only_the_limits_rebalances_the_gate() {
+    let mut store = store();
+    let two = gated("k", 2, None);
+    let one_ = gated("k", 1, None);
+    one(&mut store, put("a", 0, &two, Dedup::Keep), 0);
+    one(&mut store, put("b", 1, &two, Dedup::Keep), 0);
+    assert_eq!(parts(&store, "k"), (v(&["a", "b"]), v(&[])));
+    one(&mut store, put("b", 1, &one_, Dedup::Replace), 0);
+    assert_eq!(gate(&store, "k").expect("a gate").limit, 1);
+    assert_eq!(parts(&store, "k"), (v(&["a"]), v(&["b"])), "b demoted");
+    let (claimed, _, _) = claim_g(&mut store, 5);
+    assert_eq!(ids(&claimed), ["a"], "one running at most");
+    assert_eq!(gate(&store, "k").expect("a gate").running, 1);
+
+    // Raised again by a replace of the waiting job: it is admitted beside the running one.
+    one(&mut store, put("b", 1, &two, Dedup::Replace), 6);
+    assert_eq!(parts(&store, "k"), (v(&["b"]), v(&[])), "b promoted");
+    assert_eq!(store.take_promoted(), Some(1));
+    let (claimed, _, _) = claim_g(&mut store, 7);
+    assert_eq!(ids(&claimed), ["b"]);
+}
+
 /// An ended lease keeps its slot for the redelivery; the death at the last attempt frees
 /// it, and the claim's `next_due` shows the job it admitted.
 #[test]
@@ -397,13 +423,15 @@ fn a_gated_job_of_the_plain_group_waits_and_is_listed() {
 
 // ===== random operations against the gates' invariants =====
 
-/// The keys of the random runs, each with fixed limits so that they can be checked:
-/// a limit, a rate, both, and no key at all (a job of the same kind outside every gate).
-fn key_spec(key: u8, priority: u8) -> Spec {
+/// The keys of the random runs, each with a fixed rate (so that its starts can be checked)
+/// and one of two limits (`variant`): a limit, a rate, both, and no key at all (a job of
+/// the same kind outside every gate).
+fn key_spec(key: u8, priority: u8, variant: u8) -> Spec {
+    let v = usize::from(variant % 2);
     let (key, limit, rate) = match key {
-        0 => ("a", 2, None),
-        1 => ("b", 0, Some((2, 50))),
-        2 => ("c", 1, Some((1, 30))),
+        0 => ("a", [2, 1][v], None),
+        1 => ("b", [0, 1][v], Some((2, 50))),
+        2 => ("c", [1, 2][v], Some((1, 30))),
         _ => ("", 0, None),
     };
     let spec = if key.is_empty() {
@@ -422,8 +450,11 @@ fn key_spec(key: u8, priority: u8) -> Spec {
 #[derive(Debug, Clone)]
 enum GStep {
     Advance(u64),
-    /// Job, key (`key_spec`), run_at, priority, whether a `Dedup::Replace`.
-    Schedule(u8, u8, u64, u8, bool),
+    /// Job, key, run_at, priority, limits (`key_spec`), whether a `Dedup::Replace`.
+    Schedule(u8, u8, u64, u8, u8, bool),
+    /// A `Dedup::Replace` of a pending gated job by itself with the limits `key_spec` gives
+    /// the variant: only its gate's limits change.
+    Relimit(u8, u8),
     Cancel(u8),
     Reschedule(u8, u64),
     /// At most this many, of kind "g" or of every kind.
@@ -439,10 +470,11 @@ fn gstep() -> impl Strategy<Value = GStep> {
     let id = 0..8u8;
     prop_oneof![
         (0..40u64).prop_map(GStep::Advance),
-        (id.clone(), 0..4u8, 0..80u64, 0..2u8, any::<bool>())
-            .prop_map(|(i, k, at, p, r)| GStep::Schedule(i, k, at, p, r)),
-        (id.clone(), 0..4u8, 0..80u64, 0..2u8, any::<bool>())
-            .prop_map(|(i, k, at, p, r)| GStep::Schedule(i, k, at, p, r)),
+        (id.clone(), 0..4u8, 0..80u64, 0..2u8, 0..2u8, any::<bool>())
+            .prop_map(|(i, k, at, p, l, r)| GStep::Schedule(i, k, at, p, l, r)),
+        (id.clone(), 0..4u8, 0..80u64, 0..2u8, 0..2u8, any::<bool>())
+            .prop_map(|(i, k, at, p, l, r)| GStep::Schedule(i, k, at, p, l, r)),
+        (id.clone(), 0..2u8).prop_map(|(i, l)| GStep::Relimit(i, l)),
         id.clone().prop_map(GStep::Cancel),
         (id.clone(), 0..80u64).prop_map(|(i, at)| GStep::Reschedule(i, at)),
         (1..4usize, any::<bool>()).prop_map(|(n, all)| GStep::Claim(n, all)),
@@ -454,14 +486,37 @@ fn gstep() -> impl Strategy<Value = GStep> {
     ]
 }
 
+/// The key, run_at and priority (as `key_spec` numbers them) of the pending gated job
+/// `id`, if it is one.
+fn pending_gated(store: &Store, id: &str) -> Option<(u8, u64, u8)> {
+    let txn = store.db.begin_read().expect("read");
+    let jobs = txn.open_table(super::super::tables::JOBS).expect("jobs");
+    let bytes = jobs.get(id).expect("get")?;
+    let record = Record::decode(bytes.value(), &store.plain).expect("a record");
+    if record.job.status != crate::core::state::Status::Pending {
+        return None;
+    }
+    let key = ["a", "b", "c"]
+        .iter()
+        .position(|k| record.spec.gate().is_some_and(|g| g.key == *k))?;
+    let priority = u8::from(record.spec.priority != 0);
+    Some((key as u8, record.job.run_at, priority))
+}
+
 /// A gated job as the records show it: `(key, level, run_at, waiting)` while pending.
 type Pending = (String, (u8, u64), String, bool);
 
 /// Checks every gate against the records at `now` (the last operation's time): its
 /// counters, its indexes and `due`, its order and its size (`admitted = min(admitted +
-/// waiting, cap)` unless its timer is due, when only `admitted <= cap`), its limit; and
-/// that every gated job has its gate. The running jobs' ids.
-fn check_gates(store: &Store, now: u64) -> Result<BTreeMap<String, String>, TestCaseError> {
+/// waiting, cap)` unless its timer is due, when only `admitted <= cap`), its limit (no
+/// step raises its running jobs over it: `before`, the running jobs' keys before the step,
+/// may be over a limit lowered since); and that every gated job has its gate. The running
+/// jobs' ids, with their keys.
+fn check_gates(
+    store: &Store,
+    now: u64,
+    before: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, TestCaseError> {
     let txn = store.db.begin_read().expect("read");
     let jobs = txn.open_table(super::super::tables::JOBS).expect("jobs");
     let due = txn.open_table(super::super::tables::DUE).expect("due");
@@ -537,7 +592,11 @@ fn check_gates(store: &Store, now: u64) -> Result<BTreeMap<String, String>, Test
             prop_assert_eq!(g.admitted, (g.admitted + g.waiting).min(cap), "{:?}", g);
         }
         if g.limit > 0 {
-            prop_assert!(g.running <= u64::from(g.limit), "gate {key} over its limit");
+            let ran = before.values().filter(|k| *k == key).count() as u64;
+            prop_assert!(
+                g.running <= u64::from(g.limit).max(ran),
+                "gate {key} over its limit: {g:?}, {ran} running before"
+            );
         }
     }
     Ok(running)
@@ -561,13 +620,16 @@ fn run_gates(steps: Vec<GStep>) -> Result<(), TestCaseError> {
         let id = |i: u8| format!("j{i}");
         match step {
             GStep::Advance(by) => now += by,
-            GStep::Schedule(i, key, run_at, priority, replace) => {
+            GStep::Schedule(i, key, run_at, priority, variant, replace) => {
                 let dedup = if replace { Dedup::Replace } else { Dedup::Keep };
-                one(
-                    &mut store,
-                    put(&id(i), run_at, &key_spec(key, priority), dedup),
-                    now,
-                );
+                let spec = key_spec(key, priority, variant);
+                one(&mut store, put(&id(i), run_at, &spec, dedup), now);
+            }
+            GStep::Relimit(i, variant) => {
+                if let Some((key, run_at, priority)) = pending_gated(&store, &id(i)) {
+                    let spec = key_spec(key, priority, variant);
+                    one(&mut store, put(&id(i), run_at, &spec, Dedup::Replace), now);
+                }
             }
             GStep::Cancel(i) => drop(one(&mut store, Op::Cancel { id: id(i) }, now)),
             GStep::Reschedule(i, run_at) => {
@@ -643,7 +705,7 @@ fn run_gates(steps: Vec<GStep>) -> Result<(), TestCaseError> {
                 prop_assert_eq!(dump(&store), live, "the gates after a crash");
             }
         }
-        running = check_gates(&store, now)?;
+        running = check_gates(&store, now, &running)?;
     }
     Ok(())
 }
