@@ -720,3 +720,38 @@ proptest! {
         run_gates(steps)?;
     }
 }
+
+/// A keyed job at an occurrence's id is never adopted as a series' head: a claim that moves
+/// the series leases the occurrence it gives without asking its gate, so a waiting one would
+/// run over its key's limit. The series makes its own occurrence instead, and the keyed job
+/// runs in its turn.
+#[test]
+fn a_keyed_job_is_never_adopted_as_a_series_head() {
+    let mut store = store();
+    one(&mut store, set_every_10("s"), 100 * MS);
+    let plain = Spec {
+        key: Some(Keyed {
+            key: "k".into(),
+            limit: 1,
+            rate: None,
+        }),
+        ..store.plain.clone()
+    };
+    let keyed = crate::core::series::occurrence_id("s", 120 * MS);
+    one(&mut store, put("x", 0, &plain, Dedup::Keep), 100 * MS);
+    one(&mut store, put(&keyed, 120 * MS, &plain, Dedup::Keep), 100 * MS);
+    assert_eq!(parts(&store, "k"), (v(&[]), v(&[])), "not of kind g");
+    // At 125 the head (110) is superseded by the occurrence at 120 under `Latest`.
+    let claimed = claim_kinds(&mut store, None, 125 * MS);
+    assert_eq!(claimed, [("x".to_owned(), String::new())], "one slot");
+    let txn = store.db.begin_read().expect("read");
+    let gates = txn.open_table(GATES).expect("gates");
+    let g = Gate::decode(gates.get(("", "k")).expect("get").expect("a gate").value());
+    assert_eq!(g.map(|g| (g.running, g.waiting)).expect("a gate"), (1, 1));
+    drop((gates, txn));
+    assert_eq!(
+        list(&mut store, 125 * MS)[0].next_run(),
+        Some(UNIX_EPOCH + Duration::from_millis(130)),
+        "the series made its own occurrence"
+    );
+}
