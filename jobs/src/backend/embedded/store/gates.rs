@@ -3,13 +3,14 @@
 //!
 //! # Ground rules
 //!
-//! - A gate's pending jobs are split in two, in key order (priority highest first, then
-//!   run_at, then id: `(level, run_at, id)`): the **admitted** ones, in `due` like any
+//! - A gate's pending jobs are split in two, in key order (run_at, then priority highest
+//!   first, then id: `(run_at, level, id)`; a job due later never holds a slot a due one
+//!   needs, whatever its priority): the **admitted** ones, in `due` like any
 //!   pending job (claimable) and again in `gate_admitted`; and the **waiting** ones, their
 //!   record's `waiting` bit set (`record.rs`), in `gate_waiting` and `waiting_by_kind`
 //!   instead of `due` (pending, counted and listed, never claimed). Five tables (defined
 //!   with the gate's state in `gate.rs`): `gates` ((kind, key) → [`Gate`]),
-//!   `gate_admitted` and `gate_waiting` ((kind, key, level, run_at, id) → ()),
+//!   `gate_admitted` and `gate_waiting` ((kind, key, run_at, level, id) → ()),
 //!   `waiting_by_kind` ((kind, run_at, id) → (), for lists) and `gate_timers` ((kind, at,
 //!   key) → ()).
 //! - Invariant after every operation: every admitted job is before every waiting one in key
@@ -91,8 +92,8 @@ enum End {
     FirstWaiting,
 }
 
-/// A job's place in its gate's key order, and its id.
-type Place = ((u8, u64), String);
+/// A job's place in its gate's key order (run_at, level), and its id.
+type Place = ((u64, u8), String);
 
 // ===== impl Tables: counters, placement, rebalance =====
 
@@ -126,7 +127,7 @@ impl Tables<'_> {
         let now = self.now;
         if let Some(b) = before {
             if let Some((level, at, waiting)) = b.pending {
-                let key = (b.kind, b.key, level, at, id);
+                let key = (b.kind, b.key, at, level, id);
                 if waiting {
                     self.gate_waiting.remove(key).map_err(storage)?;
                     self.waiting_by_kind
@@ -147,7 +148,7 @@ impl Tables<'_> {
         }
         if let Some(a) = after {
             if let Some((level, at, waiting)) = a.pending {
-                let key = (a.kind, a.key, level, at, id);
+                let key = (a.kind, a.key, at, level, id);
                 if waiting {
                     self.gate_waiting.insert(key, ()).map_err(storage)?;
                     self.waiting_by_kind
@@ -231,8 +232,8 @@ impl Tables<'_> {
             )));
         };
         let (k, _) = entry.map_err(storage)?;
-        let (_, _, level, at, id) = k.value();
-        Ok(((level, at), id.to_owned()))
+        let (_, _, at, level, id) = k.value();
+        Ok(((at, level), id.to_owned()))
     }
 
     /// Moves the pending job `id` to its gate's waiting part (`true`) or admitted part.

@@ -126,8 +126,9 @@ fn v(ids: &[&str]) -> Vec<String> {
     ids.iter().map(|id| id.to_string()).collect()
 }
 
-/// The admitted jobs are always the first `cap` in key order (priority, run_at, id): a move,
-/// a higher priority, a cancel and an ack each rebalance, and each promotion is reported
+/// The admitted jobs are always the first `cap` in key order (run_at, priority highest
+/// first, id): a move, a higher priority at the same run_at, a cancel and an ack each
+/// rebalance, and each promotion is reported
 /// for the wakeup.
 #[test]
 fn the_admitted_jobs_are_the_first_in_key_order() {
@@ -159,16 +160,24 @@ fn the_admitted_jobs_are_the_first_in_key_order() {
     assert_eq!(parts(&store, "k"), (v(&["k4", "k1"]), v(&["k2", "k3"])));
     assert_eq!(store.take_promoted(), Some(5));
 
-    // A higher priority goes first, whatever its run_at.
+    // At the same run_at a higher priority goes first.
     let urgent = Spec {
         priority: 3,
         ..k.clone()
     };
-    one(&mut store, put("k5", 50, &urgent, Dedup::Keep), 0);
+    one(&mut store, put("k5", 10, &urgent, Dedup::Keep), 0);
     assert_eq!(
         parts(&store, "k"),
-        (v(&["k5", "k4"]), v(&["k1", "k2", "k3"]))
+        (v(&["k4", "k5"]), v(&["k1", "k2", "k3"]))
     );
+
+    // Later, a higher priority waits behind due jobs.
+    one(&mut store, put("k6", 45, &urgent, Dedup::Keep), 0);
+    assert_eq!(
+        parts(&store, "k"),
+        (v(&["k4", "k5"]), v(&["k1", "k2", "k3", "k6"]))
+    );
+    one(&mut store, Op::Cancel { id: "k6".into() }, 0);
 
     // An admitted job cancelled: the first waiting one takes its place.
     one(&mut store, Op::Cancel { id: "k4".into() }, 0);
@@ -193,6 +202,46 @@ fn the_admitted_jobs_are_the_first_in_key_order() {
     assert_eq!(one(&mut store, ack, 101), Reply::Acked(true, None));
     assert_eq!(parts(&store, "k"), (v(&["k2"]), v(&[])));
     assert_eq!(store.take_promoted(), Some(20), "the ack let k2 in");
+}
+
+/// A job due later never holds its key's slot from a due one, whatever its priority: with
+/// a limit of 1, a priority-5 job due in an hour leaves the slot to a priority-0 job due now.
+#[test]
+fn a_later_job_of_a_higher_priority_leaves_the_slot_to_a_due_one() {
+    let mut store = store();
+    let k = gated("k", 1, None);
+    let later = Spec {
+        priority: 5,
+        ..k.clone()
+    };
+    let hour = 3600 * 1_000_000_000;
+    one(&mut store, put("later", hour, &later, Dedup::Keep), 0);
+    one(&mut store, put("due", 0, &k, Dedup::Keep), 0);
+    assert_eq!(parts(&store, "k"), (v(&["due"]), v(&["later"])));
+    let (claimed, _, _) = claim_g(&mut store, 1);
+    assert_eq!(ids(&claimed), ["due"], "the due one runs now");
+    let (id, token) = claimed[0].clone();
+    one(&mut store, Op::Ack { id, token }, 2);
+    assert_eq!(parts(&store, "k"), (v(&["later"]), v(&[])));
+    let (claimed, next_due, _) = claim_g(&mut store, 3);
+    assert!(claimed.is_empty());
+    assert_eq!(next_due, Some(hour), "then the later one, at its time");
+}
+
+/// At the same run_at the higher priority holds the key's slot, whichever came first.
+#[test]
+fn at_the_same_run_at_the_higher_priority_goes_first() {
+    let mut store = store();
+    let k = gated("k", 1, None);
+    let high = Spec {
+        priority: 2,
+        ..k.clone()
+    };
+    one(&mut store, put("low", 10, &k, Dedup::Keep), 0);
+    one(&mut store, put("high", 10, &high, Dedup::Keep), 0);
+    assert_eq!(parts(&store, "k"), (v(&["high"]), v(&["low"])));
+    let (claimed, _, _) = claim_g(&mut store, 10);
+    assert_eq!(ids(&claimed), ["high"]);
 }
 
 /// A replace that changes only the key's limits (same kind, key, priority and run_at)
@@ -503,8 +552,8 @@ fn pending_gated(store: &Store, id: &str) -> Option<(u8, u64, u8)> {
     Some((key as u8, record.job.run_at, priority))
 }
 
-/// A gated job as the records show it: `(key, level, run_at, waiting)` while pending.
-type Pending = (String, (u8, u64), String, bool);
+/// A gated job as the records show it: `(key, (run_at, level), id, waiting)` while pending.
+type Pending = (String, (u64, u8), String, bool);
 
 /// Checks every gate against the records at `now` (the last operation's time): its
 /// counters, its indexes and `due`, its order and its size (`admitted = min(admitted +
@@ -533,7 +582,7 @@ fn check_gates(
         match record.job.status {
             crate::core::state::Status::Pending => {
                 let level = super::super::tables::level(record.spec.priority);
-                let place = (level, record.job.run_at);
+                let place = (record.job.run_at, level);
                 let in_due = due
                     .get(("g", level, record.job.run_at, id.as_str()))
                     .expect("get")
@@ -576,7 +625,7 @@ fn check_gates(
             "gate {}",
             key
         );
-        let ids = |part: &[((u8, u64), String)]| -> Vec<String> {
+        let ids = |part: &[((u64, u8), String)]| -> Vec<String> {
             part.iter().map(|(_, id)| id.clone()).collect()
         };
         prop_assert_eq!(parts(store, key), (ids(&admitted), ids(&waiting)));
