@@ -25,7 +25,8 @@
 //!   admitted while over the cap, promote the first waiting while under it, swap while the
 //!   first waiting is before the last admitted. A move is one record rewrite through
 //!   [`Tables::set_exact`]; a promotion is noted (`promoted`) so the writer thread wakes the
-//!   idle consumers once the batch is durable, as a schedule does.
+//!   idle consumers as soon as the batch's commit returns (after its fsync: every op that
+//!   can promote needs one), as for a schedule.
 //! - A pending gated job entering its gate (a schedule, a replace of another gate's job, an
 //!   import, a revive, a retry, a successor taking over) is placed by `Tables::place`:
 //!   admitted while the gate has room, else waiting; the rebalance that follows puts it in
@@ -39,7 +40,8 @@
 //!   the window ends. A gate with no running, admitted or waiting job is deleted when it is
 //!   written (`Tables::settle`) unless its window is open (the starts in it must still
 //!   count); such a gate keeps its timer, so it is deleted by the first claim of its kind
-//!   after its window ends, or by its next touch.
+//!   after its window ends, or by its next touch. With no claim of its kind ever again it
+//!   stays: one gate row and one timer row per `(kind, key)`, a bounded leftover.
 //! - An operation's gates are read once into `gate_cache` and written back, and logged
 //!   (their final value, `wal.rs`), when it ends: the log's replay applies a record's jobs
 //!   (through `set_exact`, which recounts the gates on its way) and then its gates' logged

@@ -788,7 +788,11 @@ fn a_keyed_job_is_never_adopted_as_a_series_head() {
     };
     let keyed = crate::core::series::occurrence_id("s", 120 * MS);
     one(&mut store, put("x", 0, &plain, Dedup::Keep), 100 * MS);
-    one(&mut store, put(&keyed, 120 * MS, &plain, Dedup::Keep), 100 * MS);
+    one(
+        &mut store,
+        put(&keyed, 120 * MS, &plain, Dedup::Keep),
+        100 * MS,
+    );
     assert_eq!(parts(&store, "k"), (v(&[]), v(&[])), "not of kind g");
     // At 125 the head (110) is superseded by the occurrence at 120 under `Latest`.
     let claimed = claim_kinds(&mut store, None, 125 * MS);
