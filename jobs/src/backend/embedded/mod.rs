@@ -283,7 +283,8 @@ fn serve(
 
 /// Applies one group of requests in one transaction and answers them; `true` if the store
 /// panicked (the thread must stop). Jobs the group admitted from their key's queue wake
-/// this process's idle consumers, once durable, before anyone hears of the group.
+/// this process's idle consumers as soon as its commit returns (after its fsync: every op
+/// that can admit one needs it), before anyone hears of the group.
 fn apply(
     store: &mut Store,
     group: Vec<(Op, oneshot::Sender<Result<Reply, Error>>)>,

@@ -90,10 +90,12 @@ impl Store {
                         stored = t.load(&instead)?.ok_or_else(|| {
                             Error::storage(format!("series occurrence {instead:?} is missing"))
                         })?;
-                        if !kinds.takes(&stored.spec.kind) {
+                        if !kinds.takes(&stored.spec.kind) || stored.waiting {
                             // Not this claim's kind (a head of another kind, adopted by an
-                            // earlier version): it stays pending, due, for its own claimers;
-                            // the series has moved past it, so their claim just runs it.
+                            // earlier version), or waiting for its key's slot (a keyed head
+                            // no version adopts): it stays pending for its own claimers or
+                            // its gate; the series has moved past it, so a claim just runs
+                            // it once it is due and admitted.
                             continue;
                         }
                         id = instead;

@@ -29,8 +29,9 @@ pub(super) const GATE_TIMERS: TableDefinition<'_, (&str, u64, &str), ()> =
 /// The most gates whose timer came one claim rebalances.
 pub(super) const TIMERS_PER_CLAIM: usize = 64;
 
-/// A key of `gate_admitted` and `gate_waiting`: `(kind, key, level, run_at, id)`.
-pub(super) type GateKey = (&'static str, &'static str, u8, u64, &'static str);
+/// A key of `gate_admitted` and `gate_waiting`: `(kind, key, run_at, level, id)`, so that a
+/// gate's jobs are in key order (run_at, then priority highest first, then id).
+pub(super) type GateKey = (&'static str, &'static str, u64, u8, &'static str);
 
 /// The layout of a gate's state.
 const VERSION: u8 = 1;

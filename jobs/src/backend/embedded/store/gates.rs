@@ -3,13 +3,14 @@
 //!
 //! # Ground rules
 //!
-//! - A gate's pending jobs are split in two, in key order (priority highest first, then
-//!   run_at, then id: `(level, run_at, id)`): the **admitted** ones, in `due` like any
+//! - A gate's pending jobs are split in two, in key order (run_at, then priority highest
+//!   first, then id: `(run_at, level, id)`; a job due later never holds a slot a due one
+//!   needs, whatever its priority): the **admitted** ones, in `due` like any
 //!   pending job (claimable) and again in `gate_admitted`; and the **waiting** ones, their
 //!   record's `waiting` bit set (`record.rs`), in `gate_waiting` and `waiting_by_kind`
 //!   instead of `due` (pending, counted and listed, never claimed). Five tables (defined
 //!   with the gate's state in `gate.rs`): `gates` ((kind, key) → [`Gate`]),
-//!   `gate_admitted` and `gate_waiting` ((kind, key, level, run_at, id) → ()),
+//!   `gate_admitted` and `gate_waiting` ((kind, key, run_at, level, id) → ()),
 //!   `waiting_by_kind` ((kind, run_at, id) → (), for lists) and `gate_timers` ((kind, at,
 //!   key) → ()).
 //! - Invariant after every operation: every admitted job is before every waiting one in key
@@ -24,7 +25,8 @@
 //!   admitted while over the cap, promote the first waiting while under it, swap while the
 //!   first waiting is before the last admitted. A move is one record rewrite through
 //!   [`Tables::set_exact`]; a promotion is noted (`promoted`) so the writer thread wakes the
-//!   idle consumers once the batch is durable, as a schedule does.
+//!   idle consumers as soon as the batch's commit returns (after its fsync: every op that
+//!   can promote needs one), as for a schedule.
 //! - A pending gated job entering its gate (a schedule, a replace of another gate's job, an
 //!   import, a revive, a retry, a successor taking over) is placed by `Tables::place`:
 //!   admitted while the gate has room, else waiting; the rebalance that follows puts it in
@@ -38,7 +40,8 @@
 //!   the window ends. A gate with no running, admitted or waiting job is deleted when it is
 //!   written (`Tables::settle`) unless its window is open (the starts in it must still
 //!   count); such a gate keeps its timer, so it is deleted by the first claim of its kind
-//!   after its window ends, or by its next touch.
+//!   after its window ends, or by its next touch. With no claim of its kind ever again it
+//!   stays: one gate row and one timer row per `(kind, key)`, a bounded leftover.
 //! - An operation's gates are read once into `gate_cache` and written back, and logged
 //!   (their final value, `wal.rs`), when it ends: the log's replay applies a record's jobs
 //!   (through `set_exact`, which recounts the gates on its way) and then its gates' logged
@@ -91,8 +94,8 @@ enum End {
     FirstWaiting,
 }
 
-/// A job's place in its gate's key order, and its id.
-type Place = ((u8, u64), String);
+/// A job's place in its gate's key order (run_at, level), and its id.
+type Place = ((u64, u8), String);
 
 // ===== impl Tables: counters, placement, rebalance =====
 
@@ -126,7 +129,7 @@ impl Tables<'_> {
         let now = self.now;
         if let Some(b) = before {
             if let Some((level, at, waiting)) = b.pending {
-                let key = (b.kind, b.key, level, at, id);
+                let key = (b.kind, b.key, at, level, id);
                 if waiting {
                     self.gate_waiting.remove(key).map_err(storage)?;
                     self.waiting_by_kind
@@ -147,7 +150,7 @@ impl Tables<'_> {
         }
         if let Some(a) = after {
             if let Some((level, at, waiting)) = a.pending {
-                let key = (a.kind, a.key, level, at, id);
+                let key = (a.kind, a.key, at, level, id);
                 if waiting {
                     self.gate_waiting.insert(key, ()).map_err(storage)?;
                     self.waiting_by_kind
@@ -196,8 +199,11 @@ impl Tables<'_> {
         match same {
             Some(b) if b.job.status == Status::Pending => {
                 // A replace with other limits brings them; a reschedule changes nothing.
+                // Other limits change the cap even if the job keeps its place: the gate is
+                // rebalanced however little else moved.
                 if b.spec.key.as_ref() != Some(keyed) {
                     gate.take(keyed);
+                    self.dirty.insert((kind.to_owned(), keyed.key.clone()));
                 }
                 return Ok(b.waiting);
             }
@@ -228,8 +234,8 @@ impl Tables<'_> {
             )));
         };
         let (k, _) = entry.map_err(storage)?;
-        let (_, _, level, at, id) = k.value();
-        Ok(((level, at), id.to_owned()))
+        let (_, _, at, level, id) = k.value();
+        Ok(((at, level), id.to_owned()))
     }
 
     /// Moves the pending job `id` to its gate's waiting part (`true`) or admitted part.

@@ -150,8 +150,8 @@ fn place_head(
                 t.set(counts, &id, None, Some(job))?;
                 return Ok(Some(time));
             }
-            // Never delivered, and of the plain group as an occurrence is: it becomes the
-            // head as it is (its first claim moves the series on).
+            // Never delivered, and of the plain group without a key as an occurrence is:
+            // it becomes the head as it is (its first claim moves the series on).
             Some(stored)
                 if stored.job.status == Status::Pending
                     && stored.job.attempt == 0
@@ -161,7 +161,7 @@ fn place_head(
             }
             // Delivered already (a job of that id scheduled and run by hand, or retrying):
             // its claims are no first claims and could never move the series, and it is
-            // never made twice. Or of a kind or priority of its own: a head is claimed by
+            // never made twice. Or of a kind, priority or key of its own: a head is claimed by
             // the claimers of its kind, and a series' occurrences are of the plain group;
             // adopted, it would move the series only when a worker of its kind runs.
             Some(_) => at = rule.next_after_nanos(time),
@@ -170,10 +170,11 @@ fn place_head(
     Ok(None)
 }
 
-/// Whether `job` is of the plain group (kind `""`, priority 0), as occurrences are: only
-/// such a job may be adopted as a series' head.
+/// Whether `job` is of the plain group (kind `""`, priority 0) and has no key, as
+/// occurrences are: only such a job may be adopted as a series' head (a keyed one may wait
+/// for its key's slot, and a head is leased by the claim that moves the series).
 fn is_plain(job: &Stored) -> bool {
-    job.spec.kind.is_empty() && job.spec.priority == 0
+    job.spec.kind.is_empty() && job.spec.priority == 0 && job.spec.key.is_none()
 }
 
 /// Deletes the head job of a series if it is still pending.

@@ -126,8 +126,9 @@ fn v(ids: &[&str]) -> Vec<String> {
     ids.iter().map(|id| id.to_string()).collect()
 }
 
-/// The admitted jobs are always the first `cap` in key order (priority, run_at, id): a move,
-/// a higher priority, a cancel and an ack each rebalance, and each promotion is reported
+/// The admitted jobs are always the first `cap` in key order (run_at, priority highest
+/// first, id): a move, a higher priority at the same run_at, a cancel and an ack each
+/// rebalance, and each promotion is reported
 /// for the wakeup.
 #[test]
 fn the_admitted_jobs_are_the_first_in_key_order() {
@@ -159,16 +160,24 @@ fn the_admitted_jobs_are_the_first_in_key_order() {
     assert_eq!(parts(&store, "k"), (v(&["k4", "k1"]), v(&["k2", "k3"])));
     assert_eq!(store.take_promoted(), Some(5));
 
-    // A higher priority goes first, whatever its run_at.
+    // At the same run_at a higher priority goes first.
     let urgent = Spec {
         priority: 3,
         ..k.clone()
     };
-    one(&mut store, put("k5", 50, &urgent, Dedup::Keep), 0);
+    one(&mut store, put("k5", 10, &urgent, Dedup::Keep), 0);
     assert_eq!(
         parts(&store, "k"),
-        (v(&["k5", "k4"]), v(&["k1", "k2", "k3"]))
+        (v(&["k4", "k5"]), v(&["k1", "k2", "k3"]))
     );
+
+    // Later, a higher priority waits behind due jobs.
+    one(&mut store, put("k6", 45, &urgent, Dedup::Keep), 0);
+    assert_eq!(
+        parts(&store, "k"),
+        (v(&["k4", "k5"]), v(&["k1", "k2", "k3", "k6"]))
+    );
+    one(&mut store, Op::Cancel { id: "k6".into() }, 0);
 
     // An admitted job cancelled: the first waiting one takes its place.
     one(&mut store, Op::Cancel { id: "k4".into() }, 0);
@@ -193,6 +202,72 @@ fn the_admitted_jobs_are_the_first_in_key_order() {
     assert_eq!(one(&mut store, ack, 101), Reply::Acked(true, None));
     assert_eq!(parts(&store, "k"), (v(&["k2"]), v(&[])));
     assert_eq!(store.take_promoted(), Some(20), "the ack let k2 in");
+}
+
+/// A job due later never holds its key's slot from a due one, whatever its priority: with
+/// a limit of 1, a priority-5 job due in an hour leaves the slot to a priority-0 job due now.
+#[test]
+fn a_later_job_of_a_higher_priority_leaves_the_slot_to_a_due_one() {
+    let mut store = store();
+    let k = gated("k", 1, None);
+    let later = Spec {
+        priority: 5,
+        ..k.clone()
+    };
+    let hour = 3600 * 1_000_000_000;
+    one(&mut store, put("later", hour, &later, Dedup::Keep), 0);
+    one(&mut store, put("due", 0, &k, Dedup::Keep), 0);
+    assert_eq!(parts(&store, "k"), (v(&["due"]), v(&["later"])));
+    let (claimed, _, _) = claim_g(&mut store, 1);
+    assert_eq!(ids(&claimed), ["due"], "the due one runs now");
+    let (id, token) = claimed[0].clone();
+    one(&mut store, Op::Ack { id, token }, 2);
+    assert_eq!(parts(&store, "k"), (v(&["later"]), v(&[])));
+    let (claimed, next_due, _) = claim_g(&mut store, 3);
+    assert!(claimed.is_empty());
+    assert_eq!(next_due, Some(hour), "then the later one, at its time");
+}
+
+/// At the same run_at the higher priority holds the key's slot, whichever came first.
+#[test]
+fn at_the_same_run_at_the_higher_priority_goes_first() {
+    let mut store = store();
+    let k = gated("k", 1, None);
+    let high = Spec {
+        priority: 2,
+        ..k.clone()
+    };
+    one(&mut store, put("low", 10, &k, Dedup::Keep), 0);
+    one(&mut store, put("high", 10, &high, Dedup::Keep), 0);
+    assert_eq!(parts(&store, "k"), (v(&["high"]), v(&["low"])));
+    let (claimed, _, _) = claim_g(&mut store, 10);
+    assert_eq!(ids(&claimed), ["high"]);
+}
+
+/// A replace that changes only the key's limits (same kind, key, priority and run_at)
+/// rebalances the gate: a lower limit demotes the admitted jobs over it (a claim never
+/// exceeds it), a higher one admits the waiting jobs it makes room for.
+#[test]
+fn a_replace_changing_only_the_limits_rebalances_the_gate() {
+    let mut store = store();
+    let two = gated("k", 2, None);
+    let one_ = gated("k", 1, None);
+    one(&mut store, put("a", 0, &two, Dedup::Keep), 0);
+    one(&mut store, put("b", 1, &two, Dedup::Keep), 0);
+    assert_eq!(parts(&store, "k"), (v(&["a", "b"]), v(&[])));
+    one(&mut store, put("b", 1, &one_, Dedup::Replace), 0);
+    assert_eq!(gate(&store, "k").expect("a gate").limit, 1);
+    assert_eq!(parts(&store, "k"), (v(&["a"]), v(&["b"])), "b demoted");
+    let (claimed, _, _) = claim_g(&mut store, 5);
+    assert_eq!(ids(&claimed), ["a"], "one running at most");
+    assert_eq!(gate(&store, "k").expect("a gate").running, 1);
+
+    // Raised again by a replace of the waiting job: it is admitted beside the running one.
+    one(&mut store, put("b", 1, &two, Dedup::Replace), 6);
+    assert_eq!(parts(&store, "k"), (v(&["b"]), v(&[])), "b promoted");
+    assert_eq!(store.take_promoted(), Some(1));
+    let (claimed, _, _) = claim_g(&mut store, 7);
+    assert_eq!(ids(&claimed), ["b"]);
 }
 
 /// An ended lease keeps its slot for the redelivery; the death at the last attempt frees
@@ -397,13 +472,15 @@ fn a_gated_job_of_the_plain_group_waits_and_is_listed() {
 
 // ===== random operations against the gates' invariants =====
 
-/// The keys of the random runs, each with fixed limits so that they can be checked:
-/// a limit, a rate, both, and no key at all (a job of the same kind outside every gate).
-fn key_spec(key: u8, priority: u8) -> Spec {
+/// The keys of the random runs, each with a fixed rate (so that its starts can be checked)
+/// and one of two limits (`variant`): a limit, a rate, both, and no key at all (a job of
+/// the same kind outside every gate).
+fn key_spec(key: u8, priority: u8, variant: u8) -> Spec {
+    let v = usize::from(variant % 2);
     let (key, limit, rate) = match key {
-        0 => ("a", 2, None),
-        1 => ("b", 0, Some((2, 50))),
-        2 => ("c", 1, Some((1, 30))),
+        0 => ("a", [2, 1][v], None),
+        1 => ("b", [0, 1][v], Some((2, 50))),
+        2 => ("c", [1, 2][v], Some((1, 30))),
         _ => ("", 0, None),
     };
     let spec = if key.is_empty() {
@@ -422,8 +499,11 @@ fn key_spec(key: u8, priority: u8) -> Spec {
 #[derive(Debug, Clone)]
 enum GStep {
     Advance(u64),
-    /// Job, key (`key_spec`), run_at, priority, whether a `Dedup::Replace`.
-    Schedule(u8, u8, u64, u8, bool),
+    /// Job, key, run_at, priority, limits (`key_spec`), whether a `Dedup::Replace`.
+    Schedule(u8, u8, u64, u8, u8, bool),
+    /// A `Dedup::Replace` of a pending gated job by itself with the limits `key_spec` gives
+    /// the variant: only its gate's limits change.
+    Relimit(u8, u8),
     Cancel(u8),
     Reschedule(u8, u64),
     /// At most this many, of kind "g" or of every kind.
@@ -439,10 +519,11 @@ fn gstep() -> impl Strategy<Value = GStep> {
     let id = 0..8u8;
     prop_oneof![
         (0..40u64).prop_map(GStep::Advance),
-        (id.clone(), 0..4u8, 0..80u64, 0..2u8, any::<bool>())
-            .prop_map(|(i, k, at, p, r)| GStep::Schedule(i, k, at, p, r)),
-        (id.clone(), 0..4u8, 0..80u64, 0..2u8, any::<bool>())
-            .prop_map(|(i, k, at, p, r)| GStep::Schedule(i, k, at, p, r)),
+        (id.clone(), 0..4u8, 0..80u64, 0..2u8, 0..2u8, any::<bool>())
+            .prop_map(|(i, k, at, p, l, r)| GStep::Schedule(i, k, at, p, l, r)),
+        (id.clone(), 0..4u8, 0..80u64, 0..2u8, 0..2u8, any::<bool>())
+            .prop_map(|(i, k, at, p, l, r)| GStep::Schedule(i, k, at, p, l, r)),
+        (id.clone(), 0..2u8).prop_map(|(i, l)| GStep::Relimit(i, l)),
         id.clone().prop_map(GStep::Cancel),
         (id.clone(), 0..80u64).prop_map(|(i, at)| GStep::Reschedule(i, at)),
         (1..4usize, any::<bool>()).prop_map(|(n, all)| GStep::Claim(n, all)),
@@ -454,14 +535,37 @@ fn gstep() -> impl Strategy<Value = GStep> {
     ]
 }
 
-/// A gated job as the records show it: `(key, level, run_at, waiting)` while pending.
-type Pending = (String, (u8, u64), String, bool);
+/// The key, run_at and priority (as `key_spec` numbers them) of the pending gated job
+/// `id`, if it is one.
+fn pending_gated(store: &Store, id: &str) -> Option<(u8, u64, u8)> {
+    let txn = store.db.begin_read().expect("read");
+    let jobs = txn.open_table(super::super::tables::JOBS).expect("jobs");
+    let bytes = jobs.get(id).expect("get")?;
+    let record = Record::decode(bytes.value(), &store.plain).expect("a record");
+    if record.job.status != crate::core::state::Status::Pending {
+        return None;
+    }
+    let key = ["a", "b", "c"]
+        .iter()
+        .position(|k| record.spec.gate().is_some_and(|g| g.key == *k))?;
+    let priority = u8::from(record.spec.priority != 0);
+    Some((key as u8, record.job.run_at, priority))
+}
+
+/// A gated job as the records show it: `(key, (run_at, level), id, waiting)` while pending.
+type Pending = (String, (u64, u8), String, bool);
 
 /// Checks every gate against the records at `now` (the last operation's time): its
 /// counters, its indexes and `due`, its order and its size (`admitted = min(admitted +
-/// waiting, cap)` unless its timer is due, when only `admitted <= cap`), its limit; and
-/// that every gated job has its gate. The running jobs' ids.
-fn check_gates(store: &Store, now: u64) -> Result<BTreeMap<String, String>, TestCaseError> {
+/// waiting, cap)` unless its timer is due, when only `admitted <= cap`), its limit (no
+/// step raises its running jobs over it: `before`, the running jobs' keys before the step,
+/// may be over a limit lowered since); and that every gated job has its gate. The running
+/// jobs' ids, with their keys.
+fn check_gates(
+    store: &Store,
+    now: u64,
+    before: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, TestCaseError> {
     let txn = store.db.begin_read().expect("read");
     let jobs = txn.open_table(super::super::tables::JOBS).expect("jobs");
     let due = txn.open_table(super::super::tables::DUE).expect("due");
@@ -478,7 +582,7 @@ fn check_gates(store: &Store, now: u64) -> Result<BTreeMap<String, String>, Test
         match record.job.status {
             crate::core::state::Status::Pending => {
                 let level = super::super::tables::level(record.spec.priority);
-                let place = (level, record.job.run_at);
+                let place = (record.job.run_at, level);
                 let in_due = due
                     .get(("g", level, record.job.run_at, id.as_str()))
                     .expect("get")
@@ -521,7 +625,7 @@ fn check_gates(store: &Store, now: u64) -> Result<BTreeMap<String, String>, Test
             "gate {}",
             key
         );
-        let ids = |part: &[((u8, u64), String)]| -> Vec<String> {
+        let ids = |part: &[((u64, u8), String)]| -> Vec<String> {
             part.iter().map(|(_, id)| id.clone()).collect()
         };
         prop_assert_eq!(parts(store, key), (ids(&admitted), ids(&waiting)));
@@ -537,7 +641,11 @@ fn check_gates(store: &Store, now: u64) -> Result<BTreeMap<String, String>, Test
             prop_assert_eq!(g.admitted, (g.admitted + g.waiting).min(cap), "{:?}", g);
         }
         if g.limit > 0 {
-            prop_assert!(g.running <= u64::from(g.limit), "gate {key} over its limit");
+            let ran = before.values().filter(|k| *k == key).count() as u64;
+            prop_assert!(
+                g.running <= u64::from(g.limit).max(ran),
+                "gate {key} over its limit: {g:?}, {ran} running before"
+            );
         }
     }
     Ok(running)
@@ -561,13 +669,16 @@ fn run_gates(steps: Vec<GStep>) -> Result<(), TestCaseError> {
         let id = |i: u8| format!("j{i}");
         match step {
             GStep::Advance(by) => now += by,
-            GStep::Schedule(i, key, run_at, priority, replace) => {
+            GStep::Schedule(i, key, run_at, priority, variant, replace) => {
                 let dedup = if replace { Dedup::Replace } else { Dedup::Keep };
-                one(
-                    &mut store,
-                    put(&id(i), run_at, &key_spec(key, priority), dedup),
-                    now,
-                );
+                let spec = key_spec(key, priority, variant);
+                one(&mut store, put(&id(i), run_at, &spec, dedup), now);
+            }
+            GStep::Relimit(i, variant) => {
+                if let Some((key, run_at, priority)) = pending_gated(&store, &id(i)) {
+                    let spec = key_spec(key, priority, variant);
+                    one(&mut store, put(&id(i), run_at, &spec, Dedup::Replace), now);
+                }
             }
             GStep::Cancel(i) => drop(one(&mut store, Op::Cancel { id: id(i) }, now)),
             GStep::Reschedule(i, run_at) => {
@@ -643,7 +754,7 @@ fn run_gates(steps: Vec<GStep>) -> Result<(), TestCaseError> {
                 prop_assert_eq!(dump(&store), live, "the gates after a crash");
             }
         }
-        running = check_gates(&store, now)?;
+        running = check_gates(&store, now, &running)?;
     }
     Ok(())
 }
@@ -657,4 +768,43 @@ proptest! {
     ) {
         run_gates(steps)?;
     }
+}
+
+/// A keyed job at an occurrence's id is never adopted as a series' head: a claim that moves
+/// the series leases the occurrence it gives without asking its gate, so a waiting one would
+/// run over its key's limit. The series makes its own occurrence instead, and the keyed job
+/// runs in its turn.
+#[test]
+fn a_keyed_job_is_never_adopted_as_a_series_head() {
+    let mut store = store();
+    one(&mut store, set_every_10("s"), 100 * MS);
+    let plain = Spec {
+        key: Some(Keyed {
+            key: "k".into(),
+            limit: 1,
+            rate: None,
+        }),
+        ..store.plain.clone()
+    };
+    let keyed = crate::core::series::occurrence_id("s", 120 * MS);
+    one(&mut store, put("x", 0, &plain, Dedup::Keep), 100 * MS);
+    one(
+        &mut store,
+        put(&keyed, 120 * MS, &plain, Dedup::Keep),
+        100 * MS,
+    );
+    assert_eq!(parts(&store, "k"), (v(&[]), v(&[])), "not of kind g");
+    // At 125 the head (110) is superseded by the occurrence at 120 under `Latest`.
+    let claimed = claim_kinds(&mut store, None, 125 * MS);
+    assert_eq!(claimed, [("x".to_owned(), String::new())], "one slot");
+    let txn = store.db.begin_read().expect("read");
+    let gates = txn.open_table(GATES).expect("gates");
+    let g = Gate::decode(gates.get(("", "k")).expect("get").expect("a gate").value());
+    assert_eq!(g.map(|g| (g.running, g.waiting)).expect("a gate"), (1, 1));
+    drop((gates, txn));
+    assert_eq!(
+        list(&mut store, 125 * MS)[0].next_run(),
+        Some(UNIX_EPOCH + Duration::from_millis(130)),
+        "the series made its own occurrence"
+    );
 }
