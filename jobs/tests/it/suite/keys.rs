@@ -516,6 +516,56 @@ pub async fn waiting_jobs_are_pending_listed_cancelled_and_moved(h: impl Harness
     queue.close().await.unwrap();
 }
 
+/// A key lets its jobs through by due time first, then priority: a job of a high priority
+/// due in an hour does not hold the slot a due job of the same key needs; at one due time,
+/// the higher priority goes first.
+pub async fn a_due_job_goes_before_a_later_one_of_a_higher_priority(h: impl Harness) {
+    if !limited(&h).await {
+        return;
+    }
+    let queue = open(&h, |b| {
+        b.prefetch(1).kind("sync", JobOptions::new().key_limit(1));
+    })
+    .await;
+    let now = SystemTime::now();
+    queue
+        .schedule_with("later", HOUR, "p", &sync("a").priority(5))
+        .await
+        .unwrap();
+    queue
+        .schedule_with("due", now - ms(10), "p", &sync("a"))
+        .await
+        .unwrap();
+    let at = now - ms(5);
+    queue
+        .schedule_with("low", at, "p", &sync("b").priority(-1))
+        .await
+        .unwrap();
+    queue
+        .schedule_with("high", at, "p", &sync("b").priority(3))
+        .await
+        .unwrap();
+    let mut consumer = queue.consume();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let d = next(&mut consumer).await;
+        ids.push(d.id().to_owned());
+        assert!(d.ack().await.unwrap());
+    }
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        ["due", "high"],
+        "a's due job and b's higher priority first"
+    );
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "low");
+    assert!(d.ack().await.unwrap());
+    let later = queue.get("later").await.unwrap().unwrap();
+    assert_eq!(later.state(), JobState::Pending, "due in an hour, it waits");
+    queue.close().await.unwrap();
+}
+
 /// At most `key_rate`'s starts per window: the rest of the key waits for the window's end
 /// (an idle consumer wakes then by itself), and a redelivery is not a start.
 pub async fn a_key_rate_holds_starts_to_its_window(h: impl Harness) {

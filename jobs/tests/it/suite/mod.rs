@@ -168,6 +168,7 @@ macro_rules! run_shared_suite {
                 retry_fail_and_death_free_the_slot,
                 an_ended_lease_keeps_its_slot_until_its_last_attempt,
                 waiting_jobs_are_pending_listed_cancelled_and_moved,
+                a_due_job_goes_before_a_later_one_of_a_higher_priority,
                 a_key_rate_holds_starts_to_its_window,
                 bad_keys_and_limits_are_refused_and_nothing_is_stored,
             }
