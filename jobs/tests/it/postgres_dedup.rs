@@ -65,8 +65,9 @@ async fn postgres_claims_delete_at_most_64_expired_tombstones_earliest_first() {
     let pool = pool().await;
     let queue = open(&name).await;
     // Many more than the claims of a test can take: some are left whatever the consumer
-    // did. A consumer keeps claiming in the background while it waits (a full run on the
-    // saturated machine once swept 64 × 200 between a delivery and the count).
+    // did (a full run on the saturated machine once found all of 64 × 200 + 8 swept by
+    // the time it counted: more claims than the one delivery needs ran; which ones, not
+    // found).
     const EXPIRED: usize = 64 * 2000 + 8;
     let expired: Vec<String> = (0..EXPIRED).map(|i| format!("old-{i:05}")).collect();
     put_tombstones(&pool, &name, &expired, -3_600_000_000_000).await;
