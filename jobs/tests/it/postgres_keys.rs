@@ -341,6 +341,41 @@ async fn postgres_schedule_in_and_ack_in_move_the_gate_with_the_callers_commit()
     queue.close().await.unwrap();
 }
 
+/// A promotion skips a waiting row another transaction holds without changing it (a
+/// schedule's `ON CONFLICT … WHERE false`, a series step's read: its commit rebalances
+/// nothing): the gate's timer is set at once, and an idle consumer claims the job once the
+/// holder ends, with no other schedule of the key.
+#[tokio::test]
+async fn postgres_a_waiting_job_held_by_another_transaction_is_promoted_after_it() {
+    let name = fresh("kh");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    backlog(&queue, "a", 2).await;
+    assert_eq!(waiting(&pool, &name).await, ["a1"]);
+    let mut consumer = queue.consume_kind("sync");
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "a0");
+    // The lock such a statement takes on a1, held to the end of its transaction.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'a1' FOR UPDATE")
+        .bind(&name)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    assert!(d.ack().await.unwrap());
+    assert_eq!(waiting(&pool, &name).await, ["a1"], "skipped: held");
+    let (running, admitted, _, timer) = gate(&pool, &name, "a").await.unwrap();
+    assert_eq!((running, admitted), (0, 0));
+    assert!(timer, "room left while a1 waits: the gate is looked at again");
+    holder.rollback().await.unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("a1 stranded in its gate");
+    assert_eq!(d.id(), "a1");
+    assert!(d.ack().await.unwrap());
+    queue.close().await.unwrap();
+}
+
 /// A rate of 2 per 3 s: the gate's timer is set while a job waits for the window's end, and
 /// stays on the gate once it is empty, until a claim after the window's end deletes it.
 #[tokio::test]

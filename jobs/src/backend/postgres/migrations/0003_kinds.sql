@@ -105,7 +105,8 @@ CREATE INDEX jobs_gate ON {schema}.jobs (queue, kind, key, waiting, run_at, prio
 -- window opened at `window_start` with `started` starts in it, and the limits of the job
 -- that entered last (`key_limit`, `rate_starts`, `rate_per`; a retry does not set them).
 -- `wake_at` is the end of an open rate window when the gate must be looked at then (jobs
--- wait for it, or the gate is empty and is deleted then): claims rebalance the gates whose
+-- wait for it, or the gate is empty and is deleted then), or 10 ms on when its rebalance
+-- left room because a waiting row was held (below): claims rebalance the gates whose
 -- time has come (`gate_timers`). A gate without running, admitted or waiting jobs and
 -- without an open window is deleted by the rebalance that finds it so.
 --
@@ -153,6 +154,9 @@ DECLARE
     up text[];
     n integer;
     held boolean;
+    stuck boolean;
+    -- How soon a gate whose promotion skipped a held row is looked at again (10 ms).
+    retry constant bigint := 10000000;
 BEGIN
     INSERT INTO {schema}.gates AS x (queue, kind, key, running, key_limit, rate_starts, rate_per)
         VALUES (q, k, ky, greatest(d_run, 0), lim, rs, rp)
@@ -216,10 +220,19 @@ BEGIN
         DELETE FROM {schema}.gates WHERE queue = q AND kind = k AND key = ky;
         RETURN;
     END IF;
+    -- Room left while jobs wait: a promotion skipped a waiting row another transaction
+    -- holds without changing it (a schedule of its id that met it, `ON CONFLICT … WHERE
+    -- false`, held to the end of a caller's `schedule_in`; a series step's read), whose
+    -- commit rebalances nothing. The gate's timer comes at once (`retry`), so the next claim
+    -- of its kind rebalances it again, and idle consumers are woken for it.
+    stuck := held AND n < cap;
     UPDATE {schema}.gates SET admitted = n, window_start = g.window_start, started = g.started,
-        wake_at = CASE WHEN open_ AND (held OR g.running = 0 AND n = 0)
+        wake_at = CASE WHEN stuck THEN t + retry WHEN open_ AND (held OR g.running = 0 AND n = 0)
             THEN g.window_start + g.rate_per END
         WHERE queue = q AND kind = k AND key = ky;
+    IF stuck THEN
+        PERFORM pg_notify(trim(both '"' FROM '{schema}') || ':wake', (t + retry)::text || ' ' || q);
+    END IF;
 END $$;
 
 -- The gates of `q` (of the kinds `kinds`, NULL: every kind) whose `wake_at` has come, at
