@@ -376,6 +376,55 @@ async fn postgres_a_waiting_job_held_by_another_transaction_is_promoted_after_it
     queue.close().await.unwrap();
 }
 
+/// A claim never waits on a gate another transaction holds (`schedule_in` holds its gate to
+/// the caller's commit): it leases the other keys' jobs and gives back the held gate's
+/// admitted job, which a claim after the commit leases.
+#[tokio::test]
+async fn postgres_a_claim_gives_back_the_jobs_of_a_gate_a_caller_holds() {
+    let name = fresh("kc");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(2)).await;
+    backlog(&queue, "a", 1).await;
+    backlog(&queue, "b", 1).await;
+    let mut tx = pool.begin().await.unwrap();
+    queue
+        .schedule_in_with(
+            &mut tx,
+            "a9",
+            Duration::ZERO,
+            "p",
+            &JobOptions::kind("sync").key("a"),
+        )
+        .await
+        .unwrap();
+    let mut consumer = queue.consume_kind("sync");
+    // Before the caller commits: a claim that waited on the gate would never end here.
+    let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("the claim waited on the caller's gate");
+    assert_eq!(d.id(), "b0", "a0's gate is held: given back");
+    assert!(d.ack().await.unwrap());
+    let leased: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM wheel_jobs.jobs WHERE queue = $1 AND token IS NOT NULL ORDER BY id",
+    )
+    .bind(&name)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(leased, Vec::<String>::new(), "a0 not leased while held");
+    tx.commit().await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let d = next(&mut consumer).await;
+        ids.push(d.id().to_owned());
+        assert!(d.ack().await.unwrap());
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, ["a0", "a9"]);
+    assert_eq!(gate(&pool, &name, "a").await, None);
+    queue.close().await.unwrap();
+}
+
 /// A rate of 2 per 3 s: the gate's timer is set while a job waits for the window's end, and
 /// stays on the gate once it is empty, until a claim after the window's end deletes it.
 #[tokio::test]
