@@ -47,6 +47,19 @@ async fn gate(pool: &sqlx::PgPool, queue: &str, key: &str) -> Option<(i32, i32, 
     .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
 }
 
+/// Whether the gate `(kind, key)` of `queue` has a row.
+async fn gate_of(pool: &sqlx::PgPool, queue: &str, kind: &str, key: &str) -> Option<i32> {
+    sqlx::query_scalar(
+        "SELECT running FROM wheel_jobs.gates WHERE queue = $1 AND kind = $2 AND key = $3",
+    )
+    .bind(queue)
+    .bind(kind)
+    .bind(key)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+}
+
 /// The pending jobs of `queue` that wait for their gate, in id order.
 async fn waiting(pool: &sqlx::PgPool, queue: &str) -> Vec<String> {
     sqlx::query_scalar("SELECT id FROM wheel_jobs.jobs WHERE queue = $1 AND waiting ORDER BY id")
@@ -422,6 +435,50 @@ async fn postgres_a_claim_gives_back_the_jobs_of_a_gate_a_caller_holds() {
     ids.sort_unstable();
     assert_eq!(ids, ["a0", "a9"]);
     assert_eq!(gate(&pool, &name, "a").await, None);
+    queue.close().await.unwrap();
+}
+
+/// A series never adopts a gated job under its next occurrence's id (`series.rs`
+/// `place_head`): the series skips that time, and the job stays its own, waiting for its
+/// gate's room; the limit holds.
+#[tokio::test]
+async fn postgres_a_series_never_adopts_a_gated_job() {
+    let name = fresh("ks");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new()).await;
+    let every = wheel_jobs::Recurrence::every(HOUR).unwrap();
+    let head = every.next_after(SystemTime::now()).unwrap();
+    let id = format!("st@{}", jiff::Timestamp::try_from(head).unwrap());
+    let o = JobOptions::new().key("a").key_limit(1);
+    queue
+        .schedule_with("a0", Duration::ZERO, "p", &o)
+        .await
+        .unwrap();
+    queue
+        .schedule_with(&id, Duration::ZERO, "hand", &o)
+        .await
+        .unwrap();
+    assert_eq!(waiting(&pool, &name).await, [id.as_str()]);
+    queue
+        .schedule_recurring("st", every, "series")
+        .await
+        .unwrap();
+    assert_eq!(
+        queue.list_recurring().await.unwrap()[0].next_run(),
+        Some(head + HOUR),
+        "the gated job is not the series' head"
+    );
+    assert_eq!(waiting(&pool, &name).await, [id.as_str()], "still waiting");
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "a0");
+    assert_eq!(queue.counts().await.unwrap().running, 1);
+    assert!(d.ack().await.unwrap());
+    let d = next(&mut consumer).await;
+    assert_eq!((d.id(), d.payload()), (id.as_str(), &b"hand"[..]));
+    assert!(d.ack().await.unwrap());
+    assert!(queue.cancel_recurring("st").await.unwrap());
+    assert_eq!(gate_of(&pool, &name, "", "a").await, None);
     queue.close().await.unwrap();
 }
 
