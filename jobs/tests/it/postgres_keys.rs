@@ -482,6 +482,41 @@ async fn postgres_a_series_never_adopts_a_gated_job() {
     queue.close().await.unwrap();
 }
 
+/// A limit raised then lowered by the jobs entering (their limit is the gate's), all due at
+/// once: the rebalance admits the first ones in key order (priority desc, then id, at one
+/// due time) against its boundary, promoting and then demoting across it.
+#[tokio::test]
+async fn postgres_a_rebalance_promotes_and_demotes_across_its_boundary() {
+    let name = fresh("kb");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new()).await;
+    let at = SystemTime::now() - Duration::from_secs(5);
+    let job = |limit, priority| {
+        JobOptions::kind("sync")
+            .key("a")
+            .key_limit(limit)
+            .priority(priority)
+    };
+    for (id, priority) in [("x0", 0), ("x1", 5), ("x2", 0), ("x3", 5), ("x4", 1)] {
+        queue
+            .schedule_with(id, at, "p", &job(3, priority))
+            .await
+            .unwrap();
+    }
+    assert_eq!(waiting(&pool, &name).await, ["x0", "x2"]);
+    queue.schedule_with("y", at, "p", &job(4, 1)).await.unwrap();
+    assert_eq!(waiting(&pool, &name).await, ["x0", "x2"], "y promoted");
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 4, 0, false)));
+    queue.schedule_with("z", at, "p", &job(2, 9)).await.unwrap();
+    assert_eq!(
+        waiting(&pool, &name).await,
+        ["x0", "x2", "x3", "x4", "y"],
+        "z and x1 admitted, the rest demoted"
+    );
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 2, 0, false)));
+    queue.close().await.unwrap();
+}
+
 /// A rate of 2 per 3 s: the gate's timer is set while a job waits for the window's end, and
 /// stays on the gate once it is empty, until a claim after the window's end deletes it.
 #[tokio::test]

@@ -135,7 +135,7 @@ CREATE INDEX gates_wake ON {schema}.gates (queue, wake_at) WHERE wake_at IS NOT 
 -- (opening a window if none is open); an `enter`ing job sets the limits. Then the first
 -- `cap` pending jobs in key order (run_at, priority desc, id) are admitted and the others
 -- wait, where cap = min(limit - running, rate's starts - started in the open window), at
--- least 0: demotion, promotion and the swap in one step, O(cap) rows read. Rows another
+-- least 0: demotion, promotion and the swap in one step, O(cap + admitted) rows read. Rows another
 -- transaction holds are left as they are (it rebalances after its change) and counted
 -- where they are. Its own updates of `waiting` set `wheel_jobs.gating` so the trigger they
 -- fire leaves the gates alone; their wake-ups go out as any update's (a promoted job due
@@ -147,8 +147,12 @@ DECLARE
     t bigint := (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint;
     open_ boolean;
     cap integer := 2147483647;
-    top text[];
+    tot integer;
     kept integer;
+    cut boolean;
+    b_run bigint;
+    b_pri integer;
+    b_id text;
     extra integer;
     dem text[];
     up text[];
@@ -180,7 +184,12 @@ BEGIN
     IF g.rate_starts IS NOT NULL THEN
         cap := least(cap, greatest(g.rate_starts - CASE WHEN open_ THEN g.started ELSE 0 END, 0));
     END IF;
-    SELECT coalesce(array_agg(x.id), '{}'), count(*) FILTER (WHERE NOT x.waiting) INTO top, kept FROM (
+    -- The first `cap` pending jobs in key order, merged from the admitted and the waiting
+    -- (each an index range read in key order): how many, how many of them are admitted,
+    -- and the last of them, the boundary (`cut`: jobs after it wait; none when fewer than
+    -- `cap` are pending). Rows are placed against the boundary, not looked up in a list:
+    -- O(cap + admitted) rows read, whatever the limit.
+    SELECT count(*), count(*) FILTER (WHERE NOT x.waiting) INTO tot, kept FROM (
         (SELECT j.id, j.priority, j.run_at, j.waiting FROM {schema}.jobs j WHERE j.queue = q
           AND j.kind = k AND j.key = ky AND NOT j.waiting AND j.token IS NULL
           AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
@@ -191,18 +200,36 @@ BEGIN
           AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
           ORDER BY j.run_at, j.priority DESC, j.id LIMIT cap)
         ORDER BY 3, 2 DESC, 1 LIMIT cap) x;
-    -- The admitted jobs after the first `cap` wait, but for those another transaction holds:
+    cut := tot >= cap;
+    IF cut AND cap > 0 THEN
+        SELECT x.run_at, x.priority, x.id INTO b_run, b_pri, b_id FROM (
+            (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j WHERE j.queue = q
+              AND j.kind = k AND j.key = ky AND NOT j.waiting AND j.token IS NULL
+              AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+              ORDER BY j.run_at, j.priority DESC, j.id LIMIT cap)
+            UNION ALL
+            (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j WHERE j.queue = q
+              AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
+              AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+              ORDER BY j.run_at, j.priority DESC, j.id LIMIT cap)
+            ORDER BY 3, 2 DESC, 1 OFFSET cap - 1 LIMIT 1) x;
+    END IF;
+    -- The admitted jobs after the boundary wait, but for those another transaction holds:
     -- they stay admitted (one may be a claim's lease), and take the room of as many
     -- promotions, so admitted never passes cap whichever way their change ends.
-    SELECT count(*) INTO extra FROM {schema}.jobs j WHERE j.queue = q AND j.kind = k
+    SELECT count(*) INTO extra FROM {schema}.jobs j WHERE cut AND j.queue = q AND j.kind = k
         AND j.key = ky AND NOT j.waiting AND j.token IS NULL
-        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL) AND NOT j.id = ANY(top);
-    SELECT array_agg(x.id) INTO dem FROM (SELECT j.id FROM {schema}.jobs j WHERE j.queue = q
+        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+        AND (cap = 0 OR j.run_at >= b_run AND (j.run_at, -j.priority, j.id) > (b_run, -b_pri, b_id));
+    SELECT array_agg(x.id) INTO dem FROM (SELECT j.id FROM {schema}.jobs j WHERE cut AND j.queue = q
         AND j.kind = k AND j.key = ky AND NOT j.waiting AND j.token IS NULL
-        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL) AND NOT j.id = ANY(top)
+        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+        AND (cap = 0 OR j.run_at >= b_run AND (j.run_at, -j.priority, j.id) > (b_run, -b_pri, b_id))
         FOR UPDATE SKIP LOCKED) x;
     SELECT array_agg(x.id) INTO up FROM (SELECT j.id FROM {schema}.jobs j WHERE j.queue = q
-        AND j.id = ANY(top) AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
+        AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
+        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+        AND (NOT cut OR j.run_at <= b_run AND (j.run_at, -j.priority, j.id) <= (b_run, -b_pri, b_id))
         ORDER BY j.run_at, j.priority DESC, j.id
         LIMIT greatest(cap - kept - (extra - coalesce(cardinality(dem), 0)), 0)
         FOR UPDATE SKIP LOCKED) x;
