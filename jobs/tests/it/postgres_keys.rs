@@ -379,7 +379,10 @@ async fn postgres_a_waiting_job_held_by_another_transaction_is_promoted_after_it
     assert_eq!(waiting(&pool, &name).await, ["a1"], "skipped: held");
     let (running, admitted, _, timer) = gate(&pool, &name, "a").await.unwrap();
     assert_eq!((running, admitted), (0, 0));
-    assert!(timer, "room left while a1 waits: the gate is looked at again");
+    assert!(
+        timer,
+        "room left while a1 waits: the gate is looked at again"
+    );
     holder.rollback().await.unwrap();
     let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
         .await

@@ -154,7 +154,9 @@ mod tests {
     #[test]
     fn a_rebalance_places_jobs_against_its_boundary() {
         let (_, sql) = MIGRATIONS.iter().find(|(v, _)| *v == 3).expect("version 3");
-        let start = sql.find("CREATE FUNCTION {schema}.gate_rebalance").expect("rebalance");
+        let start = sql
+            .find("CREATE FUNCTION {schema}.gate_rebalance")
+            .expect("rebalance");
         let body = &sql[start..];
         let body = &body[..body.find("END $$;").expect("its end")];
         assert!(body.contains("OFFSET cap - 1 LIMIT 1"), "{body}");

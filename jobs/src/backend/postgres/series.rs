@@ -260,9 +260,7 @@ impl SeriesSql {
                     // Scheduled by hand meanwhile: look at it again.
                 }
                 // Never delivered and plain: it becomes the head as it is.
-                Some(job) if adoptable(&job) => {
-                    return Ok(Some(time))
-                }
+                Some(job) if adoptable(&job) => return Ok(Some(time)),
                 // Delivered already, or a job of its own (another kind or priority, or
                 // gated): never made twice, that time is skipped.
                 Some(_) => at = rule.next_after_nanos(time),

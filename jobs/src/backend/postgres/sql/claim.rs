@@ -778,9 +778,16 @@ mod tests {
                 "{text}"
             );
             // The rows whose gate is held are neither leased nor killed.
-            for step in ["killed AS (DELETE FROM", "handed AS (UPDATE", "leased AS (UPDATE"] {
+            for step in [
+                "killed AS (DELETE FROM",
+                "handed AS (UPDATE",
+                "leased AS (UPDATE",
+            ] {
                 let from = &text[text.find(step).expect(step)..];
-                assert!(from[..from.find("WHERE").expect("where")].contains(" ok p"), "{step}");
+                assert!(
+                    from[..from.find("WHERE").expect("where")].contains(" ok p"),
+                    "{step}"
+                );
             }
             assert!(text.contains("(SELECT t FROM timer))"), "{text}");
         }
