@@ -96,8 +96,9 @@ impl JobQueue {
     ///
     /// A job with a key limit or rate ([`JobOptions::key_limit`],
     /// [`key_rate`](JobOptions::key_rate)) locks its key's gate (one row per kind and
-    /// key) until this transaction ends: claims, acks and retries of that key's jobs wait
-    /// for the commit; other keys' do not. Each statement takes the gates it touches in one
+    /// key) until this transaction ends: acks and retries of that key's jobs wait for the
+    /// commit, and claims leave that key's jobs for a claim after it (they never wait);
+    /// other keys' jobs go on. Each statement takes the gates it touches in one
     /// order, but a transaction writing jobs of two keys in two statements (schedules,
     /// cancels, reschedules, [`Delivery::ack_in`]) takes them in its own: if another
     /// transaction takes them in the other order, the server picks one of the two as a

@@ -47,6 +47,19 @@ async fn gate(pool: &sqlx::PgPool, queue: &str, key: &str) -> Option<(i32, i32, 
     .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
 }
 
+/// Whether the gate `(kind, key)` of `queue` has a row.
+async fn gate_of(pool: &sqlx::PgPool, queue: &str, kind: &str, key: &str) -> Option<i32> {
+    sqlx::query_scalar(
+        "SELECT running FROM wheel_jobs.gates WHERE queue = $1 AND kind = $2 AND key = $3",
+    )
+    .bind(queue)
+    .bind(kind)
+    .bind(key)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+}
+
 /// The pending jobs of `queue` that wait for their gate, in id order.
 async fn waiting(pool: &sqlx::PgPool, queue: &str) -> Vec<String> {
     sqlx::query_scalar("SELECT id FROM wheel_jobs.jobs WHERE queue = $1 AND waiting ORDER BY id")
@@ -338,6 +351,172 @@ async fn postgres_schedule_in_and_ack_in_move_the_gate_with_the_callers_commit()
     assert_eq!(gate(&pool, &name, "a").await, Some((0, 1, 0, false)));
     let mut consumer = queue.consume_kind("sync");
     assert_eq!(next(&mut consumer).await.id(), "a1");
+    queue.close().await.unwrap();
+}
+
+/// A promotion skips a waiting row another transaction holds without changing it (a
+/// schedule's `ON CONFLICT … WHERE false`, a series step's read: its commit rebalances
+/// nothing): the gate's timer is set at once, and an idle consumer claims the job once the
+/// holder ends, with no other schedule of the key.
+#[tokio::test]
+async fn postgres_a_waiting_job_held_by_another_transaction_is_promoted_after_it() {
+    let name = fresh("kh");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    backlog(&queue, "a", 2).await;
+    assert_eq!(waiting(&pool, &name).await, ["a1"]);
+    let mut consumer = queue.consume_kind("sync");
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "a0");
+    // The lock such a statement takes on a1, held to the end of its transaction.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'a1' FOR UPDATE")
+        .bind(&name)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    assert!(d.ack().await.unwrap());
+    assert_eq!(waiting(&pool, &name).await, ["a1"], "skipped: held");
+    let (running, admitted, _, timer) = gate(&pool, &name, "a").await.unwrap();
+    assert_eq!((running, admitted), (0, 0));
+    assert!(
+        timer,
+        "room left while a1 waits: the gate is looked at again"
+    );
+    holder.rollback().await.unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("a1 stranded in its gate");
+    assert_eq!(d.id(), "a1");
+    assert!(d.ack().await.unwrap());
+    queue.close().await.unwrap();
+}
+
+/// A claim never waits on a gate another transaction holds (`schedule_in` holds its gate to
+/// the caller's commit): it leases the other keys' jobs and gives back the held gate's
+/// admitted job, which a claim after the commit leases.
+#[tokio::test]
+async fn postgres_a_claim_gives_back_the_jobs_of_a_gate_a_caller_holds() {
+    let name = fresh("kc");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(2)).await;
+    backlog(&queue, "a", 1).await;
+    backlog(&queue, "b", 1).await;
+    let mut tx = pool.begin().await.unwrap();
+    queue
+        .schedule_in_with(
+            &mut tx,
+            "a9",
+            Duration::ZERO,
+            "p",
+            &JobOptions::kind("sync").key("a"),
+        )
+        .await
+        .unwrap();
+    let mut consumer = queue.consume_kind("sync");
+    // Before the caller commits: a claim that waited on the gate would never end here.
+    let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("the claim waited on the caller's gate");
+    assert_eq!(d.id(), "b0", "a0's gate is held: given back");
+    assert!(d.ack().await.unwrap());
+    let leased: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM wheel_jobs.jobs WHERE queue = $1 AND token IS NOT NULL ORDER BY id",
+    )
+    .bind(&name)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(leased, Vec::<String>::new(), "a0 not leased while held");
+    tx.commit().await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let d = next(&mut consumer).await;
+        ids.push(d.id().to_owned());
+        assert!(d.ack().await.unwrap());
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, ["a0", "a9"]);
+    assert_eq!(gate(&pool, &name, "a").await, None);
+    queue.close().await.unwrap();
+}
+
+/// A series never adopts a gated job under its next occurrence's id (`series.rs`
+/// `place_head`): the series skips that time, and the job stays its own, waiting for its
+/// gate's room; the limit holds.
+#[tokio::test]
+async fn postgres_a_series_never_adopts_a_gated_job() {
+    let name = fresh("ks");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new()).await;
+    let every = wheel_jobs::Recurrence::every(HOUR).unwrap();
+    let head = every.next_after(SystemTime::now()).unwrap();
+    let id = format!("st@{}", jiff::Timestamp::try_from(head).unwrap());
+    let o = JobOptions::new().key("a").key_limit(1);
+    queue
+        .schedule_with("a0", Duration::ZERO, "p", &o)
+        .await
+        .unwrap();
+    queue
+        .schedule_with(&id, Duration::ZERO, "hand", &o)
+        .await
+        .unwrap();
+    assert_eq!(waiting(&pool, &name).await, [id.as_str()]);
+    queue
+        .schedule_recurring("st", every, "series")
+        .await
+        .unwrap();
+    assert_eq!(
+        queue.list_recurring().await.unwrap()[0].next_run(),
+        Some(head + HOUR),
+        "the gated job is not the series' head"
+    );
+    assert_eq!(waiting(&pool, &name).await, [id.as_str()], "still waiting");
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "a0");
+    assert_eq!(queue.counts().await.unwrap().running, 1);
+    assert!(d.ack().await.unwrap());
+    let d = next(&mut consumer).await;
+    assert_eq!((d.id(), d.payload()), (id.as_str(), &b"hand"[..]));
+    assert!(d.ack().await.unwrap());
+    assert!(queue.cancel_recurring("st").await.unwrap());
+    assert_eq!(gate_of(&pool, &name, "", "a").await, None);
+    queue.close().await.unwrap();
+}
+
+/// A limit raised then lowered by the jobs entering (their limit is the gate's), all due at
+/// once: the rebalance admits the first ones in key order (priority desc, then id, at one
+/// due time) against its boundary, promoting and then demoting across it.
+#[tokio::test]
+async fn postgres_a_rebalance_promotes_and_demotes_across_its_boundary() {
+    let name = fresh("kb");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new()).await;
+    let at = SystemTime::now() - Duration::from_secs(5);
+    let job = |limit, priority| {
+        JobOptions::kind("sync")
+            .key("a")
+            .key_limit(limit)
+            .priority(priority)
+    };
+    for (id, priority) in [("x0", 0), ("x1", 5), ("x2", 0), ("x3", 5), ("x4", 1)] {
+        queue
+            .schedule_with(id, at, "p", &job(3, priority))
+            .await
+            .unwrap();
+    }
+    assert_eq!(waiting(&pool, &name).await, ["x0", "x2"]);
+    queue.schedule_with("y", at, "p", &job(4, 1)).await.unwrap();
+    assert_eq!(waiting(&pool, &name).await, ["x0", "x2"], "y promoted");
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 4, 0, false)));
+    queue.schedule_with("z", at, "p", &job(2, 9)).await.unwrap();
+    assert_eq!(
+        waiting(&pool, &name).await,
+        ["x0", "x2", "x3", "x4", "y"],
+        "z and x1 admitted, the rest demoted"
+    );
+    assert_eq!(gate(&pool, &name, "a").await, Some((0, 2, 0, false)));
     queue.close().await.unwrap();
 }
 

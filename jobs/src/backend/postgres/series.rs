@@ -82,7 +82,8 @@ impl SeriesSql {
                 "SELECT name, runs, head, last, rule FROM {series} WHERE queue = $1 ORDER BY name"
             ),
             load_job: format!(
-                "SELECT run_at, attempt, token, lease_until FROM {jobs} \
+                "SELECT run_at, attempt, token, lease_until, \
+                 kind = '' AND priority = 0 AND key_limit IS NULL AND rate_starts IS NULL FROM {jobs} \
                  WHERE queue = $1 AND id = $2 FOR UPDATE"
             ),
             load_job_skip_locked: format!(
@@ -95,18 +96,20 @@ impl SeriesSql {
                  ON CONFLICT (queue, id) DO NOTHING RETURNING 1"
             ),
             delete_pending: format!(
-                "DELETE FROM {jobs} WHERE queue = $1 AND id = $2 AND token IS NULL"
+                "DELETE FROM {jobs} WHERE queue = $1 AND id = $2 AND token IS NULL \
+                 AND key_limit IS NULL AND rate_starts IS NULL"
             ),
             set_payload: format!(
                 "UPDATE {jobs} SET payload = $3 WHERE queue = $1 AND id = $2 AND token IS NULL"
             ),
             // Machine::claim of a head, which is pending with attempt 0 (so never killed),
-            // for its own lease (NULL, as an occurrence is written: the queue's, $4).
+            // for its own lease (NULL, as an occurrence is written: the queue's, $4). A head
+            // is never gated (`place_head`); `NOT waiting` holds a gate's limit all the same.
             lease: format!(
                 "UPDATE {jobs} SET attempt = attempt + 1, token = $3, \
                  lease_until = LEAST((extract(epoch FROM clock_timestamp()) * 1000000000)::numeric \
                  + coalesce(lease, $4), 9223372036854775807)::bigint \
-                 WHERE queue = $1 AND id = $2 AND token IS NULL \
+                 WHERE queue = $1 AND id = $2 AND token IS NULL AND NOT waiting \
                  RETURNING payload, attempt, run_at, kind, priority, max_attempts, backoff_first, \
                  backoff_max, lease, hold_off, key, key_limit, rate_starts, rate_per"
             ),
@@ -171,13 +174,16 @@ impl SeriesSql {
         Ok(())
     }
 
-    /// The job `id` as the state machine sees it, locked if it is pending or running.
+    /// The job `id` as the state machine sees it, locked if it is pending or running, and
+    /// whether a series may adopt it as its head: a plain job (kind `''`, priority 0) and
+    /// not gated (its gate would not know it as a head, and its limits would not hold), as
+    /// the embedded and Redis backends adopt.
     async fn load_job(
         &self,
         c: &mut PgConnection,
         queue: &str,
         id: &str,
-    ) -> Result<Option<Machine>, Error> {
+    ) -> Result<Option<(Machine, bool)>, Error> {
         let row = db(sqlx::query(&self.load_job)
             .bind(queue)
             .bind(id)
@@ -193,11 +199,13 @@ impl SeriesSql {
                 },
                 _ => Status::Pending,
             };
-            return Ok(Some(Machine {
+            let plain: bool = db(r.try_get(4))?;
+            let job = Machine {
                 run_at: dec(db(r.try_get(0))?),
                 attempt: u32::try_from(db(r.try_get::<i32, _>(1))?).unwrap_or(0),
                 status,
-            }));
+            };
+            return Ok(Some((job, plain)));
         }
         let dead = db(sqlx::query(&self.load_dead)
             .bind(queue)
@@ -205,13 +213,14 @@ impl SeriesSql {
             .fetch_optional(c)
             .await)?;
         dead.map(|r| {
-            Ok(Machine {
+            let job = Machine {
                 run_at: 0,
                 attempt: 0,
                 status: Status::Dead {
                     at: dec(db(r.try_get(0))?),
                 },
-            })
+            };
+            Ok((job, false))
         })
         .transpose()
     }
@@ -250,11 +259,10 @@ impl SeriesSql {
                     }
                     // Scheduled by hand meanwhile: look at it again.
                 }
-                // Never delivered: it becomes the head as it is.
-                Some(job) if job.status == Status::Pending && job.attempt == 0 => {
-                    return Ok(Some(time))
-                }
-                // Delivered already: never made twice, that time is skipped.
+                // Never delivered and plain: it becomes the head as it is.
+                Some(job) if adoptable(&job) => return Ok(Some(time)),
+                // Delivered already, or a job of its own (another kind or priority, or
+                // gated): never made twice, that time is skipped.
                 Some(_) => at = rule.next_after_nanos(time),
             }
         }
@@ -289,7 +297,7 @@ impl SeriesSql {
         let Some(head) = head else { return Ok(None) };
         let id = occurrence_id(name, head);
         match self.load_job(c, queue, &id).await? {
-            Some(job) if job.status == Status::Pending && job.attempt == 0 => {
+            Some(job) if adoptable(&job) => {
                 db(sqlx::query(&self.set_payload)
                     .bind(queue)
                     .bind(&id)
@@ -471,7 +479,7 @@ impl SeriesSql {
                         Some(h) => self
                             .load_job(c, queue, &occurrence_id(name, h))
                             .await?
-                            .filter(|job| job.status == Status::Pending)
+                            .filter(|(job, _)| job.status == Status::Pending)
                             .map(|_| h),
                         None => None,
                     };
@@ -539,6 +547,12 @@ impl SeriesSql {
         })
         .transpose()
     }
+}
+
+/// Whether a job [`SeriesSql::load_job`] read may be a series' head: pending, never
+/// delivered, plain and not gated.
+fn adoptable((job, plain): &(Machine, bool)) -> bool {
+    *plain && job.status == Status::Pending && job.attempt == 0
 }
 
 /// Whether the old series' head at `head`, due at `now`, runs before a new recurrence

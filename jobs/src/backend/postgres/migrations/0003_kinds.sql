@@ -105,7 +105,8 @@ CREATE INDEX jobs_gate ON {schema}.jobs (queue, kind, key, waiting, run_at, prio
 -- window opened at `window_start` with `started` starts in it, and the limits of the job
 -- that entered last (`key_limit`, `rate_starts`, `rate_per`; a retry does not set them).
 -- `wake_at` is the end of an open rate window when the gate must be looked at then (jobs
--- wait for it, or the gate is empty and is deleted then): claims rebalance the gates whose
+-- wait for it, or the gate is empty and is deleted then), or 10 ms on when its rebalance
+-- left room because a waiting row was held (below): claims rebalance the gates whose
 -- time has come (`gate_timers`). A gate without running, admitted or waiting jobs and
 -- without an open window is deleted by the rebalance that finds it so.
 --
@@ -134,7 +135,7 @@ CREATE INDEX gates_wake ON {schema}.gates (queue, wake_at) WHERE wake_at IS NOT 
 -- (opening a window if none is open); an `enter`ing job sets the limits. Then the first
 -- `cap` pending jobs in key order (run_at, priority desc, id) are admitted and the others
 -- wait, where cap = min(limit - running, rate's starts - started in the open window), at
--- least 0: demotion, promotion and the swap in one step, O(cap) rows read. Rows another
+-- least 0: demotion, promotion and the swap in one step, O(cap + admitted) rows read. Rows another
 -- transaction holds are left as they are (it rebalances after its change) and counted
 -- where they are. Its own updates of `waiting` set `wheel_jobs.gating` so the trigger they
 -- fire leaves the gates alone; their wake-ups go out as any update's (a promoted job due
@@ -146,13 +147,20 @@ DECLARE
     t bigint := (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint;
     open_ boolean;
     cap integer := 2147483647;
-    top text[];
+    tot integer;
     kept integer;
+    cut boolean;
+    b_run bigint;
+    b_pri integer;
+    b_id text;
     extra integer;
     dem text[];
     up text[];
     n integer;
     held boolean;
+    stuck boolean;
+    -- How soon a gate whose promotion skipped a held row is looked at again (10 ms).
+    retry constant bigint := 10000000;
 BEGIN
     INSERT INTO {schema}.gates AS x (queue, kind, key, running, key_limit, rate_starts, rate_per)
         VALUES (q, k, ky, greatest(d_run, 0), lim, rs, rp)
@@ -176,7 +184,12 @@ BEGIN
     IF g.rate_starts IS NOT NULL THEN
         cap := least(cap, greatest(g.rate_starts - CASE WHEN open_ THEN g.started ELSE 0 END, 0));
     END IF;
-    SELECT coalesce(array_agg(x.id), '{}'), count(*) FILTER (WHERE NOT x.waiting) INTO top, kept FROM (
+    -- The first `cap` pending jobs in key order, merged from the admitted and the waiting
+    -- (each an index range read in key order): how many, how many of them are admitted,
+    -- and the last of them, the boundary (`cut`: jobs after it wait; none when fewer than
+    -- `cap` are pending). Rows are placed against the boundary, not looked up in a list:
+    -- O(cap + admitted) rows read, whatever the limit.
+    SELECT count(*), count(*) FILTER (WHERE NOT x.waiting) INTO tot, kept FROM (
         (SELECT j.id, j.priority, j.run_at, j.waiting FROM {schema}.jobs j WHERE j.queue = q
           AND j.kind = k AND j.key = ky AND NOT j.waiting AND j.token IS NULL
           AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
@@ -187,18 +200,36 @@ BEGIN
           AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
           ORDER BY j.run_at, j.priority DESC, j.id LIMIT cap)
         ORDER BY 3, 2 DESC, 1 LIMIT cap) x;
-    -- The admitted jobs after the first `cap` wait, but for those another transaction holds:
+    cut := tot >= cap;
+    IF cut AND cap > 0 THEN
+        SELECT x.run_at, x.priority, x.id INTO b_run, b_pri, b_id FROM (
+            (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j WHERE j.queue = q
+              AND j.kind = k AND j.key = ky AND NOT j.waiting AND j.token IS NULL
+              AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+              ORDER BY j.run_at, j.priority DESC, j.id LIMIT cap)
+            UNION ALL
+            (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j WHERE j.queue = q
+              AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
+              AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+              ORDER BY j.run_at, j.priority DESC, j.id LIMIT cap)
+            ORDER BY 3, 2 DESC, 1 OFFSET cap - 1 LIMIT 1) x;
+    END IF;
+    -- The admitted jobs after the boundary wait, but for those another transaction holds:
     -- they stay admitted (one may be a claim's lease), and take the room of as many
     -- promotions, so admitted never passes cap whichever way their change ends.
-    SELECT count(*) INTO extra FROM {schema}.jobs j WHERE j.queue = q AND j.kind = k
+    SELECT count(*) INTO extra FROM {schema}.jobs j WHERE cut AND j.queue = q AND j.kind = k
         AND j.key = ky AND NOT j.waiting AND j.token IS NULL
-        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL) AND NOT j.id = ANY(top);
-    SELECT array_agg(x.id) INTO dem FROM (SELECT j.id FROM {schema}.jobs j WHERE j.queue = q
+        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+        AND (cap = 0 OR j.run_at >= b_run AND (j.run_at, -j.priority, j.id) > (b_run, -b_pri, b_id));
+    SELECT array_agg(x.id) INTO dem FROM (SELECT j.id FROM {schema}.jobs j WHERE cut AND j.queue = q
         AND j.kind = k AND j.key = ky AND NOT j.waiting AND j.token IS NULL
-        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL) AND NOT j.id = ANY(top)
+        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+        AND (cap = 0 OR j.run_at >= b_run AND (j.run_at, -j.priority, j.id) > (b_run, -b_pri, b_id))
         FOR UPDATE SKIP LOCKED) x;
     SELECT array_agg(x.id) INTO up FROM (SELECT j.id FROM {schema}.jobs j WHERE j.queue = q
-        AND j.id = ANY(top) AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
+        AND j.kind = k AND j.key = ky AND j.waiting AND j.token IS NULL
+        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+        AND (NOT cut OR j.run_at <= b_run AND (j.run_at, -j.priority, j.id) <= (b_run, -b_pri, b_id))
         ORDER BY j.run_at, j.priority DESC, j.id
         LIMIT greatest(cap - kept - (extra - coalesce(cardinality(dem), 0)), 0)
         FOR UPDATE SKIP LOCKED) x;
@@ -216,10 +247,19 @@ BEGIN
         DELETE FROM {schema}.gates WHERE queue = q AND kind = k AND key = ky;
         RETURN;
     END IF;
+    -- Room left while jobs wait: a promotion skipped a waiting row another transaction
+    -- holds without changing it (a schedule of its id that met it, `ON CONFLICT … WHERE
+    -- false`, held to the end of a caller's `schedule_in`; a series step's read), whose
+    -- commit rebalances nothing. The gate's timer comes at once (`retry`), so the next claim
+    -- of its kind rebalances it again, and idle consumers are woken for it.
+    stuck := held AND n < cap;
     UPDATE {schema}.gates SET admitted = n, window_start = g.window_start, started = g.started,
-        wake_at = CASE WHEN open_ AND (held OR g.running = 0 AND n = 0)
+        wake_at = CASE WHEN stuck THEN t + retry WHEN open_ AND (held OR g.running = 0 AND n = 0)
             THEN g.window_start + g.rate_per END
         WHERE queue = q AND kind = k AND key = ky;
+    IF stuck THEN
+        PERFORM pg_notify(trim(both '"' FROM '{schema}') || ':wake', (t + retry)::text || ' ' || q);
+    END IF;
 END $$;
 
 -- The gates of `q` (of the kinds `kinds`, NULL: every kind) whose `wake_at` has come, at

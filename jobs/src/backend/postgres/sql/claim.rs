@@ -139,11 +139,17 @@ impl ClaimSql {
         // says, so the planner uses the partial indexes), so the claim leases only admitted
         // ones, and a backlog held back costs it nothing. The statement's triggers do a
         // gate's bookkeeping (a lease from pending is a start: running + 1; a kill, running
-        // - 1; then the gate's rebalance); `gl` first locks the gates of the rows it
-        // leased, killed or handed over (a handed-over job's old gate, read from the row
-        // version the pick locked (`o`), and its successor's), in (kind, key) order, after
-        // those rows (the rule: job rows, then gates in order), so the triggers, one per
-        // kind of change, never take gates out of order. `timer` is the earliest gate timer of
+        // - 1; then the gate's rebalance); `gl` first locks the gates the picked rows
+        // need (`gk`: a pending job's, leased or killed; an expired lease's only when it is
+        // killed, a redelivery changes no gate; a handed-over job's successor's), in (kind,
+        // key) order, after those rows (the rule: job rows, then gates in order), so the
+        // triggers, one per kind of change, never take gates out of order. It skips the
+        // gates another transaction holds (a caller's `schedule_in` or `ack_in` holds its
+        // gate to its commit): the picked rows needing one are `given` back, neither leased
+        // nor killed (`ok` is the rest), so a claim never waits on a caller's transaction;
+        // they are due and not taken, so the consumer looks again shortly (`LOCKED_RETRY`),
+        // not in a loop. A gate absent from the snapshot (a successor's new one) is not
+        // waited for either way. `timer` is the earliest gate timer of
         // the claimed kinds: the next due time is no later, and one due is reported (row
         // 4) for [`Sql::gate_timers`]. For ungated jobs: one probe of `gates_wake` and an
         // empty `gl`.
@@ -192,7 +198,21 @@ impl ClaimSql {
                    AND NOT (SELECT p FROM paused) \
                    ORDER BY j.lease_until, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
                  {due}, {picked}, \
-                 killed AS (DELETE FROM {jobs} j USING picked p \
+                 gk AS (SELECT p.id, j.kind, j.key, {gated_j} AS gated, j.next_kind, j.next_key, \
+                   {gated_nj} AS ngated, NOT p.expired OR p.attempt >= coalesce(p.most, $5) AS starts, \
+                   p.nx AND p.attempt >= coalesce(p.most, $5) AS hands \
+                   FROM picked p JOIN {jobs} j ON j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
+                   WHERE {gated_j} OR p.nx AND {gated_nj}), \
+                 gl AS MATERIALIZED (SELECT g.kind, g.key FROM {gates} g WHERE g.queue = $1 AND (g.kind, g.key) IN ( \
+                   SELECT kind, key FROM gk WHERE gated AND starts \
+                   UNION ALL SELECT next_kind, next_key FROM gk WHERE hands AND ngated) \
+                   ORDER BY g.kind, g.key FOR UPDATE SKIP LOCKED), \
+                 given AS (SELECT gk.id FROM gk CROSS JOIN LATERAL (VALUES (gk.kind, gk.key, gk.gated AND gk.starts), \
+                   (gk.next_kind, gk.next_key, gk.hands AND gk.ngated)) AS w(kind, key, needs) \
+                   WHERE w.needs AND NOT EXISTS (SELECT 1 FROM gl WHERE gl.kind = w.kind AND gl.key = w.key) \
+                   AND EXISTS (SELECT 1 FROM {gates} x WHERE x.queue = $1 AND x.kind = w.kind AND x.key = w.key)), \
+                 ok AS (SELECT p.* FROM picked p WHERE NOT EXISTS (SELECT 1 FROM given b WHERE b.id = p.id)), \
+                 killed AS (DELETE FROM {jobs} j USING ok p \
                    WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id AND p.attempt >= coalesce(p.most, $5) \
                    AND NOT p.nx \
                    RETURNING j.queue, j.id, j.run_at, j.attempt, \
@@ -205,14 +225,13 @@ impl ClaimSql {
                    lease_until = NULL, \
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END, \
                    payload = j.next_payload, {take_next} \
-                   FROM picked p, {jobs} o WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
-                   AND o.ctid = p.tid AND p.attempt >= coalesce(p.most, $5) AND p.nx \
-                   RETURNING j.id, j.run_at, j.kind, j.key, {gated_j} AS gated, \
-                   o.kind AS old_kind, o.key AS old_key, {gated_o} AS old_gated), \
+                   FROM ok p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
+                   AND p.attempt >= coalesce(p.most, $5) AND p.nx \
+                   RETURNING j.id, j.run_at), \
                  leased AS (UPDATE {jobs} j SET attempt = j.attempt + 1, token = $4, \
                    lease_until = {until}, \
                    last_error = CASE WHEN p.expired THEN 'lease expired' ELSE j.last_error END \
-                   FROM picked p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
+                   FROM ok p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
                    AND p.attempt < coalesce(p.most, $5) \
                    RETURNING j.id, j.payload, j.attempt, j.run_at, j.lease_until, {spec_j}), \
                  swept AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.until <= (SELECT t FROM now) \
@@ -223,10 +242,6 @@ impl ClaimSql {
                    WHERE l.lvl IS NOT NULL), \
                  timer AS (SELECT min(g.wake_at) AS t FROM {gates} g WHERE g.queue = $1 \
                    AND g.wake_at IS NOT NULL {kg}), \
-                 gl AS (SELECT 1 FROM {gates} g WHERE g.queue = $1 AND (g.kind, g.key) IN ( \
-                   SELECT kind, key FROM leased WHERE {gated_} UNION ALL SELECT kind, key FROM killed WHERE {gated_} \
-                   UNION ALL SELECT kind, key FROM handed WHERE gated \
-                   UNION ALL SELECT old_kind, old_key FROM handed WHERE old_gated) ORDER BY g.kind, g.key FOR UPDATE), \
                  next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
                    AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
                    AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) \
@@ -248,9 +263,10 @@ impl ClaimSql {
                 spec_j = spec_cols("j"),
                 next_j = has_next("j"),
                 take_next = take_next(),
-                gated_ = super::gated(""),
                 gated_j = super::gated("j"),
-                gated_o = super::gated("o"),
+                gated_nj = super::gated("j")
+                    .replace("key_limit", "next_key_limit")
+                    .replace("rate_starts", "next_rate_starts"),
                 kg = kinds.map_or_else(|| "AND g.kind = ANY($6::text[])".to_owned(), |k| k.rows("g")),
             )
         };
@@ -746,16 +762,33 @@ mod tests {
             let admitted = text.matches("token IS NULL AND NOT j.waiting").count()
                 + text.matches("token IS NULL AND NOT waiting").count();
             assert!(pending > 0 && pending == admitted, "{text}");
+            // In order, never waiting on a gate another transaction holds.
             assert!(
-                text.contains("ORDER BY g.kind, g.key FOR UPDATE)"),
+                text.contains("ORDER BY g.kind, g.key FOR UPDATE SKIP LOCKED)"),
                 "gates in order: {text}"
             );
             assert!(text.contains("0 * (SELECT count(*) FROM gl)"), "{text}");
-            // A handed-over job's old gate too, with its successor's.
+            // A handed-over job's old gate too (its own, as it dies), with its successor's.
             assert!(
-                text.contains("SELECT old_kind, old_key FROM handed WHERE old_gated"),
+                text.contains("NOT p.expired OR p.attempt >= coalesce(p.most, $5) AS starts"),
                 "{text}"
             );
+            assert!(
+                text.contains("SELECT next_kind, next_key FROM gk WHERE hands AND ngated"),
+                "{text}"
+            );
+            // The rows whose gate is held are neither leased nor killed.
+            for step in [
+                "killed AS (DELETE FROM",
+                "handed AS (UPDATE",
+                "leased AS (UPDATE",
+            ] {
+                let from = &text[text.find(step).expect(step)..];
+                assert!(
+                    from[..from.find("WHERE").expect("where")].contains(" ok p"),
+                    "{step}"
+                );
+            }
             assert!(text.contains("(SELECT t FROM timer))"), "{text}");
         }
         assert!(
