@@ -15,8 +15,11 @@
 //!   each capped at c / 4 as the `run_kind` workers are, run with c (one claim loop whose
 //!   claims name the four kinds).
 //! - `keys, limited`: the same jobs of one kind over 100 keys, each key limited to c
-//!   running (`key_limit`, a limit that never binds: what keeping the per-key counts
-//!   costs), drained by one `run(c)`.
+//!   running (`key_limit`), drained by one `run(c)`: a key's jobs beyond its limit wait and
+//!   are let through one by one as its jobs finish (what the waiting costs);
+//! - `keys, room`: the same jobs over 1,000 keys, each limited to more than its share of
+//!   the N jobs, drained by one `run(c)`: nothing waits (what counting a key's running and
+//!   started jobs costs).
 //!
 //! `--fair` measures fairness instead (`fair`): tenant A's N due jobs, then tenant B's 100,
 //! drained by one `run(c)` whose handler takes 1 ms, once without limits and once with
@@ -58,10 +61,13 @@ enum Variant {
     Kinds,
     KindsOneWorker,
     KeysLimited,
+    KeysRoom,
 }
 
 /// Keys of the `keys, limited` variant.
 const KEYS: usize = 100;
+/// Keys of the `keys, room` variant.
+const ROOM_KEYS: usize = 1_000;
 
 impl Variant {
     fn name(self) -> &'static str {
@@ -72,13 +78,19 @@ impl Variant {
             Variant::Kinds => "kinds",
             Variant::KindsOneWorker => "kinds, one worker",
             Variant::KeysLimited => "keys, limited",
+            Variant::KeysRoom => "keys, room",
         }
     }
 
     /// The options job `i` is scheduled with (`None`: the plain `schedule`).
-    fn options(self, i: usize, concurrency: usize) -> Option<JobOptions> {
+    fn options(self, i: usize, n: usize, concurrency: usize) -> Option<JobOptions> {
         let priority = PRIORITIES[i % PRIORITIES.len()];
         match self {
+            Variant::KeysRoom => Some(
+                JobOptions::kind("sync")
+                    .key(format!("tenant-{}", i % ROOM_KEYS))
+                    .key_limit((n / ROOM_KEYS + 1) as u32),
+            ),
             Variant::KeysLimited => Some(
                 JobOptions::kind("sync")
                     .key(format!("tenant-{}", i % KEYS))
@@ -126,7 +138,7 @@ async fn schedules(queue: &JobQueue, variant: Variant, n: usize, concurrency: us
                     }
                     let id = format!("single-{i:08}");
                     let hour = Duration::from_secs(3600);
-                    let done = match variant.options(i, concurrency) {
+                    let done = match variant.options(i, n, concurrency) {
                         None => queue.schedule(&id, hour, PAYLOAD).await,
                         Some(o) => queue.schedule_with(&id, hour, PAYLOAD, &o).await,
                     };
@@ -148,7 +160,7 @@ async fn load(queue: &JobQueue, variant: Variant, n: usize, concurrency: usize) 
         let ids: Vec<usize> = (base..(base + CHUNK).min(n)).collect();
         let mut groups: Vec<(Option<JobOptions>, Vec<usize>)> = Vec::new();
         for i in ids {
-            let options = variant.options(i, concurrency);
+            let options = variant.options(i, n, concurrency);
             match groups.iter_mut().find(|(o, _)| *o == options) {
                 Some((_, members)) => members.push(i),
                 None => groups.push((options, vec![i])),
@@ -230,6 +242,7 @@ pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) 
         Variant::Kinds,
         Variant::KindsOneWorker,
         Variant::KeysLimited,
+        Variant::KeysRoom,
     ];
     let mut single = vec![Vec::new(); variants.len()];
     let mut drained = vec![Vec::new(); variants.len()];
