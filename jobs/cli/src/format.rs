@@ -58,7 +58,7 @@ fn span(d: Duration) -> String {
     }
     let (n, unit) = [(3_600_000, "h"), (60_000, "m"), (1_000, "s"), (1, "ms")]
         .into_iter()
-        .find(|&(size, _)| ms % size == 0)
+        .find(|&(size, _)| ms.is_multiple_of(size))
         .map_or((ms, "ms"), |(size, unit)| (ms / size, unit));
     format!("{n}{unit}")
 }

@@ -56,7 +56,7 @@ pub(super) fn key_limits(job: &JobInfo) -> Option<String> {
         let ms = per.as_millis();
         let per = [(3_600_000, "h"), (60_000, "m"), (1_000, "s")]
             .into_iter()
-            .find(|&(size, _)| ms % size == 0)
+            .find(|&(size, _)| ms.is_multiple_of(size))
             .map_or(format!("{ms}ms"), |(size, unit)| {
                 format!("{}{unit}", ms / size)
             });
