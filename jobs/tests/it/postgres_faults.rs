@@ -270,7 +270,12 @@ async fn a_postgres_server_killed_under_load_loses_no_acknowledged_schedule_and_
         let before: Vec<String> = oks.lock().unwrap().iter().map(|s| s.id.clone()).collect();
         tokio::task::block_in_place(|| server.kill());
         let started = Instant::now();
-        let down = queue.schedule("while-down", Duration::ZERO, "p").await;
+        // An id per round: a schedule the client gave up on may still commit after the
+        // restart (its batch retries), and run; the same id in the next round would then
+        // run twice, legitimately, and look like a duplicate effect.
+        let down = queue
+            .schedule(&format!("while-down-{round}"), Duration::ZERO, "p")
+            .await;
         let err = down.expect_err("a schedule on a killed server");
         assert!(
             err.is_unavailable(),
