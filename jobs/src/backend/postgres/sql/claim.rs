@@ -132,7 +132,10 @@ impl ClaimSql {
         //
         // Each claim deletes at most [`HELD_PER_CLAIM`] expired tombstones, earliest first
         // (`held_until`; one index probe when there are none), skipping those another
-        // statement holds (`embedded/store/claim.rs` `expire_held`).
+        // statement holds (`embedded/store/claim.rs` `expire_held`). The ids come from a
+        // `MATERIALIZED` CTE, computed once: inside `IN`, a `LIMIT … SKIP LOCKED` subquery
+        // may be run again per row by a nested-loop plan, each run skipping what the last
+        // deleted, and delete far more than the bound.
         //
         // Fairness per key (`migrations/0003_kinds.sql`, `gates`): jobs waiting for their
         // gate are in no due index (`NOT waiting`, which every read of pending jobs here
@@ -234,10 +237,11 @@ impl ClaimSql {
                    FROM ok p WHERE j.ctid = p.tid AND j.queue = $1 AND j.id = p.id \
                    AND p.attempt < coalesce(p.most, $5) \
                    RETURNING j.id, j.payload, j.attempt, j.run_at, j.lease_until, {spec_j}), \
-                 swept AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.until <= (SELECT t FROM now) \
-                   AND h.id IN (SELECT x.id FROM {held} x WHERE x.queue = $1 \
+                 sweep AS MATERIALIZED (SELECT x.id FROM {held} x WHERE x.queue = $1 \
                    AND x.until <= (SELECT t FROM now) ORDER BY x.until LIMIT {HELD_PER_CLAIM} \
-                   FOR UPDATE SKIP LOCKED) RETURNING 1), \
+                   FOR UPDATE SKIP LOCKED), \
+                 swept AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.until <= (SELECT t FROM now) \
+                   AND h.id IN (SELECT id FROM sweep) RETURNING 1), \
                  next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
                    WHERE l.lvl IS NOT NULL), \
                  timer AS (SELECT min(g.wake_at) AS t FROM {gates} g WHERE g.queue = $1 \

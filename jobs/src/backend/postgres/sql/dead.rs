@@ -23,9 +23,14 @@ impl DeadSql {
         let spec = spec_cols("");
         DeadSql {
             remove_dead: format!("DELETE FROM {dead} WHERE queue = $1 AND id = $2 RETURNING 1"),
+            // The ids first, in a CTE computed once: a `LIMIT … FOR UPDATE SKIP LOCKED`
+            // subquery inside `IN` may be run again per outer row by a nested-loop plan, each
+            // run skipping the rows the last one deleted, and delete more than $2 (as the
+            // claim's tombstone sweep, `claim.rs`).
             purge_dead: format!(
-                "DELETE FROM {dead} WHERE queue = $1 AND id IN (SELECT id FROM {dead} \
-                 WHERE queue = $1 ORDER BY died_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)"
+                "WITH ids AS MATERIALIZED (SELECT id FROM {dead} \
+                 WHERE queue = $1 ORDER BY died_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) \
+                 DELETE FROM {dead} WHERE queue = $1 AND id IN (SELECT id FROM ids)"
             ),
             // Machine::revive: pending again, attempts from 0, the last error and the spec
             // kept.
@@ -39,8 +44,9 @@ impl DeadSql {
             ),
             revive_dead: format!(
                 "WITH now AS (SELECT {NOW} AS t), \
-                 d AS (DELETE FROM {dead} WHERE queue = $1 AND id IN (SELECT id FROM {dead} \
-                   WHERE queue = $1 ORDER BY died_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) \
+                 ids AS MATERIALIZED (SELECT id FROM {dead} \
+                   WHERE queue = $1 ORDER BY died_at, id LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                 d AS (DELETE FROM {dead} WHERE queue = $1 AND id IN (SELECT id FROM ids) \
                    RETURNING queue, id, last_error, payload, {spec}), \
                  ins AS (INSERT INTO {jobs} (queue, id, run_at, attempt, last_error, payload, {spec}) \
                    SELECT queue, id, {}, 0, last_error, payload, {spec} FROM d RETURNING run_at) \
