@@ -283,6 +283,13 @@ impl Tables<'_> {
     /// touched, then writes and logs them, deleting those left with no job and no open
     /// window, and moving their timers.
     pub(super) fn settle(&mut self, counts: &mut Counters) -> Result<(), Error> {
+        // Every gate this step read is brought to its invariant at `now`, not only those
+        // whose jobs moved: a rate window that closed since the gate's last write raised its
+        // cap, and the timer that would have told a claim so is recomputed below (dropped
+        // once the window is closed), so a gate written without a rebalance could keep
+        // waiting jobs with room and no timer.
+        let read: Vec<(String, String)> = self.gate_cache.keys().cloned().collect();
+        self.dirty.extend(read);
         while let Some((kind, key)) = self.dirty.pop_first() {
             self.rebalance(counts, &kind, &key)?;
             // Its own moves marked it again; they moved it to its invariant.
