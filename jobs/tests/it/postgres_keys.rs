@@ -18,6 +18,7 @@ use wheel_jobs::{Builder, Dedup, JobOptions, JobQueue, Scheduled, MIN_LEASE};
 
 use crate::kill::{child_role, runtime, spawn_child, Killed};
 use crate::postgres::{connections_gone, fresh, pool, url};
+use crate::suite::keys;
 use crate::support::{ms, next};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -69,20 +70,9 @@ async fn waiting(pool: &sqlx::PgPool, queue: &str) -> Vec<String> {
         .unwrap()
 }
 
-/// Schedules `n` jobs `<key><i>` of kind `sync` with key `key`, due in id order in the past.
+/// [`keys::backlog`] of kind `sync`.
 async fn backlog(queue: &JobQueue, key: &str, n: u64) {
-    let now = SystemTime::now();
-    for i in 0..n {
-        queue
-            .schedule_with(
-                &format!("{key}{i}"),
-                now - ms(1000 - i),
-                "p",
-                &JobOptions::kind("sync").key(key),
-            )
-            .await
-            .unwrap();
-    }
+    keys::backlog(queue, key, n, &JobOptions::kind("sync")).await;
 }
 
 /// A limit of 2: the first two in key order are admitted, the rest wait; a reschedule of a

@@ -48,8 +48,8 @@ async fn limited(h: &impl Harness) -> bool {
 }
 
 /// Schedules `n` jobs `<key><i>` of `options`' kind with key `key`, due in id order in
-/// the past, one schedule each.
-async fn backlog(queue: &JobQueue, key: &str, n: u64, options: &JobOptions) {
+/// the past, one schedule each (also the backends' own keys tests).
+pub async fn backlog(queue: &JobQueue, key: &str, n: u64, options: &JobOptions) {
     let now = SystemTime::now();
     for i in 0..n {
         queue
