@@ -78,7 +78,8 @@ end
 
 local function gate_ctx(timers, due, levels, now, wake, publish)
   return {pre = string.sub(timers, 1, -7), timers = timers, due = due, levels = levels,
-          now = now, wake = wake, publish = publish, dirty = {}, order = {}, woke = {}}
+          now = now, wake = wake, publish = publish, dirty = {}, order = {}, woke = {},
+          pend = {}, hc = {}}
 end
 
 local function gate_dirty(G, gid)
@@ -111,12 +112,18 @@ local function gate_enter(G, id, run_ns, tail, limits)
   local gid, lim, rs, rp = job_gate(tail)
   local p, kind = job_level(tail)
   local h = G.pre .. 'h:' .. gid
+  G.hc[gid] = nil
   if limits or redis.call('HEXISTS', h, 'lim') == 0 then
     redis.call('HSET', h, 'lim', lim, 'rs', rs, 'rp', rp)
   end
-  redis.call('ZADD', G.pre .. 'w:' .. gid, 0, gate_member(run_ns, p, id))
-  redis.call('ZADD', G.pre .. 'l:' .. kind, ns_score(run_ns), id)
-  redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
+  -- Waiting, but kept in G until the rebalance: one it admits at once never touches the
+  -- waiting sets (`gate_rebalance` writes the rest there).
+  local pend = G.pend[gid]
+  if not pend then
+    pend = {}
+    G.pend[gid] = pend
+  end
+  pend[#pend + 1] = gate_member(run_ns, p, id)
   gate_dirty(G, gid)
 end
 
@@ -126,6 +133,17 @@ local function gate_leave(G, id, run_ns, tail)
   local gid = job_gate(tail)
   local p, kind = job_level(tail)
   local m = gate_member(run_ns, p, id)
+  local pend = G.pend[gid]
+  if pend then
+    for i, e in ipairs(pend) do
+      if e == m then
+        -- Entered in this script, not written anywhere yet.
+        table.remove(pend, i)
+        gate_dirty(G, gid)
+        return
+      end
+    end
+  end
   if redis.call('ZREM', G.pre .. 'a:' .. gid, m) == 1 then
     redis.call('ZREM', due_key(G.due, p, kind), id)
     level_tidy(G.levels, G.due, p, kind)
@@ -142,16 +160,20 @@ end
 local function gate_start(G, gid, id, run_ns, p)
   local h = G.pre .. 'h:' .. gid
   redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, p, id))
-  redis.call('HINCRBY', h, 'run', 1)
-  local f = redis.call('HMGET', h, 'ws', 'rs', 'rp')
+  local run = redis.call('HINCRBY', h, 'run', 1)
+  local f = redis.call('HMGET', h, 'ws', 'rs', 'rp', 'st', 'lim')
+  local ws, st = tonumber(f[1]), tonumber(f[4]) or 0
   if (tonumber(f[2]) or 0) > 0 then
-    local ws = tonumber(f[1])
     if not ws or G.now >= ws + tonumber(f[3]) then
       redis.call('HSET', h, 'ws', G.now, 'st', 1)
+      ws, st = G.now, 1
     else
-      redis.call('HINCRBY', h, 'st', 1)
+      st = redis.call('HINCRBY', h, 'st', 1)
     end
   end
+  -- The hash as it is now, for the rebalance (`gate_rebalance`: run, ws, st, lim, rs, rp
+  -- as HMGET returns them); any other write to it drops this.
+  G.hc[gid] = {run, ws, st, f[5], f[2], f[3]}
   gate_dirty(G, gid)
 end
 
@@ -164,6 +186,7 @@ end
 
 -- A running job of gate `gid` stops running (ack, retry, failure, death).
 local function gate_stop(G, gid)
+  G.hc[gid] = nil
   redis.call('HINCRBY', G.pre .. 'h:' .. gid, 'run', -1)
   gate_dirty(G, gid)
 end
@@ -175,7 +198,8 @@ local function gate_rebalance(G, gid)
   local kind = string.sub(gid, 1, string.find(gid, '\31', 1, true) - 1)
   local h, a, w = G.pre .. 'h:' .. gid, G.pre .. 'a:' .. gid, G.pre .. 'w:' .. gid
   local list = G.pre .. 'l:' .. kind
-  local f = redis.call('HMGET', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp')
+  local f = G.hc[gid] or redis.call('HMGET', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp')
+  G.hc[gid] = nil
   local run, ws, st = tonumber(f[1]) or 0, tonumber(f[2]), tonumber(f[3]) or 0
   local lim, rs, rp = tonumber(f[4]) or 0, tonumber(f[5]) or 0, tonumber(f[6]) or 0
   local open = rs > 0 and ws ~= nil and G.now < ws + rp
@@ -186,7 +210,19 @@ local function gate_rebalance(G, gid)
     if open then left = rs - st end
     cap = math.min(cap, math.max(0, left))
   end
-  local na, nw = redis.call('ZCARD', a), redis.call('ZCARD', w)
+  -- Waiting jobs: nws in the set w, and pend (entered in this script, not written yet),
+  -- sorted here; the first waiting one is the lesser of both heads.
+  local pend = G.pend[gid] or {}
+  G.pend[gid] = nil
+  table.sort(pend, less)
+  local na, nws = redis.call('ZCARD', a), redis.call('ZCARD', w)
+  local nw = nws + #pend
+  local from_w = false
+  local function wfirst()
+    local m = nws > 0 and redis.call('ZRANGE', w, 0, 0)[1]
+    if pend[1] and (not m or less(pend[1], m)) then return pend[1], false end
+    return m, true
+  end
   local function demote()
     local m = redis.call('ZRANGE', a, -1, -1)[1]
     local id, run_ns, p = gate_split(m)
@@ -196,13 +232,19 @@ local function gate_rebalance(G, gid)
     redis.call('ZADD', w, 0, m)
     redis.call('ZADD', list, ns_score(run_ns), id)
     redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
-    na, nw = na - 1, nw + 1
+    na, nw, nws = na - 1, nw + 1, nws + 1
   end
   local function promote()
-    local m = redis.call('ZRANGE', w, 0, 0)[1]
+    local m, stored = wfirst()
     local id, run_ns, p = gate_split(m)
-    redis.call('ZREM', w, m)
-    redis.call('ZREM', list, id)
+    if stored then
+      redis.call('ZREM', w, m)
+      redis.call('ZREM', list, id)
+      nws = nws - 1
+      from_w = true
+    else
+      table.remove(pend, 1)
+    end
     redis.call('ZADD', a, 0, m)
     local key, score = due_key(G.due, p, kind), ns_score(run_ns)
     redis.call('ZADD', key, score, id)
@@ -219,7 +261,7 @@ local function gate_rebalance(G, gid)
   -- Moves left: promotions, or a swap (the loop ends on the first that is none).
   local more = na < cap and nw > 0
   while not more and na > 0 and nw > 0 do
-    local first = redis.call('ZRANGE', w, 0, 0)[1]
+    local first = wfirst()
     local last = redis.call('ZRANGE', a, -1, -1)[1]
     if not less(first, last) then break end
     if moves == 0 then
@@ -230,12 +272,24 @@ local function gate_rebalance(G, gid)
       moves = moves - 1
     end
   end
-  if nw == 0 and redis.call('ZCARD', list) == 0 then redis.call('ZREM', G.levels, 'w:' .. kind) end
+  if #pend > 0 then
+    for _, m in ipairs(pend) do
+      local id, run_ns = gate_split(m)
+      redis.call('ZADD', w, 0, m)
+      redis.call('ZADD', list, ns_score(run_ns), id)
+    end
+    redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
+  end
+  -- Only a promotion out of w can empty the kind's list without tidying `levels`.
+  if from_w and nws == 0 and redis.call('ZCARD', list) == 0 then
+    redis.call('ZREM', G.levels, 'w:' .. kind)
+  end
   local idle = na == 0 and nw == 0 and run <= 0
   if more or (open and (nw > 0 or idle)) then
     local at = ws and ws + rp
     if more then at = G.now end
     local old = tonumber(redis.call('ZSCORE', G.timers, gid))
+    G.no_timers = false
     if old ~= at then
       redis.call('ZADD', G.timers, at, gid)
       G.timers_moved = true
@@ -245,7 +299,9 @@ local function gate_rebalance(G, gid)
     -- sleep past the window's end. A claim's own next_due reports it too.
     if nw > 0 and (not old or at < old) and (not G.timed or at < G.timed) then G.timed = at end
   else
-    if redis.call('ZREM', G.timers, gid) == 1 then G.timers_moved = true end
+    -- Whether any timer exists, read once per script (most queues have none).
+    if G.no_timers == nil then G.no_timers = redis.call('EXISTS', G.timers) == 0 end
+    if not G.no_timers and redis.call('ZREM', G.timers, gid) == 1 then G.timers_moved = true end
     if idle then redis.call('HDEL', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp') end
   end
 end
@@ -281,6 +337,7 @@ end
 local function gate_timers_due(G)
   local first = redis.call('ZRANGE', G.timers, 0, 0, 'WITHSCORES')
   G.timer_head = first[2] or false
+  G.no_timers = not first[2]
   if first[2] and tonumber(first[2]) <= G.now then
     local gids = redis.call('ZRANGEBYSCORE', G.timers, '-inf', G.now, 'LIMIT', 0, GATE_TIMERS_PER_CLAIM)
     for _, gid in ipairs(gids) do gate_dirty(G, gid) end
