@@ -699,3 +699,80 @@ async fn a_claim_reads_the_gate_timers_once() {
     assert_eq!(reads, claims, "one read of the gate timers per claim");
     q.close().await.unwrap();
 }
+
+/// A gate's hash counts its sets (`na`, `nw`: `lua/gates.lua` reads these instead of the
+/// sets) through entries, a swap, starts, acks and a cancel; acks freeing the slots of
+/// several gates of one kind (maybe one script: the promotions' due entries and waiting-list
+/// removals are written once per set) admit each gate's next job into the kind's due set,
+/// and the last ones empty the kind's waiting list and its `levels` entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gates_counters_follow_its_sets_and_acks_promote_every_gate() {
+    let server = RedisServer::start();
+    let q = JobQueue::builder()
+        .prefetch(8)
+        .redis(&server.url(), "g")
+        .await
+        .unwrap();
+    let gates = ["sync\x1fa", "sync\x1fb", "sync\x1fc"];
+    let counted = |why: &str| {
+        for gate in gates {
+            let set = |s: &str| server.cli(&["ZCARD", &format!("{{g}}:gate_{s}:{gate}")]);
+            let field = |f: &str| match gate_field(&server, gate, f).as_str() {
+                "" => "0".to_owned(),
+                n => n.to_owned(),
+            };
+            assert_eq!(field("na"), set("a"), "{why}: {gate:?} admitted");
+            assert_eq!(field("nw"), set("w"), "{why}: {gate:?} waiting");
+        }
+    };
+    let now = SystemTime::now();
+    for key in ["a", "b", "c"] {
+        let o = JobOptions::kind("sync").key(key).key_limit(1);
+        for i in 0..3u64 {
+            q.schedule_with(&format!("{key}{i}"), now - ms(1000 - 10 * i), "p", &o)
+                .await
+                .unwrap();
+        }
+    }
+    counted("scheduled");
+    let early = JobOptions::kind("sync").key("a").key_limit(1);
+    q.schedule_with("a-early", now - ms(5000), "p", &early)
+        .await
+        .unwrap();
+    assert_eq!(gate_ids(&server, "{g}:gate_a:sync\x1fa"), ["a-early"], "swapped");
+    counted("swapped");
+    let mut due = server.cli(&["ZRANGE", "{g}:due:0:sync", "0", "-1"]);
+    assert_eq!(due, "a-early\nb0\nc0");
+    let mut consumer = q.consume();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(next(&mut consumer).await);
+    }
+    let mut ids: Vec<_> = got.iter().map(|d| d.id().to_owned()).collect();
+    ids.sort();
+    assert_eq!(ids, ["a-early", "b0", "c0"]);
+    counted("started");
+    let (d0, d1, d2) = (got.remove(0), got.remove(0), got.remove(0));
+    let (x, y, z) = tokio::join!(d0.ack(), d1.ack(), d2.ack());
+    assert!(x.unwrap() && y.unwrap() && z.unwrap());
+    counted("acked");
+    due = server.cli(&["ZRANGE", "{g}:due:0:sync", "0", "-1"]);
+    assert_eq!(due, "a0\nb1\nc1", "each gate's next job admitted");
+    assert_eq!(
+        server.cli(&["ZRANGE", "{g}:gate_l:sync", "0", "-1"]),
+        "a1\na2\nb2\nc2",
+        "the kind's waiting list, by run_at"
+    );
+    assert!(q.cancel("b2").await.unwrap());
+    counted("cancelled");
+    let mut left = 6;
+    while left > 0 {
+        let d = next(&mut consumer).await;
+        assert!(d.ack().await.unwrap());
+        left -= 1;
+    }
+    assert_eq!(q.counts().await.unwrap().pending, 0);
+    assert_eq!(server.cli(&["KEYS", "{g}:gate*"]), "", "no gate state left");
+    assert_eq!(server.cli(&["ZRANGE", "{g}:levels", "0", "-1"]), "");
+    q.close().await.unwrap();
+}
