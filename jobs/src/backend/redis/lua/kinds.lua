@@ -146,13 +146,29 @@ local function dead_kinds(levels)
 end
 
 -- a < b, bytewise (Lua's `<` on strings follows the server's LC_COLLATE, not Redis's order).
-local function less(a, b)
+local function less_bytes(a, b)
   for i = 1, math.min(#a, #b) do
     local x, y = string.byte(a, i), string.byte(b, i)
     if x ~= y then return x < y end
   end
   return #a < #b
 end
+
+-- Whether Lua's `<` on strings is bytewise here: strcoll under the LC_COLLATE redis-server
+-- took from its environment, which is bytewise under C, POSIX and C.UTF-8 (the usual), and
+-- there some twenty times cheaper than the loop above (a claim merging kinds compares ids of
+-- one due time many times). Any locale ordering by dictionary rules fails these probes
+-- (case before letter, punctuation ignored, high bytes apart) and keeps the loop.
+local BYTEWISE = ('B' < 'a') and ('Z' < '_') and ('a-c' < 'ab') and ('a c' < 'a-b')
+  and ('a\0b' < 'a\1') and ('z' < '\128') and ('\127' < '\255') and ('ab' < 'abc')
+  and not ('abc' < 'ab') and not ('a' < 'a')
+
+local function less_lua(a, b)
+  return a < b
+end
+
+local less = less_bytes
+if BYTEWISE then less = less_lua end
 
 -- The first `n` entries, by (score, id) ascending, of the sorted sets `keys` merged, as
 -- {id, score, key} each. `read(key, from, count)` returns up to `count` entries of `key`
