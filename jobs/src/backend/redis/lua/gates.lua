@@ -15,8 +15,8 @@
 --                        period in µs: those of the job of the newest schedule, replace,
 --                        import, revive or successor that entered the gate), na + nw (how
 --                        many jobs gate_a and gate_w hold), tm (its score in gate_timers,
---                        0: none). A script reads it once (`gate_state`) and writes it
---                        once per rebalance, so a rebalance reads no set's size and no
+--                        0: none). A script reads it once (`gate_state`) and writes
+--                        what changed once per rebalance, so a rebalance reads no set's size and no
 --                        timer.
 --   gate_a:<gid>   zset  the gate's admitted pending jobs: in their due set (kinds.lua),
 --                        claimable as any
@@ -94,9 +94,10 @@ local function gate_dirty(G, gid)
 end
 
 -- The gate's hash as this script sees it, read once per script (one HMGET) and written
--- back by its rebalance (one HSET, or HDEL when the gate goes): run, ws (nil: no window),
--- st, lim (nil: the gate has no hash yet), rs, rp, na, nw (how many jobs its sets gate_a and
--- gate_w hold, kept in step with every write to them, so a rebalance reads no ZCARD).
+-- back by its rebalance (one HSET of the fields that changed, or HDEL when the gate goes):
+-- run, ws (nil: no window), st, lim (nil: the gate has no hash yet), rs, rp, na, nw (how
+-- many jobs its sets gate_a and gate_w hold, kept in step with every write to them, so a
+-- rebalance reads no ZCARD), tm (nil: no timer).
 local function gate_state(G, gid)
   local s = G.gs[gid]
   if not s then
@@ -104,6 +105,9 @@ local function gate_state(G, gid)
     s = {run = tonumber(f[1]) or 0, ws = tonumber(f[2]), st = tonumber(f[3]) or 0,
          lim = tonumber(f[4]), rs = tonumber(f[5]) or 0, rp = tonumber(f[6]) or 0,
          na = tonumber(f[7]), nw = tonumber(f[8]), tm = tonumber(f[9])}
+    -- What the hash holds, so its write sends the fields that changed only.
+    s.w = {run = tonumber(f[1]), ws = s.ws, st = tonumber(f[3]), lim = s.lim, rs = tonumber(f[5]),
+           rp = tonumber(f[6]), na = s.na, nw = s.nw, tm = s.tm}
     if s.tm == 0 then s.tm = nil end
     if not s.na then
       -- A gate without counters: none (no hash: no job) or one written before they were kept.
@@ -118,6 +122,9 @@ local function gate_state(G, gid)
   end
   return s
 end
+
+-- The hash's fields, in the order a write sends them.
+local GATE_FIELDS = {'run', 'ws', 'st', 'lim', 'rs', 'rp', 'na', 'nw', 'tm'}
 
 local function gate_member(run_ns, p, id)
   return string.rep('0', 20 - #run_ns) .. run_ns .. string.format('%03d', 127 - p) .. id
@@ -372,13 +379,18 @@ local function gate_rebalance(G, gid)
     redis.call('HDEL', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp', 'na', 'nw', 'tm')
     G.gs[gid] = nil
   else
-    local f = {'run', run, 'st', st, 'lim', lim, 'rs', rs, 'rp', rp, 'na', na, 'nw', nws,
-               'tm', s.tm or 0}
-    if ws then
-      f[#f + 1] = 'ws'
-      f[#f + 1] = ws
+    local cur = {run = run, ws = ws, st = st, lim = lim, rs = rs, rp = rp, na = na, nw = nws,
+                 tm = s.tm or 0}
+    local f = {}
+    for _, k in ipairs(GATE_FIELDS) do
+      local v = cur[k]
+      if v ~= nil and v ~= s.w[k] then
+        f[#f + 1] = k
+        f[#f + 1] = v
+      end
     end
-    redis.call('HSET', h, unpack(f))
+    if #f > 0 then redis.call('HSET', h, unpack(f)) end
+    s.w = cur
   end
 end
 
