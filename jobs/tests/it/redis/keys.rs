@@ -739,7 +739,11 @@ async fn a_gates_counters_follow_its_sets_and_acks_promote_every_gate() {
     q.schedule_with("a-early", now - ms(5000), "p", &early)
         .await
         .unwrap();
-    assert_eq!(gate_ids(&server, "{g}:gate_a:sync\x1fa"), ["a-early"], "swapped");
+    assert_eq!(
+        gate_ids(&server, "{g}:gate_a:sync\x1fa"),
+        ["a-early"],
+        "swapped"
+    );
     counted("swapped");
     let mut due = server.cli(&["ZRANGE", "{g}:due:0:sync", "0", "-1"]);
     assert_eq!(due, "a-early\nb0\nc0");
