@@ -780,3 +780,94 @@ async fn a_gates_counters_follow_its_sets_and_acks_promote_every_gate() {
     assert_eq!(server.cli(&["ZRANGE", "{g}:levels", "0", "-1"]), "");
     q.close().await.unwrap();
 }
+
+/// Every gate's admitted set is in its kind's due set and counted (`na`): the due set
+/// `{g}:due:0:sync` holds exactly the members of the `n` gates `sync\x1fk<i>`' admitted sets.
+fn admitted_all_due(server: &RedisServer, n: usize) -> usize {
+    let mut admitted = 0;
+    for k in 0..n {
+        let gate = format!("sync\x1fk{k}");
+        let set = server.cli(&["ZCARD", &format!("{{g}}:gate_a:{gate}")]);
+        assert_eq!(gate_field(server, &gate, "na"), set, "{gate:?} counted");
+        admitted += set.parse::<usize>().unwrap();
+    }
+    assert_eq!(
+        server.cli(&["ZCARD", "{g}:due:0:sync"]),
+        admitted.to_string(),
+        "every admitted job claimable"
+    );
+    admitted
+}
+
+/// 20 keys of 600 waiting jobs each under a limit of 1, every job due.
+async fn twenty_full_gates(q: &JobQueue, per_key: usize) {
+    let at = SystemTime::now() - ms(1000);
+    for k in 0..20 {
+        let o = JobOptions::kind("sync").key(format!("k{k}")).key_limit(1);
+        let jobs = (0..per_key).map(|i| (format!("k{k}-{i:03}"), at, "p"));
+        q.schedule_many_with(jobs, &o).await.unwrap();
+    }
+}
+
+/// A claim meeting 20 gates' timers at now promotes 256 jobs of each into one due set
+/// (5,120 members: more than Lua's unpack takes at once, `lua/kinds.lua`'s `call_many`):
+/// the claim succeeds, every promotion is in the due set, and the next claim admits the
+/// rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_promoting_thousands_across_gates_writes_them_all() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    twenty_full_gates(&q, 600).await;
+    for k in 0..20 {
+        let many = JobOptions::kind("sync")
+            .key(format!("k{k}"))
+            .key_limit(1000);
+        q.schedule_with(&format!("raise{k}"), Duration::ZERO, "p", &many)
+            .await
+            .unwrap();
+    }
+    assert_eq!(admitted_all_due(&server, 20), 20 * 257);
+    assert_eq!(server.cli(&["ZCARD", "{g}:gate_timers"]), "20");
+    let mut consumer = q.consume_kind("sync");
+    let first = next(&mut consumer).await;
+    let second = next(&mut consumer).await;
+    assert_eq!(
+        server.cli(&["ZCARD", "{g}:gate_timers"]),
+        "0",
+        "two claims admitted every job"
+    );
+    assert_eq!(admitted_all_due(&server, 20), 20 * 601 - 2);
+    assert_eq!(server.cli(&["ZCARD", "{g}:gate_l:sync"]), "0");
+    assert!(first.ack().await.unwrap() && second.ack().await.unwrap());
+    q.close().await.unwrap();
+}
+
+/// One script raising the limits of 20 gates of 300 waiting jobs each (an import of 20
+/// jobs) promotes 256 of each into one due set, 5,120 members, whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_script_raising_many_gates_writes_every_promotion() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    twenty_full_gates(&q, 300).await;
+    let src = JobQueue::builder()
+        .redis(&server.url(), "src")
+        .await
+        .unwrap();
+    for k in 0..20 {
+        let many = JobOptions::kind("sync")
+            .key(format!("k{k}"))
+            .key_limit(1000);
+        src.schedule_with(&format!("raise{k}"), Duration::ZERO, "p", &many)
+            .await
+            .unwrap();
+    }
+    src.copy_to(&q).await.unwrap();
+    assert_eq!(admitted_all_due(&server, 20), 20 * 257);
+    assert_eq!(
+        server.cli(&["ZCARD", "{g}:gate_l:sync"]),
+        (20 * 44).to_string()
+    );
+    assert_eq!(q.counts().await.unwrap().pending, 20 * 301);
+    src.close().await.unwrap();
+    q.close().await.unwrap();
+}

@@ -143,10 +143,11 @@ local function gate_list_drop(G, kind, id)
   if redis.call('ZCARD', l) == 0 then redis.call('ZREM', G.levels, 'w:' .. kind) end
 end
 
--- gate_list_drop for the promoted ids `ids` of `kind` (gate_flush): one ZREM.
+-- gate_list_drop for the promoted ids `ids` of `kind` (gate_flush): one ZREM per
+-- ARGS_PER_CALL ids (a flush may hold 256 promotions of each of many gates).
 local function gate_list_drop_many(G, kind, ids)
   local l = G.pre .. 'l:' .. kind
-  redis.call('ZREM', l, unpack(ids))
+  call_many('ZREM', l, ids)
   if redis.call('ZCARD', l) == 0 then redis.call('ZREM', G.levels, 'w:' .. kind) end
 end
 
@@ -264,7 +265,7 @@ local function gate_rebalance(G, gid)
   local into_a = {}
   local function flush_a()
     if #into_a > 0 then
-      redis.call('ZADD', a, unpack(into_a))
+      call_many('ZADD', a, into_a)
       into_a = {}
     end
   end
@@ -345,8 +346,8 @@ local function gate_rebalance(G, gid)
       list_args[#list_args + 1] = ns_score(run_ns)
       list_args[#list_args + 1] = id
     end
-    redis.call('ZADD', w, unpack(ws_args))
-    redis.call('ZADD', list, unpack(list_args))
+    call_many('ZADD', w, ws_args)
+    call_many('ZADD', list, list_args)
     redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
     nws = nws + #pend
   end
@@ -395,7 +396,9 @@ local function gate_rebalance(G, gid)
 end
 
 -- Rebalances the gates marked since the last flush, writes their promotions (one ZADD per
--- due set, one ZREM per kind's waiting list), then publishes the earliest of the
+-- due set, one ZREM per kind's waiting list; each in slices of ARGS_PER_CALL values, since
+-- up to 256 promotions of each of 64 gates at a claim, or of 512 at a schedule, would pass
+-- Lua's unpack limit), then publishes the earliest of the
 -- promotions that became their level's first due and of the timers set or moved earlier
 -- (one message: a consumer woken early claims and learns the rest as its next_due).
 -- Returns the earliest promotion's due score, or nil.
@@ -408,7 +411,7 @@ local function gate_flush(G)
   for _, gid in ipairs(G.order) do gate_rebalance(G, gid) end
   G.dirty, G.order = {}, {}
   for key, args in pairs(G.adds) do
-    redis.call('ZADD', key, unpack(args))
+    call_many('ZADD', key, args)
     local p, kind = string.match(string.sub(key, #G.due + 1), '^:(%-?%d+):(.*)$')
     if p then level_note(G.levels, tonumber(p), kind) end
   end

@@ -262,6 +262,20 @@ local function tally_flush(counts, t)
   end
 end
 
+-- The most values one command takes from a table (`call_many`): Lua's unpack fails past
+-- about 8,000 ("too many results to unpack", LUAI_MAXCSTACK), and a script that fails keeps
+-- the writes it made before. Even, so ZADD's (score, member) pairs stay whole.
+local ARGS_PER_CALL = 1000
+
+-- redis.call(cmd, key, every value of `args`), in slices of at most ARGS_PER_CALL values:
+-- for tables no bound on a script's jobs keeps small (a flush of many gates' promotions).
+local function call_many(cmd, key, args)
+  local n = #args
+  for i = 1, n, ARGS_PER_CALL do
+    redis.call(cmd, key, unpack(args, i, math.min(n, i + ARGS_PER_CALL - 1)))
+  end
+end
+
 -- Grouped writes: g[key] gets the arguments of one command, run once per key by g_run.
 local function g_push(g, key, a, b)
   local list = g[key]
@@ -274,7 +288,7 @@ local function g_push(g, key, a, b)
 end
 
 local function g_run(g, cmd)
-  for key, list in pairs(g) do redis.call(cmd, key, unpack(list)) end
+  for key, list in pairs(g) do call_many(cmd, key, list) end
 end
 
 -- Whether `score` is at or before the head of the index `key` (just written: the job
