@@ -871,3 +871,38 @@ async fn one_script_raising_many_gates_writes_every_promotion() {
     src.close().await.unwrap();
     q.close().await.unwrap();
 }
+
+/// A rebalance out of moves mid-swap keeps its timer at now, and any touch of the gate
+/// before a claim meets it goes on with the swaps: a cancel here (300 admitted jobs due
+/// tomorrow, then 300 entering due now: 256 swaps, 44 left) finishes them, so every job due
+/// now is admitted before any due tomorrow, and only then is the timer gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_touch_after_a_swap_out_of_moves_finishes_it() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    let gate = "sync\x1fa";
+    let admitted = "{g}:gate_a:sync\x1fa";
+    let o = JobOptions::kind("sync").key("a").key_limit(300);
+    let now = SystemTime::now();
+    let late = (0..300).map(|i| (format!("l{i:03}"), now + 86_400 * ms(1000), "p"));
+    q.schedule_many_with(late, &o).await.unwrap();
+    let early = (0..300).map(|i| (format!("e{i:03}"), now - ms(1000), "p"));
+    q.schedule_many_with(early, &o).await.unwrap();
+    let held = gate_ids(&server, admitted);
+    assert_eq!(held.iter().filter(|id| id.starts_with('l')).count(), 44);
+    assert_ne!(server.cli(&["ZSCORE", "{g}:gate_timers", gate]), "");
+    assert!(q.cancel("l000").await.unwrap());
+    let held = gate_ids(&server, admitted);
+    assert_eq!(held.len(), 300);
+    assert!(
+        held.iter().all(|id| id.starts_with('e')),
+        "every job due now admitted: {:?}",
+        held.iter()
+            .filter(|id| id.starts_with('l'))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(server.cli(&["ZSCORE", "{g}:gate_timers", gate]), "");
+    assert_eq!(gate_field(&server, gate, "tm"), "0");
+    assert_eq!(gate_field(&server, gate, "nw"), "299");
+    q.close().await.unwrap();
+}

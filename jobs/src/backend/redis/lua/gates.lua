@@ -38,7 +38,8 @@
 -- order, and admitted = min(admitted + waiting, cap), cap = max(0, min(lim - run,
 -- rs - st while the window is open, else rs)) (`gate_rebalance`); admitted never above the
 -- cap, but a rebalance out of moves (GATE_MOVES_PER_REBALANCE) may leave fewer admitted,
--- or a swap undone, until a claim meets the gate's timer at now. A script marks the gates
+-- or a swap undone, until the next rebalance after the gate's timer (at now): that of the
+-- claim that meets it, or of any script that touches the gate (its `tm` come). A script marks the gates
 -- it touches (`gate_dirty`) and rebalances them once at its end (`gate_flush`); a
 -- promotion that becomes its level's first due is published on the wake channel, as a
 -- schedule does. A gate with no job (run 0, none admitted or waiting) is deleted at its
@@ -234,8 +235,8 @@ end
 
 -- Restores the gate's invariant (see the header) at G.now: demotes admitted's last while
 -- over the cap, promotes waiting's first while under it, swaps while waiting's first is
--- before admitted's last (only after a job entered or at its timer: promotions and
--- demotions keep the order); then sets or clears its timer, writes its hash, or deletes it
+-- before admitted's last (only after a job entered or once its timer has come: promotions
+-- and demotions keep the order); then sets or clears its timer, writes its hash, or deletes it
 -- if it has no job. A promotion's due entry and its removal from the kind's waiting list
 -- are written by gate_flush, one command per set for every gate it rebalanced.
 local function gate_rebalance(G, gid)
@@ -243,7 +244,10 @@ local function gate_rebalance(G, gid)
   local h, a, w = G.pre .. 'h:' .. gid, G.pre .. 'a:' .. gid, G.pre .. 'w:' .. gid
   local list = G.pre .. 'l:' .. kind
   local s = gate_state(G, gid)
-  local full = G.full[gid]
+  -- A timer come (at or before now) may be a swap left undone: any touch goes on with it,
+  -- not only the claim that meets the timer (an ack or cancel before it would otherwise
+  -- drop the timer with a later-due job admitted before an earlier waiting one).
+  local full = G.full[gid] or (s.tm ~= nil and s.tm <= G.now)
   G.full[gid] = nil
   local run, ws, st, lim, rs, rp = s.run, s.ws, s.st, s.lim or 0, s.rs, s.rp
   local open = rs > 0 and ws ~= nil and G.now < ws + rp
