@@ -906,3 +906,38 @@ async fn a_touch_after_a_swap_out_of_moves_finishes_it() {
     assert_eq!(gate_field(&server, gate, "nw"), "299");
     q.close().await.unwrap();
 }
+
+/// A gate's hash without `tm` (written before it was kept) whose gate has a timer: the
+/// rebalance that keeps no timer removes it all the same (a cancel of the job that waited
+/// for the window's end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_hash_without_its_timer_field_drops_the_timer() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    let gate = "mail\x1fm";
+    let o = JobOptions::kind("mail")
+        .key("m")
+        .key_rate(1, Duration::from_secs(3600));
+    q.schedule_with("m0", Duration::ZERO, "p", &o)
+        .await
+        .unwrap();
+    let mut consumer = q.consume_kind("mail");
+    let m0 = next(&mut consumer).await;
+    q.schedule_with("m1", Duration::ZERO, "p", &o)
+        .await
+        .unwrap();
+    let timer = server.cli(&["ZSCORE", "{g}:gate_timers", gate]);
+    assert_ne!(timer, "", "m1 waits for the window's end");
+    assert_eq!(gate_field(&server, gate, "tm"), timer);
+    server.cli(&["HDEL", &format!("{{g}}:gate_h:{gate}"), "tm"]);
+    assert!(q.cancel("m1").await.unwrap());
+    assert_eq!(
+        server.cli(&["ZSCORE", "{g}:gate_timers", gate]),
+        "",
+        "nothing waits: no timer"
+    );
+    assert_eq!(gate_field(&server, gate, "tm"), "0");
+    drop(consumer);
+    assert!(m0.ack().await.unwrap());
+    q.close().await.unwrap();
+}

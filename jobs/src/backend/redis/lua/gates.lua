@@ -373,7 +373,8 @@ local function gate_rebalance(G, gid)
     -- sleep past the window's end. A claim's own next_due reports it too.
     if nw > 0 and (not old or at < old) and (not G.timed or at < G.timed) then G.timed = at end
   else
-    if old then
+    -- A hash without `tm` (written before it was kept) may have a timer all the same.
+    if old or (s.w.tm == nil and s.w.lim ~= nil) then
       redis.call('ZREM', G.timers, gid)
       G.timers_moved = true
     end
