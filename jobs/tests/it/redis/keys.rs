@@ -701,10 +701,11 @@ async fn a_claim_reads_the_gate_timers_once() {
 }
 
 /// A gate's hash counts its sets (`na`, `nw`: `lua/gates.lua` reads these instead of the
-/// sets) through entries, a swap, starts, acks and a cancel; acks freeing the slots of
-/// several gates of one kind (maybe one script: the promotions' due entries and waiting-list
-/// removals are written once per set) admit each gate's next job into the kind's due set,
-/// and the last ones empty the kind's waiting list and its `levels` entry.
+/// sets) and its timer (`tm`, 0: none in `gate_timers`) through entries, a swap, starts,
+/// acks and a cancel; acks freeing the slots of several gates of one kind (maybe one
+/// script: the promotions' due entries and waiting-list removals are written once per set)
+/// admit each gate's next job into the kind's due set, and the last ones empty the kind's
+/// waiting list and its `levels` entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gates_counters_follow_its_sets_and_acks_promote_every_gate() {
     let server = RedisServer::start();
@@ -723,6 +724,13 @@ async fn a_gates_counters_follow_its_sets_and_acks_promote_every_gate() {
             };
             assert_eq!(field("na"), set("a"), "{why}: {gate:?} admitted");
             assert_eq!(field("nw"), set("w"), "{why}: {gate:?} waiting");
+            let timer = server.cli(&["ZSCORE", "{g}:gate_timers", gate]);
+            let timer = if timer.is_empty() {
+                "0".to_owned()
+            } else {
+                timer
+            };
+            assert_eq!(field("tm"), timer, "{why}: {gate:?} timer");
         }
     };
     let now = SystemTime::now();
@@ -781,7 +789,8 @@ async fn a_gates_counters_follow_its_sets_and_acks_promote_every_gate() {
     q.close().await.unwrap();
 }
 
-/// Every gate's admitted set is in its kind's due set and counted (`na`): the due set
+/// Every gate's admitted set is in its kind's due set and counted (`na`, its timer `tm`
+/// as in `gate_timers`): the due set
 /// `{g}:due:0:sync` holds exactly the members of the `n` gates `sync\x1fk<i>`' admitted sets.
 fn admitted_all_due(server: &RedisServer, n: usize) -> usize {
     let mut admitted = 0;
@@ -789,6 +798,13 @@ fn admitted_all_due(server: &RedisServer, n: usize) -> usize {
         let gate = format!("sync\x1fk{k}");
         let set = server.cli(&["ZCARD", &format!("{{g}}:gate_a:{gate}")]);
         assert_eq!(gate_field(server, &gate, "na"), set, "{gate:?} counted");
+        let timer = server.cli(&["ZSCORE", "{g}:gate_timers", &gate]);
+        let tm = gate_field(server, &gate, "tm");
+        assert_eq!(
+            tm,
+            if timer.is_empty() { "0" } else { &timer },
+            "{gate:?} timer"
+        );
         admitted += set.parse::<usize>().unwrap();
     }
     assert_eq!(
