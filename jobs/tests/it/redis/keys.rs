@@ -699,3 +699,261 @@ async fn a_claim_reads_the_gate_timers_once() {
     assert_eq!(reads, claims, "one read of the gate timers per claim");
     q.close().await.unwrap();
 }
+
+/// A gate's hash counts its sets (`na`, `nw`: `lua/gates.lua` reads these instead of the
+/// sets) and its timer (`tm`, 0: none in `gate_timers`) through entries, a swap, starts,
+/// acks and a cancel; acks freeing the slots of several gates of one kind (maybe one
+/// script: the promotions' due entries and waiting-list removals are written once per set)
+/// admit each gate's next job into the kind's due set, and the last ones empty the kind's
+/// waiting list and its `levels` entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gates_counters_follow_its_sets_and_acks_promote_every_gate() {
+    let server = RedisServer::start();
+    let q = JobQueue::builder()
+        .prefetch(8)
+        .redis(&server.url(), "g")
+        .await
+        .unwrap();
+    let gates = ["sync\x1fa", "sync\x1fb", "sync\x1fc"];
+    let counted = |why: &str| {
+        for gate in gates {
+            let set = |s: &str| server.cli(&["ZCARD", &format!("{{g}}:gate_{s}:{gate}")]);
+            let field = |f: &str| match gate_field(&server, gate, f).as_str() {
+                "" => "0".to_owned(),
+                n => n.to_owned(),
+            };
+            assert_eq!(field("na"), set("a"), "{why}: {gate:?} admitted");
+            assert_eq!(field("nw"), set("w"), "{why}: {gate:?} waiting");
+            let timer = server.cli(&["ZSCORE", "{g}:gate_timers", gate]);
+            let timer = if timer.is_empty() {
+                "0".to_owned()
+            } else {
+                timer
+            };
+            assert_eq!(field("tm"), timer, "{why}: {gate:?} timer");
+        }
+    };
+    let now = SystemTime::now();
+    for key in ["a", "b", "c"] {
+        let o = JobOptions::kind("sync").key(key).key_limit(1);
+        for i in 0..3u64 {
+            q.schedule_with(&format!("{key}{i}"), now - ms(1000 - 10 * i), "p", &o)
+                .await
+                .unwrap();
+        }
+    }
+    counted("scheduled");
+    let early = JobOptions::kind("sync").key("a").key_limit(1);
+    q.schedule_with("a-early", now - ms(5000), "p", &early)
+        .await
+        .unwrap();
+    assert_eq!(
+        gate_ids(&server, "{g}:gate_a:sync\x1fa"),
+        ["a-early"],
+        "swapped"
+    );
+    counted("swapped");
+    let mut due = server.cli(&["ZRANGE", "{g}:due:0:sync", "0", "-1"]);
+    assert_eq!(due, "a-early\nb0\nc0");
+    let mut consumer = q.consume();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(next(&mut consumer).await);
+    }
+    let mut ids: Vec<_> = got.iter().map(|d| d.id().to_owned()).collect();
+    ids.sort();
+    assert_eq!(ids, ["a-early", "b0", "c0"]);
+    counted("started");
+    let (d0, d1, d2) = (got.remove(0), got.remove(0), got.remove(0));
+    let (x, y, z) = tokio::join!(d0.ack(), d1.ack(), d2.ack());
+    assert!(x.unwrap() && y.unwrap() && z.unwrap());
+    counted("acked");
+    due = server.cli(&["ZRANGE", "{g}:due:0:sync", "0", "-1"]);
+    assert_eq!(due, "a0\nb1\nc1", "each gate's next job admitted");
+    assert_eq!(
+        server.cli(&["ZRANGE", "{g}:gate_l:sync", "0", "-1"]),
+        "a1\na2\nb2\nc2",
+        "the kind's waiting list, by run_at"
+    );
+    assert!(q.cancel("b2").await.unwrap());
+    counted("cancelled");
+    let mut left = 6;
+    while left > 0 {
+        let d = next(&mut consumer).await;
+        assert!(d.ack().await.unwrap());
+        left -= 1;
+    }
+    assert_eq!(q.counts().await.unwrap().pending, 0);
+    assert_eq!(server.cli(&["KEYS", "{g}:gate*"]), "", "no gate state left");
+    assert_eq!(server.cli(&["ZRANGE", "{g}:levels", "0", "-1"]), "");
+    q.close().await.unwrap();
+}
+
+/// Every gate's admitted set is in its kind's due set and counted (`na`, its timer `tm`
+/// as in `gate_timers`): the due set
+/// `{g}:due:0:sync` holds exactly the members of the `n` gates `sync\x1fk<i>`' admitted sets.
+fn admitted_all_due(server: &RedisServer, n: usize) -> usize {
+    let mut admitted = 0;
+    for k in 0..n {
+        let gate = format!("sync\x1fk{k}");
+        let set = server.cli(&["ZCARD", &format!("{{g}}:gate_a:{gate}")]);
+        assert_eq!(gate_field(server, &gate, "na"), set, "{gate:?} counted");
+        let timer = server.cli(&["ZSCORE", "{g}:gate_timers", &gate]);
+        let tm = gate_field(server, &gate, "tm");
+        assert_eq!(
+            tm,
+            if timer.is_empty() { "0" } else { &timer },
+            "{gate:?} timer"
+        );
+        admitted += set.parse::<usize>().unwrap();
+    }
+    assert_eq!(
+        server.cli(&["ZCARD", "{g}:due:0:sync"]),
+        admitted.to_string(),
+        "every admitted job claimable"
+    );
+    admitted
+}
+
+/// 20 keys of 600 waiting jobs each under a limit of 1, every job due.
+async fn twenty_full_gates(q: &JobQueue, per_key: usize) {
+    let at = SystemTime::now() - ms(1000);
+    for k in 0..20 {
+        let o = JobOptions::kind("sync").key(format!("k{k}")).key_limit(1);
+        let jobs = (0..per_key).map(|i| (format!("k{k}-{i:03}"), at, "p"));
+        q.schedule_many_with(jobs, &o).await.unwrap();
+    }
+}
+
+/// A claim meeting 20 gates' timers at now promotes 256 jobs of each into one due set
+/// (5,120 members: more than Lua's unpack takes at once, `lua/kinds.lua`'s `call_many`):
+/// the claim succeeds, every promotion is in the due set, and the next claim admits the
+/// rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_promoting_thousands_across_gates_writes_them_all() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    twenty_full_gates(&q, 600).await;
+    for k in 0..20 {
+        let many = JobOptions::kind("sync")
+            .key(format!("k{k}"))
+            .key_limit(1000);
+        q.schedule_with(&format!("raise{k}"), Duration::ZERO, "p", &many)
+            .await
+            .unwrap();
+    }
+    assert_eq!(admitted_all_due(&server, 20), 20 * 257);
+    assert_eq!(server.cli(&["ZCARD", "{g}:gate_timers"]), "20");
+    let mut consumer = q.consume_kind("sync");
+    let first = next(&mut consumer).await;
+    let second = next(&mut consumer).await;
+    assert_eq!(
+        server.cli(&["ZCARD", "{g}:gate_timers"]),
+        "0",
+        "two claims admitted every job"
+    );
+    assert_eq!(admitted_all_due(&server, 20), 20 * 601 - 2);
+    assert_eq!(server.cli(&["ZCARD", "{g}:gate_l:sync"]), "0");
+    assert!(first.ack().await.unwrap() && second.ack().await.unwrap());
+    q.close().await.unwrap();
+}
+
+/// One script raising the limits of 20 gates of 300 waiting jobs each (an import of 20
+/// jobs) promotes 256 of each into one due set, 5,120 members, whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_script_raising_many_gates_writes_every_promotion() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    twenty_full_gates(&q, 300).await;
+    let src = JobQueue::builder()
+        .redis(&server.url(), "src")
+        .await
+        .unwrap();
+    for k in 0..20 {
+        let many = JobOptions::kind("sync")
+            .key(format!("k{k}"))
+            .key_limit(1000);
+        src.schedule_with(&format!("raise{k}"), Duration::ZERO, "p", &many)
+            .await
+            .unwrap();
+    }
+    src.copy_to(&q).await.unwrap();
+    assert_eq!(admitted_all_due(&server, 20), 20 * 257);
+    assert_eq!(
+        server.cli(&["ZCARD", "{g}:gate_l:sync"]),
+        (20 * 44).to_string()
+    );
+    assert_eq!(q.counts().await.unwrap().pending, 20 * 301);
+    src.close().await.unwrap();
+    q.close().await.unwrap();
+}
+
+/// A rebalance out of moves mid-swap keeps its timer at now, and any touch of the gate
+/// before a claim meets it goes on with the swaps: a cancel here (300 admitted jobs due
+/// tomorrow, then 300 entering due now: 256 swaps, 44 left) finishes them, so every job due
+/// now is admitted before any due tomorrow, and only then is the timer gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_touch_after_a_swap_out_of_moves_finishes_it() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    let gate = "sync\x1fa";
+    let admitted = "{g}:gate_a:sync\x1fa";
+    let o = JobOptions::kind("sync").key("a").key_limit(300);
+    let now = SystemTime::now();
+    let late = (0..300).map(|i| (format!("l{i:03}"), now + 86_400 * ms(1000), "p"));
+    q.schedule_many_with(late, &o).await.unwrap();
+    let early = (0..300).map(|i| (format!("e{i:03}"), now - ms(1000), "p"));
+    q.schedule_many_with(early, &o).await.unwrap();
+    let held = gate_ids(&server, admitted);
+    assert_eq!(held.iter().filter(|id| id.starts_with('l')).count(), 44);
+    assert_ne!(server.cli(&["ZSCORE", "{g}:gate_timers", gate]), "");
+    assert!(q.cancel("l000").await.unwrap());
+    let held = gate_ids(&server, admitted);
+    assert_eq!(held.len(), 300);
+    assert!(
+        held.iter().all(|id| id.starts_with('e')),
+        "every job due now admitted: {:?}",
+        held.iter()
+            .filter(|id| id.starts_with('l'))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(server.cli(&["ZSCORE", "{g}:gate_timers", gate]), "");
+    assert_eq!(gate_field(&server, gate, "tm"), "0");
+    assert_eq!(gate_field(&server, gate, "nw"), "299");
+    q.close().await.unwrap();
+}
+
+/// A gate's hash without `tm` (written before it was kept) whose gate has a timer: the
+/// rebalance that keeps no timer removes it all the same (a cancel of the job that waited
+/// for the window's end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_hash_without_its_timer_field_drops_the_timer() {
+    let server = RedisServer::start();
+    let q = gate_queue(&server).await;
+    let gate = "mail\x1fm";
+    let o = JobOptions::kind("mail")
+        .key("m")
+        .key_rate(1, Duration::from_secs(3600));
+    q.schedule_with("m0", Duration::ZERO, "p", &o)
+        .await
+        .unwrap();
+    let mut consumer = q.consume_kind("mail");
+    let m0 = next(&mut consumer).await;
+    q.schedule_with("m1", Duration::ZERO, "p", &o)
+        .await
+        .unwrap();
+    let timer = server.cli(&["ZSCORE", "{g}:gate_timers", gate]);
+    assert_ne!(timer, "", "m1 waits for the window's end");
+    assert_eq!(gate_field(&server, gate, "tm"), timer);
+    server.cli(&["HDEL", &format!("{{g}}:gate_h:{gate}"), "tm"]);
+    assert!(q.cancel("m1").await.unwrap());
+    assert_eq!(
+        server.cli(&["ZSCORE", "{g}:gate_timers", gate]),
+        "",
+        "nothing waits: no timer"
+    );
+    assert_eq!(gate_field(&server, gate, "tm"), "0");
+    drop(consumer);
+    assert!(m0.ack().await.unwrap());
+    q.close().await.unwrap();
+}

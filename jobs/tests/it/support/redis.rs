@@ -247,6 +247,16 @@ pub fn queue_acl(name: &str) -> Vec<String> {
 /// The Redis backend on 3 partitions, connecting (over TCP) as a user allowed only
 /// [`queue_acl`] for the queue `test`.
 pub fn acl_partitioned() -> RedisHarness {
+    acl_on(3)
+}
+
+/// [`acl_partitioned`] on one partition: the queue's gates (`lua/gates.lua`, refused on
+/// several partitions) run their commands as that user too.
+pub fn acl_single() -> RedisHarness {
+    acl_on(1)
+}
+
+fn acl_on(partitions: usize) -> RedisHarness {
     let mut args = vec![
         "--save",
         "",
@@ -264,7 +274,7 @@ pub fn acl_partitioned() -> RedisHarness {
     RedisHarness {
         url: format!("redis://worker:secret@127.0.0.1:{port}"),
         _server: server,
-        partitions: 3,
+        partitions,
     }
 }
 

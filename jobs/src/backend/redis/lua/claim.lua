@@ -195,20 +195,27 @@ local notes = {}
 local out = {now, '', notes, 0, acked}
 if #ids > 0 then
   local metas = redis.call('HMGET', KEYS[1], unpack(ids))
-  -- One record per spec tail met (a batch's jobs mostly share one): its level's and kind's
-  -- sets, its attempts and lease, and what this claim does to them.
+  -- One record per spec met (a batch's jobs mostly share one): its level's and kind's
+  -- sets, its attempts and lease, and what this claim does to them. Jobs of one spec but
+  -- for their keys (a tail each) share it, so their sets are written once.
   local recs = {}
+  local by_spec = {}
   local order = {}
   local function rec_of(tail)
     local r = recs[tail]
     if not r then
       local p, kind, max_attempts, lease = job_spec(tail, plain)
-      r = {p = p, kind = kind, max = max_attempts, lease = lease,
-           due = due_key(KEYS[3], p, kind), running = running_key(KEYS[11], kind),
-           due_rems = {}, run_rems = {}, leases = {}, leased = 0, died_p = 0, died_r = 0,
-           handed_p = 0, handed_r = 0, gid = job_gate(tail)}
+      local spec = p .. ':' .. max_attempts .. ':' .. lease .. ':' .. kind
+      r = by_spec[spec]
+      if not r then
+        r = {p = p, kind = kind, max = max_attempts, lease = lease,
+             due = due_key(KEYS[3], p, kind), running = running_key(KEYS[11], kind),
+             due_rems = {}, run_rems = {}, leases = {}, leased = 0, died_p = 0, died_r = 0,
+             handed_p = 0, handed_r = 0}
+        by_spec[spec] = r
+        order[#order + 1] = r
+      end
       recs[tail] = r
-      order[#order + 1] = r
     end
     return r
   end
@@ -274,8 +281,9 @@ if #ids > 0 then
       if attempt >= r.max then
         -- A gated job's death frees what it held of its gate: a slot (running) or its
         -- admission (pending).
-        if r.gid then
-          if state == 'p' then gate_drop(G, r.gid, id, run_ns, r.p) else gate_stop(G, r.gid) end
+        local gid = job_gate(tail)
+        if gid then
+          if state == 'p' then gate_drop(G, gid, id, run_ns, r.p) else gate_stop(G, gid) end
         end
         if waits == nil then waits = next_any(N) end
         local succ = waits and redis.call('HGET', N.next, id)
@@ -316,7 +324,8 @@ if #ids > 0 then
           r.due_rems[#r.due_rems + 1] = id
           r.leased = r.leased + 1
           -- A start of its gate (an expired lease's redelivery is none).
-          if r.gid then gate_start(G, r.gid, id, run_ns, r.p) end
+          local gid = job_gate(tail)
+          if gid then gate_start(G, gid, id, run_ns, r.p) end
         end
         if tail == '' then tail = plain end
         out[#out + 1] = id

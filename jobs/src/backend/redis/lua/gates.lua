@@ -13,7 +13,11 @@
 --   gate_h:<gid>   hash  run (leased jobs of the gate), ws + st (the rate window's start in
 --                        µs and the starts in it), lim, rs, rp (limit, rate starts, rate
 --                        period in µs: those of the job of the newest schedule, replace,
---                        import, revive or successor that entered the gate)
+--                        import, revive or successor that entered the gate), na + nw (how
+--                        many jobs gate_a and gate_w hold), tm (its score in gate_timers,
+--                        0: none). A script reads it once (`gate_state`) and writes
+--                        what changed once per rebalance, so a rebalance reads no set's size and no
+--                        timer.
 --   gate_a:<gid>   zset  the gate's admitted pending jobs: in their due set (kinds.lua),
 --                        claimable as any
 --   gate_w:<gid>   zset  the gate's waiting pending jobs: in no due set, not claimable
@@ -34,7 +38,8 @@
 -- order, and admitted = min(admitted + waiting, cap), cap = max(0, min(lim - run,
 -- rs - st while the window is open, else rs)) (`gate_rebalance`); admitted never above the
 -- cap, but a rebalance out of moves (GATE_MOVES_PER_REBALANCE) may leave fewer admitted,
--- or a swap undone, until a claim meets the gate's timer at now. A script marks the gates
+-- or a swap undone, until the next rebalance after the gate's timer (at now): that of the
+-- claim that meets it, or of any script that touches the gate (its `tm` come). A script marks the gates
 -- it touches (`gate_dirty`) and rebalances them once at its end (`gate_flush`); a
 -- promotion that becomes its level's first due is published on the wake channel, as a
 -- schedule does. A gate with no job (run 0, none admitted or waiting) is deleted at its
@@ -78,7 +83,8 @@ end
 
 local function gate_ctx(timers, due, levels, now, wake, publish)
   return {pre = string.sub(timers, 1, -7), timers = timers, due = due, levels = levels,
-          now = now, wake = wake, publish = publish, dirty = {}, order = {}, woke = {}}
+          now = now, wake = wake, publish = publish, dirty = {}, order = {}, woke = {},
+          pend = {}, gs = {}, full = {}, adds = {}, drops = {}, tmr = {}}
 end
 
 local function gate_dirty(G, gid)
@@ -87,6 +93,39 @@ local function gate_dirty(G, gid)
     G.order[#G.order + 1] = gid
   end
 end
+
+-- The gate's hash as this script sees it, read once per script (one HMGET) and written
+-- back by its rebalance (one HSET of the fields that changed, or HDEL when the gate goes):
+-- run, ws (nil: no window), st, lim (nil: the gate has no hash yet), rs, rp, na, nw (how
+-- many jobs its sets gate_a and gate_w hold, kept in step with every write to them, so a
+-- rebalance reads no ZCARD), tm (nil: no timer).
+local function gate_state(G, gid)
+  local s = G.gs[gid]
+  if not s then
+    local f = redis.call('HMGET', G.pre .. 'h:' .. gid, 'run', 'ws', 'st', 'lim', 'rs', 'rp', 'na', 'nw', 'tm')
+    s = {run = tonumber(f[1]) or 0, ws = tonumber(f[2]), st = tonumber(f[3]) or 0,
+         lim = tonumber(f[4]), rs = tonumber(f[5]) or 0, rp = tonumber(f[6]) or 0,
+         na = tonumber(f[7]), nw = tonumber(f[8]), tm = tonumber(f[9])}
+    -- What the hash holds, so its write sends the fields that changed only.
+    s.w = {run = tonumber(f[1]), ws = s.ws, st = tonumber(f[3]), lim = s.lim, rs = tonumber(f[5]),
+           rp = tonumber(f[6]), na = s.na, nw = s.nw, tm = s.tm}
+    if s.tm == 0 then s.tm = nil end
+    if not s.na then
+      -- A gate without counters: none (no hash: no job) or one written before they were kept.
+      if s.lim then
+        s.na = redis.call('ZCARD', G.pre .. 'a:' .. gid)
+        s.nw = redis.call('ZCARD', G.pre .. 'w:' .. gid)
+      else
+        s.na, s.nw = 0, 0
+      end
+    end
+    G.gs[gid] = s
+  end
+  return s
+end
+
+-- The hash's fields, in the order a write sends them.
+local GATE_FIELDS = {'run', 'ws', 'st', 'lim', 'rs', 'rp', 'na', 'nw', 'tm'}
 
 local function gate_member(run_ns, p, id)
   return string.rep('0', 20 - #run_ns) .. run_ns .. string.format('%03d', 127 - p) .. id
@@ -105,18 +144,31 @@ local function gate_list_drop(G, kind, id)
   if redis.call('ZCARD', l) == 0 then redis.call('ZREM', G.levels, 'w:' .. kind) end
 end
 
+-- gate_list_drop for the promoted ids `ids` of `kind` (gate_flush): one ZREM per
+-- ARGS_PER_CALL ids (a flush may hold 256 promotions of each of many gates).
+local function gate_list_drop_many(G, kind, ids)
+  local l = G.pre .. 'l:' .. kind
+  call_many('ZREM', l, ids)
+  if redis.call('ZCARD', l) == 0 then redis.call('ZREM', G.levels, 'w:' .. kind) end
+end
+
 -- The pending job `id` (run_at `run_ns`, spec `tail`, gated) enters its gate, waiting; with
 -- `limits` (or into a gate without any) the gate takes the job's limit and rate.
 local function gate_enter(G, id, run_ns, tail, limits)
   local gid, lim, rs, rp = job_gate(tail)
-  local p, kind = job_level(tail)
-  local h = G.pre .. 'h:' .. gid
-  if limits or redis.call('HEXISTS', h, 'lim') == 0 then
-    redis.call('HSET', h, 'lim', lim, 'rs', rs, 'rp', rp)
+  local p = job_level(tail)
+  local s = gate_state(G, gid)
+  if limits or not s.lim then s.lim, s.rs, s.rp = lim, rs, rp end
+  -- Waiting, but kept in G until the rebalance: one it admits at once never touches the
+  -- waiting sets (`gate_rebalance` writes the rest there). An entering job may go before
+  -- an admitted one: the rebalance checks the order (a swap).
+  local pend = G.pend[gid]
+  if not pend then
+    pend = {}
+    G.pend[gid] = pend
   end
-  redis.call('ZADD', G.pre .. 'w:' .. gid, 0, gate_member(run_ns, p, id))
-  redis.call('ZADD', G.pre .. 'l:' .. kind, ns_score(run_ns), id)
-  redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
+  pend[#pend + 1] = gate_member(run_ns, p, id)
+  G.full[gid] = true
   gate_dirty(G, gid)
 end
 
@@ -126,11 +178,24 @@ local function gate_leave(G, id, run_ns, tail)
   local gid = job_gate(tail)
   local p, kind = job_level(tail)
   local m = gate_member(run_ns, p, id)
+  local pend = G.pend[gid]
+  if pend then
+    for i, e in ipairs(pend) do
+      if e == m then
+        -- Entered in this script, not written anywhere yet.
+        table.remove(pend, i)
+        gate_dirty(G, gid)
+        return
+      end
+    end
+  end
+  local s = gate_state(G, gid)
   if redis.call('ZREM', G.pre .. 'a:' .. gid, m) == 1 then
+    s.na = s.na - 1
     redis.call('ZREM', due_key(G.due, p, kind), id)
     level_tidy(G.levels, G.due, p, kind)
   else
-    redis.call('ZREM', G.pre .. 'w:' .. gid, m)
+    if redis.call('ZREM', G.pre .. 'w:' .. gid, m) == 1 then s.nw = s.nw - 1 end
     gate_list_drop(G, kind, id)
   end
   gate_dirty(G, gid)
@@ -140,16 +205,14 @@ end
 -- the claim takes it out of its due set): one more running, one more start in the rate
 -- window (a new window if the last one ended).
 local function gate_start(G, gid, id, run_ns, p)
-  local h = G.pre .. 'h:' .. gid
-  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, p, id))
-  redis.call('HINCRBY', h, 'run', 1)
-  local f = redis.call('HMGET', h, 'ws', 'rs', 'rp')
-  if (tonumber(f[2]) or 0) > 0 then
-    local ws = tonumber(f[1])
-    if not ws or G.now >= ws + tonumber(f[3]) then
-      redis.call('HSET', h, 'ws', G.now, 'st', 1)
+  local s = gate_state(G, gid)
+  if redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, p, id)) == 1 then s.na = s.na - 1 end
+  s.run = s.run + 1
+  if s.rs > 0 then
+    if not s.ws or G.now >= s.ws + s.rp then
+      s.ws, s.st = G.now, 1
     else
-      redis.call('HINCRBY', h, 'st', 1)
+      s.st = s.st + 1
     end
   end
   gate_dirty(G, gid)
@@ -158,26 +221,35 @@ end
 -- A claim kills the admitted pending job `id` (priority `p`; out of attempts; the claim
 -- takes it out of its due set).
 local function gate_drop(G, gid, id, run_ns, p)
-  redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, p, id))
+  local s = gate_state(G, gid)
+  if redis.call('ZREM', G.pre .. 'a:' .. gid, gate_member(run_ns, p, id)) == 1 then s.na = s.na - 1 end
   gate_dirty(G, gid)
 end
 
 -- A running job of gate `gid` stops running (ack, retry, failure, death).
 local function gate_stop(G, gid)
-  redis.call('HINCRBY', G.pre .. 'h:' .. gid, 'run', -1)
+  local s = gate_state(G, gid)
+  s.run = s.run - 1
   gate_dirty(G, gid)
 end
 
 -- Restores the gate's invariant (see the header) at G.now: demotes admitted's last while
 -- over the cap, promotes waiting's first while under it, swaps while waiting's first is
--- before admitted's last; then sets or clears its timer, or deletes it if it has no job.
+-- before admitted's last (only after a job entered or once its timer has come: promotions
+-- and demotions keep the order); then sets or clears its timer, writes its hash, or deletes it
+-- if it has no job. A promotion's due entry and its removal from the kind's waiting list
+-- are written by gate_flush, one command per set for every gate it rebalanced.
 local function gate_rebalance(G, gid)
   local kind = string.sub(gid, 1, string.find(gid, '\31', 1, true) - 1)
   local h, a, w = G.pre .. 'h:' .. gid, G.pre .. 'a:' .. gid, G.pre .. 'w:' .. gid
   local list = G.pre .. 'l:' .. kind
-  local f = redis.call('HMGET', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp')
-  local run, ws, st = tonumber(f[1]) or 0, tonumber(f[2]), tonumber(f[3]) or 0
-  local lim, rs, rp = tonumber(f[4]) or 0, tonumber(f[5]) or 0, tonumber(f[6]) or 0
+  local s = gate_state(G, gid)
+  -- A timer come (at or before now) may be a swap left undone: any touch goes on with it,
+  -- not only the claim that meets the timer (an ack or cancel before it would otherwise
+  -- drop the timer with a later-due job admitted before an earlier waiting one).
+  local full = G.full[gid] or (s.tm ~= nil and s.tm <= G.now)
+  G.full[gid] = nil
+  local run, ws, st, lim, rs, rp = s.run, s.ws, s.st, s.lim or 0, s.rs, s.rp
   local open = rs > 0 and ws ~= nil and G.now < ws + rp
   local cap = math.huge
   if lim > 0 then cap = math.max(0, lim - run) end
@@ -186,8 +258,28 @@ local function gate_rebalance(G, gid)
     if open then left = rs - st end
     cap = math.min(cap, math.max(0, left))
   end
-  local na, nw = redis.call('ZCARD', a), redis.call('ZCARD', w)
+  -- Waiting jobs: nws in the set w, and pend (entered in this script, not written yet),
+  -- sorted here; the first waiting one is the lesser of both heads.
+  local pend = G.pend[gid] or {}
+  G.pend[gid] = nil
+  table.sort(pend, less)
+  local na, nws = s.na, s.nw
+  local nw = nws + #pend
+  -- Members promoted into a, written before a is read again and at the end.
+  local into_a = {}
+  local function flush_a()
+    if #into_a > 0 then
+      call_many('ZADD', a, into_a)
+      into_a = {}
+    end
+  end
+  local function wfirst()
+    local m = nws > 0 and redis.call('ZRANGE', w, 0, 0)[1]
+    if pend[1] and (not m or less(pend[1], m)) then return pend[1], false end
+    return m, true
+  end
   local function demote()
+    flush_a()
     local m = redis.call('ZRANGE', a, -1, -1)[1]
     local id, run_ns, p = gate_split(m)
     redis.call('ZREM', a, m)
@@ -196,61 +288,122 @@ local function gate_rebalance(G, gid)
     redis.call('ZADD', w, 0, m)
     redis.call('ZADD', list, ns_score(run_ns), id)
     redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
-    na, nw = na - 1, nw + 1
+    -- A promotion of it later in this script must not be undone by a batched list removal.
+    if G.drops[kind] then G.drops[kind][id] = nil end
+    na, nw, nws = na - 1, nw + 1, nws + 1
   end
-  local function promote()
-    local m = redis.call('ZRANGE', w, 0, 0)[1]
-    local id, run_ns, p = gate_split(m)
-    redis.call('ZREM', w, m)
-    redis.call('ZREM', list, id)
-    redis.call('ZADD', a, 0, m)
+  local function admit(m, id, run_ns, p, stored)
+    if stored then
+      nws = nws - 1
+      local d = G.drops[kind]
+      if not d then
+        d = {}
+        G.drops[kind] = d
+      end
+      d[id] = true
+    end
+    into_a[#into_a + 1] = 0
+    into_a[#into_a + 1] = m
     local key, score = due_key(G.due, p, kind), ns_score(run_ns)
-    redis.call('ZADD', key, score, id)
-    level_note(G.levels, p, kind)
+    g_push(G.adds, key, score, id)
     if not G.woke[key] or score < G.woke[key] then G.woke[key] = score end
     na, nw = na + 1, nw - 1
+  end
+  local function promote_one()
+    local m, stored = wfirst()
+    if stored then
+      redis.call('ZREM', w, m)
+    else
+      table.remove(pend, 1)
+    end
+    local id, run_ns, p = gate_split(m)
+    admit(m, id, run_ns, p, stored)
   end
   while na > cap do demote() end
   local moves = GATE_MOVES_PER_REBALANCE
   while na < cap and nw > 0 and moves > 0 do
-    promote()
+    promote_one()
     moves = moves - 1
   end
   -- Moves left: promotions, or a swap (the loop ends on the first that is none).
   local more = na < cap and nw > 0
-  while not more and na > 0 and nw > 0 do
-    local first = redis.call('ZRANGE', w, 0, 0)[1]
+  while full and not more and na > 0 and nw > 0 do
+    local first = wfirst()
+    flush_a()
     local last = redis.call('ZRANGE', a, -1, -1)[1]
     if not less(first, last) then break end
     if moves == 0 then
       more = true
     else
       demote()
-      promote()
+      promote_one()
       moves = moves - 1
     end
   end
-  if nw == 0 and redis.call('ZCARD', list) == 0 then redis.call('ZREM', G.levels, 'w:' .. kind) end
+  flush_a()
+  if #pend > 0 then
+    local ws_args, list_args = {}, {}
+    for _, m in ipairs(pend) do
+      local id, run_ns = gate_split(m)
+      ws_args[#ws_args + 1] = 0
+      ws_args[#ws_args + 1] = m
+      list_args[#list_args + 1] = ns_score(run_ns)
+      list_args[#list_args + 1] = id
+    end
+    call_many('ZADD', w, ws_args)
+    call_many('ZADD', list, list_args)
+    redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
+    nws = nws + #pend
+  end
   local idle = na == 0 and nw == 0 and run <= 0
-  if more or (open and (nw > 0 or idle)) then
+  local keep = more or (open and (nw > 0 or idle))
+  -- Its timer: the score a claim read it at (gate_timers_due), else the hash's copy.
+  local old = G.tmr[gid] or s.tm
+  G.tmr[gid] = nil
+  if keep then
     local at = ws and ws + rp
     if more then at = G.now end
-    local old = tonumber(redis.call('ZSCORE', G.timers, gid))
     if old ~= at then
       redis.call('ZADD', G.timers, at, gid)
       G.timers_moved = true
     end
+    s.tm = at
     -- A new or earlier timer with jobs to admit at it: published by gate_flush, since a
     -- consumer that went idle before it exists (its claim's next_due did not see it) would
     -- sleep past the window's end. A claim's own next_due reports it too.
     if nw > 0 and (not old or at < old) and (not G.timed or at < G.timed) then G.timed = at end
   else
-    if redis.call('ZREM', G.timers, gid) == 1 then G.timers_moved = true end
-    if idle then redis.call('HDEL', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp') end
+    -- A hash without `tm` (written before it was kept) may have a timer all the same.
+    if old or (s.w.tm == nil and s.w.lim ~= nil) then
+      redis.call('ZREM', G.timers, gid)
+      G.timers_moved = true
+    end
+    s.tm = nil
+  end
+  s.na, s.nw = na, nws
+  if idle and not keep then
+    redis.call('HDEL', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp', 'na', 'nw', 'tm')
+    G.gs[gid] = nil
+  else
+    local cur = {run = run, ws = ws, st = st, lim = lim, rs = rs, rp = rp, na = na, nw = nws,
+                 tm = s.tm or 0}
+    local f = {}
+    for _, k in ipairs(GATE_FIELDS) do
+      local v = cur[k]
+      if v ~= nil and v ~= s.w[k] then
+        f[#f + 1] = k
+        f[#f + 1] = v
+      end
+    end
+    if #f > 0 then redis.call('HSET', h, unpack(f)) end
+    s.w = cur
   end
 end
 
--- Rebalances the gates marked since the last flush, then publishes the earliest of the
+-- Rebalances the gates marked since the last flush, writes their promotions (one ZADD per
+-- due set, one ZREM per kind's waiting list; each in slices of ARGS_PER_CALL values, since
+-- up to 256 promotions of each of 64 gates at a claim, or of 512 at a schedule, would pass
+-- Lua's unpack limit), then publishes the earliest of the
 -- promotions that became their level's first due and of the timers set or moved earlier
 -- (one message: a consumer woken early claims and learns the rest as its next_due).
 -- Returns the earliest promotion's due score, or nil.
@@ -262,6 +415,18 @@ local function gate_flush(G)
   end
   for _, gid in ipairs(G.order) do gate_rebalance(G, gid) end
   G.dirty, G.order = {}, {}
+  for key, args in pairs(G.adds) do
+    call_many('ZADD', key, args)
+    local p, kind = string.match(string.sub(key, #G.due + 1), '^:(%-?%d+):(.*)$')
+    if p then level_note(G.levels, tonumber(p), kind) end
+  end
+  G.adds = {}
+  for kind, ids in pairs(G.drops) do
+    local rems = {}
+    for id in pairs(ids) do rems[#rems + 1] = id end
+    if #rems > 0 then gate_list_drop_many(G, kind, rems) end
+  end
+  G.drops = {}
   local first, any = nil, nil
   for key, score in pairs(G.woke) do
     if not any or score < any then any = score end
@@ -282,8 +447,15 @@ local function gate_timers_due(G)
   local first = redis.call('ZRANGE', G.timers, 0, 0, 'WITHSCORES')
   G.timer_head = first[2] or false
   if first[2] and tonumber(first[2]) <= G.now then
-    local gids = redis.call('ZRANGEBYSCORE', G.timers, '-inf', G.now, 'LIMIT', 0, GATE_TIMERS_PER_CLAIM)
-    for _, gid in ipairs(gids) do gate_dirty(G, gid) end
+    local due = redis.call('ZRANGEBYSCORE', G.timers, '-inf', G.now, 'WITHSCORES', 'LIMIT', 0,
+      GATE_TIMERS_PER_CLAIM)
+    for i = 1, #due, 2 do
+      local gid = due[i]
+      G.tmr[gid] = tonumber(due[i + 1])
+      -- Its last rebalance may have left a swap undone (out of moves).
+      G.full[gid] = true
+      gate_dirty(G, gid)
+    end
   end
   gate_flush(G)
 end
