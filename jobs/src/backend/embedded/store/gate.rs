@@ -26,6 +26,18 @@ pub(super) const WAITING_BY_KIND: TableDefinition<'_, (&str, u64, &str), ()> =
 pub(super) const GATE_TIMERS: TableDefinition<'_, (&str, u64, &str), ()> =
     TableDefinition::new("gate_timers");
 
+/// The most gate rows the store keeps decoded between batches ([`Rows`]); past it the
+/// copy is dropped at the next batch's start and rebuilt from the table as gates are read.
+pub(super) const ROWS_AT_MOST: usize = 1 << 16;
+
+/// The `gates` table's rows as of the last commit, for the gates read since (by name,
+/// `kind NUL key`; `None`: no row), so that an operation touching a gate reads no row. A
+/// copy of what is committed, never more: a batch takes it, updates it with every row it
+/// reads or writes, and the store keeps it only once the batch's transaction committed
+/// (or aborted having written no gate row); any other end drops it, and an open starts
+/// with none.
+pub(super) type Rows = std::collections::HashMap<String, Option<Gate>>;
+
 /// The most gates whose timer came one claim rebalances.
 pub(super) const TIMERS_PER_CLAIM: usize = 64;
 
@@ -35,10 +47,10 @@ pub(super) type GateKey = (&'static str, &'static str, u64, u8, &'static str);
 
 /// The layout of a gate's state.
 const VERSION: u8 = 1;
-const LEN: usize = 1 + 9 * 8;
+pub(super) const LEN: usize = 1 + 9 * 8;
 
 /// One gate's state.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Gate {
     /// Its running jobs (a redelivered one included).
     pub(super) running: u64,
@@ -65,11 +77,11 @@ fn corrupt() -> Error {
 impl Gate {
     /// `version: u8`, then as little-endian `u64`s: running, admitted, waiting, window
     /// start, started, limit, the rate's starts (0: none) and period, the timer (0: none).
-    pub(super) fn encode(&self) -> Vec<u8> {
+    pub(super) fn encode(&self) -> [u8; LEN] {
         let (starts, per) = self.rate.unwrap_or_default();
-        let mut out = Vec::with_capacity(LEN);
-        out.push(VERSION);
-        for field in [
+        let mut out = [0; LEN];
+        out[0] = VERSION;
+        for (i, field) in [
             self.running,
             self.admitted,
             self.waiting,
@@ -79,8 +91,11 @@ impl Gate {
             u64::from(starts),
             per,
             self.timer.unwrap_or(0),
-        ] {
-            out.extend_from_slice(&field.to_le_bytes());
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out[1 + 8 * i..9 + 8 * i].copy_from_slice(&field.to_le_bytes());
         }
         out
     }
@@ -146,6 +161,19 @@ impl Gate {
     pub(super) fn take(&mut self, keyed: &Keyed) {
         self.limit = keyed.limit;
         self.rate = keyed.rate.map(|(starts, per)| (starts, nanos_of(per)));
+    }
+
+    /// Whether a rebalance at `now` provably moves nothing, from its counters alone: no
+    /// job waits and the admitted ones are within the cap, or jobs wait but the cap is 0
+    /// and none is admitted. (With jobs waiting and some admitted, only the order of the
+    /// two parts' ends tells.)
+    pub(super) fn balanced(&self, now: u64) -> bool {
+        let cap = self.cap(now, 0);
+        if self.waiting == 0 {
+            self.admitted <= cap
+        } else {
+            self.admitted == 0 && cap == 0
+        }
     }
 
     /// Whether it has no job at all.
