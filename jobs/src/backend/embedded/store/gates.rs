@@ -319,6 +319,7 @@ impl Tables<'_> {
             self.gate_cache.insert(name.clone(), *gate);
             self.rebalance(counts, kind, key)?;
             *gate = self.gate_cache.remove(name.as_str()).expect("rebalanced");
+            debug_assert!(self.gate_cache.is_empty(), "a rebalance read another gate");
         }
         for (name, mut gate) in read {
             let (kind, key) = split_name(&name)?;
