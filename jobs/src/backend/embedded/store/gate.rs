@@ -163,17 +163,18 @@ impl Gate {
         self.rate = keyed.rate.map(|(starts, per)| (starts, nanos_of(per)));
     }
 
-    /// Whether a rebalance at `now` provably moves nothing, from its counters alone: no
-    /// job waits and the admitted ones are within the cap, or jobs wait but the cap is 0
-    /// and none is admitted. (With jobs waiting and some admitted, only the order of the
-    /// two parts' ends tells.)
-    pub(super) fn balanced(&self, now: u64) -> bool {
+    /// Whether a rebalance at `now` provably moves nothing: its counters need no demotion
+    /// or promotion (nothing waits within the cap, or the cap is reached), and when jobs
+    /// both wait and are admitted, `ordered` says that every admitted one is still before
+    /// every waiting one (no job entered or moved in the gate since its last rebalance: a
+    /// job leaving either part, a demotion of the last admitted and a promotion of the
+    /// first waiting all keep that order).
+    pub(super) fn balanced(&self, now: u64, ordered: bool) -> bool {
         let cap = self.cap(now, 0);
-        if self.waiting == 0 {
-            self.admitted <= cap
-        } else {
-            self.admitted == 0 && cap == 0
+        if self.admitted > cap || (self.admitted < cap && self.waiting > 0) {
+            return false;
         }
+        ordered || self.admitted == 0 || self.waiting == 0
     }
 
     /// Whether it has no job at all.
@@ -224,6 +225,38 @@ mod tests {
         let mut big_limit = gate.encode();
         big_limit[1 + 5 * 8 + 4] = 1;
         assert!(Gate::decode(&big_limit).unwrap_err().is_storage());
+    }
+
+    /// A rebalance is skipped only when it provably moves nothing: the counters need no
+    /// move, and jobs both admitted and waiting are known to be in order.
+    #[test]
+    fn a_gate_is_balanced_only_when_no_rebalance_could_move_it() {
+        let gate = |admitted, waiting| Gate {
+            limit: 2,
+            running: 1,
+            admitted,
+            waiting,
+            ..Gate::default()
+        };
+        // (admitted, waiting) with a cap of 1: whether balanced when in order, and when
+        // the order is unknown.
+        for ((admitted, waiting), ordered, unknown) in [
+            ((0, 0), true, true),
+            ((1, 0), true, true),
+            ((2, 0), false, false), // over the cap: a demotion
+            ((0, 1), false, false), // room and a job waiting: a promotion
+            ((1, 1), true, false),  // full: only the order of the ends tells
+        ] {
+            let g = gate(admitted, waiting);
+            assert_eq!(g.balanced(0, true), ordered, "{g:?} in order");
+            assert_eq!(g.balanced(0, false), unknown, "{g:?} order unknown");
+        }
+        let full = Gate {
+            running: 2,
+            waiting: 3,
+            ..gate(0, 0)
+        };
+        assert!(full.balanced(0, false), "a cap of 0 and none admitted");
     }
 
     /// The cap is what both limits leave; a closed window counts no start.

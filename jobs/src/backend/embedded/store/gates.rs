@@ -211,6 +211,10 @@ impl Tables<'_> {
         let same = before
             .filter(|b| b.spec.kind == kind && b.spec.gate().is_some_and(|k| k.key == keyed.key));
         let now = self.now;
+        self.gate_mut(kind, &keyed.key)?;
+        if !self.gate_placed.contains(self.gate_name.as_str()) {
+            self.gate_placed.insert(self.gate_name.clone());
+        }
         let gate = self.gate_mut(kind, &keyed.key)?;
         let running = same.is_some_and(|b| matches!(b.job.status, Status::Running { .. }));
         match same {
@@ -268,8 +272,16 @@ impl Tables<'_> {
         self.set_exact(counts, id, Some(&stored), Some(record))
     }
 
-    /// Restores the gate's invariant (module docs): demote, promote, swap.
-    fn rebalance(&mut self, counts: &mut Counters, kind: &str, key: &str) -> Result<(), Error> {
+    /// Restores the gate's invariant (module docs): demote, promote, swap. Without
+    /// `placed` (no job entered or moved in it since its last rebalance) its two parts are
+    /// still in order: no swap is looked for.
+    fn rebalance(
+        &mut self,
+        counts: &mut Counters,
+        kind: &str,
+        key: &str,
+        placed: bool,
+    ) -> Result<(), Error> {
         loop {
             let now = self.now;
             let gate = self.gate_mut(kind, key)?;
@@ -281,7 +293,7 @@ impl Tables<'_> {
             } else if admitted < cap && waiting > 0 {
                 let (_, first) = self.end_of(kind, key, End::FirstWaiting)?;
                 self.flip(counts, &first, false)?;
-            } else if admitted > 0 && waiting > 0 {
+            } else if placed && admitted > 0 && waiting > 0 {
                 let last = self.end_of(kind, key, End::LastAdmitted)?;
                 let first = self.end_of(kind, key, End::FirstWaiting)?;
                 if first >= last {
@@ -312,15 +324,17 @@ impl Tables<'_> {
         let mut read: Vec<(String, Gate)> = self.gate_cache.drain().collect();
         read.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         for (name, gate) in &mut read {
-            if gate.balanced(now) {
+            let placed = self.gate_placed.contains(name.as_str());
+            if gate.balanced(now, !placed) {
                 continue;
             }
             let (kind, key) = split_name(name)?;
             self.gate_cache.insert(name.clone(), *gate);
-            self.rebalance(counts, kind, key)?;
+            self.rebalance(counts, kind, key, placed)?;
             *gate = self.gate_cache.remove(name.as_str()).expect("rebalanced");
             debug_assert!(self.gate_cache.is_empty(), "a rebalance read another gate");
         }
+        self.gate_placed.clear();
         for (name, mut gate) in read {
             let (kind, key) = split_name(&name)?;
             let kept = gate.kept(now);
@@ -416,6 +430,7 @@ impl Tables<'_> {
     pub(super) fn replay_gate(&mut self, name: &str, value: Option<&[u8]>) -> Result<(), Error> {
         let (kind, key) = split_name(name)?;
         self.gate_cache.remove(name);
+        self.gate_placed.remove(name);
         self.gate_rows.remove(name);
         self.gates_written = true;
         let old = match self.gates.get((kind, key)).map_err(storage)? {
@@ -447,5 +462,6 @@ impl Tables<'_> {
     /// Forgets what a replayed record's jobs counted: its logged gates are the truth.
     pub(super) fn forget_gates(&mut self) {
         self.gate_cache.clear();
+        self.gate_placed.clear();
     }
 }

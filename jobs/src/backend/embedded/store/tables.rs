@@ -99,6 +99,9 @@ pub(super) struct Tables<'t> {
     /// The gates this operation read, as they are now, by name (`kind NUL key`): each is
     /// rebalanced, written and logged by `Tables::settle`.
     pub(super) gate_cache: std::collections::HashMap<String, Gate>,
+    /// The gates of `gate_cache` a job entered or moved in (`Tables::place`): only their
+    /// rebalance compares the ends of their two parts.
+    pub(super) gate_placed: std::collections::HashSet<String>,
     /// A reused buffer for the name of the gate looked up (`Tables::gate_mut`).
     pub(super) gate_name: String,
     /// The `gates` rows this transaction sees, for the gates read so far ([`gate::Rows`]).
@@ -142,6 +145,7 @@ impl<'t> Tables<'t> {
             waiting_by_kind: txn.open_table(gate::WAITING_BY_KIND).map_err(storage)?,
             gate_timers: txn.open_table(gate::GATE_TIMERS).map_err(storage)?,
             gate_cache: std::collections::HashMap::new(),
+            gate_placed: std::collections::HashSet::new(),
             gate_name: String::new(),
             gate_rows: gate::Rows::new(),
             gates_written: false,

@@ -221,7 +221,7 @@ fn a_gate_that_cannot_move_skips_its_rebalance_and_one_that_can_still_moves() {
     let g = gate(&store, "k").expect("a gate");
     assert_eq!((g.admitted, g.waiting, g.running), (0, 1, 2));
     assert!(
-        g.balanced(100),
+        g.balanced(100, false),
         "a cap of 0 and none admitted: nothing can move"
     );
     assert_eq!(store.gate_rows.get("g\0k"), Some(&Some(g)), "the row kept");
@@ -241,7 +241,7 @@ fn a_gate_that_cannot_move_skips_its_rebalance_and_one_that_can_still_moves() {
     assert_eq!(store.take_promoted(), Some(30));
     let g = gate(&store, "k").expect("a gate");
     assert_eq!((g.admitted, g.waiting, g.running), (1, 0, 1));
-    assert!(g.balanced(101), "nothing waits, within the cap");
+    assert!(g.balanced(101, false), "nothing waits, within the cap");
     assert_eq!(store.gate_rows.get("g\0k"), Some(&Some(g)));
     assert_eq!(
         one(&mut store, ack(&claimed[1]), 102),
