@@ -23,7 +23,11 @@
 //!   ack, retry, failure or death frees its slot. Every operation then rebalances the gates
 //!   it touched (`Tables::settle`, from `Store::op` and twice in a claim): demote the last
 //!   admitted while over the cap, promote the first waiting while under it, swap while the
-//!   first waiting is before the last admitted. A move is one record rewrite through
+//!   first waiting is before the last admitted (looked for only in a gate a job entered
+//!   or moved in during the step, `gate_placed`: leaves, demotions of the last admitted
+//!   and promotions of the first waiting keep the order; a gate whose counters need no
+//!   move and whose order holds is not rebalanced at all, [`Gate::balanced`]). A move is
+//!   one record rewrite through
 //!   [`Tables::set_exact`]; a promotion is noted (`promoted`) so the writer thread wakes the
 //!   idle consumers as soon as the batch's commit returns (after its fsync: every op that
 //!   can promote needs one), as for a schedule.
