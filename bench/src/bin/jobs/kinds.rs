@@ -21,6 +21,14 @@
 //!   the N jobs, drained by one `run(c)`: nothing waits (what counting a key's running and
 //!   started jobs costs).
 //!
+//! `--only plain,keys-room` runs only the variants named (their flags: `plain`,
+//! `priorities`, `kinds-one-run`, `kinds`, `kinds-one-worker`, `keys-limited`,
+//! `keys-room`), `plain` always among them since ratios are to it. Each drain runs between
+//! calls of `mark_drain_start` and `mark_drain_end`, so that a profiler can cut the run at
+//! them: `valgrind --tool=callgrind --dump-before=*mark_drain_start
+//! --dump-before=*mark_drain_end` writes each drain's cost (deliveries + acks only) in a
+//! dump of its own.
+//!
 //! `--fair` measures fairness instead (`fair`): tenant A's N due jobs, then tenant B's 100,
 //! drained by one `run(c)` whose handler takes 1 ms, once without limits and once with
 //! `key_limit(c / 4)`: B's lateness (start − due) percentiles and how many of A's jobs had
@@ -70,6 +78,19 @@ const KEYS: usize = 100;
 const ROOM_KEYS: usize = 1_000;
 
 impl Variant {
+    /// Its name in `--only`.
+    fn flag(self) -> &'static str {
+        match self {
+            Variant::Plain => "plain",
+            Variant::Priorities => "priorities",
+            Variant::KindsOneRun => "kinds-one-run",
+            Variant::Kinds => "kinds",
+            Variant::KindsOneWorker => "kinds-one-worker",
+            Variant::KeysLimited => "keys-limited",
+            Variant::KeysRoom => "keys-room",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Variant::Plain => "plain",
@@ -179,6 +200,19 @@ async fn load(queue: &JobQueue, variant: Variant, n: usize, concurrency: usize) 
     }
 }
 
+/// Called as a drain starts: a mark for profilers (module docs).
+#[inline(never)]
+fn mark_drain_start(variant: Variant) {
+    // Not the body of `mark_drain_end`, or the linker folds the two into one symbol.
+    std::hint::black_box(("start", variant.flag()));
+}
+
+/// Called as a drain ends: a mark for profilers (module docs).
+#[inline(never)]
+fn mark_drain_end(variant: Variant) {
+    std::hint::black_box(("end", variant.flag()));
+}
+
 /// Drains the `n` due jobs with the variant's workers: deliveries + acks per second.
 async fn drain(queue: &JobQueue, variant: Variant, n: u64, concurrency: usize) -> f64 {
     let handled = Arc::new(AtomicU64::new(0));
@@ -233,9 +267,16 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// The `--kinds` measurement (see the module docs).
-pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) {
-    let variants = [
+/// The `--kinds` measurement (see the module docs), of the variants `only` names (every
+/// one for `None`).
+pub async fn measure(
+    place: Place,
+    n: usize,
+    rounds: usize,
+    concurrency: usize,
+    only: Option<&str>,
+) {
+    let variants: Vec<Variant> = [
         Variant::Plain,
         Variant::Priorities,
         Variant::KindsOneRun,
@@ -243,7 +284,20 @@ pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) 
         Variant::KindsOneWorker,
         Variant::KeysLimited,
         Variant::KeysRoom,
-    ];
+    ]
+    .into_iter()
+    .filter(|v| {
+        *v == Variant::Plain || only.is_none_or(|only| only.split(',').any(|f| f == v.flag()))
+    })
+    .collect();
+    if let Some(only) = only {
+        for f in only.split(',') {
+            assert!(
+                variants.iter().any(|v| v.flag() == f),
+                "--only: no variant {f:?}"
+            );
+        }
+    }
     let mut single = vec![Vec::new(); variants.len()];
     let mut drained = vec![Vec::new(); variants.len()];
     println!(
@@ -260,7 +314,9 @@ pub async fn measure(place: Place, n: usize, rounds: usize, concurrency: usize) 
             queue.close().await.expect("close");
             let queue = open(&place, variant.name()).await;
             load(&queue, variant, n, concurrency).await;
+            mark_drain_start(variant);
             let d = drain(&queue, variant, n as u64, concurrency).await;
+            mark_drain_end(variant);
             queue.close().await.expect("close");
             println!(
                 "round {}: {:<17} single schedules {s:>8.0}/s, deliveries + acks {d:>8.0}/s",

@@ -14,7 +14,7 @@
 //! (`kinds.rs`), on the embedded store or the `--redis` / `--postgres` URL given:
 //!
 //! ```text
-//! cargo run --release -p wheel-bench --bin jobs -- --kinds [--n 20000 --rounds 3]
+//! cargo run --release -p wheel-bench --bin jobs -- --kinds [--n 20000 --rounds 3] [--only plain,keys-room]
 //! cargo run --release -p wheel-bench --bin jobs -- --fair [--n 100000 --rounds 2]
 //! ```
 //!
@@ -80,6 +80,9 @@ struct Args {
     /// without a key limit (`kinds.rs`, `fair`).
     #[arg(long)]
     fair: bool,
+    /// With `--kinds`: only these variants, comma-separated (`kinds.rs` names them).
+    #[arg(long, value_name = "LIST")]
+    only: Option<String>,
     /// With `--kinds`: rounds, each running every variant in turn.
     #[arg(long, value_name = "N", default_value_t = 3)]
     rounds: usize,
@@ -521,7 +524,14 @@ async fn main() {
         if args.fair {
             return kinds::fair(place, args.n, args.rounds, concurrency).await;
         }
-        return kinds::measure(place, args.n, args.rounds, concurrency).await;
+        return kinds::measure(
+            place,
+            args.n,
+            args.rounds,
+            concurrency,
+            args.only.as_deref(),
+        )
+        .await;
     }
     if let Some(url) = &args.postgres {
         return match args.hold_snapshot {

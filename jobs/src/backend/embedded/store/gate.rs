@@ -26,6 +26,18 @@ pub(super) const WAITING_BY_KIND: TableDefinition<'_, (&str, u64, &str), ()> =
 pub(super) const GATE_TIMERS: TableDefinition<'_, (&str, u64, &str), ()> =
     TableDefinition::new("gate_timers");
 
+/// The most gate rows the store keeps decoded between batches ([`Rows`]); past it the
+/// copy is dropped at the next batch's start and rebuilt from the table as gates are read.
+pub(super) const ROWS_AT_MOST: usize = 1 << 16;
+
+/// The `gates` table's rows as of the last commit, for the gates read since (by name,
+/// `kind NUL key`; `None`: no row), so that an operation touching a gate reads no row. A
+/// copy of what is committed, never more: a batch takes it, updates it with every row it
+/// reads or writes, and the store keeps it only once the batch's transaction committed
+/// (or aborted having written no gate row); any other end drops it, and an open starts
+/// with none.
+pub(super) type Rows = std::collections::HashMap<String, Option<Gate>>;
+
 /// The most gates whose timer came one claim rebalances.
 pub(super) const TIMERS_PER_CLAIM: usize = 64;
 
@@ -35,10 +47,10 @@ pub(super) type GateKey = (&'static str, &'static str, u64, u8, &'static str);
 
 /// The layout of a gate's state.
 const VERSION: u8 = 1;
-const LEN: usize = 1 + 9 * 8;
+pub(super) const LEN: usize = 1 + 9 * 8;
 
 /// One gate's state.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Gate {
     /// Its running jobs (a redelivered one included).
     pub(super) running: u64,
@@ -65,11 +77,11 @@ fn corrupt() -> Error {
 impl Gate {
     /// `version: u8`, then as little-endian `u64`s: running, admitted, waiting, window
     /// start, started, limit, the rate's starts (0: none) and period, the timer (0: none).
-    pub(super) fn encode(&self) -> Vec<u8> {
+    pub(super) fn encode(&self) -> [u8; LEN] {
         let (starts, per) = self.rate.unwrap_or_default();
-        let mut out = Vec::with_capacity(LEN);
-        out.push(VERSION);
-        for field in [
+        let mut out = [0; LEN];
+        out[0] = VERSION;
+        for (i, field) in [
             self.running,
             self.admitted,
             self.waiting,
@@ -79,8 +91,11 @@ impl Gate {
             u64::from(starts),
             per,
             self.timer.unwrap_or(0),
-        ] {
-            out.extend_from_slice(&field.to_le_bytes());
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out[1 + 8 * i..9 + 8 * i].copy_from_slice(&field.to_le_bytes());
         }
         out
     }
@@ -148,6 +163,20 @@ impl Gate {
         self.rate = keyed.rate.map(|(starts, per)| (starts, nanos_of(per)));
     }
 
+    /// Whether a rebalance at `now` provably moves nothing: its counters need no demotion
+    /// or promotion (nothing waits within the cap, or the cap is reached), and when jobs
+    /// both wait and are admitted, `ordered` says that every admitted one is still before
+    /// every waiting one (no job entered or moved in the gate since its last rebalance: a
+    /// job leaving either part, a demotion of the last admitted and a promotion of the
+    /// first waiting all keep that order).
+    pub(super) fn balanced(&self, now: u64, ordered: bool) -> bool {
+        let cap = self.cap(now, 0);
+        if self.admitted > cap || (self.admitted < cap && self.waiting > 0) {
+            return false;
+        }
+        ordered || self.admitted == 0 || self.waiting == 0
+    }
+
     /// Whether it has no job at all.
     pub(super) fn is_empty(&self) -> bool {
         self.running == 0 && self.admitted == 0 && self.waiting == 0
@@ -196,6 +225,38 @@ mod tests {
         let mut big_limit = gate.encode();
         big_limit[1 + 5 * 8 + 4] = 1;
         assert!(Gate::decode(&big_limit).unwrap_err().is_storage());
+    }
+
+    /// A rebalance is skipped only when it provably moves nothing: the counters need no
+    /// move, and jobs both admitted and waiting are known to be in order.
+    #[test]
+    fn a_gate_is_balanced_only_when_no_rebalance_could_move_it() {
+        let gate = |admitted, waiting| Gate {
+            limit: 2,
+            running: 1,
+            admitted,
+            waiting,
+            ..Gate::default()
+        };
+        // (admitted, waiting) with a cap of 1: whether balanced when in order, and when
+        // the order is unknown.
+        for ((admitted, waiting), ordered, unknown) in [
+            ((0, 0), true, true),
+            ((1, 0), true, true),
+            ((2, 0), false, false), // over the cap: a demotion
+            ((0, 1), false, false), // room and a job waiting: a promotion
+            ((1, 1), true, false),  // full: only the order of the ends tells
+        ] {
+            let g = gate(admitted, waiting);
+            assert_eq!(g.balanced(0, true), ordered, "{g:?} in order");
+            assert_eq!(g.balanced(0, false), unknown, "{g:?} order unknown");
+        }
+        let full = Gate {
+            running: 2,
+            waiting: 3,
+            ..gate(0, 0)
+        };
+        assert!(full.balanced(0, false), "a cap of 0 and none admitted");
     }
 
     /// The cap is what both limits leave; a closed window counts no start.

@@ -23,7 +23,11 @@
 //!   ack, retry, failure or death frees its slot. Every operation then rebalances the gates
 //!   it touched (`Tables::settle`, from `Store::op` and twice in a claim): demote the last
 //!   admitted while over the cap, promote the first waiting while under it, swap while the
-//!   first waiting is before the last admitted. A move is one record rewrite through
+//!   first waiting is before the last admitted (looked for only in a gate a job entered
+//!   or moved in during the step, `gate_placed`: leaves, demotions of the last admitted
+//!   and promotions of the first waiting keep the order; a gate whose counters need no
+//!   move and whose order holds is not rebalanced at all, [`Gate::balanced`]). A move is
+//!   one record rewrite through
 //!   [`Tables::set_exact`]; a promotion is noted (`promoted`) so the writer thread wakes the
 //!   idle consumers as soon as the batch's commit returns (after its fsync: every op that
 //!   can promote needs one), as for a schedule.
@@ -42,6 +46,9 @@
 //!   count); such a gate keeps its timer, so it is deleted by the first claim of its kind
 //!   after its window ends, or by its next touch. With no claim of its kind ever again it
 //!   stays: one gate row and one timer row per `(kind, key)`, a bounded leftover.
+//! - The store keeps the `gates` rows it read or wrote decoded between batches
+//!   ([`Rows`](super::gate::Rows): exactly the committed rows, dropped by any batch that
+//!   does not commit), so a gate's row is read from the table once, not per operation.
 //! - An operation's gates are read once into `gate_cache` and written back, and logged
 //!   (their final value, `wal.rs`), when it ends: the log's replay applies a record's jobs
 //!   (through `set_exact`, which recounts the gates on its way) and then its gates' logged
@@ -101,16 +108,32 @@ type Place = ((u64, u8), String);
 
 impl Tables<'_> {
     /// The gate of `(kind, key)`, read into this operation's cache (a new one if none).
+    /// The cache is keyed by the gate's name (`kind NUL key`, as the log names it), built
+    /// in a reused buffer: a gate found there costs no allocation.
     pub(super) fn gate_mut(&mut self, kind: &str, key: &str) -> Result<&mut Gate, Error> {
-        let name = (kind.to_owned(), key.to_owned());
-        if !self.gate_cache.contains_key(&name) {
-            let gate = match self.gates.get((kind, key)).map_err(storage)? {
-                Some(value) => Gate::decode(value.value())?,
-                None => Gate::default(),
+        self.gate_name.clear();
+        self.gate_name.push_str(kind);
+        self.gate_name.push('\0');
+        self.gate_name.push_str(key);
+        if !self.gate_cache.contains_key(self.gate_name.as_str()) {
+            let row = match self.gate_rows.get(self.gate_name.as_str()) {
+                Some(row) => *row,
+                None => {
+                    let row = match self.gates.get((kind, key)).map_err(storage)? {
+                        Some(value) => Some(Gate::decode(value.value())?),
+                        None => None,
+                    };
+                    self.gate_rows.insert(self.gate_name.clone(), row);
+                    row
+                }
             };
-            self.gate_cache.insert(name.clone(), gate);
+            self.gate_cache
+                .insert(self.gate_name.clone(), row.unwrap_or_default());
         }
-        Ok(self.gate_cache.get_mut(&name).expect("just cached"))
+        Ok(self
+            .gate_cache
+            .get_mut(self.gate_name.as_str())
+            .expect("just cached"))
     }
 
     /// Keeps the gates' counters and indexes in step with one job moving from `before` to
@@ -146,7 +169,6 @@ impl Tables<'_> {
                 Some((_, _, false)) => &mut gate.admitted,
             };
             *count = count.saturating_sub(1);
-            self.dirty.insert((b.kind.to_owned(), b.key.to_owned()));
         }
         if let Some(a) = after {
             if let Some((level, at, waiting)) = a.pending {
@@ -170,7 +192,6 @@ impl Tables<'_> {
             if started {
                 gate.start(now);
             }
-            self.dirty.insert((a.kind.to_owned(), a.key.to_owned()));
         }
         Ok(())
     }
@@ -194,6 +215,10 @@ impl Tables<'_> {
         let same = before
             .filter(|b| b.spec.kind == kind && b.spec.gate().is_some_and(|k| k.key == keyed.key));
         let now = self.now;
+        self.gate_mut(kind, &keyed.key)?;
+        if !self.gate_placed.contains(self.gate_name.as_str()) {
+            self.gate_placed.insert(self.gate_name.clone());
+        }
         let gate = self.gate_mut(kind, &keyed.key)?;
         let running = same.is_some_and(|b| matches!(b.job.status, Status::Running { .. }));
         match same {
@@ -203,7 +228,6 @@ impl Tables<'_> {
                 // rebalanced however little else moved.
                 if b.spec.key.as_ref() != Some(keyed) {
                     gate.take(keyed);
-                    self.dirty.insert((kind.to_owned(), keyed.key.clone()));
                 }
                 return Ok(b.waiting);
             }
@@ -252,8 +276,16 @@ impl Tables<'_> {
         self.set_exact(counts, id, Some(&stored), Some(record))
     }
 
-    /// Restores the gate's invariant (module docs): demote, promote, swap.
-    fn rebalance(&mut self, counts: &mut Counters, kind: &str, key: &str) -> Result<(), Error> {
+    /// Restores the gate's invariant (module docs): demote, promote, swap. Without
+    /// `placed` (no job entered or moved in it since its last rebalance) its two parts are
+    /// still in order: no swap is looked for.
+    fn rebalance(
+        &mut self,
+        counts: &mut Counters,
+        kind: &str,
+        key: &str,
+        placed: bool,
+    ) -> Result<(), Error> {
         loop {
             let now = self.now;
             let gate = self.gate_mut(kind, key)?;
@@ -265,7 +297,7 @@ impl Tables<'_> {
             } else if admitted < cap && waiting > 0 {
                 let (_, first) = self.end_of(kind, key, End::FirstWaiting)?;
                 self.flip(counts, &first, false)?;
-            } else if admitted > 0 && waiting > 0 {
+            } else if placed && admitted > 0 && waiting > 0 {
                 let last = self.end_of(kind, key, End::LastAdmitted)?;
                 let first = self.end_of(kind, key, End::FirstWaiting)?;
                 if first >= last {
@@ -280,60 +312,75 @@ impl Tables<'_> {
     }
 
     /// Ends an operation's (or a claim's step's) work on gates: rebalances every gate it
-    /// touched, then writes and logs them, deleting those left with no job and no open
+    /// read, then writes and logs them, deleting those left with no job and no open
     /// window, and moving their timers.
     pub(super) fn settle(&mut self, counts: &mut Counters) -> Result<(), Error> {
+        if self.gate_cache.is_empty() {
+            return Ok(());
+        }
+        let now = self.now;
         // Every gate this step read is brought to its invariant at `now`, not only those
         // whose jobs moved: a rate window that closed since the gate's last write raised its
         // cap, and the timer that would have told a claim so is recomputed below (dropped
         // once the window is closed), so a gate written without a rebalance could keep
-        // waiting jobs with room and no timer.
-        let read: Vec<(String, String)> = self.gate_cache.keys().cloned().collect();
-        self.dirty.extend(read);
-        while let Some((kind, key)) = self.dirty.pop_first() {
-            self.rebalance(counts, &kind, &key)?;
-            // Its own moves marked it again; they moved it to its invariant.
-            self.dirty.remove(&(kind, key));
+        // waiting jobs with room and no timer. A rebalance moves jobs of its own gate only.
+        // In name order, so that a batch writes its gates in one order whatever the hash.
+        let mut read: Vec<(String, Gate)> = self.gate_cache.drain().collect();
+        read.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (name, gate) in &mut read {
+            let placed = self.gate_placed.contains(name.as_str());
+            if gate.balanced(now, !placed) {
+                continue;
+            }
+            let (kind, key) = split_name(name)?;
+            self.gate_cache.insert(name.clone(), *gate);
+            self.rebalance(counts, kind, key, placed)?;
+            *gate = self.gate_cache.remove(name.as_str()).expect("rebalanced");
+            debug_assert!(self.gate_cache.is_empty(), "a rebalance read another gate");
         }
-        let now = self.now;
-        for ((kind, key), mut gate) in std::mem::take(&mut self.gate_cache) {
+        self.gate_placed.clear();
+        for (name, mut gate) in read {
+            let (kind, key) = split_name(&name)?;
             let kept = gate.kept(now);
             let timer = gate.wanted_timer(now).filter(|_| kept);
             if gate.timer != timer {
                 if let Some(at) = gate.timer {
-                    self.gate_timers
-                        .remove((kind.as_str(), at, key.as_str()))
-                        .map_err(storage)?;
+                    self.gate_timers.remove((kind, at, key)).map_err(storage)?;
                 }
                 if let Some(at) = timer {
                     self.gate_timers
-                        .insert((kind.as_str(), at, key.as_str()), ())
+                        .insert((kind, at, key), ())
                         .map_err(storage)?;
                 }
                 gate.timer = timer;
             }
             let value = kept.then(|| gate.encode());
             match &value {
-                Some(value) => self
-                    .gates
-                    .insert((kind.as_str(), key.as_str()), value.as_slice())
-                    .map(drop),
-                None => self.gates.remove((kind.as_str(), key.as_str())).map(drop),
+                Some(value) => self.gates.insert((kind, key), value.as_slice()).map(drop),
+                None => self.gates.remove((kind, key)).map(drop),
             }
             .map_err(storage)?;
-            self.log_gate(&kind, &key, value.as_deref());
+            self.log_gate(&name, value.as_ref().map(|v| v.as_slice()));
+            self.gates_written = true;
+            self.gate_rows.insert(name, kept.then_some(gate));
         }
         Ok(())
     }
 
-    fn log_gate(&mut self, kind: &str, key: &str, value: Option<&[u8]>) {
+    fn log_gate(&mut self, name: &str, value: Option<&[u8]>) {
         if let Some(log) = &mut self.log {
-            wal::push_gate_change(log, &format!("{kind}\0{key}"), value);
+            wal::push_gate_change(log, name, value);
             if log.len() > super::tables::LOG_AT_MOST {
                 self.log = None;
             }
         }
     }
+}
+
+/// The kind and key of a gate's name (`kind NUL key`, as the cache and the log name it).
+fn split_name(name: &str) -> Result<(&str, &str), Error> {
+    name.split_once('\0')
+        .ok_or_else(|| Error::storage("a logged gate's name is corrupt"))
 }
 
 // ===== impl Tables: timers, lists, replay =====
@@ -353,7 +400,7 @@ impl Tables<'_> {
         }
     }
 
-    /// Marks for a rebalance up to [`TIMERS_PER_CLAIM`] gates of the kinds `kinds` names
+    /// Reads into this operation's cache (so that its `settle` rebalances them) up to [`TIMERS_PER_CLAIM`] gates of the kinds `kinds` names
     /// whose timer is at or before `now` (their next `settle` moves or deletes the timer);
     /// how many.
     pub(super) fn wake_gates(&mut self, kinds: &ClaimKinds, now: u64) -> Result<usize, Error> {
@@ -373,7 +420,6 @@ impl Tables<'_> {
         }
         for (kind, key) in &woken {
             self.gate_mut(kind, key)?;
-            self.dirty.insert((kind.clone(), key.clone()));
         }
         Ok(woken.len())
     }
@@ -386,11 +432,11 @@ impl Tables<'_> {
     /// Writes a gate's logged final value (`None`: deleted) over what the replay of its
     /// record's jobs counted, its timer with it.
     pub(super) fn replay_gate(&mut self, name: &str, value: Option<&[u8]>) -> Result<(), Error> {
-        let (kind, key) = name
-            .split_once('\0')
-            .ok_or_else(|| Error::storage("a logged gate's name is corrupt"))?;
-        self.gate_cache.remove(&(kind.to_owned(), key.to_owned()));
-        self.dirty.remove(&(kind.to_owned(), key.to_owned()));
+        let (kind, key) = split_name(name)?;
+        self.gate_cache.remove(name);
+        self.gate_placed.remove(name);
+        self.gate_rows.remove(name);
+        self.gates_written = true;
         let old = match self.gates.get((kind, key)).map_err(storage)? {
             Some(v) => Some(Gate::decode(v.value())?),
             None => None,
@@ -420,6 +466,6 @@ impl Tables<'_> {
     /// Forgets what a replayed record's jobs counted: its logged gates are the truth.
     pub(super) fn forget_gates(&mut self) {
         self.gate_cache.clear();
-        self.dirty.clear();
+        self.gate_placed.clear();
     }
 }

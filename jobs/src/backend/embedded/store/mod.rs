@@ -137,6 +137,8 @@ pub(crate) struct Store {
     /// The earliest run_at of the jobs the last batch's rebalances admitted, until
     /// [`take_promoted`](Self::take_promoted).
     promoted: Option<u64>,
+    /// The `gates` rows as of the last commit, of the gates read since (`gate::Rows`).
+    gate_rows: gate::Rows,
 }
 
 fn now() -> u64 {
@@ -268,6 +270,7 @@ impl Store {
             issued: 0,
             rules: Rules::default(),
             promoted: None,
+            gate_rows: gate::Rows::new(),
         })
     }
 
@@ -326,10 +329,15 @@ impl Store {
         let mut dirty = false;
         let mut durable = false;
         let mut replies = Vec::with_capacity(ops.len());
-        let (log, paused, promoted) = {
+        let (log, paused, promoted, gate_rows, gates_written) = {
             let mut t = Tables::open(&txn, &self.plain)?;
             t.paused = self.paused;
             t.now = now;
+            // Taken: an error below leaves the store none, and the next batch reads rows.
+            t.gate_rows = std::mem::take(&mut self.gate_rows);
+            if t.gate_rows.len() > gate::ROWS_AT_MOST {
+                t.gate_rows.clear();
+            }
             for op in ops {
                 let needs_fsync = op.needs_fsync();
                 let (reply, changed) = self.op(&mut t, &mut counts, now, op)?;
@@ -349,10 +357,13 @@ impl Store {
                 let mut kinds = txn.open_table(KINDS).map_err(storage)?;
                 counts.write_kinds(&self.counts, &mut kinds)?;
             }
-            (t.log, t.paused, t.promoted)
+            (t.log, t.paused, t.promoted, t.gate_rows, t.gates_written)
         };
         if !dirty {
             txn.abort().map_err(storage)?;
+            if !gates_written {
+                self.gate_rows = gate_rows;
+            }
             return Ok(replies);
         }
         let checkpoint = match (&self.wal, &log) {
@@ -397,6 +408,7 @@ impl Store {
         }
         self.counts = counts;
         self.paused = paused;
+        self.gate_rows = gate_rows;
         if let Some(at) = promoted {
             self.promoted = Some(self.promoted.map_or(at, |p| p.min(at)));
         }

@@ -96,10 +96,18 @@ pub(super) struct Tables<'t> {
     pub(super) waiting_by_kind: Table<'t, LeaseKey, ()>,
     /// `gates.rs`: `(kind, at, key)`, a gate to revisit at `at` (its rate window's end).
     pub(super) gate_timers: Table<'t, LeaseKey, ()>,
-    /// The gates this operation changed, as they are now (written by `Tables::settle`).
-    pub(super) gate_cache: std::collections::BTreeMap<(String, String), Gate>,
-    /// The gates this operation changed whose admitted jobs may need a rebalance.
-    pub(super) dirty: std::collections::BTreeSet<(String, String)>,
+    /// The gates this operation read, as they are now, by name (`kind NUL key`): each is
+    /// rebalanced, written and logged by `Tables::settle`.
+    pub(super) gate_cache: std::collections::HashMap<String, Gate>,
+    /// The gates of `gate_cache` a job entered or moved in (`Tables::place`): only their
+    /// rebalance compares the ends of their two parts.
+    pub(super) gate_placed: std::collections::HashSet<String>,
+    /// A reused buffer for the name of the gate looked up (`Tables::gate_mut`).
+    pub(super) gate_name: String,
+    /// The `gates` rows this transaction sees, for the gates read so far ([`gate::Rows`]).
+    pub(super) gate_rows: gate::Rows,
+    /// Whether this transaction wrote a `gates` row (an abort then drops `gate_rows`).
+    pub(super) gates_written: bool,
     /// The earliest run_at of the jobs a rebalance admitted in this batch (the writer
     /// thread wakes idle consumers for it once the batch is durable).
     pub(super) promoted: Option<u64>,
@@ -136,8 +144,11 @@ impl<'t> Tables<'t> {
             gate_waiting: txn.open_table(gate::GATE_WAITING).map_err(storage)?,
             waiting_by_kind: txn.open_table(gate::WAITING_BY_KIND).map_err(storage)?,
             gate_timers: txn.open_table(gate::GATE_TIMERS).map_err(storage)?,
-            gate_cache: std::collections::BTreeMap::new(),
-            dirty: std::collections::BTreeSet::new(),
+            gate_cache: std::collections::HashMap::new(),
+            gate_placed: std::collections::HashSet::new(),
+            gate_name: String::new(),
+            gate_rows: gate::Rows::new(),
+            gates_written: false,
             promoted: None,
             now: 0,
             log: Some(Vec::new()),

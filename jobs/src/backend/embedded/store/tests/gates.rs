@@ -204,6 +204,57 @@ fn the_admitted_jobs_are_the_first_in_key_order() {
     assert_eq!(store.take_promoted(), Some(20), "the ack let k2 in");
 }
 
+/// A settle skips the rebalance of a gate whose counters show it cannot move (nothing
+/// waits within the cap, or jobs wait with a cap of 0 and none admitted), and still
+/// rebalances one that can: the ack freeing a slot promotes the waiting job, and the gate's
+/// row, read by the first operation and kept between batches, stays the table's.
+#[test]
+fn a_gate_that_cannot_move_skips_its_rebalance_and_one_that_can_still_moves() {
+    let mut store = store();
+    let k = gated("k", 2, None);
+    for (id, run_at) in [("k1", 10), ("k2", 20), ("k3", 30)] {
+        one(&mut store, put(id, run_at, &k, Dedup::Keep), 0);
+    }
+    assert_eq!(parts(&store, "k"), (v(&["k1", "k2"]), v(&["k3"])));
+    let (claimed, _, _) = claim_g(&mut store, 100);
+    assert_eq!(ids(&claimed), ["k1", "k2"]);
+    let g = gate(&store, "k").expect("a gate");
+    assert_eq!((g.admitted, g.waiting, g.running), (0, 1, 2));
+    assert!(
+        g.balanced(100, false),
+        "a cap of 0 and none admitted: nothing can move"
+    );
+    assert_eq!(store.gate_rows.get("g\0k"), Some(&Some(g)), "the row kept");
+    let ack = |(id, token): &(String, u64)| Op::Ack {
+        id: id.clone(),
+        token: *token,
+    };
+    assert_eq!(
+        one(&mut store, ack(&claimed[0]), 101),
+        Reply::Acked(true, None)
+    );
+    assert_eq!(
+        parts(&store, "k"),
+        (v(&["k3"]), v(&[])),
+        "the ack let k3 in"
+    );
+    assert_eq!(store.take_promoted(), Some(30));
+    let g = gate(&store, "k").expect("a gate");
+    assert_eq!((g.admitted, g.waiting, g.running), (1, 0, 1));
+    assert!(g.balanced(101, false), "nothing waits, within the cap");
+    assert_eq!(store.gate_rows.get("g\0k"), Some(&Some(g)));
+    assert_eq!(
+        one(&mut store, ack(&claimed[1]), 102),
+        Reply::Acked(true, None)
+    );
+    let g = gate(&store, "k").expect("a gate");
+    assert_eq!((g.admitted, g.waiting, g.running), (1, 0, 0));
+    assert_eq!(store.take_promoted(), None, "nothing waited");
+    one(&mut store, Op::Cancel { id: "k3".into() }, 103);
+    assert_eq!(gate(&store, "k"), None, "deleted with its last job");
+    assert_eq!(store.gate_rows.get("g\0k"), Some(&None), "kept as no row");
+}
+
 /// A job due later never holds its key's slot from a due one, whatever its priority: with
 /// a limit of 1, a priority-5 job due in an hour leaves the slot to a priority-0 job due now.
 #[test]
@@ -647,6 +698,14 @@ fn check_gates(
                 "gate {key} over its limit: {g:?}, {ran} running before"
             );
         }
+    }
+    // The rows the store keeps between batches are the committed rows, exactly.
+    let gates = txn.open_table(GATES).expect("gates");
+    for (name, row) in &store.gate_rows {
+        let (kind, key) = name.split_once('\0').expect("a gate's name");
+        let stored = gates.get((kind, key)).expect("get");
+        let stored = stored.map(|v| Gate::decode(v.value()).expect("a gate"));
+        prop_assert_eq!(&stored, row, "the kept row of gate {:?}", name);
     }
     Ok(running)
 }
