@@ -27,7 +27,8 @@ pub(super) const GATE_TIMERS: TableDefinition<'_, (&str, u64, &str), ()> =
     TableDefinition::new("gate_timers");
 
 /// The most gate rows the store keeps decoded between batches ([`Rows`]); past it the
-/// copy is dropped at the next batch's start and rebuilt from the table as gates are read.
+/// copy is dropped at the next batch's start and rebuilt from the table as gates are read
+/// (one batch touching more gates grows it past this until the next batch starts).
 pub(super) const ROWS_AT_MOST: usize = 1 << 16;
 
 /// The `gates` table's rows as of the last commit, for the gates read since (by name,

@@ -47,8 +47,9 @@
 //!   after its window ends, or by its next touch. With no claim of its kind ever again it
 //!   stays: one gate row and one timer row per `(kind, key)`, a bounded leftover.
 //! - The store keeps the `gates` rows it read or wrote decoded between batches
-//!   ([`Rows`](super::gate::Rows): exactly the committed rows, dropped by any batch that
-//!   does not commit), so a gate's row is read from the table once, not per operation.
+//!   ([`Rows`](super::gate::Rows): exactly the committed rows, kept after a commit or an
+//!   abort that wrote no gate row, dropped by any other end), so a gate's row is read from
+//!   the table once, not per operation.
 //! - An operation's gates are read once into `gate_cache` and written back, and logged
 //!   (their final value, `wal.rs`), when it ends: the log's replay applies a record's jobs
 //!   (through `set_exact`, which recounts the gates on its way) and then its gates' logged
