@@ -510,6 +510,113 @@ async fn postgres_a_rebalance_promotes_and_demotes_across_its_boundary() {
     queue.close().await.unwrap();
 }
 
+/// A gate as stored: key, running, admitted, limit.
+type Stored = (String, i32, i32, Option<i32>);
+/// A job of a gate: waiting, running, run_at, priority, id.
+type GateJob = (bool, bool, i64, i16, String);
+
+/// Every gate of `queue` against its rows, in one snapshot, its jobs in key order.
+async fn audit(pool: &sqlx::PgPool, queue: &str) -> Vec<(Stored, Vec<GateJob>)> {
+    let rows = sqlx::query(
+        "SELECT g.key, g.running, g.admitted, g.key_limit, j.waiting, j.token IS NOT NULL, \
+         j.run_at, j.priority, j.id FROM wheel_jobs.gates g LEFT JOIN wheel_jobs.jobs j \
+         ON j.queue = g.queue AND j.kind = g.kind AND j.key = g.key \
+         WHERE g.queue = $1 ORDER BY g.key, j.run_at, j.priority DESC, j.id",
+    )
+    .bind(queue)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let mut gates: Vec<(Stored, Vec<GateJob>)> = Vec::new();
+    for r in rows {
+        let gate = (r.get(0), r.get(1), r.get(2), r.get(3));
+        if gates.last().is_none_or(|(g, _)| *g != gate) {
+            gates.push((gate, Vec::new()));
+        }
+        if let Some(id) = r.get::<Option<String>, _>(8) {
+            let job = (r.get(4), r.get(5), r.get(6), r.get(7), id);
+            gates.last_mut().expect("pushed").1.push(job);
+        }
+    }
+    gates
+}
+
+/// Asserts what every atomic step must leave (`KEYS.md`): each gate's running and admitted
+/// are its rows', admitted = min(pending, limit - running), every admitted job is before
+/// every waiting one in key order (the rows come in it), and no key runs above its limit.
+async fn assert_gates_hold(pool: &sqlx::PgPool, queue: &str, when: &str) {
+    for ((key, running, admitted, limit), jobs) in audit(pool, queue).await {
+        let run = jobs.iter().filter(|j| j.1).count() as i32;
+        let pending: Vec<bool> = jobs.iter().filter(|j| !j.1).map(|j| j.0).collect();
+        let adm = pending.iter().filter(|w| !**w).count() as i32;
+        assert_eq!((running, admitted), (run, adm), "{key} {when}: {jobs:?}");
+        if let Some(limit) = limit {
+            assert!(run <= limit, "{key} {when}: {run} running");
+            let cap = (limit - run).max(0);
+            assert_eq!(adm, cap.min(pending.len() as i32), "{key} {when}: {jobs:?}");
+        }
+        let first_waiting = pending.iter().position(|w| *w).unwrap_or(pending.len());
+        assert!(
+            pending[first_waiting..].iter().all(|w| *w),
+            "{key} {when}: an admitted job after a waiting one: {jobs:?}"
+        );
+    }
+}
+
+/// The claim's starts and the ack's releases move a gate by its counters alone when its
+/// key has a limit and no rate (one update for every such gate of the statement, and a
+/// promotion of the first waiting jobs as slots come back, `gate_released`), while a gate
+/// with a rate, a cancel and a gate's last job take the whole rebalance: through a drain
+/// of four keys by one consumer (claims and acks in batches, both kinds of gates in the
+/// same statements, a waiting job cancelled midway), every gate's counters, admitted set
+/// and order stay what its rows say, each job is delivered once, and the gates end deleted
+/// but the rate's, kept for its open window.
+#[tokio::test]
+async fn postgres_starts_and_releases_keep_every_gates_counters_and_order() {
+    let name = fresh("kf");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(3)).await;
+    let now = SystemTime::now();
+    let mut ids = Vec::new();
+    for key in ["a", "b", "c", "d"] {
+        let jobs: Vec<_> = (0..10u64)
+            .map(|i| (format!("{key}{i}"), now - ms(1000 - i), "p"))
+            .collect();
+        ids.extend(jobs.iter().map(|j| j.0.clone()));
+        let options = match key {
+            "d" => JobOptions::kind("sync").key(key).key_rate(100, HOUR),
+            _ => JobOptions::kind("sync").key(key),
+        };
+        queue.schedule_many_with(jobs, &options).await.unwrap();
+    }
+    assert_gates_hold(&pool, &name, "scheduled").await;
+    // d has the kind's limit too, and a rate: its gate takes the whole rebalance.
+    assert_eq!(waiting(&pool, &name).await.len(), 28, "7 of each key");
+    assert!(queue.cancel("b9").await.unwrap(), "a waiting job cancelled");
+    ids.retain(|id| id != "b9");
+    let mut consumer = queue.consume_kind("sync");
+    let mut seen = Vec::new();
+    while seen.len() < ids.len() {
+        let d = next(&mut consumer).await;
+        assert_gates_hold(&pool, &name, &format!("{} claimed", d.id())).await;
+        seen.push(d.id().to_owned());
+        assert!(d.ack().await.unwrap());
+        assert_gates_hold(&pool, &name, &format!("{} acked", seen.last().unwrap())).await;
+    }
+    drop(consumer);
+    seen.sort_unstable();
+    ids.sort_unstable();
+    assert_eq!(seen, ids, "each job delivered once");
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT key FROM wheel_jobs.gates WHERE queue = $1 ORDER BY key")
+            .bind(&name)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(left, ["d"], "the limits' gates deleted with their last job");
+    queue.close().await.unwrap();
+}
+
 /// A rate of 2 per 3 s: the gate's timer is set while a job waits for the window's end, and
 /// stays on the gate once it is empty, until a claim after the window's end deletes it.
 #[tokio::test]
