@@ -385,8 +385,8 @@ DECLARE
     dq text[];
     dk text[];
     dky text[];
-    dr integer[];
-    dshort integer[];
+    dmore boolean[];
+    more boolean;
 BEGIN
     INSERT INTO {schema}.count_deltas (queue, kind, pending, running, dead)
         SELECT queue, kind, -count(*) FILTER (WHERE token IS NULL), -count(*) FILTER (WHERE token IS NOT NULL), 0
@@ -399,19 +399,20 @@ BEGIN
         -- order (after every admitted one: the order holds) keeps admitted = min(pending,
         -- cap), and a gate with none waiting only counts. One statement for every such
         -- gate of the statement, not a rebalance each (an ack of a key's running job in a
-        -- busy backlog: one promotion). The rest take `gate_rebalance`: other deletes (a
-        -- cancel, a Replace moving a job), gates with a rate (a window may have closed
-        -- since) or counters out of step, a promotion short of its room while jobs still
-        -- wait (a held row: the stuck case there), and a gate left with nothing running
-        -- nor pending (deleted there).
+        -- busy backlog: one promotion). The rest take `gate_rebalance` (`more` says if
+        -- any): other deletes (a cancel, a Replace moving a job), gates with a rate (a
+        -- window may have closed since) or counters out of step, and the gates `done`
+        -- here that need more: a promotion short of its room while a job still waits (a
+        -- row another transaction holds: the stuck case there), a gate left with nothing
+        -- running nor pending (deleted there).
         PERFORM set_config('wheel_jobs.gating', 'on', true);
-        WITH per AS (SELECT queue, kind, key, -count(*)::int AS run FROM old_rows
-                WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL
-                GROUP BY queue, kind, key HAVING bool_and(token IS NOT NULL)),
+        WITH per AS (SELECT queue, kind, key, -count(*)::int AS run, bool_and(token IS NOT NULL) AS freed
+                FROM old_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL
+                GROUP BY queue, kind, key),
             g AS (SELECT g.queue, g.kind, g.key, g.running + v.run AS r,
                     greatest(g.key_limit - g.running - v.run, 0) - greatest(g.key_limit - g.running, 0) AS room
                 FROM per v JOIN {schema}.gates g ON g.queue = v.queue AND g.kind = v.kind AND g.key = v.key
-                WHERE g.key_limit IS NOT NULL AND g.rate_starts IS NULL AND g.rate_per IS NULL
+                WHERE v.freed AND g.key_limit IS NOT NULL AND g.rate_starts IS NULL AND g.rate_per IS NULL
                 AND g.running + v.run >= 0 ORDER BY g.kind, g.key FOR UPDATE OF g),
             up AS MATERIALIZED (SELECT g.queue, g.kind, g.key, w.id FROM g CROSS JOIN LATERAL (
                     SELECT j.id FROM {schema}.jobs j WHERE j.queue = g.queue AND j.kind = g.kind
@@ -422,33 +423,38 @@ BEGIN
             moved AS (UPDATE {schema}.jobs j SET waiting = false FROM up
                 WHERE j.queue = up.queue AND j.id = up.id RETURNING up.queue, up.kind, up.key),
             n AS (SELECT queue, kind, key, count(*)::int AS n FROM moved GROUP BY queue, kind, key),
+            -- This statement's snapshot: the rows `moved` promotes still wait in it.
             done AS (UPDATE {schema}.gates x SET running = g.r, admitted = x.admitted + coalesce(n.n, 0)
                 FROM g LEFT JOIN n ON n.queue = g.queue AND n.kind = g.kind AND n.key = g.key
                 WHERE x.queue = g.queue AND x.kind = g.kind AND x.key = g.key
-                RETURNING x.queue, x.kind, x.key, g.r, g.room - coalesce(n.n, 0) AS short)
-        SELECT array_agg(queue), array_agg(kind), array_agg(key), array_agg(r), array_agg(short)
-            INTO dq, dk, dky, dr, dshort FROM done;
+                RETURNING x.queue, x.kind, x.key,
+                    g.room > coalesce(n.n, 0) AND EXISTS (SELECT 1 FROM {schema}.jobs j
+                        WHERE j.queue = g.queue AND j.kind = g.kind AND j.key = g.key AND j.waiting
+                        AND j.token IS NULL AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+                        AND NOT EXISTS (SELECT 1 FROM up WHERE up.queue = j.queue AND up.id = j.id))
+                    OR g.r = 0 AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.queue = g.queue
+                        AND j.kind = g.kind AND j.key = g.key AND j.token IS NULL
+                        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)) AS more)
+        SELECT array_agg(d.queue), array_agg(d.kind), array_agg(d.key), array_agg(d.more),
+                coalesce(bool_or(d.more), false) OR count(*) < (SELECT count(*) FROM per)
+            INTO dq, dk, dky, dmore, more FROM done d;
         PERFORM set_config('wheel_jobs.gating', '', true);
-        FOR c IN SELECT v.*, d.queue IS NOT NULL AS done FROM (SELECT queue, kind, key,
-                -count(*) FILTER (WHERE token IS NOT NULL)::int AS run,
-                (array_agg(key_limit ORDER BY id))[1] AS lim, (array_agg(rate_starts ORDER BY id))[1] AS rs,
-                (array_agg(rate_per ORDER BY id))[1] AS rp
-            FROM old_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL
-            GROUP BY queue, kind, key) v
-            LEFT JOIN unnest(dq, dk, dky, dr, dshort) AS d(queue, kind, key, r, short)
-                ON d.queue = v.queue AND d.kind = v.kind AND d.key = v.key
-            WHERE d.queue IS NULL
-                OR d.short > 0 AND EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.queue = v.queue
-                    AND j.kind = v.kind AND j.key = v.key AND j.waiting AND j.token IS NULL
-                    AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL))
-                OR d.r = 0 AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.queue = v.queue
-                    AND j.kind = v.kind AND j.key = v.key AND j.token IS NULL
-                    AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL))
-            ORDER BY v.queue, v.kind, v.key
-        LOOP
-            PERFORM {schema}.gate_rebalance(c.queue, c.kind, c.key, CASE WHEN c.done THEN 0 ELSE c.run END,
-                0, false, c.lim, c.rs, c.rp);
-        END LOOP;
+        IF more THEN
+            FOR c IN SELECT v.*, d.queue IS NOT NULL AS done FROM (SELECT queue, kind, key,
+                    -count(*) FILTER (WHERE token IS NOT NULL)::int AS run,
+                    (array_agg(key_limit ORDER BY id))[1] AS lim, (array_agg(rate_starts ORDER BY id))[1] AS rs,
+                    (array_agg(rate_per ORDER BY id))[1] AS rp
+                FROM old_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL
+                GROUP BY queue, kind, key) v
+                LEFT JOIN unnest(dq, dk, dky, dmore) AS d(queue, kind, key, more)
+                    ON d.queue = v.queue AND d.kind = v.kind AND d.key = v.key
+                WHERE d.queue IS NULL OR d.more
+                ORDER BY v.queue, v.kind, v.key
+            LOOP
+                PERFORM {schema}.gate_rebalance(c.queue, c.kind, c.key, CASE WHEN c.done THEN 0 ELSE c.run END,
+                    0, false, c.lim, c.rs, c.rp);
+            END LOOP;
+        END IF;
     END IF;
     RETURN NULL;
 END $$;
