@@ -3,8 +3,10 @@
 //! a claim's hand-over and a Replace moving a job from one gate to another, a gate's
 //! deletion with its last job, a rate window's timer kept on an empty gate and processed by
 //! a claim, a retry re-entering without changing the gate's limits, `schedule_in` and
-//! `ack_in` in the caller's transaction), and keyed jobs consumed by three processes, one
-//! of them SIGKILLed, while the store's own count of running jobs per key is sampled.
+//! `ack_in` in the caller's transaction, every gate's counters, admitted jobs and order
+//! through a drain by the starts' and releases' fast paths), and keyed jobs consumed by
+//! three processes, one of them SIGKILLed, while the store's own count of running jobs per
+//! key is sampled.
 //!
 //! Every queue is on the test binary's shared server (`support/postgres.rs`), in the
 //! default schema `wheel_jobs`.

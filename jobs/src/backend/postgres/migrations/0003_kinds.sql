@@ -391,7 +391,8 @@ BEGIN
     INSERT INTO {schema}.count_deltas (queue, kind, pending, running, dead)
         SELECT queue, kind, -count(*) FILTER (WHERE token IS NULL), -count(*) FILTER (WHERE token IS NOT NULL), 0
         FROM old_rows GROUP BY queue, kind;
-    IF current_setting('wheel_jobs.gating', true) IS DISTINCT FROM 'on' THEN
+    IF current_setting('wheel_jobs.gating', true) IS DISTINCT FROM 'on'
+        AND EXISTS (SELECT 1 FROM old_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL) THEN
         -- Releases alone (running jobs acked or dead: a settle's, a claim's kills, whose
         -- `gl` holds their gates already) of a gate with a limit and no rate: its cap grows
         -- by `room` (the limit's room after, less before), and the jobs admitted before
