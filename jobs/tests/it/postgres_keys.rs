@@ -16,7 +16,7 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant, SystemTime};
 
 use wheel_jobs::sqlx::{self, Row};
-use wheel_jobs::{Builder, Dedup, JobOptions, JobQueue, Scheduled, MIN_LEASE};
+use wheel_jobs::{Builder, Dedup, JobOptions, JobQueue, JobState, Scheduled, MIN_LEASE};
 
 use crate::kill::{child_role, runtime, spawn_child, Killed};
 use crate::postgres::{connections_gone, fresh, pool, url};
@@ -381,6 +381,118 @@ async fn postgres_a_waiting_job_held_by_another_transaction_is_promoted_after_it
         .expect("a1 stranded in its gate");
     assert_eq!(d.id(), "a1");
     assert!(d.ack().await.unwrap());
+    queue.close().await.unwrap();
+}
+
+/// A claim that kills a pending job out of attempts (a Replace lowered its `max_attempts`
+/// after a retry) and leases the next one of the same gate in one statement: the kill's
+/// rebalance runs first and sees the lease's row running before the gate counts it, so the
+/// lease's start must not be taken by its counters alone. With a limit of 2 (p and j
+/// admitted, w1 and w2 waiting), only w1 is admitted beside the running j, and no claim
+/// runs more than 2.
+#[tokio::test]
+async fn postgres_a_claims_kill_and_lease_in_one_gate_admit_no_more_than_the_limit() {
+    let name = fresh("kk");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(2)).await;
+    let a = JobOptions::kind("sync").key("a");
+    let t0 = SystemTime::now() - Duration::from_secs(10);
+    queue
+        .schedule_with("p", t0, "p", &a.clone().max_attempts(3))
+        .await
+        .unwrap();
+    let mut consumer = queue.consume_kind("sync");
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "p");
+    drop(consumer);
+    assert!(d.retry(HOUR).await.unwrap());
+    let replace = a.clone().max_attempts(1).dedup(Dedup::Replace);
+    assert_eq!(
+        queue.schedule_with("p", t0, "p", &replace).await.unwrap(),
+        Scheduled::Replaced
+    );
+    assert_eq!(queue.get("p").await.unwrap().unwrap().attempt(), 1);
+    for (i, id) in ["j", "w1", "w2"].into_iter().enumerate() {
+        let at = t0 + Duration::from_secs(1 + i as u64);
+        queue.schedule_with(id, at, "p", &a).await.unwrap();
+    }
+    assert_eq!(waiting(&pool, &name).await, ["w1", "w2"]);
+    assert_gates_hold(&pool, &name, "scheduled").await;
+    let mut consumer = queue.consume_kind("sync");
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "j", "p was killed by the claim");
+    assert_gates_hold(&pool, &name, "p killed, j leased").await;
+    let d2 = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("w1 is admitted");
+    assert_eq!(d2.id(), "w1");
+    assert_gates_hold(&pool, &name, "w1 leased").await;
+    assert_eq!(waiting(&pool, &name).await, ["w2"]);
+    assert_eq!(gate(&pool, &name, "a").await, Some((2, 0, 0, false)));
+    assert!(queue
+        .get("p")
+        .await
+        .unwrap()
+        .is_some_and(|p| p.state() == JobState::Dead));
+    queue.close().await.unwrap();
+}
+
+/// A claim that kills an ended lease at its last attempt and leases another job of its
+/// gate, while the gate's next waiting row is held by another transaction (so the kill's
+/// release takes the whole rebalance): the gate's counters stay its rows' (the lease
+/// counted once, the other admitted job still counted).
+#[tokio::test]
+async fn postgres_a_claims_kill_beside_a_held_waiting_row_keeps_the_gates_counters() {
+    let name = fresh("kq");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(3)).await;
+    let a = JobOptions::kind("sync").key("a");
+    let t0 = SystemTime::now() - Duration::from_secs(10);
+    queue
+        .schedule_with("k", t0, "p", &a.clone().max_attempts(1))
+        .await
+        .unwrap();
+    let mut consumer = queue.consume_kind("sync");
+    let held = next(&mut consumer).await;
+    assert_eq!(held.id(), "k");
+    drop(consumer);
+    // j1 due, j2 admitted but due in an hour (no claim takes it), w1 after both: waits.
+    queue
+        .schedule_with("j1", t0 + ms(1), "p", &a)
+        .await
+        .unwrap();
+    queue.schedule_with("j2", HOUR, "p", &a).await.unwrap();
+    queue.schedule_with("w1", 2 * HOUR, "p", &a).await.unwrap();
+    assert_eq!(waiting(&pool, &name).await, ["w1"]);
+    assert_eq!(gate(&pool, &name, "a").await, Some((1, 2, 0, false)));
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'w1' FOR UPDATE")
+        .bind(&name)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    // k's lease ends (MIN_LEASE) unrenewed: the next claim kills it and leases j1.
+    tokio::time::sleep(MIN_LEASE + ms(100)).await;
+    let mut consumer = queue.consume_kind("sync");
+    let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("j1 is claimed");
+    assert_eq!(d.id(), "j1");
+    let (running, admitted, _, _) = gate(&pool, &name, "a").await.unwrap();
+    assert_eq!(
+        (running, admitted),
+        (1, 1),
+        "j1 running, j2 admitted (w1 held)"
+    );
+    assert_eq!(waiting(&pool, &name).await, ["w1"]);
+    assert!(queue
+        .get("k")
+        .await
+        .unwrap()
+        .is_some_and(|k| k.state() == JobState::Dead));
+    holder.rollback().await.unwrap();
+    drop(consumer);
+    drop(held);
     queue.close().await.unwrap();
 }
 

@@ -316,6 +316,7 @@ END $$;
 CREATE OR REPLACE FUNCTION {schema}.jobs_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     c record;
+    quick boolean;
 BEGIN
     INSERT INTO {schema}.count_deltas (queue, kind, pending, running, dead)
         SELECT queue, kind, sum(p), sum(r), 0 FROM (
@@ -335,6 +336,20 @@ BEGIN
             -- renewed or redelivered (running before and after, same gate) changes nothing.
             -- A start is pending -> running; a job entering is one made pending but by a
             -- retry (attempt > 0 after running).
+            --
+            -- The starts' shortcut below holds only if the gate's counters were its rows'
+            -- before this statement's starts. A claim's kills fire `jobs_deleted` first,
+            -- and a rebalance there already sees this statement's leased rows running
+            -- while `running` does not count them: its cap was too high, and only a
+            -- rebalance counting the starts demotes what it promoted too many. So when
+            -- that trigger ran one (`wheel_jobs.rebalanced`, set by it, read and cleared
+            -- here), every gate takes the rebalance. (Left set by a statement without
+            -- gated updates, it costs a later statement of the transaction the shortcut,
+            -- never a wrong count.)
+            quick := current_setting('wheel_jobs.rebalanced', true) IS DISTINCT FROM 'on';
+            IF NOT quick THEN
+                PERFORM set_config('wheel_jobs.rebalanced', '', true);
+            END IF;
             FOR c IN WITH per AS (SELECT v.queue, v.kind, v.key, sum(v.run)::int AS run, sum(v.start)::int AS start,
                     bool_or(v.enter) AS enter, bool_and(s.st) AS starts,
                     (array_agg(v.lim ORDER BY v.enter DESC, v.id))[1] AS lim,
@@ -363,7 +378,7 @@ BEGIN
                 -- holds them: its `gl`).
                 fast AS (UPDATE {schema}.gates g SET running = g.running + v.start,
                     admitted = greatest(g.admitted - v.start, 0)
-                    FROM per v WHERE v.starts AND NOT v.enter AND v.run = v.start AND g.queue = v.queue
+                    FROM per v WHERE quick AND v.starts AND NOT v.enter AND v.run = v.start AND g.queue = v.queue
                     AND g.kind = v.kind AND g.key = v.key AND g.key_limit IS NOT NULL
                     AND g.rate_starts IS NULL AND g.rate_per IS NULL
                     RETURNING g.queue, g.kind, g.key)
@@ -441,6 +456,10 @@ BEGIN
             INTO dq, dk, dky, dmore, more FROM done d;
         PERFORM set_config('wheel_jobs.gating', '', true);
         IF more THEN
+            -- The same statement's starts (a claim's leases, `jobs_updated` after this)
+            -- must then take the rebalance too: this one counts their rows running
+            -- before `running` does.
+            PERFORM set_config('wheel_jobs.rebalanced', 'on', true);
             FOR c IN SELECT v.*, d.queue IS NOT NULL AS done FROM (SELECT queue, kind, key,
                     -count(*) FILTER (WHERE token IS NOT NULL)::int AS run,
                     (array_agg(key_limit ORDER BY id))[1] AS lim, (array_agg(rate_starts ORDER BY id))[1] AS rs,
