@@ -384,6 +384,49 @@ async fn postgres_a_waiting_job_held_by_another_transaction_is_promoted_after_it
     queue.close().await.unwrap();
 }
 
+/// A release never promotes past a waiting row another transaction holds: with a limit of
+/// 1, a1 held and a2 behind it, the ack of a0 promotes neither (a2 admitted before a1
+/// would break key order), flags the gate, and a1 is claimed once the holder ends, before
+/// a2.
+#[tokio::test]
+async fn postgres_a_release_never_promotes_past_a_held_waiting_row() {
+    let name = fresh("kp");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    backlog(&queue, "a", 3).await;
+    assert_eq!(waiting(&pool, &name).await, ["a1", "a2"]);
+    let mut consumer = queue.consume_kind("sync");
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "a0");
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'a1' FOR UPDATE")
+        .bind(&name)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    assert!(d.ack().await.unwrap());
+    assert_eq!(
+        waiting(&pool, &name).await,
+        ["a1", "a2"],
+        "a2 is not promoted past the held a1"
+    );
+    let (running, admitted, _, timer) = gate(&pool, &name, "a").await.unwrap();
+    assert_eq!((running, admitted), (0, 0));
+    assert!(
+        timer,
+        "room left while a1 waits: the gate is looked at again"
+    );
+    holder.rollback().await.unwrap();
+    for id in ["a1", "a2"] {
+        let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+            .await
+            .expect("stranded in its gate");
+        assert_eq!(d.id(), id, "key order");
+        assert!(d.ack().await.unwrap());
+    }
+    queue.close().await.unwrap();
+}
+
 /// A claim that kills a pending job out of attempts (a Replace lowered its `max_attempts`
 /// after a retry) and leases the next one of the same gate in one statement: the kill's
 /// rebalance runs first and sees the lease's row running before the gate counts it, so the

@@ -430,12 +430,22 @@ BEGIN
                 FROM per v JOIN {schema}.gates g ON g.queue = v.queue AND g.kind = v.kind AND g.key = v.key
                 WHERE v.freed AND g.key_limit IS NOT NULL AND g.rate_starts IS NULL AND g.rate_per IS NULL
                 AND g.running + v.run >= 0 ORDER BY g.kind, g.key FOR UPDATE OF g),
-            up AS MATERIALIZED (SELECT g.queue, g.kind, g.key, w.id FROM g CROSS JOIN LATERAL (
+            -- The first `room` waiting jobs in key order, held ones included (a `SKIP
+            -- LOCKED` read with that `LIMIT` would pass over a held row and promote one
+            -- after it, out of key order); then those of them no other transaction holds,
+            -- the ones promoted. A held one makes the promotion short of its room while a
+            -- job waits: the gate takes the rebalance (its stuck case).
+            first AS MATERIALIZED (SELECT g.queue, g.kind, g.key, w.id FROM g CROSS JOIN LATERAL (
                     SELECT j.id FROM {schema}.jobs j WHERE j.queue = g.queue AND j.kind = g.kind
                     AND j.key = g.key AND j.waiting AND j.token IS NULL
                     AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
-                    ORDER BY j.run_at, j.priority DESC, j.id LIMIT g.room FOR UPDATE SKIP LOCKED) w
+                    ORDER BY j.run_at, j.priority DESC, j.id LIMIT g.room) w
                 WHERE g.room > 0),
+            up AS MATERIALIZED (SELECT f.queue, f.kind, f.key, j.id FROM first f
+                JOIN {schema}.jobs j ON j.queue = f.queue AND j.id = f.id
+                WHERE j.kind = f.kind AND j.key = f.key AND j.waiting AND j.token IS NULL
+                AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+                FOR UPDATE OF j SKIP LOCKED),
             moved AS (UPDATE {schema}.jobs j SET waiting = false FROM up
                 WHERE j.queue = up.queue AND j.id = up.id RETURNING up.queue, up.kind, up.key),
             n AS (SELECT queue, kind, key, count(*)::int AS n FROM moved GROUP BY queue, kind, key),
