@@ -4,7 +4,8 @@
 //! deletion with its last job, a rate window's timer kept on an empty gate and processed by
 //! a claim, a retry re-entering without changing the gate's limits, `schedule_in` and
 //! `ack_in` in the caller's transaction, every gate's counters, admitted jobs and order
-//! through a drain by the starts' and releases' fast paths), and keyed jobs consumed by
+//! through a drain by the starts' and releases' fast paths, a claim's kill and lease in one
+//! gate, a release beside a held waiting row), and keyed jobs consumed by
 //! three processes, one of them SIGKILLed, while the store's own count of running jobs per
 //! key is sampled.
 //!
@@ -721,18 +722,27 @@ async fn assert_gates_hold(pool: &sqlx::PgPool, queue: &str, when: &str) {
 }
 
 /// The claim's starts and the ack's releases move a gate by its counters alone when its
-/// key has a limit and no rate (one update for every such gate of the statement, and a
-/// promotion of the first waiting jobs as slots come back, `gate_released`), while a gate
-/// with a rate, a cancel and a gate's last job take the whole rebalance: through a drain
-/// of four keys by one consumer (claims and acks in batches, both kinds of gates in the
-/// same statements, a waiting job cancelled midway), every gate's counters, admitted set
-/// and order stay what its rows say, each job is delivered once, and the gates end deleted
-/// but the rate's, kept for its open window.
+/// key has a limit and no rate (the triggers' fast paths: one update of every such gate of
+/// the statement, and a promotion of the first waiting jobs as slots come back), while a
+/// gate with a rate, a cancel and a gate's last job take the whole rebalance. A drain of
+/// four keys by one consumer: each round takes every job the consumer holds leased (the
+/// claims' batches) and acks them all at once (sent together, before the settle's batcher
+/// runs: it takes them into one statement, so gates of both kinds are released together),
+/// with a waiting job cancelled after the first round; after each claim and each round of
+/// acks, every gate's counters, admitted set and order are what its rows say. Each job is
+/// delivered once (a lease of a minute: none ends during the drain), and the gates end
+/// deleted but the rate's, kept for its open window.
 #[tokio::test]
 async fn postgres_starts_and_releases_keep_every_gates_counters_and_order() {
     let name = fresh("kf");
     let pool = pool().await;
-    let queue = open(&name, JobOptions::new().key_limit(3)).await;
+    let queue = Builder::new()
+        .lease(Duration::from_secs(60))
+        .prefetch(16)
+        .kind("sync", JobOptions::new().key_limit(3))
+        .postgres(&url(), &name)
+        .await
+        .unwrap();
     let now = SystemTime::now();
     let mut ids = Vec::new();
     for key in ["a", "b", "c", "d"] {
@@ -749,18 +759,40 @@ async fn postgres_starts_and_releases_keep_every_gates_counters_and_order() {
     assert_gates_hold(&pool, &name, "scheduled").await;
     // d has the kind's limit too, and a rate: its gate takes the whole rebalance.
     assert_eq!(waiting(&pool, &name).await.len(), 28, "7 of each key");
-    assert!(queue.cancel("b9").await.unwrap(), "a waiting job cancelled");
-    ids.retain(|id| id != "b9");
     let mut consumer = queue.consume_kind("sync");
     let mut seen = Vec::new();
+    let mut rounds = 0;
     while seen.len() < ids.len() {
-        let d = next(&mut consumer).await;
-        assert_gates_hold(&pool, &name, &format!("{} claimed", d.id())).await;
-        seen.push(d.id().to_owned());
-        assert!(d.ack().await.unwrap());
-        assert_gates_hold(&pool, &name, &format!("{} acked", seen.last().unwrap())).await;
+        let first = next(&mut consumer).await;
+        assert_gates_hold(&pool, &name, &format!("{} claimed", first.id())).await;
+        // Every leased job is this consumer's (acked ones are gone): take them all.
+        let leased: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM wheel_jobs.jobs WHERE queue = $1 AND token IS NOT NULL",
+        )
+        .bind(&name)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let mut round = vec![first];
+        while (round.len() as i64) < leased {
+            round.push(next(&mut consumer).await);
+        }
+        seen.extend(round.iter().map(|d| d.id().to_owned()));
+        let acked = futures::future::join_all(round.iter().map(|d| d.ack())).await;
+        assert!(acked.into_iter().all(|a| a.unwrap()), "every ack took");
+        assert_gates_hold(&pool, &name, &format!("round {rounds} acked")).await;
+        if rounds == 0 {
+            assert!(queue.cancel("b9").await.unwrap(), "a waiting job cancelled");
+            ids.retain(|id| id != "b9");
+            assert_gates_hold(&pool, &name, "b9 cancelled").await;
+        }
+        rounds += 1;
     }
     drop(consumer);
+    assert!(
+        rounds > 1 && rounds < seen.len(),
+        "acks went in rounds: {rounds}"
+    );
     seen.sort_unstable();
     ids.sort_unstable();
     assert_eq!(seen, ids, "each job delivered once");

@@ -165,47 +165,4 @@ mod tests {
         let placed = "(j.run_at, -j.priority, j.id) > (b_run, -b_pri, b_id)";
         assert_eq!(body.matches(placed).count(), 2, "demotions: {body}");
     }
-
-    /// The body of the function `name` in version 3.
-    fn function(name: &str) -> &'static str {
-        let (_, sql) = MIGRATIONS.iter().find(|(v, _)| *v == 3).expect("version 3");
-        let start = sql
-            .find(&format!("FUNCTION {{schema}}.{name}()"))
-            .expect(name);
-        let body = &sql[start..];
-        &body[..body.find("END $$;").expect("its end")]
-    }
-
-    /// A claim's starts and an ack's releases of gates with a limit and no rate move them in
-    /// one statement for every such gate (the triggers' fast paths), and only the gates
-    /// that statement cannot settle go through a rebalance each.
-    #[test]
-    fn starts_and_releases_of_a_limit_move_their_gates_in_one_statement() {
-        let updated = function("jobs_updated");
-        assert!(
-            updated.contains("WHERE v.starts AND NOT v.enter AND v.run = v.start"),
-            "{updated}"
-        );
-        assert!(
-            updated.contains("SELECT v.* FROM per v WHERE NOT EXISTS (SELECT 1 FROM fast f"),
-            "only the others are rebalanced: {updated}"
-        );
-        let deleted = function("jobs_deleted");
-        assert!(
-            deleted.contains("LIMIT g.room FOR UPDATE SKIP LOCKED"),
-            "{deleted}"
-        );
-        let more = deleted.find("IF more THEN").expect("the rest only if any");
-        let rebalance = "PERFORM {schema}.gate_rebalance(";
-        assert!(
-            deleted[more..].contains(rebalance) && !deleted[..more].contains(rebalance),
-            "{deleted}"
-        );
-        for body in [updated, deleted] {
-            assert!(
-                body.contains("g.rate_starts IS NULL AND g.rate_per IS NULL"),
-                "a rate takes the rebalance: {body}"
-            );
-        }
-    }
 }
