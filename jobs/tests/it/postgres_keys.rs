@@ -3,8 +3,11 @@
 //! a claim's hand-over and a Replace moving a job from one gate to another, a gate's
 //! deletion with its last job, a rate window's timer kept on an empty gate and processed by
 //! a claim, a retry re-entering without changing the gate's limits, `schedule_in` and
-//! `ack_in` in the caller's transaction), and keyed jobs consumed by three processes, one
-//! of them SIGKILLed, while the store's own count of running jobs per key is sampled.
+//! `ack_in` in the caller's transaction, every gate's counters, admitted jobs and order
+//! through a drain by the starts' and releases' fast paths, a claim's kill and lease in one
+//! gate, a release beside a held waiting row), and keyed jobs consumed by
+//! three processes, one of them SIGKILLed, while the store's own count of running jobs per
+//! key is sampled.
 //!
 //! Every queue is on the test binary's shared server (`support/postgres.rs`), in the
 //! default schema `wheel_jobs`.
@@ -14,7 +17,7 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant, SystemTime};
 
 use wheel_jobs::sqlx::{self, Row};
-use wheel_jobs::{Builder, Dedup, JobOptions, JobQueue, Scheduled, MIN_LEASE};
+use wheel_jobs::{Builder, Dedup, JobOptions, JobQueue, JobState, Scheduled, MIN_LEASE};
 
 use crate::kill::{child_role, runtime, spawn_child, Killed};
 use crate::postgres::{connections_gone, fresh, pool, url};
@@ -382,6 +385,161 @@ async fn postgres_a_waiting_job_held_by_another_transaction_is_promoted_after_it
     queue.close().await.unwrap();
 }
 
+/// A release never promotes past a waiting row another transaction holds: with a limit of
+/// 1, a1 held and a2 behind it, the ack of a0 promotes neither (a2 admitted before a1
+/// would break key order), flags the gate, and a1 is claimed once the holder ends, before
+/// a2.
+#[tokio::test]
+async fn postgres_a_release_never_promotes_past_a_held_waiting_row() {
+    let name = fresh("kp");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(1)).await;
+    backlog(&queue, "a", 3).await;
+    assert_eq!(waiting(&pool, &name).await, ["a1", "a2"]);
+    let mut consumer = queue.consume_kind("sync");
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "a0");
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'a1' FOR UPDATE")
+        .bind(&name)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    assert!(d.ack().await.unwrap());
+    assert_eq!(
+        waiting(&pool, &name).await,
+        ["a1", "a2"],
+        "a2 is not promoted past the held a1"
+    );
+    let (running, admitted, _, timer) = gate(&pool, &name, "a").await.unwrap();
+    assert_eq!((running, admitted), (0, 0));
+    assert!(
+        timer,
+        "room left while a1 waits: the gate is looked at again"
+    );
+    holder.rollback().await.unwrap();
+    for id in ["a1", "a2"] {
+        let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+            .await
+            .expect("stranded in its gate");
+        assert_eq!(d.id(), id, "key order");
+        assert!(d.ack().await.unwrap());
+    }
+    queue.close().await.unwrap();
+}
+
+/// A claim that kills a pending job out of attempts (a Replace lowered its `max_attempts`
+/// after a retry) and leases the next one of the same gate in one statement: the kill's
+/// rebalance runs first and sees the lease's row running before the gate counts it, so the
+/// lease's start must not be taken by its counters alone. With a limit of 2 (p and j
+/// admitted, w1 and w2 waiting), only w1 is admitted beside the running j, and no claim
+/// runs more than 2.
+#[tokio::test]
+async fn postgres_a_claims_kill_and_lease_in_one_gate_admit_no_more_than_the_limit() {
+    let name = fresh("kk");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(2)).await;
+    let a = JobOptions::kind("sync").key("a");
+    let t0 = SystemTime::now() - Duration::from_secs(10);
+    queue
+        .schedule_with("p", t0, "p", &a.clone().max_attempts(3))
+        .await
+        .unwrap();
+    let mut consumer = queue.consume_kind("sync");
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "p");
+    drop(consumer);
+    assert!(d.retry(HOUR).await.unwrap());
+    let replace = a.clone().max_attempts(1).dedup(Dedup::Replace);
+    assert_eq!(
+        queue.schedule_with("p", t0, "p", &replace).await.unwrap(),
+        Scheduled::Replaced
+    );
+    assert_eq!(queue.get("p").await.unwrap().unwrap().attempt(), 1);
+    for (i, id) in ["j", "w1", "w2"].into_iter().enumerate() {
+        let at = t0 + Duration::from_secs(1 + i as u64);
+        queue.schedule_with(id, at, "p", &a).await.unwrap();
+    }
+    assert_eq!(waiting(&pool, &name).await, ["w1", "w2"]);
+    assert_gates_hold(&pool, &name, "scheduled").await;
+    let mut consumer = queue.consume_kind("sync");
+    let d = next(&mut consumer).await;
+    assert_eq!(d.id(), "j", "p was killed by the claim");
+    assert_gates_hold(&pool, &name, "p killed, j leased").await;
+    let d2 = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("w1 is admitted");
+    assert_eq!(d2.id(), "w1");
+    assert_gates_hold(&pool, &name, "w1 leased").await;
+    assert_eq!(waiting(&pool, &name).await, ["w2"]);
+    assert_eq!(gate(&pool, &name, "a").await, Some((2, 0, 0, false)));
+    assert!(queue
+        .get("p")
+        .await
+        .unwrap()
+        .is_some_and(|p| p.state() == JobState::Dead));
+    queue.close().await.unwrap();
+}
+
+/// A claim that kills an ended lease at its last attempt and leases another job of its
+/// gate, while the gate's next waiting row is held by another transaction (so the kill's
+/// release takes the whole rebalance): the gate's counters stay its rows' (the lease
+/// counted once, the other admitted job still counted).
+#[tokio::test]
+async fn postgres_a_claims_kill_beside_a_held_waiting_row_keeps_the_gates_counters() {
+    let name = fresh("kq");
+    let pool = pool().await;
+    let queue = open(&name, JobOptions::new().key_limit(3)).await;
+    let a = JobOptions::kind("sync").key("a");
+    let t0 = SystemTime::now() - Duration::from_secs(10);
+    queue
+        .schedule_with("k", t0, "p", &a.clone().max_attempts(1))
+        .await
+        .unwrap();
+    let mut consumer = queue.consume_kind("sync");
+    let held = next(&mut consumer).await;
+    assert_eq!(held.id(), "k");
+    drop(consumer);
+    // j1 due, j2 admitted but due in an hour (no claim takes it), w1 after both: waits.
+    queue
+        .schedule_with("j1", t0 + ms(1), "p", &a)
+        .await
+        .unwrap();
+    queue.schedule_with("j2", HOUR, "p", &a).await.unwrap();
+    queue.schedule_with("w1", 2 * HOUR, "p", &a).await.unwrap();
+    assert_eq!(waiting(&pool, &name).await, ["w1"]);
+    assert_eq!(gate(&pool, &name, "a").await, Some((1, 2, 0, false)));
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'w1' FOR UPDATE")
+        .bind(&name)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    // k's lease ends (MIN_LEASE) unrenewed: the next claim kills it and leases j1.
+    tokio::time::sleep(MIN_LEASE + ms(100)).await;
+    let mut consumer = queue.consume_kind("sync");
+    let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("j1 is claimed");
+    assert_eq!(d.id(), "j1");
+    let (running, admitted, _, _) = gate(&pool, &name, "a").await.unwrap();
+    assert_eq!(
+        (running, admitted),
+        (1, 1),
+        "j1 running, j2 admitted (w1 held)"
+    );
+    assert_eq!(waiting(&pool, &name).await, ["w1"]);
+    assert!(queue
+        .get("k")
+        .await
+        .unwrap()
+        .is_some_and(|k| k.state() == JobState::Dead));
+    holder.rollback().await.unwrap();
+    drop(consumer);
+    drop(held);
+    queue.close().await.unwrap();
+}
+
 /// A claim never waits on a gate another transaction holds (`schedule_in` holds its gate to
 /// the caller's commit): it leases the other keys' jobs and gives back the held gate's
 /// admitted job, which a claim after the commit leases.
@@ -507,6 +665,144 @@ async fn postgres_a_rebalance_promotes_and_demotes_across_its_boundary() {
         "z and x1 admitted, the rest demoted"
     );
     assert_eq!(gate(&pool, &name, "a").await, Some((0, 2, 0, false)));
+    queue.close().await.unwrap();
+}
+
+/// A gate as stored: key, running, admitted, limit.
+type Stored = (String, i32, i32, Option<i32>);
+/// A job of a gate: waiting, running, run_at, priority, id.
+type GateJob = (bool, bool, i64, i16, String);
+
+/// Every gate of `queue` against its rows, in one snapshot, its jobs in key order.
+async fn audit(pool: &sqlx::PgPool, queue: &str) -> Vec<(Stored, Vec<GateJob>)> {
+    let rows = sqlx::query(
+        "SELECT g.key, g.running, g.admitted, g.key_limit, j.waiting, j.token IS NOT NULL, \
+         j.run_at, j.priority, j.id FROM wheel_jobs.gates g LEFT JOIN wheel_jobs.jobs j \
+         ON j.queue = g.queue AND j.kind = g.kind AND j.key = g.key \
+         WHERE g.queue = $1 ORDER BY g.key, j.run_at, j.priority DESC, j.id",
+    )
+    .bind(queue)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let mut gates: Vec<(Stored, Vec<GateJob>)> = Vec::new();
+    for r in rows {
+        let gate = (r.get(0), r.get(1), r.get(2), r.get(3));
+        if gates.last().is_none_or(|(g, _)| *g != gate) {
+            gates.push((gate, Vec::new()));
+        }
+        if let Some(id) = r.get::<Option<String>, _>(8) {
+            let job = (r.get(4), r.get(5), r.get(6), r.get(7), id);
+            gates.last_mut().expect("pushed").1.push(job);
+        }
+    }
+    gates
+}
+
+/// Asserts what every atomic step must leave (`KEYS.md`): each gate's running and admitted
+/// are its rows', admitted = min(pending, limit - running), every admitted job is before
+/// every waiting one in key order (the rows come in it), and no key runs above its limit.
+async fn assert_gates_hold(pool: &sqlx::PgPool, queue: &str, when: &str) {
+    for ((key, running, admitted, limit), jobs) in audit(pool, queue).await {
+        let run = jobs.iter().filter(|j| j.1).count() as i32;
+        let pending: Vec<bool> = jobs.iter().filter(|j| !j.1).map(|j| j.0).collect();
+        let adm = pending.iter().filter(|w| !**w).count() as i32;
+        assert_eq!((running, admitted), (run, adm), "{key} {when}: {jobs:?}");
+        if let Some(limit) = limit {
+            assert!(run <= limit, "{key} {when}: {run} running");
+            let cap = (limit - run).max(0);
+            assert_eq!(adm, cap.min(pending.len() as i32), "{key} {when}: {jobs:?}");
+        }
+        let first_waiting = pending.iter().position(|w| *w).unwrap_or(pending.len());
+        assert!(
+            pending[first_waiting..].iter().all(|w| *w),
+            "{key} {when}: an admitted job after a waiting one: {jobs:?}"
+        );
+    }
+}
+
+/// The claim's starts and the ack's releases move a gate by its counters alone when its
+/// key has a limit and no rate (the triggers' fast paths: one update of every such gate of
+/// the statement, and a promotion of the first waiting jobs as slots come back), while a
+/// gate with a rate, a cancel and a gate's last job take the whole rebalance. A drain of
+/// four keys by one consumer: each round takes every job the consumer holds leased (the
+/// claims' batches) and acks them all at once (sent together, before the settle's batcher
+/// runs: it takes them into one statement, so gates of both kinds are released together),
+/// with a waiting job cancelled after the first round; after each claim and each round of
+/// acks, every gate's counters, admitted set and order are what its rows say. Each job is
+/// delivered once (a lease of a minute: none ends during the drain), and the gates end
+/// deleted but the rate's, kept for its open window.
+#[tokio::test]
+async fn postgres_starts_and_releases_keep_every_gates_counters_and_order() {
+    let name = fresh("kf");
+    let pool = pool().await;
+    let queue = Builder::new()
+        .lease(Duration::from_secs(60))
+        .prefetch(16)
+        .kind("sync", JobOptions::new().key_limit(3))
+        .postgres(&url(), &name)
+        .await
+        .unwrap();
+    let now = SystemTime::now();
+    let mut ids = Vec::new();
+    for key in ["a", "b", "c", "d"] {
+        let jobs: Vec<_> = (0..10u64)
+            .map(|i| (format!("{key}{i}"), now - ms(1000 - i), "p"))
+            .collect();
+        ids.extend(jobs.iter().map(|j| j.0.clone()));
+        let options = match key {
+            "d" => JobOptions::kind("sync").key(key).key_rate(100, HOUR),
+            _ => JobOptions::kind("sync").key(key),
+        };
+        queue.schedule_many_with(jobs, &options).await.unwrap();
+    }
+    assert_gates_hold(&pool, &name, "scheduled").await;
+    // d has the kind's limit too, and a rate: its gate takes the whole rebalance.
+    assert_eq!(waiting(&pool, &name).await.len(), 28, "7 of each key");
+    let mut consumer = queue.consume_kind("sync");
+    let mut seen = Vec::new();
+    let mut rounds = 0;
+    while seen.len() < ids.len() {
+        let first = next(&mut consumer).await;
+        assert_gates_hold(&pool, &name, &format!("{} claimed", first.id())).await;
+        // Every leased job is this consumer's (acked ones are gone): take them all.
+        let leased: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM wheel_jobs.jobs WHERE queue = $1 AND token IS NOT NULL",
+        )
+        .bind(&name)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let mut round = vec![first];
+        while (round.len() as i64) < leased {
+            round.push(next(&mut consumer).await);
+        }
+        seen.extend(round.iter().map(|d| d.id().to_owned()));
+        let acked = futures::future::join_all(round.iter().map(|d| d.ack())).await;
+        assert!(acked.into_iter().all(|a| a.unwrap()), "every ack took");
+        assert_gates_hold(&pool, &name, &format!("round {rounds} acked")).await;
+        if rounds == 0 {
+            assert!(queue.cancel("b9").await.unwrap(), "a waiting job cancelled");
+            ids.retain(|id| id != "b9");
+            assert_gates_hold(&pool, &name, "b9 cancelled").await;
+        }
+        rounds += 1;
+    }
+    drop(consumer);
+    assert!(
+        rounds > 1 && rounds < seen.len(),
+        "acks went in rounds: {rounds}"
+    );
+    seen.sort_unstable();
+    ids.sort_unstable();
+    assert_eq!(seen, ids, "each job delivered once");
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT key FROM wheel_jobs.gates WHERE queue = $1 ORDER BY key")
+            .bind(&name)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(left, ["d"], "the limits' gates deleted with their last job");
     queue.close().await.unwrap();
 }
 

@@ -316,6 +316,7 @@ END $$;
 CREATE OR REPLACE FUNCTION {schema}.jobs_updated() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     c record;
+    quick boolean;
 BEGIN
     INSERT INTO {schema}.count_deltas (queue, kind, pending, running, dead)
         SELECT queue, kind, sum(p), sum(r), 0 FROM (
@@ -335,8 +336,23 @@ BEGIN
             -- renewed or redelivered (running before and after, same gate) changes nothing.
             -- A start is pending -> running; a job entering is one made pending but by a
             -- retry (attempt > 0 after running).
-            FOR c IN SELECT v.queue, v.kind, v.key, sum(v.run)::int AS run, sum(v.start)::int AS start,
-                    bool_or(v.enter) AS enter, (array_agg(v.lim ORDER BY v.enter DESC, v.id))[1] AS lim,
+            --
+            -- The starts' shortcut below holds only if the gate's counters were its rows'
+            -- before this statement's starts. A claim's kills fire `jobs_deleted` first,
+            -- and a rebalance there already sees this statement's leased rows running
+            -- while `running` does not count them: its cap was too high, and only a
+            -- rebalance counting the starts demotes what it promoted too many. So when
+            -- that trigger ran one (`wheel_jobs.rebalanced`, set by it, read and cleared
+            -- here), every gate takes the rebalance. (Left set by a statement without
+            -- gated updates, it costs a later statement of the transaction the shortcut,
+            -- never a wrong count.)
+            quick := current_setting('wheel_jobs.rebalanced', true) IS DISTINCT FROM 'on';
+            IF NOT quick THEN
+                PERFORM set_config('wheel_jobs.rebalanced', '', true);
+            END IF;
+            FOR c IN WITH per AS (SELECT v.queue, v.kind, v.key, sum(v.run)::int AS run, sum(v.start)::int AS start,
+                    bool_or(v.enter) AS enter, bool_and(s.st) AS starts,
+                    (array_agg(v.lim ORDER BY v.enter DESC, v.id))[1] AS lim,
                     (array_agg(v.rs ORDER BY v.enter DESC, v.id))[1] AS rs,
                     (array_agg(v.rp ORDER BY v.enter DESC, v.id))[1] AS rp
                 FROM new_rows n JOIN old_rows o ON o.queue = n.queue AND o.id = n.id
@@ -350,9 +366,25 @@ BEGIN
                      o.key_limit, o.rate_starts, o.rate_per, o.id,
                      o.key_limit IS NOT NULL OR o.rate_starts IS NOT NULL)
                 ) AS v(queue, kind, key, run, start, enter, lim, rs, rp, id, gated)
+                CROSS JOIN LATERAL (SELECT n.token IS NOT NULL AND o.token IS NULL AND NOT o.waiting
+                    AND o.kind = n.kind AND o.key IS NOT DISTINCT FROM n.key) AS s(st)
                 WHERE v.gated AND NOT (o.token IS NOT NULL AND n.token IS NOT NULL
                     AND o.kind = n.kind AND o.key IS NOT DISTINCT FROM n.key)
-                GROUP BY v.queue, v.kind, v.key ORDER BY v.queue, v.kind, v.key
+                GROUP BY v.queue, v.kind, v.key),
+                -- Starts alone (admitted jobs leased, a claim's) of a gate with a limit
+                -- and no rate: its cap and its admitted jobs both shrink by as many, so
+                -- admitted = min(pending, cap) and the order still hold: the counters
+                -- move, nothing is rebalanced. One update for every such gate (the claim
+                -- holds them: its `gl`).
+                fast AS (UPDATE {schema}.gates g SET running = g.running + v.start,
+                    admitted = greatest(g.admitted - v.start, 0)
+                    FROM per v WHERE quick AND v.starts AND NOT v.enter AND v.run = v.start AND g.queue = v.queue
+                    AND g.kind = v.kind AND g.key = v.key AND g.key_limit IS NOT NULL
+                    AND g.rate_starts IS NULL AND g.rate_per IS NULL
+                    RETURNING g.queue, g.kind, g.key)
+                SELECT v.* FROM per v WHERE NOT EXISTS (SELECT 1 FROM fast f WHERE f.queue = v.queue
+                    AND f.kind = v.kind AND f.key = v.key)
+                ORDER BY v.queue, v.kind, v.key
             LOOP
                 PERFORM {schema}.gate_rebalance(c.queue, c.kind, c.key, c.run, c.start, c.enter,
                     c.lim, c.rs, c.rp);
@@ -365,19 +397,94 @@ END $$;
 CREATE OR REPLACE FUNCTION {schema}.jobs_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     c record;
+    dq text[];
+    dk text[];
+    dky text[];
+    dmore boolean[];
+    more boolean;
 BEGIN
     INSERT INTO {schema}.count_deltas (queue, kind, pending, running, dead)
         SELECT queue, kind, -count(*) FILTER (WHERE token IS NULL), -count(*) FILTER (WHERE token IS NOT NULL), 0
         FROM old_rows GROUP BY queue, kind;
-    IF current_setting('wheel_jobs.gating', true) IS DISTINCT FROM 'on' THEN
-        FOR c IN SELECT queue, kind, key, -count(*) FILTER (WHERE token IS NOT NULL)::int AS run,
-                (array_agg(key_limit ORDER BY id))[1] AS lim, (array_agg(rate_starts ORDER BY id))[1] AS rs,
-                (array_agg(rate_per ORDER BY id))[1] AS rp
-            FROM old_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL
-            GROUP BY queue, kind, key ORDER BY queue, kind, key
-        LOOP
-            PERFORM {schema}.gate_rebalance(c.queue, c.kind, c.key, c.run, 0, false, c.lim, c.rs, c.rp);
-        END LOOP;
+    IF current_setting('wheel_jobs.gating', true) IS DISTINCT FROM 'on'
+        AND EXISTS (SELECT 1 FROM old_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL) THEN
+        -- Releases alone (running jobs acked or dead: a settle's, a claim's kills, whose
+        -- `gl` holds their gates already) of a gate with a limit and no rate: its cap grows
+        -- by `room` (the limit's room after, less before), and the jobs admitted before
+        -- were at most the cap before, so promoting its first `room` waiting jobs in key
+        -- order (after every admitted one: the order holds) keeps admitted = min(pending,
+        -- cap), and a gate with none waiting only counts. One statement for every such
+        -- gate of the statement, not a rebalance each (an ack of a key's running job in a
+        -- busy backlog: one promotion). The rest take `gate_rebalance` (`more` says if
+        -- any): other deletes (a cancel, a Replace moving a job), gates with a rate (a
+        -- window may have closed since) or counters out of step, and the gates `done`
+        -- here that need more: a promotion short of its room while a job still waits (a
+        -- row another transaction holds: the stuck case there), a gate left with nothing
+        -- running nor pending (deleted there).
+        PERFORM set_config('wheel_jobs.gating', 'on', true);
+        WITH per AS (SELECT queue, kind, key, -count(*)::int AS run, bool_and(token IS NOT NULL) AS freed
+                FROM old_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL
+                GROUP BY queue, kind, key),
+            g AS (SELECT g.queue, g.kind, g.key, g.running + v.run AS r,
+                    greatest(g.key_limit - g.running - v.run, 0) - greatest(g.key_limit - g.running, 0) AS room
+                FROM per v JOIN {schema}.gates g ON g.queue = v.queue AND g.kind = v.kind AND g.key = v.key
+                WHERE v.freed AND g.key_limit IS NOT NULL AND g.rate_starts IS NULL AND g.rate_per IS NULL
+                AND g.running + v.run >= 0 ORDER BY g.kind, g.key FOR UPDATE OF g),
+            -- The first `room` waiting jobs in key order, held ones included (a `SKIP
+            -- LOCKED` read with that `LIMIT` would pass over a held row and promote one
+            -- after it, out of key order); then those of them no other transaction holds,
+            -- the ones promoted. A held one makes the promotion short of its room while a
+            -- job waits: the gate takes the rebalance (its stuck case).
+            first AS MATERIALIZED (SELECT g.queue, g.kind, g.key, w.id FROM g CROSS JOIN LATERAL (
+                    SELECT j.id FROM {schema}.jobs j WHERE j.queue = g.queue AND j.kind = g.kind
+                    AND j.key = g.key AND j.waiting AND j.token IS NULL
+                    AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+                    ORDER BY j.run_at, j.priority DESC, j.id LIMIT g.room) w
+                WHERE g.room > 0),
+            up AS MATERIALIZED (SELECT f.queue, f.kind, f.key, j.id FROM first f
+                JOIN {schema}.jobs j ON j.queue = f.queue AND j.id = f.id
+                WHERE j.kind = f.kind AND j.key = f.key AND j.waiting AND j.token IS NULL
+                AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+                FOR UPDATE OF j SKIP LOCKED),
+            moved AS (UPDATE {schema}.jobs j SET waiting = false FROM up
+                WHERE j.queue = up.queue AND j.id = up.id RETURNING up.queue, up.kind, up.key),
+            n AS (SELECT queue, kind, key, count(*)::int AS n FROM moved GROUP BY queue, kind, key),
+            -- This statement's snapshot: the rows `moved` promotes still wait in it.
+            done AS (UPDATE {schema}.gates x SET running = g.r, admitted = x.admitted + coalesce(n.n, 0)
+                FROM g LEFT JOIN n ON n.queue = g.queue AND n.kind = g.kind AND n.key = g.key
+                WHERE x.queue = g.queue AND x.kind = g.kind AND x.key = g.key
+                RETURNING x.queue, x.kind, x.key,
+                    g.room > coalesce(n.n, 0) AND EXISTS (SELECT 1 FROM {schema}.jobs j
+                        WHERE j.queue = g.queue AND j.kind = g.kind AND j.key = g.key AND j.waiting
+                        AND j.token IS NULL AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)
+                        AND NOT EXISTS (SELECT 1 FROM up WHERE up.queue = j.queue AND up.id = j.id))
+                    OR g.r = 0 AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.queue = g.queue
+                        AND j.kind = g.kind AND j.key = g.key AND j.token IS NULL
+                        AND (j.key_limit IS NOT NULL OR j.rate_starts IS NOT NULL)) AS more)
+        SELECT array_agg(d.queue), array_agg(d.kind), array_agg(d.key), array_agg(d.more),
+                coalesce(bool_or(d.more), false) OR count(*) < (SELECT count(*) FROM per)
+            INTO dq, dk, dky, dmore, more FROM done d;
+        PERFORM set_config('wheel_jobs.gating', '', true);
+        IF more THEN
+            -- The same statement's starts (a claim's leases, `jobs_updated` after this)
+            -- must then take the rebalance too: this one counts their rows running
+            -- before `running` does.
+            PERFORM set_config('wheel_jobs.rebalanced', 'on', true);
+            FOR c IN SELECT v.*, d.queue IS NOT NULL AS done FROM (SELECT queue, kind, key,
+                    -count(*) FILTER (WHERE token IS NOT NULL)::int AS run,
+                    (array_agg(key_limit ORDER BY id))[1] AS lim, (array_agg(rate_starts ORDER BY id))[1] AS rs,
+                    (array_agg(rate_per ORDER BY id))[1] AS rp
+                FROM old_rows WHERE key_limit IS NOT NULL OR rate_starts IS NOT NULL
+                GROUP BY queue, kind, key) v
+                LEFT JOIN unnest(dq, dk, dky, dmore) AS d(queue, kind, key, more)
+                    ON d.queue = v.queue AND d.kind = v.kind AND d.key = v.key
+                WHERE d.queue IS NULL OR d.more
+                ORDER BY v.queue, v.kind, v.key
+            LOOP
+                PERFORM {schema}.gate_rebalance(c.queue, c.kind, c.key, CASE WHEN c.done THEN 0 ELSE c.run END,
+                    0, false, c.lim, c.rs, c.rp);
+            END LOOP;
+        END IF;
     END IF;
     RETURN NULL;
 END $$;
