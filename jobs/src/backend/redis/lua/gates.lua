@@ -98,17 +98,19 @@ end
 -- back by its rebalance (one HSET of the fields that changed, or HDEL when the gate goes):
 -- run, ws (nil: no window), st, lim (nil: the gate has no hash yet), rs, rp, na, nw (how
 -- many jobs its sets gate_a and gate_w hold, kept in step with every write to them, so a
--- rebalance reads no ZCARD), tm (nil: no timer).
+-- rebalance reads no ZCARD), tm (nil: no timer); h the hash's key.
 local function gate_state(G, gid)
   local s = G.gs[gid]
   if not s then
-    local f = redis.call('HMGET', G.pre .. 'h:' .. gid, 'run', 'ws', 'st', 'lim', 'rs', 'rp', 'na', 'nw', 'tm')
-    s = {run = tonumber(f[1]) or 0, ws = tonumber(f[2]), st = tonumber(f[3]) or 0,
-         lim = tonumber(f[4]), rs = tonumber(f[5]) or 0, rp = tonumber(f[6]) or 0,
-         na = tonumber(f[7]), nw = tonumber(f[8]), tm = tonumber(f[9])}
-    -- What the hash holds, so its write sends the fields that changed only.
-    s.w = {run = tonumber(f[1]), ws = s.ws, st = tonumber(f[3]), lim = s.lim, rs = tonumber(f[5]),
-           rp = tonumber(f[6]), na = s.na, nw = s.nw, tm = s.tm}
+    local h = G.pre .. 'h:' .. gid
+    local f = redis.call('HMGET', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp', 'na', 'nw', 'tm')
+    local run, st, rs, rp = tonumber(f[1]), tonumber(f[3]), tonumber(f[5]), tonumber(f[6])
+    s = {run = run or 0, ws = tonumber(f[2]), st = st or 0,
+         lim = tonumber(f[4]), rs = rs or 0, rp = rp or 0,
+         na = tonumber(f[7]), nw = tonumber(f[8]), tm = tonumber(f[9]), h = h}
+    -- What the hash holds, so its write sends the fields that changed only: by position,
+    -- in GATE_FIELDS' order (an array: a claim or ack reads one gate per job).
+    s.w = {run, s.ws, st, s.lim, rs, rp, s.na, s.nw, s.tm}
     if s.tm == 0 then s.tm = nil end
     if not s.na then
       -- A gate without counters: none (no hash: no job) or one written before they were kept.
@@ -124,8 +126,10 @@ local function gate_state(G, gid)
   return s
 end
 
--- The hash's fields, in the order a write sends them.
+-- The hash's fields, in the order a write sends them (and `s.w` holds them).
 local GATE_FIELDS = {'run', 'ws', 'st', 'lim', 'rs', 'rp', 'na', 'nw', 'tm'}
+local GATE_TM = 9
+local GATE_LIM = 4
 
 local function gate_member(run_ns, p, id)
   return string.rep('0', 20 - #run_ns) .. run_ns .. string.format('%03d', 127 - p) .. id
@@ -240,9 +244,6 @@ end
 -- if it has no job. A promotion's due entry and its removal from the kind's waiting list
 -- are written by gate_flush, one command per set for every gate it rebalanced.
 local function gate_rebalance(G, gid)
-  local kind = string.sub(gid, 1, string.find(gid, '\31', 1, true) - 1)
-  local h, a, w = G.pre .. 'h:' .. gid, G.pre .. 'a:' .. gid, G.pre .. 'w:' .. gid
-  local list = G.pre .. 'l:' .. kind
   local s = gate_state(G, gid)
   -- A timer come (at or before now) may be a swap left undone: any touch goes on with it,
   -- not only the claim that meets the timer (an ack or cancel before it would otherwise
@@ -258,108 +259,121 @@ local function gate_rebalance(G, gid)
     if open then left = rs - st end
     cap = math.min(cap, math.max(0, left))
   end
-  -- Waiting jobs: nws in the set w, and pend (entered in this script, not written yet),
-  -- sorted here; the first waiting one is the lesser of both heads.
-  local pend = G.pend[gid] or {}
+  -- Waiting jobs: nws in the set w, and pend (entered in this script, not written yet);
+  -- the first waiting one is the lesser of both heads.
+  local pend = G.pend[gid]
   G.pend[gid] = nil
-  table.sort(pend, less)
   local na, nws = s.na, s.nw
-  local nw = nws + #pend
-  -- Members promoted into a, written before a is read again and at the end.
-  local into_a = {}
-  local function flush_a()
-    if #into_a > 0 then
-      call_many('ZADD', a, into_a)
-      into_a = {}
-    end
-  end
-  local function wfirst()
-    local m = nws > 0 and redis.call('ZRANGE', w, 0, 0)[1]
-    if pend[1] and (not m or less(pend[1], m)) then return pend[1], false end
-    return m, true
-  end
-  local function demote()
-    flush_a()
-    local m = redis.call('ZRANGE', a, -1, -1)[1]
-    local id, run_ns, p = gate_split(m)
-    redis.call('ZREM', a, m)
-    redis.call('ZREM', due_key(G.due, p, kind), id)
-    level_tidy(G.levels, G.due, p, kind)
-    redis.call('ZADD', w, 0, m)
-    redis.call('ZADD', list, ns_score(run_ns), id)
-    redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
-    -- A promotion of it later in this script must not be undone by a batched list removal.
-    if G.drops[kind] then G.drops[kind][id] = nil end
-    na, nw, nws = na - 1, nw + 1, nws + 1
-  end
-  local function admit(m, id, run_ns, p, stored)
-    if stored then
-      nws = nws - 1
-      local d = G.drops[kind]
-      if not d then
-        d = {}
-        G.drops[kind] = d
+  local nw = nws
+  if pend then nw = nw + #pend end
+  -- Moves left: promotions, or a swap.
+  local more = false
+  -- Most rebalances (a start or a stop in a gate with room, nothing waiting) move nothing:
+  -- they skip the sets' names and the moves' closures (one claim or ack rebalances a gate
+  -- per job).
+  if pend or na > cap or (na < cap and nw > 0) or (full and na > 0 and nw > 0) then
+    local kind = string.sub(gid, 1, string.find(gid, '\31', 1, true) - 1)
+    local a, w = G.pre .. 'a:' .. gid, G.pre .. 'w:' .. gid
+    local list = G.pre .. 'l:' .. kind
+    pend = pend or {}
+    table.sort(pend, less)
+    -- Members promoted into a, written before a is read again and at the end.
+    local into_a = {}
+    local function flush_a()
+      if #into_a > 0 then
+        call_many('ZADD', a, into_a)
+        into_a = {}
       end
-      d[id] = true
     end
-    into_a[#into_a + 1] = 0
-    into_a[#into_a + 1] = m
-    local key, score = due_key(G.due, p, kind), ns_score(run_ns)
-    g_push(G.adds, key, score, id)
-    if not G.woke[key] or score < G.woke[key] then G.woke[key] = score end
-    na, nw = na + 1, nw - 1
-  end
-  local function promote_one()
-    local m, stored = wfirst()
-    if stored then
-      redis.call('ZREM', w, m)
-    else
-      table.remove(pend, 1)
+    local function wfirst()
+      local m = nws > 0 and redis.call('ZRANGE', w, 0, 0)[1]
+      if pend[1] and (not m or less(pend[1], m)) then return pend[1], false end
+      return m, true
     end
-    local id, run_ns, p = gate_split(m)
-    admit(m, id, run_ns, p, stored)
-  end
-  while na > cap do demote() end
-  local moves = GATE_MOVES_PER_REBALANCE
-  while na < cap and nw > 0 and moves > 0 do
-    promote_one()
-    moves = moves - 1
-  end
-  -- Moves left: promotions, or a swap (the loop ends on the first that is none).
-  local more = na < cap and nw > 0
-  while full and not more and na > 0 and nw > 0 do
-    local first = wfirst()
-    flush_a()
-    local last = redis.call('ZRANGE', a, -1, -1)[1]
-    if not less(first, last) then break end
-    if moves == 0 then
-      more = true
-    else
-      demote()
+    local function demote()
+      flush_a()
+      local m = redis.call('ZRANGE', a, -1, -1)[1]
+      local id, run_ns, p = gate_split(m)
+      redis.call('ZREM', a, m)
+      redis.call('ZREM', due_key(G.due, p, kind), id)
+      level_tidy(G.levels, G.due, p, kind)
+      redis.call('ZADD', w, 0, m)
+      redis.call('ZADD', list, ns_score(run_ns), id)
+      redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
+      -- A promotion of it later in this script must not be undone by a batched list removal.
+      if G.drops[kind] then G.drops[kind][id] = nil end
+      na, nw, nws = na - 1, nw + 1, nws + 1
+    end
+    local function admit(m, id, run_ns, p, stored)
+      if stored then
+        nws = nws - 1
+        local d = G.drops[kind]
+        if not d then
+          d = {}
+          G.drops[kind] = d
+        end
+        d[id] = true
+      end
+      into_a[#into_a + 1] = 0
+      into_a[#into_a + 1] = m
+      local key, score = due_key(G.due, p, kind), ns_score(run_ns)
+      g_push(G.adds, key, score, id)
+      if not G.woke[key] or score < G.woke[key] then G.woke[key] = score end
+      na, nw = na + 1, nw - 1
+    end
+    local function promote_one()
+      local m, stored = wfirst()
+      if stored then
+        redis.call('ZREM', w, m)
+      else
+        table.remove(pend, 1)
+      end
+      local id, run_ns, p = gate_split(m)
+      admit(m, id, run_ns, p, stored)
+    end
+    while na > cap do demote() end
+    local moves = GATE_MOVES_PER_REBALANCE
+    while na < cap and nw > 0 and moves > 0 do
       promote_one()
       moves = moves - 1
     end
-  end
-  flush_a()
-  if #pend > 0 then
-    local ws_args, list_args = {}, {}
-    for _, m in ipairs(pend) do
-      local id, run_ns = gate_split(m)
-      ws_args[#ws_args + 1] = 0
-      ws_args[#ws_args + 1] = m
-      list_args[#list_args + 1] = ns_score(run_ns)
-      list_args[#list_args + 1] = id
+    -- The loop ends on the first move that is none.
+    more = na < cap and nw > 0
+    while full and not more and na > 0 and nw > 0 do
+      local first = wfirst()
+      flush_a()
+      local last = redis.call('ZRANGE', a, -1, -1)[1]
+      if not less(first, last) then break end
+      if moves == 0 then
+        more = true
+      else
+        demote()
+        promote_one()
+        moves = moves - 1
+      end
     end
-    call_many('ZADD', w, ws_args)
-    call_many('ZADD', list, list_args)
-    redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
-    nws = nws + #pend
+    flush_a()
+    if #pend > 0 then
+      local ws_args, list_args = {}, {}
+      for _, m in ipairs(pend) do
+        local id, run_ns = gate_split(m)
+        ws_args[#ws_args + 1] = 0
+        ws_args[#ws_args + 1] = m
+        list_args[#list_args + 1] = ns_score(run_ns)
+        list_args[#list_args + 1] = id
+      end
+      call_many('ZADD', w, ws_args)
+      call_many('ZADD', list, list_args)
+      redis.call('ZADD', G.levels, 3000, 'w:' .. kind)
+      nws = nws + #pend
+    end
   end
   local idle = na == 0 and nw == 0 and run <= 0
   local keep = more or (open and (nw > 0 or idle))
   -- Its timer: the score a claim read it at (gate_timers_due), else the hash's copy.
   local old = G.tmr[gid] or s.tm
   G.tmr[gid] = nil
+  local held = s.w
   if keep then
     local at = ws and ws + rp
     if more then at = G.now end
@@ -374,7 +388,7 @@ local function gate_rebalance(G, gid)
     if nw > 0 and (not old or at < old) and (not G.timed or at < G.timed) then G.timed = at end
   else
     -- A hash without `tm` (written before it was kept) may have a timer all the same.
-    if old or (s.w.tm == nil and s.w.lim ~= nil) then
+    if old or (held[GATE_TM] == nil and held[GATE_LIM] ~= nil) then
       redis.call('ZREM', G.timers, gid)
       G.timers_moved = true
     end
@@ -382,20 +396,20 @@ local function gate_rebalance(G, gid)
   end
   s.na, s.nw = na, nws
   if idle and not keep then
-    redis.call('HDEL', h, 'run', 'ws', 'st', 'lim', 'rs', 'rp', 'na', 'nw', 'tm')
+    redis.call('HDEL', s.h, 'run', 'ws', 'st', 'lim', 'rs', 'rp', 'na', 'nw', 'tm')
     G.gs[gid] = nil
   else
-    local cur = {run = run, ws = ws, st = st, lim = lim, rs = rs, rp = rp, na = na, nw = nws,
-                 tm = s.tm or 0}
-    local f = {}
-    for _, k in ipairs(GATE_FIELDS) do
-      local v = cur[k]
-      if v ~= nil and v ~= s.w[k] then
-        f[#f + 1] = k
-        f[#f + 1] = v
+    local cur = {run, ws, st, lim, rs, rp, na, nws, s.tm or 0}
+    local f, n = {}, 0
+    for i = 1, #GATE_FIELDS do
+      local v = cur[i]
+      if v ~= nil and v ~= held[i] then
+        f[n + 1] = GATE_FIELDS[i]
+        f[n + 2] = v
+        n = n + 2
       end
     end
-    if #f > 0 then redis.call('HSET', h, unpack(f)) end
+    if n > 0 then redis.call('HSET', s.h, unpack(f, 1, n)) end
     s.w = cur
   end
 end
