@@ -73,6 +73,23 @@ async fn waiting(pool: &sqlx::PgPool, queue: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// A transaction holding the row of job `id` of `queue` (`FOR UPDATE`, as a caller's
+/// `schedule_in` or a series step's read holds it) until it ends.
+async fn hold(
+    pool: &sqlx::PgPool,
+    queue: &str,
+    id: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM wheel_jobs.jobs WHERE queue = $1 AND id = $2 FOR UPDATE")
+        .bind(queue)
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx
+}
+
 /// [`keys::backlog`] of kind `sync`.
 async fn backlog(queue: &JobQueue, key: &str, n: u64) {
     keys::backlog(queue, key, n, &JobOptions::kind("sync")).await;
@@ -362,12 +379,7 @@ async fn postgres_a_waiting_job_held_by_another_transaction_is_promoted_after_it
     let d = next(&mut consumer).await;
     assert_eq!(d.id(), "a0");
     // The lock such a statement takes on a1, held to the end of its transaction.
-    let mut holder = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'a1' FOR UPDATE")
-        .bind(&name)
-        .execute(&mut *holder)
-        .await
-        .unwrap();
+    let holder = hold(&pool, &name, "a1").await;
     assert!(d.ack().await.unwrap());
     assert_eq!(waiting(&pool, &name).await, ["a1"], "skipped: held");
     let (running, admitted, _, timer) = gate(&pool, &name, "a").await.unwrap();
@@ -399,12 +411,7 @@ async fn postgres_a_release_never_promotes_past_a_held_waiting_row() {
     let mut consumer = queue.consume_kind("sync");
     let d = next(&mut consumer).await;
     assert_eq!(d.id(), "a0");
-    let mut holder = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'a1' FOR UPDATE")
-        .bind(&name)
-        .execute(&mut *holder)
-        .await
-        .unwrap();
+    let holder = hold(&pool, &name, "a1").await;
     assert!(d.ack().await.unwrap());
     assert_eq!(
         waiting(&pool, &name).await,
@@ -509,12 +516,7 @@ async fn postgres_a_claims_kill_beside_a_held_waiting_row_keeps_the_gates_counte
     queue.schedule_with("w1", 2 * HOUR, "p", &a).await.unwrap();
     assert_eq!(waiting(&pool, &name).await, ["w1"]);
     assert_eq!(gate(&pool, &name, "a").await, Some((1, 2, 0, false)));
-    let mut holder = pool.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM wheel_jobs.jobs WHERE queue = $1 AND id = 'w1' FOR UPDATE")
-        .bind(&name)
-        .execute(&mut *holder)
-        .await
-        .unwrap();
+    let holder = hold(&pool, &name, "w1").await;
     // k's lease ends (MIN_LEASE) unrenewed: the next claim kills it and leases j1.
     tokio::time::sleep(MIN_LEASE + ms(100)).await;
     let mut consumer = queue.consume_kind("sync");
