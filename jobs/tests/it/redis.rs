@@ -175,22 +175,7 @@ mod acl {
 /// The `keys` group on one partition as a user limited by ACL: every command the gates'
 /// scripts send is one the queue's ACL (`guide/redis.md`) allows.
 mod acl_single {
-    shared_suite!(crate::support::redis::acl_single();
-        keys {
-            a_key_is_stored_and_shown,
-            a_key_without_limits_limits_nothing,
-            a_key_limit_holds_and_an_ack_wakes_the_next,
-            limits_are_per_kind_and_key,
-            tenant_b_is_not_behind_tenant_as_backlog,
-            a_key_limit_holds_under_a_busy_worker,
-            retry_fail_and_death_free_the_slot,
-            an_ended_lease_keeps_its_slot_until_its_last_attempt,
-            waiting_jobs_are_pending_listed_cancelled_and_moved,
-            a_due_job_goes_before_a_later_one_of_a_higher_priority,
-            a_key_rate_holds_starts_to_its_window,
-            bad_keys_and_limits_are_refused_and_nothing_is_stored,
-        }
-    );
+    run_keys_suite!(crate::support::redis::acl_single());
 }
 
 /// A queue in 3 partitions on a 3-master cluster: the partitions land on different nodes,
