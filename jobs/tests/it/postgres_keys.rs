@@ -366,41 +366,10 @@ async fn postgres_schedule_in_and_ack_in_move_the_gate_with_the_callers_commit()
 
 /// A promotion skips a waiting row another transaction holds without changing it (a
 /// schedule's `ON CONFLICT … WHERE false`, a series step's read: its commit rebalances
-/// nothing): the gate's timer is set at once, and an idle consumer claims the job once the
-/// holder ends, with no other schedule of the key.
-#[tokio::test]
-async fn postgres_a_waiting_job_held_by_another_transaction_is_promoted_after_it() {
-    let name = fresh("kh");
-    let pool = pool().await;
-    let queue = open(&name, JobOptions::new().key_limit(1)).await;
-    backlog(&queue, "a", 2).await;
-    assert_eq!(waiting(&pool, &name).await, ["a1"]);
-    let mut consumer = queue.consume_kind("sync");
-    let d = next(&mut consumer).await;
-    assert_eq!(d.id(), "a0");
-    // The lock such a statement takes on a1, held to the end of its transaction.
-    let holder = hold(&pool, &name, "a1").await;
-    assert!(d.ack().await.unwrap());
-    assert_eq!(waiting(&pool, &name).await, ["a1"], "skipped: held");
-    let (running, admitted, _, timer) = gate(&pool, &name, "a").await.unwrap();
-    assert_eq!((running, admitted), (0, 0));
-    assert!(
-        timer,
-        "room left while a1 waits: the gate is looked at again"
-    );
-    holder.rollback().await.unwrap();
-    let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
-        .await
-        .expect("a1 stranded in its gate");
-    assert_eq!(d.id(), "a1");
-    assert!(d.ack().await.unwrap());
-    queue.close().await.unwrap();
-}
-
-/// A release never promotes past a waiting row another transaction holds: with a limit of
-/// 1, a1 held and a2 behind it, the ack of a0 promotes neither (a2 admitted before a1
-/// would break key order), flags the gate, and a1 is claimed once the holder ends, before
-/// a2.
+/// nothing), and never promotes past it: with a limit of 1, a1 held and a2 behind it, the
+/// ack of a0 promotes neither (a2 admitted before a1 would break key order), the gate's
+/// timer is set at once, and an idle consumer claims a1 once the holder ends, then a2, with
+/// no other schedule of the key.
 #[tokio::test]
 async fn postgres_a_release_never_promotes_past_a_held_waiting_row() {
     let name = fresh("kp");
