@@ -5,7 +5,8 @@
 //! a claim, a retry re-entering without changing the gate's limits, `schedule_in` and
 //! `ack_in` in the caller's transaction, every gate's counters, admitted jobs and order
 //! through a drain by the starts' and releases' fast paths, a claim's kill and lease in one
-//! gate, a release beside a held waiting row), and keyed jobs consumed by
+//! gate, a release beside a held waiting row, a rate window's timer set by another
+//! process's schedule waking an idle consumer), and keyed jobs consumed by
 //! three processes, one of them SIGKILLed, while the store's own count of running jobs per
 //! key is sampled.
 //!
@@ -813,6 +814,60 @@ async fn postgres_a_rate_windows_timer_is_processed_by_claims() {
     }
     idle.abort();
     queue.close().await.unwrap();
+}
+
+/// A rate window's timer set by another process's schedule wakes an idle consumer at the
+/// window's end: `b` consumes (its safety wakeup an hour out, so only a wake-up or its
+/// claims' next due time can wake it), `a` only schedules (its local wake-ups reach none of
+/// `b`'s consumers). a0 is claimed and acked, opening the window; a1, scheduled by `a` while
+/// the window is spent, waits with the gate's timer set, and `b` claims it once the window
+/// ends, with no other schedule.
+#[tokio::test]
+async fn postgres_a_rate_timer_set_by_another_process_wakes_an_idle_consumer() {
+    let name = fresh("kx");
+    let pool = pool().await;
+    let per = ms(800);
+    let rate = JobOptions::new().key_rate(1, per);
+    let b = Builder::new()
+        .lease(MIN_LEASE)
+        .safety_wakeup(HOUR)
+        .kind("sync", rate.clone())
+        .postgres(&url(), &name)
+        .await
+        .unwrap();
+    let a = open(&name, rate).await;
+    let mut consumer = b.consume_kind("sync");
+    let job = JobOptions::kind("sync").key("a");
+    // Before a0's start, so before its window opens.
+    let before = Instant::now();
+    a.schedule_with("a0", SystemTime::now(), "p", &job)
+        .await
+        .unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("a0 never claimed");
+    assert_eq!(d.id(), "a0");
+    assert!(d.ack().await.unwrap());
+    // Let the consumer's next claim find nothing and go idle (if it has not yet, a1 is
+    // merely found sooner).
+    tokio::time::sleep(ms(100)).await;
+    a.schedule_with("a1", SystemTime::now(), "p", &job)
+        .await
+        .unwrap();
+    if before.elapsed() < per {
+        assert_eq!(waiting(&pool, &name).await, ["a1"], "the window is spent");
+        let (_, _, _, timer) = gate(&pool, &name, "a").await.unwrap();
+        assert!(timer, "a1 waits for the window's end");
+    }
+    let d = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("a1 stranded: the idle consumer never woke at the window's end");
+    assert_eq!(d.id(), "a1");
+    assert!(before.elapsed() >= per, "a1 started inside a0's window");
+    assert!(d.ack().await.unwrap());
+    drop(consumer);
+    a.close().await.unwrap();
+    b.close().await.unwrap();
 }
 
 const KEYS: usize = 3;
