@@ -1,7 +1,8 @@
 //! Kinds, per-job options and priorities on PostgreSQL (feature `postgres`): the upgrade
 //! of a version-2 schema with jobs in it, the kind filter of a claim (expired leases
 //! included), the claim order by priority past a level's future jobs, per-kind counts and
-//! lists, and `schedule_in_with` in the caller's transaction.
+//! lists, `schedule_in_with` in the caller's transaction, and `run_kind` loops whose claims
+//! share a statement.
 
 use std::time::{Duration, SystemTime};
 
@@ -485,4 +486,106 @@ async fn a_migration_behind_an_open_transaction_fails_clearly_then_succeeds() {
     pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
         .await
         .unwrap();
+}
+
+/// `run_kind` loops of one handle whose claims are in flight together share one claim
+/// statement (`claims.rs`): each loop still gets only its own kind, never more jobs than
+/// its free slots, every job once; a kind no loop runs is left alone, and an idle loop's
+/// job due later comes at its time, never before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_kind_loops_of_one_handle_share_claims_and_keep_their_kinds_and_slots() {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+
+    const KINDS: [&str; 4] = ["rate", "remind", "capture", "digest"];
+    const EACH: usize = 40;
+    const SLOTS: usize = 3;
+    let harness = crate::support::postgres::harness();
+    let queue = harness.open(&Builder::new()).await.unwrap();
+    let now = SystemTime::now();
+    for (n, kind) in KINDS.into_iter().enumerate() {
+        let jobs = (0..EACH).map(|i| (format!("{kind}:{i}"), now, "p"));
+        let options = JobOptions::kind(kind).priority(n as i8 - 1);
+        queue.schedule_many_with(jobs, &options).await.unwrap();
+    }
+    let orphans = (0..5).map(|i| (format!("orphan:{i}"), now, "o"));
+    queue
+        .schedule_many_with(orphans, &JobOptions::kind("nobody"))
+        .await
+        .unwrap();
+    let later_at = now + Duration::from_millis(1500);
+    queue
+        .schedule_with("later:1", later_at, "l", &JobOptions::kind("later"))
+        .await
+        .unwrap();
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let most = Arc::new(std::sync::Mutex::new(BTreeMap::<String, usize>::new()));
+    let mut loops = Vec::new();
+    for kind in KINDS.into_iter().chain(["later"]) {
+        let (queue, tx, most) = (queue.clone(), tx.clone(), most.clone());
+        let running = Arc::new(AtomicUsize::new(0));
+        loops.push(tokio::spawn(async move {
+            queue
+                .run_kind(kind, SLOTS, move |d| {
+                    let (tx, most, running) = (tx.clone(), most.clone(), running.clone());
+                    async move {
+                        let now_running = running.fetch_add(1, SeqCst) + 1;
+                        {
+                            let mut most = most.lock().unwrap();
+                            let seen = most.entry(kind.to_owned()).or_default();
+                            *seen = (*seen).max(now_running);
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        running.fetch_sub(1, SeqCst);
+                        tx.send((
+                            kind,
+                            d.kind().to_owned(),
+                            d.id().to_owned(),
+                            SystemTime::now(),
+                        ))
+                        .unwrap();
+                        Ok::<(), String>(())
+                    }
+                })
+                .await
+        }));
+    }
+    drop(tx);
+    let mut seen = BTreeSet::new();
+    for _ in 0..KINDS.len() * EACH + 1 {
+        let (worker, kind, id, at) = rx.recv().await.unwrap();
+        assert_eq!(worker, kind, "{id} went to the {worker} loop");
+        if id == "later:1" {
+            assert!(at >= later_at, "later:1 came before its time");
+        }
+        assert!(seen.insert(id.clone()), "{id} was delivered twice");
+    }
+    let expect: BTreeSet<String> = KINDS
+        .iter()
+        .flat_map(|kind| (0..EACH).map(move |i| format!("{kind}:{i}")))
+        .chain(["later:1".to_owned()])
+        .collect();
+    assert_eq!(seen, expect);
+    for (kind, most) in most.lock().unwrap().iter() {
+        assert!(*most <= SLOTS, "{most} {kind} handlers ran at once");
+    }
+    // The acks commit after the handlers report.
+    loop {
+        let counts = queue.counts().await.unwrap();
+        if counts.running == 0 && counts.pending == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for i in 0..5 {
+        let orphan = queue.get(&format!("orphan:{i}")).await.unwrap().unwrap();
+        assert_eq!((orphan.state(), orphan.attempt()), (JobState::Pending, 0));
+    }
+    queue.close().await.unwrap();
+    for run in loops {
+        run.await.unwrap().unwrap();
+    }
+    assert!(rx.try_recv().is_err(), "no job was delivered twice");
 }

@@ -58,6 +58,12 @@ pub(in crate::backend::postgres) struct ClaimRows {
     /// A gate of the claimed kinds has a timer due (a rate window ended): for
     /// [`Sql::gate_timers`].
     pub(in crate::backend::postgres) timers: bool,
+    /// A claim of a set of kinds: each kind's next pending due time (a kind without
+    /// pending jobs is absent), and the rest of `next_due` (leases, successors, gate
+    /// timers); `next_due` is the least of them all. Empty and `None` for the claims of one
+    /// kind or all.
+    pub(in crate::backend::postgres) next_by_kind: Vec<(String, Option<u64>)>,
+    pub(in crate::backend::postgres) next_other: Option<u64>,
 }
 
 /// The most gates whose timer came that one claim rebalances.
@@ -189,6 +195,32 @@ impl ClaimSql {
                 ),
                 None => set_parts(jobs, series),
             };
+            // A claim of a set of kinds also answers each kind's next pending due time (row
+            // 5, the kind in `id`) and the rest of the next due time (row 6: leases,
+            // successors, gate timers), so each caller of a claim merged from several
+            // (`claims.rs`) learns its own: the whole set's would wake an idle kind's loop
+            // at once while another kind has due jobs.
+            let (next_pending, by_kind) = match kinds {
+                Some(_) => (
+                    format!(
+                        "next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
+                         WHERE l.lvl IS NOT NULL)"
+                    ),
+                    "",
+                ),
+                None => (
+                    format!(
+                        "next_kinds AS (SELECT l.kind, min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
+                         WHERE l.lvl IS NOT NULL GROUP BY l.kind), \
+                         next_pending AS (SELECT min(t) AS t FROM next_kinds)"
+                    ),
+                    " UNION ALL SELECT 5, kind, NULL, NULL, t, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+                     FROM next_kinds \
+                     UNION ALL SELECT 6, NULL, NULL, NULL, LEAST((SELECT t FROM next_lease), \
+                     (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed), (SELECT t FROM timer)), \
+                     '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+                ),
+            };
             format!(
                 "WITH RECURSIVE now AS (SELECT {NOW} AS t), \
                  paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
@@ -242,8 +274,7 @@ impl ClaimSql {
                    FOR UPDATE SKIP LOCKED), \
                  swept AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.until <= (SELECT t FROM now) \
                    AND h.id IN (SELECT id FROM sweep) RETURNING 1), \
-                 next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
-                   WHERE l.lvl IS NOT NULL), \
+                 {next_pending}, \
                  timer AS (SELECT min(g.wake_at) AS t FROM {gates} g WHERE g.queue = $1 \
                    AND g.wake_at IS NOT NULL {kg}), \
                  next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
@@ -261,7 +292,7 @@ impl ClaimSql {
                    (SELECT t FROM timer)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM heads \
                  UNION ALL SELECT 4, NULL, NULL, NULL, t, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM timer \
-                   WHERE t <= (SELECT t FROM now)",
+                   WHERE t <= (SELECT t FROM now){by_kind}",
                 until = later("coalesce(j.lease, $3)"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
@@ -539,6 +570,8 @@ impl Sql {
             paused: false,
             heads: Vec::new(),
             timers: false,
+            next_by_kind: Vec::new(),
+            next_other: None,
         };
         for r in &rows {
             match db(r.try_get::<i32, _>(0))? {
@@ -558,6 +591,11 @@ impl Sql {
                     out.next_due = db(r.try_get::<Option<i64>, _>(4))?.map(dec);
                 }
                 4 => out.timers = true,
+                5 => out.next_by_kind.push((
+                    db(r.try_get(1))?,
+                    db(r.try_get::<Option<i64>, _>(4))?.map(dec),
+                )),
+                6 => out.next_other = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
                 _ => out.heads.push(db(r.try_get(1))?),
             }
         }
