@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use super::batch::MAX_BATCH;
-use super::claims::{mergeable, ClaimReq};
+use super::claims::{in_claim_order, look_again, mergeable, ClaimReq};
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
-use super::{Postgres, LOCKED_RETRY};
+use super::Postgres;
 use crate::backend::{
     Backend, BoxFuture, ClaimBatch, ClaimKinds, Claimed, Import, KindFilter, NewJob,
 };
@@ -82,45 +82,6 @@ impl Postgres {
         tx.commit().await.map_err(pg_error)?;
         Ok(out)
     }
-}
-
-/// When a consumer looks again after a claim whose `next_due` the statement answered:
-/// never while paused; at once when the claim was `full` (more may be due) or after due
-/// jobs the series heads held back (`heads_claimed`); shortly when what is due was locked
-/// by others; else at `next_due`.
-pub(super) fn look_again(
-    next_due: Option<u64>,
-    now: u64,
-    paused: bool,
-    full: bool,
-    heads_claimed: bool,
-) -> Option<u64> {
-    if paused {
-        None
-    } else if full {
-        // More may be due: look again at once.
-        Some(now)
-    } else if heads_claimed && next_due.is_some_and(|n| n <= now) {
-        // Due jobs below priority 0 the heads held back: look again at once (after
-        // a delivery, so never in a loop).
-        Some(now)
-    } else if let Some(next) = next_due.filter(|&n| n <= now) {
-        // What is due and was not taken is locked by another transaction (a claim,
-        // a series step, a caller's `cancel_in`) or a series head whose step moved
-        // it: the outcome of a commit that makes a job pending wakes us anyway;
-        // look again shortly, not in a loop.
-        Some(next.max(now.saturating_add(LOCKED_RETRY)))
-    } else {
-        next_due
-    }
-}
-
-/// Sorts a claim's jobs in claim order: priority, then due time, then id.
-pub(super) fn in_claim_order(jobs: &mut [Claimed]) {
-    jobs.sort_by(|x, y| {
-        let key = |c: &Claimed| (std::cmp::Reverse(c.spec.priority), c.run_at);
-        (key(x), &x.id).cmp(&(key(y), &y.id))
-    });
 }
 
 impl Backend for Postgres {
