@@ -31,9 +31,13 @@ use sqlx::PgPool;
 
 use super::batch::{Reply, MAX_BATCH};
 use super::sql::Sql;
-use super::LOCKED_RETRY;
 use crate::backend::{ClaimBatch, ClaimKinds, Claimed};
 use crate::core::error::Error;
+
+/// After a claim that left due jobs locked by others (in flight elsewhere), how long an
+/// idle consumer waits before looking again (nanoseconds): their commit or rollback wakes
+/// it anyway when it makes one pending.
+const LOCKED_RETRY: u64 = 10_000_000;
 
 /// How often the claim batcher yields after answering a batch (`claim_batch`): two were
 /// as good as eight or 32 (claims per job of four `run_kind` loops).

@@ -113,11 +113,6 @@ pub(crate) const WAKE_HORIZON: Duration = Duration::from_secs(60);
 /// How often a claim folds the queue's counter deltas into a slot (at most).
 const FOLD_EVERY: Duration = Duration::from_secs(1);
 
-/// After a claim that left due jobs locked by others (in flight elsewhere), how long an
-/// idle consumer waits before looking again (nanoseconds): their commit or rollback wakes
-/// it anyway when it makes one pending.
-const LOCKED_RETRY: u64 = 10_000_000;
-
 /// How long a batch of schedules waits on another transaction's row lock before it is
 /// re-run one request at a time (at most: a short `postgres_timeout` shortens it).
 const BATCH_LOCK_WAIT: Duration = Duration::from_millis(100);
