@@ -589,3 +589,64 @@ async fn run_kind_loops_of_one_handle_share_claims_and_keep_their_kinds_and_slot
     }
     assert!(rx.try_recv().is_err(), "no job was delivered twice");
 }
+
+/// Polls `fut` once, which must not be ready: a claim it makes is sent (to the claim
+/// batcher, which a current-thread runtime runs only once the test awaits).
+async fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) {
+    std::future::poll_fn(|cx| {
+        assert!(std::pin::Pin::new(&mut *fut).poll(cx).is_pending());
+        std::task::Poll::Ready(())
+    })
+    .await;
+}
+
+/// A merged claim takes each kind's expired leases up to its room: kind a's older expired
+/// leases, more than the claim takes, leave b's claim, merged with a's, b's own expired
+/// jobs (as its own claim would have taken them).
+#[tokio::test]
+async fn a_merged_claim_gives_each_kind_its_own_expired_leases() {
+    let harness = crate::support::postgres::harness();
+    let mut setup_builder = Builder::new();
+    setup_builder.prefetch(8);
+    let setup = harness.open(&setup_builder).await.unwrap();
+    let now = SystemTime::now();
+    let short = |kind: &str| JobOptions::kind(kind).lease(Duration::from_secs(1));
+    let jobs = (0..6).map(|i| (format!("a:{i}"), now, "p"));
+    setup.schedule_many_with(jobs, &short("a")).await.unwrap();
+    let mut held = Vec::new();
+    let mut a = setup.consume_kind("a");
+    for _ in 0..6 {
+        held.push(a.next().await.unwrap().unwrap());
+    }
+    let jobs = (0..2).map(|i| (format!("b:{i}"), now, "p"));
+    setup.schedule_many_with(jobs, &short("b")).await.unwrap();
+    let mut b = setup.consume_kind("b");
+    for _ in 0..2 {
+        held.push(b.next().await.unwrap().unwrap());
+    }
+    // Every lease ends, a's before b's.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    setup
+        .schedule_with("w:1", now, "w", &JobOptions::kind("w"))
+        .await
+        .unwrap();
+
+    let mut builder = Builder::new();
+    builder.prefetch(2);
+    let queue = harness.open(&builder).await.unwrap();
+    // The handle's first claim folds the counters before it is sent: done here.
+    let w = queue.consume_kind("w").next().await.unwrap().unwrap();
+    w.ack().await.unwrap();
+    let mut a = queue.consume_kind("a");
+    let mut b = queue.consume_kind("b");
+    let mut b_next = Box::pin(b.next());
+    poll_once(&mut b_next).await;
+    // Sent while b's waits unsent: one statement (current-thread runtime).
+    let first = a.next().await.unwrap().unwrap();
+    assert!(first.id().starts_with("a:"));
+    for id in ["b:0", "b:1"] {
+        let job = setup.get(id).await.unwrap().unwrap();
+        assert_eq!(job.attempt(), 2, "{id}: b's claim took b's expired job");
+    }
+    drop(held);
+}
