@@ -650,3 +650,44 @@ async fn a_merged_claim_gives_each_kind_its_own_expired_leases() {
     }
     drop(held);
 }
+
+/// A claim whose caller gave up after its batch was taken, while an earlier group of the
+/// batch (a claim of the same kind) runs, is not sent: it leases nothing.
+#[tokio::test]
+async fn a_claim_given_up_before_its_group_is_sent_leases_nothing() {
+    let harness = crate::support::postgres::harness();
+    let mut builder = Builder::new();
+    builder.prefetch(2);
+    let queue = harness.open(&builder).await.unwrap();
+    let now = SystemTime::now();
+    let jobs = (0..4).map(|i| (format!("a:{i}"), now, "p"));
+    queue
+        .schedule_many_with(jobs, &JobOptions::kind("a"))
+        .await
+        .unwrap();
+    let w = JobOptions::kind("w");
+    queue.schedule_with("w:1", now, "w", &w).await.unwrap();
+    let first_w = queue.consume_kind("w").next().await.unwrap().unwrap();
+    first_w.ack().await.unwrap();
+    queue.schedule_with("w:2", now, "w", &w).await.unwrap();
+    let mut a1 = queue.consume_kind("a");
+    let mut a2 = queue.consume_kind("a");
+    let mut n1 = Box::pin(a1.next());
+    poll_once(&mut n1).await;
+    poll_once(&mut Box::pin(a2.next())).await;
+    // The batcher takes both claims (two groups: one kind) and sends the first.
+    tokio::task::yield_now().await;
+    drop(a2);
+    let got = n1.await.unwrap().unwrap();
+    assert!(got.id().starts_with("a:"));
+    // Through the same batcher: answered after the second group's turn.
+    let _ = queue.consume_kind("w").next().await.unwrap().unwrap();
+    let mut leased = Vec::new();
+    for i in 0..4 {
+        let job = queue.get(&format!("a:{i}")).await.unwrap().unwrap();
+        if job.state() == JobState::Running {
+            leased.push(job.id().to_owned());
+        }
+    }
+    assert_eq!(leased.len(), 2, "leased, of which a1 holds two: {leased:?}");
+}

@@ -104,16 +104,33 @@ pub(super) async fn claim_batch(
 ) {
     let mut replies: Vec<Option<Reply<ClaimBatch>>> = replies.into_iter().map(Some).collect();
     for group in groups(&reqs) {
+        // A caller that gave up while an earlier group ran is left out: its claim is not
+        // sent, as the batcher drops one that gave up before the batch was taken. One that
+        // gives up once its statement is sent holds its jobs until their lease ends, as an
+        // unmerged claim dropped in flight does (`Consumer`'s docs).
+        let group: Vec<usize> = group
+            .into_iter()
+            .filter(|&i| replies[i].as_ref().is_some_and(|r| !r.is_closed()))
+            .collect();
+        if group.is_empty() {
+            continue;
+        }
         let members: Vec<&ClaimReq> = group.iter().map(|&i| &reqs[i]).collect();
         let answers = claim_group(&pool, &sql, &queue, &members).await;
         for (n, i) in group.into_iter().enumerate() {
             let Some(reply) = replies[i].take() else {
                 continue;
             };
-            let _ = reply.send(match &answers {
+            let answer = match &answers {
                 Ok(answers) => Ok(answers[n].clone()),
                 Err(err) => Err(err.clone()),
-            });
+            };
+            if let Err(Ok(lost)) = reply.send(answer) {
+                tracing::debug!(
+                    jobs = lost.jobs.len(),
+                    "wheel-jobs: a merged claim's caller gave up in flight; its jobs run again when their lease ends"
+                );
+            }
         }
     }
     // Before the batcher takes the next batch: let the loops just answered hand their
