@@ -600,6 +600,48 @@ async fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) {
     .await;
 }
 
+/// The tokens of the queue's leased jobs, by id.
+async fn tokens(queue: &str) -> Vec<(String, i64)> {
+    sqlx::query(
+        "SELECT id, token FROM wheel_jobs.jobs WHERE queue = $1 AND token IS NOT NULL ORDER BY id",
+    )
+    .bind(queue)
+    .fetch_all(&pool().await)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// The claims of two `run_kind` loops in flight together are one statement: both kinds'
+/// jobs are leased under one token, where each claim of its own draws a token.
+#[tokio::test]
+async fn claims_of_two_kinds_in_flight_together_share_one_statement() {
+    let harness = crate::support::postgres::harness();
+    let queue = harness.open(&Builder::new()).await.unwrap();
+    let now = SystemTime::now();
+    for kind in ["a", "b", "w"] {
+        let options = JobOptions::kind(kind);
+        let id = format!("{kind}:1");
+        queue.schedule_with(&id, now, "p", &options).await.unwrap();
+    }
+    // The handle's first claim folds the counters before it is sent: done here.
+    let w = queue.consume_kind("w").next().await.unwrap().unwrap();
+    w.ack().await.unwrap();
+    let mut a = queue.consume_kind("a");
+    let mut b = queue.consume_kind("b");
+    let mut b_next = Box::pin(b.next());
+    poll_once(&mut b_next).await;
+    // Sent while b's waits unsent (current-thread runtime): the batcher takes both.
+    assert_eq!(a.next().await.unwrap().unwrap().id(), "a:1");
+    assert_eq!(b_next.await.unwrap().unwrap().id(), "b:1");
+    let leased = tokens(harness.queue()).await;
+    let ids: Vec<&str> = leased.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["a:1", "b:1"]);
+    assert_eq!(leased[0].1, leased[1].1, "one statement, one token");
+}
+
 /// A merged claim takes each kind's expired leases up to its room: kind a's older expired
 /// leases, more than the claim takes, leave b's claim, merged with a's, b's own expired
 /// jobs (as its own claim would have taken them).
