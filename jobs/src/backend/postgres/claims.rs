@@ -16,10 +16,20 @@
 //! - Claims naming a kind in common are never merged (a job of that kind would have no
 //!   one owner): they run one after the other. A merged statement takes at most
 //!   [`MAX_BATCH`] jobs.
-//! - A caller's next due time is its own kinds' next pending due time and the rest of the
-//!   set's (leases, successors, gate timers): never later than what its own claim would
-//!   have answered, so it may look early, never late; and another kind's due jobs never
-//!   make it look again at once.
+//! - Each kind's expired leases are taken up to its room (one kind's many expired leases
+//!   never crowd out another's). A caller's next due time is its own kinds' (their next
+//!   pending due time and next lease end) and the rest of the set's (the leases this
+//!   statement made, successors it handed over, gate timers): never later than what its own
+//!   claim would have answered, so it may look early, never late. Another kind's due jobs
+//!   or expired leases never make it look again at once. Gate timers are the set's: a due
+//!   one of any kind of the set makes every caller look again at once, once per timer (the
+//!   rebalance after the claim moves it), and a successor handed over due makes every
+//!   caller look again shortly (`LOCKED_RETRY`), once.
+//! - A caller that gives up before its group's statement is sent is left out of it; one
+//!   that gives up after holds its jobs until their lease ends, as an unmerged claim dropped
+//!   in flight does.
+//! - All named-kind claims of a handle wait behind the statement in flight: a slow claim
+//!   (a lock wait, a large backlog of one kind) delays every `run_kind` loop's next claim.
 //! - A claim alone in its statement runs exactly as an unmerged one. A claim waits only
 //!   for the statement in flight (none when idle), as an ack waits for the settle in
 //!   flight; the caller's `postgres_timeout` counts that wait (`batch.rs`).
@@ -137,7 +147,7 @@ pub(super) async fn claim_batch(
     // jobs out, and those whose handlers return at once claim again, so their claims join
     // the next statement instead of the one after it (without this the loops split into
     // two halves taking turns, a statement each; 20,000 jobs of four `run_kind` loops of
-    // 12: ~880 claims, ~600–660 with it, against ~475 for one `run(50)`). Never a wait on
+    // 12: ~880 claims, 593–614 with it, against 471–481 for one `run(50)`). Never a wait on
     // a timer.
     for _ in 0..REJOIN_YIELDS {
         tokio::task::yield_now().await;
