@@ -24,7 +24,8 @@ use crate::queue::worker;
 /// A worker for several kinds of jobs, from [`JobQueue::worker`](crate::JobQueue::worker):
 /// each declared kind with its own handler and optional concurrency cap, all claimed by one
 /// loop. Each claim names the declared kinds that have room, so a worker of four kinds
-/// makes one claim where four [`run_kind`](crate::JobQueue::run_kind) loops made four.
+/// makes one claim where four [`run_kind`](crate::JobQueue::run_kind) loops make four (on
+/// PostgreSQL, the loops' claims in flight together share one statement).
 ///
 /// A handler gets only its own kind's jobs; jobs of kinds the worker did not declare are
 /// never claimed (they stay pending for the workers that handle them). Among the due jobs

@@ -18,7 +18,8 @@
 //!   Before it counts the free permits for a claim, the loop yields once, so handlers
 //!   already done give theirs back to that claim: without it the permits split into two
 //!   halves taking turns, and each claim was of half the concurrency (on PostgreSQL, four
-//!   `run_kind` loops of 12 claimed 6.4 jobs per claim, a statement and a commit each).
+//!   `run_kind` loops of 12 claimed 6.4 jobs per claim, a statement and a commit each,
+//!   before their claims shared statements).
 //! - One claim is in flight at a time and is never dropped half-way: a claim's reply is the
 //!   only record of the leases it took, so losing it would strand jobs until their lease
 //!   ends.

@@ -1,7 +1,8 @@
 //! Kinds, per-job options and priorities on PostgreSQL (feature `postgres`): the upgrade
 //! of a version-2 schema with jobs in it, the kind filter of a claim (expired leases
 //! included), the claim order by priority past a level's future jobs, per-kind counts and
-//! lists, and `schedule_in_with` in the caller's transaction.
+//! lists, `schedule_in_with` in the caller's transaction, and `run_kind` loops whose claims
+//! share a statement.
 
 use std::time::{Duration, SystemTime};
 
@@ -485,4 +486,250 @@ async fn a_migration_behind_an_open_transaction_fails_clearly_then_succeeds() {
     pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
         .await
         .unwrap();
+}
+
+/// `run_kind` loops of one handle whose claims are in flight together share one claim
+/// statement (`claims.rs`): each loop still gets only its own kind, never more jobs than
+/// its free slots, every job once; a kind no loop runs is left alone, and an idle loop's
+/// job due later comes at its time, never before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_kind_loops_of_one_handle_share_claims_and_keep_their_kinds_and_slots() {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+
+    const KINDS: [&str; 4] = ["rate", "remind", "capture", "digest"];
+    const EACH: usize = 40;
+    const SLOTS: usize = 3;
+    let harness = crate::support::postgres::harness();
+    let queue = harness.open(&Builder::new()).await.unwrap();
+    let now = SystemTime::now();
+    for (n, kind) in KINDS.into_iter().enumerate() {
+        let jobs = (0..EACH).map(|i| (format!("{kind}:{i}"), now, "p"));
+        let options = JobOptions::kind(kind).priority(n as i8 - 1);
+        queue.schedule_many_with(jobs, &options).await.unwrap();
+    }
+    let orphans = (0..5).map(|i| (format!("orphan:{i}"), now, "o"));
+    queue
+        .schedule_many_with(orphans, &JobOptions::kind("nobody"))
+        .await
+        .unwrap();
+    let later_at = now + Duration::from_millis(1500);
+    queue
+        .schedule_with("later:1", later_at, "l", &JobOptions::kind("later"))
+        .await
+        .unwrap();
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let most = Arc::new(std::sync::Mutex::new(BTreeMap::<String, usize>::new()));
+    let mut loops = Vec::new();
+    for kind in KINDS.into_iter().chain(["later"]) {
+        let (queue, tx, most) = (queue.clone(), tx.clone(), most.clone());
+        let running = Arc::new(AtomicUsize::new(0));
+        loops.push(tokio::spawn(async move {
+            queue
+                .run_kind(kind, SLOTS, move |d| {
+                    let (tx, most, running) = (tx.clone(), most.clone(), running.clone());
+                    async move {
+                        let now_running = running.fetch_add(1, SeqCst) + 1;
+                        {
+                            let mut most = most.lock().unwrap();
+                            let seen = most.entry(kind.to_owned()).or_default();
+                            *seen = (*seen).max(now_running);
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        running.fetch_sub(1, SeqCst);
+                        tx.send((
+                            kind,
+                            d.kind().to_owned(),
+                            d.id().to_owned(),
+                            SystemTime::now(),
+                        ))
+                        .unwrap();
+                        Ok::<(), String>(())
+                    }
+                })
+                .await
+        }));
+    }
+    drop(tx);
+    let mut seen = BTreeSet::new();
+    for _ in 0..KINDS.len() * EACH + 1 {
+        let (worker, kind, id, at) = rx.recv().await.unwrap();
+        assert_eq!(worker, kind, "{id} went to the {worker} loop");
+        if id == "later:1" {
+            assert!(at >= later_at, "later:1 came before its time");
+        }
+        assert!(seen.insert(id.clone()), "{id} was delivered twice");
+    }
+    let expect: BTreeSet<String> = KINDS
+        .iter()
+        .flat_map(|kind| (0..EACH).map(move |i| format!("{kind}:{i}")))
+        .chain(["later:1".to_owned()])
+        .collect();
+    assert_eq!(seen, expect);
+    for (kind, most) in most.lock().unwrap().iter() {
+        assert!(*most <= SLOTS, "{most} {kind} handlers ran at once");
+    }
+    // The acks commit after the handlers report.
+    loop {
+        let counts = queue.counts().await.unwrap();
+        if counts.running == 0 && counts.pending == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for i in 0..5 {
+        let orphan = queue.get(&format!("orphan:{i}")).await.unwrap().unwrap();
+        assert_eq!((orphan.state(), orphan.attempt()), (JobState::Pending, 0));
+    }
+    queue.close().await.unwrap();
+    for run in loops {
+        run.await.unwrap().unwrap();
+    }
+    assert!(rx.try_recv().is_err(), "no job was delivered twice");
+}
+
+/// Polls `fut` once, which must not be ready: a claim it makes is sent (to the claim
+/// batcher, which a current-thread runtime runs only once the test awaits).
+async fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) {
+    std::future::poll_fn(|cx| {
+        assert!(std::pin::Pin::new(&mut *fut).poll(cx).is_pending());
+        std::task::Poll::Ready(())
+    })
+    .await;
+}
+
+/// The tokens of the queue's leased jobs, by id.
+async fn tokens(queue: &str) -> Vec<(String, i64)> {
+    sqlx::query(
+        "SELECT id, token FROM wheel_jobs.jobs WHERE queue = $1 AND token IS NOT NULL ORDER BY id",
+    )
+    .bind(queue)
+    .fetch_all(&pool().await)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// The claims of two `run_kind` loops in flight together are one statement: both kinds'
+/// jobs are leased under one token, where each claim of its own draws a token.
+#[tokio::test]
+async fn claims_of_two_kinds_in_flight_together_share_one_statement() {
+    let harness = crate::support::postgres::harness();
+    let queue = harness.open(&Builder::new()).await.unwrap();
+    let now = SystemTime::now();
+    for kind in ["a", "b", "w"] {
+        let options = JobOptions::kind(kind);
+        let id = format!("{kind}:1");
+        queue.schedule_with(&id, now, "p", &options).await.unwrap();
+    }
+    // The handle's first claim folds the counters before it is sent: done here.
+    let w = queue.consume_kind("w").next().await.unwrap().unwrap();
+    w.ack().await.unwrap();
+    let mut a = queue.consume_kind("a");
+    let mut b = queue.consume_kind("b");
+    let mut b_next = Box::pin(b.next());
+    poll_once(&mut b_next).await;
+    // Sent while b's waits unsent (current-thread runtime): the batcher takes both.
+    assert_eq!(a.next().await.unwrap().unwrap().id(), "a:1");
+    assert_eq!(b_next.await.unwrap().unwrap().id(), "b:1");
+    let leased = tokens(harness.queue()).await;
+    let ids: Vec<&str> = leased.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["a:1", "b:1"]);
+    assert_eq!(leased[0].1, leased[1].1, "one statement, one token");
+}
+
+/// A merged claim takes each kind's expired leases up to its room: kind a's older expired
+/// leases, more than the claim takes, leave b's claim, merged with a's, b's own expired
+/// jobs (as its own claim would have taken them).
+#[tokio::test]
+async fn a_merged_claim_gives_each_kind_its_own_expired_leases() {
+    let harness = crate::support::postgres::harness();
+    let mut setup_builder = Builder::new();
+    setup_builder.prefetch(8);
+    let setup = harness.open(&setup_builder).await.unwrap();
+    let now = SystemTime::now();
+    let short = |kind: &str| JobOptions::kind(kind).lease(Duration::from_secs(1));
+    let jobs = (0..6).map(|i| (format!("a:{i}"), now, "p"));
+    setup.schedule_many_with(jobs, &short("a")).await.unwrap();
+    let mut held = Vec::new();
+    let mut a = setup.consume_kind("a");
+    for _ in 0..6 {
+        held.push(a.next().await.unwrap().unwrap());
+    }
+    let jobs = (0..2).map(|i| (format!("b:{i}"), now, "p"));
+    setup.schedule_many_with(jobs, &short("b")).await.unwrap();
+    let mut b = setup.consume_kind("b");
+    for _ in 0..2 {
+        held.push(b.next().await.unwrap().unwrap());
+    }
+    // Every lease ends, a's before b's.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    setup
+        .schedule_with("w:1", now, "w", &JobOptions::kind("w"))
+        .await
+        .unwrap();
+
+    let mut builder = Builder::new();
+    builder.prefetch(2);
+    let queue = harness.open(&builder).await.unwrap();
+    // The handle's first claim folds the counters before it is sent: done here.
+    let w = queue.consume_kind("w").next().await.unwrap().unwrap();
+    w.ack().await.unwrap();
+    let mut a = queue.consume_kind("a");
+    let mut b = queue.consume_kind("b");
+    let mut b_next = Box::pin(b.next());
+    poll_once(&mut b_next).await;
+    // Sent while b's waits unsent: one statement (current-thread runtime).
+    let first = a.next().await.unwrap().unwrap();
+    assert!(first.id().starts_with("a:"));
+    for id in ["b:0", "b:1"] {
+        let job = setup.get(id).await.unwrap().unwrap();
+        assert_eq!(job.attempt(), 2, "{id}: b's claim took b's expired job");
+    }
+    drop(held);
+}
+
+/// A claim whose caller gave up after its batch was taken, while an earlier group of the
+/// batch (a claim of the same kind) runs, is not sent: it leases nothing.
+#[tokio::test]
+async fn a_claim_given_up_before_its_group_is_sent_leases_nothing() {
+    let harness = crate::support::postgres::harness();
+    let mut builder = Builder::new();
+    builder.prefetch(2);
+    let queue = harness.open(&builder).await.unwrap();
+    let now = SystemTime::now();
+    let jobs = (0..4).map(|i| (format!("a:{i}"), now, "p"));
+    queue
+        .schedule_many_with(jobs, &JobOptions::kind("a"))
+        .await
+        .unwrap();
+    let w = JobOptions::kind("w");
+    queue.schedule_with("w:1", now, "w", &w).await.unwrap();
+    let first_w = queue.consume_kind("w").next().await.unwrap().unwrap();
+    first_w.ack().await.unwrap();
+    queue.schedule_with("w:2", now, "w", &w).await.unwrap();
+    let mut a1 = queue.consume_kind("a");
+    let mut a2 = queue.consume_kind("a");
+    let mut n1 = Box::pin(a1.next());
+    poll_once(&mut n1).await;
+    poll_once(&mut Box::pin(a2.next())).await;
+    // The batcher takes both claims (two groups: one kind) and sends the first.
+    tokio::task::yield_now().await;
+    drop(a2);
+    let got = n1.await.unwrap().unwrap();
+    assert!(got.id().starts_with("a:"));
+    // Through the same batcher: answered after the second group's turn.
+    let _ = queue.consume_kind("w").next().await.unwrap().unwrap();
+    let mut leased = Vec::new();
+    for i in 0..4 {
+        let job = queue.get(&format!("a:{i}")).await.unwrap().unwrap();
+        if job.state() == JobState::Running {
+            leased.push(job.id().to_owned());
+        }
+    }
+    assert_eq!(leased.len(), 2, "leased, of which a1 holds two: {leased:?}");
 }

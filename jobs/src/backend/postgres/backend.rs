@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use super::batch::MAX_BATCH;
+use super::claims::{in_claim_order, look_again, mergeable, ClaimReq};
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
-use super::{Postgres, LOCKED_RETRY};
+use super::Postgres;
 use crate::backend::{
     Backend, BoxFuture, ClaimBatch, ClaimKinds, Claimed, Import, KindFilter, NewJob,
 };
@@ -152,6 +153,10 @@ impl Backend for Postgres {
             }
             let token = self.token();
             let want = max.min(MAX_BATCH);
+            if let Some(kinds) = mergeable(&kinds, want) {
+                // Shares a statement with the other loops' claims in flight (`claims.rs`).
+                return self.claims.call(ClaimReq { want, kinds, token }).await;
+            }
             let rows = (self.sql)
                 .claim(&self.pool, &self.queue, want, token, &kinds)
                 .await?;
@@ -167,7 +172,7 @@ impl Backend for Postgres {
                     spec,
                 })
                 .collect();
-            let mut next_due = rows.next_due;
+            let next_due = rows.next_due;
             // A gate's rate window ended: its waiting jobs may start now. Rebalanced after
             // the claim (its statement could not lease what it admits): look again at once.
             let timers = rows.timers && self.sql.gate_timers(&self.pool, &self.queue, &kinds).await? > 0;
@@ -191,27 +196,14 @@ impl Backend for Postgres {
                     Err(err) => return Err(err),
                 }
             }
-            if rows.paused {
-                next_due = None;
-            } else if jobs.len() >= want || timers {
-                // More may be due: look again at once.
-                next_due = Some(rows.now);
-            } else if heads_claimed && next_due.is_some_and(|n| n <= rows.now) {
-                // Due jobs below priority 0 the heads held back: look again at once (after
-                // a delivery, so never in a loop).
-                next_due = Some(rows.now);
-            } else if let Some(next) = next_due.filter(|&n| n <= rows.now) {
-                // What is due and was not taken is locked by another transaction (a claim,
-                // a series step, a caller's `cancel_in`) or a series head whose step moved
-                // it: the outcome of a commit that makes a job pending wakes us anyway;
-                // look again shortly, not in a loop.
-                next_due = Some(next.max(rows.now.saturating_add(LOCKED_RETRY)));
-            }
-            // Handed out in claim order: priority, then due time, then id.
-            jobs.sort_by(|x, y| {
-                let key = |c: &Claimed| (std::cmp::Reverse(c.spec.priority), c.run_at);
-                (key(x), &x.id).cmp(&(key(y), &y.id))
-            });
+            let next_due = look_again(
+                next_due,
+                rows.now,
+                rows.paused,
+                jobs.len() >= want || timers,
+                heads_claimed,
+            );
+            in_claim_order(&mut jobs);
             Ok(ClaimBatch {
                 jobs,
                 next_due,

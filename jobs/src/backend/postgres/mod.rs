@@ -8,7 +8,8 @@
 //!   it (`sql/`); clients with skewed clocks never deliver early.
 //! - Each `Backend` call is one statement in its own transaction, but for recurring series
 //!   (one transaction of several statements, `series.rs`). Concurrent acks and retries
-//!   share one statement and one commit (`batch.rs`), so do concurrent schedules.
+//!   share one statement and one commit (`batch.rs`), so do concurrent schedules, and so do
+//!   concurrent claims of named kinds (`claims.rs`: the `run_kind` loops of one handle).
 //! - Claims take due jobs with `FOR UPDATE SKIP LOCKED`, lease them and bump their attempt
 //!   (or kill those out of attempts) in the same statement, so competing consumers in any
 //!   number of processes never wait on each other and never take one job twice. A claim
@@ -45,7 +46,8 @@
 //!
 //! `names.rs` names the schema's objects; `migrate.rs` creates and upgrades the schema from
 //! `migrations/`; `sql/` holds each statement with its typed function, one file per group;
-//! `series.rs` the recurring series' steps; `batch.rs` the group commit; `listen.rs` the
+//! `series.rs` the recurring series' steps; `batch.rs` the group commit; `claims.rs` the
+//! merged claims; `listen.rs` the
 //! `LISTEN` task; `error.rs` maps sqlx's errors; `backend.rs` is the
 //! [`Backend`](crate::backend::Backend) implementation; this file holds the [`Postgres`]
 //! value and opens it.
@@ -56,6 +58,7 @@
 
 mod backend;
 mod batch;
+mod claims;
 mod error;
 mod listen;
 mod migrate;
@@ -73,11 +76,12 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::PgPool;
 
 use self::batch::{answer, timed_out, Batcher, Reply};
+use self::claims::ClaimReq;
 use self::error::pg_error;
 use self::names::Names;
 use self::series::SeriesSql;
 use self::sql::{Settle, Settled, Sql};
-use crate::backend::NewJob;
+use crate::backend::{ClaimBatch, NewJob};
 use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::{Scheduled, When};
@@ -109,11 +113,6 @@ pub(crate) const WAKE_HORIZON: Duration = Duration::from_secs(60);
 /// How often a claim folds the queue's counter deltas into a slot (at most).
 const FOLD_EVERY: Duration = Duration::from_secs(1);
 
-/// After a claim that left due jobs locked by others (in flight elsewhere), how long an
-/// idle consumer waits before looking again (nanoseconds): their commit or rollback wakes
-/// it anyway when it makes one pending.
-const LOCKED_RETRY: u64 = 10_000_000;
-
 /// How long a batch of schedules waits on another transaction's row lock before it is
 /// re-run one request at a time (at most: a short `postgres_timeout` shortens it).
 const BATCH_LOCK_WAIT: Duration = Duration::from_millis(100);
@@ -129,6 +128,8 @@ pub(crate) struct Postgres {
     timeout: Option<Duration>,
     schedules: Batcher<NewJob, (Scheduled, u64)>,
     settles: Batcher<Settle, Settled>,
+    /// Claims of named kinds, merged (`claims.rs`).
+    claims: Batcher<ClaimReq, ClaimBatch>,
     closed: AtomicBool,
     /// The calls under way, which `close` waits for.
     calls: AtomicUsize,
@@ -166,6 +167,7 @@ impl Drop for Postgres {
     fn drop(&mut self) {
         self.schedules.task.abort();
         self.settles.task.abort();
+        self.claims.task.abort();
     }
 }
 
@@ -231,6 +233,13 @@ impl Postgres {
                 settle_batch(pool, sql, queue, timeout, batch, replies)
             })
         };
+        let claims = {
+            let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.to_owned());
+            Batcher::new(timeout, move |batch: Vec<ClaimReq>, replies| {
+                let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
+                claims::claim_batch(pool, sql, queue, batch, replies)
+            })
+        };
         let listening = listen::spawn(&pool, names.channel.clone(), queue.to_owned(), &wakeup);
         let seed = mix(crate::core::job::nanos(std::time::SystemTime::now())
             ^ u64::from(std::process::id()).rotate_left(32)
@@ -245,6 +254,7 @@ impl Postgres {
             timeout,
             schedules,
             settles,
+            claims,
             closed: AtomicBool::new(false),
             calls: AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),

@@ -58,6 +58,12 @@ pub(in crate::backend::postgres) struct ClaimRows {
     /// A gate of the claimed kinds has a timer due (a rate window ended): for
     /// [`Sql::gate_timers`].
     pub(in crate::backend::postgres) timers: bool,
+    /// A claim of a set of kinds: each kind's next due time, of its pending jobs and its
+    /// leases (a kind with neither is absent), and the rest of `next_due` (the leases this
+    /// claim made, successors, gate timers); `next_due` is the least of them all. Empty and
+    /// `None` for the claims of one kind or all.
+    pub(in crate::backend::postgres) next_by_kind: Vec<(String, Option<u64>)>,
+    pub(in crate::backend::postgres) next_other: Option<u64>,
 }
 
 /// The most gates whose timer came that one claim rebalances.
@@ -189,18 +195,73 @@ impl ClaimSql {
                 ),
                 None => set_parts(jobs, series),
             };
+            // The expired leases: `$2` in all, or, for a set of kinds, each kind at most its
+            // room, so one kind's many expired leases neither crowd out another's in a claim
+            // merged from several (`claims.rs`) nor are locked beyond what `picked` can take.
+            let expired_of = |rows: &str, limit: &str| {
+                format!(
+                    "SELECT j.ctid AS tid, j.id, j.kind, j.attempt, j.max_attempts AS most, \
+                     j.priority AS prio, j.lease_until AS at, {next_j} AS nx FROM {jobs} j \
+                     WHERE j.queue = $1 AND j.token IS NOT NULL {rows} AND j.lease_until <= (SELECT t FROM now) \
+                     AND NOT (SELECT p FROM paused) \
+                     ORDER BY j.lease_until, j.id LIMIT {limit} FOR UPDATE SKIP LOCKED",
+                    next_j = has_next("j"),
+                )
+            };
+            // The next lease to end, but those this claim leased, killed or handed over.
+            let lease_of = |rows: &str| {
+                format!(
+                    "SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {rows} \
+                     AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
+                     AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) \
+                     AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1"
+                )
+            };
+            // A claim of a set of kinds also answers each kind's next due time, its pending
+            // jobs' and its leases' (row 5, the kind in `id`), and the rest of the next due
+            // time (row 6: the leases it made, successors, gate timers), so each caller of a
+            // claim merged from several (`claims.rs`) learns its own: the whole set's would
+            // wake an idle kind's loop at once while another kind has due jobs or expired
+            // leases beyond its room.
+            let (expired, next_pending, next_lease, by_kind) = match kinds {
+                Some(_) => (
+                    format!("expired AS ({})", expired_of(&kj, "$2")),
+                    format!(
+                        "next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
+                         WHERE l.lvl IS NOT NULL)"
+                    ),
+                    format!("next_lease AS ({})", lease_of(&kj)),
+                    "",
+                ),
+                None => (
+                    format!(
+                        "expired AS (SELECT e.* FROM ks CROSS JOIN LATERAL ({}) e)",
+                        expired_of("AND j.kind = ks.kind", "ks.room"),
+                    ),
+                    format!(
+                        "next_kinds AS (SELECT l.kind, min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
+                         WHERE l.lvl IS NOT NULL GROUP BY l.kind), \
+                         next_pending AS (SELECT min(t) AS t FROM next_kinds)"
+                    ),
+                    format!(
+                        "next_leases AS (SELECT ks.kind, n.t FROM ks CROSS JOIN LATERAL ({}) n), \
+                         next_lease AS (SELECT min(t) AS t FROM next_leases)",
+                        lease_of("AND j.kind = ks.kind"),
+                    ),
+                    " UNION ALL SELECT 5, kind, NULL, NULL, min(t), '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+                     FROM (SELECT kind, t FROM next_kinds UNION ALL SELECT kind, t FROM next_leases) AS n GROUP BY kind \
+                     UNION ALL SELECT 6, NULL, NULL, NULL, LEAST((SELECT min(lease_until) FROM leased), \
+                     (SELECT min(run_at) FROM handed), (SELECT t FROM timer)), \
+                     '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+                ),
+            };
             format!(
                 "WITH RECURSIVE now AS (SELECT {NOW} AS t), \
                  paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
                  {levels}, \
                  heads AS (SELECT s.head_id FROM {series} s WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) \
                    AND NOT (SELECT p FROM paused) {heads} ORDER BY s.head LIMIT $2), \
-                 expired AS (SELECT j.ctid AS tid, j.id, j.kind, j.attempt, j.max_attempts AS most, \
-                   j.priority AS prio, j.lease_until AS at, {next_j} AS nx FROM {jobs} j \
-                   WHERE j.queue = $1 AND j.token IS NOT NULL {kj} AND j.lease_until <= (SELECT t FROM now) \
-                   AND NOT (SELECT p FROM paused) \
-                   ORDER BY j.lease_until, j.id LIMIT $2 FOR UPDATE SKIP LOCKED), \
-                 {due}, {picked}, \
+                 {expired}, {due}, {picked}, \
                  gk AS (SELECT p.id, j.kind, j.key, {gated_j} AS gated, j.next_kind, j.next_key, \
                    {gated_nj} AS ngated, NOT p.expired OR p.attempt >= coalesce(p.most, $5) AS starts, \
                    p.nx AND p.attempt >= coalesce(p.most, $5) AS hands \
@@ -242,14 +303,9 @@ impl ClaimSql {
                    FOR UPDATE SKIP LOCKED), \
                  swept AS (DELETE FROM {held} h WHERE h.queue = $1 AND h.until <= (SELECT t FROM now) \
                    AND h.id IN (SELECT id FROM sweep) RETURNING 1), \
-                 next_pending AS (SELECT min(h.t) AS t FROM levels l CROSS JOIN LATERAL ({next_level}) h \
-                   WHERE l.lvl IS NOT NULL), \
+                 {next_pending}, {next_lease}, \
                  timer AS (SELECT min(g.wake_at) AS t FROM {gates} g WHERE g.queue = $1 \
-                   AND g.wake_at IS NOT NULL {kg}), \
-                 next_lease AS (SELECT j.lease_until AS t FROM {jobs} j WHERE j.queue = $1 AND j.token IS NOT NULL {kj} \
-                   AND NOT EXISTS (SELECT 1 FROM leased x WHERE x.id = j.id) \
-                   AND NOT EXISTS (SELECT 1 FROM killed k WHERE k.id = j.id) \
-                   AND NOT EXISTS (SELECT 1 FROM handed h WHERE h.id = j.id) ORDER BY j.lease_until, j.id LIMIT 1) \
+                   AND g.wake_at IS NOT NULL {kg}) \
                  SELECT 0 AS row_, id, payload, attempt, run_at AS at, {spec} FROM leased \
                  UNION ALL SELECT 1, NULL, NULL, ((SELECT count(*) FROM buried) + (SELECT count(*) FROM handed) \
                    + 0 * (SELECT count(*) FROM gl))::int, \
@@ -261,11 +317,10 @@ impl ClaimSql {
                    (SELECT t FROM timer)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
                  UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM heads \
                  UNION ALL SELECT 4, NULL, NULL, NULL, t, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM timer \
-                   WHERE t <= (SELECT t FROM now)",
+                   WHERE t <= (SELECT t FROM now){by_kind}",
                 until = later("coalesce(j.lease, $3)"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
-                next_j = has_next("j"),
                 take_next = take_next(),
                 gated_j = super::gated("j"),
                 gated_nj = super::gated("j")
@@ -539,6 +594,8 @@ impl Sql {
             paused: false,
             heads: Vec::new(),
             timers: false,
+            next_by_kind: Vec::new(),
+            next_other: None,
         };
         for r in &rows {
             match db(r.try_get::<i32, _>(0))? {
@@ -558,6 +615,11 @@ impl Sql {
                     out.next_due = db(r.try_get::<Option<i64>, _>(4))?.map(dec);
                 }
                 4 => out.timers = true,
+                5 => out.next_by_kind.push((
+                    db(r.try_get(1))?,
+                    db(r.try_get::<Option<i64>, _>(4))?.map(dec),
+                )),
+                6 => out.next_other = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
                 _ => out.heads.push(db(r.try_get(1))?),
             }
         }

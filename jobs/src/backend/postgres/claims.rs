@@ -1,0 +1,327 @@
+//! Claims of several loops merged into one statement: the `run_kind` loops (and workers)
+//! of one queue handle each claim their own kinds; the claims waiting while one is in
+//! flight share the next statement, a claim of the set of their kinds, and its one commit
+//! (group commit, as `batch.rs` does for acks), each caller answered with its own kinds'
+//! jobs and next due time. Four `run_kind` loops of 12 made four claims of 12 where one
+//! `run(48)` made one of 48: a statement and a commit each, most of a claim's cost.
+//! Also what every claim answers its caller ([`look_again`], [`in_claim_order`]), merged
+//! or not (`backend.rs`).
+//!
+//! # Ground rules
+//!
+//! - Only a claim whose kinds are all named (not `''`, whose series heads are claimed in a
+//!   transaction of their own, nor every kind) and whose rooms add up to at most its `max`
+//!   is merged ([`mergeable`]): the merged statement takes each kind at most its room, so
+//!   a caller gets at most what it asked for, and only jobs of its kinds.
+//! - Claims naming a kind in common are never merged (a job of that kind would have no
+//!   one owner): they run one after the other. A merged statement takes at most
+//!   [`MAX_BATCH`] jobs.
+//! - Each kind's expired leases are taken up to its room (one kind's many expired leases
+//!   never crowd out another's). A caller's next due time is its own kinds' (their next
+//!   pending due time and next lease end) and the rest of the set's (the leases this
+//!   statement made, successors it handed over, gate timers): never later than what its own
+//!   claim would have answered, so it may look early, never late. Another kind's due jobs
+//!   or expired leases never make it look again at once. Gate timers are the set's: a due
+//!   one of any kind of the set makes every caller look again at once, once per timer (the
+//!   rebalance after the claim moves it), and a successor handed over due makes every
+//!   caller look again shortly (`LOCKED_RETRY`), once.
+//! - A caller that gives up before its group's statement is sent is left out of it; one
+//!   that gives up after holds its jobs until their lease ends, as an unmerged claim dropped
+//!   in flight does.
+//! - All named-kind claims of a handle wait behind the statement in flight: a slow claim
+//!   (a lock wait, a large backlog of one kind) delays every `run_kind` loop's next claim.
+//! - A claim alone in its statement runs exactly as an unmerged one. A claim waits only
+//!   for the statement in flight (none when idle), as an ack waits for the settle in
+//!   flight; the caller's `postgres_timeout` counts that wait (`batch.rs`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use sqlx::PgPool;
+
+use super::batch::{Reply, MAX_BATCH};
+use super::sql::Sql;
+use crate::backend::{ClaimBatch, ClaimKinds, Claimed};
+use crate::core::error::Error;
+
+/// After a claim that left due jobs locked by others (in flight elsewhere), how long an
+/// idle consumer waits before looking again (nanoseconds): their commit or rollback wakes
+/// it anyway when it makes one pending.
+const LOCKED_RETRY: u64 = 10_000_000;
+
+/// How often the claim batcher yields after answering a batch (`claim_batch`): two were
+/// as good as eight or 32 (claims per job of four `run_kind` loops).
+const REJOIN_YIELDS: usize = 2;
+
+/// A claim to merge: at most `want` jobs of `kinds`, each at most its room (adding up to
+/// at most `want`), leased under `token` if it runs first in its statement.
+#[derive(Debug)]
+pub(super) struct ClaimReq {
+    pub(super) want: usize,
+    pub(super) kinds: Vec<(String, usize)>,
+    pub(super) token: i64,
+}
+
+/// The kinds of a claim of at most `want` jobs of `kinds`, each with its room, if the claim
+/// can be merged with others (module docs).
+pub(super) fn mergeable(kinds: &ClaimKinds, want: usize) -> Option<Vec<(String, usize)>> {
+    let ClaimKinds::Some(set) = kinds else {
+        return None;
+    };
+    if set.iter().any(|(kind, _)| kind.is_empty()) {
+        return None;
+    }
+    let rooms: Vec<(String, usize)> = set
+        .iter()
+        .map(|(kind, most)| (kind.clone(), (*most).min(want)))
+        .collect();
+    let total = rooms.iter().fold(0usize, |n, (_, r)| n.saturating_add(*r));
+    (total <= want).then_some(rooms)
+}
+
+/// The claims in flight together, in groups of disjoint kinds (in arrival order), each
+/// group one statement.
+fn groups(reqs: &[ClaimReq]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(Vec<usize>, BTreeSet<&str>, usize)> = Vec::new();
+    for (i, req) in reqs.iter().enumerate() {
+        let rooms: usize = req.kinds.iter().map(|(_, r)| r).sum();
+        let fits = |(_, kinds, total): &&mut (Vec<usize>, BTreeSet<&str>, usize)| {
+            total + rooms <= MAX_BATCH && req.kinds.iter().all(|(k, _)| !kinds.contains(k.as_str()))
+        };
+        match groups.iter_mut().find(|g| fits(g)) {
+            Some((members, kinds, total)) => {
+                members.push(i);
+                kinds.extend(req.kinds.iter().map(|(k, _)| k.as_str()));
+                *total += rooms;
+            }
+            None => {
+                let kinds = req.kinds.iter().map(|(k, _)| k.as_str()).collect();
+                groups.push((vec![i], kinds, rooms));
+            }
+        }
+    }
+    groups.into_iter().map(|(members, _, _)| members).collect()
+}
+
+/// One batch of claims (the [`Batcher`](super::batch::Batcher)'s `run`): a statement per
+/// group of disjoint kinds, each caller answered with its share.
+pub(super) async fn claim_batch(
+    pool: PgPool,
+    sql: Arc<Sql>,
+    queue: String,
+    reqs: Vec<ClaimReq>,
+    replies: Vec<Reply<ClaimBatch>>,
+) {
+    let mut replies: Vec<Option<Reply<ClaimBatch>>> = replies.into_iter().map(Some).collect();
+    for group in groups(&reqs) {
+        // A caller that gave up while an earlier group ran is left out: its claim is not
+        // sent, as the batcher drops one that gave up before the batch was taken. One that
+        // gives up once its statement is sent holds its jobs until their lease ends, as an
+        // unmerged claim dropped in flight does (`Consumer`'s docs).
+        let group: Vec<usize> = group
+            .into_iter()
+            .filter(|&i| replies[i].as_ref().is_some_and(|r| !r.is_closed()))
+            .collect();
+        if group.is_empty() {
+            continue;
+        }
+        let members: Vec<&ClaimReq> = group.iter().map(|&i| &reqs[i]).collect();
+        let answers = claim_group(&pool, &sql, &queue, &members).await;
+        for (n, i) in group.into_iter().enumerate() {
+            let Some(reply) = replies[i].take() else {
+                continue;
+            };
+            let answer = match &answers {
+                Ok(answers) => Ok(answers[n].clone()),
+                Err(err) => Err(err.clone()),
+            };
+            if let Err(Ok(lost)) = reply.send(answer) {
+                tracing::debug!(
+                    jobs = lost.jobs.len(),
+                    "wheel-jobs: a merged claim's caller gave up in flight; its jobs run again when their lease ends"
+                );
+            }
+        }
+    }
+    // Before the batcher takes the next batch: let the loops just answered hand their
+    // jobs out, and those whose handlers return at once claim again, so their claims join
+    // the next statement instead of the one after it (without this the loops split into
+    // two halves taking turns, a statement each; 20,000 jobs of four `run_kind` loops of
+    // 12: ~880 claims, 593–614 with it, against 471–481 for one `run(50)`). Never a wait on
+    // a timer.
+    for _ in 0..REJOIN_YIELDS {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The claim of `members`' kinds in one statement, split among them (in their order).
+async fn claim_group(
+    pool: &PgPool,
+    sql: &Sql,
+    queue: &str,
+    members: &[&ClaimReq],
+) -> Result<Vec<ClaimBatch>, Error> {
+    let mut set: Vec<(String, usize)> = members.iter().flat_map(|r| r.kinds.clone()).collect();
+    set.sort();
+    let want: usize = set.iter().map(|(_, r)| r).sum();
+    let token = members[0].token;
+    let kinds = ClaimKinds::Some(set);
+    let rows = sql.claim(pool, queue, want, token, &kinds).await?;
+    // A gate's rate window ended: rebalanced after the claim, which could not lease what it
+    // admits (as `backend.rs` does); every caller looks again at once.
+    // Its failure fails no caller: the claim committed, and its jobs would wait out their
+    // leases; they look again at once instead, as if a timer had rebalanced.
+    let timers = rows.timers
+        && match sql.gate_timers(pool, queue, &kinds).await {
+            Ok(n) => n > 0,
+            Err(err) => {
+                tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a merged claim; its callers look again at once");
+                true
+            }
+        };
+    let mut shares: Vec<Vec<Claimed>> = vec![Vec::new(); members.len()];
+    for (id, payload, attempt, run_at, spec) in rows.jobs {
+        let owner = members
+            .iter()
+            .position(|r| r.kinds.iter().any(|(k, _)| *k == spec.kind));
+        let Some(owner) = owner else {
+            tracing::error!(job = %id, kind = %spec.kind, "wheel-jobs: a merged claim returned a job of a kind no caller asked for; it runs again when its lease ends");
+            continue;
+        };
+        shares[owner].push(Claimed {
+            id,
+            payload,
+            attempt,
+            run_at,
+            token: token as u64,
+            spec,
+        });
+    }
+    let answers = members
+        .iter()
+        .zip(shares)
+        .enumerate()
+        .map(|(n, (req, mut jobs))| {
+            let next_due = if members.len() == 1 {
+                rows.next_due
+            } else {
+                // Its own kinds' next pending due time, and the rest of the set's.
+                req.kinds
+                    .iter()
+                    .filter_map(|(kind, _)| {
+                        let found = rows.next_by_kind.iter().find(|(k, _)| k == kind);
+                        found.and_then(|(_, t)| *t)
+                    })
+                    .chain(rows.next_other)
+                    .min()
+            };
+            let full = jobs.len() >= req.want;
+            in_claim_order(&mut jobs);
+            ClaimBatch {
+                jobs,
+                next_due: look_again(next_due, rows.now, rows.paused, full || timers, false),
+                now: rows.now,
+                // Counted once, by the first caller's metrics.
+                died: if n == 0 { rows.died } else { 0 },
+            }
+        });
+    Ok(answers.collect())
+}
+
+/// When a consumer looks again after a claim whose `next_due` the statement answered:
+/// never while paused; at once when the claim was `full` (more may be due) or after due
+/// jobs the series heads held back (`heads_claimed`); shortly when what is due was locked
+/// by others; else at `next_due`.
+pub(super) fn look_again(
+    next_due: Option<u64>,
+    now: u64,
+    paused: bool,
+    full: bool,
+    heads_claimed: bool,
+) -> Option<u64> {
+    if paused {
+        None
+    } else if full {
+        // More may be due: look again at once.
+        Some(now)
+    } else if heads_claimed && next_due.is_some_and(|n| n <= now) {
+        // Due jobs below priority 0 the heads held back: look again at once (after
+        // a delivery, so never in a loop).
+        Some(now)
+    } else if let Some(next) = next_due.filter(|&n| n <= now) {
+        // What is due and was not taken is locked by another transaction (a claim,
+        // a series step, a caller's `cancel_in`) or a series head whose step moved
+        // it: the outcome of a commit that makes a job pending wakes us anyway;
+        // look again shortly, not in a loop.
+        Some(next.max(now.saturating_add(LOCKED_RETRY)))
+    } else {
+        next_due
+    }
+}
+
+/// Sorts a claim's jobs in claim order: priority, then due time, then id.
+pub(super) fn in_claim_order(jobs: &mut [Claimed]) {
+    jobs.sort_by(|x, y| {
+        let key = |c: &Claimed| (std::cmp::Reverse(c.spec.priority), c.run_at);
+        (key(x), &x.id).cmp(&(key(y), &y.id))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(kinds: &[(&str, usize)], want: usize) -> ClaimReq {
+        ClaimReq {
+            want,
+            kinds: kinds.iter().map(|(k, r)| (k.to_string(), *r)).collect(),
+            token: 0,
+        }
+    }
+
+    fn set(kinds: &[(&str, usize)]) -> ClaimKinds {
+        ClaimKinds::Some(kinds.iter().map(|(k, r)| (k.to_string(), *r)).collect())
+    }
+
+    #[test]
+    fn only_named_kinds_whose_rooms_fit_the_claim_merge() {
+        let rooms = |kinds: &[(&str, usize)]| {
+            Some(
+                kinds
+                    .iter()
+                    .map(|(k, r)| (k.to_string(), *r))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        // A run_kind loop: its one kind as many as the claim takes.
+        assert_eq!(mergeable(&ClaimKinds::one("a"), 12), rooms(&[("a", 12)]));
+        // A worker whose capped kinds' rooms add up to its free slots.
+        assert_eq!(
+            mergeable(&set(&[("a", 6), ("b", 6)]), 12),
+            rooms(&[("a", 6), ("b", 6)])
+        );
+        // Rooms above the free slots: merged, its kinds could take more than it asked for.
+        assert_eq!(mergeable(&set(&[("a", 6), ("b", 6)]), 8), None);
+        assert_eq!(mergeable(&ClaimKinds::All, 12), None);
+        // The kind '' has series heads, claimed in a transaction of their own.
+        assert_eq!(mergeable(&ClaimKinds::one(""), 12), None);
+    }
+
+    #[test]
+    fn claims_sharing_a_kind_or_past_the_batch_go_in_separate_statements() {
+        let reqs = [
+            req(&[("a", 12)], 12),
+            req(&[("b", 12)], 12),
+            req(&[("a", 12)], 12),
+            req(&[("c", 6), ("d", 6)], 12),
+            req(&[("b", 3), ("e", 3)], 6),
+        ];
+        assert_eq!(groups(&reqs), [vec![0, 1, 3], vec![2, 4]]);
+        let big = [
+            req(&[("a", 400)], 400),
+            req(&[("b", 200)], 200),
+            req(&[("c", 100)], 100),
+        ];
+        assert_eq!(groups(&big), [vec![0, 2], vec![1]]);
+    }
+}
