@@ -757,6 +757,11 @@ fn claim_as(
     plain: &str,
     filter: &[&str],
 ) -> ClaimReply {
+    ClaimReply::from_redis_value(claim_value(conn, k, max, plain, filter)).unwrap()
+}
+
+/// [`claim_as`]'s reply as the server sent it.
+fn claim_value(conn: &mut Connection, k: &Keys, max: usize, plain: &str, filter: &[&str]) -> Value {
     let claim = script(&[
         include_str!("lua/kinds.lua"),
         include_str!("lua/gates.lua"),
@@ -792,7 +797,7 @@ fn claim_as(
         .arg(&filter[1..])
         .invoke(conn)
         .unwrap();
-    ClaimReply::from_redis_value(reply).unwrap()
+    reply
 }
 
 /// A pending job due at `run_at` nanoseconds.
@@ -858,6 +863,101 @@ fn a_claim_merges_the_kinds_of_one_priority_by_run_at_then_id() {
         audit(&mut conn, &k, &format!("claim of {max}"));
     }
     assert_eq!(got, expect);
+}
+
+#[test]
+fn a_claim_of_kinds_in_turn_sends_each_spec_once_and_settles_the_acks_it_carries() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    // Kinds a, b, c at priority 1 and d at 0, due in turns (a0, b0, c0, a1, ...): a claim's
+    // jobs change spec from one to the next.
+    for n in 0..4u64 {
+        for kind in ["a", "b", "c"] {
+            let id = format!("{kind}{n}");
+            put(
+                &mut conn,
+                &k,
+                &id,
+                pending(RUN_AT + n * 1000),
+                &tail(Some((kind, 1)), 3),
+            );
+        }
+    }
+    for n in 0..2u64 {
+        put(
+            &mut conn,
+            &k,
+            &format!("d{n}"),
+            pending(RUN_AT),
+            &tail(Some(("d", 0)), 3),
+        );
+    }
+    let plain = plain_tail(None, 3);
+    let raw = claim_value(&mut conn, &k, 7, &plain, &["*"]);
+    let Value::Array(items) = &raw else {
+        panic!("a claim reply is an array: {raw:?}")
+    };
+    // Each job's spec tail: a text the first time the reply sends it, then its position
+    // among those sent.
+    let tails: Vec<&Value> = items[5..].iter().skip(5).step_by(6).collect();
+    assert_eq!(tails.len(), 7);
+    assert!(tails[..3]
+        .iter()
+        .all(|t| matches!(t, Value::BulkString(b) if b.starts_with(b":1:"))));
+    assert_eq!(
+        tails[3..6],
+        [&Value::Int(1), &Value::Int(2), &Value::Int(3)]
+    );
+    assert_eq!(tails[6], &Value::Int(1));
+    let first = ClaimReply::from_redis_value(raw).unwrap();
+    let ids: Vec<&str> = first.jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, ["a0", "b0", "c0", "a1", "b1", "c1", "a2"]);
+    for job in &first.jobs {
+        assert_eq!(
+            (job.spec.kind.as_str(), job.spec.priority),
+            (&job.id[..1], 1)
+        );
+        assert_eq!(job.spec.lease, Duration::from_micros(OWN_LEASE_US));
+    }
+    audit(&mut conn, &k, "a claim of three kinds in turn");
+    // The acks of all seven ride on the next claim, which leases more of a, b and c (their
+    // running sets stay) and the d jobs: counters and sets as the jobs left them.
+    let pairs = |jobs: &[crate::backend::Claimed]| -> Vec<String> {
+        jobs.iter()
+            .flat_map(|j| [j.id.clone(), j.token.to_string()])
+            .collect()
+    };
+    let acks = pairs(&first.jobs);
+    let mut args = vec!["*"];
+    args.extend(acks.iter().map(String::as_str));
+    let second = claim_as(&mut conn, &k, 100, &plain, &args);
+    assert_eq!(second.acked, [true; 7]);
+    let mut ids: Vec<&str> = second.jobs.iter().map(|j| j.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["a3", "b2", "b3", "c2", "c3", "d0", "d1"]);
+    for job in &second.jobs {
+        let p = if job.id.starts_with('d') { 0 } else { 1 };
+        assert_eq!(
+            (job.spec.kind.as_str(), job.spec.priority),
+            (&job.id[..1], p)
+        );
+    }
+    audit(&mut conn, &k, "a claim carrying acks of three kinds");
+    // Their acks on a paused queue: applied, nothing leased, every kind's running set and
+    // its level gone with its last job.
+    let _: () = conn.hset(&k.counts, "paused", 1).unwrap();
+    let acks = pairs(&second.jobs);
+    let mut args = vec!["*"];
+    args.extend(acks.iter().map(String::as_str));
+    let third = claim_as(&mut conn, &k, 100, &plain, &args);
+    assert_eq!(third.acked, [true; 7]);
+    assert!(third.jobs.is_empty());
+    let _: () = conn.hdel(&k.counts, "paused").unwrap();
+    audit(&mut conn, &k, "a paused claim carrying the last acks");
+    let levels: Vec<String> = conn.zrange(&k.levels, 0, -1).unwrap();
+    assert!(levels.is_empty(), "levels left: {levels:?}");
 }
 
 #[test]

@@ -56,9 +56,12 @@
 -- Returns {now_us, next_due_us ("" if none), notes, how many jobs it killed, the folded
 -- acks' answers (one 1|0 per pair, see acks.lua), then per delivered job: id, payload,
 -- attempt, run_at_ns, token, spec tail (the plain one for a job stored without; "" for the
--- same as the job before's in this reply, so a batch of one spec sends it once)};
+-- same as the job before's in this reply, and the integer i for the ith distinct tail this
+-- reply sent, so a batch sends each spec once: the jobs of several kinds, in claim order,
+-- change spec from one job to the next)};
 -- next_due_us is the first of the claimed kinds' due heads and running heads (a lease end
--- wakes consumers too); notes are series.lua's {name,
+-- wakes consumers too), or, when one of them is at or before now, that one (the heads
+-- after it are not read: every caller takes a past due time as now); notes are series.lua's {name,
 -- 'low' | 'dry', version, head_ns, runs, rule}. The first claim of a recurring series' head
 -- creates its next occurrence here (series_due), so claiming one and creating the next are
 -- one step; a head superseded by a later occurrence that is due too is deleted and that
@@ -66,13 +69,19 @@
 -- have a LIMIT, so a claim's cost is bounded whatever the backlog. Atomic: two consumers
 -- never lease the same job, and "now" is the server's TIME, so clients with skewed clocks
 -- neither deliver early nor late. One HMGET each for the states and payloads, one INCRBY
--- for a block of tokens, then one write per structure (per index of a level or kind).
+-- for a block of tokens, then one write per structure (per index of a level or kind); the
+-- counters of the folded acks and of the claim are written together at the end (one HMGET
+-- and one HSET of the counts hash for a batch of several kinds, kinds.lua `tally_flush`),
+-- and a level is tidied (ZCARD) only if its read did not show jobs left in it.
 --
 -- An index entry whose job is gone or in another state is dropped when read: the scripts
 -- never leave one, but a key edited by hand must not fail every claim.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- The same as a decimal text, for the range reads: a number argument is formatted by the
+-- server (`%.17g`) at each call, which costs more than a small read.
+local now_text = t[1] .. string.sub('00000' .. t[2], -6)
 local plain = ARGV[2]
 -- left[kind]: how many more jobs of the kind this claim may take; nil for every kind.
 local left = nil
@@ -89,8 +98,23 @@ local G = gate_ctx(KEYS[17], KEYS[3], KEYS[12], now, ARGV[4], ARGV[5])
 local N = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], levels = KEYS[12], counts = KEYS[4],
            next = KEYS[15],
            next_payload = KEYS[16], wake = ARGV[4], publish = ARGV[5], G = G}
-local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], H, ARGV, acks_from, N)
-if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then return {now, '', {}, 0, acked} end
+-- The counter deltas of the whole script (the folded acks' and the claim's), flushed once at
+-- its end; the kinds whose running sets the acks may have emptied, tidied then.
+local counted = {}
+local later = {counted = counted, tidy = {}}
+local acked = apply_acks(KEYS[1], KEYS[2], KEYS[4], KEYS[10], KEYS[11], KEYS[12], H, ARGV, acks_from, N,
+  later)
+-- The chores the acks left: `pinned` names the running sets this claim leased jobs into.
+local function finish(pinned)
+  tally_flush(KEYS[4], counted)
+  for kind in pairs(later.tidy) do
+    if not pinned[running_key(KEYS[11], kind)] then running_tidy(KEYS[12], KEYS[11], kind) end
+  end
+end
+if redis.call('HEXISTS', KEYS[4], 'paused') == 1 then
+  finish({})
+  return {now, '', {}, 0, acked}
+end
 held_expire(H, now)
 -- Gates whose rate window ended admit their next jobs before the due sets are read.
 gate_timers_due(G)
@@ -114,23 +138,27 @@ if left == nil or left[''] ~= nil then
   listed[KEYS[11]] = true
 end
 -- By score: the due levels and running sets, not the dead sets (kinds.lua).
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', 1000)) do
-  local p, kind = string.match(m, '^d:(%-?%d+):(.*)$')
-  if p then
-    p = tonumber(p)
+-- (Split with plain finds, not a pattern: a claim reads every level's name.)
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', '1000')) do
+  local tag = string.byte(m, 1)
+  local colon = tag == 100 and string.find(m, ':', 3, true)
+  if colon then
+    -- "d:<p>:<kind>", whose set is due:<p>:<kind> (due_key)
+    local p, kind = tonumber(string.sub(m, 3, colon - 1)), string.sub(m, colon + 1)
     if left == nil or left[kind] ~= nil then
       if not groups[p] then
         groups[p] = {}
         prios[#prios + 1] = p
       end
       local g = groups[p]
-      local key = due_key(KEYS[3], p, kind)
+      local key = KEYS[3] .. ':' .. string.sub(m, 3)
       g[#g + 1] = key
       kind_of[key] = kind
     end
-  else
-    kind = string.match(m, '^r:(.*)$')
-    if kind and (left == nil or left[kind] ~= nil) then
+  elseif tag == 114 then
+    -- "r:<kind>"
+    local kind = string.sub(m, 3)
+    if left == nil or left[kind] ~= nil then
       local key = running_key(KEYS[11], kind)
       runs[#runs + 1] = key
       run_kinds[#runs] = kind
@@ -140,12 +168,15 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', 1000)) do
 end
 table.sort(prios, function(a, b) return a > b end)
 local ids, from = {}, {}
+-- Due sets a read showed to hold more than this claim takes from them: not empty after it,
+-- so their level needs no tidy (ZCARD).
+local kept = {}
 -- Expired leases are few: each running set's range read is mostly empty.
 for i, key in ipairs(runs) do
   if #ids >= max then break end
   local want = room(run_kinds[i], max - #ids)
   if want > 0 then
-    local got = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, want)
+    local got = redis.call('ZRANGEBYSCORE', key, '-inf', now_text, 'LIMIT', 0, want)
     for _, id in ipairs(got) do
       ids[#ids + 1] = id
       from[#ids] = key
@@ -167,7 +198,15 @@ for _, p in ipairs(prios) do
   end
   if #keys == 1 then
     local key = keys[1]
-    local got = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, caps[key])
+    -- One more than taken, but for the plain level (never tidied): whether any is left.
+    local cap = caps[key]
+    local extra = 1
+    if key == KEYS[3] then extra = 0 end
+    local got = redis.call('ZRANGEBYSCORE', key, '-inf', now_text, 'LIMIT', 0, cap + extra)
+    if #got > cap then
+      got[#got] = nil
+      kept[key] = true
+    end
     for _, id in ipairs(got) do
       ids[#ids + 1] = id
       from[#ids] = key
@@ -176,12 +215,14 @@ for _, p in ipairs(prios) do
   elseif #keys > 1 then
     -- Kinds of one priority, merged by (run_at, id) a chunk of each at a time (kinds.lua).
     local function read(key, off, count)
-      return redis.call('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', off, count)
+      return redis.call('ZRANGEBYSCORE', key, '-inf', now_text, 'WITHSCORES', 'LIMIT', off, count)
     end
-    for _, e in ipairs(merge(keys, want, read, caps)) do
-      ids[#ids + 1] = e[1]
-      from[#ids] = e[3]
-      took(kind_of[e[3]], 1)
+    local merged, n = merge(keys, want, read, caps, kept)
+    for i = 1, n do
+      local key = merged[2 * i]
+      ids[#ids + 1] = merged[2 * i - 1]
+      from[#ids] = key
+      took(kind_of[key], 1)
     end
   end
 end
@@ -189,6 +230,7 @@ end
 -- occurrence adopts it, which the same batch may hold under its own entry too (either
 -- first); its meta is written at the end, so without this it would be leased twice.
 local taken = {}
+local pinned = {}
 local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4], levels = KEYS[12],
            series = KEYS[7], series_payload = KEYS[8], series_next = KEYS[9], taken = taken}
 local notes = {}
@@ -243,7 +285,10 @@ if #ids > 0 then
   local waits = nil
   local died_scores = {}
   local expired = {}
+  -- The spec tail last sent, and the position (1, 2, ...) of each sent among the distinct
+  -- tails of this reply.
   local sent = nil
+  local sent_at, tails_sent = {}, 0
   for i, due_id in ipairs(ids) do
     local id = due_id
     local state, attempt, run_ns, tail, r = states[i], attempts[i], runs_ns[i], tails[i], rs[i]
@@ -335,7 +380,12 @@ if #ids > 0 then
         out[#out + 1] = token
         if tail == sent then
           out[#out + 1] = ''
+        elseif sent_at[tail] then
+          out[#out + 1] = sent_at[tail]
+          sent = tail
         else
+          tails_sent = tails_sent + 1
+          sent_at[tail] = tails_sent
           out[#out + 1] = tail
           sent = tail
         end
@@ -344,8 +394,6 @@ if #ids > 0 then
   end
   if #meta_writes > 0 then redis.call('HSET', KEYS[1], unpack(meta_writes)) end
   if #expired > 0 then redis.call('HSET', KEYS[10], unpack(expired)) end
-  local counted = {}
-  local pinned = {}
   for _, r in ipairs(order) do
     if #r.due_rems > 0 then redis.call('ZREM', r.due, unpack(r.due_rems)) end
     if #r.run_rems > 0 then redis.call('ZREM', r.running, unpack(r.run_rems)) end
@@ -353,9 +401,10 @@ if #ids > 0 then
       if not pinned[r.running] then
         pinned[r.running] = true
         redis.call('ZADD', r.running, '+inf', RUNNING_PIN, unpack(r.leases))
-        running_note(KEYS[12], r.kind)
-        -- A running set this claim created holds lease ends the next due time counts.
+        -- A running set this claim created: noted in levels, and its lease ends count in
+        -- the next due time. (One listed was read from levels after the acks: it exists.)
         if not listed[r.running] then
+          running_note(KEYS[12], r.kind)
           listed[r.running] = true
           runs[#runs + 1] = r.running
         end
@@ -379,13 +428,13 @@ if #ids > 0 then
   for _, r in ipairs(order) do
     if r.died_p + r.died_r > 0 then dead_note(KEYS[12], r.kind) end
   end
-  tally_flush(KEYS[4], counted)
   for _, r in ipairs(order) do
-    if #r.due_rems > 0 then level_tidy(KEYS[12], KEYS[3], r.p, r.kind) end
+    if #r.due_rems > 0 and not kept[r.due] then level_tidy(KEYS[12], KEYS[3], r.p, r.kind) end
     if #r.run_rems > 0 then running_tidy(KEYS[12], KEYS[11], r.kind) end
   end
   if #handed > 0 then next_wake(N, handed_due) end
 end
+finish(pinned)
 -- The gates this claim touched rebalance: jobs admitted now are due at the earliest of
 -- their run_ats (maybe in a level this claim did not read).
 local promoted = gate_flush(G)
@@ -394,6 +443,9 @@ local promoted = gate_flush(G)
 local head = nil
 if promoted then head = string.format('%.0f', promoted) end
 local function sooner(key)
+  -- A head at or before now is as good as the first: every caller takes a past due time
+  -- as now (a job due at once), so the rest are not read.
+  if head and tonumber(head) <= now then return end
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if first[1] and first[1] ~= RUNNING_PIN and (not head or tonumber(first[2]) < tonumber(head)) then
     head = first[2]
