@@ -960,6 +960,105 @@ fn a_claim_of_kinds_in_turn_sends_each_spec_once_and_settles_the_acks_it_carries
     assert!(levels.is_empty(), "levels left: {levels:?}");
 }
 
+/// Not a check of behaviour but a count (run with `--ignored --nocapture`): what the server
+/// does per job in a drain of 4,000 due jobs, claimed 27 at a time (what a steady `run(50)`
+/// claims, `guide/kinds.md`) with each claim's acks carried by the next, for jobs of the plain
+/// spec, of three priorities, and of four kinds times three priorities (the `jobs --kinds`
+/// bench's `plain`, `priorities` and `kinds, one run`): commands the scripts ran per job and
+/// script calls, from `INFO commandstats`, and the server's CPU per job (noisy). Every job is
+/// delivered once, every ack holds, and the keys are as the jobs left them.
+#[test]
+#[ignore = "a measurement: prints what a drain costs the server"]
+fn a_drain_counts_what_the_server_does_per_job() {
+    const N: usize = 4000;
+    const PER_CLAIM: usize = 27;
+    const KINDS: [&str; 4] = ["rate", "remind", "capture", "digest"];
+    let plain = plain_tail(None, 3);
+    for layout in ["plain", "priorities", "kinds"] {
+        let server = Server::start();
+        let mut conn = server.connect().unwrap();
+        let k = Keys::new("q", "PUBLISH");
+        for i in 0..N {
+            let p = [-1, 0, 1][i % 3];
+            let spec = match layout {
+                "plain" => ("", 0),
+                "priorities" => ("", p),
+                _ => (KINDS[(i / 3) % 4], p),
+            };
+            put(
+                &mut conn,
+                &k,
+                &format!("job-{i:08}"),
+                pending(RUN_AT),
+                &tail(Some(spec), 3),
+            );
+        }
+        let _: () = ::redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut conn)
+            .unwrap();
+        let cpu = |conn: &mut Connection| -> f64 {
+            let info: String = ::redis::cmd("INFO").arg("cpu").query(conn).unwrap();
+            info.lines()
+                .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
+                .map(|l| l.split(':').nth(1).unwrap().trim().parse::<f64>().unwrap())
+                .sum()
+        };
+        let started = cpu(&mut conn);
+        let mut delivered = BTreeSet::new();
+        let mut acks: Vec<String> = Vec::new();
+        let mut claims = 0;
+        loop {
+            let mut args = vec!["*"];
+            args.extend(acks.iter().map(String::as_str));
+            let reply = claim_as(&mut conn, &k, PER_CLAIM, &plain, &args);
+            claims += 1;
+            assert!(reply.acked.iter().all(|a| *a), "an ack that did not hold");
+            if reply.jobs.is_empty() {
+                break;
+            }
+            acks = reply
+                .jobs
+                .iter()
+                .flat_map(|j| [j.id.clone(), j.token.to_string()])
+                .collect();
+            for job in reply.jobs {
+                assert!(delivered.insert(job.id), "a job delivered twice");
+            }
+        }
+        let cpu_us = (cpu(&mut conn) - started) * 1e6 / N as f64;
+        assert_eq!(delivered.len(), N);
+        let stats: String = ::redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut conn)
+            .unwrap();
+        let mut commands = 0;
+        for line in stats.lines() {
+            let Some((name, fields)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let calls: u64 = fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))
+                .unwrap()
+                .parse()
+                .unwrap();
+            if !matches!(name, "evalsha" | "eval" | "info" | "config" | "script") {
+                commands += calls;
+            }
+        }
+        audit(&mut conn, &k, &format!("the drain of {layout}"));
+        println!(
+            "{layout:<10} {claims} claims of {N} jobs; {:.2} commands per job in the scripts; \
+             server CPU {cpu_us:.1} µs per job",
+            commands as f64 / N as f64
+        );
+    }
+}
+
 #[test]
 fn a_claim_of_several_kinds_takes_each_up_to_its_most_by_priority_across_them() {
     let server = Server::start();
