@@ -39,8 +39,8 @@
 -- (a partition's running jobs, mostly under 128) is otherwise a listpack, in which a lease,
 -- added at the tail (the latest end), costs a walk over every entry: 3 µs per job with 50
 -- running, against 0.4 µs in a skiplist, the most of a claim and ack's index work.
--- (260 '=' after the text, written out: string.rep builds it a byte at a time, at every
--- script call, a sixth of what defining this file costs.)
+-- (260 '=' after the text, written out: string.rep built it a byte at a time at every
+-- script call, some 16k instructions, half of what defining this file costs.)
 local PIN_FILL = '===================================================='
 local RUNNING_PIN = 'skiplist pin, not a job (see claim.lua) ' .. PIN_FILL .. PIN_FILL .. PIN_FILL
   .. PIN_FILL .. PIN_FILL
