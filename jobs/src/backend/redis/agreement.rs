@@ -762,6 +762,17 @@ fn claim_as(
 
 /// [`claim_as`]'s reply as the server sent it.
 fn claim_value(conn: &mut Connection, k: &Keys, max: usize, plain: &str, filter: &[&str]) -> Value {
+    claim_result(conn, k, max, plain, filter).unwrap()
+}
+
+/// [`claim_value`], or the error the script raised.
+fn claim_result(
+    conn: &mut Connection,
+    k: &Keys,
+    max: usize,
+    plain: &str,
+    filter: &[&str],
+) -> ::redis::RedisResult<Value> {
     let claim = script(&[
         include_str!("lua/kinds.lua"),
         include_str!("lua/gates.lua"),
@@ -771,7 +782,7 @@ fn claim_value(conn: &mut Connection, k: &Keys, max: usize, plain: &str, filter:
         include_str!("lua/series.lua"),
         include_str!("lua/claim.lua"),
     ]);
-    let reply: Value = claim
+    claim
         .key(&k.meta)
         .key(&k.payload)
         .key(&k.due)
@@ -796,8 +807,6 @@ fn claim_value(conn: &mut Connection, k: &Keys, max: usize, plain: &str, filter:
         .arg("PUBLISH")
         .arg(&filter[1..])
         .invoke(conn)
-        .unwrap();
-    reply
 }
 
 /// A pending job due at `run_at` nanoseconds.
@@ -1700,4 +1709,51 @@ fn allow_while_running_schedules_follow_running_jobs_only_and_a_replace_drops_a_
             }
         }
     }
+}
+
+/// A claim that fails after applying the acks it carries (a key edited by hand, of the wrong
+/// type) leaves those acks as an ack script would: the scripts are not rolled back, so the
+/// acks' counters and running sets are written before the error is raised.
+#[test]
+fn a_claim_that_fails_after_its_acks_leaves_their_counters_right() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    put(
+        &mut conn,
+        &k,
+        "a0",
+        pending(RUN_AT),
+        &tail(Some(("a", 1)), 3),
+    );
+    put(
+        &mut conn,
+        &k,
+        "b0",
+        pending(RUN_AT),
+        &tail(Some(("b", 1)), 3),
+    );
+    let first = claim_with(&mut conn, &k, 10, &["*"]);
+    assert_eq!(first.jobs.len(), 2);
+    audit(&mut conn, &k, "claim of a0 and b0");
+    // A level whose set is no sorted set: the claim carrying the acks fails at its reads.
+    let bad = format!("{}:1:k", k.due);
+    let _: () = conn.set(&bad, "not a zset").unwrap();
+    let _: () = conn.zadd(&k.levels, "d:1:k", 1).unwrap();
+    let mut args = vec!["*".to_owned()];
+    for job in &first.jobs {
+        args.extend([job.id.clone(), job.token.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let failed = claim_result(&mut conn, &k, 10, &plain_tail(None, 3), &args);
+    let err = failed.expect_err("the claim fails on the edited key");
+    assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+    let _: () = conn.del(&bad).unwrap();
+    let _: () = conn.zrem(&k.levels, "d:1:k").unwrap();
+    let metas: BTreeMap<String, String> = conn.hgetall(&k.meta).unwrap();
+    assert!(
+        metas.is_empty(),
+        "the acks were applied before the error: {metas:?}"
+    );
+    audit(&mut conn, &k, "a claim that failed after its acks");
 }
