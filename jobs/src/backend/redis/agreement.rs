@@ -1757,3 +1757,49 @@ fn a_claim_that_fails_after_its_acks_leaves_their_counters_right() {
     );
     audit(&mut conn, &k, "a claim that failed after its acks");
 }
+
+/// Names in `levels` of no form a script writes (hand edits) are skipped by a claim, which
+/// delivers each job once.
+#[test]
+fn a_stray_level_name_fails_no_claim() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    put(
+        &mut conn,
+        &k,
+        "a0",
+        pending(RUN_AT),
+        &tail(Some(("a", 1)), 3),
+    );
+    put(&mut conn, &k, "p0", pending(RUN_AT), "");
+    let stray = [
+        "d:x:k", "d:nan:k", "d:inf:k", "d:1.5:k", "d:", "dx1:a", "rx", "r:",
+    ];
+    for name in stray {
+        let _: () = conn.zadd(&k.levels, name, 1).unwrap();
+    }
+    let reply = claim_with(&mut conn, &k, 10, &["*"]);
+    let mut ids: Vec<&str> = reply.jobs.iter().map(|j| j.id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["a0", "p0"]);
+    // The plain running set's expired lease, read once though "r:" names it too.
+    let run = Machine {
+        run_at: RUN_AT,
+        attempt: 1,
+        status: Status::Running {
+            token: TOKEN,
+            until: 1_000,
+        },
+    };
+    put(&mut conn, &k, "r0", run, "");
+    let reply = claim_with(&mut conn, &k, 10, &["*"]);
+    assert_eq!(
+        reply.jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        ["r0"]
+    );
+    for name in stray {
+        let _: () = conn.zrem(&k.levels, name).unwrap();
+    }
+    audit(&mut conn, &k, "claims past stray level names");
+}

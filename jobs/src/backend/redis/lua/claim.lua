@@ -152,12 +152,15 @@ local ok, res = pcall(function()
   end
   -- By score: the due levels and running sets, not the dead sets (kinds.lua).
   -- (Split with plain finds, not a pattern: a claim reads every level's name.)
+  -- A name of no such form (a hand edit: "d:x:k", "rx") is skipped, as a pattern would.
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', '1000')) do
-    local tag = string.byte(m, 1)
-    local colon = tag == 100 and string.find(m, ':', 3, true)
-    if colon then
-      -- "d:<p>:<kind>", whose set is due:<p>:<kind> (due_key)
-      local p, kind = tonumber(string.sub(m, 3, colon - 1)), string.sub(m, colon + 1)
+    local tag, sep = string.byte(m, 1, 2)
+    local colon = tag == 100 and sep == 58 and string.find(m, ':', 3, true)
+    -- "d:<p>:<kind>", whose set is due:<p>:<kind> (due_key): p an integer (not nil, NaN,
+    -- an infinity or a fraction, which tonumber also reads).
+    local p = colon and tonumber(string.sub(m, 3, colon - 1))
+    if p and p % 1 == 0 then
+      local kind = string.sub(m, colon + 1)
       if left == nil or left[kind] ~= nil then
         if not groups[p] then
           groups[p] = {}
@@ -168,11 +171,12 @@ local ok, res = pcall(function()
         g[#g + 1] = key
         kind_of[key] = kind
       end
-    elseif tag == 114 then
+    elseif tag == 114 and sep == 58 then
       -- "r:<kind>"
       local kind = string.sub(m, 3)
-      if left == nil or left[kind] ~= nil then
-        local key = running_key(KEYS[11], kind)
+      local key = running_key(KEYS[11], kind)
+      -- (Not "r:", the plain running set's, listed already: it would be read twice.)
+      if (left == nil or left[kind] ~= nil) and not listed[key] then
         runs[#runs + 1] = key
         run_kinds[#runs] = kind
         listed[key] = true
