@@ -1803,3 +1803,31 @@ fn a_stray_level_name_fails_no_claim() {
     }
     audit(&mut conn, &k, "claims past stray level names");
 }
+
+/// A running set that holds jobs but is missing from `levels` (a hand edit) is noted there
+/// again by the next claim that leases a job of its kind.
+#[test]
+fn a_claim_notes_a_running_set_missing_from_levels() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    for n in 0..2u64 {
+        put(
+            &mut conn,
+            &k,
+            &format!("x{n}"),
+            pending(RUN_AT + n),
+            &tail(Some(("x", 0)), 3),
+        );
+    }
+    let first = claim_with(&mut conn, &k, 1, &["*"]);
+    assert_eq!(first.jobs.len(), 1);
+    let _: () = conn.zrem(&k.levels, "r:x").unwrap();
+    let second = claim_with(&mut conn, &k, 1, &["*"]);
+    assert_eq!(second.jobs.len(), 1);
+    audit(
+        &mut conn,
+        &k,
+        "a claim into a running set missing from levels",
+    );
+}

@@ -13,13 +13,14 @@
 -- in this batch): then nothing changes for that job. Atomic with claim, so a late ack can
 -- never delete a job another consumer now holds (the duplicate-run bug of bullmq#3183).
 -- One HMGET reads every job, then one HDEL, HDEL, HDEL and ZREM (per kind) delete the done
--- ones together, and the counters are written once (kinds.lua `tally_flush`). A done job whose spec holds a hold-off leaves its
--- tombstone (held.lua, H its keys), until = the server's time now + its hold-off: in the
--- same script as the ack, so an ack is never seen without its tombstone nor one without
--- its ack. A done job with a successor (next.lua, N its keys) is followed by it in the same
--- script: the successor becomes the pending job, due at its run_at or, if the done job had
--- a hold-off, not before the hold-off ends, and no tombstone is left; the earliest such job
--- that became its level's first due is published on N.wake, as a schedule does. Whether
+-- ones together, and the counters are written once (kinds.lua `tally_flush`). A done job
+-- whose spec holds a hold-off leaves its tombstone (held.lua, H its keys), until = the
+-- server's time now + its hold-off: in the same script as the ack, so an ack is never seen
+-- without its tombstone nor one without its ack. A done job with a successor (next.lua, N
+-- its keys) is followed by it in the same script: the successor becomes the pending job,
+-- due at its run_at or, if the done job had a hold-off, not before the hold-off ends, and
+-- no tombstone is left; the earliest such job that became its level's first due is
+-- published on N.wake, as a schedule does. Whether
 -- any successor waits is one HEXISTS per batch (next.lua); the acked ids are looked up only if so.
 --
 -- `later`, if given (claim.lua), takes two chores the caller then does once for the whole

@@ -418,8 +418,9 @@ local ok, res = pcall(function()
         if not pinned[r.running] then
           pinned[r.running] = true
           redis.call('ZADD', r.running, '+inf', RUNNING_PIN, unpack(r.leases))
-          -- A running set this claim created: noted in levels, and its lease ends count in
-          -- the next due time. (One listed was read from levels after the acks: it exists.)
+          -- A running set not listed in levels (this claim created it, or a hand edit
+          -- dropped its name): noted there, and its lease ends count in the next due time.
+          -- (One listed was read from levels after the acks: its name is there.)
           if not listed[r.running] then
             running_note(KEYS[12], r.kind)
             listed[r.running] = true

@@ -286,7 +286,9 @@ end
 -- batch's `pending` and `running`) are an HINCRBY each; more (a batch of several kinds: a
 -- total and a field per kind for each state it moved) are read with one HMGET and written
 -- with one HSET (and one HDEL for the kinds' fields that reached 0), since each command a
--- script calls costs about as much as a small command's own work.
+-- script calls costs about as much as a small command's own work. (A counter edited by hand
+-- to a non-integer is read as 0 there, and so overwritten with the delta, where HINCRBY
+-- fails the script: the counters are the scripts' own, a hand edit is not guarded.)
 local function tally_flush(counts, t)
   local fields, deltas = {}, {}
   for f, d in pairs(t) do
