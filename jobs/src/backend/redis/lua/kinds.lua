@@ -188,7 +188,9 @@ if BYTEWISE then less = less_lua end
 -- kinds of one priority (a few), and in Lua a heap's compare calls cost more than the
 -- scan's compares up to some 16 sets (Ir counted under callgrind, 4 sets: 5.7k
 -- instructions per entry against 13k for the heap with a compare function, and 16 sets:
--- about the same). Scores are compared as the texts the reply holds while equal (a
+-- about the same; past that the scan's O(k) per entry costs more than the heap's O(log k):
+-- a claim of dozens of kinds at one priority, or remove_dead/revive over dozens of kinds,
+-- pays more than it did). Scores are compared as the texts the reply holds while equal (a
 -- string compare; many jobs share a due time), and read as numbers only when they differ:
 -- tonumber costs more than the rest of a step.
 local function merge(keys, n, read, caps, kept)
