@@ -12,16 +12,25 @@
 -- gone), 0 if the token is stale (redelivered to someone else, or gone, or acked earlier
 -- in this batch): then nothing changes for that job. Atomic with claim, so a late ack can
 -- never delete a job another consumer now holds (the duplicate-run bug of bullmq#3183).
--- One HMGET reads every job, then one HDEL, HDEL, HDEL, ZREM (per kind) and HINCRBY (per
--- counter) delete the done ones together. A done job whose spec holds a hold-off leaves its
--- tombstone (held.lua, H its keys), until = the server's time now + its hold-off: in the
--- same script as the ack, so an ack is never seen without its tombstone nor one without
--- its ack. A done job with a successor (next.lua, N its keys) is followed by it in the same
--- script: the successor becomes the pending job, due at its run_at or, if the done job had
--- a hold-off, not before the hold-off ends, and no tombstone is left; the earliest such job
--- that became its level's first due is published on N.wake, as a schedule does. Whether
+-- One HMGET reads every job, then one HDEL, HDEL, HDEL and ZREM (per kind) delete the done
+-- ones together, and the counters are written once (kinds.lua `tally_flush`). A done job
+-- whose spec holds a hold-off leaves its tombstone (held.lua, H its keys), until = the
+-- server's time now + its hold-off: in the same script as the ack, so an ack is never seen
+-- without its tombstone nor one without its ack. A done job with a successor (next.lua, N
+-- its keys) is followed by it in the same script: the successor becomes the pending job,
+-- due at its run_at or, if the done job had a hold-off, not before the hold-off ends, and
+-- no tombstone is left; the earliest such job that became its level's first due is
+-- published on N.wake, as a schedule does. Whether
 -- any successor waits is one HEXISTS per batch (next.lua); the acked ids are looked up only if so.
-local function apply_acks(meta, payload, counts, errors, running, levels, H, args, from, N)
+--
+-- `later`, if given (claim.lua), takes two chores the caller then does once for the whole
+-- script: later.counted gets the counter deltas (kinds.lua `tally`, flushed by the caller
+-- with its own: one HMGET and one HSET for the script rather than an HINCRBY per field
+-- here and another there), and later.tidy[kind] = true names each kind whose running set
+-- may have lost its last job (the caller's running_tidy, after its own leases: a kind it
+-- leases again keeps its set, and the set is not deleted and made again in one script).
+-- Without it (ack.lua), apply_acks does both itself.
+local function apply_acks(meta, payload, counts, errors, running, levels, H, args, from, N, later)
   local ids = {}
   local tokens = {}
   for i = from, #args, 2 do
@@ -89,14 +98,14 @@ local function apply_acks(meta, payload, counts, errors, running, levels, H, arg
     redis.call('HDEL', meta, unpack(done))
     redis.call('HDEL', payload, unpack(done))
     redis.call('HDEL', errors, unpack(done))
-    redis.call('HINCRBY', counts, 'running', -#done)
+    local counted = (later and later.counted) or {}
+    counted.running = (counted.running or 0) - #plain
     if #plain > 0 then redis.call('ZREM', running, unpack(plain)) end
     for _, kind in ipairs(kinds) do
       local list = by_kind[kind]
-      local f = 'running:' .. kind
       redis.call('ZREM', running_key(running, kind), unpack(list))
-      if redis.call('HINCRBY', counts, f, -#list) == 0 then redis.call('HDEL', counts, f) end
-      running_tidy(levels, running, kind)
+      tally(counted, 'running', kind, -#list)
+      if later then later.tidy[kind] = true else running_tidy(levels, running, kind) end
     end
     -- Only a batch with a hold-off or a successor in it walks its done jobs again.
     local now = nil
@@ -104,7 +113,6 @@ local function apply_acks(meta, payload, counts, errors, running, levels, H, arg
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
-    local counted = {}
     local due = {}
     for i, id in ipairs(now and done or {}) do
       local succ = succs and succs[i]
@@ -118,10 +126,8 @@ local function apply_acks(meta, payload, counts, errors, running, levels, H, arg
         held_put(H, id, now, hold)
       end
     end
-    if succs then
-      tally_flush(counts, counted)
-      next_wake(N, due)
-    end
+    if not later then tally_flush(counts, counted) end
+    if succs then next_wake(N, due) end
     -- The gates of the done jobs (and of gated successors) rebalance: the next of each key
     -- may go, and wakes idle consumers.
     gate_flush(N.G)

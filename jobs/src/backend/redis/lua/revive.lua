@@ -24,7 +24,8 @@ else
   local function read(key, off, count)
     return redis.call('ZRANGE', key, off, off + count - 1, 'WITHSCORES')
   end
-  for _, e in ipairs(merge(keys, tonumber(ARGV[2]), read)) do ids[#ids + 1] = e[1] end
+  local merged, got = merge(keys, tonumber(ARGV[2]), read)
+  for i = 1, got do ids[#ids + 1] = merged[2 * i - 1] end
 end
 if #ids == 0 then return {0, ''} end
 local run_ns, score

@@ -10,6 +10,7 @@ use crate::backend::redis::reply::{array, bytes, int, parsing, redis_error, scor
 use crate::backend::redis::series::SeriesNote;
 use crate::backend::{ClaimKinds, Claimed};
 use crate::core::error::Error;
+use crate::core::kind::Spec;
 
 /// What one partition's claim returned.
 pub(in crate::backend::redis) struct ClaimReply {
@@ -31,7 +32,8 @@ pub(in crate::backend::redis) struct ClaimReply {
 impl FromRedisValue for ClaimReply {
     /// `{now_us, next_due_us or "", notes, died, acks' answers, then per job: id, payload,
     /// attempt, run_at_ns, token, spec tail}` (see `claim.lua`: the plain tail for a job
-    /// stored without; "" for the same as the job before's).
+    /// stored without; "" for the same as the job before's; an integer i for the ith
+    /// distinct tail the reply sent).
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
         let decode = || -> Result<ClaimReply, Error> {
             let mut items = array(v)?.into_iter();
@@ -55,16 +57,30 @@ impl FromRedisValue for ClaimReply {
                 .collect::<Result<Vec<bool>, Error>>()?;
             let rest: Vec<Value> = items.collect();
             let mut jobs: Vec<Claimed> = Vec::with_capacity(rest.len() / 6);
+            // The distinct specs the reply sent, in the order it sent them.
+            let mut specs: Vec<Spec> = Vec::new();
             for chunk in rest.chunks(6) {
                 let [id, payload, attempt, run_at, token, tail] = chunk else {
                     return Err(Error::storage("short claim reply"));
                 };
-                let spec = match tail_spec(&text(tail.clone())?)? {
-                    Some(spec) => spec,
-                    None => jobs
-                        .last()
-                        .map(|job| job.spec.clone())
-                        .ok_or_else(|| Error::storage("a claimed job without its spec"))?,
+                let spec = if let Value::Int(i) = tail {
+                    usize::try_from(*i)
+                        .ok()
+                        .and_then(|i| i.checked_sub(1))
+                        .and_then(|i| specs.get(i))
+                        .cloned()
+                        .ok_or_else(|| Error::storage("a claimed job's spec refers to none sent"))?
+                } else {
+                    match tail_spec(&text(tail.clone())?)? {
+                        Some(spec) => {
+                            specs.push(spec.clone());
+                            spec
+                        }
+                        None => jobs
+                            .last()
+                            .map(|job| job.spec.clone())
+                            .ok_or_else(|| Error::storage("a claimed job without its spec"))?,
+                    }
                 };
                 jobs.push(Claimed {
                     id: text(id.clone())?,
