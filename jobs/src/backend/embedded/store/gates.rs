@@ -56,6 +56,8 @@
 //!   values over them ([`Tables::replay_gate`]), so a replayed store has the gates the live
 //!   one had.
 
+use std::collections::HashMap;
+
 use redb::ReadableTable;
 
 use super::counts::Counters;
@@ -124,6 +126,18 @@ impl Tables<'_> {
                         Some(value) => Some(Gate::decode(value.value())?),
                         None => None,
                     };
+                    let row = match row {
+                        Some(mut gate) => {
+                            gate.running = self
+                                .gate_running
+                                .get(self.gate_name.as_str())
+                                .copied()
+                                .unwrap_or(0);
+                            gate.admitted = self.count_admitted(kind, key)?;
+                            Some(gate)
+                        }
+                        None => None,
+                    };
                     self.gate_rows.insert(self.gate_name.clone(), row);
                     row
                 }
@@ -135,6 +149,48 @@ impl Tables<'_> {
             .gate_cache
             .get_mut(self.gate_name.as_str())
             .expect("just cached"))
+    }
+
+    /// How many jobs the gate of `(kind, key)` has in `gate_admitted`: its `admitted`
+    /// counter, which is not stored (at most its cap).
+    fn count_admitted(&self, kind: &str, key: &str) -> Result<u64, Error> {
+        let next_key = format!("{key}\0");
+        let range = (kind, key, 0, 0, "")..(kind, next_key.as_str(), 0, 0, "");
+        let mut n = 0;
+        for entry in self.gate_admitted.range(range).map_err(storage)? {
+            entry.map_err(storage)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The `running` counter of every gate with a running job (by name), counted from the
+    /// leased jobs' records: what a batch starts from when the store has no count it
+    /// trusts (after an open, or a batch that ended without a commit having touched
+    /// gates). Reads every running job, and no other.
+    pub(super) fn count_running(&self) -> Result<HashMap<String, u64>, Error> {
+        let mut out: HashMap<String, u64> = HashMap::new();
+        let mut add = |id: &str| -> Result<(), Error> {
+            let Some(stored) = self.load_with(id, false)? else {
+                return Err(Error::storage(format!(
+                    "the lease index names a missing job {id:?}"
+                )));
+            };
+            if let Some(keyed) = stored.spec.gate() {
+                let name = format!("{}\0{}", stored.spec.kind, keyed.key);
+                *out.entry(name).or_default() += 1;
+            }
+            Ok(())
+        };
+        for entry in self.plain_running.iter().map_err(storage)? {
+            let (k, _) = entry.map_err(storage)?;
+            add(k.value().1)?;
+        }
+        for entry in self.running.iter().map_err(storage)? {
+            let (k, _) = entry.map_err(storage)?;
+            add(k.value().2)?;
+        }
+        Ok(out)
     }
 
     /// Keeps the gates' counters and indexes in step with one job moving from `before` to
@@ -151,6 +207,14 @@ impl Tables<'_> {
             return Ok(());
         }
         let now = self.now;
+        // Read before the indexes move: a gate read now counts its admitted jobs from
+        // `gate_admitted` as the step found it.
+        if let Some(b) = before {
+            self.gate_mut(b.kind, b.key)?;
+        }
+        if let Some(a) = after {
+            self.gate_mut(a.kind, a.key)?;
+        }
         if let Some(b) = before {
             if let Some((level, at, waiting)) = b.pending {
                 let key = (b.kind, b.key, at, level, id);
@@ -355,14 +419,32 @@ impl Tables<'_> {
                 }
                 gate.timer = timer;
             }
+            // Only the row's fields are stored: a step that moved only the counters (a
+            // start or an end in a gate with room, the common case) writes and logs nothing.
             let value = kept.then(|| gate.encode());
-            match &value {
-                Some(value) => self.gates.insert((kind, key), value.as_slice()).map(drop),
-                None => self.gates.remove((kind, key)).map(drop),
+            let unchanged = self
+                .gate_rows
+                .get(name.as_str())
+                .is_some_and(|old| old.map(|g| g.encode()) == value);
+            if !unchanged {
+                match &value {
+                    Some(value) => self.gates.insert((kind, key), value.as_slice()).map(drop),
+                    None => self.gates.remove((kind, key)).map(drop),
+                }
+                .map_err(storage)?;
+                self.log_gate(&name, value.as_ref().map(|v| v.as_slice()));
             }
-            .map_err(storage)?;
-            self.log_gate(&name, value.as_ref().map(|v| v.as_slice()));
             self.gates_written = true;
+            if gate.running > 0 {
+                match self.gate_running.get_mut(name.as_str()) {
+                    Some(running) => *running = gate.running,
+                    None => {
+                        self.gate_running.insert(name.clone(), gate.running);
+                    }
+                }
+            } else {
+                self.gate_running.remove(name.as_str());
+            }
             self.gate_rows.insert(name, kept.then_some(gate));
         }
         Ok(())

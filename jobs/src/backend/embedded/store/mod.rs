@@ -99,10 +99,10 @@ pub(crate) use reply::Reply;
 use tables::{storage, Tables, META};
 
 /// The layout of the tables, the job records (`record.rs`) and the log (`wal.rs`). A store
-/// of format 4 (before kinds) is upgraded at open (`upgrade.rs`); one of any other format
-/// is refused, naming the format found. (4 is the first published format; the numbers
-/// before it were never released.)
-const FORMAT: u64 = 5;
+/// of format 4 (before kinds) or 5 (gate rows with their counters) is upgraded at open
+/// (`upgrade.rs`); one of any other format is refused, naming the format found. (4 is the
+/// first published format; the numbers before it were never released.)
+const FORMAT: u64 = 6;
 
 /// The longest the write-ahead log grows before a checkpoint: bounds replay at open. A
 /// review measured 0.72–1.2 s for the first open of a 10M-job store after `kill -9` with
@@ -139,6 +139,10 @@ pub(crate) struct Store {
     promoted: Option<u64>,
     /// The `gates` rows as of the last commit, of the gates read since (`gate::Rows`).
     gate_rows: gate::Rows,
+    /// The `running` counter of every gate with a running job, as of the last commit
+    /// (`gates.rs`, "Counters"); `None`: counted from the leases by the next batch (after
+    /// an open, or a batch that ended without a commit having settled a gate).
+    gate_running: Option<std::collections::HashMap<String, u64>>,
 }
 
 fn now() -> u64 {
@@ -166,7 +170,7 @@ impl Store {
             .map(|v| v.value());
         match found {
             Some(FORMAT) => {}
-            Some(upgrade::FROM) => {}
+            Some(upgrade::FROM | upgrade::GATES_FROM) => {}
             None if txn
                 .open_table(tables::JOBS)
                 .map_err(storage)?
@@ -175,8 +179,9 @@ impl Store {
             Some(found) => {
                 return Err(Error::storage(format!(
                     "the store is of format {found}; this version of wheel-jobs reads \
-                     format {FORMAT} (and upgrades format {})",
-                    upgrade::FROM
+                     format {FORMAT} (and upgrades formats {} and {})",
+                    upgrade::FROM,
+                    upgrade::GATES_FROM
                 )))
             }
             None => {
@@ -238,6 +243,10 @@ impl Store {
                     Ok(())
                 })?;
             }
+            // Its log's gate rows too are of format 5: rewritten after the replay.
+            if matches!(found, Some(upgrade::FROM | upgrade::GATES_FROM)) {
+                upgrade::gate_rows(&mut t)?;
+            }
             // Always a new epoch: the log restarts at offset 0, past any record replayed.
             let epoch = epoch + 1;
             meta.insert("format", FORMAT).map_err(storage)?;
@@ -271,6 +280,7 @@ impl Store {
             rules: Rules::default(),
             promoted: None,
             gate_rows: gate::Rows::new(),
+            gate_running: None,
         })
     }
 
@@ -329,7 +339,7 @@ impl Store {
         let mut dirty = false;
         let mut durable = false;
         let mut replies = Vec::with_capacity(ops.len());
-        let (log, paused, promoted, gate_rows, gates_written) = {
+        let (log, paused, promoted, gate_rows, gate_running, gates_written) = {
             let mut t = Tables::open(&txn, &self.plain)?;
             t.paused = self.paused;
             t.now = now;
@@ -338,6 +348,11 @@ impl Store {
             if t.gate_rows.len() > gate::ROWS_AT_MOST {
                 t.gate_rows.clear();
             }
+            // Taken likewise: an error below leaves `None`, counted again next time.
+            t.gate_running = match self.gate_running.take() {
+                Some(running) => running,
+                None => t.count_running()?,
+            };
             for op in ops {
                 let needs_fsync = op.needs_fsync();
                 let (reply, changed) = self.op(&mut t, &mut counts, now, op)?;
@@ -357,12 +372,20 @@ impl Store {
                 let mut kinds = txn.open_table(KINDS).map_err(storage)?;
                 counts.write_kinds(&self.counts, &mut kinds)?;
             }
-            (t.log, t.paused, t.promoted, t.gate_rows, t.gates_written)
+            (
+                t.log,
+                t.paused,
+                t.promoted,
+                t.gate_rows,
+                t.gate_running,
+                t.gates_written,
+            )
         };
         if !dirty {
             txn.abort().map_err(storage)?;
             if !gates_written {
                 self.gate_rows = gate_rows;
+                self.gate_running = Some(gate_running);
             }
             return Ok(replies);
         }
@@ -409,6 +432,7 @@ impl Store {
         self.counts = counts;
         self.paused = paused;
         self.gate_rows = gate_rows;
+        self.gate_running = Some(gate_running);
         if let Some(at) = promoted {
             self.promoted = Some(self.promoted.map_or(at, |p| p.min(at)));
         }

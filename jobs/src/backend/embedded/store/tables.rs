@@ -106,7 +106,11 @@ pub(super) struct Tables<'t> {
     pub(super) gate_name: String,
     /// The `gates` rows this transaction sees, for the gates read so far ([`gate::Rows`]).
     pub(super) gate_rows: gate::Rows,
-    /// Whether this transaction wrote a `gates` row (an abort then drops `gate_rows`).
+    /// The `running` counter of every gate with a running job, by name, as this
+    /// transaction leaves them (not stored: `gates.rs`, "Counters").
+    pub(super) gate_running: std::collections::HashMap<String, u64>,
+    /// Whether this transaction settled a gate (an abort then drops `gate_rows` and
+    /// `gate_running`).
     pub(super) gates_written: bool,
     /// The earliest run_at of the jobs a rebalance admitted in this batch (the writer
     /// thread wakes idle consumers for it once the batch is durable).
@@ -148,6 +152,7 @@ impl<'t> Tables<'t> {
             gate_placed: std::collections::HashSet::new(),
             gate_name: String::new(),
             gate_rows: gate::Rows::new(),
+            gate_running: std::collections::HashMap::new(),
             gates_written: false,
             promoted: None,
             now: 0,
