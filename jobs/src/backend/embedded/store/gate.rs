@@ -32,12 +32,20 @@ pub(super) const GATE_TIMERS: TableDefinition<'_, (&str, u64, &str), ()> =
 pub(super) const ROWS_AT_MOST: usize = 1 << 16;
 
 /// The `gates` table's rows as of the last commit, for the gates read since (by name,
-/// `kind NUL key`; `None`: no row), so that an operation touching a gate reads no row. A
-/// copy of what is committed, never more: a batch takes it, updates it with every row it
-/// reads or writes, and the store keeps it only once the batch's transaction committed
-/// (or aborted having written no gate row); any other end drops it, and an open starts
-/// with none.
-pub(super) type Rows = std::collections::HashMap<String, Option<Gate>>;
+/// `kind NUL key`; `None`: no row), each with its counters (`gates.rs`, "Counters"), so
+/// that an operation touching a gate reads no row. A copy of what is committed, never
+/// more: a batch takes it, updates it with every gate it reads or settles, and the store
+/// keeps it only once the batch's transaction committed (or aborted having settled no
+/// gate); any other end drops it, and an open starts with none.
+pub(super) type Rows = Names<Option<Gate>>;
+
+/// A map by gate name (`kind NUL key`). Every job touching a gate looks it up a few times
+/// (its cache, its row, its running count): foldhash's seeded hash costs a fraction of
+/// SipHash on names this short, and is still seeded per process, so that keys chosen to
+/// collide cannot be precomputed.
+pub(super) type Names<V> = std::collections::HashMap<String, V, foldhash::fast::RandomState>;
+/// A set of gate names, hashed as [`Names`].
+pub(super) type NameSet = std::collections::HashSet<String, foldhash::fast::RandomState>;
 
 /// The most gates whose timer came one claim rebalances.
 pub(super) const TIMERS_PER_CLAIM: usize = 64;

@@ -47,21 +47,34 @@
 //!   after its window ends, or by its next touch. With no claim of its kind ever again it
 //!   stays: one gate row and one timer row per `(kind, key)`, a bounded leftover.
 //! - The store keeps the `gates` rows it read or wrote decoded between batches
-//!   ([`Rows`](super::gate::Rows): exactly the committed rows, kept after a commit or an
-//!   abort that wrote no gate row, dropped by any other end), so a gate's row is read from
-//!   the table once, not per operation.
+//!   ([`Rows`](super::gate::Rows): exactly the committed rows, with their counters, kept
+//!   after a commit or an abort that settled no gate, dropped by any other end), so a
+//!   gate's row is read from the table once, not per operation.
 //! - An operation's gates are read once into `gate_cache` and written back, and logged
-//!   (their final value, `wal.rs`), when it ends: the log's replay applies a record's jobs
-//!   (through `set_exact`, which recounts the gates on its way) and then its gates' logged
-//!   values over them ([`Tables::replay_gate`]), so a replayed store has the gates the live
-//!   one had.
-
-use std::collections::HashMap;
+//!   (their final value, `wal.rs`), when it ends, if their row changed: the log's replay
+//!   applies a record's jobs (through `set_exact`, which recounts the gates on its way) and
+//!   then its gates' logged rows over them ([`Tables::replay_gate`]), so a replayed store
+//!   has the rows the live one had.
+//!
+//! # Counters
+//!
+//! A gate's row stores what the jobs cannot tell: `waiting`, the rate window, the limits
+//! of the newest job to enter, the timer. `running` and `admitted` change at every start
+//! and end of a job, and both are facts of the jobs, so they are not stored (a start or an
+//! end in a gate with room writes no row and logs no gate): `admitted` is the size of the
+//! gate's range of `gate_admitted` (at most its cap), counted when the gate's row is
+//! read (`Tables::gate_mut`, before the step moves that range); `running` is kept by the
+//! store for every gate with a running job (`gate_running`, bounded by the running jobs),
+//! counted from the leased jobs' records (`Tables::count_running`, every running job
+//! and no other) by the first batch after an open, or after a batch that ended without
+//! a commit having settled a gate: the count is that of the committed jobs, so a crash,
+//! a replay or an abort cannot leave it stale. Format 5 stored both in the row; its rows
+//! are rewritten without them at open (`upgrade.rs`).
 
 use redb::ReadableTable;
 
 use super::counts::Counters;
-use super::gate::{Gate, TIMERS_PER_CLAIM};
+use super::gate::{Gate, Names, TIMERS_PER_CLAIM};
 use super::index;
 use super::tables::{level, storage, Stored, Tables};
 use crate::backend::embedded::record::Record;
@@ -168,8 +181,8 @@ impl Tables<'_> {
     /// leased jobs' records: what a batch starts from when the store has no count it
     /// trusts (after an open, or a batch that ended without a commit having touched
     /// gates). Reads every running job, and no other.
-    pub(super) fn count_running(&self) -> Result<HashMap<String, u64>, Error> {
-        let mut out: HashMap<String, u64> = HashMap::new();
+    pub(super) fn count_running(&self) -> Result<Names<u64>, Error> {
+        let mut out = Names::<u64>::default();
         let mut add = |id: &str| -> Result<(), Error> {
             let Some(stored) = self.load_with(id, false)? else {
                 return Err(Error::storage(format!(
@@ -207,15 +220,16 @@ impl Tables<'_> {
             return Ok(());
         }
         let now = self.now;
-        // Read before the indexes move: a gate read now counts its admitted jobs from
-        // `gate_admitted` as the step found it.
+        // Each side's gate is read before its index moves: a gate read counts its admitted
+        // jobs from `gate_admitted` as the step found it.
         if let Some(b) = before {
-            self.gate_mut(b.kind, b.key)?;
-        }
-        if let Some(a) = after {
-            self.gate_mut(a.kind, a.key)?;
-        }
-        if let Some(b) = before {
+            let gate = self.gate_mut(b.kind, b.key)?;
+            let count = match b.pending {
+                None => &mut gate.running,
+                Some((_, _, true)) => &mut gate.waiting,
+                Some((_, _, false)) => &mut gate.admitted,
+            };
+            *count = count.saturating_sub(1);
             if let Some((level, at, waiting)) = b.pending {
                 let key = (b.kind, b.key, at, level, id);
                 if waiting {
@@ -227,15 +241,18 @@ impl Tables<'_> {
                     self.gate_admitted.remove(key).map_err(storage)?;
                 }
             }
-            let gate = self.gate_mut(b.kind, b.key)?;
-            let count = match b.pending {
-                None => &mut gate.running,
-                Some((_, _, true)) => &mut gate.waiting,
-                Some((_, _, false)) => &mut gate.admitted,
-            };
-            *count = count.saturating_sub(1);
         }
         if let Some(a) = after {
+            let started = a.pending.is_none() && before.is_some_and(|b| b.pending.is_some());
+            let gate = self.gate_mut(a.kind, a.key)?;
+            match a.pending {
+                None => gate.running += 1,
+                Some((_, _, true)) => gate.waiting += 1,
+                Some((_, _, false)) => gate.admitted += 1,
+            }
+            if started {
+                gate.start(now);
+            }
             if let Some((level, at, waiting)) = a.pending {
                 let key = (a.kind, a.key, at, level, id);
                 if waiting {
@@ -246,16 +263,6 @@ impl Tables<'_> {
                 } else {
                     self.gate_admitted.insert(key, ()).map_err(storage)?;
                 }
-            }
-            let started = a.pending.is_none() && before.is_some_and(|b| b.pending.is_some());
-            let gate = self.gate_mut(a.kind, a.key)?;
-            match a.pending {
-                None => gate.running += 1,
-                Some((_, _, true)) => gate.waiting += 1,
-                Some((_, _, false)) => gate.admitted += 1,
-            }
-            if started {
-                gate.start(now);
             }
         }
         Ok(())

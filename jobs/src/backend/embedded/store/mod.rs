@@ -50,7 +50,9 @@
 //!   a durable commit. A batch that changed nothing is aborted: reads and empty claims
 //!   cost no fsync.
 //! - Opening replays the log's records of the current epoch (bounded by `WAL_LIMIT`), then
-//!   checkpoints. A store of format 4 (before kinds) is upgraded in that same transaction:
+//!   checkpoints. A store of format 5 has its gate rows rewritten without their counters
+//!   after the replay (`upgrade.rs`). A store of format 4 (before kinds) is upgraded in
+//!   that same transaction:
 //!   its `due` and `running` are already the plain group's tables, its totals become kind
 //!   `""`'s counts and its `died` keys are filed under `""` in `died_by_kind`
 //!   (`upgrade.rs`); its records (and its log's) stay version 2 and read as
@@ -59,7 +61,9 @@
 //!   and the writer thread stops.
 //! - Every read of an index is a bounded range (`take(max)`, a first key, a page): no
 //!   operation walks the whole queue, and opening reads only `meta` and `kinds` (and, once,
-//!   a format 4 store's `died` to upgrade it). A list of one kind reads only that kind's
+//!   a format 4 store's `died` or a format 5 store's `gates` to upgrade it); the first
+//!   batch after it reads the running jobs, to count each gate's (`store/gates.rs`,
+//!   "Counters"). A list of one kind reads only that kind's
 //!   keys, in every state.
 //! - A transition always goes through [`Machine`](crate::core::state::Machine); the store only keeps the indexes and the
 //!   counts in step with it (`Tables::set` in `store/tables.rs`, the one writer of `jobs`,
@@ -142,7 +146,7 @@ pub(crate) struct Store {
     /// The `running` counter of every gate with a running job, as of the last commit
     /// (`gates.rs`, "Counters"); `None`: counted from the leases by the next batch (after
     /// an open, or a batch that ended without a commit having settled a gate).
-    gate_running: Option<std::collections::HashMap<String, u64>>,
+    gate_running: Option<gate::Names<u64>>,
 }
 
 fn now() -> u64 {
@@ -153,7 +157,8 @@ fn now() -> u64 {
 
 impl Store {
     /// Creates the tables if missing (upgrading a format 4 store first), reads the counts,
-    /// replays the log's records of the current epoch and checkpoints; reads no other job.
+    /// replays the log's records of the current epoch (then upgrades a format 5 store's
+    /// gate rows) and checkpoints; reads no job.
     pub(crate) fn open(
         db: Database,
         config: &Config,
@@ -279,7 +284,7 @@ impl Store {
             issued: 0,
             rules: Rules::default(),
             promoted: None,
-            gate_rows: gate::Rows::new(),
+            gate_rows: gate::Rows::default(),
             gate_running: None,
         })
     }

@@ -98,17 +98,17 @@ pub(super) struct Tables<'t> {
     pub(super) gate_timers: Table<'t, LeaseKey, ()>,
     /// The gates this operation read, as they are now, by name (`kind NUL key`): each is
     /// rebalanced, written and logged by `Tables::settle`.
-    pub(super) gate_cache: std::collections::HashMap<String, Gate>,
+    pub(super) gate_cache: gate::Names<Gate>,
     /// The gates of `gate_cache` a job entered or moved in (`Tables::place`): only their
     /// rebalance compares the ends of their two parts.
-    pub(super) gate_placed: std::collections::HashSet<String>,
+    pub(super) gate_placed: gate::NameSet,
     /// A reused buffer for the name of the gate looked up (`Tables::gate_mut`).
     pub(super) gate_name: String,
     /// The `gates` rows this transaction sees, for the gates read so far ([`gate::Rows`]).
     pub(super) gate_rows: gate::Rows,
     /// The `running` counter of every gate with a running job, by name, as this
     /// transaction leaves them (not stored: `gates.rs`, "Counters").
-    pub(super) gate_running: std::collections::HashMap<String, u64>,
+    pub(super) gate_running: gate::Names<u64>,
     /// Whether this transaction settled a gate (an abort then drops `gate_rows` and
     /// `gate_running`).
     pub(super) gates_written: bool,
@@ -148,11 +148,11 @@ impl<'t> Tables<'t> {
             gate_waiting: txn.open_table(gate::GATE_WAITING).map_err(storage)?,
             waiting_by_kind: txn.open_table(gate::WAITING_BY_KIND).map_err(storage)?,
             gate_timers: txn.open_table(gate::GATE_TIMERS).map_err(storage)?,
-            gate_cache: std::collections::HashMap::new(),
-            gate_placed: std::collections::HashSet::new(),
+            gate_cache: gate::Names::default(),
+            gate_placed: gate::NameSet::default(),
             gate_name: String::new(),
-            gate_rows: gate::Rows::new(),
-            gate_running: std::collections::HashMap::new(),
+            gate_rows: gate::Rows::default(),
+            gate_running: gate::Names::default(),
             gates_written: false,
             promoted: None,
             now: 0,
