@@ -158,7 +158,8 @@ fn now() -> u64 {
 impl Store {
     /// Creates the tables if missing (upgrading a format 4 store first), reads the counts,
     /// replays the log's records of the current epoch (then upgrades a format 5 store's
-    /// gate rows) and checkpoints; reads no job.
+    /// gate rows) and checkpoints; reads no other job (the first batch reads the running
+    /// ones, to count the gates').
     pub(crate) fn open(
         db: Database,
         config: &Config,
