@@ -441,7 +441,7 @@ impl Tables<'_> {
                 .map_err(storage)?;
                 self.log_gate(&name, value.as_ref().map(|v| v.as_slice()));
             }
-            self.gates_written = true;
+            self.gates_settled = true;
             if gate.running > 0 {
                 match self.gate_running.get_mut(name.as_str()) {
                     Some(running) => *running = gate.running,
@@ -526,7 +526,7 @@ impl Tables<'_> {
         self.gate_cache.remove(name);
         self.gate_placed.remove(name);
         self.gate_rows.remove(name);
-        self.gates_written = true;
+        self.gates_settled = true;
         let old = match self.gates.get((kind, key)).map_err(storage)? {
             Some(v) => Some(Gate::decode(v.value())?),
             None => None,

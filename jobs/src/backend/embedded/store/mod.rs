@@ -345,7 +345,7 @@ impl Store {
         let mut dirty = false;
         let mut durable = false;
         let mut replies = Vec::with_capacity(ops.len());
-        let (log, paused, promoted, gate_rows, gate_running, gates_written) = {
+        let (log, paused, promoted, gate_rows, gate_running, gates_settled) = {
             let mut t = Tables::open(&txn, &self.plain)?;
             t.paused = self.paused;
             t.now = now;
@@ -384,12 +384,12 @@ impl Store {
                 t.promoted,
                 t.gate_rows,
                 t.gate_running,
-                t.gates_written,
+                t.gates_settled,
             )
         };
         if !dirty {
             txn.abort().map_err(storage)?;
-            if !gates_written {
+            if !gates_settled {
                 self.gate_rows = gate_rows;
                 self.gate_running = Some(gate_running);
             }

@@ -111,7 +111,7 @@ pub(super) struct Tables<'t> {
     pub(super) gate_running: gate::Names<u64>,
     /// Whether this transaction settled a gate (an abort then drops `gate_rows` and
     /// `gate_running`).
-    pub(super) gates_written: bool,
+    pub(super) gates_settled: bool,
     /// The earliest run_at of the jobs a rebalance admitted in this batch (the writer
     /// thread wakes idle consumers for it once the batch is durable).
     pub(super) promoted: Option<u64>,
@@ -153,7 +153,7 @@ impl<'t> Tables<'t> {
             gate_name: String::new(),
             gate_rows: gate::Rows::default(),
             gate_running: gate::Names::default(),
-            gates_written: false,
+            gates_settled: false,
             promoted: None,
             now: 0,
             log: Some(Vec::new()),
