@@ -222,6 +222,7 @@ impl Store {
                 owner => owner,
             };
             meta.insert("owner", owner).map_err(storage)?;
+            t.replaying = true;
             if let Some(wal) = wal.as_mut() {
                 wal.replay(owner, epoch, WAL_LIMIT, |changes| {
                     for &(name, value) in &changes.series {
@@ -249,6 +250,7 @@ impl Store {
                     Ok(())
                 })?;
             }
+            t.replaying = false;
             // Its log's gate rows too are of format 5: rewritten after the replay.
             if matches!(found, Some(upgrade::FROM | upgrade::GATES_FROM)) {
                 upgrade::gate_rows(&mut t)?;

@@ -112,6 +112,9 @@ pub(super) struct Tables<'t> {
     /// Whether this transaction settled a gate (an abort then drops `gate_rows` and
     /// `gate_running`).
     pub(super) gates_settled: bool,
+    /// Whether this is the open's replay of the log: its gates' counters are not used, so
+    /// `Tables::gate_mut` does not count their admitted jobs.
+    pub(super) replaying: bool,
     /// The earliest run_at of the jobs a rebalance admitted in this batch (the writer
     /// thread wakes idle consumers for it once the batch is durable).
     pub(super) promoted: Option<u64>,
@@ -154,6 +157,7 @@ impl<'t> Tables<'t> {
             gate_rows: gate::Rows::default(),
             gate_running: gate::Names::default(),
             gates_settled: false,
+            replaying: false,
             promoted: None,
             now: 0,
             log: Some(Vec::new()),

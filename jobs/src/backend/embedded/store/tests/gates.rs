@@ -1026,3 +1026,45 @@ fn a_keyed_job_is_never_adopted_as_a_series_head() {
         "the series made its own occurrence"
     );
 }
+
+/// The counters a replay computes are thrown away (`forget_gates`): the replay of a log
+/// whose records each log a gate with many admitted jobs counts that range at most once,
+/// not once per record.
+#[test]
+fn a_replay_does_not_count_a_gates_admitted_jobs_per_record() {
+    use super::super::gates::ADMITTED_COUNTED;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = file_store(dir.path(), 0);
+    store.checkpoint_every = Duration::from_secs(3600);
+    let limit = 2000;
+    let spec = gated("k", limit, None);
+    let ops: Vec<Op> = (0..limit + 200)
+        .map(|i| put(&format!("j{i:05}"), 0, &spec, Dedup::Keep))
+        .collect();
+    store.apply_at(ops, 0).expect("schedule");
+    store.close().expect("close");
+    let mut store = file_store(dir.path(), 0);
+    store.checkpoint_every = Duration::from_secs(3600);
+    // Each ack promotes a waiting job (its gate's row changes, logged); each claim then
+    // touches the gate again.
+    for c in 0..150 {
+        let op = Op::Claim {
+            max: 1,
+            kind: Some("g".to_owned()).into(),
+        };
+        let Reply::Claimed(batch, _) = one(&mut store, op, 1 + c) else {
+            panic!("a claim");
+        };
+        let (id, token) = (batch.jobs[0].id.clone(), batch.jobs[0].token);
+        one(&mut store, Op::Ack { id, token }, 1 + c);
+    }
+    ADMITTED_COUNTED.with(|c| c.set(0));
+    let store = crash(store, dir.path(), 0);
+    let counted = ADMITTED_COUNTED.with(|c| c.get());
+    assert!(
+        counted <= u64::from(limit),
+        "the replay counted {counted} admitted entries"
+    );
+    let g = gate(&store, "k").expect("a gate");
+    assert_eq!((g.running, g.admitted, g.waiting), (0, 2000, 50));
+}
