@@ -65,10 +65,13 @@
 //! gate's range of `gate_admitted` (at most its cap), counted when the gate's row is
 //! read (`Tables::gate_mut`, before the step moves that range); `running` is kept by the
 //! store for every gate with a running job (`gate_running`, bounded by the running jobs),
-//! counted from the leased jobs' records (`Tables::count_running`, every running job
-//! and no other) by the first batch after an open, or after a batch that ended without
-//! a commit having settled a gate: the count is that of the committed jobs, so a crash,
-//! a replay or an abort cannot leave it stale. Format 5 stored both in the row; its rows
+//! counted from the leased jobs' records (`Tables::count_running`) by the first batch
+//! after an open, or after a batch that ended without a commit having settled a gate: the
+//! count is that of the committed jobs, so a crash, a replay or an abort cannot leave it
+//! stale. That count costs nothing in a store with no gate row (a gate with a running job
+//! keeps its row), and otherwise one read of every running job's record, gated or not
+//! (`Record::gate_key` decodes only its key): O(running) once per open, before that first
+//! batch's own work, as the price of counters no start or end writes. Format 5 stored both in the row; its rows
 //! are rewritten without them at open (`upgrade.rs`).
 
 use redb::ReadableTable;
@@ -124,6 +127,8 @@ type Place = ((u64, u8), String);
 thread_local! {
     /// The `gate_admitted` entries `count_admitted` walked on this thread (tests).
     pub(super) static ADMITTED_COUNTED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The records `count_running` read on this thread (tests).
+    pub(super) static RUNNING_READ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 // ===== impl Tables: counters, placement, rebalance =====
@@ -193,28 +198,46 @@ impl Tables<'_> {
     /// The `running` counter of every gate with a running job (by name), counted from the
     /// leased jobs' records: what a batch starts from when the store has no count it
     /// trusts (after an open, or a batch that ended without a commit having touched
-    /// gates). Reads every running job, and no other.
+    /// gates). A store with no gate row has no gated job running (a gate with one keeps its
+    /// row, `Gate::kept`) and reads nothing; any other reads every running job's record,
+    /// and no other, decoding only the key of its gate (`Record::gate_key`).
     pub(super) fn count_running(&self) -> Result<Names<u64>, Error> {
         let mut out = Names::<u64>::default();
-        let mut add = |id: &str| -> Result<(), Error> {
-            let Some(stored) = self.load_with(id, false)? else {
+        if redb::ReadableTableMetadata::is_empty(&self.gates).map_err(storage)? {
+            return Ok(out);
+        }
+        let mut name = String::new();
+        let mut add = |kind: &str, id: &str| -> Result<(), Error> {
+            #[cfg(test)]
+            RUNNING_READ.with(|c| c.set(c.get() + 1));
+            let Some(value) = self.jobs.get(id).map_err(storage)? else {
                 return Err(Error::storage(format!(
                     "the lease index names a missing job {id:?}"
                 )));
             };
-            if let Some(keyed) = stored.spec.gate() {
-                let name = format!("{}\0{}", stored.spec.kind, keyed.key);
-                *out.entry(name).or_default() += 1;
+            let Some(key) = Record::gate_key(value.value(), &self.plain).map_err(storage)? else {
+                return Ok(());
+            };
+            name.clear();
+            name.push_str(kind);
+            name.push('\0');
+            name.push_str(key);
+            match out.get_mut(name.as_str()) {
+                Some(n) => *n += 1,
+                None => {
+                    out.insert(name.clone(), 1);
+                }
             }
             Ok(())
         };
         for entry in self.plain_running.iter().map_err(storage)? {
             let (k, _) = entry.map_err(storage)?;
-            add(k.value().1)?;
+            add("", k.value().1)?;
         }
         for entry in self.running.iter().map_err(storage)? {
             let (k, _) = entry.map_err(storage)?;
-            add(k.value().2)?;
+            let (kind, _, id) = k.value();
+            add(kind, id)?;
         }
         Ok(out)
     }

@@ -62,9 +62,9 @@
 //! - Every read of an index is a bounded range (`take(max)`, a first key, a page): no
 //!   operation walks the whole queue, and opening reads only `meta` and `kinds` (and, once,
 //!   a format 4 store's `died` or a format 5 store's `gates` to upgrade it); the first
-//!   batch after it reads the running jobs, to count each gate's (`store/gates.rs`,
-//!   "Counters"). A list of one kind reads only that kind's
-//!   keys, in every state.
+//!   batch after it reads every running job's record once, to count each gate's, unless
+//!   the store has no gate row (`store/gates.rs`, "Counters"). A list of one kind reads
+//!   only that kind's keys, in every state.
 //! - A transition always goes through [`Machine`](crate::core::state::Machine); the store only keeps the indexes and the
 //!   counts in step with it (`Tables::set` in `store/tables.rs`, the one writer of `jobs`,
 //!   the indexes and the counts).
@@ -159,7 +159,7 @@ impl Store {
     /// Creates the tables if missing (upgrading a format 4 store first), reads the counts,
     /// replays the log's records of the current epoch (then upgrades a format 5 store's
     /// gate rows) and checkpoints; reads no other job (the first batch reads the running
-    /// ones, to count the gates').
+    /// ones if the store has a gate row, to count the gates').
     pub(crate) fn open(
         db: Database,
         config: &Config,

@@ -1068,3 +1068,29 @@ fn a_replay_does_not_count_a_gates_admitted_jobs_per_record() {
     let g = gate(&store, "k").expect("a gate");
     assert_eq!((g.running, g.admitted, g.waiting), (0, 2000, 50));
 }
+
+/// A store with no gate has no running gated job (a gate with a running job keeps its
+/// row): the first batch after an open reads none of its running jobs.
+#[test]
+fn the_first_batch_of_a_store_without_gates_reads_no_running_job() {
+    use super::super::gates::RUNNING_READ;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut store = file_store(dir.path(), 0);
+    let ops: Vec<Op> = (0..1000)
+        .map(|i| schedule(&format!("p{i:04}"), at(0), b""))
+        .collect();
+    store.apply_at(ops, 0).expect("schedule");
+    let op = Op::Claim {
+        max: 1000,
+        kind: ClaimKinds::All,
+    };
+    store.apply_at(vec![op], 1).expect("claim");
+    store.close().expect("close");
+    let mut store = file_store(dir.path(), 0);
+    RUNNING_READ.with(|c| c.set(0));
+    let Reply::Counts(counts) = one(&mut store, Op::Counts, 2) else {
+        panic!("counts");
+    };
+    assert_eq!(counts.running, 1000);
+    assert_eq!(RUNNING_READ.with(|c| c.get()), 0, "running records read");
+}
