@@ -60,8 +60,11 @@
 //!
 //! A gate's row stores what the jobs cannot tell: `waiting`, the rate window, the limits
 //! of the newest job to enter, the timer. `running` and `admitted` change at every start
-//! and end of a job, and both are facts of the jobs, so they are not stored (a start or an
-//! end in a gate with room writes no row and logs no gate): `admitted` is the size of the
+//! and end of a job, and both are facts of the jobs, so they are not stored: a step writes
+//! and logs a gate's row only when a stored field changes, so a start in a gate without a
+//! rate, and an end that leaves the gate a job and promotes none, write nothing (every
+//! start in a gate with a rate counts in `started`, and an end that leaves no job and no
+//! open window deletes the row). `admitted` is the size of the
 //! gate's range of `gate_admitted` (at most its cap), counted when the gate's row is
 //! read (`Tables::gate_mut`, before the step moves that range); `running` is kept by the
 //! store for every gate with a running job (`gate_running`, bounded by the running jobs),
@@ -462,8 +465,9 @@ impl Tables<'_> {
                 }
                 gate.timer = timer;
             }
-            // Only the row's fields are stored: a step that moved only the counters (a
-            // start or an end in a gate with room, the common case) writes and logs nothing.
+            // Only the row's fields are stored: a step that moved only the counters (a start
+            // in a gate without a rate, an end promoting none and leaving a job: the common
+            // case) writes and logs nothing.
             let value = kept.then(|| gate.encode());
             let unchanged = self
                 .gate_rows
