@@ -39,13 +39,15 @@ pub(super) const ROWS_AT_MOST: usize = 1 << 16;
 /// gate); any other end drops it, and an open starts with none.
 pub(super) type Rows = Names<Option<Gate>>;
 
-/// A map by gate name (`kind NUL key`). Every job touching a gate looks it up a few times
-/// (its cache, its row, its running count): foldhash's seeded hash costs a fraction of
-/// SipHash on names this short, and is still seeded per process, so that keys chosen to
-/// collide cannot be precomputed.
-pub(super) type Names<V> = std::collections::HashMap<String, V, foldhash::fast::RandomState>;
+/// A map by gate name (`kind NUL key`), hashed with std's `RandomState` (SipHash-1-3, a
+/// random key per map). The names are the tenants' keys, and [`Rows`] (up to
+/// [`ROWS_AT_MOST`] entries) and the running counters live across batches: a hash without
+/// a claim of resistance to chosen collisions would let one tenant's keys slow every
+/// lookup. Every step finds its gate once (`Tables::gate_mut`), so the hash is paid a few
+/// times per job.
+pub(super) type Names<V> = std::collections::HashMap<String, V>;
 /// A set of gate names, hashed as [`Names`].
-pub(super) type NameSet = std::collections::HashSet<String, foldhash::fast::RandomState>;
+pub(super) type NameSet = std::collections::HashSet<String>;
 
 /// The most gates whose timer came one claim rebalances.
 pub(super) const TIMERS_PER_CLAIM: usize = 64;
@@ -226,6 +228,19 @@ fn nanos_of(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::hash::BuildHasher;
+
+    /// The maps by gate name hash with a key of their own (std's `RandomState`): the same
+    /// name hashes differently in two maps, so no set of tenant keys collides in all of
+    /// them.
+    #[test]
+    fn the_gate_maps_hash_names_with_a_key_of_their_own() {
+        let (a, b) = (Names::<u64>::default(), Names::<u64>::default());
+        let (c, d) = (NameSet::default(), NameSet::default());
+        let hash = |s: &std::collections::hash_map::RandomState| s.hash_one("kind\0tenant");
+        assert_ne!(hash(a.hasher()), hash(b.hasher()));
+        assert_ne!(hash(c.hasher()), hash(d.hasher()));
+    }
 
     #[test]
     fn a_gate_round_trips_and_garbage_is_corrupt() {
