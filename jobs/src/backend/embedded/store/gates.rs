@@ -58,24 +58,26 @@
 //!
 //! # Counters
 //!
-//! A gate's row stores what the jobs cannot tell: `waiting`, the rate window, the limits
-//! of the newest job to enter, the timer. `running` and `admitted` change at every start
-//! and end of a job, and both are facts of the jobs, so they are not stored: a step writes
-//! and logs a gate's row only when a stored field changes, so a start in a gate without a
-//! rate, and an end that leaves the gate a job and promotes none, write nothing (every
-//! start in a gate with a rate counts in `started`, and an end that leaves no job and no
-//! open window deletes the row). `admitted` is the size of the
-//! gate's range of `gate_admitted` (at most its cap), counted when the gate's row is
-//! read (`Tables::gate_mut`, before the step moves that range); `running` is kept by the
-//! store for every gate with a running job (`gate_running`, bounded by the running jobs),
-//! counted from the leased jobs' records (`Tables::count_running`) by the first batch
-//! after an open, or after a batch that ended without a commit having settled a gate: the
-//! count is that of the committed jobs, so a crash, a replay or an abort cannot leave it
-//! stale. That count costs nothing in a store with no gate row (a gate with a running job
-//! keeps its row), and otherwise one read of every running job's record, gated or not
-//! (`Record::gate_key` decodes only its key): O(running) once per open, before that first
-//! batch's own work, as the price of counters no start or end writes. Format 5 stored both in the row; its rows
-//! are rewritten without them at open (`upgrade.rs`).
+//! A gate's row stores what the jobs cannot tell: `waiting`, the rate window, the limits of
+//! the newest job to enter, the timer. `running` and `admitted` change at every start and
+//! end of a job, and both are facts of the jobs, so they are not stored: a step writes and
+//! logs a gate's row only when a stored field changes, so a start in a gate without a rate,
+//! and an end that leaves the gate a job and promotes none, write nothing (every start in a
+//! gate with a rate counts in `started`, and an end that leaves no job and no open window
+//! deletes the row). `admitted` is the size of the gate's range of `gate_admitted` (at most
+//! its cap), counted when the gate's row is read (`Tables::gate_mut`, before the step moves
+//! that range); `running` is kept by the store for every gate with a running job
+//! (`gate_running`, bounded by the running jobs), counted from the leased jobs' records
+//! (`Tables::count_running`) by the first batch after an open, or after a batch that ended
+//! without a commit having settled a gate: the count is that of the committed jobs, so a
+//! crash, a replay or an abort cannot leave it stale. That count costs nothing in a store
+//! with no gate row (a gate with a running job keeps its row), and otherwise one read of
+//! every running job's record, gated or not (`Record::gate_key` decodes only its key):
+//! O(running) once per open, before that first batch's own work, as the price of counters
+//! no start or end writes. Format 5 stored both in the row; its rows are rewritten without
+//! them at open (`upgrade.rs`).
+
+use std::collections::hash_map::Entry;
 
 use redb::ReadableTable;
 
@@ -174,8 +176,11 @@ impl Tables<'_> {
                     row
                 }
             };
-            self.gate_cache
-                .insert(self.gate_name.clone(), row.unwrap_or_default());
+            // One lookup to insert it and return it.
+            return Ok(self
+                .gate_cache
+                .entry(self.gate_name.clone())
+                .or_insert(row.unwrap_or_default()));
         }
         Ok(self
             .gate_cache
@@ -451,7 +456,9 @@ impl Tables<'_> {
         }
         self.gate_placed.clear();
         for (name, mut gate) in read {
-            let (kind, key) = split_name(&name)?;
+            // The kept row's one lookup: read here, replaced at the end.
+            let slot = self.gate_rows.entry(name);
+            let (kind, key) = split_name(slot.key())?;
             let kept = gate.kept(now);
             let timer = gate.wanted_timer(now).filter(|_| kept);
             if gate.timer != timer {
@@ -469,19 +476,24 @@ impl Tables<'_> {
             // in a gate without a rate, an end promoting none and leaving a job: the common
             // case) writes and logs nothing.
             let value = kept.then(|| gate.encode());
-            let unchanged = self
-                .gate_rows
-                .get(name.as_str())
-                .is_some_and(|old| old.map(|g| g.encode()) == value);
+            let unchanged = match &slot {
+                Entry::Occupied(old) => old.get().map(|g| g.encode()) == value,
+                Entry::Vacant(_) => false,
+            };
             if !unchanged {
                 match &value {
                     Some(value) => self.gates.insert((kind, key), value.as_slice()).map(drop),
                     None => self.gates.remove((kind, key)).map(drop),
                 }
                 .map_err(storage)?;
-                self.log_gate(&name, value.as_ref().map(|v| v.as_slice()));
+                log_gate(
+                    &mut self.log,
+                    slot.key(),
+                    value.as_ref().map(|v| v.as_slice()),
+                );
             }
             self.gates_settled = true;
+            let name = slot.key();
             if gate.running > 0 {
                 match self.gate_running.get_mut(name.as_str()) {
                     Some(running) => *running = gate.running,
@@ -492,17 +504,27 @@ impl Tables<'_> {
             } else {
                 self.gate_running.remove(name.as_str());
             }
-            self.gate_rows.insert(name, kept.then_some(gate));
+            let row = kept.then_some(gate);
+            match slot {
+                Entry::Occupied(mut old) => {
+                    old.insert(row);
+                }
+                Entry::Vacant(new) => {
+                    new.insert(row);
+                }
+            }
         }
         Ok(())
     }
+}
 
-    fn log_gate(&mut self, name: &str, value: Option<&[u8]>) {
-        if let Some(log) = &mut self.log {
-            wal::push_gate_change(log, name, value);
-            if log.len() > super::tables::LOG_AT_MOST {
-                self.log = None;
-            }
+/// Logs a gate's final row (`None`: deleted) in the operation's log record, if it still
+/// keeps one (`Tables::log`).
+fn log_gate(log: &mut Option<Vec<u8>>, name: &str, value: Option<&[u8]>) {
+    if let Some(record) = log {
+        wal::push_gate_change(record, name, value);
+        if record.len() > super::tables::LOG_AT_MOST {
+            *log = None;
         }
     }
 }
