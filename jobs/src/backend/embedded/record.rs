@@ -205,6 +205,39 @@ impl<'a> Record<'a> {
         out
     }
 
+    /// The key of a record's gate (a key with a limit or a rate, `Spec::gate`), decoding
+    /// nothing else: a record without a key reads its header's flags only, one with a key
+    /// its spec's varints up to the key's limits, with no allocation. A version 2 record
+    /// has `plain`'s. What the count of the gates' running jobs reads (`store/gates.rs`,
+    /// "Counters").
+    pub(crate) fn gate_key(bytes: &'a [u8], plain: &'a Spec) -> Result<Option<&'a str>, Corrupt> {
+        if bytes.len() < FIXED {
+            return Err(Corrupt);
+        }
+        match bytes[0] {
+            VERSION_2 => return Ok(plain.gate().map(|keyed| keyed.key.as_str())),
+            VERSION => {}
+            _ => return Err(Corrupt),
+        }
+        if bytes[1] & HAS_KEY == 0 {
+            return Ok(None);
+        }
+        let kind_len = usize::from(*bytes.get(FIXED + 1).ok_or(Corrupt)?);
+        let mut at = FIXED + SPEC + kind_len;
+        // max_attempts, the backoff's two durations, the lease and the hold-off.
+        for _ in 0..5 {
+            varint(bytes, &mut at)?;
+        }
+        let len = usize::try_from(varint(bytes, &mut at)?).map_err(|_| Corrupt)?;
+        let end = at.checked_add(len).ok_or(Corrupt)?;
+        let key = bytes.get(at..end).ok_or(Corrupt)?;
+        let key = std::str::from_utf8(key).map_err(|_| Corrupt)?;
+        at = end;
+        let limit = varint(bytes, &mut at)?;
+        let starts = varint(bytes, &mut at)?;
+        Ok((limit > 0 || starts > 0).then_some(key))
+    }
+
     /// A record from its stored form; a version 2 record (no spec) is given `plain`.
     pub(crate) fn decode(bytes: &'a [u8], plain: &'a Spec) -> Result<Record<'a>, Corrupt> {
         let u64_at = |at: usize| -> Result<u64, Corrupt> {
@@ -409,6 +442,8 @@ pub(crate) mod tests {
             };
             let encoded = record.encode();
             let plain = plain();
+            let key = record.spec.gate().map(|keyed| keyed.key.as_str());
+            prop_assert_eq!(Record::gate_key(&encoded, &plain), Ok(key));
             prop_assert_eq!(Record::decode(&encoded, &plain), Ok(record));
         }
 
@@ -431,6 +466,16 @@ pub(crate) mod tests {
                 waiting: false,
             };
             prop_assert_eq!(read, Ok(expect));
+            prop_assert_eq!(Record::gate_key(&old, &plain), Ok(None));
+            let gated = Spec {
+                key: Some(Keyed {
+                    key: "k".into(),
+                    limit: 1,
+                    rate: None,
+                }),
+                ..plain
+            };
+            prop_assert_eq!(Record::gate_key(&old, &gated), Ok(Some("k")));
         }
     }
 
@@ -485,6 +530,40 @@ pub(crate) mod tests {
         let longest = Duration::from_millis((1 << 63) - 1);
         assert_eq!(code(longest), longest, "whole ms keep");
         assert_eq!(code(Duration::from_secs(u64::MAX)), longest, "saturated");
+    }
+
+    /// A gate's key is read from a whole record only: one cut inside its key is corrupt.
+    #[test]
+    fn gate_key_rejects_garbage() {
+        let plain = plain();
+        assert_eq!(Record::gate_key(&[], &plain), Err(Corrupt));
+        assert_eq!(Record::gate_key(&[9; 40], &plain), Err(Corrupt));
+        let spec = Spec {
+            key: Some(Keyed {
+                key: "tenant".into(),
+                limit: 0,
+                rate: Some((3, Duration::from_secs(1))),
+            }),
+            ..plain.clone()
+        };
+        let record = Record {
+            job: Machine::new(1),
+            spec: Cow::Borrowed(&spec),
+            error: None,
+            payload: b"",
+            next: false,
+            waiting: false,
+        };
+        let encoded = record.encode();
+        assert_eq!(Record::gate_key(&encoded, &plain), Ok(Some("tenant")));
+        let key_at = encoded
+            .windows(6)
+            .position(|w| w == b"tenant")
+            .expect("the key");
+        assert_eq!(
+            Record::gate_key(&encoded[..key_at + 3], &plain),
+            Err(Corrupt)
+        );
     }
 
     #[test]

@@ -32,12 +32,22 @@ pub(super) const GATE_TIMERS: TableDefinition<'_, (&str, u64, &str), ()> =
 pub(super) const ROWS_AT_MOST: usize = 1 << 16;
 
 /// The `gates` table's rows as of the last commit, for the gates read since (by name,
-/// `kind NUL key`; `None`: no row), so that an operation touching a gate reads no row. A
-/// copy of what is committed, never more: a batch takes it, updates it with every row it
-/// reads or writes, and the store keeps it only once the batch's transaction committed
-/// (or aborted having written no gate row); any other end drops it, and an open starts
-/// with none.
-pub(super) type Rows = std::collections::HashMap<String, Option<Gate>>;
+/// `kind NUL key`; `None`: no row), each with its counters (`gates.rs`, "Counters"), so
+/// that an operation touching a gate reads no row. A copy of what is committed, never
+/// more: a batch takes it, updates it with every gate it reads or settles, and the store
+/// keeps it only once the batch's transaction committed (or aborted having settled no
+/// gate); any other end drops it, and an open starts with none.
+pub(super) type Rows = Names<Option<Gate>>;
+
+/// A map by gate name (`kind NUL key`), hashed with std's `RandomState` (SipHash-1-3, a
+/// random key per map). The names are the tenants' keys, and [`Rows`] (up to
+/// [`ROWS_AT_MOST`] entries) and the running counters live across batches: a hash without
+/// a claim of resistance to chosen collisions would let one tenant's keys slow every
+/// lookup. Every step finds its gate once (`Tables::gate_mut`), so the hash is paid a few
+/// times per job.
+pub(super) type Names<V> = std::collections::HashMap<String, V>;
+/// A set of gate names, hashed as [`Names`].
+pub(super) type NameSet = std::collections::HashSet<String>;
 
 /// The most gates whose timer came one claim rebalances.
 pub(super) const TIMERS_PER_CLAIM: usize = 64;
@@ -46,16 +56,22 @@ pub(super) const TIMERS_PER_CLAIM: usize = 64;
 /// gate's jobs are in key order (run_at, then priority highest first, then id).
 pub(super) type GateKey = (&'static str, &'static str, u64, u8, &'static str);
 
-/// The layout of a gate's state.
-const VERSION: u8 = 1;
-pub(super) const LEN: usize = 1 + 9 * 8;
+/// The layout of a gate's row: version 2 stores what is not derivable from the jobs.
+/// Version 1 (format 5) also stored `running` and `admitted`; it is read with them
+/// ignored, and rewritten as version 2 by the upgrade at open (`upgrade.rs`).
+const VERSION: u8 = 2;
+const VERSION_1: u8 = 1;
+pub(super) const LEN: usize = 1 + 7 * 8;
+const LEN_1: usize = 1 + 9 * 8;
 
-/// One gate's state.
+/// One gate's state: its row's fields, and the two counters the store derives from the
+/// jobs instead of storing them (`running`, `admitted`: `gates.rs`, "Counters").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Gate {
-    /// Its running jobs (a redelivered one included).
+    /// Its running jobs (a redelivered one included). Not stored: counted from the leased
+    /// jobs at open.
     pub(super) running: u64,
-    /// Its pending jobs in `due`.
+    /// Its pending jobs in `due`. Not stored: the size of its range of `gate_admitted`.
     pub(super) admitted: u64,
     /// Its pending jobs in its queue.
     pub(super) waiting: u64,
@@ -76,15 +92,14 @@ fn corrupt() -> Error {
 }
 
 impl Gate {
-    /// `version: u8`, then as little-endian `u64`s: running, admitted, waiting, window
-    /// start, started, limit, the rate's starts (0: none) and period, the timer (0: none).
+    /// Its row: `version: u8`, then as little-endian `u64`s: waiting, window start,
+    /// started, limit, the rate's starts (0: none) and period, the timer (0: none). Two
+    /// gates with the same row differ at most in their counters.
     pub(super) fn encode(&self) -> [u8; LEN] {
         let (starts, per) = self.rate.unwrap_or_default();
         let mut out = [0; LEN];
         out[0] = VERSION;
         for (i, field) in [
-            self.running,
-            self.admitted,
             self.waiting,
             self.window_start,
             self.started,
@@ -101,26 +116,35 @@ impl Gate {
         out
     }
 
+    /// The gate of a row (of either version), its counters 0: the caller derives them.
     pub(super) fn decode(bytes: &[u8]) -> Result<Gate, Error> {
-        if bytes.len() != LEN || bytes[0] != VERSION {
-            return Err(corrupt());
-        }
+        // Version 1 had running and admitted first; they are skipped.
+        let first = match (bytes.first(), bytes.len()) {
+            (Some(&VERSION), LEN) => 0,
+            (Some(&VERSION_1), LEN_1) => 2,
+            _ => return Err(corrupt()),
+        };
         let field = |i: usize| {
-            let at = 1 + 8 * i;
+            let at = 1 + 8 * (first + i);
             u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
         };
         let small = |i: usize| u32::try_from(field(i)).map_err(|_| corrupt());
-        let starts = small(6)?;
+        let starts = small(4)?;
         Ok(Gate {
-            running: field(0),
-            admitted: field(1),
-            waiting: field(2),
-            window_start: field(3),
-            started: field(4),
-            limit: small(5)?,
-            rate: (starts > 0).then(|| (starts, field(7))),
-            timer: Some(field(8)).filter(|&at| at > 0),
+            running: 0,
+            admitted: 0,
+            waiting: field(0),
+            window_start: field(1),
+            started: field(2),
+            limit: small(3)?,
+            rate: (starts > 0).then(|| (starts, field(5))),
+            timer: Some(field(6)).filter(|&at| at > 0),
         })
+    }
+
+    /// Whether a row of this layout is of an older one (to rewrite at open).
+    pub(super) fn is_old_row(bytes: &[u8]) -> bool {
+        bytes.first() == Some(&VERSION_1)
     }
 
     /// Whether a rate window is open at `now` (one opens at a start).
@@ -204,6 +228,19 @@ fn nanos_of(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::hash::BuildHasher;
+
+    /// The maps by gate name hash with a key of their own (std's `RandomState`): the same
+    /// name hashes differently in two maps, so no set of tenant keys collides in all of
+    /// them.
+    #[test]
+    fn the_gate_maps_hash_names_with_a_key_of_their_own() {
+        let (a, b) = (Names::<u64>::default(), Names::<u64>::default());
+        let (c, d) = (NameSet::default(), NameSet::default());
+        let hash = |s: &std::collections::hash_map::RandomState| s.hash_one("kind\0tenant");
+        assert_ne!(hash(a.hasher()), hash(b.hasher()));
+        assert_ne!(hash(c.hasher()), hash(d.hasher()));
+    }
 
     #[test]
     fn a_gate_round_trips_and_garbage_is_corrupt() {
@@ -217,15 +254,28 @@ mod tests {
             rate: Some((7, 8)),
             timer: Some(9),
         };
-        assert_eq!(Gate::decode(&gate.encode()).unwrap(), gate);
+        // The counters are not stored: they read as 0, the store derives them.
+        let stored = Gate {
+            running: 0,
+            admitted: 0,
+            ..gate
+        };
+        assert_eq!(Gate::decode(&gate.encode()).unwrap(), stored);
         assert_eq!(
             Gate::decode(&Gate::default().encode()).unwrap(),
             Gate::default()
         );
         assert!(Gate::decode(&gate.encode()[1..]).unwrap_err().is_storage());
         let mut big_limit = gate.encode();
-        big_limit[1 + 5 * 8 + 4] = 1;
+        big_limit[1 + 3 * 8 + 4] = 1;
         assert!(Gate::decode(&big_limit).unwrap_err().is_storage());
+        // A version 1 row (format 5) reads with its counters ignored.
+        let mut old = vec![VERSION_1];
+        for field in [1u64, 2, 3, 4, 5, 6, 7, 8, 9] {
+            old.extend_from_slice(&field.to_le_bytes());
+        }
+        assert!(Gate::is_old_row(&old) && !Gate::is_old_row(&gate.encode()));
+        assert_eq!(Gate::decode(&old).unwrap(), stored);
     }
 
     /// A rebalance is skipped only when it provably moves nothing: the counters need no

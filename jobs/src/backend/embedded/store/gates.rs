@@ -47,19 +47,42 @@
 //!   after its window ends, or by its next touch. With no claim of its kind ever again it
 //!   stays: one gate row and one timer row per `(kind, key)`, a bounded leftover.
 //! - The store keeps the `gates` rows it read or wrote decoded between batches
-//!   ([`Rows`](super::gate::Rows): exactly the committed rows, kept after a commit or an
-//!   abort that wrote no gate row, dropped by any other end), so a gate's row is read from
-//!   the table once, not per operation.
+//!   ([`Rows`](super::gate::Rows): exactly the committed rows, with their counters, kept
+//!   after a commit or an abort that settled no gate, dropped by any other end), so a
+//!   gate's row is read from the table once, not per operation.
 //! - An operation's gates are read once into `gate_cache` and written back, and logged
-//!   (their final value, `wal.rs`), when it ends: the log's replay applies a record's jobs
-//!   (through `set_exact`, which recounts the gates on its way) and then its gates' logged
-//!   values over them ([`Tables::replay_gate`]), so a replayed store has the gates the live
-//!   one had.
+//!   (their final value, `wal.rs`), when it ends, if their row changed: the log's replay
+//!   applies a record's jobs (through `set_exact`, which recounts the gates on its way) and
+//!   then its gates' logged rows over them ([`Tables::replay_gate`]), so a replayed store
+//!   has the rows the live one had.
+//!
+//! # Counters
+//!
+//! A gate's row stores what the jobs cannot tell: `waiting`, the rate window, the limits of
+//! the newest job to enter, the timer. `running` and `admitted` change at every start and
+//! end of a job, and both are facts of the jobs, so they are not stored: a step writes and
+//! logs a gate's row only when a stored field changes, so a start in a gate without a rate,
+//! and an end that leaves the gate a job and promotes none, write nothing (every start in a
+//! gate with a rate counts in `started`, and an end that leaves no job and no open window
+//! deletes the row). `admitted` is the size of the gate's range of `gate_admitted` (at most
+//! its cap), counted when the gate's row is read (`Tables::gate_mut`, before the step moves
+//! that range); `running` is kept by the store for every gate with a running job
+//! (`gate_running`, bounded by the running jobs), counted from the leased jobs' records
+//! (`Tables::count_running`) by the first batch after an open, or after a batch that ended
+//! without a commit having settled a gate: the count is that of the committed jobs, so a
+//! crash, a replay or an abort cannot leave it stale. That count costs nothing in a store
+//! with no gate row (a gate with a running job keeps its row), and otherwise one read of
+//! every running job's record, gated or not (`Record::gate_key` decodes only its key):
+//! O(running) once per open, before that first batch's own work, as the price of counters
+//! no start or end writes. Format 5 stored both in the row; its rows are rewritten without
+//! them at open (`upgrade.rs`).
+
+use std::collections::hash_map::Entry;
 
 use redb::ReadableTable;
 
 use super::counts::Counters;
-use super::gate::{Gate, TIMERS_PER_CLAIM};
+use super::gate::{Gate, Names, TIMERS_PER_CLAIM};
 use super::index;
 use super::tables::{level, storage, Stored, Tables};
 use crate::backend::embedded::record::Record;
@@ -105,6 +128,14 @@ enum End {
 /// A job's place in its gate's key order (run_at, level), and its id.
 type Place = ((u64, u8), String);
 
+#[cfg(test)]
+thread_local! {
+    /// The `gate_admitted` entries `count_admitted` walked on this thread (tests).
+    pub(super) static ADMITTED_COUNTED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The records `count_running` read on this thread (tests).
+    pub(super) static RUNNING_READ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 // ===== impl Tables: counters, placement, rebalance =====
 
 impl Tables<'_> {
@@ -124,17 +155,99 @@ impl Tables<'_> {
                         Some(value) => Some(Gate::decode(value.value())?),
                         None => None,
                     };
+                    let row = match row {
+                        Some(mut gate) => {
+                            gate.running = self
+                                .gate_running
+                                .get(self.gate_name.as_str())
+                                .copied()
+                                .unwrap_or(0);
+                            // The open's replay throws its counters away (`forget_gates`,
+                            // and its rows with its transaction): counted, they would cost
+                            // a walk of the gate's admitted jobs per log record.
+                            if !self.replaying {
+                                gate.admitted = self.count_admitted(kind, key)?;
+                            }
+                            Some(gate)
+                        }
+                        None => None,
+                    };
                     self.gate_rows.insert(self.gate_name.clone(), row);
                     row
                 }
             };
-            self.gate_cache
-                .insert(self.gate_name.clone(), row.unwrap_or_default());
+            // One lookup to insert it and return it.
+            return Ok(self
+                .gate_cache
+                .entry(self.gate_name.clone())
+                .or_insert(row.unwrap_or_default()));
         }
         Ok(self
             .gate_cache
             .get_mut(self.gate_name.as_str())
             .expect("just cached"))
+    }
+
+    /// How many jobs the gate of `(kind, key)` has in `gate_admitted`: its `admitted`
+    /// counter, which is not stored (at most its cap).
+    fn count_admitted(&self, kind: &str, key: &str) -> Result<u64, Error> {
+        let next_key = format!("{key}\0");
+        let range = (kind, key, 0, 0, "")..(kind, next_key.as_str(), 0, 0, "");
+        let mut n = 0;
+        for entry in self.gate_admitted.range(range).map_err(storage)? {
+            entry.map_err(storage)?;
+            n += 1;
+        }
+        #[cfg(test)]
+        ADMITTED_COUNTED.with(|c| c.set(c.get() + n));
+        Ok(n)
+    }
+
+    /// The `running` counter of every gate with a running job (by name), counted from the
+    /// leased jobs' records: what a batch starts from when the store has no count it
+    /// trusts (after an open, or a batch that ended without a commit having touched
+    /// gates). A store with no gate row has no gated job running (a gate with one keeps its
+    /// row, `Gate::kept`) and reads nothing; any other reads every running job's record,
+    /// and no other, decoding only the key of its gate (`Record::gate_key`).
+    pub(super) fn count_running(&self) -> Result<Names<u64>, Error> {
+        let mut out = Names::<u64>::default();
+        if redb::ReadableTableMetadata::is_empty(&self.gates).map_err(storage)? {
+            return Ok(out);
+        }
+        let mut name = String::new();
+        let mut add = |kind: &str, id: &str| -> Result<(), Error> {
+            #[cfg(test)]
+            RUNNING_READ.with(|c| c.set(c.get() + 1));
+            let Some(value) = self.jobs.get(id).map_err(storage)? else {
+                return Err(Error::storage(format!(
+                    "the lease index names a missing job {id:?}"
+                )));
+            };
+            let Some(key) = Record::gate_key(value.value(), &self.plain).map_err(storage)? else {
+                return Ok(());
+            };
+            name.clear();
+            name.push_str(kind);
+            name.push('\0');
+            name.push_str(key);
+            match out.get_mut(name.as_str()) {
+                Some(n) => *n += 1,
+                None => {
+                    out.insert(name.clone(), 1);
+                }
+            }
+            Ok(())
+        };
+        for entry in self.plain_running.iter().map_err(storage)? {
+            let (k, _) = entry.map_err(storage)?;
+            add("", k.value().1)?;
+        }
+        for entry in self.running.iter().map_err(storage)? {
+            let (k, _) = entry.map_err(storage)?;
+            let (kind, _, id) = k.value();
+            add(kind, id)?;
+        }
+        Ok(out)
     }
 
     /// Keeps the gates' counters and indexes in step with one job moving from `before` to
@@ -151,7 +264,16 @@ impl Tables<'_> {
             return Ok(());
         }
         let now = self.now;
+        // Each side's gate is read before its index moves: a gate read counts its admitted
+        // jobs from `gate_admitted` as the step found it.
         if let Some(b) = before {
+            let gate = self.gate_mut(b.kind, b.key)?;
+            let count = match b.pending {
+                None => &mut gate.running,
+                Some((_, _, true)) => &mut gate.waiting,
+                Some((_, _, false)) => &mut gate.admitted,
+            };
+            *count = count.saturating_sub(1);
             if let Some((level, at, waiting)) = b.pending {
                 let key = (b.kind, b.key, at, level, id);
                 if waiting {
@@ -163,15 +285,18 @@ impl Tables<'_> {
                     self.gate_admitted.remove(key).map_err(storage)?;
                 }
             }
-            let gate = self.gate_mut(b.kind, b.key)?;
-            let count = match b.pending {
-                None => &mut gate.running,
-                Some((_, _, true)) => &mut gate.waiting,
-                Some((_, _, false)) => &mut gate.admitted,
-            };
-            *count = count.saturating_sub(1);
         }
         if let Some(a) = after {
+            let started = a.pending.is_none() && before.is_some_and(|b| b.pending.is_some());
+            let gate = self.gate_mut(a.kind, a.key)?;
+            match a.pending {
+                None => gate.running += 1,
+                Some((_, _, true)) => gate.waiting += 1,
+                Some((_, _, false)) => gate.admitted += 1,
+            }
+            if started {
+                gate.start(now);
+            }
             if let Some((level, at, waiting)) = a.pending {
                 let key = (a.kind, a.key, at, level, id);
                 if waiting {
@@ -182,16 +307,6 @@ impl Tables<'_> {
                 } else {
                     self.gate_admitted.insert(key, ()).map_err(storage)?;
                 }
-            }
-            let started = a.pending.is_none() && before.is_some_and(|b| b.pending.is_some());
-            let gate = self.gate_mut(a.kind, a.key)?;
-            match a.pending {
-                None => gate.running += 1,
-                Some((_, _, true)) => gate.waiting += 1,
-                Some((_, _, false)) => gate.admitted += 1,
-            }
-            if started {
-                gate.start(now);
             }
         }
         Ok(())
@@ -341,7 +456,9 @@ impl Tables<'_> {
         }
         self.gate_placed.clear();
         for (name, mut gate) in read {
-            let (kind, key) = split_name(&name)?;
+            // The kept row's one lookup: read here, replaced at the end.
+            let slot = self.gate_rows.entry(name);
+            let (kind, key) = split_name(slot.key())?;
             let kept = gate.kept(now);
             let timer = gate.wanted_timer(now).filter(|_| kept);
             if gate.timer != timer {
@@ -355,25 +472,59 @@ impl Tables<'_> {
                 }
                 gate.timer = timer;
             }
+            // Only the row's fields are stored: a step that moved only the counters (a start
+            // in a gate without a rate, an end promoting none and leaving a job: the common
+            // case) writes and logs nothing.
             let value = kept.then(|| gate.encode());
-            match &value {
-                Some(value) => self.gates.insert((kind, key), value.as_slice()).map(drop),
-                None => self.gates.remove((kind, key)).map(drop),
+            let unchanged = match &slot {
+                Entry::Occupied(old) => old.get().map(|g| g.encode()) == value,
+                Entry::Vacant(_) => false,
+            };
+            if !unchanged {
+                match &value {
+                    Some(value) => self.gates.insert((kind, key), value.as_slice()).map(drop),
+                    None => self.gates.remove((kind, key)).map(drop),
+                }
+                .map_err(storage)?;
+                log_gate(
+                    &mut self.log,
+                    slot.key(),
+                    value.as_ref().map(|v| v.as_slice()),
+                );
             }
-            .map_err(storage)?;
-            self.log_gate(&name, value.as_ref().map(|v| v.as_slice()));
-            self.gates_written = true;
-            self.gate_rows.insert(name, kept.then_some(gate));
+            self.gates_settled = true;
+            let name = slot.key();
+            if gate.running > 0 {
+                match self.gate_running.get_mut(name.as_str()) {
+                    Some(running) => *running = gate.running,
+                    None => {
+                        self.gate_running.insert(name.clone(), gate.running);
+                    }
+                }
+            } else {
+                self.gate_running.remove(name.as_str());
+            }
+            let row = kept.then_some(gate);
+            match slot {
+                Entry::Occupied(mut old) => {
+                    old.insert(row);
+                }
+                Entry::Vacant(new) => {
+                    new.insert(row);
+                }
+            }
         }
         Ok(())
     }
+}
 
-    fn log_gate(&mut self, name: &str, value: Option<&[u8]>) {
-        if let Some(log) = &mut self.log {
-            wal::push_gate_change(log, name, value);
-            if log.len() > super::tables::LOG_AT_MOST {
-                self.log = None;
-            }
+/// Logs a gate's final row (`None`: deleted) in the operation's log record, if it still
+/// keeps one (`Tables::log`).
+fn log_gate(log: &mut Option<Vec<u8>>, name: &str, value: Option<&[u8]>) {
+    if let Some(record) = log {
+        wal::push_gate_change(record, name, value);
+        if record.len() > super::tables::LOG_AT_MOST {
+            *log = None;
         }
     }
 }
@@ -437,7 +588,7 @@ impl Tables<'_> {
         self.gate_cache.remove(name);
         self.gate_placed.remove(name);
         self.gate_rows.remove(name);
-        self.gates_written = true;
+        self.gates_settled = true;
         let old = match self.gates.get((kind, key)).map_err(storage)? {
             Some(v) => Some(Gate::decode(v.value())?),
             None => None,

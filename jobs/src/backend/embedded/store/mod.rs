@@ -50,7 +50,9 @@
 //!   a durable commit. A batch that changed nothing is aborted: reads and empty claims
 //!   cost no fsync.
 //! - Opening replays the log's records of the current epoch (bounded by `WAL_LIMIT`), then
-//!   checkpoints. A store of format 4 (before kinds) is upgraded in that same transaction:
+//!   checkpoints. A store of format 5 has its gate rows rewritten without their counters
+//!   after the replay (`upgrade.rs`). A store of format 4 (before kinds) is upgraded in
+//!   that same transaction:
 //!   its `due` and `running` are already the plain group's tables, its totals become kind
 //!   `""`'s counts and its `died` keys are filed under `""` in `died_by_kind`
 //!   (`upgrade.rs`); its records (and its log's) stay version 2 and read as
@@ -59,8 +61,10 @@
 //!   and the writer thread stops.
 //! - Every read of an index is a bounded range (`take(max)`, a first key, a page): no
 //!   operation walks the whole queue, and opening reads only `meta` and `kinds` (and, once,
-//!   a format 4 store's `died` to upgrade it). A list of one kind reads only that kind's
-//!   keys, in every state.
+//!   a format 4 store's `died` or a format 5 store's `gates` to upgrade it); the first
+//!   batch after it reads every running job's record once, to count each gate's, unless
+//!   the store has no gate row (`store/gates.rs`, "Counters"). A list of one kind reads
+//!   only that kind's keys, in every state.
 //! - A transition always goes through [`Machine`](crate::core::state::Machine); the store only keeps the indexes and the
 //!   counts in step with it (`Tables::set` in `store/tables.rs`, the one writer of `jobs`,
 //!   the indexes and the counts).
@@ -99,10 +103,10 @@ pub(crate) use reply::Reply;
 use tables::{storage, Tables, META};
 
 /// The layout of the tables, the job records (`record.rs`) and the log (`wal.rs`). A store
-/// of format 4 (before kinds) is upgraded at open (`upgrade.rs`); one of any other format
-/// is refused, naming the format found. (4 is the first published format; the numbers
-/// before it were never released.)
-const FORMAT: u64 = 5;
+/// of format 4 (before kinds) or 5 (gate rows with their counters) is upgraded at open
+/// (`upgrade.rs`); one of any other format is refused, naming the format found. (4 is the
+/// first published format; the numbers before it were never released.)
+const FORMAT: u64 = 6;
 
 /// The longest the write-ahead log grows before a checkpoint: bounds replay at open. A
 /// review measured 0.72–1.2 s for the first open of a 10M-job store after `kill -9` with
@@ -139,6 +143,10 @@ pub(crate) struct Store {
     promoted: Option<u64>,
     /// The `gates` rows as of the last commit, of the gates read since (`gate::Rows`).
     gate_rows: gate::Rows,
+    /// The `running` counter of every gate with a running job, as of the last commit
+    /// (`gates.rs`, "Counters"); `None`: counted from the leases by the next batch (after
+    /// an open, or a batch that ended without a commit having settled a gate).
+    gate_running: Option<gate::Names<u64>>,
 }
 
 fn now() -> u64 {
@@ -149,7 +157,9 @@ fn now() -> u64 {
 
 impl Store {
     /// Creates the tables if missing (upgrading a format 4 store first), reads the counts,
-    /// replays the log's records of the current epoch and checkpoints; reads no other job.
+    /// replays the log's records of the current epoch (then upgrades a format 5 store's
+    /// gate rows) and checkpoints; reads no other job (the first batch reads the running
+    /// ones if the store has a gate row, to count the gates').
     pub(crate) fn open(
         db: Database,
         config: &Config,
@@ -166,7 +176,7 @@ impl Store {
             .map(|v| v.value());
         match found {
             Some(FORMAT) => {}
-            Some(upgrade::FROM) => {}
+            Some(upgrade::FROM | upgrade::GATES_FROM) => {}
             None if txn
                 .open_table(tables::JOBS)
                 .map_err(storage)?
@@ -175,8 +185,9 @@ impl Store {
             Some(found) => {
                 return Err(Error::storage(format!(
                     "the store is of format {found}; this version of wheel-jobs reads \
-                     format {FORMAT} (and upgrades format {})",
-                    upgrade::FROM
+                     format {FORMAT} (and upgrades formats {} and {})",
+                    upgrade::FROM,
+                    upgrade::GATES_FROM
                 )))
             }
             None => {
@@ -211,6 +222,7 @@ impl Store {
                 owner => owner,
             };
             meta.insert("owner", owner).map_err(storage)?;
+            t.replaying = true;
             if let Some(wal) = wal.as_mut() {
                 wal.replay(owner, epoch, WAL_LIMIT, |changes| {
                     for &(name, value) in &changes.series {
@@ -237,6 +249,11 @@ impl Store {
                     t.forget_gates();
                     Ok(())
                 })?;
+            }
+            t.replaying = false;
+            // Its log's gate rows too are of format 5: rewritten after the replay.
+            if matches!(found, Some(upgrade::FROM | upgrade::GATES_FROM)) {
+                upgrade::gate_rows(&mut t)?;
             }
             // Always a new epoch: the log restarts at offset 0, past any record replayed.
             let epoch = epoch + 1;
@@ -270,7 +287,8 @@ impl Store {
             issued: 0,
             rules: Rules::default(),
             promoted: None,
-            gate_rows: gate::Rows::new(),
+            gate_rows: gate::Rows::default(),
+            gate_running: None,
         })
     }
 
@@ -329,7 +347,7 @@ impl Store {
         let mut dirty = false;
         let mut durable = false;
         let mut replies = Vec::with_capacity(ops.len());
-        let (log, paused, promoted, gate_rows, gates_written) = {
+        let (log, paused, promoted, gate_rows, gate_running, gates_settled) = {
             let mut t = Tables::open(&txn, &self.plain)?;
             t.paused = self.paused;
             t.now = now;
@@ -338,6 +356,11 @@ impl Store {
             if t.gate_rows.len() > gate::ROWS_AT_MOST {
                 t.gate_rows.clear();
             }
+            // Taken likewise: an error below leaves `None`, counted again next time.
+            t.gate_running = match self.gate_running.take() {
+                Some(running) => running,
+                None => t.count_running()?,
+            };
             for op in ops {
                 let needs_fsync = op.needs_fsync();
                 let (reply, changed) = self.op(&mut t, &mut counts, now, op)?;
@@ -357,12 +380,20 @@ impl Store {
                 let mut kinds = txn.open_table(KINDS).map_err(storage)?;
                 counts.write_kinds(&self.counts, &mut kinds)?;
             }
-            (t.log, t.paused, t.promoted, t.gate_rows, t.gates_written)
+            (
+                t.log,
+                t.paused,
+                t.promoted,
+                t.gate_rows,
+                t.gate_running,
+                t.gates_settled,
+            )
         };
         if !dirty {
             txn.abort().map_err(storage)?;
-            if !gates_written {
+            if !gates_settled {
                 self.gate_rows = gate_rows;
+                self.gate_running = Some(gate_running);
             }
             return Ok(replies);
         }
@@ -409,6 +440,7 @@ impl Store {
         self.counts = counts;
         self.paused = paused;
         self.gate_rows = gate_rows;
+        self.gate_running = Some(gate_running);
         if let Some(at) = promoted {
             self.promoted = Some(self.promoted.map_or(at, |p| p.min(at)));
         }

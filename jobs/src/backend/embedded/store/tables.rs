@@ -98,16 +98,23 @@ pub(super) struct Tables<'t> {
     pub(super) gate_timers: Table<'t, LeaseKey, ()>,
     /// The gates this operation read, as they are now, by name (`kind NUL key`): each is
     /// rebalanced, written and logged by `Tables::settle`.
-    pub(super) gate_cache: std::collections::HashMap<String, Gate>,
+    pub(super) gate_cache: gate::Names<Gate>,
     /// The gates of `gate_cache` a job entered or moved in (`Tables::place`): only their
     /// rebalance compares the ends of their two parts.
-    pub(super) gate_placed: std::collections::HashSet<String>,
+    pub(super) gate_placed: gate::NameSet,
     /// A reused buffer for the name of the gate looked up (`Tables::gate_mut`).
     pub(super) gate_name: String,
     /// The `gates` rows this transaction sees, for the gates read so far ([`gate::Rows`]).
     pub(super) gate_rows: gate::Rows,
-    /// Whether this transaction wrote a `gates` row (an abort then drops `gate_rows`).
-    pub(super) gates_written: bool,
+    /// The `running` counter of every gate with a running job, by name, as this
+    /// transaction leaves them (not stored: `gates.rs`, "Counters").
+    pub(super) gate_running: gate::Names<u64>,
+    /// Whether this transaction settled a gate (an abort then drops `gate_rows` and
+    /// `gate_running`).
+    pub(super) gates_settled: bool,
+    /// Whether this is the open's replay of the log: its gates' counters are not used, so
+    /// `Tables::gate_mut` does not count their admitted jobs.
+    pub(super) replaying: bool,
     /// The earliest run_at of the jobs a rebalance admitted in this batch (the writer
     /// thread wakes idle consumers for it once the batch is durable).
     pub(super) promoted: Option<u64>,
@@ -144,11 +151,13 @@ impl<'t> Tables<'t> {
             gate_waiting: txn.open_table(gate::GATE_WAITING).map_err(storage)?,
             waiting_by_kind: txn.open_table(gate::WAITING_BY_KIND).map_err(storage)?,
             gate_timers: txn.open_table(gate::GATE_TIMERS).map_err(storage)?,
-            gate_cache: std::collections::HashMap::new(),
-            gate_placed: std::collections::HashSet::new(),
+            gate_cache: gate::Names::default(),
+            gate_placed: gate::NameSet::default(),
             gate_name: String::new(),
-            gate_rows: gate::Rows::new(),
-            gates_written: false,
+            gate_rows: gate::Rows::default(),
+            gate_running: gate::Names::default(),
+            gates_settled: false,
+            replaying: false,
             promoted: None,
             now: 0,
             log: Some(Vec::new()),

@@ -1092,7 +1092,8 @@ fn a_format_4_store_and_its_log_are_upgraded_at_open() {
     };
     let ids: Vec<_> = listed.iter().map(|(at, j)| (*at, j.id())).collect();
     assert_eq!(ids, [(3, "d")]);
-    // Reopened without a crash, the upgraded store opens as format 5 with nothing to redo.
+    // Reopened without a crash, the upgraded store opens as format 6 (`FORMAT`) with nothing to
+    // redo.
     store.close().unwrap();
     {
         let db = redb::Database::builder()
