@@ -143,10 +143,7 @@ impl Tables<'_> {
     /// The cache is keyed by the gate's name (`kind NUL key`, as the log names it), built
     /// in a reused buffer: a gate found there costs no allocation.
     pub(super) fn gate_mut(&mut self, kind: &str, key: &str) -> Result<&mut Gate, Error> {
-        self.gate_name.clear();
-        self.gate_name.push_str(kind);
-        self.gate_name.push('\0');
-        self.gate_name.push_str(key);
+        write_name(&mut self.gate_name, kind, key);
         if !self.gate_cache.contains_key(self.gate_name.as_str()) {
             let row = match self.gate_rows.get(self.gate_name.as_str()) {
                 Some(row) => *row,
@@ -226,10 +223,7 @@ impl Tables<'_> {
             let Some(key) = Record::gate_key(value.value(), &self.plain).map_err(storage)? else {
                 return Ok(());
             };
-            name.clear();
-            name.push_str(kind);
-            name.push('\0');
-            name.push_str(key);
+            write_name(&mut name, kind, key);
             match out.get_mut(name.as_str()) {
                 Some(n) => *n += 1,
                 None => {
@@ -529,7 +523,16 @@ fn log_gate(log: &mut Option<Vec<u8>>, name: &str, value: Option<&[u8]>) {
     }
 }
 
-/// The kind and key of a gate's name (`kind NUL key`, as the cache and the log name it).
+/// Writes the name of the gate of `(kind, key)` into `name` (`kind NUL key`, as the cache
+/// and the log name it), replacing what it held: a reused buffer, so no allocation.
+fn write_name(name: &mut String, kind: &str, key: &str) {
+    name.clear();
+    name.push_str(kind);
+    name.push('\0');
+    name.push_str(key);
+}
+
+/// The kind and key of a gate's name ([`write_name`]'s form).
 fn split_name(name: &str) -> Result<(&str, &str), Error> {
     name.split_once('\0')
         .ok_or_else(|| Error::storage("a logged gate's name is corrupt"))
