@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::batch::MAX_BATCH;
-use super::claims::{in_claim_order, look_again, mergeable, ClaimReq};
+use super::claims::{claimed, in_claim_order, look_again, mergeable, ClaimReq};
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
 use super::Postgres;
@@ -69,14 +69,7 @@ impl Postgres {
                 .lease(&mut tx, &self.queue, &id, token, &self.plain)
                 .await?
             {
-                out.push(Claimed {
-                    id,
-                    payload,
-                    attempt,
-                    run_at,
-                    token: token as u64,
-                    spec,
-                });
+                out.push(claimed((id, payload, attempt, run_at, spec), token));
             }
         }
         tx.commit().await.map_err(pg_error)?;
@@ -163,14 +156,7 @@ impl Backend for Postgres {
             let mut jobs: Vec<Claimed> = rows
                 .jobs
                 .into_iter()
-                .map(|(id, payload, attempt, run_at, spec)| Claimed {
-                    id,
-                    payload,
-                    attempt,
-                    run_at,
-                    token: token as u64,
-                    spec,
-                })
+                .map(|job| claimed(job, token))
                 .collect();
             let next_due = rows.next_due;
             // A gate's rate window ended: its waiting jobs may start now. Rebalanced after

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use super::batch::{Reply, MAX_BATCH};
-use super::sql::Sql;
+use super::sql::{Leased, Sql};
 use crate::backend::{ClaimBatch, ClaimKinds, Claimed};
 use crate::core::error::Error;
 
@@ -180,22 +180,16 @@ async fn claim_group(
             }
         };
     let mut shares: Vec<Vec<Claimed>> = vec![Vec::new(); members.len()];
-    for (id, payload, attempt, run_at, spec) in rows.jobs {
+    for job in rows.jobs {
+        let job = claimed(job, token);
         let owner = members
             .iter()
-            .position(|r| r.kinds.iter().any(|(k, _)| *k == spec.kind));
+            .position(|r| r.kinds.iter().any(|(k, _)| *k == job.spec.kind));
         let Some(owner) = owner else {
-            tracing::error!(job = %id, kind = %spec.kind, "wheel-jobs: a merged claim returned a job of a kind no caller asked for; it runs again when its lease ends");
+            tracing::error!(job = %job.id, kind = %job.spec.kind, "wheel-jobs: a merged claim returned a job of a kind no caller asked for; it runs again when its lease ends");
             continue;
         };
-        shares[owner].push(Claimed {
-            id,
-            payload,
-            attempt,
-            run_at,
-            token: token as u64,
-            spec,
-        });
+        shares[owner].push(job);
     }
     let answers = members
         .iter()
@@ -256,6 +250,18 @@ pub(super) fn look_again(
         Some(next.max(now.saturating_add(LOCKED_RETRY)))
     } else {
         next_due
+    }
+}
+
+/// A job a statement leased under `token`, as a claim hands it out.
+pub(super) fn claimed((id, payload, attempt, run_at, spec): Leased, token: i64) -> Claimed {
+    Claimed {
+        id,
+        payload,
+        attempt,
+        run_at,
+        token: token as u64,
+        spec,
     }
 }
 
