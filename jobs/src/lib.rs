@@ -145,7 +145,7 @@ pub use crate::core::kind::{
 };
 pub use crate::core::list::{Cursor, ListOptions, Page};
 pub use crate::core::recurrence::Recurrence;
-pub use crate::core::series::{CatchUp, Recurring, RecurringInfo};
+pub use crate::core::series::{CatchUp, Recurring, RecurringInfo, RecurringOptions};
 pub use crate::queue::builder::Builder;
 pub use crate::queue::consumer::Consumer;
 pub use crate::queue::copy::Copied;

@@ -473,8 +473,10 @@ impl Backend for Embedded {
         rule: Recurrence,
         payload: Vec<u8>,
         catch_up: CatchUp,
+        spec: crate::core::kind::Spec,
     ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
         Box::pin(async move {
+            crate::backend::not_yet(&spec)?;
             let op = Op::SetRecurring {
                 name,
                 rule,

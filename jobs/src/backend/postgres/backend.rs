@@ -255,8 +255,10 @@ impl Backend for Postgres {
         rule: Recurrence,
         payload: Vec<u8>,
         catch_up: CatchUp,
+        spec: crate::core::kind::Spec,
     ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
         Box::pin(self.timed(async move {
+            crate::backend::not_yet(&spec)?;
             let mut tx = self.pool.begin().await.map_err(pg_error)?;
             let now = self.sql.now(&mut *tx).await?;
             let set = self
@@ -280,7 +282,9 @@ impl Backend for Postgres {
     fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<RecurringInfo>, Error>> {
         Box::pin(self.timed(async move {
             let mut conn = self.pool.acquire().await.map_err(pg_error)?;
-            self.series.list(&mut conn, &self.queue, &self.rules).await
+            self.series
+                .list(&mut conn, &self.queue, &self.rules, &self.plain)
+                .await
         }))
     }
 

@@ -386,6 +386,7 @@ impl SeriesSql {
         c: &mut PgConnection,
         queue: &str,
         rules: &std::sync::Mutex<Rules>,
+        plain: &Spec,
     ) -> Result<Vec<RecurringInfo>, Error> {
         let rows = db(sqlx::query(&self.list).bind(queue).fetch_all(c).await)?;
         let mut out = Vec::new();
@@ -404,6 +405,7 @@ impl SeriesSql {
                 name,
                 rule,
                 CatchUp::from_runs(runs),
+                plain.clone(),
                 db(r.try_get::<Option<i64>, _>(2))?.map(dec),
                 db(r.try_get::<Option<i64>, _>(3))?.map(dec),
             ));

@@ -308,6 +308,7 @@ pub(super) fn list(t: &Tables<'_>, rules: &mut Rules) -> Result<Vec<RecurringInf
             name,
             rule,
             catch_up,
+            t.plain.clone(),
             record.head,
             record.last,
         ));

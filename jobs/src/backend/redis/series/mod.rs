@@ -152,7 +152,14 @@ impl Redis {
                     }
                 };
                 let catch_up = CatchUp::from_runs(runs);
-                out.push(RecurringInfo::new(name, rule, catch_up, head, last));
+                out.push(RecurringInfo::new(
+                    name,
+                    rule,
+                    catch_up,
+                    self.plain.clone(),
+                    head,
+                    last,
+                ));
             }
         }
         out.sort_by(|a, b| a.name().cmp(b.name()));
