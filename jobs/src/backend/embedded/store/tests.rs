@@ -1780,3 +1780,4 @@ fn successors_and_their_handovers_survive_a_crash() {
 }
 
 mod gates;
+mod recurring;
