@@ -14,7 +14,9 @@
 //! - Every step (set, cancel, the first claim of a head) runs inside the batch's one write
 //!   transaction, and its series change goes into the same log record as its job changes:
 //!   a crash keeps both or neither.
-//! - A layout change bumps `VERSION` (and the store's `FORMAT` in `store/mod.rs`).
+//! - A layout change bumps `VERSION` (and the store's `FORMAT` in `store/mod.rs` if an
+//!   older binary opening that format would misread it); the decoder reads every earlier
+//!   version. Version 2 came within format 6, unreleased: no released binary opens it.
 
 use std::borrow::Cow;
 
@@ -63,7 +65,7 @@ impl Record {
         let spec_len = self
             .spec
             .as_ref()
-            .map_or(0, |spec| 2 + spec.kind.len() + 50);
+            .map_or(0, |spec| 2 + spec.kind.len() + 5 * 10); // five varints, 10 bytes at most
         let mut out = Vec::with_capacity(HEADER + self.rule.len() + spec_len + self.payload.len());
         out.push(match self.spec {
             Some(_) => VERSION,
