@@ -476,12 +476,12 @@ impl Backend for Embedded {
         spec: crate::core::kind::Spec,
     ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
         Box::pin(async move {
-            crate::backend::not_yet(&spec)?;
             let op = Op::SetRecurring {
                 name,
                 rule,
                 payload,
                 catch_up,
+                spec,
             };
             expect_reply!(self.call(op).await?, Reply::Recurring(r, head) => (r, head))
         })
