@@ -4,14 +4,20 @@
 //!
 //! # Ground rules
 //!
-//! - A record is `version|runs|head_ns|head_text|last_ns|rule` (the rule last, since it may
-//!   hold `|`); an empty time field is none. Written only by the scripts; a change of its
-//!   layout changes the keyspace `FORMAT` (`keys.rs`).
+//! - A record is `version|runs|head_ns|head_text|last_ns|tail\x1f|rule` (the rule last,
+//!   since it may hold `|`); an empty time field is none; `tail` is the spec tail its
+//!   occurrences are stored with (`scripts::spec_tail`: it starts with `:` and ends with
+//!   0x1f and the kind, which may hold `|` but no control character, so the next 0x1f
+//!   closes it). A record without `tail\x1f|` (no rule text starts with `:`) was written
+//!   before series had a spec: of the queue's plain spec. Written only by the scripts; a
+//!   change of its layout changes the keyspace `FORMAT` (`keys.rs`).
 
 use ::redis::{FromRedisValue, ParsingError, Value};
 
 use super::super::reply::{array, int, opt_ns, parsing, text};
+use super::super::scripts::tail_spec;
 use crate::core::error::Error;
+use crate::core::kind::Spec;
 use crate::core::recurrence::utc_text;
 
 /// One series as `series.lua` stores it.
@@ -23,6 +29,9 @@ pub(in crate::backend::redis) struct SeriesRecord {
     pub(in crate::backend::redis) last: Option<u64>,
     /// The recurrence's text form.
     pub(in crate::backend::redis) rule: String,
+    /// What its occurrences are made with; `None` for a record written before series had a
+    /// spec (the queue's plain spec).
+    pub(in crate::backend::redis) spec: Option<Spec>,
 }
 
 impl SeriesRecord {
@@ -36,11 +45,23 @@ impl SeriesRecord {
         let head = opt_ns(field()?)?;
         let _head_text = field()?;
         let last = opt_ns(field()?)?;
+        let rest = field()?;
+        let (spec, rule) = match rest.strip_prefix(':') {
+            None => (None, rest),
+            Some(_) => {
+                // The kind starts after the tail's first 0x1f and ends at the next.
+                let kind = rest.find('\x1f').ok_or_else(corrupt)? + 1;
+                let end = kind + rest[kind..].find('\x1f').ok_or_else(corrupt)?;
+                let rule = rest[end + 1..].strip_prefix('|').ok_or_else(corrupt)?;
+                (tail_spec(&rest[..end])?, rule)
+            }
+        };
         Ok(SeriesRecord {
             runs,
             head,
             last,
-            rule: field()?.to_owned(),
+            rule: rule.to_owned(),
+            spec,
         })
     }
 }
