@@ -15,8 +15,8 @@
 //! and `import.lua` (a copy's jobs, no transition) writes a pending or dead job exactly as
 //! [`store`] lays it out, and leaves an existing id alone.
 //!
-//! Each case runs for a job stored without its spec (format 1's, and a series'
-//! occurrence: the queue's plain attempts and lease apply) and for jobs stored with one
+//! Each case runs for a job stored without its spec (format 1's, and an occurrence of a
+//! series stored without one: the queue's plain attempts and lease apply) and for jobs stored with one
 //! (`lua/kinds.lua`: own kind, priority, attempts and lease, the queue's then another), and
 //! after every script [`audit`] checks the indexes and counters the scripts keep beside
 //! the jobs: each job in its state's set of its level or kind only, `levels` naming exactly
