@@ -109,3 +109,38 @@ pub(in crate::backend::redis) fn entries(times: &[u64]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::redis::scripts::spec_tail;
+    use std::time::Duration;
+
+    #[test]
+    fn a_record_decodes_with_its_spec_or_without_one_as_before() {
+        let old = SeriesRecord::decode("7|1|1000|t||every 1s").unwrap();
+        assert_eq!((old.rule.as_str(), old.spec), ("every 1s", None));
+        assert_eq!((old.runs, old.head, old.last), (1, Some(1000), None));
+        // A kind may hold `|` (and `:`): the tail ends at the 0x1f after its kind.
+        let spec = Spec {
+            kind: "a|b:c".to_owned(),
+            priority: -2,
+            max_attempts: 4,
+            backoff: (Duration::from_secs(1), Duration::from_secs(60)),
+            lease: Duration::from_millis(1500),
+            hold_off: Duration::ZERO,
+            key: None,
+        };
+        let record = format!("7|0||||{}\x1f|0 * * * * in UTC", spec_tail(&spec));
+        let new = SeriesRecord::decode(&record).unwrap();
+        assert_eq!(new.rule, "0 * * * * in UTC");
+        assert_eq!(new.spec, Some(spec));
+        assert_eq!((new.head, new.last), (None, None));
+        for corrupt in [
+            "7|0||||:0:1:1:1:1\x1fk|every 1s",
+            "7|0||||:0:1:1:1:1\x1fk\x1fevery 1s",
+        ] {
+            assert!(SeriesRecord::decode(corrupt).is_err(), "{corrupt:?}");
+        }
+    }
+}
