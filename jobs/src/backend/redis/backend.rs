@@ -358,8 +358,8 @@ impl Backend for Redis {
         spec: Spec,
     ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
         Box::pin(async move {
-            crate::backend::not_yet(&spec)?;
-            self.set_series(&name, &rule, &payload, catch_up).await
+            self.set_series(&name, &rule, &payload, catch_up, &spec)
+                .await
         })
     }
 
