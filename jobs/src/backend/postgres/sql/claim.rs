@@ -54,8 +54,8 @@ pub(in crate::backend::postgres) struct ClaimRows {
     pub(in crate::backend::postgres) died: u64,
     pub(in crate::backend::postgres) next_due: Option<u64>,
     pub(in crate::backend::postgres) paused: bool,
-    /// Series heads due of the claimed kinds, highest priority first, left to the series
-    /// step (`series.rs`).
+    /// Series heads due of the claimed kinds (at most the claim's `max`), highest priority
+    /// first, left to the series step (`series.rs`).
     pub(in crate::backend::postgres) heads: Vec<Head>,
     /// A gate of the claimed kinds has a timer due (a rate window ended): for
     /// [`Sql::gate_timers`].
@@ -116,9 +116,12 @@ impl ClaimSql {
         // jobs, not the backlog.
         //
         // Series heads are left to the series step (`series.rs`), which moves the series
-        // in the same transaction as the claim of its head; `heads` lists the due ones of
-        // the claimed kinds (by their job row's kind, which the series made them with) with
-        // their priority, highest first, and while one is due `due` leaves out the levels
+        // in the same transaction as the claim of its head; `heads` lists the first `$2` due
+        // ones of the claimed kinds in `series_by_head` order (by their job row's kind,
+        // which the series made them with: one primary-key probe per due series, a
+        // `LATERAL … LIMIT 1`; as a join, the generic plan hashed the kind's whole due
+        // backlog, and ordered by priority it read every due series, by a seq scan) with
+        // their priority (the caller takes the highest first), and while one is due `due` leaves out the levels
         // below its priority (of its kind, for a set of kinds) and the room is the heads'
         // (strict priority; the consumer looks again at once after them). A plain claim's next due time reads a bounded window (`next_level`). The kill and the lease find the picked rows by `ctid` (the version the pick
         // locked), a TID scan whatever the statistics say: joined on (queue, id) alone, a
@@ -257,10 +260,11 @@ impl ClaimSql {
                  paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
                  {levels}, \
                  heads AS (SELECT s.head_id, j.kind, j.priority FROM {series} s \
-                   JOIN {jobs} j ON j.queue = $1 AND j.id = s.head_id \
+                   CROSS JOIN LATERAL (SELECT j.kind, j.priority FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.id = s.head_id \
+                   AND j.token IS NULL AND NOT j.waiting {kj} AND j.run_at <= (SELECT t FROM now) LIMIT 1) j \
                    WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
-                   AND j.token IS NULL AND NOT j.waiting {kj} AND j.run_at <= (SELECT t FROM now) \
-                   ORDER BY j.priority DESC, s.head, s.head_id LIMIT $2), \
+                   ORDER BY s.head LIMIT $2), \
                  {expired}, {due}, {picked}, \
                  gk AS (SELECT p.id, j.kind, j.key, {gated_j} AS gated, j.next_kind, j.next_key, \
                    {gated_nj} AS ngated, NOT p.expired OR p.attempt >= coalesce(p.most, $5) AS starts, \
@@ -631,6 +635,9 @@ impl Sql {
                 }),
             }
         }
+        // Claimed highest priority first; the sort is stable, so within a priority in the
+        // order the statement listed them (earliest first, as its Append reads `heads`).
+        out.heads.sort_by_key(|h| std::cmp::Reverse(h.priority));
         Ok(out)
     }
 
@@ -809,8 +816,7 @@ mod tests {
         // Series heads of the claimed kinds, each kind's holding back its own levels.
         assert!(
             set.contains(
-                "AND j.kind = ANY($6::text[]) AND j.run_at <= (SELECT t FROM now) \
-                 ORDER BY j.priority DESC, s.head"
+                "AND j.kind = ANY($6::text[]) AND j.run_at <= (SELECT t FROM now) LIMIT 1) j"
             ),
             "{set}"
         );
@@ -899,8 +905,7 @@ mod tests {
             );
             // The heads of the claimed kinds, by their row's kind, with their priority.
             let heads = format!(
-                "AND j.token IS NULL AND NOT j.waiting {rows} AND j.run_at <= (SELECT t FROM now) \
-                 ORDER BY j.priority DESC, s.head"
+                "AND j.token IS NULL AND NOT j.waiting {rows} AND j.run_at <= (SELECT t FROM now) LIMIT 1) j"
             );
             assert!(text.contains(&heads), "{kinds:?}: {text}");
             assert!(text.contains("SELECT 3, head_id, NULL, NULL, NULL, kind, priority,"));
