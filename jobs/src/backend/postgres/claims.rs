@@ -48,8 +48,8 @@ use std::sync::{Arc, Mutex};
 use sqlx::PgPool;
 
 use super::batch::{Reply, MAX_BATCH};
-use super::series::{Head, SeriesSql};
-use super::sql::{Leased, Sql};
+use super::series::SeriesSql;
+use super::sql::{Head, Leased, Sql};
 use crate::backend::{ClaimBatch, ClaimKinds, Claimed};
 use crate::core::error::Error;
 use crate::core::kind::Spec;

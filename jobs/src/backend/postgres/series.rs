@@ -23,7 +23,7 @@ use sqlx::{PgPool, Row};
 
 use super::error::pg_error;
 use super::names::Names;
-use super::sql::{dec, enc, span, Leased, Sql};
+use super::sql::{dec, enc, span, Head, Leased, Sql};
 use crate::core::error::Error;
 use crate::core::kind::Spec;
 use crate::core::recurrence::Recurrence;
@@ -122,15 +122,6 @@ impl Made {
             .bind(self.backoff_max)
             .bind(self.lease)
     }
-}
-
-/// A due series head a claim statement listed (`sql/claim.rs`): its job id, kind and
-/// priority as its row had them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Head {
-    pub(super) id: String,
-    pub(super) kind: String,
-    pub(super) priority: i16,
 }
 
 /// A job [`SeriesSql::load_job`] read: as the state machine sees it, its kind and priority,

@@ -13,7 +13,6 @@ use super::{
     attempt, db, dec, has_next, later, next_spec_cols, not_head, spec, spec_cols, Kinds, Sql, NOW,
 };
 use crate::backend::postgres::names::Names;
-use crate::backend::postgres::series::Head;
 use crate::backend::ClaimKinds;
 use crate::core::error::Error;
 use crate::core::kind::Spec;
@@ -45,6 +44,15 @@ pub(in crate::backend::postgres) enum Settled {
 
 /// One job a claim leased: id, payload, attempt, run_at, spec.
 pub(in crate::backend::postgres) type Leased = (String, Vec<u8>, u32, u64, Spec);
+
+/// A due series head a claim listed: its job id, kind and priority as its row had them,
+/// for the series step (`series.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::backend::postgres) struct Head {
+    pub(in crate::backend::postgres) id: String,
+    pub(in crate::backend::postgres) kind: String,
+    pub(in crate::backend::postgres) priority: i16,
+}
 
 /// One row of a claim's answer.
 #[derive(Debug)]
