@@ -317,3 +317,51 @@ async fn a_merged_claim_of_two_kinds_claims_a_series_head_of_one_of_them() {
     assert_eq!((pending.kind(), pending.priority()), ("a", -2));
     queue.close().await.unwrap();
 }
+
+/// A series of a kind whose head waited past later occurrences under `CatchUp::Latest`:
+/// the first claim of its kind skips to the latest due occurrence, which the series makes
+/// then with its own spec, and delivers it to that claim; the occurrence after it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_to_a_later_occurrence_keeps_the_series_kind() {
+    let harness = crate::support::postgres::harness();
+    let queue = harness.open(&Builder::new()).await.unwrap();
+    let period = Duration::from_millis(500);
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("a").priority(4).max_attempts(2))
+        .catch_up(CatchUp::Latest);
+    queue
+        .schedule_recurring_with("tick", Recurrence::every(period).unwrap(), "t", options)
+        .await
+        .unwrap();
+    let first = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    // Three periods past the head: two later occurrences are due too.
+    let late = first + period * 3 + Duration::from_millis(100);
+    if let Ok(wait) = late.duration_since(SystemTime::now()) {
+        tokio::time::sleep(wait).await;
+    }
+    let mut consumer = queue.consume_kind("a");
+    let d = next(&mut consumer).await;
+    assert!(d.run_at() > first, "{} is the head, not the latest", d.id());
+    assert_eq!((d.kind(), d.priority()), ("a", 4));
+    let job = queue.get(d.id()).await.unwrap().unwrap();
+    assert_eq!(job.max_attempts(), 2);
+    assert!(d.ack().await.unwrap());
+    assert!(queue
+        .get(&occurrence("tick", first))
+        .await
+        .unwrap()
+        .is_none());
+    let info = queue.list_recurring().await.unwrap().remove(0);
+    assert_eq!(info.last_run(), Some(d.run_at()));
+    let pending = queue
+        .get(&occurrence("tick", info.next_run().unwrap()))
+        .await
+        .unwrap()
+        .expect("the next occurrence");
+    assert_eq!(
+        (pending.kind(), pending.priority(), pending.max_attempts()),
+        ("a", 4, 2)
+    );
+    drop(consumer);
+    queue.close().await.unwrap();
+}
