@@ -894,3 +894,49 @@ fn a_postgres_worker_killed_between_its_effect_and_its_commit_leaves_neither() {
         queue.close().await.unwrap();
     });
 }
+
+/// A claim whose statement saw a gate's timer due delivers the jobs it leased even when the
+/// rebalance after it (`gate_timers`) fails: logged, and the consumer looks again at once,
+/// as after a merged claim; the jobs do not wait out their leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_gate_rebalance_fails_still_delivers_its_jobs() {
+    let schema = crate::postgres::fresh("wj_timers");
+    let url = shared().url();
+    let pool = test_pool(&url).await;
+    let mut builder = Builder::new();
+    builder
+        .postgres_schema(&schema)
+        .lease(Duration::from_secs(600));
+    let queue = builder.postgres(&url, "orders").await.unwrap();
+    let quoted = format!("\"{schema}\"");
+    // A rebalance that fails, counting its calls in a sequence (which no rollback undoes),
+    // and a gate whose timer is due, which every claim of the kind '' reports.
+    let setup = format!(
+        "CREATE SEQUENCE {quoted}.timer_calls; \
+         CREATE OR REPLACE FUNCTION {quoted}.gate_timers(q text, kinds text[], most integer) \
+         RETURNS integer LANGUAGE plpgsql AS $$ BEGIN \
+         PERFORM nextval('{quoted}.timer_calls'); RAISE EXCEPTION 'gate_timers fails'; END $$; \
+         INSERT INTO {quoted}.gates (queue, kind, key, wake_at) VALUES ('orders', '', 'k', 1);"
+    );
+    sqlx::Executor::execute(&pool, setup.as_str())
+        .await
+        .unwrap();
+    queue.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    let d = tokio::time::timeout(DEADLINE, next(&mut consumer))
+        .await
+        .expect("delivered although the rebalance after its claim failed");
+    assert_eq!((d.id(), d.attempt()), ("job", 1));
+    assert!(d.ack().await.unwrap());
+    let calls = scalar(
+        &pool,
+        &format!("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {quoted}.timer_calls"),
+    )
+    .await;
+    assert!(calls >= 1, "{calls}");
+    drop(consumer);
+    queue.close().await.unwrap();
+    sqlx::Executor::execute(&pool, format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::batch::MAX_BATCH;
-use super::claims::{claimed, in_claim_order, look_again, mergeable, ClaimReq};
+use super::claims::{claimed, in_claim_order, in_room, look_again, mergeable, ClaimReq};
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
 use super::Postgres;
@@ -43,37 +43,6 @@ impl Postgres {
             Settled::Died(at) => (Retry::Died, at),
             Settled::Acked | Settled::Stale => (Retry::Stale, 0),
         })
-    }
-
-    /// The series heads the claim statement left out: each one's first claim in one
-    /// transaction with the series' step; what it delivers, leased under `token`.
-    async fn claim_heads(
-        &self,
-        heads: Vec<String>,
-        room: usize,
-        token: i64,
-    ) -> Result<Vec<Claimed>, Error> {
-        let mut tx = self.pool.begin().await.map_err(pg_error)?;
-        let now = self.sql.now(&mut *tx).await?;
-        let mut out = Vec::new();
-        for head in heads.into_iter().take(room) {
-            let Some(id) = self
-                .series
-                .first_claim(&mut tx, &self.queue, &self.rules, now, &head)
-                .await?
-            else {
-                continue;
-            };
-            if let Some((payload, attempt, run_at, spec)) = self
-                .series
-                .lease(&mut tx, &self.queue, &id, token, &self.plain)
-                .await?
-            {
-                out.push(claimed((id, payload, attempt, run_at, spec), token));
-            }
-        }
-        tx.commit().await.map_err(pg_error)?;
-        Ok(out)
     }
 }
 
@@ -161,15 +130,28 @@ impl Backend for Postgres {
             let next_due = rows.next_due;
             // A gate's rate window ended: its waiting jobs may start now. Rebalanced after
             // the claim (its statement could not lease what it admits): look again at once.
-            let timers = rows.timers && self.sql.gate_timers(&self.pool, &self.queue, &kinds).await? > 0;
-            // Due heads are priority-0 plain jobs: the statement left the levels below 0
-            // out when it saw some (strict priority), and the room left is theirs.
+            // Its failure fails no caller, as after a merged claim (`claims.rs`): the claim
+            // committed, and its jobs would wait out their leases; look again at once
+            // instead, as if a timer had rebalanced.
+            let timers = rows.timers
+                && match self.sql.gate_timers(&self.pool, &self.queue, &kinds).await {
+                    Ok(n) => n > 0,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a claim; looking again at once");
+                        true
+                    }
+                };
+            // The due heads of the claimed kinds: the statement left the levels below
+            // theirs out when it saw some (strict priority), and the room left is theirs,
+            // each kind's within what it may still take.
             let mut heads_claimed = false;
-            // Heads are of the kind '': they fill what that kind may still take.
-            let plain_taken = jobs.iter().filter(|j| j.spec.kind.is_empty()).count();
-            let room = (want - jobs.len()).min(kinds.most("", want).saturating_sub(plain_taken));
-            if !rows.heads.is_empty() && room > 0 {
-                match self.claim_heads(rows.heads, room, token).await {
+            let room = in_room(&rows.heads, &jobs, want, |kind| kinds.most(kind, want));
+            if !room.is_empty() {
+                let claimed = self
+                    .heads
+                    .claim(&self.pool, &self.sql, &self.queue, &room, token)
+                    .await;
+                match claimed {
                     Ok(heads) => {
                         heads_claimed = !heads.is_empty();
                         jobs.extend(heads);
@@ -258,12 +240,21 @@ impl Backend for Postgres {
         spec: crate::core::kind::Spec,
     ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
         Box::pin(self.timed(async move {
-            crate::backend::not_yet(&spec)?;
             let mut tx = self.pool.begin().await.map_err(pg_error)?;
             let now = self.sql.now(&mut *tx).await?;
             let set = self
+                .heads
                 .series
-                .set(&mut tx, &self.queue, now, &name, &rule, payload, catch_up)
+                .set(
+                    &mut tx,
+                    &self.queue,
+                    now,
+                    &name,
+                    &rule,
+                    payload,
+                    catch_up,
+                    &spec,
+                )
                 .await?;
             tx.commit().await.map_err(pg_error)?;
             Ok(set)
@@ -273,7 +264,11 @@ impl Backend for Postgres {
     fn cancel_recurring(&self, name: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(self.timed(async move {
             let mut tx = self.pool.begin().await.map_err(pg_error)?;
-            let cancelled = self.series.cancel(&mut tx, &self.queue, &name).await?;
+            let cancelled = self
+                .heads
+                .series
+                .cancel(&mut tx, &self.queue, &name)
+                .await?;
             tx.commit().await.map_err(pg_error)?;
             Ok(cancelled)
         }))
@@ -282,8 +277,10 @@ impl Backend for Postgres {
     fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<RecurringInfo>, Error>> {
         Box::pin(self.timed(async move {
             let mut conn = self.pool.acquire().await.map_err(pg_error)?;
-            self.series
-                .list(&mut conn, &self.queue, &self.rules, &self.plain)
+            let heads = &self.heads;
+            heads
+                .series
+                .list(&mut conn, &self.queue, &heads.rules, &self.plain)
                 .await
         }))
     }

@@ -5,14 +5,22 @@
 //! jobs and next due time. Four `run_kind` loops of 12 made four claims of 12 where one
 //! `run(48)` made one of 48: a statement and a commit each, most of a claim's cost.
 //! Also what every claim answers its caller ([`look_again`], [`in_claim_order`]), merged
-//! or not (`backend.rs`).
+//! or not (`backend.rs`), and the first claims of the due series heads a claim statement
+//! lists ([`HeadClaims`], [`in_room`]).
 //!
 //! # Ground rules
 //!
-//! - Only a claim whose kinds are all named (not `''`, whose series heads are claimed in a
-//!   transaction of their own, nor every kind) and whose rooms add up to at most its `max`
-//!   is merged ([`mergeable`]): the merged statement takes each kind at most its room, so
-//!   a caller gets at most what it asked for, and only jobs of its kinds.
+//! - Only a claim whose kinds are all named (not `''`, which stays a statement of its own,
+//!   nor every kind) and whose rooms add up to at most its `max` is merged ([`mergeable`]):
+//!   the merged statement takes each kind at most its room, so a caller gets at most what
+//!   it asked for, and only jobs of its kinds.
+//! - Series heads of any kind and priority are jobs of their kind: the statement (merged or
+//!   not) lists the due ones of its kinds and reads no level below theirs; each caller
+//!   (each member of a merged claim) takes those of its kinds it has room for, kind by kind
+//!   ([`in_room`]), all in one transaction after the statement ([`HeadClaims::claim`]), each
+//!   head's series moving with its claim. If that transaction fails, the jobs the statement
+//!   leased are delivered all the same (the heads go to a later claim); a caller with none
+//!   gets the error.
 //! - Claims naming a kind in common are never merged (a job of that kind would have no
 //!   one owner): they run one after the other. A merged statement takes at most
 //!   [`MAX_BATCH`] jobs.
@@ -35,14 +43,17 @@
 //!   flight; the caller's `postgres_timeout` counts that wait (`batch.rs`).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use sqlx::PgPool;
 
 use super::batch::{Reply, MAX_BATCH};
-use super::sql::{Leased, Sql};
+use super::series::SeriesSql;
+use super::sql::{Head, Leased, Sql};
 use crate::backend::{ClaimBatch, ClaimKinds, Claimed};
 use crate::core::error::Error;
+use crate::core::kind::Spec;
+use crate::core::series::Rules;
 
 /// After a claim that left due jobs locked by others (in flight elsewhere), how long an
 /// idle consumer waits before looking again (nanoseconds): their commit or rollback wakes
@@ -52,6 +63,71 @@ const LOCKED_RETRY: u64 = 10_000_000;
 /// How often the claim batcher yields after answering a batch (`claim_batch`): two were
 /// as good as eight or 32 (claims per job of four `run_kind` loops).
 const REJOIN_YIELDS: usize = 2;
+
+/// What the first claims of series heads need, shared by a handle and its claim batcher.
+#[derive(Debug)]
+pub(super) struct HeadClaims {
+    pub(super) series: SeriesSql,
+    /// Recurrences parsed once per text.
+    pub(super) rules: Mutex<Rules>,
+    /// The spec of a job scheduled without options, which NULL options read as.
+    pub(super) plain: Spec,
+}
+
+impl HeadClaims {
+    /// The first claims of `heads` (what [`in_room`] picked) in one transaction, what they
+    /// deliver leased under `token`.
+    pub(super) async fn claim(
+        &self,
+        pool: &PgPool,
+        sql: &Sql,
+        queue: &str,
+        heads: &[Head],
+        token: i64,
+    ) -> Result<Vec<Claimed>, Error> {
+        if heads.is_empty() {
+            return Ok(Vec::new());
+        }
+        let leased = self
+            .series
+            .claim_heads(pool, sql, queue, &self.rules, &self.plain, heads, token)
+            .await?;
+        Ok(leased.into_iter().map(|job| claimed(job, token)).collect())
+    }
+}
+
+/// The due `heads` (highest priority first, as the statement lists them) a claim of at
+/// most `want` jobs that took `jobs` has room for: in all, and for each kind at most
+/// `most(kind)` with its jobs of that kind (0: a kind the claim does not take).
+pub(super) fn in_room(
+    heads: &[Head],
+    jobs: &[Claimed],
+    want: usize,
+    most: impl Fn(&str) -> usize,
+) -> Vec<Head> {
+    let mut taken = jobs.len();
+    let mut by_kind: Vec<(&str, usize)> = Vec::new();
+    let mut out = Vec::new();
+    for head in heads {
+        if taken >= want {
+            break;
+        }
+        let n = match by_kind.iter().position(|(k, _)| *k == head.kind) {
+            Some(i) => i,
+            None => {
+                let of = jobs.iter().filter(|j| j.spec.kind == head.kind).count();
+                by_kind.push((&head.kind, of));
+                by_kind.len() - 1
+            }
+        };
+        if by_kind[n].1 < most(&head.kind) {
+            by_kind[n].1 += 1;
+            taken += 1;
+            out.push(head.clone());
+        }
+    }
+    out
+}
 
 /// A claim to merge: at most `want` jobs of `kinds`, each at most its room (adding up to
 /// at most `want`), leased under `token` if it runs first in its statement.
@@ -108,6 +184,7 @@ fn groups(reqs: &[ClaimReq]) -> Vec<Vec<usize>> {
 pub(super) async fn claim_batch(
     pool: PgPool,
     sql: Arc<Sql>,
+    heads: Arc<HeadClaims>,
     queue: String,
     reqs: Vec<ClaimReq>,
     replies: Vec<Reply<ClaimBatch>>,
@@ -126,13 +203,13 @@ pub(super) async fn claim_batch(
             continue;
         }
         let members: Vec<&ClaimReq> = group.iter().map(|&i| &reqs[i]).collect();
-        let answers = claim_group(&pool, &sql, &queue, &members).await;
+        let answers = claim_group(&pool, &sql, &heads, &queue, &members).await;
         for (n, i) in group.into_iter().enumerate() {
             let Some(reply) = replies[i].take() else {
                 continue;
             };
             let answer = match &answers {
-                Ok(answers) => Ok(answers[n].clone()),
+                Ok(answers) => answers[n].clone(),
                 Err(err) => Err(err.clone()),
             };
             if let Err(Ok(lost)) = reply.send(answer) {
@@ -158,9 +235,10 @@ pub(super) async fn claim_batch(
 async fn claim_group(
     pool: &PgPool,
     sql: &Sql,
+    heads: &HeadClaims,
     queue: &str,
     members: &[&ClaimReq],
-) -> Result<Vec<ClaimBatch>, Error> {
+) -> Result<Vec<Result<ClaimBatch, Error>>, Error> {
     let mut set: Vec<(String, usize)> = members.iter().flat_map(|r| r.kinds.clone()).collect();
     set.sort();
     let want: usize = set.iter().map(|(_, r)| r).sum();
@@ -191,11 +269,49 @@ async fn claim_group(
         };
         shares[owner].push(job);
     }
+    // The due heads each member has room for, of its kinds; their first claims in one
+    // transaction, each delivered to the member of its kind.
+    let mut picked: Vec<Head> = Vec::new();
+    let mut wanted = vec![false; members.len()];
+    for (n, req) in members.iter().enumerate() {
+        let room = |kind: &str| {
+            let found = req.kinds.iter().find(|(k, _)| k == kind);
+            found.map_or(0, |(_, r)| *r)
+        };
+        let mine = in_room(&rows.heads, &shares[n], req.want, room);
+        wanted[n] = !mine.is_empty();
+        picked.extend(mine);
+    }
+    let mut failed = None;
+    let mut heads_claimed = vec![false; members.len()];
+    match heads.claim(pool, sql, queue, &picked, token).await {
+        Ok(jobs) => {
+            for job in jobs {
+                let owner = members
+                    .iter()
+                    .position(|r| r.kinds.iter().any(|(k, _)| *k == job.spec.kind));
+                let Some(owner) = owner else {
+                    tracing::error!(job = %job.id, kind = %job.spec.kind, "wheel-jobs: a merged claim's series head is of a kind no caller asked for; it runs again when its lease ends");
+                    continue;
+                };
+                heads_claimed[owner] = true;
+                shares[owner].push(job);
+            }
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "wheel-jobs: claiming series heads failed after a merged claim; delivering the other jobs");
+            failed = Some(err);
+        }
+    }
     let answers = members
         .iter()
         .zip(shares)
         .enumerate()
         .map(|(n, (req, mut jobs))| {
+            if let Some(err) = failed.as_ref().filter(|_| wanted[n] && jobs.is_empty()) {
+                // Nothing to deliver but the heads it could not claim: its error.
+                return Err(err.clone());
+            }
             let next_due = if members.len() == 1 {
                 rows.next_due
             } else {
@@ -211,13 +327,19 @@ async fn claim_group(
             };
             let full = jobs.len() >= req.want;
             in_claim_order(&mut jobs);
-            ClaimBatch {
+            Ok(ClaimBatch {
                 jobs,
-                next_due: look_again(next_due, rows.now, rows.paused, full || timers, false),
+                next_due: look_again(
+                    next_due,
+                    rows.now,
+                    rows.paused,
+                    full || timers,
+                    heads_claimed[n],
+                ),
                 now: rows.now,
                 // Counted once, by the first caller's metrics.
                 died: if n == 0 { rows.died } else { 0 },
-            }
+            })
         });
     Ok(answers.collect())
 }
@@ -309,7 +431,7 @@ mod tests {
         // Rooms above the free slots: merged, its kinds could take more than it asked for.
         assert_eq!(mergeable(&set(&[("a", 6), ("b", 6)]), 8), None);
         assert_eq!(mergeable(&ClaimKinds::All, 12), None);
-        // The kind '' has series heads, claimed in a transaction of their own.
+        // The kind '' is a statement of its own.
         assert_eq!(mergeable(&ClaimKinds::one(""), 12), None);
     }
 

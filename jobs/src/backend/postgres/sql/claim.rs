@@ -45,6 +45,15 @@ pub(in crate::backend::postgres) enum Settled {
 /// One job a claim leased: id, payload, attempt, run_at, spec.
 pub(in crate::backend::postgres) type Leased = (String, Vec<u8>, u32, u64, Spec);
 
+/// A due series head a claim listed: its job id, kind and priority as its row had them,
+/// for the series step (`series.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::backend::postgres) struct Head {
+    pub(in crate::backend::postgres) id: String,
+    pub(in crate::backend::postgres) kind: String,
+    pub(in crate::backend::postgres) priority: i16,
+}
+
 /// One row of a claim's answer.
 #[derive(Debug)]
 pub(in crate::backend::postgres) struct ClaimRows {
@@ -53,8 +62,9 @@ pub(in crate::backend::postgres) struct ClaimRows {
     pub(in crate::backend::postgres) died: u64,
     pub(in crate::backend::postgres) next_due: Option<u64>,
     pub(in crate::backend::postgres) paused: bool,
-    /// Series heads due, left to the series step (`series.rs`).
-    pub(in crate::backend::postgres) heads: Vec<String>,
+    /// Series heads due of the claimed kinds (at most the claim's `max`), highest priority
+    /// first, left to the series step (`series.rs`).
+    pub(in crate::backend::postgres) heads: Vec<Head>,
     /// A gate of the claimed kinds has a timer due (a rate window ended): for
     /// [`Sql::gate_timers`].
     pub(in crate::backend::postgres) timers: bool,
@@ -114,10 +124,14 @@ impl ClaimSql {
         // jobs, not the backlog.
         //
         // Series heads are left to the series step (`series.rs`), which moves the series
-        // in the same transaction as the claim of its head; they are plain jobs (kind
-        // '', priority 0), so while one is due `due` leaves out the levels below 0 and the
-        // room is the heads' (strict priority; the consumer looks again at once after
-        // them). A plain claim's next due time reads a bounded window (`next_level`). The kill and the lease find the picked rows by `ctid` (the version the pick
+        // in the same transaction as the claim of its head; `heads` lists the first `$2` due
+        // ones of the claimed kinds in `series_by_head` order (by their job row's kind,
+        // which the series made them with: one primary-key probe per due series, a
+        // `LATERAL … LIMIT 1`; as a join, the generic plan hashed the kind's whole due
+        // backlog, and ordered by priority it read every due series, by a seq scan) with
+        // their priority (the caller takes the highest first), and while one is due `due` leaves out the levels
+        // below its priority (of its kind, for a set of kinds) and the room is the heads'
+        // (strict priority; the consumer looks again at once after them). A plain claim's next due time reads a bounded window (`next_level`). The kill and the lease find the picked rows by `ctid` (the version the pick
         // locked), a TID scan whatever the statistics say: joined on (queue, id) alone, a
         // queue the table's statistics do not know yet (new since the last ANALYZE) was
         // estimated at one row, and the planner scanned the whole queue once per picked
@@ -165,12 +179,6 @@ impl ClaimSql {
         let claim = |kinds: Option<Kinds>| {
             // `None`: a set of kinds, `$6` and their rooms `$7` (`claim_set` below).
             let kj = kinds.map_or_else(|| SET_ROWS.to_owned(), |k| k.rows("j"));
-            // Series heads are of the kind '': a claim of a named kind leaves them.
-            let heads = match kinds {
-                Some(Kinds::Named) => "AND false",
-                None => "AND '' = ANY($6::text[])",
-                Some(_) => "",
-            };
             let (levels, due, picked, next_level) = match kinds {
                 Some(kinds) => (
                     super::levels(jobs, kinds),
@@ -182,7 +190,7 @@ impl ClaimSql {
                          AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
                          AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
                          ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED) d \
-                         WHERE l.lvl IS NOT NULL AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads)) LIMIT $2)",
+                         WHERE l.lvl IS NOT NULL AND l.lvl >= (SELECT {HEADS_FLOOR} FROM heads h) LIMIT $2)",
                         head = not_head(series, "j.id"),
                         next_j = has_next("j"),
                     ),
@@ -259,8 +267,12 @@ impl ClaimSql {
                 "WITH RECURSIVE now AS (SELECT {NOW} AS t), \
                  paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
                  {levels}, \
-                 heads AS (SELECT s.head_id FROM {series} s WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) \
-                   AND NOT (SELECT p FROM paused) {heads} ORDER BY s.head LIMIT $2), \
+                 heads AS (SELECT s.head_id, j.kind, j.priority FROM {series} s \
+                   CROSS JOIN LATERAL (SELECT j.kind, j.priority FROM {jobs} j \
+                   WHERE j.queue = $1 AND j.id = s.head_id \
+                   AND j.token IS NULL AND NOT j.waiting {kj} AND j.run_at <= (SELECT t FROM now) LIMIT 1) j \
+                   WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
+                   ORDER BY s.head LIMIT $2), \
                  {expired}, {due}, {picked}, \
                  gk AS (SELECT p.id, j.kind, j.key, {gated_j} AS gated, j.next_kind, j.next_key, \
                    {gated_nj} AS ngated, NOT p.expired OR p.attempt >= coalesce(p.most, $5) AS starts, \
@@ -315,7 +327,7 @@ impl ClaimSql {
                    LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
                    (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed), \
                    (SELECT t FROM timer)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
-                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM heads \
+                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, kind, priority, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM heads \
                  UNION ALL SELECT 4, NULL, NULL, NULL, t, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM timer \
                    WHERE t <= (SELECT t FROM now){by_kind}",
                 until = later("coalesce(j.lease, $3)"),
@@ -419,6 +431,10 @@ impl ClaimSql {
     }
 }
 
+/// The lowest priority level a claim reads given the due series heads `h` it lists (of a
+/// kind, for a set of kinds): theirs, if any (strict priority: the room left is theirs).
+const HEADS_FLOOR: &str = "coalesce(max(h.priority), -32768)";
+
 /// The condition on a row of `jobs` (alias `j`) of a claim of a set of kinds (`$6`).
 const SET_ROWS: &str = "AND j.kind = ANY($6::text[])";
 
@@ -469,7 +485,7 @@ fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
         format!(
             "SELECT x.* FROM levels l CROSS JOIN LATERAL {pick} x \
              WHERE l.kind = ks.kind AND {kind} AND l.lvl IS NOT NULL \
-             AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads))",
+             AND l.lvl >= (SELECT {HEADS_FLOOR} FROM heads h WHERE h.kind = ks.kind)",
             pick = pick(rows),
         )
     };
@@ -620,9 +636,16 @@ impl Sql {
                     db(r.try_get::<Option<i64>, _>(4))?.map(dec),
                 )),
                 6 => out.next_other = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
-                _ => out.heads.push(db(r.try_get(1))?),
+                _ => out.heads.push(Head {
+                    id: db(r.try_get(1))?,
+                    kind: db(r.try_get(5))?,
+                    priority: db(r.try_get(6))?,
+                }),
             }
         }
+        // Claimed highest priority first; the sort is stable, so within a priority in the
+        // order the statement listed them (earliest first, as its Append reads `heads`).
+        out.heads.sort_by_key(|h| std::cmp::Reverse(h.priority));
         Ok(out)
     }
 
@@ -798,9 +821,15 @@ mod tests {
         // Expired leases count in a kind's room, and the total is $2.
         assert!(set.contains("PARTITION BY b.kind"), "{set}");
         assert!(set.contains("WHERE c.nth <= ks.room"), "{set}");
-        // Series heads only when the kind '' is claimed.
+        // Series heads of the claimed kinds, each kind's holding back its own levels.
         assert!(
-            set.contains("AND '' = ANY($6::text[]) ORDER BY s.head"),
+            set.contains(
+                "AND j.kind = ANY($6::text[]) AND j.run_at <= (SELECT t FROM now) LIMIT 1) j"
+            ),
+            "{set}"
+        );
+        assert!(
+            set.contains("AND l.lvl >= (SELECT coalesce(max(h.priority), -32768) FROM heads h WHERE h.kind = ks.kind)"),
             "{set}"
         );
     }
@@ -870,14 +899,24 @@ mod tests {
 
     #[test]
     fn due_series_heads_hold_back_the_levels_below_theirs() {
-        for kinds in [Kinds::All, Kinds::Plain] {
+        for (kinds, rows) in [
+            (Kinds::All, ""),
+            (Kinds::Plain, "AND j.kind = ''"),
+            (Kinds::Named, "AND j.kind = $6 AND j.kind <> ''"),
+        ] {
             let text = claim_text(kinds);
             assert!(
-                text.contains("AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads)) LIMIT $2)"),
+                text.contains(
+                    "WHERE l.lvl IS NOT NULL AND l.lvl >= (SELECT coalesce(max(h.priority), -32768) FROM heads h) LIMIT $2)"
+                ),
                 "{text}"
             );
+            // The heads of the claimed kinds, by their row's kind, with their priority.
+            let heads = format!(
+                "AND j.token IS NULL AND NOT j.waiting {rows} AND j.run_at <= (SELECT t FROM now) LIMIT 1) j"
+            );
+            assert!(text.contains(&heads), "{kinds:?}: {text}");
+            assert!(text.contains("SELECT 3, head_id, NULL, NULL, NULL, kind, priority,"));
         }
-        let named = claim_text(Kinds::Named);
-        assert!(named.contains("AND false ORDER BY s.head"), "{named}");
     }
 }

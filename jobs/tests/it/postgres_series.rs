@@ -1,0 +1,367 @@
+//! Recurring series of a kind on PostgreSQL (feature `postgres`): a series a version-3
+//! schema stored (its spec columns NULL) after the upgrade to version 4, and the heads of a
+//! kind claimed by a claim of several kinds, unmerged (`worker()`) and merged (two loops'
+//! claims in one statement).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use wheel_jobs::sqlx::{self, Executor, Row};
+use wheel_jobs::{Builder, CatchUp, JobOptions, JobQueue, Recurrence, RecurringOptions};
+
+use crate::postgres::{fresh, pool, url};
+use crate::support::{next, Harness};
+
+/// The id of the occurrence of `name` at `at`.
+fn occurrence(name: &str, at: SystemTime) -> String {
+    format!("{name}@{}", jiff::Timestamp::try_from(at).unwrap())
+}
+
+/// The schema `schema` as version 3 of the library left it, made from its own files; its
+/// quoted name.
+async fn version_3(pool: &sqlx::PgPool, schema: &str) -> String {
+    let quoted = format!("\"{schema}\"");
+    let mut v3 = format!(
+        "CREATE SCHEMA {quoted}; \
+         CREATE TABLE {quoted}.schema_version (id integer PRIMARY KEY CHECK (id = 1), version integer NOT NULL); \
+         INSERT INTO {quoted}.schema_version VALUES (1, 3);"
+    );
+    for file in [
+        include_str!("../../src/backend/postgres/migrations/0001_jobs.sql"),
+        include_str!("../../src/backend/postgres/migrations/0002_wake_soon.sql"),
+        include_str!("../../src/backend/postgres/migrations/0003_kinds.sql"),
+    ] {
+        v3.push_str(&file.replace("{schema}", &quoted));
+    }
+    pool.execute(v3.as_str()).await.unwrap();
+    quoted
+}
+
+/// The spec columns of the series `name` and of its head's job row: (kind, priority, all
+/// options NULL) each.
+async fn stored(pool: &sqlx::PgPool, quoted: &str, name: &str) -> [(String, i16, bool); 2] {
+    let nulls =
+        "max_attempts IS NULL AND backoff_first IS NULL AND backoff_max IS NULL AND lease IS NULL";
+    let series = sqlx::query(&format!(
+        "SELECT kind, priority, {nulls}, head_id FROM {quoted}.series WHERE name = $1"
+    ))
+    .bind(name)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let head: String = series.get(3);
+    let job = sqlx::query(&format!(
+        "SELECT kind, priority, {nulls} FROM {quoted}.jobs WHERE id = $1"
+    ))
+    .bind(&head)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    [
+        (series.get(0), series.get(1), series.get(2)),
+        (job.get(0), job.get(1), job.get(2)),
+    ]
+}
+
+/// A series stored by version 3 (its row and its head as that version wrote them) reads,
+/// after the upgrade to version 4, as a series of the kind `""` with the reading handle's
+/// plain spec; its head is claimed by a plain consumer, which makes the next occurrence as
+/// version 3 did (options NULL: whichever handle reads it, its own). Set again with a kind,
+/// it stores every option.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_3_series_upgrades_and_runs_with_the_plain_spec() {
+    let schema = fresh("wj_v3");
+    let pool = pool().await;
+    let quoted = version_3(&pool, &schema).await;
+    let every = Recurrence::every(Duration::from_secs(1)).unwrap();
+    // Due a second ago, on the recurrence's grid.
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 1;
+    let head = UNIX_EPOCH + Duration::from_secs(secs);
+    let head_ns = i64::try_from(secs).unwrap() * 1_000_000_000;
+    let head_id = occurrence("tick", head);
+    // As version 3's `series.rs` wrote them (`save`, `insert_job`); catch-up All { max: 100 }.
+    sqlx::query(&format!(
+        "INSERT INTO {quoted}.series (queue, name, runs, head, head_id, last, rule, payload) \
+         VALUES ('orders', 'tick', 100, $1, $2, NULL, $3, 't'); \
+         "
+    ))
+    .bind(head_ns)
+    .bind(&head_id)
+    .bind(every.to_string())
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO {quoted}.jobs (queue, id, run_at, payload) VALUES ('orders', $1, $2, 't')"
+    ))
+    .bind(&head_id)
+    .bind(head_ns)
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let open = |attempts: u32| {
+        let schema = schema.clone();
+        async move {
+            let mut builder = Builder::new();
+            builder
+                .postgres_schema(&schema)
+                .max_attempts(attempts)
+                .lease(Duration::from_secs(30));
+            builder.postgres(&url(), "orders").await.unwrap()
+        }
+    };
+    let queue = open(3).await;
+    let version: i32 = sqlx::query(&format!("SELECT version FROM {quoted}.schema_version"))
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 4);
+    let plain = (String::new(), 0, true);
+    assert_eq!(
+        stored(&pool, &quoted, "tick").await,
+        [plain.clone(), plain.clone()]
+    );
+    let info = queue.list_recurring().await.unwrap().remove(0);
+    assert_eq!(
+        (info.kind(), info.priority(), info.max_attempts()),
+        ("", 0, 3)
+    );
+    assert_eq!(info.next_run(), Some(head));
+    assert_eq!(info.catch_up(), CatchUp::All { max: 100 });
+
+    let mut consumer = queue.consume();
+    let d = next(&mut consumer).await;
+    assert_eq!((d.id(), d.kind(), d.priority()), (head_id.as_str(), "", 0));
+    assert!(d.ack().await.unwrap());
+    drop(consumer);
+    // The claim moved the series; its new head is made as version 3 made it.
+    let info = queue.list_recurring().await.unwrap().remove(0);
+    let next_head = head + Duration::from_secs(1);
+    assert!(
+        info.next_run().unwrap() >= next_head,
+        "{:?}",
+        info.next_run()
+    );
+    assert_eq!(info.last_run(), Some(head));
+    assert_eq!(stored(&pool, &quoted, "tick").await, [plain.clone(), plain]);
+    let job = queue
+        .get(&occurrence("tick", info.next_run().unwrap()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((job.kind(), job.max_attempts()), ("", 3));
+    // Another handle's plain spec is what it reads.
+    let other = open(5).await;
+    assert_eq!(other.list_recurring().await.unwrap()[0].max_attempts(), 5);
+    other.close().await.unwrap();
+
+    // Set again with a kind: every option stored, on the kept head too.
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("a").priority(2).max_attempts(4))
+        .catch_up(CatchUp::All { max: 100 });
+    queue
+        .schedule_recurring_with("tick", every, "t", options)
+        .await
+        .unwrap();
+    let kind = ("a".to_owned(), 2, false);
+    assert_eq!(stored(&pool, &quoted, "tick").await, [kind.clone(), kind]);
+    let info = queue.list_recurring().await.unwrap().remove(0);
+    assert_eq!(
+        (info.kind(), info.priority(), info.max_attempts()),
+        ("a", 2, 4)
+    );
+    queue.close().await.unwrap();
+    pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}
+
+/// A series of the kind `a` (priority 3, one claim of each occurrence moving it) beside a
+/// job of the kind `b`: a `worker()` of both kinds, whose claim names two kinds (a
+/// statement of a set of kinds, not merged: its kinds' rooms exceed its slots), hands the
+/// occurrences to `a`'s handler and the job to `b`'s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_of_two_kinds_claims_a_series_of_one_of_them() {
+    let harness = crate::support::postgres::harness();
+    let queue = harness.open(&Builder::new()).await.unwrap();
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("a").priority(3))
+        .catch_up(CatchUp::All { max: 100 });
+    let every = Recurrence::every(Duration::from_millis(500)).unwrap();
+    queue
+        .schedule_recurring_with("tick", every, "t", options)
+        .await
+        .unwrap();
+    queue
+        .schedule_with("b:1", Duration::ZERO, "b", &JobOptions::kind("b"))
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let handler = |kind: &'static str| {
+        let tx = tx.clone();
+        move |d: wheel_jobs::Delivery| {
+            tx.send((kind, d.id().to_owned(), d.kind().to_owned(), d.priority()))
+                .unwrap();
+            async { Ok::<(), String>(()) }
+        }
+    };
+    let worker = queue
+        .worker()
+        .kind("a", handler("a"))
+        .kind("b", handler("b"))
+        .run(4);
+    let worker = tokio::spawn(worker);
+    let (mut ticks, mut b) = (Vec::new(), false);
+    while ticks.len() < 3 || !b {
+        let (handler, id, kind, priority) =
+            tokio::time::timeout(Duration::from_secs(60), rx.recv())
+                .await
+                .expect("the worker ran the series and the job")
+                .unwrap();
+        assert_eq!(handler, kind, "{id}");
+        if kind == "a" {
+            assert!(id.starts_with("tick@"), "{id}");
+            assert_eq!(priority, 3, "{id}");
+            ticks.push(id);
+        } else {
+            assert_eq!(id, "b:1");
+            b = true;
+        }
+    }
+    let mut distinct = ticks.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), ticks.len(), "{ticks:?}");
+    queue.close().await.unwrap();
+    worker.await.unwrap().unwrap();
+}
+
+/// The leased jobs of `queue` (schema `wheel_jobs`) and their tokens, by id.
+async fn tokens(queue: &str) -> Vec<(String, i64)> {
+    sqlx::query(
+        "SELECT id, token FROM wheel_jobs.jobs WHERE queue = $1 AND token IS NOT NULL ORDER BY id",
+    )
+    .bind(queue)
+    .fetch_all(&pool().await)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// The claims of two loops of one handle, of the kinds `a` and `b`, in flight together are
+/// one statement (one token, as `postgres_kinds.rs` shows for ordinary jobs): the due head
+/// of a series of the kind `a` is claimed by it, in its heads' step, delivered to `a`'s
+/// loop and leased under that statement's token, and the series moves.
+#[tokio::test]
+async fn a_merged_claim_of_two_kinds_claims_a_series_head_of_one_of_them() {
+    let harness = crate::support::postgres::harness();
+    let queue: JobQueue = harness.open(&Builder::new()).await.unwrap();
+    let every = Recurrence::every(Duration::from_secs(1)).unwrap();
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("a").priority(-2))
+        .catch_up(CatchUp::All { max: 100 });
+    queue
+        .schedule_recurring_with("tick", every, "t", options)
+        .await
+        .unwrap();
+    let first = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let head = occurrence("tick", first);
+    queue
+        .schedule_with("b:1", Duration::ZERO, "b", &JobOptions::kind("b"))
+        .await
+        .unwrap();
+    queue
+        .schedule_with("w:1", Duration::ZERO, "w", &JobOptions::kind("w"))
+        .await
+        .unwrap();
+    if let Ok(wait) = first.duration_since(SystemTime::now()) {
+        tokio::time::sleep(wait + Duration::from_millis(50)).await;
+    }
+    // The handle's first claim folds the counters before it is sent: done here.
+    let w = queue.consume_kind("w").next().await.unwrap().unwrap();
+    w.ack().await.unwrap();
+    let mut a = queue.consume_kind("a");
+    let mut b = queue.consume_kind("b");
+    let mut b_next = Box::pin(b.next());
+    std::future::poll_fn(|cx| {
+        assert!(std::future::Future::poll(b_next.as_mut(), cx).is_pending());
+        std::task::Poll::Ready(())
+    })
+    .await;
+    // Sent while b's waits unsent (current-thread runtime): the batcher takes both.
+    let tick = a.next().await.unwrap().unwrap();
+    assert_eq!(
+        (tick.id(), tick.kind(), tick.priority()),
+        (head.as_str(), "a", -2)
+    );
+    assert_eq!(b_next.await.unwrap().unwrap().id(), "b:1");
+    let leased = tokens(harness.queue()).await;
+    let ids: Vec<&str> = leased.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["b:1", head.as_str()]);
+    assert_eq!(leased[0].1, leased[1].1, "one statement, one token");
+    let info = queue.list_recurring().await.unwrap().remove(0);
+    assert_eq!(info.last_run(), Some(first));
+    assert!(info.next_run().unwrap() > first);
+    let pending = queue
+        .get(&occurrence("tick", info.next_run().unwrap()))
+        .await
+        .unwrap()
+        .expect("the claim made the next occurrence");
+    assert_eq!((pending.kind(), pending.priority()), ("a", -2));
+    queue.close().await.unwrap();
+}
+
+/// A series of a kind whose head waited past later occurrences under `CatchUp::Latest`:
+/// the first claim of its kind skips to the latest due occurrence, which the series makes
+/// then with its own spec, and delivers it to that claim; the occurrence after it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_to_a_later_occurrence_keeps_the_series_kind() {
+    let harness = crate::support::postgres::harness();
+    let queue = harness.open(&Builder::new()).await.unwrap();
+    let period = Duration::from_millis(500);
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("a").priority(4).max_attempts(2))
+        .catch_up(CatchUp::Latest);
+    queue
+        .schedule_recurring_with("tick", Recurrence::every(period).unwrap(), "t", options)
+        .await
+        .unwrap();
+    let first = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    // Three periods past the head: two later occurrences are due too.
+    let late = first + period * 3 + Duration::from_millis(100);
+    if let Ok(wait) = late.duration_since(SystemTime::now()) {
+        tokio::time::sleep(wait).await;
+    }
+    let mut consumer = queue.consume_kind("a");
+    let d = next(&mut consumer).await;
+    assert!(d.run_at() > first, "{} is the head, not the latest", d.id());
+    assert_eq!((d.kind(), d.priority()), ("a", 4));
+    let job = queue.get(d.id()).await.unwrap().unwrap();
+    assert_eq!(job.max_attempts(), 2);
+    assert!(d.ack().await.unwrap());
+    assert!(queue
+        .get(&occurrence("tick", first))
+        .await
+        .unwrap()
+        .is_none());
+    let info = queue.list_recurring().await.unwrap().remove(0);
+    assert_eq!(info.last_run(), Some(d.run_at()));
+    let pending = queue
+        .get(&occurrence("tick", info.next_run().unwrap()))
+        .await
+        .unwrap()
+        .expect("the next occurrence");
+    assert_eq!(
+        (pending.kind(), pending.priority(), pending.max_attempts()),
+        ("a", 4, 2)
+    );
+    drop(consumer);
+    queue.close().await.unwrap();
+}
