@@ -277,14 +277,3 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
         None
     }
 }
-
-/// SEAM (series-kind branch, removed before merge): refuses a series spec other than the
-/// plain one until each backend stores it.
-pub(crate) fn not_yet(spec: &Spec) -> Result<(), Error> {
-    if spec.kind.is_empty() && spec.priority == 0 {
-        return Ok(());
-    }
-    Err(Error::invalid_input(
-        "recurring series of a kind or priority are not stored by this backend yet",
-    ))
-}
