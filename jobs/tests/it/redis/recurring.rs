@@ -294,3 +294,35 @@ async fn after_a_downtime_the_occurrences_a_claim_makes_keep_the_series_spec() {
         q.close().await.unwrap();
     }
 }
+
+/// Another process's idle consumer of kind `y` (a safety wakeup far past the test's wait)
+/// is woken when a set of the same recurrence moves the series' pending head from kind `x`
+/// into `y`'s due set, where it is the first (`recurring_set.lua` publishes its score):
+/// without the wake, it would sleep until its safety wakeup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_moving_a_head_into_another_kind_wakes_that_kinds_idle_consumer() {
+    let server = RedisServer::start();
+    let a = open(&server, |_| {}).await;
+    let b = open(&server, |b| {
+        b.safety_wakeup(Duration::from_secs(120));
+    })
+    .await;
+    let every = Recurrence::every(Duration::from_secs(2)).unwrap();
+    a.schedule_recurring_with("s", every.clone(), "p", RecurringOptions::kind("x"))
+        .await
+        .unwrap();
+    let mut y = b.consume_kind("y");
+    // b's consumer finds nothing of its kind and goes idle.
+    assert!(tokio::time::timeout(ms(300), y.next()).await.is_err());
+    a.schedule_recurring_with("s", every, "p", RecurringOptions::kind("y"))
+        .await
+        .unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(20), next(&mut y))
+        .await
+        .expect("b's idle consumer of y never woke for the moved head");
+    assert_eq!((d.kind(), d.id().split_once('@').unwrap().0), ("y", "s"));
+    assert!(d.ack().await.unwrap());
+    drop(y);
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
