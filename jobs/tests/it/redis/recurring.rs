@@ -326,3 +326,71 @@ async fn a_set_moving_a_head_into_another_kind_wakes_that_kinds_idle_consumer() 
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// The members of the queue's `levels` set (`lua/kinds.lua`), space-separated.
+fn levels(server: &RedisServer) -> String {
+    server
+        .cli(&["ZRANGE", "{orders}:levels", "0", "-1"])
+        .replace('\n', " ")
+}
+
+/// `field` of the queue's counters hash, "" if it has none.
+fn counter(server: &RedisServer, field: &str) -> String {
+    server.cli(&["HGET", "{orders}:counts", field])
+}
+
+/// Cancelling a series of a kind takes its head out of its level's due set, and with it
+/// the level's entry in `levels` and the kind's pending counter (a counter at 0 goes); so
+/// does a set moving it to the plain level, and a set of another recurrence moving it to
+/// another kind and priority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_series_of_a_kind_leaves_no_level_and_no_counter_of_it() {
+    let server = RedisServer::start();
+    let q = open(&server, |_| {}).await;
+    let hourly = Recurrence::every(Duration::from_secs(3600)).unwrap();
+    // A kind holding the record's and the tail's separators.
+    let options = RecurringOptions::new().options(JobOptions::kind("a|b:c").priority(2));
+    q.schedule_recurring_with("s", hourly.clone(), "p", options)
+        .await
+        .unwrap();
+    assert_eq!(levels(&server), "d:2:a|b:c");
+    assert_eq!(counter(&server, "pending:a|b:c"), "1");
+    assert!(q.cancel_recurring("s").await.unwrap());
+    assert_eq!(levels(&server), "");
+    assert_eq!(server.cli(&["EXISTS", "{orders}:due:2:a|b:c"]), "0");
+    assert_eq!(counter(&server, "pending:a|b:c"), "");
+    assert_eq!(counter(&server, "pending"), "0");
+
+    // Set again, moved to the plain level by a set of the same recurrence.
+    let options = RecurringOptions::new().options(JobOptions::kind("a|b:c").priority(2));
+    q.schedule_recurring_with("s", hourly.clone(), "p", options)
+        .await
+        .unwrap();
+    q.schedule_recurring_with("s", hourly, "p", CatchUp::Latest)
+        .await
+        .unwrap();
+    assert_eq!(levels(&server), "");
+    assert_eq!(counter(&server, "pending:a|b:c"), "");
+    assert_eq!(server.cli(&["ZCARD", "{orders}:due"]), "1");
+    // Another recurrence, of another kind and priority.
+    let options = RecurringOptions::new().options(JobOptions::kind("y").priority(-3));
+    let two_hours = Recurrence::every(Duration::from_secs(7200)).unwrap();
+    q.schedule_recurring_with("s", two_hours, "p", options)
+        .await
+        .unwrap();
+    assert_eq!(levels(&server), "d:-3:y");
+    assert_eq!(server.cli(&["ZCARD", "{orders}:due"]), "0");
+    assert_eq!(
+        (counter(&server, "pending:y"), counter(&server, "pending")),
+        ("1".into(), "1".into())
+    );
+    assert!(q.cancel_recurring("s").await.unwrap());
+    assert_eq!(levels(&server), "");
+    assert_eq!(server.cli(&["EXISTS", "{orders}:due:-3:y"]), "0");
+    assert_eq!(counter(&server, "pending:y"), "");
+    assert_eq!(counter(&server, "pending"), "0");
+    let counts = q.counts().await.unwrap();
+    assert_eq!(counts.pending, 0);
+    assert!(counts.kinds.is_empty(), "{:?}", counts.kinds);
+    q.close().await.unwrap();
+}
