@@ -394,3 +394,51 @@ async fn cancelling_a_series_of_a_kind_leaves_no_level_and_no_counter_of_it() {
     assert!(counts.kinds.is_empty(), "{:?}", counts.kinds);
     q.close().await.unwrap();
 }
+
+/// A copy (`JobQueue::copy_to`) of a queue holding a series of a kind into another Redis
+/// queue: the destination's series keeps the kind, priority, attempts and catch-up, and its
+/// head, one job of that spec, sits in the due set of that kind and priority at the
+/// source's score, counted pending of the kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_into_redis_keeps_a_series_kind_and_its_heads_due_set() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let source = open(&a, |_| {}).await;
+    let dest = open(&b, |_| {}).await;
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("digest").priority(4).max_attempts(2))
+        .catch_up(CatchUp::None);
+    let hourly = Recurrence::every(Duration::from_secs(3600)).unwrap();
+    source
+        .schedule_recurring_with("s", hourly, "p", options)
+        .await
+        .unwrap();
+    source.pause().await.unwrap();
+    source.copy_to(&dest).await.unwrap();
+    let was = source.list_recurring().await.unwrap().remove(0);
+    let info = dest.list_recurring().await.unwrap().remove(0);
+    assert_eq!(
+        (info.kind(), info.priority(), info.max_attempts()),
+        ("digest", 4, 2)
+    );
+    assert_eq!(info.catch_up(), CatchUp::None);
+    assert_eq!(info.next_run(), was.next_run());
+    let id = occurrence("s", info.next_run().unwrap());
+    let head = dest.get(&id).await.unwrap().expect("the copied head");
+    assert_eq!(
+        (head.kind(), head.priority(), head.max_attempts()),
+        ("digest", 4, 2)
+    );
+    assert_eq!(levels(&b), "d:4:digest");
+    let due = |server: &RedisServer| {
+        server.cli(&["ZRANGE", "{orders}:due:4:digest", "0", "-1", "WITHSCORES"])
+    };
+    assert_eq!(due(&b), due(&a));
+    assert!(due(&b).starts_with(&format!("{id}\n")), "{}", due(&b));
+    assert_eq!(b.cli(&["ZCARD", "{orders}:due"]), "0");
+    assert_eq!(
+        (counter(&b, "pending:digest"), counter(&b, "pending")),
+        ("1".into(), "1".into())
+    );
+    source.close().await.unwrap();
+    dest.close().await.unwrap();
+}
