@@ -294,3 +294,151 @@ async fn after_a_downtime_the_occurrences_a_claim_makes_keep_the_series_spec() {
         q.close().await.unwrap();
     }
 }
+
+/// Another process's idle consumer of kind `y` (a safety wakeup far past the test's wait)
+/// is woken when a set of the same recurrence moves the series' pending head from kind `x`
+/// into `y`'s due set, where it is the first (`recurring_set.lua` publishes its score):
+/// without the wake, it would sleep until its safety wakeup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_moving_a_head_into_another_kind_wakes_that_kinds_idle_consumer() {
+    let server = RedisServer::start();
+    let a = open(&server, |_| {}).await;
+    let b = open(&server, |b| {
+        b.safety_wakeup(Duration::from_secs(120));
+    })
+    .await;
+    let every = Recurrence::every(Duration::from_secs(2)).unwrap();
+    a.schedule_recurring_with("s", every.clone(), "p", RecurringOptions::kind("x"))
+        .await
+        .unwrap();
+    let mut y = b.consume_kind("y");
+    // b's consumer finds nothing of its kind and goes idle.
+    assert!(tokio::time::timeout(ms(300), y.next()).await.is_err());
+    a.schedule_recurring_with("s", every, "p", RecurringOptions::kind("y"))
+        .await
+        .unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(20), next(&mut y))
+        .await
+        .expect("b's idle consumer of y never woke for the moved head");
+    assert_eq!((d.kind(), d.id().split_once('@').unwrap().0), ("y", "s"));
+    assert!(d.ack().await.unwrap());
+    drop(y);
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// The members of the queue's `levels` set (`lua/kinds.lua`), space-separated.
+fn levels(server: &RedisServer) -> String {
+    server
+        .cli(&["ZRANGE", "{orders}:levels", "0", "-1"])
+        .replace('\n', " ")
+}
+
+/// `field` of the queue's counters hash, "" if it has none.
+fn counter(server: &RedisServer, field: &str) -> String {
+    server.cli(&["HGET", "{orders}:counts", field])
+}
+
+/// Cancelling a series of a kind takes its head out of its level's due set, and with it
+/// the level's entry in `levels` and the kind's pending counter (a counter at 0 goes); so
+/// does a set moving it to the plain level, and a set of another recurrence moving it to
+/// another kind and priority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_series_of_a_kind_leaves_no_level_and_no_counter_of_it() {
+    let server = RedisServer::start();
+    let q = open(&server, |_| {}).await;
+    let hourly = Recurrence::every(Duration::from_secs(3600)).unwrap();
+    // A kind holding the record's and the tail's separators.
+    let options = RecurringOptions::new().options(JobOptions::kind("a|b:c").priority(2));
+    q.schedule_recurring_with("s", hourly.clone(), "p", options)
+        .await
+        .unwrap();
+    assert_eq!(levels(&server), "d:2:a|b:c");
+    assert_eq!(counter(&server, "pending:a|b:c"), "1");
+    assert!(q.cancel_recurring("s").await.unwrap());
+    assert_eq!(levels(&server), "");
+    assert_eq!(server.cli(&["EXISTS", "{orders}:due:2:a|b:c"]), "0");
+    assert_eq!(counter(&server, "pending:a|b:c"), "");
+    assert_eq!(counter(&server, "pending"), "0");
+
+    // Set again, moved to the plain level by a set of the same recurrence.
+    let options = RecurringOptions::new().options(JobOptions::kind("a|b:c").priority(2));
+    q.schedule_recurring_with("s", hourly.clone(), "p", options)
+        .await
+        .unwrap();
+    q.schedule_recurring_with("s", hourly, "p", CatchUp::Latest)
+        .await
+        .unwrap();
+    assert_eq!(levels(&server), "");
+    assert_eq!(counter(&server, "pending:a|b:c"), "");
+    assert_eq!(server.cli(&["ZCARD", "{orders}:due"]), "1");
+    // Another recurrence, of another kind and priority.
+    let options = RecurringOptions::new().options(JobOptions::kind("y").priority(-3));
+    let two_hours = Recurrence::every(Duration::from_secs(7200)).unwrap();
+    q.schedule_recurring_with("s", two_hours, "p", options)
+        .await
+        .unwrap();
+    assert_eq!(levels(&server), "d:-3:y");
+    assert_eq!(server.cli(&["ZCARD", "{orders}:due"]), "0");
+    assert_eq!(
+        (counter(&server, "pending:y"), counter(&server, "pending")),
+        ("1".into(), "1".into())
+    );
+    assert!(q.cancel_recurring("s").await.unwrap());
+    assert_eq!(levels(&server), "");
+    assert_eq!(server.cli(&["EXISTS", "{orders}:due:-3:y"]), "0");
+    assert_eq!(counter(&server, "pending:y"), "");
+    assert_eq!(counter(&server, "pending"), "0");
+    let counts = q.counts().await.unwrap();
+    assert_eq!(counts.pending, 0);
+    assert!(counts.kinds.is_empty(), "{:?}", counts.kinds);
+    q.close().await.unwrap();
+}
+
+/// A copy (`JobQueue::copy_to`) of a queue holding a series of a kind into another Redis
+/// queue: the destination's series keeps the kind, priority, attempts and catch-up, and its
+/// head, one job of that spec, sits in the due set of that kind and priority at the
+/// source's score, counted pending of the kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_into_redis_keeps_a_series_kind_and_its_heads_due_set() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let source = open(&a, |_| {}).await;
+    let dest = open(&b, |_| {}).await;
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("digest").priority(4).max_attempts(2))
+        .catch_up(CatchUp::None);
+    let hourly = Recurrence::every(Duration::from_secs(3600)).unwrap();
+    source
+        .schedule_recurring_with("s", hourly, "p", options)
+        .await
+        .unwrap();
+    source.pause().await.unwrap();
+    source.copy_to(&dest).await.unwrap();
+    let was = source.list_recurring().await.unwrap().remove(0);
+    let info = dest.list_recurring().await.unwrap().remove(0);
+    assert_eq!(
+        (info.kind(), info.priority(), info.max_attempts()),
+        ("digest", 4, 2)
+    );
+    assert_eq!(info.catch_up(), CatchUp::None);
+    assert_eq!(info.next_run(), was.next_run());
+    let id = occurrence("s", info.next_run().unwrap());
+    let head = dest.get(&id).await.unwrap().expect("the copied head");
+    assert_eq!(
+        (head.kind(), head.priority(), head.max_attempts()),
+        ("digest", 4, 2)
+    );
+    assert_eq!(levels(&b), "d:4:digest");
+    let due = |server: &RedisServer| {
+        server.cli(&["ZRANGE", "{orders}:due:4:digest", "0", "-1", "WITHSCORES"])
+    };
+    assert_eq!(due(&b), due(&a));
+    assert!(due(&b).starts_with(&format!("{id}\n")), "{}", due(&b));
+    assert_eq!(b.cli(&["ZCARD", "{orders}:due"]), "0");
+    assert_eq!(
+        (counter(&b, "pending:digest"), counter(&b, "pending")),
+        ("1".into(), "1".into())
+    );
+    source.close().await.unwrap();
+    dest.close().await.unwrap();
+}

@@ -1,7 +1,8 @@
 -- recurring_set.lua: create a recurring series, or replace its recurrence, payload, catch-up
 -- policy, spec and pending occurrence (series.lua, prepended, has the record's layout).
 -- Given the same recurrence, the pending occurrence stays (with the new payload and spec:
--- moved to its new level's due set and kind's counters) and ARGV[5] is unused; given another, an old pending occurrence already due may stay as an ordinary job
+-- moved to its new level's due set and kind's counters) and ARGV[5] is unused; given
+-- another, an old pending occurrence already due may stay as an ordinary job
 -- (jobs/src/series.rs `keeps_due_head`) and the new head is placed from ARGV[5].
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
