@@ -18,11 +18,16 @@ fn spec_for(options: &JobOptions) -> Spec {
 
 /// `every 10ms` from the series `name`, its occurrences made with `spec`.
 fn set_every_10_as(name: &str, spec: Spec) -> Op {
+    set_every_10_under(name, CatchUp::Latest, spec)
+}
+
+/// `every 10ms` from the series `name` under `catch_up`, its occurrences made with `spec`.
+fn set_every_10_under(name: &str, catch_up: CatchUp, spec: Spec) -> Op {
     Op::SetRecurring {
         name: name.to_owned(),
         rule: Recurrence::every(Duration::from_millis(10)).unwrap(),
         payload: b"s".to_vec(),
-        catch_up: CatchUp::Latest,
+        catch_up,
         spec,
     }
 }
@@ -331,4 +336,121 @@ fn a_series_spec_survives_a_crash_by_the_log() {
     let mut store = crash(store, dir.path(), 1);
     assert_eq!(list(&mut store, 123 * MS)[0].spec(), &plain);
     assert_eq!(get(&mut store, &s_at(130), 123 * MS).kind(), "");
+}
+
+/// A job made by hand, payload `mine`, at `id` due at `t` ms, with `spec`.
+fn mine(id: String, t: u64, spec: Spec) -> Op {
+    Op::Schedule(NewJob {
+        id,
+        when: at(t * MS),
+        payload: b"mine".to_vec(),
+        spec,
+        dedup: Dedup::Keep,
+    })
+}
+
+/// The ids and payloads a claim of up to `max` of `kinds` hands out at `now` (each acked at
+/// once, so no lease of theirs ends before a later claim); panics on an error.
+fn claim_payloads(
+    store: &mut Store,
+    max: usize,
+    kinds: ClaimKinds,
+    now: u64,
+) -> Vec<(String, Vec<u8>)> {
+    let mut replies = store
+        .apply_at(vec![Op::Claim { max, kind: kinds }], now)
+        .unwrap_or_else(|err| panic!("the claim at {now} failed: {err}"));
+    let Some(Reply::Claimed(batch, _)) = replies.pop() else {
+        panic!("a claim");
+    };
+    let mut out = Vec::new();
+    for job in batch.jobs {
+        let ack = Op::Ack {
+            id: job.id.clone(),
+            token: job.token,
+        };
+        one(store, ack, now);
+        out.push((job.id, job.payload));
+    }
+    out
+}
+
+/// A head superseded at its first claim under `Latest` or `All` moves to a job made by hand
+/// under a later occurrence's id, due too, and the claim delivers that job in the head's
+/// place; the same claim then meets that job's own due key, which it read before: it skips
+/// it (it leased it already) and does not fail. Of a kind and of the plain group alike, and
+/// every later claim of the kind goes on.
+#[test]
+fn a_claim_skips_the_adopted_occurrence_it_delivered_in_its_heads_place() {
+    let plain = config().defaults().plain().clone();
+    let digest = spec_for(&JobOptions::kind("d"));
+    let all_2 = CatchUp::All { max: 2 };
+    for (spec, catch_up, adopted, then) in [
+        (digest.clone(), CatchUp::Latest, 130, vec![]),
+        (plain.clone(), CatchUp::Latest, 130, vec![]),
+        // `All { max: 2 }` at 135 runs 120 (the hand-made job) and 130, the head made at
+        // 120's delivery.
+        (digest.clone(), all_2, 120, vec![130]),
+        (plain, all_2, 120, vec![130]),
+    ] {
+        let case = format!("{:?} {catch_up:?}", spec.kind);
+        let mut store = store();
+        one(
+            &mut store,
+            mine(s_at(adopted), adopted, spec.clone()),
+            100 * MS,
+        );
+        one(
+            &mut store,
+            set_every_10_under("s", catch_up, spec.clone()),
+            100 * MS,
+        );
+        let mut want = vec![(s_at(adopted), b"mine".to_vec())];
+        want.extend(then.iter().map(|&t| (s_at(t), b"s".to_vec())));
+        let kinds = || ClaimKinds::one(&spec.kind);
+        assert_eq!(
+            claim_payloads(&mut store, 10, kinds(), 135 * MS),
+            want,
+            "{case}"
+        );
+        let info = &list(&mut store, 135 * MS)[0];
+        assert_eq!(
+            info.next_run(),
+            Some(UNIX_EPOCH + Duration::from_millis(140)),
+            "{case}"
+        );
+        assert_eq!(
+            claim_payloads(&mut store, 10, kinds(), 145 * MS),
+            [(s_at(140), b"s".to_vec())],
+            "{case}"
+        );
+        assert_eq!(
+            get(&mut store, &s_at(150), 145 * MS).kind(),
+            spec.kind,
+            "{case}"
+        );
+    }
+}
+
+/// The key the claim skipped does not count in its `max`: it fills it from the due jobs
+/// after it.
+#[test]
+fn a_claim_that_skips_an_adopted_occurrence_still_fills_its_max() {
+    let mut store = store();
+    let digest = spec_for(&JobOptions::kind("d"));
+    one(&mut store, mine(s_at(130), 130, digest.clone()), 100 * MS);
+    one(&mut store, mine("x".into(), 132, digest.clone()), 100 * MS);
+    one(&mut store, mine("y".into(), 133, digest.clone()), 100 * MS);
+    one(&mut store, set_every_10_as("s", digest), 100 * MS);
+    assert_eq!(
+        claim_payloads(&mut store, 2, ClaimKinds::one("d"), 135 * MS),
+        [
+            (s_at(130), b"mine".to_vec()),
+            ("x".into(), b"mine".to_vec())
+        ]
+    );
+    assert_eq!(
+        claim_payloads(&mut store, 2, ClaimKinds::All, 135 * MS),
+        [("y".into(), b"mine".to_vec())]
+    );
 }
