@@ -454,3 +454,48 @@ fn a_claim_that_skips_an_adopted_occurrence_still_fills_its_max() {
         [("y".into(), b"mine".to_vec())]
     );
 }
+
+/// An adopted job keeps what the docs say it keeps: only its kind and priority must be the
+/// series'; it is delivered with its own payload, attempts, backoff and lease, and the next
+/// occurrence the series makes has the series' own.
+#[test]
+fn an_adopted_job_is_delivered_with_its_own_attempts_backoff_and_lease() {
+    let mut store = store();
+    let digest = spec_for(&JobOptions::kind("d").priority(1));
+    let own = Spec {
+        max_attempts: 9,
+        backoff: (Duration::from_millis(7), Duration::from_secs(70)),
+        lease: Duration::from_nanos(25),
+        ..digest.clone()
+    };
+    assert_ne!(
+        (own.max_attempts, own.backoff, own.lease),
+        (digest.max_attempts, digest.backoff, digest.lease)
+    );
+    one(&mut store, mine(s_at(110), 110, own.clone()), 100 * MS);
+    one(&mut store, set_every_10_as("s", digest.clone()), 100 * MS);
+    let op = Op::Claim {
+        max: 10,
+        kind: ClaimKinds::one("d"),
+    };
+    let Reply::Claimed(batch, _) = one(&mut store, op, 112 * MS) else {
+        panic!("a claim");
+    };
+    let ids: Vec<_> = batch.jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, [s_at(110)]);
+    assert_eq!(batch.jobs[0].spec, own);
+    assert_eq!(batch.jobs[0].payload, b"mine");
+    let op = Op::Claim {
+        max: 10,
+        kind: ClaimKinds::one("d"),
+    };
+    let Reply::Claimed(batch, _) = one(&mut store, op, 122 * MS) else {
+        panic!("a claim");
+    };
+    let next = batch
+        .jobs
+        .iter()
+        .find(|j| j.id == s_at(120))
+        .expect("s@120");
+    assert_eq!((&next.spec, &next.payload[..]), (&digest, &b"s"[..]));
+}
