@@ -5,6 +5,7 @@
 use super::*;
 use redb::ReadableDatabase;
 
+use crate::backend::Claimed;
 use crate::core::series::occurrence_id;
 use crate::JobOptions;
 
@@ -349,30 +350,36 @@ fn mine(id: String, t: u64, spec: Spec) -> Op {
     })
 }
 
-/// The ids and payloads a claim of up to `max` of `kinds` hands out at `now` (each acked at
-/// once, so no lease of theirs ends before a later claim); panics on an error.
-fn claim_payloads(
-    store: &mut Store,
-    max: usize,
-    kinds: ClaimKinds,
-    now: u64,
-) -> Vec<(String, Vec<u8>)> {
+/// The jobs a claim of up to `max` of `kinds` hands out at `now`, each acked at once (so
+/// no lease of theirs ends before a later claim); panics on an error.
+fn claim_acked(store: &mut Store, max: usize, kinds: ClaimKinds, now: u64) -> Vec<Claimed> {
     let mut replies = store
         .apply_at(vec![Op::Claim { max, kind: kinds }], now)
         .unwrap_or_else(|err| panic!("the claim at {now} failed: {err}"));
     let Some(Reply::Claimed(batch, _)) = replies.pop() else {
         panic!("a claim");
     };
-    let mut out = Vec::new();
-    for job in batch.jobs {
+    for job in &batch.jobs {
         let ack = Op::Ack {
             id: job.id.clone(),
             token: job.token,
         };
         one(store, ack, now);
-        out.push((job.id, job.payload));
     }
-    out
+    batch.jobs
+}
+
+/// The ids and payloads [`claim_acked`] hands out.
+fn claim_payloads(
+    store: &mut Store,
+    max: usize,
+    kinds: ClaimKinds,
+    now: u64,
+) -> Vec<(String, Vec<u8>)> {
+    claim_acked(store, max, kinds, now)
+        .into_iter()
+        .map(|j| (j.id, j.payload))
+        .collect()
 }
 
 /// A head superseded at its first claim under `Latest` or `All` moves to a job made by hand
@@ -498,4 +505,109 @@ fn an_adopted_job_is_delivered_with_its_own_attempts_backoff_and_lease() {
         .find(|j| j.id == s_at(120))
         .expect("s@120");
     assert_eq!((&next.spec, &next.payload[..]), (&digest, &b"s"[..]));
+}
+
+/// A claim of every kind (`consume()`, `run`) takes a head of a kind at its priority, before
+/// the earlier jobs of lower ones, and its first claim makes the next head of the same kind
+/// and priority.
+#[test]
+fn a_claim_of_every_kind_takes_a_head_of_a_kind_and_the_next_keeps_it() {
+    let mut store = store();
+    let digest = spec_for(&JobOptions::kind("d").priority(2));
+    one(&mut store, set_every_10_as("s", digest.clone()), 100 * MS);
+    one(
+        &mut store,
+        mine("e:1".into(), 101, spec_of_kind("e")),
+        100 * MS,
+    );
+    one(&mut store, schedule("p", at(101 * MS), b"p"), 100 * MS);
+    let got: Vec<_> = claim_acked(&mut store, 10, ClaimKinds::All, 112 * MS)
+        .into_iter()
+        .map(|j| (j.id, j.spec.kind, j.spec.priority))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (s_at(110), "d".into(), 2),
+            ("e:1".into(), "e".into(), 0),
+            ("p".into(), "".into(), 0)
+        ]
+    );
+    let next = get(&mut store, &s_at(120), 112 * MS);
+    assert_eq!(
+        (next.state(), next.kind(), next.priority()),
+        (JobState::Pending, "d", 2)
+    );
+    let again = claim_acked(&mut store, 10, ClaimKinds::All, 122 * MS);
+    assert_eq!(again.len(), 1);
+    assert_eq!((&again[0].id, &again[0].spec), (&s_at(120), &digest));
+}
+
+/// `CatchUp::None` skips with the series' spec: the occurrence it skips to is made of the
+/// series' kind, priority and attempts, whether it is due at the claim (run by it) or
+/// later (left pending).
+#[test]
+fn a_skip_under_none_makes_the_next_head_with_the_series_spec() {
+    let mut store = store();
+    let digest = spec_for(&JobOptions::kind("d").priority(2).max_attempts(3));
+    one(
+        &mut store,
+        set_every_10_under("s", CatchUp::None, digest.clone()),
+        100 * MS,
+    );
+    // At 130 the head (110) is superseded by 120 and 130: `None` skips to 130, due.
+    let got = claim_acked(&mut store, 10, ClaimKinds::one("d"), 130 * MS);
+    assert_eq!(got.len(), 1);
+    assert_eq!((&got[0].id, &got[0].spec), (&s_at(130), &digest));
+    // At 165 the head (140) is superseded: `None` skips to 170, not due.
+    assert!(claim_acked(&mut store, 10, ClaimKinds::one("d"), 165 * MS).is_empty());
+    assert_eq!(
+        one(&mut store, Op::Get { id: s_at(140) }, 165 * MS),
+        Reply::Info(None)
+    );
+    let head = get(&mut store, &s_at(170), 165 * MS);
+    assert_eq!(
+        (
+            head.state(),
+            head.kind(),
+            head.priority(),
+            head.max_attempts()
+        ),
+        (JobState::Pending, "d", 2, 3)
+    );
+    let got = claim_acked(&mut store, 10, ClaimKinds::one("d"), 171 * MS);
+    assert_eq!(got.len(), 1);
+    assert_eq!((&got[0].id, &got[0].spec), (&s_at(170), &digest));
+}
+
+/// Set again with the same recurrence and another priority of the same kind, the kept head
+/// moves to its new level: claimed at it (before a job of the kind between the two
+/// priorities), once, and the next head is made at it too.
+#[test]
+fn set_again_at_another_priority_of_the_kind_moves_the_kept_head() {
+    let mut store = store();
+    let low = spec_for(&JobOptions::kind("d").priority(1));
+    let high = spec_for(&JobOptions::kind("d").priority(5));
+    one(&mut store, set_every_10_as("s", low), 100 * MS);
+    let middle = spec_for(&JobOptions::kind("d").priority(3));
+    one(&mut store, mine("x".into(), 101, middle), 100 * MS);
+    assert_eq!(
+        one(&mut store, set_every_10_as("s", high.clone()), 105 * MS),
+        Reply::Recurring(Recurring::Updated, Some(110 * MS))
+    );
+    assert_eq!(get(&mut store, &s_at(110), 105 * MS).priority(), 5);
+    let Reply::Counts(counts) = one(&mut store, Op::Counts, 105 * MS) else {
+        panic!("counts");
+    };
+    assert_eq!(counts.kinds["d"].pending, 2);
+    let got: Vec<_> = claim_acked(&mut store, 10, ClaimKinds::one("d"), 112 * MS)
+        .into_iter()
+        .map(|j| (j.id, j.spec.priority))
+        .collect();
+    assert_eq!(got, [(s_at(110), 5), ("x".into(), 3)]);
+    // No key left at its old level.
+    assert!(claim_acked(&mut store, 10, ClaimKinds::one("d"), 112 * MS).is_empty());
+    let next = get(&mut store, &s_at(120), 112 * MS);
+    assert_eq!((next.kind(), next.priority()), ("d", 5));
+    assert_eq!(list(&mut store, 112 * MS)[0].spec(), &high);
 }
