@@ -283,3 +283,56 @@ async fn a_series_of_a_kind_runs_under_a_worker_of_two_kinds_across_a_reopen() {
     assert_eq!(head, 1, "its pending occurrence, of its kind");
     run(queue, 1, 0).await;
 }
+
+/// A head found superseded at its first claim under `Latest` moves to a job made by hand
+/// under a later occurrence's id (due too), which the claim delivers in the head's place:
+/// the claim that read both keys skips that job's own key and does not fail, of a kind and
+/// of the plain group alike, and the series goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_delivering_an_adopted_occurrence_for_its_head_succeeds_and_the_series_goes_on() {
+    use wheel_jobs::{JobOptions, Recurrence, RecurringOptions};
+
+    for kind in ["d", ""] {
+        let h = embedded::harness();
+        let queue = JobQueue::open(h.path()).await.unwrap();
+        let options = JobOptions::kind(kind);
+        let series = RecurringOptions::new().options(options.clone());
+        let every = Recurrence::every(ms(500)).unwrap();
+        queue
+            .schedule_recurring_with("s", every, "s", series)
+            .await
+            .unwrap();
+        let first = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+        let later = first + ms(1000);
+        let mine = format!("s@{}", jiff::Timestamp::try_from(later).unwrap());
+        queue
+            .schedule_with(&mine, later, "mine", &options)
+            .await
+            .unwrap();
+        let wait = later.duration_since(SystemTime::now()).unwrap_or_default();
+        tokio::time::sleep(wait + ms(10)).await;
+
+        // Both due: the head and the job made by hand.
+        let mut consumer = queue.consume_kind(kind);
+        let (mut got_mine, mut went_on) = (false, false);
+        while !(got_mine && went_on) {
+            let d = tokio::time::timeout(Duration::from_secs(30), consumer.next())
+                .await
+                .expect("a delivery")
+                .expect("the consumer goes on")
+                .unwrap_or_else(|err| panic!("kind {kind:?}: the claim failed: {err}"));
+            assert_eq!(d.kind(), kind);
+            if d.id() == mine {
+                assert_eq!(d.payload(), b"mine");
+                got_mine = true;
+            } else {
+                assert!(d.id().starts_with("s@"), "{}", d.id());
+                assert_eq!(d.payload(), b"s");
+                went_on |= d.run_at() > later;
+            }
+            d.ack().await.unwrap();
+        }
+        drop(consumer);
+        queue.close().await.unwrap();
+    }
+}

@@ -5,6 +5,7 @@
 use super::*;
 use redb::ReadableDatabase;
 
+use crate::backend::Claimed;
 use crate::core::series::occurrence_id;
 use crate::JobOptions;
 
@@ -18,11 +19,16 @@ fn spec_for(options: &JobOptions) -> Spec {
 
 /// `every 10ms` from the series `name`, its occurrences made with `spec`.
 fn set_every_10_as(name: &str, spec: Spec) -> Op {
+    set_every_10_under(name, CatchUp::Latest, spec)
+}
+
+/// `every 10ms` from the series `name` under `catch_up`, its occurrences made with `spec`.
+fn set_every_10_under(name: &str, catch_up: CatchUp, spec: Spec) -> Op {
     Op::SetRecurring {
         name: name.to_owned(),
         rule: Recurrence::every(Duration::from_millis(10)).unwrap(),
         payload: b"s".to_vec(),
-        catch_up: CatchUp::Latest,
+        catch_up,
         spec,
     }
 }
@@ -331,4 +337,277 @@ fn a_series_spec_survives_a_crash_by_the_log() {
     let mut store = crash(store, dir.path(), 1);
     assert_eq!(list(&mut store, 123 * MS)[0].spec(), &plain);
     assert_eq!(get(&mut store, &s_at(130), 123 * MS).kind(), "");
+}
+
+/// A job made by hand, payload `mine`, at `id` due at `t` ms, with `spec`.
+fn mine(id: String, t: u64, spec: Spec) -> Op {
+    Op::Schedule(NewJob {
+        id,
+        when: at(t * MS),
+        payload: b"mine".to_vec(),
+        spec,
+        dedup: Dedup::Keep,
+    })
+}
+
+/// The jobs a claim of up to `max` of `kinds` hands out at `now`, each acked at once (so
+/// no lease of theirs ends before a later claim); panics on an error.
+fn claim_acked(store: &mut Store, max: usize, kinds: ClaimKinds, now: u64) -> Vec<Claimed> {
+    let mut replies = store
+        .apply_at(vec![Op::Claim { max, kind: kinds }], now)
+        .unwrap_or_else(|err| panic!("the claim at {now} failed: {err}"));
+    let Some(Reply::Claimed(batch, _)) = replies.pop() else {
+        panic!("a claim");
+    };
+    for job in &batch.jobs {
+        let ack = Op::Ack {
+            id: job.id.clone(),
+            token: job.token,
+        };
+        one(store, ack, now);
+    }
+    batch.jobs
+}
+
+/// The ids and payloads [`claim_acked`] hands out.
+fn claim_payloads(
+    store: &mut Store,
+    max: usize,
+    kinds: ClaimKinds,
+    now: u64,
+) -> Vec<(String, Vec<u8>)> {
+    claim_acked(store, max, kinds, now)
+        .into_iter()
+        .map(|j| (j.id, j.payload))
+        .collect()
+}
+
+/// A head superseded at its first claim under `Latest` or `All` moves to a job made by hand
+/// under a later occurrence's id, due too, and the claim delivers that job in the head's
+/// place; the same claim then meets that job's own due key, which it read before: it skips
+/// it (it leased it already) and does not fail. Of a kind and of the plain group alike, and
+/// every later claim of the kind goes on.
+#[test]
+fn a_claim_skips_the_adopted_occurrence_it_delivered_in_its_heads_place() {
+    let plain = config().defaults().plain().clone();
+    let digest = spec_for(&JobOptions::kind("d"));
+    let all_2 = CatchUp::All { max: 2 };
+    for (spec, catch_up, adopted, then) in [
+        (digest.clone(), CatchUp::Latest, 130, vec![]),
+        (plain.clone(), CatchUp::Latest, 130, vec![]),
+        // `All { max: 2 }` at 135 runs 120 (the hand-made job) and 130, the head made at
+        // 120's delivery.
+        (digest.clone(), all_2, 120, vec![130]),
+        (plain, all_2, 120, vec![130]),
+    ] {
+        let case = format!("{:?} {catch_up:?}", spec.kind);
+        let mut store = store();
+        one(
+            &mut store,
+            mine(s_at(adopted), adopted, spec.clone()),
+            100 * MS,
+        );
+        one(
+            &mut store,
+            set_every_10_under("s", catch_up, spec.clone()),
+            100 * MS,
+        );
+        let mut want = vec![(s_at(adopted), b"mine".to_vec())];
+        want.extend(then.iter().map(|&t| (s_at(t), b"s".to_vec())));
+        let kinds = || ClaimKinds::one(&spec.kind);
+        assert_eq!(
+            claim_payloads(&mut store, 10, kinds(), 135 * MS),
+            want,
+            "{case}"
+        );
+        let info = &list(&mut store, 135 * MS)[0];
+        assert_eq!(
+            info.next_run(),
+            Some(UNIX_EPOCH + Duration::from_millis(140)),
+            "{case}"
+        );
+        assert_eq!(
+            claim_payloads(&mut store, 10, kinds(), 145 * MS),
+            [(s_at(140), b"s".to_vec())],
+            "{case}"
+        );
+        assert_eq!(
+            get(&mut store, &s_at(150), 145 * MS).kind(),
+            spec.kind,
+            "{case}"
+        );
+    }
+}
+
+/// The key the claim skipped does not count in its `max`: it fills it from the due jobs
+/// after it.
+#[test]
+fn a_claim_that_skips_an_adopted_occurrence_still_fills_its_max() {
+    let mut store = store();
+    let digest = spec_for(&JobOptions::kind("d"));
+    one(&mut store, mine(s_at(130), 130, digest.clone()), 100 * MS);
+    one(&mut store, mine("x".into(), 132, digest.clone()), 100 * MS);
+    one(&mut store, mine("y".into(), 133, digest.clone()), 100 * MS);
+    one(&mut store, set_every_10_as("s", digest), 100 * MS);
+    assert_eq!(
+        claim_payloads(&mut store, 2, ClaimKinds::one("d"), 135 * MS),
+        [
+            (s_at(130), b"mine".to_vec()),
+            ("x".into(), b"mine".to_vec())
+        ]
+    );
+    assert_eq!(
+        claim_payloads(&mut store, 2, ClaimKinds::All, 135 * MS),
+        [("y".into(), b"mine".to_vec())]
+    );
+}
+
+/// An adopted job keeps what the docs say it keeps: only its kind and priority must be the
+/// series'; it is delivered with its own payload, attempts, backoff and lease, and the next
+/// occurrence the series makes has the series' own.
+#[test]
+fn an_adopted_job_is_delivered_with_its_own_attempts_backoff_and_lease() {
+    let mut store = store();
+    let digest = spec_for(&JobOptions::kind("d").priority(1));
+    let own = Spec {
+        max_attempts: 9,
+        backoff: (Duration::from_millis(7), Duration::from_secs(70)),
+        lease: Duration::from_nanos(25),
+        ..digest.clone()
+    };
+    assert_ne!(
+        (own.max_attempts, own.backoff, own.lease),
+        (digest.max_attempts, digest.backoff, digest.lease)
+    );
+    one(&mut store, mine(s_at(110), 110, own.clone()), 100 * MS);
+    one(&mut store, set_every_10_as("s", digest.clone()), 100 * MS);
+    let op = Op::Claim {
+        max: 10,
+        kind: ClaimKinds::one("d"),
+    };
+    let Reply::Claimed(batch, _) = one(&mut store, op, 112 * MS) else {
+        panic!("a claim");
+    };
+    let ids: Vec<_> = batch.jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, [s_at(110)]);
+    assert_eq!(batch.jobs[0].spec, own);
+    assert_eq!(batch.jobs[0].payload, b"mine");
+    let op = Op::Claim {
+        max: 10,
+        kind: ClaimKinds::one("d"),
+    };
+    let Reply::Claimed(batch, _) = one(&mut store, op, 122 * MS) else {
+        panic!("a claim");
+    };
+    let next = batch
+        .jobs
+        .iter()
+        .find(|j| j.id == s_at(120))
+        .expect("s@120");
+    assert_eq!((&next.spec, &next.payload[..]), (&digest, &b"s"[..]));
+}
+
+/// A claim of every kind (`consume()`, `run`) takes a head of a kind at its priority, before
+/// the earlier jobs of lower ones, and its first claim makes the next head of the same kind
+/// and priority.
+#[test]
+fn a_claim_of_every_kind_takes_a_head_of_a_kind_and_the_next_keeps_it() {
+    let mut store = store();
+    let digest = spec_for(&JobOptions::kind("d").priority(2));
+    one(&mut store, set_every_10_as("s", digest.clone()), 100 * MS);
+    one(
+        &mut store,
+        mine("e:1".into(), 101, spec_of_kind("e")),
+        100 * MS,
+    );
+    one(&mut store, schedule("p", at(101 * MS), b"p"), 100 * MS);
+    let got: Vec<_> = claim_acked(&mut store, 10, ClaimKinds::All, 112 * MS)
+        .into_iter()
+        .map(|j| (j.id, j.spec.kind, j.spec.priority))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (s_at(110), "d".into(), 2),
+            ("e:1".into(), "e".into(), 0),
+            ("p".into(), "".into(), 0)
+        ]
+    );
+    let next = get(&mut store, &s_at(120), 112 * MS);
+    assert_eq!(
+        (next.state(), next.kind(), next.priority()),
+        (JobState::Pending, "d", 2)
+    );
+    let again = claim_acked(&mut store, 10, ClaimKinds::All, 122 * MS);
+    assert_eq!(again.len(), 1);
+    assert_eq!((&again[0].id, &again[0].spec), (&s_at(120), &digest));
+}
+
+/// `CatchUp::None` skips with the series' spec: the occurrence it skips to is made of the
+/// series' kind, priority and attempts, whether it is due at the claim (run by it) or
+/// later (left pending).
+#[test]
+fn a_skip_under_none_makes_the_next_head_with_the_series_spec() {
+    let mut store = store();
+    let digest = spec_for(&JobOptions::kind("d").priority(2).max_attempts(3));
+    one(
+        &mut store,
+        set_every_10_under("s", CatchUp::None, digest.clone()),
+        100 * MS,
+    );
+    // At 130 the head (110) is superseded by 120 and 130: `None` skips to 130, due.
+    let got = claim_acked(&mut store, 10, ClaimKinds::one("d"), 130 * MS);
+    assert_eq!(got.len(), 1);
+    assert_eq!((&got[0].id, &got[0].spec), (&s_at(130), &digest));
+    // At 165 the head (140) is superseded: `None` skips to 170, not due.
+    assert!(claim_acked(&mut store, 10, ClaimKinds::one("d"), 165 * MS).is_empty());
+    assert_eq!(
+        one(&mut store, Op::Get { id: s_at(140) }, 165 * MS),
+        Reply::Info(None)
+    );
+    let head = get(&mut store, &s_at(170), 165 * MS);
+    assert_eq!(
+        (
+            head.state(),
+            head.kind(),
+            head.priority(),
+            head.max_attempts()
+        ),
+        (JobState::Pending, "d", 2, 3)
+    );
+    let got = claim_acked(&mut store, 10, ClaimKinds::one("d"), 171 * MS);
+    assert_eq!(got.len(), 1);
+    assert_eq!((&got[0].id, &got[0].spec), (&s_at(170), &digest));
+}
+
+/// Set again with the same recurrence and another priority of the same kind, the kept head
+/// moves to its new level: claimed at it (before a job of the kind between the two
+/// priorities), once, and the next head is made at it too.
+#[test]
+fn set_again_at_another_priority_of_the_kind_moves_the_kept_head() {
+    let mut store = store();
+    let low = spec_for(&JobOptions::kind("d").priority(1));
+    let high = spec_for(&JobOptions::kind("d").priority(5));
+    one(&mut store, set_every_10_as("s", low), 100 * MS);
+    let middle = spec_for(&JobOptions::kind("d").priority(3));
+    one(&mut store, mine("x".into(), 101, middle), 100 * MS);
+    assert_eq!(
+        one(&mut store, set_every_10_as("s", high.clone()), 105 * MS),
+        Reply::Recurring(Recurring::Updated, Some(110 * MS))
+    );
+    assert_eq!(get(&mut store, &s_at(110), 105 * MS).priority(), 5);
+    let Reply::Counts(counts) = one(&mut store, Op::Counts, 105 * MS) else {
+        panic!("counts");
+    };
+    assert_eq!(counts.kinds["d"].pending, 2);
+    let got: Vec<_> = claim_acked(&mut store, 10, ClaimKinds::one("d"), 112 * MS)
+        .into_iter()
+        .map(|j| (j.id, j.spec.priority))
+        .collect();
+    assert_eq!(got, [(s_at(110), 5), ("x".into(), 3)]);
+    // No key left at its old level.
+    assert!(claim_acked(&mut store, 10, ClaimKinds::one("d"), 112 * MS).is_empty());
+    let next = get(&mut store, &s_at(120), 112 * MS);
+    assert_eq!((next.kind(), next.priority()), ("d", 5));
+    assert_eq!(list(&mut store, 112 * MS)[0].spec(), &high);
 }
