@@ -875,3 +875,54 @@ pub async fn recurring_bad_options_are_refused_and_nothing_is_stored(h: impl Har
     assert_eq!(queue.pending().await.unwrap(), 0);
     queue.close().await.unwrap();
 }
+
+/// A head found superseded at its first claim under `Latest` moves to a job made by hand
+/// under a later occurrence's id (due too), which the claim delivers in the head's place:
+/// a claim that also met that job on its own does not fail or deliver it twice, of a kind
+/// and of the plain group alike, and the series goes on.
+pub async fn recurring_a_claim_meeting_the_job_its_head_moved_to_goes_on(h: impl Harness) {
+    for kind in ["d", ""] {
+        let queue = open(&h).await;
+        let options = JobOptions::kind(kind);
+        let series = RecurringOptions::new().options(options.clone());
+        let name = format!("s{kind}");
+        queue
+            .schedule_recurring_with(&name, every(ms(500)), "s", series)
+            .await
+            .unwrap();
+        let first = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+        let later = first + ms(1000);
+        let mine = occurrence(&name, later);
+        queue
+            .schedule_with(&mine, later, "mine", &options)
+            .await
+            .unwrap();
+        let wait = later.duration_since(SystemTime::now()).unwrap_or_default();
+        tokio::time::sleep(wait + ms(10)).await;
+
+        // Both due: the head and the job made by hand.
+        let mut consumer = queue.consume_kind(kind);
+        let (mut got_mine, mut went_on) = (0, false);
+        while !(got_mine > 0 && went_on) {
+            let d = tokio::time::timeout(Duration::from_secs(30), consumer.next())
+                .await
+                .expect("a delivery")
+                .expect("the consumer goes on")
+                .unwrap_or_else(|err| panic!("kind {kind:?}: the claim failed: {err}"));
+            assert_eq!(d.kind(), kind);
+            if d.id() == mine {
+                assert_eq!(d.payload(), b"mine");
+                got_mine += 1;
+            } else {
+                assert!(d.id().starts_with(&format!("{name}@")), "{}", d.id());
+                assert_eq!(d.payload(), b"s");
+                went_on |= d.run_at() > later;
+            }
+            d.ack().await.unwrap();
+        }
+        assert_eq!(got_mine, 1, "kind {kind:?}: {mine} delivered twice");
+        drop(consumer);
+        assert!(queue.cancel_recurring(&name).await.unwrap());
+        queue.close().await.unwrap();
+    }
+}
