@@ -365,3 +365,188 @@ async fn a_skip_to_a_later_occurrence_keeps_the_series_kind() {
     drop(consumer);
     queue.close().await.unwrap();
 }
+
+/// Sleeps until a little past `at`.
+async fn sleep_past(at: SystemTime) {
+    if let Ok(wait) = at.duration_since(SystemTime::now()) {
+        tokio::time::sleep(wait + Duration::from_millis(100)).await;
+    }
+}
+
+/// A series of the kind `k` at `priority`, every second, catching up all.
+fn of_k(priority: i8) -> RecurringOptions {
+    RecurringOptions::new()
+        .options(JobOptions::kind("k").priority(priority))
+        .catch_up(CatchUp::All { max: 100 })
+}
+
+/// Two due series heads of the kind `k`, `low` (priority -3) due a second before `high`
+/// (priority 5), and a due job `k:0` of `k` at priority 0, in a queue of prefetch
+/// `prefetch`: the queue and the id of `high`'s head.
+async fn two_heads_and_a_job(prefetch: usize) -> (JobQueue, String) {
+    let harness = crate::support::postgres::harness();
+    let mut builder = Builder::new();
+    builder.prefetch(prefetch);
+    let queue = harness.open(&builder).await.unwrap();
+    let every = Recurrence::every(Duration::from_secs(1)).unwrap();
+    queue
+        .schedule_recurring_with("low", every.clone(), "l", of_k(-3))
+        .await
+        .unwrap();
+    let low = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    sleep_past(low).await;
+    queue
+        .schedule_recurring_with("high", every, "h", of_k(5))
+        .await
+        .unwrap();
+    let list = queue.list_recurring().await.unwrap();
+    let high = list.iter().find(|s| s.name() == "high").unwrap();
+    let high_at = high.next_run().unwrap();
+    assert!(high_at > low);
+    sleep_past(high_at).await;
+    queue
+        .schedule_with("k:0", Duration::ZERO, "j", &JobOptions::kind("k"))
+        .await
+        .unwrap();
+    (queue, occurrence("high", high_at))
+}
+
+/// Strict priority among due heads: a head of priority 5 goes first, though a head of
+/// priority -3 of its kind was due a second earlier (a claim took heads in due order, and
+/// the earlier low one, listed first, hid the high one).
+#[tokio::test]
+async fn a_head_of_a_higher_priority_goes_before_an_earlier_lower_head() {
+    let (queue, high) = two_heads_and_a_job(1).await;
+    let mut c = queue.consume_kind("k");
+    let d = next(&mut c).await;
+    assert_eq!((d.id(), d.priority()), (high.as_str(), 5));
+    drop(c);
+    queue.close().await.unwrap();
+}
+
+/// Strict priority between heads and jobs, in one claim of two: the head of priority 5,
+/// then the due job of priority 0; the head of priority -3 waits for a later claim (the
+/// listed heads once lowered the claim's floor to the highest of them, and a low head went
+/// before a higher job).
+#[tokio::test]
+async fn a_head_of_a_lower_priority_waits_for_a_due_job_of_a_higher_one() {
+    let (queue, high) = two_heads_and_a_job(2).await;
+    let mut c = queue.consume_kind("k");
+    let order: Vec<(String, i8)> = [next(&mut c).await, next(&mut c).await, next(&mut c).await]
+        .iter()
+        .map(|d| (d.id().to_owned(), d.priority()))
+        .collect();
+    assert_eq!(order[0], (high, 5));
+    assert_eq!(order[1], ("k:0".to_owned(), 0));
+    assert!(order[2].0.starts_with("low@"), "{order:?}");
+    assert_eq!(order[2].1, -3);
+    drop(c);
+    queue.close().await.unwrap();
+}
+
+/// A series of the kind `a` at priority 5 whose head is due beside three due jobs of the
+/// kind `b` at priority 0: a worker of both kinds runs the head first. With `caps` each
+/// kind capped at one, the worker's claim (two slots) is merged (`claims.rs`); without, a
+/// statement of a set of kinds of its own. A head of one kind once got only the room the
+/// other kinds' jobs left, and the kind `b` filled it.
+async fn a_worker_runs_a_head_before_another_kinds_lower_jobs(caps: bool) {
+    let harness = crate::support::postgres::harness();
+    let queue = harness.open(&Builder::new()).await.unwrap();
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("a").priority(5))
+        .catch_up(CatchUp::All { max: 100 });
+    let every = Recurrence::every(Duration::from_secs(1)).unwrap();
+    queue
+        .schedule_recurring_with("tick", every, "t", options)
+        .await
+        .unwrap();
+    let head = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    for i in 0..3 {
+        queue
+            .schedule_with(
+                &format!("b:{i}"),
+                Duration::ZERO,
+                "b",
+                &JobOptions::kind("b"),
+            )
+            .await
+            .unwrap();
+    }
+    sleep_past(head).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let handler = || {
+        let tx = tx.clone();
+        move |d: wheel_jobs::Delivery| {
+            tx.send((d.id().to_owned(), d.priority())).unwrap();
+            async { Ok::<(), String>(()) }
+        }
+    };
+    let worker = queue.worker().kind("a", handler()).kind("b", handler());
+    let worker = if caps {
+        tokio::spawn(worker.cap("a", 1).cap("b", 1).run(2))
+    } else {
+        tokio::spawn(worker.run(1))
+    };
+    let first = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, (occurrence("tick", head), 5));
+    queue.close().await.unwrap();
+    worker.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_a_head_before_another_kinds_lower_jobs_unmerged() {
+    a_worker_runs_a_head_before_another_kinds_lower_jobs(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_a_head_before_another_kinds_lower_jobs_merged() {
+    a_worker_runs_a_head_before_another_kinds_lower_jobs(true).await;
+}
+
+/// Two loops' claims merged into one statement (kinds `a` and `b`): the due head of `a` at
+/// priority 5 holds back no job of `b`, which is another caller's: `b`'s loop gets its job
+/// of priority 0 from the same statement (one token) as `a`'s gets the head.
+#[tokio::test]
+async fn a_merged_members_head_holds_back_no_job_of_another_member() {
+    let harness = crate::support::postgres::harness();
+    let queue: JobQueue = harness.open(&Builder::new()).await.unwrap();
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("a").priority(5))
+        .catch_up(CatchUp::All { max: 100 });
+    let every = Recurrence::every(Duration::from_secs(1)).unwrap();
+    queue
+        .schedule_recurring_with("tick", every, "t", options)
+        .await
+        .unwrap();
+    let first = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    for (id, kind) in [("b:1", "b"), ("w:1", "w")] {
+        queue
+            .schedule_with(id, Duration::ZERO, kind, &JobOptions::kind(kind))
+            .await
+            .unwrap();
+    }
+    sleep_past(first).await;
+    // The handle's first claim folds the counters before it is sent: done here.
+    let w = queue.consume_kind("w").next().await.unwrap().unwrap();
+    w.ack().await.unwrap();
+    let mut a = queue.consume_kind("a");
+    let mut b = queue.consume_kind("b");
+    let mut b_next = Box::pin(b.next());
+    std::future::poll_fn(|cx| {
+        assert!(std::future::Future::poll(b_next.as_mut(), cx).is_pending());
+        std::task::Poll::Ready(())
+    })
+    .await;
+    let head = occurrence("tick", first);
+    assert_eq!(a.next().await.unwrap().unwrap().id(), head);
+    assert_eq!(b_next.await.unwrap().unwrap().id(), "b:1");
+    let leased = tokens(harness.queue()).await;
+    let ids: Vec<&str> = leased.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["b:1", head.as_str()]);
+    assert_eq!(leased[0].1, leased[1].1, "one statement, one token");
+    drop((a, b));
+    queue.close().await.unwrap();
+}

@@ -120,7 +120,7 @@ impl Backend for Postgres {
                 return self.claims.call(ClaimReq { want, kinds, token }).await;
             }
             let rows = (self.sql)
-                .claim(&self.pool, &self.queue, want, token, &kinds)
+                .claim(&self.pool, &self.queue, want, token, &kinds, &[])
                 .await?;
             let mut jobs: Vec<Claimed> = rows
                 .jobs
@@ -141,9 +141,9 @@ impl Backend for Postgres {
                         true
                     }
                 };
-            // The due heads of the claimed kinds: the statement left the levels below
-            // theirs out when it saw some (strict priority), and the room left is theirs,
-            // each kind's within what it may still take.
+            // The due heads of the claimed kinds the statement kept a place for, at the
+            // highest priority of those due (it read no level below it: strict priority),
+            // in due-time order with the jobs at it.
             let mut heads_claimed = false;
             let room = in_room(&rows.heads, &jobs, want, |kind| kinds.most(kind, want));
             if !room.is_empty() {

@@ -15,10 +15,12 @@
 //!   the merged statement takes each kind at most its room, so a caller gets at most what
 //!   it asked for, and only jobs of its kinds.
 //! - Series heads of any kind and priority are jobs of their kind: the statement (merged or
-//!   not) lists the due ones of its kinds and reads no level below theirs; each caller
-//!   (each member of a merged claim) takes those of its kinds it has room for, kind by kind
-//!   ([`in_room`]), all in one transaction after the statement ([`HeadClaims::claim`]), each
-//!   head's series moving with its claim. If that transaction fails, the jobs the statement
+//!   not) finds, for each caller, the highest priority of the due heads of its kinds, reads
+//!   none of its kinds' levels below it (strict priority across a caller's kinds; another
+//!   caller's heads hold back none of its jobs), and orders the heads at it with the jobs
+//!   before the claim is cut to its rooms; each caller takes those of its kinds the
+//!   statement kept ([`in_room`]), all in one transaction after the statement
+//!   ([`HeadClaims::claim`]), each head's series moving with its claim. If that transaction fails, the jobs the statement
 //!   leased are delivered all the same (the heads go to a later claim); a caller with none
 //!   gets the error.
 //! - Claims naming a kind in common are never merged (a job of that kind would have no
@@ -96,9 +98,10 @@ impl HeadClaims {
     }
 }
 
-/// The due `heads` (highest priority first, as the statement lists them) a claim of at
+/// The due `heads` (those the statement kept a place for, earliest first) a claim of at
 /// most `want` jobs that took `jobs` has room for: in all, and for each kind at most
-/// `most(kind)` with its jobs of that kind (0: a kind the claim does not take).
+/// `most(kind)` with its jobs of that kind (0: a kind the claim does not take). The
+/// statement already cut them to the rooms; this keeps each caller to its own.
 pub(super) fn in_room(
     heads: &[Head],
     jobs: &[Claimed],
@@ -239,12 +242,22 @@ async fn claim_group(
     queue: &str,
     members: &[&ClaimReq],
 ) -> Result<Vec<Result<ClaimBatch, Error>>, Error> {
-    let mut set: Vec<(String, usize)> = members.iter().flat_map(|r| r.kinds.clone()).collect();
+    // Each kind with the member it is claimed for: a member's due series heads hold back
+    // its own kinds' lower levels, never another member's.
+    let mut set: Vec<(String, usize, i32)> = members
+        .iter()
+        .enumerate()
+        .flat_map(|(n, r)| {
+            let n = i32::try_from(n).unwrap_or(i32::MAX);
+            r.kinds.iter().map(move |(k, room)| (k.clone(), *room, n))
+        })
+        .collect();
     set.sort();
-    let want: usize = set.iter().map(|(_, r)| r).sum();
+    let want: usize = set.iter().map(|(_, r, _)| r).sum();
     let token = members[0].token;
-    let kinds = ClaimKinds::Some(set);
-    let rows = sql.claim(pool, queue, want, token, &kinds).await?;
+    let of: Vec<i32> = set.iter().map(|(_, _, n)| *n).collect();
+    let kinds = ClaimKinds::Some(set.into_iter().map(|(k, r, _)| (k, r)).collect());
+    let rows = sql.claim(pool, queue, want, token, &kinds, &of).await?;
     // A gate's rate window ended: rebalanced after the claim, which could not lease what it
     // admits (as `backend.rs` does); every caller looks again at once.
     // Its failure fails no caller: the claim committed, and its jobs would wait out their
@@ -361,7 +374,7 @@ pub(super) fn look_again(
         // More may be due: look again at once.
         Some(now)
     } else if heads_claimed && next_due.is_some_and(|n| n <= now) {
-        // Due jobs below priority 0 the heads held back: look again at once (after
+        // Due jobs and heads below the heads it delivered, held back: look again at once (after
         // a delivery, so never in a loop).
         Some(now)
     } else if let Some(next) = next_due.filter(|&n| n <= now) {
