@@ -131,16 +131,19 @@ impl Backend for Postgres {
             // A gate's rate window ended: its waiting jobs may start now. Rebalanced after
             // the claim (its statement could not lease what it admits): look again at once.
             // Its failure fails no caller, as after a merged claim (`claims.rs`): the claim
-            // committed, and its jobs would wait out their leases; look again at once
-            // instead, as if a timer had rebalanced.
-            let timers = rows.timers
-                && match self.sql.gate_timers(&self.pool, &self.queue, &kinds).await {
-                    Ok(n) => n > 0,
+            // committed, and its jobs are delivered; look again after `REBALANCE_RETRY`, not
+            // at once (the timer is still due).
+            let (timers, rebalance_failed) = if rows.timers {
+                match self.sql.gate_timers(&self.pool, &self.queue, &kinds).await {
+                    Ok(n) => (n > 0, false),
                     Err(err) => {
-                        tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a claim; looking again at once");
-                        true
+                        tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a claim; looking again later");
+                        (false, true)
                     }
-                };
+                }
+            } else {
+                (false, false)
+            };
             // The due heads of the claimed kinds the statement kept a place for, at the
             // highest priority of those due (it read no level below it: strict priority),
             // in due-time order with the jobs at it.
@@ -170,6 +173,7 @@ impl Backend for Postgres {
                 rows.paused,
                 jobs.len() >= want || timers,
                 heads_claimed,
+                rebalance_failed,
             );
             in_claim_order(&mut jobs);
             Ok(ClaimBatch {

@@ -62,6 +62,12 @@ use crate::core::series::Rules;
 /// it anyway when it makes one pending.
 const LOCKED_RETRY: u64 = 10_000_000;
 
+/// After a claim whose gate rebalance (`gate_timers`) failed, how long a consumer waits at
+/// least before looking again (nanoseconds), unless the claim was full: the timer it saw
+/// is still due, and looking again at once would rebalance, and fail, in a loop. A commit
+/// that makes a job pending wakes it anyway.
+pub(super) const REBALANCE_RETRY: u64 = 1_000_000_000;
+
 /// How often the claim batcher yields after answering a batch (`claim_batch`): two were
 /// as good as eight or 32 (claims per job of four `run_kind` loops).
 const REJOIN_YIELDS: usize = 2;
@@ -260,16 +266,19 @@ async fn claim_group(
     let rows = sql.claim(pool, queue, want, token, &kinds, &of).await?;
     // A gate's rate window ended: rebalanced after the claim, which could not lease what it
     // admits (as `backend.rs` does); every caller looks again at once.
-    // Its failure fails no caller: the claim committed, and its jobs would wait out their
-    // leases; they look again at once instead, as if a timer had rebalanced.
-    let timers = rows.timers
-        && match sql.gate_timers(pool, queue, &kinds).await {
-            Ok(n) => n > 0,
+    // Its failure fails no caller (the claim committed: its jobs are delivered), and each
+    // looks again after [`REBALANCE_RETRY`], not at once: the timer is still due.
+    let (timers, rebalance_failed) = if rows.timers {
+        match sql.gate_timers(pool, queue, &kinds).await {
+            Ok(n) => (n > 0, false),
             Err(err) => {
-                tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a merged claim; its callers look again at once");
-                true
+                tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a merged claim; its callers look again later");
+                (false, true)
             }
-        };
+        }
+    } else {
+        (false, false)
+    };
     let mut shares: Vec<Vec<Claimed>> = vec![Vec::new(); members.len()];
     for job in rows.jobs {
         let job = claimed(job, token);
@@ -348,6 +357,7 @@ async fn claim_group(
                     rows.paused,
                     full || timers,
                     heads_claimed[n],
+                    rebalance_failed,
                 ),
                 now: rows.now,
                 // Counted once, by the first caller's metrics.
@@ -359,14 +369,16 @@ async fn claim_group(
 
 /// When a consumer looks again after a claim whose `next_due` the statement answered:
 /// never while paused; at once when the claim was `full` (more may be due) or after due
-/// jobs the series heads held back (`heads_claimed`); shortly when what is due was locked
-/// by others; else at `next_due`.
+/// jobs the series heads held back (`heads_claimed`); after a failed gate rebalance
+/// (`rebalance_failed`) not before [`REBALANCE_RETRY`]; shortly when what is due was
+/// locked by others; else at `next_due`.
 pub(super) fn look_again(
     next_due: Option<u64>,
     now: u64,
     paused: bool,
     full: bool,
     heads_claimed: bool,
+    rebalance_failed: bool,
 ) -> Option<u64> {
     if paused {
         None
@@ -377,6 +389,10 @@ pub(super) fn look_again(
         // Due jobs and heads below the heads it delivered, held back: look again at once (after
         // a delivery, so never in a loop).
         Some(now)
+    } else if rebalance_failed {
+        // The gate timer it saw is still due: a claim at once would rebalance (and fail)
+        // again, in a loop.
+        next_due.map(|n| n.max(now.saturating_add(REBALANCE_RETRY)))
     } else if let Some(next) = next_due.filter(|&n| n <= now) {
         // What is due and was not taken is locked by another transaction (a claim,
         // a series step, a caller's `cancel_in`) or a series head whose step moved
