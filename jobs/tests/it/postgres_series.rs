@@ -550,3 +550,97 @@ async fn a_merged_members_head_holds_back_no_job_of_another_member() {
     drop((a, b));
     queue.close().await.unwrap();
 }
+
+/// A queue in a schema of its own with the series `ta` (kind `a`) and `tb` (kind `b`), each
+/// every second, whose heads are due, and a trigger refusing every new job of `ta` (so the
+/// step of `ta`'s head, which makes its next occurrence, fails): the queue, its schema
+/// (quoted) and `tb`'s head.
+async fn a_failing_series_beside_another(prefetch: usize) -> (JobQueue, String, String) {
+    let schema = fresh("wj_poison");
+    let pool = pool().await;
+    let mut builder = Builder::new();
+    builder.postgres_schema(&schema).prefetch(prefetch);
+    let queue = builder.postgres(&url(), "orders").await.unwrap();
+    let quoted = format!("\"{schema}\"");
+    let every = Recurrence::every(Duration::from_secs(1)).unwrap();
+    for (name, kind) in [("ta", "a"), ("tb", "b")] {
+        let options = RecurringOptions::new()
+            .options(JobOptions::kind(kind))
+            .catch_up(CatchUp::All { max: 100 });
+        queue
+            .schedule_recurring_with(name, every.clone(), "t", options)
+            .await
+            .unwrap();
+    }
+    let list = queue.list_recurring().await.unwrap();
+    let last = list.iter().map(|s| s.next_run().unwrap()).max().unwrap();
+    let tb = list.iter().find(|s| s.name() == "tb").unwrap();
+    let tb_head = occurrence("tb", tb.next_run().unwrap());
+    pool.execute(
+        format!(
+            "CREATE FUNCTION {quoted}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             RAISE EXCEPTION 'refused'; END $$; \
+             CREATE TRIGGER refuse BEFORE INSERT ON {quoted}.jobs FOR EACH ROW \
+             WHEN (NEW.id LIKE 'ta@%') EXECUTE FUNCTION {quoted}.refuse();"
+        )
+        .as_str(),
+    )
+    .await
+    .unwrap();
+    sleep_past(last).await;
+    (queue, quoted, tb_head)
+}
+
+/// One claim (of every kind, its own statement) meets two due heads, one whose step fails:
+/// that step is rolled back alone, and the other head is delivered (the steps shared one
+/// transaction, and one failing head failed every claim that met it).
+#[tokio::test]
+async fn a_claim_delivers_a_head_whose_step_holds_when_another_heads_step_fails() {
+    let (queue, quoted, tb_head) = a_failing_series_beside_another(2).await;
+    let mut consumer = queue.consume();
+    let got = tokio::time::timeout(Duration::from_secs(30), next(&mut consumer))
+        .await
+        .expect("tb's head delivered");
+    assert_eq!(got.id(), tb_head);
+    assert_eq!(queue.list_recurring().await.unwrap().len(), 2);
+    drop(consumer);
+    queue.close().await.unwrap();
+    let drop = format!("DROP SCHEMA {quoted} CASCADE");
+    pool().await.execute(drop.as_str()).await.unwrap();
+}
+
+/// A claim merged from two loops' (kinds `a` and `b`): the step of `a`'s head fails, and
+/// `a`'s loop gets that error, while `b`'s gets its own head (all heads' steps shared one
+/// transaction, and `a`'s failure cost `b` its head).
+#[tokio::test]
+async fn a_merged_member_gets_its_head_when_another_members_head_step_fails() {
+    let (queue, quoted, tb_head) = a_failing_series_beside_another(1).await;
+    queue
+        .schedule_with("w:1", Duration::ZERO, "w", &JobOptions::kind("w"))
+        .await
+        .unwrap();
+    // The handle's first claim folds the counters before it is sent: done here.
+    let w = queue.consume_kind("w").next().await.unwrap().unwrap();
+    w.ack().await.unwrap();
+    let mut a = queue.consume_kind("a");
+    let mut b = queue.consume_kind("b");
+    let mut b_next = Box::pin(b.next());
+    std::future::poll_fn(|cx| {
+        assert!(std::future::Future::poll(b_next.as_mut(), cx).is_pending());
+        std::task::Poll::Ready(())
+    })
+    .await;
+    let a_first = a.next().await.unwrap();
+    assert!(a_first.is_err(), "a's head step fails");
+    let got = b_next.await.unwrap();
+    assert_eq!(
+        got.as_ref()
+            .map(|d| d.id().to_owned())
+            .map_err(|e| e.to_string()),
+        Ok(tb_head)
+    );
+    drop((a, b));
+    queue.close().await.unwrap();
+    let drop = format!("DROP SCHEMA {quoted} CASCADE");
+    pool().await.execute(drop.as_str()).await.unwrap();
+}

@@ -155,9 +155,16 @@ impl Backend for Postgres {
                     .claim(&self.pool, &self.sql, &self.queue, &room, token)
                     .await;
                 match claimed {
-                    Ok(heads) => {
-                        heads_claimed = !heads.is_empty();
-                        jobs.extend(heads);
+                    Ok(done) => {
+                        heads_claimed = !done.jobs.is_empty();
+                        jobs.extend(done.jobs);
+                        // Each failed head was rolled back alone (and logged); with nothing
+                        // else to deliver, the claim answers its error.
+                        if let Some((_, err)) = done.failed.into_iter().next() {
+                            if jobs.is_empty() {
+                                return Err(err);
+                            }
+                        }
                     }
                     // The jobs already leased are handed out all the same; the heads are
                     // claimed by a later claim.

@@ -20,9 +20,12 @@
 //!   caller's heads hold back none of its jobs), and orders the heads at it with the jobs
 //!   before the claim is cut to its rooms; each caller takes those of its kinds the
 //!   statement kept ([`in_room`]), all in one transaction after the statement
-//!   ([`HeadClaims::claim`]), each head's series moving with its claim. If that transaction fails, the jobs the statement
-//!   leased are delivered all the same (the heads go to a later claim); a caller with none
-//!   gets the error.
+//!   ([`HeadClaims::claim`]), each head's step (its series moving with its claim) in a
+//!   savepoint of its own: a head whose step fails is rolled back alone and logged, and
+//!   costs no other head, nor another caller its heads. If the transaction itself fails,
+//!   the jobs the statement leased are delivered all the same (the heads go to a later
+//!   claim); a caller with nothing to deliver gets the error (its heads' or the
+//!   transaction's).
 //! - Claims naming a kind in common are never merged (a job of that kind would have no
 //!   one owner): they run one after the other. A merged statement takes at most
 //!   [`MAX_BATCH`] jobs.
@@ -83,8 +86,9 @@ pub(super) struct HeadClaims {
 }
 
 impl HeadClaims {
-    /// The first claims of `heads` (what [`in_room`] picked) in one transaction, what they
-    /// deliver leased under `token`.
+    /// The first claims of `heads` (what [`in_room`] picked) in one transaction, each in a
+    /// savepoint of its own: what they deliver leased under `token`, and the kind and error
+    /// of each whose step failed (rolled back alone; logged).
     pub(super) async fn claim(
         &self,
         pool: &PgPool,
@@ -92,16 +96,36 @@ impl HeadClaims {
         queue: &str,
         heads: &[Head],
         token: i64,
-    ) -> Result<Vec<Claimed>, Error> {
+    ) -> Result<HeadsClaimed, Error> {
+        let mut out = HeadsClaimed {
+            jobs: Vec::new(),
+            failed: Vec::new(),
+        };
         if heads.is_empty() {
-            return Ok(Vec::new());
+            return Ok(out);
         }
-        let leased = self
+        let answers = self
             .series
             .claim_heads(pool, sql, queue, &self.rules, &self.plain, heads, token)
             .await?;
-        Ok(leased.into_iter().map(|job| claimed(job, token)).collect())
+        for (head, answer) in heads.iter().zip(answers) {
+            match answer {
+                Ok(Some(job)) => out.jobs.push(claimed(job, token)),
+                Ok(None) => {}
+                Err(err) => out.failed.push((head.kind.clone(), err)),
+            }
+        }
+        Ok(out)
     }
+}
+
+/// What the first claims of a claim's series heads did ([`HeadClaims::claim`]).
+#[derive(Debug)]
+pub(super) struct HeadsClaimed {
+    /// The jobs they deliver.
+    pub(super) jobs: Vec<Claimed>,
+    /// The kind of each head whose step failed, and its error.
+    pub(super) failed: Vec<(String, Error)>,
 }
 
 /// The due `heads` (those the statement kept a place for, earliest first) a claim of at
@@ -304,25 +328,38 @@ async fn claim_group(
         wanted[n] = !mine.is_empty();
         picked.extend(mine);
     }
-    let mut failed = None;
+    // Each head's step is its own savepoint: one member's failing head costs no other
+    // member its heads.
+    let mut failed: Vec<Option<Error>> = vec![None; members.len()];
     let mut heads_claimed = vec![false; members.len()];
+    let owner_of = |kind: &str| {
+        members
+            .iter()
+            .position(|r| r.kinds.iter().any(|(k, _)| k == kind))
+    };
     match heads.claim(pool, sql, queue, &picked, token).await {
-        Ok(jobs) => {
-            for job in jobs {
-                let owner = members
-                    .iter()
-                    .position(|r| r.kinds.iter().any(|(k, _)| *k == job.spec.kind));
-                let Some(owner) = owner else {
+        Ok(done) => {
+            for job in done.jobs {
+                let Some(owner) = owner_of(&job.spec.kind) else {
                     tracing::error!(job = %job.id, kind = %job.spec.kind, "wheel-jobs: a merged claim's series head is of a kind no caller asked for; it runs again when its lease ends");
                     continue;
                 };
                 heads_claimed[owner] = true;
                 shares[owner].push(job);
             }
+            for (kind, err) in done.failed {
+                if let Some(owner) = owner_of(&kind) {
+                    failed[owner].get_or_insert(err);
+                }
+            }
         }
         Err(err) => {
             tracing::warn!(error = %err, "wheel-jobs: claiming series heads failed after a merged claim; delivering the other jobs");
-            failed = Some(err);
+            for (n, slot) in failed.iter_mut().enumerate() {
+                if wanted[n] {
+                    *slot = Some(err.clone());
+                }
+            }
         }
     }
     let answers = members
@@ -330,7 +367,7 @@ async fn claim_group(
         .zip(shares)
         .enumerate()
         .map(|(n, (req, mut jobs))| {
-            if let Some(err) = failed.as_ref().filter(|_| wanted[n] && jobs.is_empty()) {
+            if let Some(err) = failed[n].as_ref().filter(|_| jobs.is_empty()) {
                 // Nothing to deliver but the heads it could not claim: its error.
                 return Err(err.clone());
             }
