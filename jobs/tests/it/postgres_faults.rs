@@ -896,8 +896,8 @@ fn a_postgres_worker_killed_between_its_effect_and_its_commit_leaves_neither() {
 }
 
 /// A claim whose statement saw a gate's timer due delivers the jobs it leased even when the
-/// rebalance after it (`gate_timers`) fails: logged, and the consumer looks again at once,
-/// as after a merged claim; the jobs do not wait out their leases.
+/// rebalance after it (`gate_timers`) fails: logged, as after a merged claim; the jobs do
+/// not wait out their leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_whose_gate_rebalance_fails_still_delivers_its_jobs() {
     let schema = crate::postgres::fresh("wj_timers");
@@ -939,4 +939,68 @@ async fn a_claim_whose_gate_rebalance_fails_still_delivers_its_jobs() {
     sqlx::Executor::execute(&pool, format!("DROP SCHEMA {quoted} CASCADE").as_str())
         .await
         .unwrap();
+}
+
+/// A gate rebalance (`gate_timers`) that fails after every claim, its gate's timer due and
+/// reported by each claim of `kind` (`None`: `consume()`, a claim of every kind, its own
+/// statement; `Some`: `consume_kind`, a claim merged in `claims.rs`): an idle consumer
+/// looks again after a pause, not at once in a loop (it claimed 823 times in one second,
+/// each claim answering "look again at once"). The bound is a count of rebalances in a
+/// one-second window, generous (a pause of `REBALANCE_RETRY`, 1 s, allows one or two).
+async fn an_idle_consumer_whose_gate_rebalance_fails_pauses(kind: Option<&str>) {
+    let schema = crate::postgres::fresh("wj_spin");
+    let url = shared().url();
+    let pool = test_pool(&url).await;
+    let mut builder = Builder::new();
+    builder
+        .postgres_schema(&schema)
+        .lease(Duration::from_secs(600));
+    let queue = builder.postgres(&url, "orders").await.unwrap();
+    let quoted = format!("\"{schema}\"");
+    let setup = format!(
+        "CREATE SEQUENCE {quoted}.timer_calls; \
+         CREATE OR REPLACE FUNCTION {quoted}.gate_timers(q text, kinds text[], most integer) \
+         RETURNS integer LANGUAGE plpgsql AS $$ BEGIN \
+         PERFORM nextval('{quoted}.timer_calls'); RAISE EXCEPTION 'gate_timers fails'; END $$; \
+         INSERT INTO {quoted}.gates (queue, kind, key, wake_at) VALUES ('orders', '{}', 'k', 1);",
+        kind.unwrap_or("")
+    );
+    sqlx::Executor::execute(&pool, setup.as_str())
+        .await
+        .unwrap();
+    let mut consumer = match kind {
+        None => queue.consume(),
+        Some(kind) => queue.consume_kind(kind),
+    };
+    // Idle: nothing to deliver; the consumer claims and waits for one second.
+    let idle = tokio::time::timeout(Duration::from_secs(1), consumer.next()).await;
+    assert!(
+        idle.is_err(),
+        "nothing to deliver: {:?}",
+        idle.map(|d| d.map(|d| d.map(|d| d.id().to_owned())))
+    );
+    let calls = scalar(
+        &pool,
+        &format!("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {quoted}.timer_calls"),
+    )
+    .await;
+    assert!(
+        (1..=20).contains(&calls),
+        "{calls} rebalances in one second of an idle consumer"
+    );
+    drop(consumer);
+    queue.close().await.unwrap();
+    sqlx::Executor::execute(&pool, format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_consumer_whose_gate_rebalance_fails_pauses_between_claims() {
+    an_idle_consumer_whose_gate_rebalance_fails_pauses(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_consumer_whose_merged_claims_gate_rebalance_fails_pauses_between_claims() {
+    an_idle_consumer_whose_gate_rebalance_fails_pauses(Some("x")).await;
 }

@@ -120,7 +120,7 @@ impl Backend for Postgres {
                 return self.claims.call(ClaimReq { want, kinds, token }).await;
             }
             let rows = (self.sql)
-                .claim(&self.pool, &self.queue, want, token, &kinds)
+                .claim(&self.pool, &self.queue, want, token, &kinds, &[])
                 .await?;
             let mut jobs: Vec<Claimed> = rows
                 .jobs
@@ -131,19 +131,22 @@ impl Backend for Postgres {
             // A gate's rate window ended: its waiting jobs may start now. Rebalanced after
             // the claim (its statement could not lease what it admits): look again at once.
             // Its failure fails no caller, as after a merged claim (`claims.rs`): the claim
-            // committed, and its jobs would wait out their leases; look again at once
-            // instead, as if a timer had rebalanced.
-            let timers = rows.timers
-                && match self.sql.gate_timers(&self.pool, &self.queue, &kinds).await {
-                    Ok(n) => n > 0,
+            // committed, and its jobs are delivered; look again after `REBALANCE_RETRY`, not
+            // at once (the timer is still due).
+            let (timers, rebalance_failed) = if rows.timers {
+                match self.sql.gate_timers(&self.pool, &self.queue, &kinds).await {
+                    Ok(n) => (n > 0, false),
                     Err(err) => {
-                        tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a claim; looking again at once");
-                        true
+                        tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a claim; looking again later");
+                        (false, true)
                     }
-                };
-            // The due heads of the claimed kinds: the statement left the levels below
-            // theirs out when it saw some (strict priority), and the room left is theirs,
-            // each kind's within what it may still take.
+                }
+            } else {
+                (false, false)
+            };
+            // The due heads of the claimed kinds the statement kept a place for, at the
+            // highest priority of those due (it read no level below it: strict priority),
+            // in due-time order with the jobs at it.
             let mut heads_claimed = false;
             let room = in_room(&rows.heads, &jobs, want, |kind| kinds.most(kind, want));
             if !room.is_empty() {
@@ -152,9 +155,16 @@ impl Backend for Postgres {
                     .claim(&self.pool, &self.sql, &self.queue, &room, token)
                     .await;
                 match claimed {
-                    Ok(heads) => {
-                        heads_claimed = !heads.is_empty();
-                        jobs.extend(heads);
+                    Ok(done) => {
+                        heads_claimed = !done.jobs.is_empty();
+                        jobs.extend(done.jobs);
+                        // Each failed head was rolled back alone (and logged); with nothing
+                        // else to deliver, the claim answers its error.
+                        if let Some((_, err)) = done.failed.into_iter().next() {
+                            if jobs.is_empty() {
+                                return Err(err);
+                            }
+                        }
                     }
                     // The jobs already leased are handed out all the same; the heads are
                     // claimed by a later claim.
@@ -170,6 +180,7 @@ impl Backend for Postgres {
                 rows.paused,
                 jobs.len() >= want || timers,
                 heads_claimed,
+                rebalance_failed,
             );
             in_claim_order(&mut jobs);
             Ok(ClaimBatch {

@@ -15,12 +15,17 @@
 //!   the merged statement takes each kind at most its room, so a caller gets at most what
 //!   it asked for, and only jobs of its kinds.
 //! - Series heads of any kind and priority are jobs of their kind: the statement (merged or
-//!   not) lists the due ones of its kinds and reads no level below theirs; each caller
-//!   (each member of a merged claim) takes those of its kinds it has room for, kind by kind
-//!   ([`in_room`]), all in one transaction after the statement ([`HeadClaims::claim`]), each
-//!   head's series moving with its claim. If that transaction fails, the jobs the statement
-//!   leased are delivered all the same (the heads go to a later claim); a caller with none
-//!   gets the error.
+//!   not) finds, for each caller, the highest priority of the due heads of its kinds, reads
+//!   none of its kinds' levels below it (strict priority across a caller's kinds; another
+//!   caller's heads hold back none of its jobs), and orders the heads at it with the jobs
+//!   before the claim is cut to its rooms; each caller takes those of its kinds the
+//!   statement kept ([`in_room`]), all in one transaction after the statement
+//!   ([`HeadClaims::claim`]), each head's step (its series moving with its claim) in a
+//!   savepoint of its own: a head whose step fails is rolled back alone and logged, and
+//!   costs no other head, nor another caller its heads. If the transaction itself fails,
+//!   the jobs the statement leased are delivered all the same (the heads go to a later
+//!   claim); a caller with nothing to deliver gets the error (its heads' or the
+//!   transaction's).
 //! - Claims naming a kind in common are never merged (a job of that kind would have no
 //!   one owner): they run one after the other. A merged statement takes at most
 //!   [`MAX_BATCH`] jobs.
@@ -60,6 +65,12 @@ use crate::core::series::Rules;
 /// it anyway when it makes one pending.
 const LOCKED_RETRY: u64 = 10_000_000;
 
+/// After a claim whose gate rebalance (`gate_timers`) failed, how long a consumer waits at
+/// least before looking again (nanoseconds), unless the claim was full: the timer it saw
+/// is still due, and looking again at once would rebalance, and fail, in a loop. A commit
+/// that makes a job pending wakes it anyway.
+pub(super) const REBALANCE_RETRY: u64 = 1_000_000_000;
+
 /// How often the claim batcher yields after answering a batch (`claim_batch`): two were
 /// as good as eight or 32 (claims per job of four `run_kind` loops).
 const REJOIN_YIELDS: usize = 2;
@@ -75,8 +86,9 @@ pub(super) struct HeadClaims {
 }
 
 impl HeadClaims {
-    /// The first claims of `heads` (what [`in_room`] picked) in one transaction, what they
-    /// deliver leased under `token`.
+    /// The first claims of `heads` (what [`in_room`] picked) in one transaction, each in a
+    /// savepoint of its own: what they deliver leased under `token`, and the kind and error
+    /// of each whose step failed (rolled back alone; logged).
     pub(super) async fn claim(
         &self,
         pool: &PgPool,
@@ -84,21 +96,42 @@ impl HeadClaims {
         queue: &str,
         heads: &[Head],
         token: i64,
-    ) -> Result<Vec<Claimed>, Error> {
+    ) -> Result<HeadsClaimed, Error> {
+        let mut out = HeadsClaimed {
+            jobs: Vec::new(),
+            failed: Vec::new(),
+        };
         if heads.is_empty() {
-            return Ok(Vec::new());
+            return Ok(out);
         }
-        let leased = self
+        let answers = self
             .series
             .claim_heads(pool, sql, queue, &self.rules, &self.plain, heads, token)
             .await?;
-        Ok(leased.into_iter().map(|job| claimed(job, token)).collect())
+        for (head, answer) in heads.iter().zip(answers) {
+            match answer {
+                Ok(Some(job)) => out.jobs.push(claimed(job, token)),
+                Ok(None) => {}
+                Err(err) => out.failed.push((head.kind.clone(), err)),
+            }
+        }
+        Ok(out)
     }
 }
 
-/// The due `heads` (highest priority first, as the statement lists them) a claim of at
+/// What the first claims of a claim's series heads did ([`HeadClaims::claim`]).
+#[derive(Debug)]
+pub(super) struct HeadsClaimed {
+    /// The jobs they deliver.
+    pub(super) jobs: Vec<Claimed>,
+    /// The kind of each head whose step failed, and its error.
+    pub(super) failed: Vec<(String, Error)>,
+}
+
+/// The due `heads` (those the statement kept a place for, earliest first) a claim of at
 /// most `want` jobs that took `jobs` has room for: in all, and for each kind at most
-/// `most(kind)` with its jobs of that kind (0: a kind the claim does not take).
+/// `most(kind)` with its jobs of that kind (0: a kind the claim does not take). The
+/// statement already cut them to the rooms; this keeps each caller to its own.
 pub(super) fn in_room(
     heads: &[Head],
     jobs: &[Claimed],
@@ -239,24 +272,37 @@ async fn claim_group(
     queue: &str,
     members: &[&ClaimReq],
 ) -> Result<Vec<Result<ClaimBatch, Error>>, Error> {
-    let mut set: Vec<(String, usize)> = members.iter().flat_map(|r| r.kinds.clone()).collect();
+    // Each kind with the member it is claimed for: a member's due series heads hold back
+    // its own kinds' lower levels, never another member's.
+    let mut set: Vec<(String, usize, i32)> = members
+        .iter()
+        .enumerate()
+        .flat_map(|(n, r)| {
+            let n = i32::try_from(n).unwrap_or(i32::MAX);
+            r.kinds.iter().map(move |(k, room)| (k.clone(), *room, n))
+        })
+        .collect();
     set.sort();
-    let want: usize = set.iter().map(|(_, r)| r).sum();
+    let want: usize = set.iter().map(|(_, r, _)| r).sum();
     let token = members[0].token;
-    let kinds = ClaimKinds::Some(set);
-    let rows = sql.claim(pool, queue, want, token, &kinds).await?;
+    let of: Vec<i32> = set.iter().map(|(_, _, n)| *n).collect();
+    let kinds = ClaimKinds::Some(set.into_iter().map(|(k, r, _)| (k, r)).collect());
+    let rows = sql.claim(pool, queue, want, token, &kinds, &of).await?;
     // A gate's rate window ended: rebalanced after the claim, which could not lease what it
     // admits (as `backend.rs` does); every caller looks again at once.
-    // Its failure fails no caller: the claim committed, and its jobs would wait out their
-    // leases; they look again at once instead, as if a timer had rebalanced.
-    let timers = rows.timers
-        && match sql.gate_timers(pool, queue, &kinds).await {
-            Ok(n) => n > 0,
+    // Its failure fails no caller (the claim committed: its jobs are delivered), and each
+    // looks again after [`REBALANCE_RETRY`], not at once: the timer is still due.
+    let (timers, rebalance_failed) = if rows.timers {
+        match sql.gate_timers(pool, queue, &kinds).await {
+            Ok(n) => (n > 0, false),
             Err(err) => {
-                tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a merged claim; its callers look again at once");
-                true
+                tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a merged claim; its callers look again later");
+                (false, true)
             }
-        };
+        }
+    } else {
+        (false, false)
+    };
     let mut shares: Vec<Vec<Claimed>> = vec![Vec::new(); members.len()];
     for job in rows.jobs {
         let job = claimed(job, token);
@@ -282,25 +328,38 @@ async fn claim_group(
         wanted[n] = !mine.is_empty();
         picked.extend(mine);
     }
-    let mut failed = None;
+    // Each head's step is its own savepoint: one member's failing head costs no other
+    // member its heads.
+    let mut failed: Vec<Option<Error>> = vec![None; members.len()];
     let mut heads_claimed = vec![false; members.len()];
+    let owner_of = |kind: &str| {
+        members
+            .iter()
+            .position(|r| r.kinds.iter().any(|(k, _)| k == kind))
+    };
     match heads.claim(pool, sql, queue, &picked, token).await {
-        Ok(jobs) => {
-            for job in jobs {
-                let owner = members
-                    .iter()
-                    .position(|r| r.kinds.iter().any(|(k, _)| *k == job.spec.kind));
-                let Some(owner) = owner else {
+        Ok(done) => {
+            for job in done.jobs {
+                let Some(owner) = owner_of(&job.spec.kind) else {
                     tracing::error!(job = %job.id, kind = %job.spec.kind, "wheel-jobs: a merged claim's series head is of a kind no caller asked for; it runs again when its lease ends");
                     continue;
                 };
                 heads_claimed[owner] = true;
                 shares[owner].push(job);
             }
+            for (kind, err) in done.failed {
+                if let Some(owner) = owner_of(&kind) {
+                    failed[owner].get_or_insert(err);
+                }
+            }
         }
         Err(err) => {
             tracing::warn!(error = %err, "wheel-jobs: claiming series heads failed after a merged claim; delivering the other jobs");
-            failed = Some(err);
+            for (n, slot) in failed.iter_mut().enumerate() {
+                if wanted[n] {
+                    *slot = Some(err.clone());
+                }
+            }
         }
     }
     let answers = members
@@ -308,7 +367,7 @@ async fn claim_group(
         .zip(shares)
         .enumerate()
         .map(|(n, (req, mut jobs))| {
-            if let Some(err) = failed.as_ref().filter(|_| wanted[n] && jobs.is_empty()) {
+            if let Some(err) = failed[n].as_ref().filter(|_| jobs.is_empty()) {
                 // Nothing to deliver but the heads it could not claim: its error.
                 return Err(err.clone());
             }
@@ -335,6 +394,7 @@ async fn claim_group(
                     rows.paused,
                     full || timers,
                     heads_claimed[n],
+                    rebalance_failed,
                 ),
                 now: rows.now,
                 // Counted once, by the first caller's metrics.
@@ -346,14 +406,16 @@ async fn claim_group(
 
 /// When a consumer looks again after a claim whose `next_due` the statement answered:
 /// never while paused; at once when the claim was `full` (more may be due) or after due
-/// jobs the series heads held back (`heads_claimed`); shortly when what is due was locked
-/// by others; else at `next_due`.
+/// jobs the series heads held back (`heads_claimed`); after a failed gate rebalance
+/// (`rebalance_failed`) not before [`REBALANCE_RETRY`]; shortly when what is due was
+/// locked by others; else at `next_due`.
 pub(super) fn look_again(
     next_due: Option<u64>,
     now: u64,
     paused: bool,
     full: bool,
     heads_claimed: bool,
+    rebalance_failed: bool,
 ) -> Option<u64> {
     if paused {
         None
@@ -361,9 +423,13 @@ pub(super) fn look_again(
         // More may be due: look again at once.
         Some(now)
     } else if heads_claimed && next_due.is_some_and(|n| n <= now) {
-        // Due jobs below priority 0 the heads held back: look again at once (after
+        // Due jobs and heads below the heads it delivered, held back: look again at once (after
         // a delivery, so never in a loop).
         Some(now)
+    } else if rebalance_failed {
+        // The gate timer it saw is still due: a claim at once would rebalance (and fail)
+        // again, in a loop.
+        next_due.map(|n| n.max(now.saturating_add(REBALANCE_RETRY)))
     } else if let Some(next) = next_due.filter(|&n| n <= now) {
         // What is due and was not taken is locked by another transaction (a claim,
         // a series step, a caller's `cancel_in`) or a series head whose step moved

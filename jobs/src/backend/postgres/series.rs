@@ -539,7 +539,11 @@ impl SeriesSql {
 
     /// The first claims of the due `heads` a claim listed and has room for, in one
     /// transaction: each one's [`first_claim`](Self::first_claim), and what it delivers
-    /// leased under `token` (NULL options: `plain`'s).
+    /// leased under `token` (NULL options: `plain`'s); one answer per head, in order. Each
+    /// head's step is a savepoint of its own: one that fails (its series' next occurrence
+    /// refused, say) is rolled back and answered as its error, and the others go on and
+    /// commit (a claim merged from several callers' delivers their heads all the same). The
+    /// outer error is the transaction's own (begin, the clock, the commit).
     #[allow(clippy::too_many_arguments)] // the claim's parts, each named once here
     pub(super) async fn claim_heads(
         &self,
@@ -550,21 +554,34 @@ impl SeriesSql {
         plain: &Spec,
         heads: &[Head],
         token: i64,
-    ) -> Result<Vec<Leased>, Error> {
+    ) -> Result<Vec<Result<Option<Leased>, Error>>, Error> {
         let mut tx = db(pool.begin().await)?;
         let now = sql.now(&mut *tx).await?;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(heads.len());
         for head in heads {
-            let Some(id) = self
-                .first_claim(&mut tx, queue, rules, now, &head.id, &head.kind)
-                .await?
-            else {
-                continue;
-            };
-            if let Some((payload, attempt, run_at, spec)) =
-                self.lease(&mut tx, queue, &id, token, plain).await?
-            {
-                out.push((id, payload, attempt, run_at, spec));
+            let mut step = db(sqlx::Connection::begin(&mut *tx).await)?;
+            let claimed = async {
+                let Some(id) = self
+                    .first_claim(&mut step, queue, rules, now, &head.id, &head.kind)
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let leased = self.lease(&mut step, queue, &id, token, plain).await?;
+                Ok(leased
+                    .map(|(payload, attempt, run_at, spec)| (id, payload, attempt, run_at, spec)))
+            }
+            .await;
+            match claimed {
+                Ok(leased) => {
+                    db(step.commit().await)?;
+                    out.push(Ok(leased));
+                }
+                Err(err) => {
+                    db(step.rollback().await)?;
+                    tracing::warn!(head = %head.id, kind = %head.kind, error = %err, "wheel-jobs: the first claim of a series head failed; rolled back, it is claimed again later");
+                    out.push(Err(err));
+                }
             }
         }
         db(tx.commit().await)?;

@@ -15,3 +15,7 @@ ALTER TABLE {schema}.series
     ADD COLUMN backoff_first bigint,
     ADD COLUMN backoff_max bigint,
     ADD COLUMN lease bigint;
+
+-- A claim reads the due heads of its kinds only, highest priority first (`sql/claim.rs`
+-- `heads`): a skip scan of each kind's priority levels, then a range of due heads per level.
+CREATE INDEX series_by_kind ON {schema}.series (queue, kind, priority, head) WHERE head IS NOT NULL;
