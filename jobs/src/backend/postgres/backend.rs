@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::batch::MAX_BATCH;
-use super::claims::{claimed, in_claim_order, in_room, look_again, mergeable, ClaimReq};
+use super::claims::{claimed, in_claim_order, in_room, look_again, mergeable, rebalance, ClaimReq};
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
 use super::Postgres;
@@ -128,22 +128,10 @@ impl Backend for Postgres {
                 .map(|job| claimed(job, token))
                 .collect();
             let next_due = rows.next_due;
-            // A gate's rate window ended: its waiting jobs may start now. Rebalanced after
-            // the claim (its statement could not lease what it admits): look again at once.
-            // Its failure fails no caller, as after a merged claim (`claims.rs`): the claim
-            // committed, and its jobs are delivered; look again after `REBALANCE_RETRY`, not
-            // at once (the timer is still due).
-            let (timers, rebalance_failed) = if rows.timers {
-                match self.sql.gate_timers(&self.pool, &self.queue, &kinds).await {
-                    Ok(n) => (n > 0, false),
-                    Err(err) => {
-                        tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a claim; looking again later");
-                        (false, true)
-                    }
-                }
-            } else {
-                (false, false)
-            };
+            // A gate's rate window ended: its waiting jobs may start now (`claims.rs`
+            // `rebalance`): look again at once.
+            let (timers, rebalance_failed) =
+                rebalance(&self.pool, &self.sql, &self.queue, &kinds, rows.timers).await;
             // The due heads of the claimed kinds the statement kept a place for, at the
             // highest priority of those due (it read no level below it: strict priority),
             // in due-time order with the jobs at it.

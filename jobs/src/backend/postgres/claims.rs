@@ -119,6 +119,31 @@ impl HeadClaims {
     }
 }
 
+/// Rebalances, after a claim whose statement saw a due gate timer (`timers`), the gates of
+/// `kinds` whose timer came (the statement could not lease what that admits): (whether
+/// it rebalanced any, so the consumer looks again at once; whether it failed). Its
+/// failure fails no caller (the claim committed: its jobs are delivered), and the
+/// consumer looks again after [`REBALANCE_RETRY`], not at once: the timer is still due
+/// ([`look_again`]).
+pub(super) async fn rebalance(
+    pool: &PgPool,
+    sql: &Sql,
+    queue: &str,
+    kinds: &ClaimKinds,
+    timers: bool,
+) -> (bool, bool) {
+    if !timers {
+        return (false, false);
+    }
+    match sql.gate_timers(pool, queue, kinds).await {
+        Ok(n) => (n > 0, false),
+        Err(err) => {
+            tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a claim; looking again later");
+            (false, true)
+        }
+    }
+}
+
 /// What the first claims of a claim's series heads did ([`HeadClaims::claim`]).
 #[derive(Debug)]
 pub(super) struct HeadsClaimed {
@@ -288,21 +313,9 @@ async fn claim_group(
     let of: Vec<i32> = set.iter().map(|(_, _, n)| *n).collect();
     let kinds = ClaimKinds::Some(set.into_iter().map(|(k, r, _)| (k, r)).collect());
     let rows = sql.claim(pool, queue, want, token, &kinds, &of).await?;
-    // A gate's rate window ended: rebalanced after the claim, which could not lease what it
-    // admits (as `backend.rs` does); every caller looks again at once.
-    // Its failure fails no caller (the claim committed: its jobs are delivered), and each
-    // looks again after [`REBALANCE_RETRY`], not at once: the timer is still due.
-    let (timers, rebalance_failed) = if rows.timers {
-        match sql.gate_timers(pool, queue, &kinds).await {
-            Ok(n) => (n > 0, false),
-            Err(err) => {
-                tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a merged claim; its callers look again later");
-                (false, true)
-            }
-        }
-    } else {
-        (false, false)
-    };
+    // A gate's rate window ended: rebalanced after the claim (as `backend.rs` does); every
+    // caller looks again at once.
+    let (timers, rebalance_failed) = rebalance(pool, sql, queue, &kinds, rows.timers).await;
     let mut shares: Vec<Vec<Claimed>> = vec![Vec::new(); members.len()];
     for job in rows.jobs {
         let job = claimed(job, token);
