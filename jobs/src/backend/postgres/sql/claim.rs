@@ -133,7 +133,11 @@ impl ClaimSql {
         // kinds), and `picked` orders those heads with the jobs (a head holds a place, no
         // row: its `tid` is NULL, so nothing below acts on it) before the claim is cut to
         // `$2`; the heads that kept their place are answered (row 3) for the caller to
-        // claim, and the consumer looks again at once for what waited below them. A plain claim's next due time reads a bounded window (`next_level`). The kill and the lease find the picked rows by `ctid` (the version the pick
+        // claim, and the consumer looks again at once for what waited below them. Heads the
+        // caller could not claim (`skip`: locked, moved, their step failed) are left out of
+        // its next statement, in the same claim: they hold nothing back. A plain claim's
+        // next due time reads a bounded window (`next_level`). The kill and the lease find
+        // the picked rows by `ctid` (the version the pick
         // locked), a TID scan whatever the statistics say: joined on (queue, id) alone, a
         // queue the table's statistics do not know yet (new since the last ANALYZE) was
         // estimated at one row, and the planner scanned the whole queue once per picked
@@ -465,6 +469,13 @@ fn heads(jobs: &str, series: &str, kinds: Option<Kinds>) -> String {
         Some(Kinds::Named) => "hk(kind, member) AS (SELECT $6::text, 0)".to_owned(),
         None => "hk(kind, member) AS (SELECT kind, member FROM ks)".to_owned(),
     };
+    // The heads a claim of this call left out ([`Sql::claim`]'s `skip`): those an earlier
+    // statement of it listed that delivered nothing (locked, moved, their step failed).
+    let skip = match kinds {
+        Some(Kinds::All | Kinds::Plain) => "$6",
+        Some(Kinds::Named) => "$7",
+        None => "$9",
+    };
     let probe = format!(
         "SELECT j.run_at FROM {jobs} j WHERE j.queue = $1 AND j.id = s.head_id AND j.token IS NULL \
          AND NOT j.waiting AND j.attempt = 0 AND j.kind = s.kind AND j.priority = s.priority \
@@ -479,12 +490,12 @@ fn heads(jobs: &str, series: &str, kinds: Option<Kinds>) -> String {
          hd AS MATERIALIZED (SELECT hl.kind, hl.member, hl.prio FROM hl WHERE hl.prio IS NOT NULL \
            AND NOT (SELECT p FROM paused) \
            AND EXISTS (SELECT 1 FROM {series} s WHERE s.queue = $1 AND s.kind = hl.kind AND s.priority = hl.prio \
-           AND s.head <= (SELECT t FROM now) AND EXISTS ({probe}))), \
+           AND s.head <= (SELECT t FROM now) AND s.head_id <> ALL({skip}::text[]) AND EXISTS ({probe}))), \
          hf AS MATERIALIZED (SELECT member, max(prio) AS f FROM hd GROUP BY member), \
          heads AS MATERIALIZED (SELECT x.head_id, x.kind, x.priority, x.at FROM hd CROSS JOIN LATERAL ( \
            SELECT s.head_id, s.kind, s.priority, j.run_at AS at FROM {series} s CROSS JOIN LATERAL ({probe}) j \
            WHERE s.queue = $1 AND s.kind = hd.kind AND s.priority = hd.prio AND s.head <= (SELECT t FROM now) \
-           ORDER BY s.head LIMIT $2) x WHERE hd.prio = (SELECT f FROM hf WHERE hf.member = hd.member) \
+           AND s.head_id <> ALL({skip}::text[]) ORDER BY s.head LIMIT $2) x WHERE hd.prio = (SELECT f FROM hf WHERE hf.member = hd.member) \
            ORDER BY x.at, x.head_id LIMIT $2)"
     )
 }
@@ -617,7 +628,10 @@ impl Sql {
     /// under `token`, each for its own lease, killing those out of their own attempts. For
     /// a set of kinds, `members` is the member (caller) each kind is claimed for, in the
     /// set's order (a claim merged from several, `claims.rs`; empty: all one caller's): a
-    /// due series head holds back the lower levels of its member's kinds only.
+    /// due series head holds back the lower levels of its member's kinds only. The heads
+    /// `skip` names are neither listed nor hold anything back: a claim that could not claim
+    /// them (locked, moved, their step failed) runs the statement again without them.
+    #[allow(clippy::too_many_arguments)] // the claim's parts, each named once here
     pub(in crate::backend::postgres) async fn claim(
         &self,
         ex: impl PgExecutor<'_>,
@@ -626,6 +640,7 @@ impl Sql {
         token: i64,
         kinds: &ClaimKinds,
         members: &[i32],
+        skip: &[String],
     ) -> Result<ClaimRows, Error> {
         let plain = &self.plain;
         // One kind or all: the statements of one, whose kind needs no room (`max` is it).
@@ -650,7 +665,7 @@ impl Sql {
             .bind(token)
             .bind(i32::try_from(plain.max_attempts).unwrap_or(i32::MAX));
         let query = match (one, kinds) {
-            (Some(kind), _) => Kinds::bind(kind, query),
+            (Some(kind), _) => Kinds::bind(kind, query).bind(skip),
             (None, ClaimKinds::Some(set)) => {
                 let names: Vec<&str> = set.iter().map(|(k, _)| k.as_str()).collect();
                 let rooms: Vec<i64> = set
@@ -660,7 +675,7 @@ impl Sql {
                 let members: Vec<i32> = (0..set.len())
                     .map(|i| members.get(i).copied().unwrap_or(0))
                     .collect();
-                query.bind(names).bind(rooms).bind(members)
+                query.bind(names).bind(rooms).bind(members).bind(skip)
             }
             (None, ClaimKinds::All) => unreachable!("every kind is a statement of one"),
         };
