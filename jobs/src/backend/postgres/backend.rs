@@ -126,7 +126,7 @@ impl Backend for Postgres {
             // Heads that delivered nothing, left out of the next round's statement.
             let mut skip: Vec<String> = Vec::new();
             let mut left = Some(kinds.clone());
-            let (mut next_due, mut now) = (None, 0);
+            let (mut next_due, mut untimed, mut now) = (None, None, 0);
             let (mut paused, mut died, mut timers) = (false, 0, false);
             let mut heads_claimed = false;
             let mut head_error = None;
@@ -145,6 +145,7 @@ impl Backend for Postgres {
                 };
                 jobs.extend(rows.jobs.into_iter().map(|job| claimed(job, token)));
                 next_due = earliest(next_due, rows.next_due);
+                untimed = earliest(untimed, rows.untimed);
                 (now, paused, died, timers) =
                     (rows.now, paused || rows.paused, died + rows.died, timers || rows.timers);
                 // The due heads of the claimed kinds the statement kept a place for, at
@@ -193,6 +194,7 @@ impl Backend for Postgres {
                 rebalance(&self.pool, &self.sql, &self.queue, &kinds, timers).await;
             let next_due = look_again(
                 next_due,
+                untimed,
                 now,
                 paused,
                 jobs.len() >= want || timers,

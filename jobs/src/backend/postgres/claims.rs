@@ -350,7 +350,7 @@ async fn claim_group(
     let mut shares: Vec<Vec<Claimed>> = vec![Vec::new(); count];
     let mut failed: Vec<Option<Error>> = vec![None; count];
     let mut heads_claimed = vec![false; count];
-    let mut next_due = vec![None; count];
+    let (mut next_due, mut untimed) = (vec![None; count], vec![None; count]);
     let (mut now, mut paused, mut died, mut saw_timers) = (0, false, 0, false);
     // Heads that delivered nothing, left out of the next round's statement.
     let mut skip: Vec<String> = Vec::new();
@@ -397,17 +397,22 @@ async fn claim_group(
         (now, paused, died) = (rows.now, paused || rows.paused, died + rows.died);
         saw_timers |= rows.timers;
         for &n in &active {
-            let mine = if active.len() == 1 {
-                rows.next_due
+            let (mine, mine_untimed) = if active.len() == 1 {
+                (rows.next_due, rows.untimed)
             } else {
                 // Its own kinds' next pending due time, and the rest of the set's.
                 let own = members[n].kinds.iter().filter_map(|(kind, _)| {
                     let found = rows.next_by_kind.iter().find(|(k, _)| k == kind);
                     found.and_then(|(_, t)| *t)
                 });
-                own.chain(rows.next_other).min()
+                let own: Vec<u64> = own.collect();
+                (
+                    own.iter().copied().chain(rows.next_other).min(),
+                    own.iter().copied().chain(rows.other_untimed).min(),
+                )
             };
             next_due[n] = earliest(next_due[n], mine);
+            untimed[n] = earliest(untimed[n], mine_untimed);
         }
         for job in rows.jobs {
             let job = claimed(job, token);
@@ -497,6 +502,7 @@ async fn claim_group(
                 jobs,
                 next_due: look_again(
                     next_due[n],
+                    untimed[n],
                     now,
                     paused,
                     full || timers,
@@ -511,19 +517,36 @@ async fn claim_group(
     Ok(answers.collect())
 }
 
-/// When a consumer looks again after a claim whose `next_due` the statement answered:
-/// never while paused; at once when the claim was `full` (more may be due) or after due
-/// jobs the series heads held back (`heads_claimed`); after a failed gate rebalance
-/// (`rebalance_failed`) not before [`REBALANCE_RETRY`]; shortly when what is due was
-/// locked by others; else at `next_due`.
+/// When a consumer looks again after a claim whose `next_due` the statement answered
+/// (`untimed`: without the gate timers): never while paused; at once when the claim was
+/// `full` (more may be due) or after due jobs the series heads held back
+/// (`heads_claimed`); shortly when what is due was locked by others; else at `next_due`.
+/// After a failed gate rebalance (`rebalance_failed`) only the timer's look waits
+/// [`REBALANCE_RETRY`]: the consumer looks again at the least of that and the rest of what
+/// is due (`untimed`), never later for a job due soon nor for a caller whose kinds have no
+/// gate.
 pub(super) fn look_again(
     next_due: Option<u64>,
+    untimed: Option<u64>,
     now: u64,
     paused: bool,
     full: bool,
     heads_claimed: bool,
     rebalance_failed: bool,
 ) -> Option<u64> {
+    // What is due and was not taken is locked by another transaction (a claim, a series
+    // step, a caller's `cancel_in`) or a series head whose step moved or failed: the
+    // outcome of a commit that makes a job pending wakes us anyway; look again shortly,
+    // not in a loop.
+    let shortly = |next: Option<u64>| {
+        next.map(|n| {
+            if n <= now {
+                n.max(now.saturating_add(LOCKED_RETRY))
+            } else {
+                n
+            }
+        })
+    };
     if paused {
         None
     } else if full {
@@ -535,16 +558,10 @@ pub(super) fn look_again(
         Some(now)
     } else if rebalance_failed {
         // The gate timer it saw is still due: a claim at once would rebalance (and fail)
-        // again, in a loop.
-        next_due.map(|n| n.max(now.saturating_add(REBALANCE_RETRY)))
-    } else if let Some(next) = next_due.filter(|&n| n <= now) {
-        // What is due and was not taken is locked by another transaction (a claim,
-        // a series step, a caller's `cancel_in`) or a series head whose step moved
-        // it: the outcome of a commit that makes a job pending wakes us anyway;
-        // look again shortly, not in a loop.
-        Some(next.max(now.saturating_add(LOCKED_RETRY)))
+        // again, in a loop; the rest of what is due as ever.
+        earliest(shortly(untimed), Some(now.saturating_add(REBALANCE_RETRY)))
     } else {
-        next_due
+        shortly(next_due)
     }
 }
 
@@ -606,6 +623,24 @@ mod tests {
         assert_eq!(mergeable(&ClaimKinds::All, 12), None);
         // The kind '' is a statement of its own.
         assert_eq!(mergeable(&ClaimKinds::one(""), 12), None);
+    }
+
+    #[test]
+    fn after_a_failed_rebalance_only_the_timers_look_waits() {
+        let now = 1_000;
+        // The timer is due (in `next_due`); a job is due 200 ns ahead: looked at when due.
+        let soon = look_again(Some(now), Some(now + 200), now, false, false, false, true);
+        assert_eq!(soon, Some(now + 200));
+        // Nothing but the timer: its retry.
+        let idle = look_again(Some(now), None, now, false, false, false, true);
+        assert_eq!(idle, Some(now + REBALANCE_RETRY));
+        // A due job locked by another transaction: shortly, not at once.
+        let locked = look_again(Some(now), Some(now), now, false, false, false, true);
+        assert_eq!(locked, Some(now + LOCKED_RETRY));
+        // A job due after the retry: the retry first.
+        let late = now + 2 * REBALANCE_RETRY;
+        let later = look_again(Some(now), Some(late), now, false, false, false, true);
+        assert_eq!(later, Some(now + REBALANCE_RETRY));
     }
 
     #[test]

@@ -75,6 +75,10 @@ pub(in crate::backend::postgres) struct ClaimRows {
     /// `None` for the claims of one kind or all.
     pub(in crate::backend::postgres) next_by_kind: Vec<(String, Option<u64>)>,
     pub(in crate::backend::postgres) next_other: Option<u64>,
+    /// `next_due` and `next_other` without the gate timers: what a consumer whose gate
+    /// rebalance failed looks again at (`claims.rs` `look_again`), the timer's retry apart.
+    pub(in crate::backend::postgres) untimed: Option<u64>,
+    pub(in crate::backend::postgres) other_untimed: Option<u64>,
 }
 
 /// The most gates whose timer came that one claim rebalances.
@@ -267,6 +271,9 @@ impl ClaimSql {
                      FROM (SELECT kind, t FROM next_kinds UNION ALL SELECT kind, t FROM next_leases) AS n GROUP BY kind \
                      UNION ALL SELECT 6, NULL, NULL, NULL, LEAST((SELECT min(lease_until) FROM leased), \
                      (SELECT min(run_at) FROM handed), (SELECT t FROM timer)), \
+                     '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+                     UNION ALL SELECT 8, NULL, NULL, NULL, LEAST((SELECT min(lease_until) FROM leased), \
+                     (SELECT min(run_at) FROM handed)), \
                      '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
                 ),
             };
@@ -332,7 +339,11 @@ impl ClaimSql {
                  UNION ALL SELECT 3, h.head_id, NULL, NULL, NULL, h.kind, h.priority, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM heads h \
                    WHERE EXISTS (SELECT 1 FROM picked p WHERE p.tid IS NULL AND p.id = h.head_id) \
                  UNION ALL SELECT 4, NULL, NULL, NULL, t, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM timer \
-                   WHERE t <= (SELECT t FROM now){by_kind}",
+                   WHERE t <= (SELECT t FROM now) \
+                 UNION ALL SELECT 7, NULL, NULL, NULL, \
+                   LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
+                   (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed)), \
+                   '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL{by_kind}",
                 heads = heads(jobs, series, kinds),
                 until = later("coalesce(j.lease, $3)"),
                 spec = spec_cols(""),
@@ -690,6 +701,8 @@ impl Sql {
             timers: false,
             next_by_kind: Vec::new(),
             next_other: None,
+            untimed: None,
+            other_untimed: None,
         };
         for r in &rows {
             match db(r.try_get::<i32, _>(0))? {
@@ -714,6 +727,8 @@ impl Sql {
                     db(r.try_get::<Option<i64>, _>(4))?.map(dec),
                 )),
                 6 => out.next_other = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
+                7 => out.untimed = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
+                8 => out.other_untimed = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
                 _ => out.heads.push(Head {
                     id: db(r.try_get(1))?,
                     kind: db(r.try_get(5))?,
