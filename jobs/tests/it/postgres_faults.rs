@@ -1004,3 +1004,66 @@ async fn an_idle_consumer_whose_gate_rebalance_fails_pauses_between_claims() {
 async fn an_idle_consumer_whose_merged_claims_gate_rebalance_fails_pauses_between_claims() {
     an_idle_consumer_whose_gate_rebalance_fails_pauses(Some("x")).await;
 }
+
+/// A gate rebalance that fails after every claim (as above), its gate's timer of the kind
+/// `x` due: a job of the kind `x` scheduled 200 ms ahead is delivered about when due, not
+/// about `REBALANCE_RETRY` (1 s) late, by `consume()` (a statement of its own) and by
+/// `consume_kind("x")` (merged): only the timer's look waits. The bound is generous: it
+/// bounds a stall, not speed.
+async fn a_failed_rebalance_delays_no_job_due_soon(kind: Option<&str>) {
+    let schema = crate::postgres::fresh("wj_soon");
+    let url = shared().url();
+    let pool = test_pool(&url).await;
+    let mut builder = Builder::new();
+    builder.postgres_schema(&schema);
+    let queue = builder.postgres(&url, "orders").await.unwrap();
+    let quoted = format!("\"{schema}\"");
+    let setup = format!(
+        "CREATE OR REPLACE FUNCTION {quoted}.gate_timers(q text, kinds text[], most integer) \
+         RETURNS integer LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'gate_timers fails'; END $$; \
+         INSERT INTO {quoted}.gates (queue, kind, key, wake_at) VALUES ('orders', 'x', 'k', 1);"
+    );
+    sqlx::Executor::execute(&pool, setup.as_str())
+        .await
+        .unwrap();
+    let mut consumer = match kind {
+        None => queue.consume(),
+        Some(kind) => queue.consume_kind(kind),
+    };
+    // An idle claim first (it sees the timer, its rebalance fails).
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), consumer.next())
+            .await
+            .is_err()
+    );
+    let options = wheel_jobs::JobOptions::kind("x");
+    queue
+        .schedule_with("x:soon", Duration::from_millis(200), "j", &options)
+        .await
+        .unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(5), consumer.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let late = SystemTime::now().duration_since(d.run_at()).unwrap();
+    assert!(
+        late < Duration::from_millis(500),
+        "{kind:?}: x:soon delivered {late:?} after its run_at"
+    );
+    drop(consumer);
+    queue.close().await.unwrap();
+    sqlx::Executor::execute(&pool, format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rebalance_delays_no_job_due_soon_for_every_kind() {
+    a_failed_rebalance_delays_no_job_due_soon(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rebalance_delays_no_job_due_soon_for_its_kind() {
+    a_failed_rebalance_delays_no_job_due_soon(Some("x")).await;
+}

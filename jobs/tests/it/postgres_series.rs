@@ -743,3 +743,154 @@ async fn a_claim_of_a_kind_reads_no_due_series_of_another_kind() {
     let most = buffers[1..].iter().max().unwrap();
     assert!(*most <= 200, "buffers per claim of b: {buffers:?}");
 }
+
+/// A queue in a schema of its own: the series `hot` of the kind `a` at priority 5 whose
+/// head is due, and the due jobs `a:low` (kind `a`) and `w:low` (kind `w`) at priority 0.
+/// The queue, its schema (quoted) and the head's id.
+async fn a_due_head_above_due_jobs(prefetch: usize) -> (JobQueue, String, String) {
+    let schema = fresh("wj_stall");
+    let mut builder = Builder::new();
+    builder.postgres_schema(&schema).prefetch(prefetch);
+    let queue = builder.postgres(&url(), "orders").await.unwrap();
+    let quoted = format!("\"{schema}\"");
+    let every = Recurrence::every(Duration::from_secs(1)).unwrap();
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("a").priority(5))
+        .catch_up(CatchUp::All { max: 100 });
+    queue
+        .schedule_recurring_with("hot", every, "t", options)
+        .await
+        .unwrap();
+    let at = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    for (id, kind) in [("a:low", "a"), ("w:low", "w")] {
+        queue
+            .schedule_with(id, Duration::ZERO, "j", &JobOptions::kind(kind))
+            .await
+            .unwrap();
+    }
+    sleep_past(at).await;
+    (queue, quoted, occurrence("hot", at))
+}
+
+/// The first delivery of `consumer` within `secs` seconds, past any claim errors (each
+/// counted in the answer).
+async fn first_delivery(consumer: &mut wheel_jobs::Consumer, secs: u64) -> (Option<String>, usize) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(secs);
+    let mut errors = 0;
+    loop {
+        match tokio::time::timeout_at(until, consumer.next()).await {
+            Ok(Some(Ok(d))) => return (Some(d.id().to_owned()), errors),
+            Ok(Some(Err(_))) => errors += 1,
+            Ok(None) | Err(_) => return (None, errors),
+        }
+    }
+}
+
+/// The consumer of `kind` (`None`: `consume()`) of `queue`.
+fn consumer_of(queue: &JobQueue, kind: Option<&str>) -> wheel_jobs::Consumer {
+    match kind {
+        None => queue.consume(),
+        Some(kind) => queue.consume_kind(kind),
+    }
+}
+
+/// A due head whose step fails every time (its next occurrence refused, as in
+/// `a_failing_series_beside_another`) holds back no due job below its priority, of its
+/// kind (`consume_kind`, a merged claim) nor, for `consume()`, of any kind: the same claim
+/// takes them from below it, and its error is logged, not answered, as it delivers them.
+/// Before, nothing was delivered, for good.
+async fn a_head_whose_step_always_fails(kind: Option<&str>, expected: &[&str]) {
+    let (queue, quoted, _head) = a_due_head_above_due_jobs(1).await;
+    let pool = pool().await;
+    pool.execute(
+        format!(
+            "CREATE FUNCTION {quoted}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             RAISE EXCEPTION 'refused'; END $$; \
+             CREATE TRIGGER refuse BEFORE INSERT ON {quoted}.jobs FOR EACH ROW \
+             WHEN (NEW.id LIKE 'hot@%') EXECUTE FUNCTION {quoted}.refuse();"
+        )
+        .as_str(),
+    )
+    .await
+    .unwrap();
+    let mut consumer = consumer_of(&queue, kind);
+    let (got, errors) = first_delivery(&mut consumer, 10).await;
+    drop(consumer);
+    assert!(
+        got.as_deref().is_some_and(|id| expected.contains(&id)) && errors == 0,
+        "{kind:?}: {got:?} ({errors} claim errors)"
+    );
+    queue.close().await.unwrap();
+    pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_whose_step_always_fails_holds_back_no_lower_job_of_any_kind() {
+    a_head_whose_step_always_fails(None, &["a:low", "w:low"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_whose_step_always_fails_holds_back_no_lower_job_of_its_kind() {
+    a_head_whose_step_always_fails(Some("a"), &["a:low"]).await;
+}
+
+/// A due head whose job row another transaction holds (an application's open transaction
+/// that read it `FOR UPDATE`, or a `cancel_in`/`reschedule_in` of it not yet committed)
+/// holds back no due job below its priority, as a locked ordinary job holds back none:
+/// before, the claim skipped it (SKIP LOCKED) but read no level below it, for as long as
+/// that transaction lasted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_head_holds_back_no_lower_job() {
+    let (queue, quoted, head) = a_due_head_above_due_jobs(1).await;
+    let pool = pool().await;
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT 1 FROM {quoted}.jobs WHERE id = $1 FOR UPDATE"
+    ))
+    .bind(&head)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let mut all = queue.consume();
+    let (got, errors) = first_delivery(&mut all, 5).await;
+    assert!(
+        got.as_deref() == Some("w:low") || got.as_deref() == Some("a:low"),
+        "consume() while the head's row is held: {got:?}, {errors} errors"
+    );
+    tx.rollback().await.unwrap();
+    drop(all);
+    queue.close().await.unwrap();
+    pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}
+
+/// As above, the head's series row held by another transaction (a setter, say), for a
+/// claim of its kind (merged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_whose_series_row_is_held_holds_back_no_lower_job() {
+    let (queue, quoted, _head) = a_due_head_above_due_jobs(1).await;
+    let pool = pool().await;
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT 1 FROM {quoted}.series WHERE name = 'hot' FOR UPDATE"
+    ))
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let mut kind_a = queue.consume_kind("a");
+    let (got, errors) = first_delivery(&mut kind_a, 5).await;
+    assert_eq!(
+        got.as_deref(),
+        Some("a:low"),
+        "consume_kind(a) while the series row is held: {errors} errors"
+    );
+    tx.rollback().await.unwrap();
+    drop(kind_a);
+    queue.close().await.unwrap();
+    pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}

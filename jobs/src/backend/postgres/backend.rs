@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use super::batch::MAX_BATCH;
-use super::claims::{claimed, in_claim_order, in_room, look_again, mergeable, ClaimReq};
+use super::claims::{
+    claimed, earliest, in_claim_order, in_room, look_again, mergeable, rebalance, still_room,
+    ClaimReq, HEAD_ROUNDS,
+};
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
 use super::Postgres;
@@ -119,65 +122,81 @@ impl Backend for Postgres {
                 // Shares a statement with the other loops' claims in flight (`claims.rs`).
                 return self.claims.call(ClaimReq { want, kinds, token }).await;
             }
-            let rows = (self.sql)
-                .claim(&self.pool, &self.queue, want, token, &kinds, &[])
-                .await?;
-            let mut jobs: Vec<Claimed> = rows
-                .jobs
-                .into_iter()
-                .map(|job| claimed(job, token))
-                .collect();
-            let next_due = rows.next_due;
-            // A gate's rate window ended: its waiting jobs may start now. Rebalanced after
-            // the claim (its statement could not lease what it admits): look again at once.
-            // Its failure fails no caller, as after a merged claim (`claims.rs`): the claim
-            // committed, and its jobs are delivered; look again after `REBALANCE_RETRY`, not
-            // at once (the timer is still due).
-            let (timers, rebalance_failed) = if rows.timers {
-                match self.sql.gate_timers(&self.pool, &self.queue, &kinds).await {
-                    Ok(n) => (n > 0, false),
-                    Err(err) => {
-                        tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a claim; looking again later");
-                        (false, true)
-                    }
-                }
-            } else {
-                (false, false)
-            };
-            // The due heads of the claimed kinds the statement kept a place for, at the
-            // highest priority of those due (it read no level below it: strict priority),
-            // in due-time order with the jobs at it.
+            let mut jobs: Vec<Claimed> = Vec::new();
+            // Heads that delivered nothing, left out of the next round's statement.
+            let mut skip: Vec<String> = Vec::new();
+            let mut left = Some(kinds.clone());
+            let (mut next_due, mut untimed, mut now) = (None, None, 0);
+            let (mut paused, mut died, mut timers) = (false, 0, false);
             let mut heads_claimed = false;
-            let room = in_room(&rows.heads, &jobs, want, |kind| kinds.most(kind, want));
-            if !room.is_empty() {
+            let mut head_error = None;
+            for round in 0..HEAD_ROUNDS {
+                let Some(of) = left.take() else { break };
+                let rows = (self.sql)
+                    .claim(&self.pool, &self.queue, want - jobs.len(), token, &of, &[], &skip)
+                    .await;
+                let rows = match rows {
+                    Ok(rows) => rows,
+                    Err(err) if round == 0 => return Err(err),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "wheel-jobs: a claim's statement without the series heads it could not claim failed; delivering what it has");
+                        break;
+                    }
+                };
+                jobs.extend(rows.jobs.into_iter().map(|job| claimed(job, token)));
+                next_due = earliest(next_due, rows.next_due);
+                untimed = earliest(untimed, rows.untimed);
+                (now, paused, died, timers) =
+                    (rows.now, paused || rows.paused, died + rows.died, timers || rows.timers);
+                // The due heads of the claimed kinds the statement kept a place for, at
+                // the highest priority of those due (it read no level below it: strict
+                // priority), in due-time order with the jobs at it.
+                let room = in_room(&rows.heads, &jobs, want, |kind| kinds.most(kind, want));
+                if room.is_empty() {
+                    break;
+                }
                 let claimed = self
                     .heads
                     .claim(&self.pool, &self.sql, &self.queue, &room, token)
                     .await;
-                match claimed {
+                let short = match claimed {
                     Ok(done) => {
-                        heads_claimed = !done.jobs.is_empty();
+                        heads_claimed |= !done.jobs.is_empty();
                         jobs.extend(done.jobs);
                         // Each failed head was rolled back alone (and logged); with nothing
                         // else to deliver, the claim answers its error.
                         if let Some((_, err)) = done.failed.into_iter().next() {
-                            if jobs.is_empty() {
-                                return Err(err);
-                            }
+                            head_error.get_or_insert(err);
                         }
+                        done.short
                     }
                     // The jobs already leased are handed out all the same; the heads are
                     // claimed by a later claim.
-                    Err(err) if !jobs.is_empty() => {
-                        tracing::warn!(error = %err, "wheel-jobs: claiming series heads failed; delivering the other jobs");
+                    Err(err) => {
+                        tracing::warn!(error = %err, "wheel-jobs: claiming series heads failed; claiming below them");
+                        head_error.get_or_insert(err);
+                        room.into_iter().map(|h| h.id).collect()
                     }
-                    Err(err) => return Err(err),
+                };
+                // Heads that held places and delivered nothing held back the levels below
+                // them: what the claim has room for still comes from below, without them.
+                if !short.is_empty() {
+                    skip.extend(short);
+                    left = still_room(&kinds, want, &jobs);
                 }
             }
+            if jobs.is_empty() {
+                if let Some(err) = head_error {
+                    return Err(err);
+                }
+            }
+            let (timers, rebalance_failed) =
+                rebalance(&self.pool, &self.sql, &self.queue, &kinds, timers).await;
             let next_due = look_again(
                 next_due,
-                rows.now,
-                rows.paused,
+                untimed,
+                now,
+                paused,
                 jobs.len() >= want || timers,
                 heads_claimed,
                 rebalance_failed,
@@ -186,8 +205,8 @@ impl Backend for Postgres {
             Ok(ClaimBatch {
                 jobs,
                 next_due,
-                now: rows.now,
-                died: rows.died,
+                now,
+                died,
             })
         }))
     }

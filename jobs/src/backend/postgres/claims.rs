@@ -25,7 +25,9 @@
 //!   costs no other head, nor another caller its heads. If the transaction itself fails,
 //!   the jobs the statement leased are delivered all the same (the heads go to a later
 //!   claim); a caller with nothing to deliver gets the error (its heads' or the
-//!   transaction's).
+//!   transaction's). Heads that held places and delivered nothing (locked by another
+//!   transaction, moved, their step failed) hold back nothing: the callers they belong to
+//!   claim again, in a statement without them, for their room left ([`HEAD_ROUNDS`]).
 //! - Claims naming a kind in common are never merged (a job of that kind would have no
 //!   one owner): they run one after the other. A merged statement takes at most
 //!   [`MAX_BATCH`] jobs.
@@ -100,6 +102,7 @@ impl HeadClaims {
         let mut out = HeadsClaimed {
             jobs: Vec::new(),
             failed: Vec::new(),
+            short: Vec::new(),
         };
         if heads.is_empty() {
             return Ok(out);
@@ -111,8 +114,11 @@ impl HeadClaims {
         for (head, answer) in heads.iter().zip(answers) {
             match answer {
                 Ok(Some(job)) => out.jobs.push(claimed(job, token)),
-                Ok(None) => {}
-                Err(err) => out.failed.push((head.kind.clone(), err)),
+                Ok(None) => out.short.push(head.id.clone()),
+                Err(err) => {
+                    out.short.push(head.id.clone());
+                    out.failed.push((head.kind.clone(), err));
+                }
             }
         }
         Ok(out)
@@ -126,6 +132,71 @@ pub(super) struct HeadsClaimed {
     pub(super) jobs: Vec<Claimed>,
     /// The kind of each head whose step failed, and its error.
     pub(super) failed: Vec<(String, Error)>,
+    /// The heads that delivered nothing (locked, moved, their step failed): the claim runs
+    /// its statement again without them ([`HEAD_ROUNDS`]).
+    pub(super) short: Vec<String>,
+}
+
+/// The most statements one claim runs: the first, and one more each time the due series
+/// heads it listed delivered fewer jobs than they held places for (locked by another
+/// transaction, moved, their step failed) while it had room, each without those heads,
+/// so a head that cannot be claimed holds back no job below it (as a locked job holds back
+/// none) and one that always fails costs each claim a bounded number of statements.
+pub(super) const HEAD_ROUNDS: usize = 3;
+
+/// Rebalances, after a claim whose statement saw a due gate timer (`timers`), the gates of
+/// `kinds` whose timer came (the statement could not lease what that admits): (whether
+/// it rebalanced any, so the consumer looks again at once; whether it failed). Its
+/// failure fails no caller (the claim committed: its jobs are delivered), and the
+/// consumer looks again at that timer after [`REBALANCE_RETRY`], not at once: it is
+/// still due ([`look_again`]).
+pub(super) async fn rebalance(
+    pool: &PgPool,
+    sql: &Sql,
+    queue: &str,
+    kinds: &ClaimKinds,
+    timers: bool,
+) -> (bool, bool) {
+    if !timers {
+        return (false, false);
+    }
+    match sql.gate_timers(pool, queue, kinds).await {
+        Ok(n) => (n > 0, false),
+        Err(err) => {
+            tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a claim; looking again later");
+            (false, true)
+        }
+    }
+}
+
+/// The kinds a claim of `kinds` (`want` in all) still has room for after taking `jobs`,
+/// each at most its room less its jobs taken; `None` when it has no room left.
+pub(super) fn still_room(kinds: &ClaimKinds, want: usize, jobs: &[Claimed]) -> Option<ClaimKinds> {
+    if jobs.len() >= want {
+        return None;
+    }
+    match kinds {
+        ClaimKinds::All => Some(ClaimKinds::All),
+        ClaimKinds::Some(set) => {
+            let left: Vec<(String, usize)> = set
+                .iter()
+                .filter_map(|(kind, _)| {
+                    let taken = jobs.iter().filter(|j| j.spec.kind == *kind).count();
+                    let room = kinds.most(kind, want).saturating_sub(taken);
+                    (room > 0).then(|| (kind.clone(), room))
+                })
+                .collect();
+            (!left.is_empty()).then_some(ClaimKinds::Some(left))
+        }
+    }
+}
+
+/// The least of two next due times (`None`: none).
+pub(super) fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The due `heads` (those the statement kept a place for, earliest first) a claim of at
@@ -264,7 +335,9 @@ pub(super) async fn claim_batch(
     }
 }
 
-/// The claim of `members`' kinds in one statement, split among them (in their order).
+/// The claim of `members`' kinds in one statement, split among them (in their order); for
+/// the members whose series heads delivered fewer jobs than they held places for, a
+/// statement again without those heads, for their room left ([`HEAD_ROUNDS`]).
 async fn claim_group(
     pool: &PgPool,
     sql: &Sql,
@@ -272,96 +345,148 @@ async fn claim_group(
     queue: &str,
     members: &[&ClaimReq],
 ) -> Result<Vec<Result<ClaimBatch, Error>>, Error> {
-    // Each kind with the member it is claimed for: a member's due series heads hold back
-    // its own kinds' lower levels, never another member's.
-    let mut set: Vec<(String, usize, i32)> = members
-        .iter()
-        .enumerate()
-        .flat_map(|(n, r)| {
-            let n = i32::try_from(n).unwrap_or(i32::MAX);
-            r.kinds.iter().map(move |(k, room)| (k.clone(), *room, n))
-        })
-        .collect();
-    set.sort();
-    let want: usize = set.iter().map(|(_, r, _)| r).sum();
     let token = members[0].token;
-    let of: Vec<i32> = set.iter().map(|(_, _, n)| *n).collect();
-    let kinds = ClaimKinds::Some(set.into_iter().map(|(k, r, _)| (k, r)).collect());
-    let rows = sql.claim(pool, queue, want, token, &kinds, &of).await?;
-    // A gate's rate window ended: rebalanced after the claim, which could not lease what it
-    // admits (as `backend.rs` does); every caller looks again at once.
-    // Its failure fails no caller (the claim committed: its jobs are delivered), and each
-    // looks again after [`REBALANCE_RETRY`], not at once: the timer is still due.
-    let (timers, rebalance_failed) = if rows.timers {
-        match sql.gate_timers(pool, queue, &kinds).await {
-            Ok(n) => (n > 0, false),
-            Err(err) => {
-                tracing::warn!(error = %err, "wheel-jobs: rebalancing the gates whose timer came failed after a merged claim; its callers look again later");
-                (false, true)
-            }
-        }
-    } else {
-        (false, false)
-    };
-    let mut shares: Vec<Vec<Claimed>> = vec![Vec::new(); members.len()];
-    for job in rows.jobs {
-        let job = claimed(job, token);
-        let owner = members
-            .iter()
-            .position(|r| r.kinds.iter().any(|(k, _)| *k == job.spec.kind));
-        let Some(owner) = owner else {
-            tracing::error!(job = %job.id, kind = %job.spec.kind, "wheel-jobs: a merged claim returned a job of a kind no caller asked for; it runs again when its lease ends");
-            continue;
-        };
-        shares[owner].push(job);
-    }
-    // The due heads each member has room for, of its kinds; their first claims in one
-    // transaction, each delivered to the member of its kind.
-    let mut picked: Vec<Head> = Vec::new();
-    let mut wanted = vec![false; members.len()];
-    for (n, req) in members.iter().enumerate() {
-        let room = |kind: &str| {
-            let found = req.kinds.iter().find(|(k, _)| k == kind);
-            found.map_or(0, |(_, r)| *r)
-        };
-        let mine = in_room(&rows.heads, &shares[n], req.want, room);
-        wanted[n] = !mine.is_empty();
-        picked.extend(mine);
-    }
-    // Each head's step is its own savepoint: one member's failing head costs no other
-    // member its heads.
-    let mut failed: Vec<Option<Error>> = vec![None; members.len()];
-    let mut heads_claimed = vec![false; members.len()];
+    let count = members.len();
+    let mut shares: Vec<Vec<Claimed>> = vec![Vec::new(); count];
+    let mut failed: Vec<Option<Error>> = vec![None; count];
+    let mut heads_claimed = vec![false; count];
+    let (mut next_due, mut untimed) = (vec![None; count], vec![None; count]);
+    let (mut now, mut paused, mut died, mut saw_timers) = (0, false, 0, false);
+    // Heads that delivered nothing, left out of the next round's statement.
+    let mut skip: Vec<String> = Vec::new();
+    // The members claiming in this round: all, then those whose heads fell short.
+    let mut active: Vec<usize> = (0..count).collect();
     let owner_of = |kind: &str| {
         members
             .iter()
             .position(|r| r.kinds.iter().any(|(k, _)| k == kind))
     };
-    match heads.claim(pool, sql, queue, &picked, token).await {
-        Ok(done) => {
-            for job in done.jobs {
-                let Some(owner) = owner_of(&job.spec.kind) else {
-                    tracing::error!(job = %job.id, kind = %job.spec.kind, "wheel-jobs: a merged claim's series head is of a kind no caller asked for; it runs again when its lease ends");
-                    continue;
+    for round in 0..HEAD_ROUNDS {
+        // Each kind with its room left and the member it is claimed for: a member's due
+        // series heads hold back its own kinds' lower levels, never another member's.
+        let mut set: Vec<(String, usize, i32)> = Vec::new();
+        for &n in &active {
+            let (req, mine) = (members[n], &shares[n]);
+            let left = req.want.saturating_sub(mine.len());
+            for (kind, room) in &req.kinds {
+                let taken = mine.iter().filter(|j| j.spec.kind == *kind).count();
+                let room = room.saturating_sub(taken).min(left);
+                if room > 0 {
+                    set.push((kind.clone(), room, i32::try_from(n).unwrap_or(i32::MAX)));
+                }
+            }
+        }
+        if set.is_empty() {
+            break;
+        }
+        set.sort();
+        let want: usize = set.iter().map(|(_, r, _)| r).sum();
+        let of: Vec<i32> = set.iter().map(|(_, _, n)| *n).collect();
+        let kinds = ClaimKinds::Some(set.into_iter().map(|(k, r, _)| (k, r)).collect());
+        let rows = match sql
+            .claim(pool, queue, want, token, &kinds, &of, &skip)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(err) if round == 0 => return Err(err),
+            Err(err) => {
+                tracing::warn!(error = %err, "wheel-jobs: a merged claim's statement without the series heads it could not claim failed; delivering what it has");
+                break;
+            }
+        };
+        (now, paused, died) = (rows.now, paused || rows.paused, died + rows.died);
+        saw_timers |= rows.timers;
+        for &n in &active {
+            let (mine, mine_untimed) = if active.len() == 1 {
+                (rows.next_due, rows.untimed)
+            } else {
+                // Its own kinds' next pending due time, and the rest of the set's.
+                let own = members[n].kinds.iter().filter_map(|(kind, _)| {
+                    let found = rows.next_by_kind.iter().find(|(k, _)| k == kind);
+                    found.and_then(|(_, t)| *t)
+                });
+                let own: Vec<u64> = own.collect();
+                (
+                    own.iter().copied().chain(rows.next_other).min(),
+                    own.iter().copied().chain(rows.other_untimed).min(),
+                )
+            };
+            next_due[n] = earliest(next_due[n], mine);
+            untimed[n] = earliest(untimed[n], mine_untimed);
+        }
+        for job in rows.jobs {
+            let job = claimed(job, token);
+            let Some(owner) = owner_of(&job.spec.kind) else {
+                tracing::error!(job = %job.id, kind = %job.spec.kind, "wheel-jobs: a merged claim returned a job of a kind no caller asked for; it runs again when its lease ends");
+                continue;
+            };
+            shares[owner].push(job);
+        }
+        // The due heads each member has room for, of its kinds; their first claims in one
+        // transaction, each delivered to the member of its kind.
+        let mut picked: Vec<Head> = Vec::new();
+        let mut wanted = vec![false; count];
+        for &n in &active {
+            let req = members[n];
+            let room = |kind: &str| {
+                let found = req.kinds.iter().find(|(k, _)| k == kind);
+                found.map_or(0, |(_, r)| *r)
+            };
+            let mine = in_room(&rows.heads, &shares[n], req.want, room);
+            wanted[n] = !mine.is_empty();
+            picked.extend(mine);
+        }
+        if picked.is_empty() {
+            break;
+        }
+        // Each head's step is its own savepoint: one member's failing head costs no other
+        // member its heads.
+        let short = match heads.claim(pool, sql, queue, &picked, token).await {
+            Ok(done) => {
+                for job in done.jobs {
+                    let Some(owner) = owner_of(&job.spec.kind) else {
+                        tracing::error!(job = %job.id, kind = %job.spec.kind, "wheel-jobs: a merged claim's series head is of a kind no caller asked for; it runs again when its lease ends");
+                        continue;
+                    };
+                    heads_claimed[owner] = true;
+                    shares[owner].push(job);
+                }
+                for (kind, err) in done.failed {
+                    if let Some(owner) = owner_of(&kind) {
+                        failed[owner].get_or_insert(err);
+                    }
+                }
+                done.short
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "wheel-jobs: claiming series heads failed after a merged claim; claiming below them");
+                for (n, slot) in failed.iter_mut().enumerate() {
+                    if wanted[n] {
+                        slot.get_or_insert(err.clone());
+                    }
+                }
+                picked.iter().map(|h| h.id.clone()).collect()
+            }
+        };
+        // Heads that held places and delivered nothing held back the levels below them:
+        // what their members have room for still comes from below, without them.
+        active = (0..count)
+            .filter(|&n| {
+                let of_n = |id: &String| {
+                    let head = picked.iter().find(|h| h.id == *id);
+                    head.is_some_and(|h| owner_of(&h.kind) == Some(n))
                 };
-                heads_claimed[owner] = true;
-                shares[owner].push(job);
-            }
-            for (kind, err) in done.failed {
-                if let Some(owner) = owner_of(&kind) {
-                    failed[owner].get_or_insert(err);
-                }
-            }
-        }
-        Err(err) => {
-            tracing::warn!(error = %err, "wheel-jobs: claiming series heads failed after a merged claim; delivering the other jobs");
-            for (n, slot) in failed.iter_mut().enumerate() {
-                if wanted[n] {
-                    *slot = Some(err.clone());
-                }
-            }
-        }
+                short.iter().any(of_n) && shares[n].len() < members[n].want
+            })
+            .collect();
+        skip.extend(short);
     }
+    let all = {
+        let mut set: Vec<(String, usize)> = members.iter().flat_map(|r| r.kinds.clone()).collect();
+        set.sort();
+        ClaimKinds::Some(set)
+    };
+    let (timers, rebalance_failed) = rebalance(pool, sql, queue, &all, saw_timers).await;
     let answers = members
         .iter()
         .zip(shares)
@@ -371,52 +496,57 @@ async fn claim_group(
                 // Nothing to deliver but the heads it could not claim: its error.
                 return Err(err.clone());
             }
-            let next_due = if members.len() == 1 {
-                rows.next_due
-            } else {
-                // Its own kinds' next pending due time, and the rest of the set's.
-                req.kinds
-                    .iter()
-                    .filter_map(|(kind, _)| {
-                        let found = rows.next_by_kind.iter().find(|(k, _)| k == kind);
-                        found.and_then(|(_, t)| *t)
-                    })
-                    .chain(rows.next_other)
-                    .min()
-            };
             let full = jobs.len() >= req.want;
             in_claim_order(&mut jobs);
             Ok(ClaimBatch {
                 jobs,
                 next_due: look_again(
-                    next_due,
-                    rows.now,
-                    rows.paused,
+                    next_due[n],
+                    untimed[n],
+                    now,
+                    paused,
                     full || timers,
                     heads_claimed[n],
                     rebalance_failed,
                 ),
-                now: rows.now,
+                now,
                 // Counted once, by the first caller's metrics.
-                died: if n == 0 { rows.died } else { 0 },
+                died: if n == 0 { died } else { 0 },
             })
         });
     Ok(answers.collect())
 }
 
-/// When a consumer looks again after a claim whose `next_due` the statement answered:
-/// never while paused; at once when the claim was `full` (more may be due) or after due
-/// jobs the series heads held back (`heads_claimed`); after a failed gate rebalance
-/// (`rebalance_failed`) not before [`REBALANCE_RETRY`]; shortly when what is due was
-/// locked by others; else at `next_due`.
+/// When a consumer looks again after a claim whose `next_due` the statement answered
+/// (`untimed`: without the gate timers): never while paused; at once when the claim was
+/// `full` (more may be due) or after due jobs the series heads held back
+/// (`heads_claimed`); shortly when what is due was locked by others; else at `next_due`.
+/// After a failed gate rebalance (`rebalance_failed`) only the timer's look waits
+/// [`REBALANCE_RETRY`]: the consumer looks again at the least of that and the rest of what
+/// is due (`untimed`), never later for a job due soon nor for a caller whose kinds have no
+/// gate.
 pub(super) fn look_again(
     next_due: Option<u64>,
+    untimed: Option<u64>,
     now: u64,
     paused: bool,
     full: bool,
     heads_claimed: bool,
     rebalance_failed: bool,
 ) -> Option<u64> {
+    // What is due and was not taken is locked by another transaction (a claim, a series
+    // step, a caller's `cancel_in`) or a series head whose step moved or failed: the
+    // outcome of a commit that makes a job pending wakes us anyway; look again shortly,
+    // not in a loop.
+    let shortly = |next: Option<u64>| {
+        next.map(|n| {
+            if n <= now {
+                n.max(now.saturating_add(LOCKED_RETRY))
+            } else {
+                n
+            }
+        })
+    };
     if paused {
         None
     } else if full {
@@ -428,16 +558,10 @@ pub(super) fn look_again(
         Some(now)
     } else if rebalance_failed {
         // The gate timer it saw is still due: a claim at once would rebalance (and fail)
-        // again, in a loop.
-        next_due.map(|n| n.max(now.saturating_add(REBALANCE_RETRY)))
-    } else if let Some(next) = next_due.filter(|&n| n <= now) {
-        // What is due and was not taken is locked by another transaction (a claim,
-        // a series step, a caller's `cancel_in`) or a series head whose step moved
-        // it: the outcome of a commit that makes a job pending wakes us anyway;
-        // look again shortly, not in a loop.
-        Some(next.max(now.saturating_add(LOCKED_RETRY)))
+        // again, in a loop; the rest of what is due as ever.
+        earliest(shortly(untimed), Some(now.saturating_add(REBALANCE_RETRY)))
     } else {
-        next_due
+        shortly(next_due)
     }
 }
 
@@ -499,6 +623,24 @@ mod tests {
         assert_eq!(mergeable(&ClaimKinds::All, 12), None);
         // The kind '' is a statement of its own.
         assert_eq!(mergeable(&ClaimKinds::one(""), 12), None);
+    }
+
+    #[test]
+    fn after_a_failed_rebalance_only_the_timers_look_waits() {
+        let now = 1_000;
+        // The timer is due (in `next_due`); a job is due 200 ns ahead: looked at when due.
+        let soon = look_again(Some(now), Some(now + 200), now, false, false, false, true);
+        assert_eq!(soon, Some(now + 200));
+        // Nothing but the timer: its retry.
+        let idle = look_again(Some(now), None, now, false, false, false, true);
+        assert_eq!(idle, Some(now + REBALANCE_RETRY));
+        // A due job locked by another transaction: shortly, not at once.
+        let locked = look_again(Some(now), Some(now), now, false, false, false, true);
+        assert_eq!(locked, Some(now + LOCKED_RETRY));
+        // A job due after the retry: the retry first.
+        let late = now + 2 * REBALANCE_RETRY;
+        let later = look_again(Some(now), Some(late), now, false, false, false, true);
+        assert_eq!(later, Some(now + REBALANCE_RETRY));
     }
 
     #[test]

@@ -75,6 +75,10 @@ pub(in crate::backend::postgres) struct ClaimRows {
     /// `None` for the claims of one kind or all.
     pub(in crate::backend::postgres) next_by_kind: Vec<(String, Option<u64>)>,
     pub(in crate::backend::postgres) next_other: Option<u64>,
+    /// `next_due` and `next_other` without the gate timers: what a consumer whose gate
+    /// rebalance failed looks again at (`claims.rs` `look_again`), the timer's retry apart.
+    pub(in crate::backend::postgres) untimed: Option<u64>,
+    pub(in crate::backend::postgres) other_untimed: Option<u64>,
 }
 
 /// The most gates whose timer came that one claim rebalances.
@@ -133,7 +137,11 @@ impl ClaimSql {
         // kinds), and `picked` orders those heads with the jobs (a head holds a place, no
         // row: its `tid` is NULL, so nothing below acts on it) before the claim is cut to
         // `$2`; the heads that kept their place are answered (row 3) for the caller to
-        // claim, and the consumer looks again at once for what waited below them. A plain claim's next due time reads a bounded window (`next_level`). The kill and the lease find the picked rows by `ctid` (the version the pick
+        // claim, and the consumer looks again at once for what waited below them. Heads the
+        // caller could not claim (`skip`: locked, moved, their step failed) are left out of
+        // its next statement, in the same claim: they hold nothing back. A plain claim's
+        // next due time reads a bounded window (`next_level`). The kill and the lease find
+        // the picked rows by `ctid` (the version the pick
         // locked), a TID scan whatever the statistics say: joined on (queue, id) alone, a
         // queue the table's statistics do not know yet (new since the last ANALYZE) was
         // estimated at one row, and the planner scanned the whole queue once per picked
@@ -263,6 +271,9 @@ impl ClaimSql {
                      FROM (SELECT kind, t FROM next_kinds UNION ALL SELECT kind, t FROM next_leases) AS n GROUP BY kind \
                      UNION ALL SELECT 6, NULL, NULL, NULL, LEAST((SELECT min(lease_until) FROM leased), \
                      (SELECT min(run_at) FROM handed), (SELECT t FROM timer)), \
+                     '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+                     UNION ALL SELECT 8, NULL, NULL, NULL, LEAST((SELECT min(lease_until) FROM leased), \
+                     (SELECT min(run_at) FROM handed)), \
                      '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
                 ),
             };
@@ -328,7 +339,11 @@ impl ClaimSql {
                  UNION ALL SELECT 3, h.head_id, NULL, NULL, NULL, h.kind, h.priority, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM heads h \
                    WHERE EXISTS (SELECT 1 FROM picked p WHERE p.tid IS NULL AND p.id = h.head_id) \
                  UNION ALL SELECT 4, NULL, NULL, NULL, t, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM timer \
-                   WHERE t <= (SELECT t FROM now){by_kind}",
+                   WHERE t <= (SELECT t FROM now) \
+                 UNION ALL SELECT 7, NULL, NULL, NULL, \
+                   LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
+                   (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed)), \
+                   '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL{by_kind}",
                 heads = heads(jobs, series, kinds),
                 until = later("coalesce(j.lease, $3)"),
                 spec = spec_cols(""),
@@ -465,6 +480,13 @@ fn heads(jobs: &str, series: &str, kinds: Option<Kinds>) -> String {
         Some(Kinds::Named) => "hk(kind, member) AS (SELECT $6::text, 0)".to_owned(),
         None => "hk(kind, member) AS (SELECT kind, member FROM ks)".to_owned(),
     };
+    // The heads a claim of this call left out ([`Sql::claim`]'s `skip`): those an earlier
+    // statement of it listed that delivered nothing (locked, moved, their step failed).
+    let skip = match kinds {
+        Some(Kinds::All | Kinds::Plain) => "$6",
+        Some(Kinds::Named) => "$7",
+        None => "$9",
+    };
     let probe = format!(
         "SELECT j.run_at FROM {jobs} j WHERE j.queue = $1 AND j.id = s.head_id AND j.token IS NULL \
          AND NOT j.waiting AND j.attempt = 0 AND j.kind = s.kind AND j.priority = s.priority \
@@ -479,12 +501,12 @@ fn heads(jobs: &str, series: &str, kinds: Option<Kinds>) -> String {
          hd AS MATERIALIZED (SELECT hl.kind, hl.member, hl.prio FROM hl WHERE hl.prio IS NOT NULL \
            AND NOT (SELECT p FROM paused) \
            AND EXISTS (SELECT 1 FROM {series} s WHERE s.queue = $1 AND s.kind = hl.kind AND s.priority = hl.prio \
-           AND s.head <= (SELECT t FROM now) AND EXISTS ({probe}))), \
+           AND s.head <= (SELECT t FROM now) AND s.head_id <> ALL({skip}::text[]) AND EXISTS ({probe}))), \
          hf AS MATERIALIZED (SELECT member, max(prio) AS f FROM hd GROUP BY member), \
          heads AS MATERIALIZED (SELECT x.head_id, x.kind, x.priority, x.at FROM hd CROSS JOIN LATERAL ( \
            SELECT s.head_id, s.kind, s.priority, j.run_at AS at FROM {series} s CROSS JOIN LATERAL ({probe}) j \
            WHERE s.queue = $1 AND s.kind = hd.kind AND s.priority = hd.prio AND s.head <= (SELECT t FROM now) \
-           ORDER BY s.head LIMIT $2) x WHERE hd.prio = (SELECT f FROM hf WHERE hf.member = hd.member) \
+           AND s.head_id <> ALL({skip}::text[]) ORDER BY s.head LIMIT $2) x WHERE hd.prio = (SELECT f FROM hf WHERE hf.member = hd.member) \
            ORDER BY x.at, x.head_id LIMIT $2)"
     )
 }
@@ -617,7 +639,10 @@ impl Sql {
     /// under `token`, each for its own lease, killing those out of their own attempts. For
     /// a set of kinds, `members` is the member (caller) each kind is claimed for, in the
     /// set's order (a claim merged from several, `claims.rs`; empty: all one caller's): a
-    /// due series head holds back the lower levels of its member's kinds only.
+    /// due series head holds back the lower levels of its member's kinds only. The heads
+    /// `skip` names are neither listed nor hold anything back: a claim that could not claim
+    /// them (locked, moved, their step failed) runs the statement again without them.
+    #[allow(clippy::too_many_arguments)] // the claim's parts, each named once here
     pub(in crate::backend::postgres) async fn claim(
         &self,
         ex: impl PgExecutor<'_>,
@@ -626,6 +651,7 @@ impl Sql {
         token: i64,
         kinds: &ClaimKinds,
         members: &[i32],
+        skip: &[String],
     ) -> Result<ClaimRows, Error> {
         let plain = &self.plain;
         // One kind or all: the statements of one, whose kind needs no room (`max` is it).
@@ -650,7 +676,7 @@ impl Sql {
             .bind(token)
             .bind(i32::try_from(plain.max_attempts).unwrap_or(i32::MAX));
         let query = match (one, kinds) {
-            (Some(kind), _) => Kinds::bind(kind, query),
+            (Some(kind), _) => Kinds::bind(kind, query).bind(skip),
             (None, ClaimKinds::Some(set)) => {
                 let names: Vec<&str> = set.iter().map(|(k, _)| k.as_str()).collect();
                 let rooms: Vec<i64> = set
@@ -660,7 +686,7 @@ impl Sql {
                 let members: Vec<i32> = (0..set.len())
                     .map(|i| members.get(i).copied().unwrap_or(0))
                     .collect();
-                query.bind(names).bind(rooms).bind(members)
+                query.bind(names).bind(rooms).bind(members).bind(skip)
             }
             (None, ClaimKinds::All) => unreachable!("every kind is a statement of one"),
         };
@@ -675,6 +701,8 @@ impl Sql {
             timers: false,
             next_by_kind: Vec::new(),
             next_other: None,
+            untimed: None,
+            other_untimed: None,
         };
         for r in &rows {
             match db(r.try_get::<i32, _>(0))? {
@@ -699,6 +727,8 @@ impl Sql {
                     db(r.try_get::<Option<i64>, _>(4))?.map(dec),
                 )),
                 6 => out.next_other = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
+                7 => out.untimed = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
+                8 => out.other_untimed = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
                 _ => out.heads.push(Head {
                     id: db(r.try_get(1))?,
                     kind: db(r.try_get(5))?,
