@@ -894,3 +894,122 @@ async fn a_head_whose_series_row_is_held_holds_back_no_lower_job() {
         .await
         .unwrap();
 }
+
+/// A queue in a schema of its own with `count` series `hot1..` of the kind `a` whose heads
+/// are due and whose steps fail every time (their next occurrences refused): at the
+/// priorities `1..=count` (`distinct`), with the due jobs `a:low` (kind `a`) and `w:low`
+/// (kind `w`) at priority 0; else all at priority 0, with `a:low` due after them (behind
+/// them in due order at their level). The queue and its schema (quoted).
+async fn failing_heads(count: i8, prefetch: usize, distinct: bool) -> (JobQueue, String) {
+    let schema = fresh("wj_bad");
+    let mut builder = Builder::new();
+    builder.postgres_schema(&schema).prefetch(prefetch);
+    let queue = builder.postgres(&url(), "orders").await.unwrap();
+    let quoted = format!("\"{schema}\"");
+    let every = Recurrence::every(Duration::from_secs(1)).unwrap();
+    for p in 1..=count {
+        let options = RecurringOptions::new()
+            .options(JobOptions::kind("a").priority(if distinct { p } else { 0 }))
+            .catch_up(CatchUp::All { max: 100 });
+        queue
+            .schedule_recurring_with(&format!("hot{p}"), every.clone(), "t", options)
+            .await
+            .unwrap();
+    }
+    let series = queue.list_recurring().await.unwrap();
+    let last = series.iter().map(|s| s.next_run().unwrap()).max().unwrap();
+    if distinct {
+        for (id, kind) in [("a:low", "a"), ("w:low", "w")] {
+            queue
+                .schedule_with(id, Duration::ZERO, "j", &JobOptions::kind(kind))
+                .await
+                .unwrap();
+        }
+    }
+    pool()
+        .await
+        .execute(
+            format!(
+                "CREATE FUNCTION {quoted}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 RAISE EXCEPTION 'refused'; END $$; \
+                 CREATE TRIGGER refuse BEFORE INSERT ON {quoted}.jobs FOR EACH ROW \
+                 WHEN (NEW.id LIKE 'hot%') EXECUTE FUNCTION {quoted}.refuse();"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    sleep_past(last).await;
+    if !distinct {
+        queue
+            .schedule_with("a:low", Duration::ZERO, "j", &JobOptions::kind("a"))
+            .await
+            .unwrap();
+    }
+    (queue, quoted)
+}
+
+/// `levels` levels of due heads whose steps always fail, above due jobs at priority 0: the
+/// first delivery of a consumer of `kind` (`None`: `consume()`) is one of `expected`.
+/// However many levels of heads deliver nothing, a claim's last statement reads every
+/// level without them; before, each statement read one more level of heads, and with
+/// three levels or more nothing below them was ever read.
+async fn failing_head_levels(levels: i8, kind: Option<&str>, expected: &[&str]) {
+    let (queue, quoted) = failing_heads(levels, 1, true).await;
+    let mut consumer = consumer_of(&queue, kind);
+    let (got, errors) = first_delivery(&mut consumer, 10).await;
+    drop(consumer);
+    queue.close().await.unwrap();
+    pool()
+        .await
+        .execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+    assert!(
+        got.as_deref().is_some_and(|id| expected.contains(&id)),
+        "{levels} levels, {kind:?}: {got:?} ({errors} claim errors)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_levels_of_failing_heads_hold_back_no_lower_job() {
+    failing_head_levels(2, Some("a"), &["a:low"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_levels_of_failing_heads_hold_back_no_lower_job_of_any_kind() {
+    failing_head_levels(3, None, &["a:low", "w:low"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_levels_of_failing_heads_hold_back_no_lower_job_of_their_kind() {
+    failing_head_levels(3, Some("a"), &["a:low"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_levels_of_failing_heads_hold_back_no_lower_job_of_any_kind() {
+    failing_head_levels(10, None, &["a:low", "w:low"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_levels_of_failing_heads_hold_back_no_lower_job_of_their_kind() {
+    failing_head_levels(10, Some("a"), &["a:low"]).await;
+}
+
+/// Prefetch 1: three due heads of the kind `a` at priority 0 whose steps always fail, due
+/// before `a:low` (priority 0 too): each statement lists one head (`$2` = 1), and before,
+/// three statements listed the three and `a:low`, at their own level, was never claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_failing_heads_hold_back_no_later_job_of_their_level() {
+    let (queue, quoted) = failing_heads(3, 1, false).await;
+    let mut consumer = queue.consume_kind("a");
+    let (got, errors) = first_delivery(&mut consumer, 10).await;
+    drop(consumer);
+    queue.close().await.unwrap();
+    pool()
+        .await
+        .execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+    assert_eq!(got.as_deref(), Some("a:low"), "{errors} claim errors");
+}

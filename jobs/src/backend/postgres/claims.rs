@@ -27,7 +27,8 @@
 //!   claim); a caller with nothing to deliver gets the error (its heads' or the
 //!   transaction's). Heads that held places and delivered nothing (locked by another
 //!   transaction, moved, their step failed) hold back nothing: the callers they belong to
-//!   claim again, in a statement without them, for their room left ([`HEAD_ROUNDS`]).
+//!   claim again, in a statement without them, for their room left, the last one without
+//!   any head ([`HEAD_ROUNDS`]).
 //! - Claims naming a kind in common are never merged (a job of that kind would have no
 //!   one owner): they run one after the other. A merged statement takes at most
 //!   [`MAX_BATCH`] jobs.
@@ -56,7 +57,7 @@ use sqlx::PgPool;
 
 use super::batch::{Reply, MAX_BATCH};
 use super::series::SeriesSql;
-use super::sql::{Head, Leased, Sql};
+use super::sql::{Head, HeadsListed, Leased, Sql};
 use crate::backend::{ClaimBatch, ClaimKinds, Claimed};
 use crate::core::error::Error;
 use crate::core::kind::Spec;
@@ -141,8 +142,22 @@ pub(super) struct HeadsClaimed {
 /// heads it listed delivered fewer jobs than they held places for (locked by another
 /// transaction, moved, their step failed) while it had room, each without those heads,
 /// so a head that cannot be claimed holds back no job below it (as a locked job holds back
-/// none) and one that always fails costs each claim a bounded number of statements.
+/// none) and one that always fails costs each claim a bounded number of statements. The
+/// last lists no head at all ([`listed`]): however many heads deliver nothing, level after
+/// level, the jobs below them are claimed; a head below them waits for a claim whose
+/// earlier statements reach it.
 pub(super) const HEAD_ROUNDS: usize = 3;
+
+/// The heads the statement of a claim's `round` (from 0) lists: all but those of its
+/// earlier statements that delivered nothing (`skip`); in its last round none, every level
+/// read ([`HEAD_ROUNDS`]).
+pub(super) fn listed(round: usize, skip: &[String]) -> HeadsListed<'_> {
+    if round + 1 >= HEAD_ROUNDS {
+        HeadsListed::None
+    } else {
+        HeadsListed::Except(skip)
+    }
+}
 
 /// Rebalances, after a claim whose statement saw a due gate timer (`timers`), the gates of
 /// `kinds` whose timer came (the statement could not lease what that admits): (whether
@@ -384,7 +399,7 @@ async fn claim_group(
         let of: Vec<i32> = set.iter().map(|(_, _, n)| *n).collect();
         let kinds = ClaimKinds::Some(set.into_iter().map(|(k, r, _)| (k, r)).collect());
         let rows = match sql
-            .claim(pool, queue, want, token, &kinds, &of, &skip)
+            .claim(pool, queue, want, token, &kinds, &of, listed(round, &skip))
             .await
         {
             Ok(rows) => rows,
