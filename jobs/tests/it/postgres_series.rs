@@ -1013,3 +1013,60 @@ async fn three_failing_heads_hold_back_no_later_job_of_their_level() {
         .unwrap();
     assert_eq!(got.as_deref(), Some("a:low"), "{errors} claim errors");
 }
+
+/// Claims of a queue without series run one claim statement each, unmerged (`consume()`)
+/// and merged (`consume_kind`): the rounds without heads that fell short cost nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_a_queue_without_series_is_one_statement() {
+    use crate::support::postgres::{harness_on, PgServer};
+    let server = PgServer::start_with(&["shared_preload_libraries=pg_stat_statements"]);
+    let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
+    pool.execute("CREATE EXTENSION pg_stat_statements")
+        .await
+        .unwrap();
+    let mut builder = Builder::new();
+    builder.prefetch(10);
+    let h = harness_on(&server);
+    let queue = h.open(&builder).await.unwrap();
+    for i in 0..10 {
+        queue
+            .schedule(&format!("p:{i}"), Duration::ZERO, "p")
+            .await
+            .unwrap();
+        queue
+            .schedule_with(
+                &format!("a:{i}"),
+                Duration::ZERO,
+                "a",
+                &JobOptions::kind("a"),
+            )
+            .await
+            .unwrap();
+    }
+    let calls = || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements \
+             WHERE query LIKE 'WITH RECURSIVE now AS%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        n
+    };
+    let mut kind_a = queue.consume_kind("a");
+    let before = calls().await;
+    for _ in 0..10 {
+        kind_a.next().await.unwrap().unwrap().ack().await.unwrap();
+    }
+    let merged = calls().await - before;
+    drop(kind_a);
+    let mut all = queue.consume();
+    let before = calls().await;
+    for _ in 0..10 {
+        all.next().await.unwrap().unwrap().ack().await.unwrap();
+    }
+    let unmerged = calls().await - before;
+    drop(all);
+    queue.close().await.unwrap();
+    assert_eq!((merged, unmerged), (1, 1));
+}
