@@ -1014,6 +1014,58 @@ async fn three_failing_heads_hold_back_no_later_job_of_their_level() {
     assert_eq!(got.as_deref(), Some("a:low"), "{errors} claim errors");
 }
 
+/// A merged caller (`consume_kind`) that gives up while its claim's head step runs (slow,
+/// then failing) is left out of the claim's next statement: before, that statement was
+/// sent all the same and leased `a:low` for no one, and another consumer of `a` waited out
+/// the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_caller_that_gave_up_is_left_out_of_its_claims_next_statement() {
+    let (queue, quoted, _head) = a_due_head_above_due_jobs(1).await;
+    // The handle's first claim folds the counters before it is sent: done here.
+    queue
+        .schedule_with("w:1", Duration::ZERO, "w", &JobOptions::kind("w"))
+        .await
+        .unwrap();
+    let mut w = queue.consume_kind("w");
+    for _ in 0..2 {
+        w.next().await.unwrap().unwrap().ack().await.unwrap();
+    }
+    drop(w);
+    let pool = pool().await;
+    pool.execute(
+        format!(
+            "CREATE FUNCTION {quoted}.slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             PERFORM pg_sleep(2); RAISE EXCEPTION 'refused'; END $$; \
+             CREATE TRIGGER slow BEFORE INSERT ON {quoted}.jobs FOR EACH ROW \
+             WHEN (NEW.id LIKE 'hot@%') EXECUTE FUNCTION {quoted}.slow();"
+        )
+        .as_str(),
+    )
+    .await
+    .unwrap();
+    let mut a = queue.consume_kind("a");
+    // Gives up while the head's step sleeps.
+    let gave_up = tokio::time::timeout(Duration::from_millis(700), a.next()).await;
+    assert!(
+        gave_up.is_err(),
+        "still claiming: {:?}",
+        gave_up.map(|_| ())
+    );
+    drop(a);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let leased: Option<i64> = sqlx::query_scalar(&format!(
+        "SELECT token FROM {quoted}.jobs WHERE id = 'a:low'"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    queue.close().await.unwrap();
+    pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+    assert_eq!(leased, None, "a:low leased for a caller that gave up");
+}
+
 /// Claims of a queue without series run one claim statement each, unmerged (`consume()`)
 /// and merged (`consume_kind`): the rounds without heads that fell short cost nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

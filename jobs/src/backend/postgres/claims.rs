@@ -41,9 +41,10 @@
 //!   one of any kind of the set makes every caller look again at once, once per timer (the
 //!   rebalance after the claim moves it), and a successor handed over due makes every
 //!   caller look again shortly (`LOCKED_RETRY`), once.
-//! - A caller that gives up before its group's statement is sent is left out of it; one
-//!   that gives up after holds its jobs until their lease ends, as an unmerged claim dropped
-//!   in flight does.
+//! - A caller that gives up before its group's statement is sent is left out of it, and
+//!   out of each later statement of its claim ([`HEAD_ROUNDS`]); one that gives up after a
+//!   statement is sent holds what that statement leased for it until their lease ends, as
+//!   an unmerged claim dropped in flight does.
 //! - All named-kind claims of a handle wait behind the statement in flight: a slow claim
 //!   (a lock wait, a large backlog of one kind) delays every `run_kind` loop's next claim.
 //! - A claim alone in its statement runs exactly as an unmerged one. A claim waits only
@@ -322,7 +323,8 @@ pub(super) async fn claim_batch(
             continue;
         }
         let members: Vec<&ClaimReq> = group.iter().map(|&i| &reqs[i]).collect();
-        let answers = claim_group(&pool, &sql, &heads, &queue, &members).await;
+        let gave_up = |n: usize| replies[group[n]].as_ref().is_none_or(|r| r.is_closed());
+        let answers = claim_group(&pool, &sql, &heads, &queue, &members, gave_up).await;
         for (n, i) in group.into_iter().enumerate() {
             let Some(reply) = replies[i].take() else {
                 continue;
@@ -352,13 +354,15 @@ pub(super) async fn claim_batch(
 
 /// The claim of `members`' kinds in one statement, split among them (in their order); for
 /// the members whose series heads delivered fewer jobs than they held places for, a
-/// statement again without those heads, for their room left ([`HEAD_ROUNDS`]).
+/// statement again without those heads, for their room left ([`HEAD_ROUNDS`]), but for
+/// those that gave up (`gave_up(n)`, asked before each statement): none is sent for them.
 async fn claim_group(
     pool: &PgPool,
     sql: &Sql,
     heads: &HeadClaims,
     queue: &str,
     members: &[&ClaimReq],
+    gave_up: impl Fn(usize) -> bool,
 ) -> Result<Vec<Result<ClaimBatch, Error>>, Error> {
     let token = members[0].token;
     let count = members.len();
@@ -377,6 +381,9 @@ async fn claim_group(
             .position(|r| r.kinds.iter().any(|(k, _)| k == kind))
     };
     for round in 0..HEAD_ROUNDS {
+        // A member that gave up gets no more: what this statement would lease for it
+        // would wait out its lease, held for no one.
+        active.retain(|&n| !gave_up(n));
         // Each kind with its room left and the member it is claimed for: a member's due
         // series heads hold back its own kinds' lower levels, never another member's.
         let mut set: Vec<(String, usize, i32)> = Vec::new();
