@@ -894,3 +894,231 @@ async fn a_head_whose_series_row_is_held_holds_back_no_lower_job() {
         .await
         .unwrap();
 }
+
+/// A queue in a schema of its own with `count` series `hot1..` of the kind `a` whose heads
+/// are due and whose steps fail every time (their next occurrences refused): at the
+/// priorities `1..=count` (`distinct`), with the due jobs `a:low` (kind `a`) and `w:low`
+/// (kind `w`) at priority 0; else all at priority 0, with `a:low` due after them (behind
+/// them in due order at their level). The queue and its schema (quoted).
+async fn failing_heads(count: i8, prefetch: usize, distinct: bool) -> (JobQueue, String) {
+    let schema = fresh("wj_bad");
+    let mut builder = Builder::new();
+    builder.postgres_schema(&schema).prefetch(prefetch);
+    let queue = builder.postgres(&url(), "orders").await.unwrap();
+    let quoted = format!("\"{schema}\"");
+    let every = Recurrence::every(Duration::from_secs(1)).unwrap();
+    for p in 1..=count {
+        let options = RecurringOptions::new()
+            .options(JobOptions::kind("a").priority(if distinct { p } else { 0 }))
+            .catch_up(CatchUp::All { max: 100 });
+        queue
+            .schedule_recurring_with(&format!("hot{p}"), every.clone(), "t", options)
+            .await
+            .unwrap();
+    }
+    let series = queue.list_recurring().await.unwrap();
+    let last = series.iter().map(|s| s.next_run().unwrap()).max().unwrap();
+    if distinct {
+        for (id, kind) in [("a:low", "a"), ("w:low", "w")] {
+            queue
+                .schedule_with(id, Duration::ZERO, "j", &JobOptions::kind(kind))
+                .await
+                .unwrap();
+        }
+    }
+    pool()
+        .await
+        .execute(
+            format!(
+                "CREATE FUNCTION {quoted}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 RAISE EXCEPTION 'refused'; END $$; \
+                 CREATE TRIGGER refuse BEFORE INSERT ON {quoted}.jobs FOR EACH ROW \
+                 WHEN (NEW.id LIKE 'hot%') EXECUTE FUNCTION {quoted}.refuse();"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    sleep_past(last).await;
+    if !distinct {
+        queue
+            .schedule_with("a:low", Duration::ZERO, "j", &JobOptions::kind("a"))
+            .await
+            .unwrap();
+    }
+    (queue, quoted)
+}
+
+/// `levels` levels of due heads whose steps always fail, above due jobs at priority 0: the
+/// first delivery of a consumer of `kind` (`None`: `consume()`) is one of `expected`.
+/// However many levels of heads deliver nothing, a claim's last statement reads every
+/// level without them; before, each statement read one more level of heads, and with
+/// three levels or more nothing below them was ever read.
+async fn failing_head_levels(levels: i8, kind: Option<&str>, expected: &[&str]) {
+    let (queue, quoted) = failing_heads(levels, 1, true).await;
+    let mut consumer = consumer_of(&queue, kind);
+    let (got, errors) = first_delivery(&mut consumer, 10).await;
+    drop(consumer);
+    queue.close().await.unwrap();
+    pool()
+        .await
+        .execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+    assert!(
+        got.as_deref().is_some_and(|id| expected.contains(&id)),
+        "{levels} levels, {kind:?}: {got:?} ({errors} claim errors)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_levels_of_failing_heads_hold_back_no_lower_job() {
+    failing_head_levels(2, Some("a"), &["a:low"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_levels_of_failing_heads_hold_back_no_lower_job_of_any_kind() {
+    failing_head_levels(3, None, &["a:low", "w:low"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_levels_of_failing_heads_hold_back_no_lower_job_of_their_kind() {
+    failing_head_levels(3, Some("a"), &["a:low"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_levels_of_failing_heads_hold_back_no_lower_job_of_any_kind() {
+    failing_head_levels(10, None, &["a:low", "w:low"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_levels_of_failing_heads_hold_back_no_lower_job_of_their_kind() {
+    failing_head_levels(10, Some("a"), &["a:low"]).await;
+}
+
+/// Prefetch 1: three due heads of the kind `a` at priority 0 whose steps always fail, due
+/// before `a:low` (priority 0 too): each statement lists one head (`$2` = 1), and before,
+/// three statements listed the three and `a:low`, at their own level, was never claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_failing_heads_hold_back_no_later_job_of_their_level() {
+    let (queue, quoted) = failing_heads(3, 1, false).await;
+    let mut consumer = queue.consume_kind("a");
+    let (got, errors) = first_delivery(&mut consumer, 10).await;
+    drop(consumer);
+    queue.close().await.unwrap();
+    pool()
+        .await
+        .execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+    assert_eq!(got.as_deref(), Some("a:low"), "{errors} claim errors");
+}
+
+/// A merged caller (`consume_kind`) that gives up while its claim's head step runs (slow,
+/// then failing) is left out of the claim's next statement: before, that statement was
+/// sent all the same and leased `a:low` for no one, and another consumer of `a` waited out
+/// the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_caller_that_gave_up_is_left_out_of_its_claims_next_statement() {
+    let (queue, quoted, _head) = a_due_head_above_due_jobs(1).await;
+    // The handle's first claim folds the counters before it is sent: done here.
+    queue
+        .schedule_with("w:1", Duration::ZERO, "w", &JobOptions::kind("w"))
+        .await
+        .unwrap();
+    let mut w = queue.consume_kind("w");
+    for _ in 0..2 {
+        w.next().await.unwrap().unwrap().ack().await.unwrap();
+    }
+    drop(w);
+    let pool = pool().await;
+    pool.execute(
+        format!(
+            "CREATE FUNCTION {quoted}.slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             PERFORM pg_sleep(2); RAISE EXCEPTION 'refused'; END $$; \
+             CREATE TRIGGER slow BEFORE INSERT ON {quoted}.jobs FOR EACH ROW \
+             WHEN (NEW.id LIKE 'hot@%') EXECUTE FUNCTION {quoted}.slow();"
+        )
+        .as_str(),
+    )
+    .await
+    .unwrap();
+    let mut a = queue.consume_kind("a");
+    // Gives up while the head's step sleeps.
+    let gave_up = tokio::time::timeout(Duration::from_millis(700), a.next()).await;
+    assert!(
+        gave_up.is_err(),
+        "still claiming: {:?}",
+        gave_up.map(|_| ())
+    );
+    drop(a);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let leased: Option<i64> = sqlx::query_scalar(&format!(
+        "SELECT token FROM {quoted}.jobs WHERE id = 'a:low'"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    queue.close().await.unwrap();
+    pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+    assert_eq!(leased, None, "a:low leased for a caller that gave up");
+}
+
+/// Claims of a queue without series run one claim statement each, unmerged (`consume()`)
+/// and merged (`consume_kind`): the rounds without heads that fell short cost nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_a_queue_without_series_is_one_statement() {
+    use crate::support::postgres::{harness_on, PgServer};
+    let server = PgServer::start_with(&["shared_preload_libraries=pg_stat_statements"]);
+    let pool = sqlx::PgPool::connect(&server.url()).await.unwrap();
+    pool.execute("CREATE EXTENSION pg_stat_statements")
+        .await
+        .unwrap();
+    let mut builder = Builder::new();
+    builder.prefetch(10);
+    let h = harness_on(&server);
+    let queue = h.open(&builder).await.unwrap();
+    for i in 0..10 {
+        queue
+            .schedule(&format!("p:{i}"), Duration::ZERO, "p")
+            .await
+            .unwrap();
+        queue
+            .schedule_with(
+                &format!("a:{i}"),
+                Duration::ZERO,
+                "a",
+                &JobOptions::kind("a"),
+            )
+            .await
+            .unwrap();
+    }
+    let calls = || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements \
+             WHERE query LIKE 'WITH RECURSIVE now AS%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        n
+    };
+    let mut kind_a = queue.consume_kind("a");
+    let before = calls().await;
+    for _ in 0..10 {
+        kind_a.next().await.unwrap().unwrap().ack().await.unwrap();
+    }
+    let merged = calls().await - before;
+    drop(kind_a);
+    let mut all = queue.consume();
+    let before = calls().await;
+    for _ in 0..10 {
+        all.next().await.unwrap().unwrap().ack().await.unwrap();
+    }
+    let unmerged = calls().await - before;
+    drop(all);
+    queue.close().await.unwrap();
+    assert_eq!((merged, unmerged), (1, 1));
+}

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::batch::MAX_BATCH;
 use super::claims::{
-    claimed, earliest, in_claim_order, in_room, look_again, mergeable, rebalance, still_room,
-    ClaimReq, HEAD_ROUNDS,
+    claimed, earliest, in_claim_order, in_room, listed, look_again, mergeable, rebalance,
+    still_room, ClaimReq, HEAD_ROUNDS,
 };
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
@@ -133,7 +133,7 @@ impl Backend for Postgres {
             for round in 0..HEAD_ROUNDS {
                 let Some(of) = left.take() else { break };
                 let rows = (self.sql)
-                    .claim(&self.pool, &self.queue, want - jobs.len(), token, &of, &[], &skip)
+                    .claim(&self.pool, &self.queue, want - jobs.len(), token, &of, &[], listed(round, &skip))
                     .await;
                 let rows = match rows {
                     Ok(rows) => rows,

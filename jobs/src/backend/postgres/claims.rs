@@ -27,7 +27,8 @@
 //!   claim); a caller with nothing to deliver gets the error (its heads' or the
 //!   transaction's). Heads that held places and delivered nothing (locked by another
 //!   transaction, moved, their step failed) hold back nothing: the callers they belong to
-//!   claim again, in a statement without them, for their room left ([`HEAD_ROUNDS`]).
+//!   claim again, in a statement without them, for their room left, the last one without
+//!   any head ([`HEAD_ROUNDS`]).
 //! - Claims naming a kind in common are never merged (a job of that kind would have no
 //!   one owner): they run one after the other. A merged statement takes at most
 //!   [`MAX_BATCH`] jobs.
@@ -40,9 +41,10 @@
 //!   one of any kind of the set makes every caller look again at once, once per timer (the
 //!   rebalance after the claim moves it), and a successor handed over due makes every
 //!   caller look again shortly (`LOCKED_RETRY`), once.
-//! - A caller that gives up before its group's statement is sent is left out of it; one
-//!   that gives up after holds its jobs until their lease ends, as an unmerged claim dropped
-//!   in flight does.
+//! - A caller that gives up before its group's statement is sent is left out of it, and
+//!   out of each later statement of its claim ([`HEAD_ROUNDS`]); one that gives up after a
+//!   statement is sent holds what that statement leased for it until their lease ends, as
+//!   an unmerged claim dropped in flight does.
 //! - All named-kind claims of a handle wait behind the statement in flight: a slow claim
 //!   (a lock wait, a large backlog of one kind) delays every `run_kind` loop's next claim.
 //! - A claim alone in its statement runs exactly as an unmerged one. A claim waits only
@@ -56,7 +58,7 @@ use sqlx::PgPool;
 
 use super::batch::{Reply, MAX_BATCH};
 use super::series::SeriesSql;
-use super::sql::{Head, Leased, Sql};
+use super::sql::{Head, HeadsListed, Leased, Sql};
 use crate::backend::{ClaimBatch, ClaimKinds, Claimed};
 use crate::core::error::Error;
 use crate::core::kind::Spec;
@@ -141,8 +143,22 @@ pub(super) struct HeadsClaimed {
 /// heads it listed delivered fewer jobs than they held places for (locked by another
 /// transaction, moved, their step failed) while it had room, each without those heads,
 /// so a head that cannot be claimed holds back no job below it (as a locked job holds back
-/// none) and one that always fails costs each claim a bounded number of statements.
+/// none) and one that always fails costs each claim a bounded number of statements. The
+/// last lists no head at all ([`listed`]): however many heads deliver nothing, level after
+/// level, the jobs below them are claimed; a head below them waits for a claim whose
+/// earlier statements reach it.
 pub(super) const HEAD_ROUNDS: usize = 3;
+
+/// The heads the statement of a claim's `round` (from 0) lists: all but those of its
+/// earlier statements that delivered nothing (`skip`); in its last round none, every level
+/// read ([`HEAD_ROUNDS`]).
+pub(super) fn listed(round: usize, skip: &[String]) -> HeadsListed<'_> {
+    if round + 1 >= HEAD_ROUNDS {
+        HeadsListed::None
+    } else {
+        HeadsListed::Except(skip)
+    }
+}
 
 /// Rebalances, after a claim whose statement saw a due gate timer (`timers`), the gates of
 /// `kinds` whose timer came (the statement could not lease what that admits): (whether
@@ -307,7 +323,8 @@ pub(super) async fn claim_batch(
             continue;
         }
         let members: Vec<&ClaimReq> = group.iter().map(|&i| &reqs[i]).collect();
-        let answers = claim_group(&pool, &sql, &heads, &queue, &members).await;
+        let gave_up = |n: usize| replies[group[n]].as_ref().is_none_or(|r| r.is_closed());
+        let answers = claim_group(&pool, &sql, &heads, &queue, &members, gave_up).await;
         for (n, i) in group.into_iter().enumerate() {
             let Some(reply) = replies[i].take() else {
                 continue;
@@ -337,13 +354,15 @@ pub(super) async fn claim_batch(
 
 /// The claim of `members`' kinds in one statement, split among them (in their order); for
 /// the members whose series heads delivered fewer jobs than they held places for, a
-/// statement again without those heads, for their room left ([`HEAD_ROUNDS`]).
+/// statement again without those heads, for their room left ([`HEAD_ROUNDS`]), but for
+/// those that gave up (`gave_up(n)`, asked before each statement): none is sent for them.
 async fn claim_group(
     pool: &PgPool,
     sql: &Sql,
     heads: &HeadClaims,
     queue: &str,
     members: &[&ClaimReq],
+    gave_up: impl Fn(usize) -> bool,
 ) -> Result<Vec<Result<ClaimBatch, Error>>, Error> {
     let token = members[0].token;
     let count = members.len();
@@ -362,6 +381,9 @@ async fn claim_group(
             .position(|r| r.kinds.iter().any(|(k, _)| k == kind))
     };
     for round in 0..HEAD_ROUNDS {
+        // A member that gave up gets no more: what this statement would lease for it
+        // would wait out its lease, held for no one.
+        active.retain(|&n| !gave_up(n));
         // Each kind with its room left and the member it is claimed for: a member's due
         // series heads hold back its own kinds' lower levels, never another member's.
         let mut set: Vec<(String, usize, i32)> = Vec::new();
@@ -384,7 +406,7 @@ async fn claim_group(
         let of: Vec<i32> = set.iter().map(|(_, _, n)| *n).collect();
         let kinds = ClaimKinds::Some(set.into_iter().map(|(k, r, _)| (k, r)).collect());
         let rows = match sql
-            .claim(pool, queue, want, token, &kinds, &of, &skip)
+            .claim(pool, queue, want, token, &kinds, &of, listed(round, &skip))
             .await
         {
             Ok(rows) => rows,

@@ -446,6 +446,18 @@ impl ClaimSql {
     }
 }
 
+/// The due series heads a claim statement lists ([`Sql::claim`]): those at the highest
+/// due priority of the claimed kinds hold back the levels below them (strict priority).
+#[derive(Clone, Copy, Debug)]
+pub(in crate::backend::postgres) enum HeadsListed<'a> {
+    /// Every due head but these: those an earlier statement of the same claim listed that
+    /// delivered nothing (locked, moved, their step failed).
+    Except(&'a [String]),
+    /// None: the statement reads every level of the claimed kinds, without the heads (a
+    /// claim's last round, `claims.rs` `HEAD_ROUNDS`).
+    None,
+}
+
 /// The lowest priority level a claim of one kind or all reads: the highest priority of
 /// the due series heads it may take (`hf`, [`heads`]), if any (strict priority).
 const HEADS_FLOOR: &str = "coalesce((SELECT f FROM hf), -32768)";
@@ -482,10 +494,11 @@ fn heads(jobs: &str, series: &str, kinds: Option<Kinds>) -> String {
     };
     // The heads a claim of this call left out ([`Sql::claim`]'s `skip`): those an earlier
     // statement of it listed that delivered nothing (locked, moved, their step failed).
-    let skip = match kinds {
-        Some(Kinds::All | Kinds::Plain) => "$6",
-        Some(Kinds::Named) => "$7",
-        None => "$9",
+    // Whether it lists any ([`HeadsListed::None`]: false, and no head holds back a level).
+    let (skip, listed) = match kinds {
+        Some(Kinds::All | Kinds::Plain) => ("$6", "$7"),
+        Some(Kinds::Named) => ("$7", "$8"),
+        None => ("$9", "$10"),
     };
     let probe = format!(
         "SELECT j.run_at FROM {jobs} j WHERE j.queue = $1 AND j.id = s.head_id AND j.token IS NULL \
@@ -498,8 +511,8 @@ fn heads(jobs: &str, series: &str, kinds: Option<Kinds>) -> String {
            WHERE s.queue = $1 AND s.kind = hk.kind AND s.head IS NOT NULL) FROM hk WHERE hk.kind IS NOT NULL \
            UNION ALL SELECT hl.kind, hl.member, (SELECT max(s.priority) FROM {series} s WHERE s.queue = $1 \
            AND s.kind = hl.kind AND s.head IS NOT NULL AND s.priority < hl.prio) FROM hl WHERE hl.prio IS NOT NULL), \
-         hd AS MATERIALIZED (SELECT hl.kind, hl.member, hl.prio FROM hl WHERE hl.prio IS NOT NULL \
-           AND NOT (SELECT p FROM paused) \
+         hd AS MATERIALIZED (SELECT hl.kind, hl.member, hl.prio FROM hl WHERE {listed}::boolean \
+           AND hl.prio IS NOT NULL AND NOT (SELECT p FROM paused) \
            AND EXISTS (SELECT 1 FROM {series} s WHERE s.queue = $1 AND s.kind = hl.kind AND s.priority = hl.prio \
            AND s.head <= (SELECT t FROM now) AND s.head_id <> ALL({skip}::text[]) AND EXISTS ({probe}))), \
          hf AS MATERIALIZED (SELECT member, max(prio) AS f FROM hd GROUP BY member), \
@@ -640,8 +653,9 @@ impl Sql {
     /// a set of kinds, `members` is the member (caller) each kind is claimed for, in the
     /// set's order (a claim merged from several, `claims.rs`; empty: all one caller's): a
     /// due series head holds back the lower levels of its member's kinds only. The heads
-    /// `skip` names are neither listed nor hold anything back: a claim that could not claim
-    /// them (locked, moved, their step failed) runs the statement again without them.
+    /// `listed` leaves out are neither listed nor hold anything back: a claim that could not
+    /// claim them (locked, moved, their step failed) runs the statement again without them,
+    /// and its last statement without any ([`HeadsListed`]).
     #[allow(clippy::too_many_arguments)] // the claim's parts, each named once here
     pub(in crate::backend::postgres) async fn claim(
         &self,
@@ -651,8 +665,12 @@ impl Sql {
         token: i64,
         kinds: &ClaimKinds,
         members: &[i32],
-        skip: &[String],
+        listed: HeadsListed<'_>,
     ) -> Result<ClaimRows, Error> {
+        let (skip, on) = match listed {
+            HeadsListed::Except(skip) => (skip, true),
+            HeadsListed::None => (&[][..], false),
+        };
         let plain = &self.plain;
         // One kind or all: the statements of one, whose kind needs no room (`max` is it).
         let one = match kinds {
@@ -676,7 +694,7 @@ impl Sql {
             .bind(token)
             .bind(i32::try_from(plain.max_attempts).unwrap_or(i32::MAX));
         let query = match (one, kinds) {
-            (Some(kind), _) => Kinds::bind(kind, query).bind(skip),
+            (Some(kind), _) => Kinds::bind(kind, query).bind(skip).bind(on),
             (None, ClaimKinds::Some(set)) => {
                 let names: Vec<&str> = set.iter().map(|(k, _)| k.as_str()).collect();
                 let rooms: Vec<i64> = set
@@ -686,7 +704,12 @@ impl Sql {
                 let members: Vec<i32> = (0..set.len())
                     .map(|i| members.get(i).copied().unwrap_or(0))
                     .collect();
-                query.bind(names).bind(rooms).bind(members).bind(skip)
+                query
+                    .bind(names)
+                    .bind(rooms)
+                    .bind(members)
+                    .bind(skip)
+                    .bind(on)
             }
             (None, ClaimKinds::All) => unreachable!("every kind is a statement of one"),
         };

@@ -33,7 +33,7 @@ use crate::core::error::Error;
 use crate::core::job::When;
 use crate::core::kind::{Keyed, Spec};
 
-pub(super) use claim::{Head, Leased, Settle, Settled};
+pub(super) use claim::{Head, HeadsListed, Leased, Settle, Settled};
 
 /// The server's clock, nanoseconds since the Unix epoch.
 const NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
