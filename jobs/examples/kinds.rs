@@ -12,12 +12,14 @@
 //! kind (`run_kind`), each with its own cap. The rating worker takes one job at a time, so
 //! the output shows the strict order: priority first, then due time. One reminder fails
 //! once and is retried after its kind's backoff. The report stays pending, counted under
-//! its kind. The store lives in a temporary directory; the example exits by itself once
-//! the ratings and reminders are done.
+//! its kind. A recurring series of the kind `digest` (every second) is run by that kind's
+//! worker: each occurrence is a job of the series' kind and priority. The store lives in a
+//! temporary directory; the example exits by itself once the ratings, the reminders and a
+//! digest are done.
 
 use std::time::{Duration, SystemTime};
 
-use wheel_jobs::{JobOptions, JobQueue};
+use wheel_jobs::{JobOptions, JobQueue, Recurrence};
 
 const RATINGS: [(&str, i8); 6] = [
     ("rate:order-1", 0),
@@ -66,6 +68,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             &JobOptions::kind("report"),
         )
         .await?;
+    // Each occurrence is a job of the kind "digest" at priority 1, the series' options.
+    let every_second = Recurrence::every(Duration::from_secs(1))?;
+    let digest = JobOptions::kind("digest").priority(1);
+    queue
+        .schedule_recurring_with("digest", every_second, "the day's orders", digest)
+        .await?;
     print_kinds(&queue, "scheduled").await?;
 
     let (ran, mut done) = tokio::sync::mpsc::unbounded_channel();
@@ -110,14 +118,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             work.await
         })
     };
+    let (digested, mut digests) = tokio::sync::mpsc::unbounded_channel();
+    let digesting = {
+        let queue = queue.clone();
+        let work = queue.run_kind("digest", 1, move |job| {
+            let (kind, priority) = (job.kind().to_owned(), job.priority());
+            println!("digest   {} kind {kind}, priority {priority}", job.id());
+            digested.send(()).ok();
+            async { Ok::<(), String>(()) }
+        });
+        tokio::spawn(work)
+    };
 
     for _ in 0..RATINGS.len() + REMINDERS.len() {
         done.recv().await.ok_or("a worker stopped early")?;
     }
+    digests
+        .recv()
+        .await
+        .ok_or("the digest worker stopped early")?;
     // Every handler has returned; `close` waits for their acks to commit.
     queue.close().await?;
     rating.await??;
     reminding.await??;
+    digesting.await??;
 
     let queue = JobQueue::open(dir.path().join("jobs.redb")).await?;
     print_kinds(&queue, "at the end").await?;

@@ -45,7 +45,8 @@
 //! interval). Its occurrences are ordinary jobs, and the claim that first takes one creates
 //! the next in the same atomic step, so no process runs a scheduler and a crash neither
 //! loses the series nor duplicates an occurrence; [`CatchUp`] says what runs after a
-//! downtime.
+//! downtime, and [`RecurringOptions`] gives its occurrences a kind, a priority and
+//! attempts of their own ([`JobQueue::schedule_recurring_with`]).
 //!
 //! # Operating a queue
 //!
@@ -145,7 +146,7 @@ pub use crate::core::kind::{
 };
 pub use crate::core::list::{Cursor, ListOptions, Page};
 pub use crate::core::recurrence::Recurrence;
-pub use crate::core::series::{CatchUp, Recurring, RecurringInfo};
+pub use crate::core::series::{CatchUp, Recurring, RecurringInfo, RecurringOptions};
 pub use crate::queue::builder::Builder;
 pub use crate::queue::consumer::Consumer;
 pub use crate::queue::copy::Copied;

@@ -205,15 +205,18 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Finishes the work already accepted and releases the store.
     fn close(&self) -> BoxFuture<'_, Result<(), Error>>;
 
-    /// Creates the series `name`, or replaces its recurrence, payload and catch-up policy
-    /// and its pending occurrence, in one atomic step (`core/series.rs` has the rules); the
-    /// outcome and the new head's time (`None`: the recurrence has no occurrence left).
+    /// Creates the series `name`, or replaces its recurrence, payload, catch-up policy and
+    /// spec (what its occurrences are made with: kind, priority, attempts, backoff, lease;
+    /// no key, no hold-off) and its pending occurrence, in one atomic step
+    /// (`core/series.rs` has the rules); the outcome and the new head's time (`None`: the
+    /// recurrence has no occurrence left).
     fn schedule_recurring(
         &self,
         name: String,
         rule: Recurrence,
         payload: Vec<u8>,
         catch_up: CatchUp,
+        spec: Spec,
     ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>>;
 
     /// Deletes the series and its pending occurrence; `true` if it existed.

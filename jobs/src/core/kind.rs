@@ -208,6 +208,20 @@ impl JobOptions {
     pub fn key_name(&self) -> Option<&str> {
         self.key.as_deref()
     }
+
+    /// Options that resolve to `spec`'s kind, priority, attempts, backoff and lease
+    /// whatever the defaults (a copy of a series into another queue keeps what its
+    /// occurrences were made with).
+    pub(crate) fn of_spec(spec: &Spec) -> JobOptions {
+        JobOptions {
+            kind: Some(spec.kind.clone()),
+            priority: Some(spec.priority),
+            max_attempts: Some(spec.max_attempts),
+            backoff: Some(spec.backoff),
+            lease: Some(spec.lease),
+            ..JobOptions::default()
+        }
+    }
 }
 
 /// A job's key and the limits of its `(kind, key)`, resolved when it was scheduled.
@@ -322,6 +336,26 @@ impl Defaults {
             .dedup
             .or_else(|| self.kinds.get(kind).and_then(|o| o.dedup))
             .unwrap_or_default()
+    }
+
+    /// The spec a recurring series' occurrences are made with: `options` resolved as a
+    /// job's, without a key or a dedup mode of its own (refused: a series makes its
+    /// occurrences one at a time under ids of its own, and a head waiting for a key's slot
+    /// would stall it); a kind's default dedup mode does not apply.
+    pub(crate) fn resolve_series(&self, options: &JobOptions) -> Result<Spec, Error> {
+        if options.key.is_some() || options.key_limit.is_some() || options.key_rate.is_some() {
+            return Err(Error::invalid_input(
+                "a recurring series' occurrences take no key, key_limit or key_rate",
+            ));
+        }
+        if options.dedup.is_some() {
+            return Err(Error::invalid_input(
+                "a recurring series' occurrences take no dedup mode: their ids are the series'",
+            ));
+        }
+        let mut spec = self.resolve(options)?;
+        spec.hold_off = Duration::ZERO;
+        Ok(spec)
     }
 
     /// The spec of a job scheduled without options (kind `""`).

@@ -32,6 +32,7 @@ use std::time::SystemTime;
 
 use crate::core::error::Error;
 use crate::core::job::{system_time, MAX_ID_LEN};
+use crate::core::kind::{JobOptions, Spec};
 use crate::core::recurrence::{utc_text, Recurrence};
 
 /// The longest series name, in bytes: an occurrence id (`name@` and an RFC 3339 UTC time
@@ -98,6 +99,80 @@ impl CatchUp {
     }
 }
 
+/// How a series' occurrences are made, for
+/// [`JobQueue::schedule_recurring_with`](crate::JobQueue::schedule_recurring_with): the
+/// [`JobOptions`] each occurrence is scheduled with (its kind, priority, attempts, backoff
+/// and lease) and the [`CatchUp`] policy. A [`CatchUp`] or a [`JobOptions`] converts into
+/// one, the other part left at its default.
+///
+/// The options resolve as a job's do (the series' own, else its kind's defaults, else the
+/// queue's) when the series is set, and are stored with the series: every occurrence is
+/// made with them, whichever process claims the one before it. Setting the series again
+/// sets them again, on its pending occurrence too. An occurrence is claimed by the workers
+/// of its kind ([`run_kind`](crate::JobQueue::run_kind), [`worker`](crate::JobQueue::worker));
+/// the first claim of each moves the series on, as for the kind `""`. A key
+/// ([`JobOptions::key`], `key_limit`, `key_rate`) and a [`Dedup`](crate::Dedup) mode are
+/// refused ([`Error::is_invalid_input`]): a series makes its occurrences one at a time
+/// under ids of its own, and a head left waiting for a key's slot would stall the series.
+///
+/// # Examples
+///
+/// ```
+/// use wheel_jobs::{CatchUp, JobOptions, RecurringOptions};
+///
+/// let digest = RecurringOptions::new()
+///     .options(JobOptions::kind("digest").priority(1).max_attempts(3))
+///     .catch_up(CatchUp::None);
+/// assert_eq!(digest.kind_name(), Some("digest"));
+/// assert_eq!(RecurringOptions::from(CatchUp::None).kind_name(), None);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct RecurringOptions {
+    pub(crate) options: JobOptions,
+    pub(crate) catch_up: CatchUp,
+}
+
+impl RecurringOptions {
+    /// The queue's defaults for the kind `""`, under [`CatchUp::Latest`].
+    pub fn new() -> RecurringOptions {
+        RecurringOptions::default()
+    }
+
+    /// Occurrences of `kind`, with its defaults: `RecurringOptions::new().options(JobOptions::kind(kind))`.
+    pub fn kind(kind: impl Into<String>) -> RecurringOptions {
+        RecurringOptions::new().options(JobOptions::kind(kind))
+    }
+
+    /// The options every occurrence is scheduled with.
+    pub fn options(mut self, options: JobOptions) -> RecurringOptions {
+        self.options = options;
+        self
+    }
+
+    /// The catch-up policy.
+    pub fn catch_up(mut self, catch_up: CatchUp) -> RecurringOptions {
+        self.catch_up = catch_up;
+        self
+    }
+
+    /// The kind the occurrences are of, if one was set.
+    pub fn kind_name(&self) -> Option<&str> {
+        self.options.kind_name()
+    }
+}
+
+impl From<CatchUp> for RecurringOptions {
+    fn from(catch_up: CatchUp) -> RecurringOptions {
+        RecurringOptions::new().catch_up(catch_up)
+    }
+}
+
+impl From<JobOptions> for RecurringOptions {
+    fn from(options: JobOptions) -> RecurringOptions {
+        RecurringOptions::new().options(options)
+    }
+}
+
 /// What [`JobQueue::schedule_recurring`](crate::JobQueue::schedule_recurring) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recurring {
@@ -118,16 +193,19 @@ pub struct RecurringInfo {
     name: String,
     recurrence: Recurrence,
     catch_up: CatchUp,
+    spec: Spec,
     next_run: Option<u64>,
     last_run: Option<u64>,
 }
 
 impl RecurringInfo {
-    /// A snapshot as a backend read it, times in wall-clock nanoseconds.
+    /// A snapshot as a backend read it, times in wall-clock nanoseconds; `spec` is what its
+    /// occurrences are made with.
     pub(crate) fn new(
         name: String,
         recurrence: Recurrence,
         catch_up: CatchUp,
+        spec: Spec,
         next_run: Option<u64>,
         last_run: Option<u64>,
     ) -> RecurringInfo {
@@ -135,9 +213,31 @@ impl RecurringInfo {
             name,
             recurrence,
             catch_up: catch_up.normalized(),
+            spec,
             next_run,
             last_run,
         }
+    }
+
+    /// The kind its occurrences are of (`""` unless set by
+    /// [`RecurringOptions`]).
+    pub fn kind(&self) -> &str {
+        &self.spec.kind
+    }
+
+    /// The priority its occurrences are claimed at.
+    pub fn priority(&self) -> i8 {
+        self.spec.priority
+    }
+
+    /// How many times each occurrence is delivered at most.
+    pub fn max_attempts(&self) -> u32 {
+        self.spec.max_attempts
+    }
+
+    /// What its occurrences are made with, resolved.
+    pub(crate) fn spec(&self) -> &Spec {
+        &self.spec
     }
 
     /// The series' name.

@@ -351,6 +351,7 @@ mod tests {
             _: crate::Recurrence,
             _: Vec<u8>,
             _: crate::CatchUp,
+            _: crate::core::kind::Spec,
         ) -> BoxFuture<'_, Result<(crate::Recurring, Option<u64>), Error>> {
             down()
         }

@@ -42,7 +42,8 @@ use super::JobQueue;
 use crate::backend::Import;
 use crate::core::error::Error;
 use crate::core::job::{nanos, JobState};
-use crate::core::series::occurrence_id;
+use crate::core::kind::JobOptions;
+use crate::core::series::{occurrence_id, RecurringOptions};
 
 /// Jobs read and written per step: within one Redis script call's limit.
 const PAGE: usize = 500;
@@ -236,7 +237,9 @@ impl JobQueue {
                 name,
                 series.recurrence().clone(),
                 job.payload().to_vec(),
-                series.catch_up(),
+                RecurringOptions::new()
+                    .options(JobOptions::of_spec(series.spec()))
+                    .catch_up(series.catch_up()),
             )
             .await?;
             copied.series += 1;

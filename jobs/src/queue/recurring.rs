@@ -10,6 +10,7 @@ use crate::core::job::check_payload;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{
     check_name, occurrence_id, occurrence_series, CatchUp, Recurring, RecurringInfo,
+    RecurringOptions,
 };
 
 impl JobQueue {
@@ -72,14 +73,17 @@ impl JobQueue {
             .await
     }
 
-    /// [`schedule_recurring`](Self::schedule_recurring) with a [`CatchUp`] policy: what to
-    /// run when several occurrences fell due while nothing consumed the queue.
+    /// [`schedule_recurring`](Self::schedule_recurring) with [`RecurringOptions`]: the
+    /// [`JobOptions`](crate::JobOptions) its occurrences are made with (a kind, routed to
+    /// that kind's workers; a priority, attempts, backoff, lease), and a [`CatchUp`]
+    /// policy: what to run when several occurrences fell due while nothing consumed the
+    /// queue. A [`CatchUp`] or a [`JobOptions`](crate::JobOptions) alone converts.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// use wheel_jobs::{CatchUp, Recurrence};
+    /// use wheel_jobs::{CatchUp, Recurrence, RecurringOptions};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), wheel_jobs::Error> {
     /// # let dir = std::env::temp_dir().join(format!("wheel-jobs-doc-recurring-with-{}", std::process::id()));
@@ -88,6 +92,10 @@ impl JobQueue {
     /// let cleanup = Recurrence::every(Duration::from_secs(300))?;
     /// queue.schedule_recurring_with("cleanup", cleanup, "", CatchUp::None).await?;
     /// assert_eq!(queue.list_recurring().await?[0].catch_up(), CatchUp::None);
+    /// let evening = Recurrence::cron("0 20 * * *")?;
+    /// let digest = RecurringOptions::kind("digest").catch_up(CatchUp::None);
+    /// queue.schedule_recurring_with("digest", evening, "", digest).await?;
+    /// assert_eq!(queue.list_recurring().await?[0].kind(), "digest");
     /// # queue.close().await?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok(())
@@ -96,15 +104,19 @@ impl JobQueue {
     ///
     /// # Errors
     ///
-    /// As [`schedule_recurring`](Self::schedule_recurring).
+    /// As [`schedule_recurring`](Self::schedule_recurring), and
+    /// [`Error::is_invalid_input`] for options a job could not have, or a key, key limit or
+    /// rate, or a dedup mode (see [`RecurringOptions`]).
     pub async fn schedule_recurring_with(
         &self,
         name: &str,
         recurrence: Recurrence,
         payload: impl Into<Vec<u8>>,
-        catch_up: CatchUp,
+        options: impl Into<RecurringOptions>,
     ) -> Result<Recurring, Error> {
+        let RecurringOptions { options, catch_up } = options.into();
         check_name(name)?;
+        let spec = self.inner.defaults.resolve_series(&options)?;
         let payload = payload.into();
         check_payload(&payload, self.inner.config.max_payload)?;
         if recurrence.next_after(SystemTime::now()).is_none() {
@@ -115,7 +127,7 @@ impl JobQueue {
         let (outcome, head) = self
             .inner
             .backend
-            .schedule_recurring(name.to_owned(), recurrence, payload, catch_up)
+            .schedule_recurring(name.to_owned(), recurrence, payload, catch_up, spec)
             .await?;
         if let Some(head) = head {
             self.inner.wakeup.due_at(head);

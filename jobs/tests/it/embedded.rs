@@ -216,3 +216,70 @@ async fn a_log_that_cannot_be_written_fails_every_later_call() {
     let again = JobQueue::open(h.path()).await.expect("reopens");
     again.close().await.unwrap();
 }
+
+/// A series of a kind runs under one `worker()` of two kinds, through its kind's handler,
+/// beside the other kind's job; after a reopen it is still of its kind, and runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_series_of_a_kind_runs_under_a_worker_of_two_kinds_across_a_reopen() {
+    use wheel_jobs::{JobOptions, Recurrence, RecurringOptions};
+
+    let h = embedded::harness();
+    let run = |queue: JobQueue, digests: usize, mails: usize| async move {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let handler = |name: &'static str| {
+            let tx = tx.clone();
+            move |d: wheel_jobs::Delivery| {
+                let seen = (name, d.kind().to_owned(), d.priority(), d.id().to_owned());
+                tx.send(seen).unwrap();
+                std::future::ready(Ok::<(), String>(()))
+            }
+        };
+        let worker = queue
+            .worker()
+            .kind("digest", handler("digest"))
+            .kind("mail", handler("mail"));
+        let running = tokio::spawn(worker.run(2));
+        let (mut d, mut m) = (0, 0);
+        while d < digests || m < mails {
+            let (name, kind, priority, id) =
+                tokio::time::timeout(Duration::from_secs(30), rx.recv())
+                    .await
+                    .expect("the worker ran them")
+                    .unwrap();
+            assert_eq!(name, kind, "{id} went to the {name} handler");
+            match kind.as_str() {
+                "digest" => {
+                    assert!(id.starts_with("digest@"), "{id}");
+                    assert_eq!(priority, 4);
+                    d += 1;
+                }
+                _ => {
+                    assert_eq!(id, "mail:1");
+                    m += 1;
+                }
+            }
+        }
+        queue.close().await.unwrap();
+        running.await.unwrap().unwrap();
+    };
+
+    let queue = JobQueue::open(h.path()).await.unwrap();
+    let options = RecurringOptions::new().options(JobOptions::kind("digest").priority(4));
+    let every = Recurrence::every(ms(40)).unwrap();
+    queue
+        .schedule_recurring_with("digest", every, "d", options)
+        .await
+        .unwrap();
+    queue
+        .schedule_with("mail:1", Duration::ZERO, "m", &JobOptions::kind("mail"))
+        .await
+        .unwrap();
+    run(queue, 2, 1).await;
+
+    let queue = JobQueue::open(h.path()).await.unwrap();
+    let info = queue.list_recurring().await.unwrap().remove(0);
+    assert_eq!((info.kind(), info.priority()), ("digest", 4));
+    let head = queue.counts().await.unwrap().kinds["digest"].pending;
+    assert_eq!(head, 1, "its pending occurrence, of its kind");
+    run(queue, 1, 0).await;
+}

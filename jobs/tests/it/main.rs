@@ -28,6 +28,8 @@ mod postgres_kinds;
 #[cfg(feature = "postgres")]
 mod postgres_pool;
 #[cfg(feature = "postgres")]
+mod postgres_series;
+#[cfg(feature = "postgres")]
 mod postgres_server;
 #[cfg(feature = "postgres")]
 mod postgres_successor;

@@ -396,7 +396,7 @@ async fn a_newer_schema_is_refused_naming_both_versions() {
     assert!(err.is_invalid_config(), "{err}");
     let text = err.to_string();
     assert!(
-        text.contains("version 99") && text.contains("version 3"),
+        text.contains("version 99") && text.contains("version 4"),
         "{text}"
     );
     sqlx::query(&format!("DROP SCHEMA \"{schema}\" CASCADE"))

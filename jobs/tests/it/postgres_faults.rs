@@ -894,3 +894,176 @@ fn a_postgres_worker_killed_between_its_effect_and_its_commit_leaves_neither() {
         queue.close().await.unwrap();
     });
 }
+
+/// A claim whose statement saw a gate's timer due delivers the jobs it leased even when the
+/// rebalance after it (`gate_timers`) fails: logged, as after a merged claim; the jobs do
+/// not wait out their leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_gate_rebalance_fails_still_delivers_its_jobs() {
+    let schema = crate::postgres::fresh("wj_timers");
+    let url = shared().url();
+    let pool = test_pool(&url).await;
+    let mut builder = Builder::new();
+    builder
+        .postgres_schema(&schema)
+        .lease(Duration::from_secs(600));
+    let queue = builder.postgres(&url, "orders").await.unwrap();
+    let quoted = format!("\"{schema}\"");
+    // A rebalance that fails, counting its calls in a sequence (which no rollback undoes),
+    // and a gate whose timer is due, which every claim of the kind '' reports.
+    let setup = format!(
+        "CREATE SEQUENCE {quoted}.timer_calls; \
+         CREATE OR REPLACE FUNCTION {quoted}.gate_timers(q text, kinds text[], most integer) \
+         RETURNS integer LANGUAGE plpgsql AS $$ BEGIN \
+         PERFORM nextval('{quoted}.timer_calls'); RAISE EXCEPTION 'gate_timers fails'; END $$; \
+         INSERT INTO {quoted}.gates (queue, kind, key, wake_at) VALUES ('orders', '', 'k', 1);"
+    );
+    sqlx::Executor::execute(&pool, setup.as_str())
+        .await
+        .unwrap();
+    queue.schedule("job", Duration::ZERO, "p").await.unwrap();
+    let mut consumer = queue.consume();
+    let d = tokio::time::timeout(DEADLINE, next(&mut consumer))
+        .await
+        .expect("delivered although the rebalance after its claim failed");
+    assert_eq!((d.id(), d.attempt()), ("job", 1));
+    assert!(d.ack().await.unwrap());
+    let calls = scalar(
+        &pool,
+        &format!("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {quoted}.timer_calls"),
+    )
+    .await;
+    assert!(calls >= 1, "{calls}");
+    drop(consumer);
+    queue.close().await.unwrap();
+    sqlx::Executor::execute(&pool, format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}
+
+/// A gate rebalance (`gate_timers`) that fails after every claim, its gate's timer due and
+/// reported by each claim of `kind` (`None`: `consume()`, a claim of every kind, its own
+/// statement; `Some`: `consume_kind`, a claim merged in `claims.rs`): an idle consumer
+/// looks again after a pause, not at once in a loop (it claimed 823 times in one second,
+/// each claim answering "look again at once"). The bound is a count of rebalances in a
+/// one-second window, generous (a pause of `REBALANCE_RETRY`, 1 s, allows one or two).
+async fn an_idle_consumer_whose_gate_rebalance_fails_pauses(kind: Option<&str>) {
+    let schema = crate::postgres::fresh("wj_spin");
+    let url = shared().url();
+    let pool = test_pool(&url).await;
+    let mut builder = Builder::new();
+    builder
+        .postgres_schema(&schema)
+        .lease(Duration::from_secs(600));
+    let queue = builder.postgres(&url, "orders").await.unwrap();
+    let quoted = format!("\"{schema}\"");
+    let setup = format!(
+        "CREATE SEQUENCE {quoted}.timer_calls; \
+         CREATE OR REPLACE FUNCTION {quoted}.gate_timers(q text, kinds text[], most integer) \
+         RETURNS integer LANGUAGE plpgsql AS $$ BEGIN \
+         PERFORM nextval('{quoted}.timer_calls'); RAISE EXCEPTION 'gate_timers fails'; END $$; \
+         INSERT INTO {quoted}.gates (queue, kind, key, wake_at) VALUES ('orders', '{}', 'k', 1);",
+        kind.unwrap_or("")
+    );
+    sqlx::Executor::execute(&pool, setup.as_str())
+        .await
+        .unwrap();
+    let mut consumer = match kind {
+        None => queue.consume(),
+        Some(kind) => queue.consume_kind(kind),
+    };
+    // Idle: nothing to deliver; the consumer claims and waits for one second.
+    let idle = tokio::time::timeout(Duration::from_secs(1), consumer.next()).await;
+    assert!(
+        idle.is_err(),
+        "nothing to deliver: {:?}",
+        idle.map(|d| d.map(|d| d.map(|d| d.id().to_owned())))
+    );
+    let calls = scalar(
+        &pool,
+        &format!("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {quoted}.timer_calls"),
+    )
+    .await;
+    assert!(
+        (1..=20).contains(&calls),
+        "{calls} rebalances in one second of an idle consumer"
+    );
+    drop(consumer);
+    queue.close().await.unwrap();
+    sqlx::Executor::execute(&pool, format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_consumer_whose_gate_rebalance_fails_pauses_between_claims() {
+    an_idle_consumer_whose_gate_rebalance_fails_pauses(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_consumer_whose_merged_claims_gate_rebalance_fails_pauses_between_claims() {
+    an_idle_consumer_whose_gate_rebalance_fails_pauses(Some("x")).await;
+}
+
+/// A gate rebalance that fails after every claim (as above), its gate's timer of the kind
+/// `x` due: a job of the kind `x` scheduled 200 ms ahead is delivered about when due, not
+/// about `REBALANCE_RETRY` (1 s) late, by `consume()` (a statement of its own) and by
+/// `consume_kind("x")` (merged): only the timer's look waits. The bound is generous: it
+/// bounds a stall, not speed.
+async fn a_failed_rebalance_delays_no_job_due_soon(kind: Option<&str>) {
+    let schema = crate::postgres::fresh("wj_soon");
+    let url = shared().url();
+    let pool = test_pool(&url).await;
+    let mut builder = Builder::new();
+    builder.postgres_schema(&schema);
+    let queue = builder.postgres(&url, "orders").await.unwrap();
+    let quoted = format!("\"{schema}\"");
+    let setup = format!(
+        "CREATE OR REPLACE FUNCTION {quoted}.gate_timers(q text, kinds text[], most integer) \
+         RETURNS integer LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'gate_timers fails'; END $$; \
+         INSERT INTO {quoted}.gates (queue, kind, key, wake_at) VALUES ('orders', 'x', 'k', 1);"
+    );
+    sqlx::Executor::execute(&pool, setup.as_str())
+        .await
+        .unwrap();
+    let mut consumer = match kind {
+        None => queue.consume(),
+        Some(kind) => queue.consume_kind(kind),
+    };
+    // An idle claim first (it sees the timer, its rebalance fails).
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), consumer.next())
+            .await
+            .is_err()
+    );
+    let options = wheel_jobs::JobOptions::kind("x");
+    queue
+        .schedule_with("x:soon", Duration::from_millis(200), "j", &options)
+        .await
+        .unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(5), consumer.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let late = SystemTime::now().duration_since(d.run_at()).unwrap();
+    assert!(
+        late < Duration::from_millis(500),
+        "{kind:?}: x:soon delivered {late:?} after its run_at"
+    );
+    drop(consumer);
+    queue.close().await.unwrap();
+    sqlx::Executor::execute(&pool, format!("DROP SCHEMA {quoted} CASCADE").as_str())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rebalance_delays_no_job_due_soon_for_every_kind() {
+    a_failed_rebalance_delays_no_job_due_soon(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rebalance_delays_no_job_due_soon_for_its_kind() {
+    a_failed_rebalance_delays_no_job_due_soon(Some("x")).await;
+}

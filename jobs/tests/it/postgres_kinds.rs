@@ -65,7 +65,7 @@ async fn a_version_2_schema_upgrades_and_its_jobs_read_as_the_plain_spec() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
 
     // Counted under the kind "" with the totals, read with the queue's own options.
     let counts = queue.counts().await.unwrap();
@@ -481,7 +481,7 @@ async fn a_migration_behind_an_open_transaction_fails_clearly_then_succeeds() {
 
     app.commit().await.unwrap();
     let queue = builder.postgres(&url(), "orders").await.unwrap();
-    assert_eq!(version().await, 3);
+    assert_eq!(version().await, 4);
     queue.close().await.unwrap();
     pool.execute(format!("DROP SCHEMA {quoted} CASCADE").as_str())
         .await

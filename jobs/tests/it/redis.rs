@@ -7,6 +7,7 @@ mod failover;
 mod fold;
 mod keys;
 mod outage;
+mod recurring;
 mod security;
 mod successor;
 

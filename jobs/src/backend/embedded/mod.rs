@@ -473,6 +473,7 @@ impl Backend for Embedded {
         rule: Recurrence,
         payload: Vec<u8>,
         catch_up: CatchUp,
+        spec: crate::core::kind::Spec,
     ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
         Box::pin(async move {
             let op = Op::SetRecurring {
@@ -480,6 +481,7 @@ impl Backend for Embedded {
                 rule,
                 payload,
                 catch_up,
+                spec,
             };
             expect_reply!(self.call(op).await?, Reply::Recurring(r, head) => (r, head))
         })

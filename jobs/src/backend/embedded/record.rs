@@ -167,8 +167,6 @@ impl<'a> Record<'a> {
     /// The stored form (the current version).
     pub(crate) fn encode(&self) -> Vec<u8> {
         let spec = &*self.spec;
-        // Kinds are at most `MAX_KIND_LEN` (64) bytes, checked by the front.
-        let kind_len = u8::try_from(spec.kind.len()).expect("a kind is at most 64 bytes");
         let error_len = self.error.map_or(0, str::len);
         let mut out = Vec::with_capacity(
             FIXED + SPEC + spec.kind.len() + 5 * MAX_VARINT + 2 + error_len + self.payload.len(),
@@ -183,14 +181,7 @@ impl<'a> Record<'a> {
         .filter(|(set, _)| *set)
         .fold(0, |flags, (_, bit)| flags | bit);
         push_fixed(&mut out, VERSION, &self.job, flags);
-        out.extend_from_slice(&spec.priority.to_le_bytes());
-        out.push(kind_len);
-        out.extend_from_slice(spec.kind.as_bytes());
-        push_varint(&mut out, u64::from(spec.max_attempts));
-        push_varint(&mut out, duration_code(spec.backoff.0));
-        push_varint(&mut out, duration_code(spec.backoff.1));
-        push_varint(&mut out, duration_code(spec.lease));
-        push_varint(&mut out, duration_code(spec.hold_off));
+        push_spec(&mut out, spec);
         if let Some(key) = key {
             push_varint(&mut out, key.key.len() as u64);
             out.extend_from_slice(key.key.as_bytes());
@@ -254,29 +245,11 @@ impl<'a> Record<'a> {
         let (spec, tail) = match bytes[0] {
             VERSION_2 => (Cow::Borrowed(plain), FIXED),
             VERSION => {
-                let kind_len = usize::from(*bytes.get(FIXED + 1).ok_or(Corrupt)?);
-                let mut at = FIXED + SPEC + kind_len;
-                let kind = bytes.get(FIXED + SPEC..at).ok_or(Corrupt)?;
-                let kind = std::str::from_utf8(kind).map_err(|_| Corrupt)?;
-                let max_attempts = varint(bytes, &mut at)?;
-                let max_attempts = u32::try_from(max_attempts).map_err(|_| Corrupt)?;
-                let first = duration_of(varint(bytes, &mut at)?);
-                let max = duration_of(varint(bytes, &mut at)?);
-                let lease = duration_of(varint(bytes, &mut at)?);
-                let hold_off = duration_of(varint(bytes, &mut at)?);
-                let key = match bytes[1] & HAS_KEY {
-                    0 => None,
-                    _ => Some(keyed(bytes, &mut at)?),
-                };
-                let spec = Spec {
-                    hold_off,
-                    key,
-                    kind: kind.to_owned(),
-                    priority: i8::from_le_bytes([bytes[FIXED]]),
-                    max_attempts,
-                    backoff: (first, max),
-                    lease,
-                };
+                let mut at = FIXED;
+                let mut spec = spec_at(bytes, &mut at)?;
+                if bytes[1] & HAS_KEY != 0 {
+                    spec.key = Some(keyed(bytes, &mut at)?);
+                }
                 (Cow::Owned(spec), at)
             }
             _ => return Err(Corrupt),
@@ -319,6 +292,48 @@ impl<'a> Record<'a> {
             waiting,
         })
     }
+}
+
+/// Appends `spec` but its key: `priority: i8, kind_len: u8`, the kind's bytes, then as
+/// varints `max_attempts` and the durations backoff first, backoff max, lease and hold-off.
+/// A job record follows it with its key (flagged in its state byte); a recurring series'
+/// record (`store/series.rs`) stores its spec so, a series having no key.
+pub(crate) fn push_spec(out: &mut Vec<u8>, spec: &Spec) {
+    // Kinds are at most `MAX_KIND_LEN` (64) bytes, checked by the front.
+    let kind_len = u8::try_from(spec.kind.len()).expect("a kind is at most 64 bytes");
+    out.extend_from_slice(&spec.priority.to_le_bytes());
+    out.push(kind_len);
+    out.extend_from_slice(spec.kind.as_bytes());
+    push_varint(out, u64::from(spec.max_attempts));
+    push_varint(out, duration_code(spec.backoff.0));
+    push_varint(out, duration_code(spec.backoff.1));
+    push_varint(out, duration_code(spec.lease));
+    push_varint(out, duration_code(spec.hold_off));
+}
+
+/// The spec [`push_spec`] wrote at `*at` (without a key), moving `*at` past it.
+pub(crate) fn spec_at(bytes: &[u8], at: &mut usize) -> Result<Spec, Corrupt> {
+    let start = *at;
+    let priority = i8::from_le_bytes([*bytes.get(start).ok_or(Corrupt)?]);
+    let kind_len = usize::from(*bytes.get(start + 1).ok_or(Corrupt)?);
+    let kind_at = start + SPEC;
+    let kind = bytes.get(kind_at..kind_at + kind_len).ok_or(Corrupt)?;
+    let kind = std::str::from_utf8(kind).map_err(|_| Corrupt)?;
+    *at = kind_at + kind_len;
+    let max_attempts = u32::try_from(varint(bytes, at)?).map_err(|_| Corrupt)?;
+    let first = duration_of(varint(bytes, at)?);
+    let max = duration_of(varint(bytes, at)?);
+    let lease = duration_of(varint(bytes, at)?);
+    let hold_off = duration_of(varint(bytes, at)?);
+    Ok(Spec {
+        hold_off,
+        key: None,
+        kind: kind.to_owned(),
+        priority,
+        max_attempts,
+        backoff: (first, max),
+        lease,
+    })
 }
 
 /// The key and its limits at `*at` (bit 6 of the state byte set), moving `*at` past them.

@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use super::batch::MAX_BATCH;
-use super::claims::{claimed, in_claim_order, look_again, mergeable, ClaimReq};
+use super::claims::{
+    claimed, earliest, in_claim_order, in_room, listed, look_again, mergeable, rebalance,
+    still_room, ClaimReq, HEAD_ROUNDS,
+};
 use super::error::pg_error;
 use super::sql::{span, Settle, Settled};
 use super::Postgres;
@@ -43,37 +46,6 @@ impl Postgres {
             Settled::Died(at) => (Retry::Died, at),
             Settled::Acked | Settled::Stale => (Retry::Stale, 0),
         })
-    }
-
-    /// The series heads the claim statement left out: each one's first claim in one
-    /// transaction with the series' step; what it delivers, leased under `token`.
-    async fn claim_heads(
-        &self,
-        heads: Vec<String>,
-        room: usize,
-        token: i64,
-    ) -> Result<Vec<Claimed>, Error> {
-        let mut tx = self.pool.begin().await.map_err(pg_error)?;
-        let now = self.sql.now(&mut *tx).await?;
-        let mut out = Vec::new();
-        for head in heads.into_iter().take(room) {
-            let Some(id) = self
-                .series
-                .first_claim(&mut tx, &self.queue, &self.rules, now, &head)
-                .await?
-            else {
-                continue;
-            };
-            if let Some((payload, attempt, run_at, spec)) = self
-                .series
-                .lease(&mut tx, &self.queue, &id, token, &self.plain)
-                .await?
-            {
-                out.push(claimed((id, payload, attempt, run_at, spec), token));
-            }
-        }
-        tx.commit().await.map_err(pg_error)?;
-        Ok(out)
     }
 }
 
@@ -150,51 +122,91 @@ impl Backend for Postgres {
                 // Shares a statement with the other loops' claims in flight (`claims.rs`).
                 return self.claims.call(ClaimReq { want, kinds, token }).await;
             }
-            let rows = (self.sql)
-                .claim(&self.pool, &self.queue, want, token, &kinds)
-                .await?;
-            let mut jobs: Vec<Claimed> = rows
-                .jobs
-                .into_iter()
-                .map(|job| claimed(job, token))
-                .collect();
-            let next_due = rows.next_due;
-            // A gate's rate window ended: its waiting jobs may start now. Rebalanced after
-            // the claim (its statement could not lease what it admits): look again at once.
-            let timers = rows.timers && self.sql.gate_timers(&self.pool, &self.queue, &kinds).await? > 0;
-            // Due heads are priority-0 plain jobs: the statement left the levels below 0
-            // out when it saw some (strict priority), and the room left is theirs.
+            let mut jobs: Vec<Claimed> = Vec::new();
+            // Heads that delivered nothing, left out of the next round's statement.
+            let mut skip: Vec<String> = Vec::new();
+            let mut left = Some(kinds.clone());
+            let (mut next_due, mut untimed, mut now) = (None, None, 0);
+            let (mut paused, mut died, mut timers) = (false, 0, false);
             let mut heads_claimed = false;
-            // Heads are of the kind '': they fill what that kind may still take.
-            let plain_taken = jobs.iter().filter(|j| j.spec.kind.is_empty()).count();
-            let room = (want - jobs.len()).min(kinds.most("", want).saturating_sub(plain_taken));
-            if !rows.heads.is_empty() && room > 0 {
-                match self.claim_heads(rows.heads, room, token).await {
-                    Ok(heads) => {
-                        heads_claimed = !heads.is_empty();
-                        jobs.extend(heads);
+            let mut head_error = None;
+            for round in 0..HEAD_ROUNDS {
+                let Some(of) = left.take() else { break };
+                let rows = (self.sql)
+                    .claim(&self.pool, &self.queue, want - jobs.len(), token, &of, &[], listed(round, &skip))
+                    .await;
+                let rows = match rows {
+                    Ok(rows) => rows,
+                    Err(err) if round == 0 => return Err(err),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "wheel-jobs: a claim's statement without the series heads it could not claim failed; delivering what it has");
+                        break;
+                    }
+                };
+                jobs.extend(rows.jobs.into_iter().map(|job| claimed(job, token)));
+                next_due = earliest(next_due, rows.next_due);
+                untimed = earliest(untimed, rows.untimed);
+                (now, paused, died, timers) =
+                    (rows.now, paused || rows.paused, died + rows.died, timers || rows.timers);
+                // The due heads of the claimed kinds the statement kept a place for, at
+                // the highest priority of those due (it read no level below it: strict
+                // priority), in due-time order with the jobs at it.
+                let room = in_room(&rows.heads, &jobs, want, |kind| kinds.most(kind, want));
+                if room.is_empty() {
+                    break;
+                }
+                let claimed = self
+                    .heads
+                    .claim(&self.pool, &self.sql, &self.queue, &room, token)
+                    .await;
+                let short = match claimed {
+                    Ok(done) => {
+                        heads_claimed |= !done.jobs.is_empty();
+                        jobs.extend(done.jobs);
+                        // Each failed head was rolled back alone (and logged); with nothing
+                        // else to deliver, the claim answers its error.
+                        if let Some((_, err)) = done.failed.into_iter().next() {
+                            head_error.get_or_insert(err);
+                        }
+                        done.short
                     }
                     // The jobs already leased are handed out all the same; the heads are
                     // claimed by a later claim.
-                    Err(err) if !jobs.is_empty() => {
-                        tracing::warn!(error = %err, "wheel-jobs: claiming series heads failed; delivering the other jobs");
+                    Err(err) => {
+                        tracing::warn!(error = %err, "wheel-jobs: claiming series heads failed; claiming below them");
+                        head_error.get_or_insert(err);
+                        room.into_iter().map(|h| h.id).collect()
                     }
-                    Err(err) => return Err(err),
+                };
+                // Heads that held places and delivered nothing held back the levels below
+                // them: what the claim has room for still comes from below, without them.
+                if !short.is_empty() {
+                    skip.extend(short);
+                    left = still_room(&kinds, want, &jobs);
                 }
             }
+            if jobs.is_empty() {
+                if let Some(err) = head_error {
+                    return Err(err);
+                }
+            }
+            let (timers, rebalance_failed) =
+                rebalance(&self.pool, &self.sql, &self.queue, &kinds, timers).await;
             let next_due = look_again(
                 next_due,
-                rows.now,
-                rows.paused,
+                untimed,
+                now,
+                paused,
                 jobs.len() >= want || timers,
                 heads_claimed,
+                rebalance_failed,
             );
             in_claim_order(&mut jobs);
             Ok(ClaimBatch {
                 jobs,
                 next_due,
-                now: rows.now,
-                died: rows.died,
+                now,
+                died,
             })
         }))
     }
@@ -255,13 +267,24 @@ impl Backend for Postgres {
         rule: Recurrence,
         payload: Vec<u8>,
         catch_up: CatchUp,
+        spec: crate::core::kind::Spec,
     ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
         Box::pin(self.timed(async move {
             let mut tx = self.pool.begin().await.map_err(pg_error)?;
             let now = self.sql.now(&mut *tx).await?;
             let set = self
+                .heads
                 .series
-                .set(&mut tx, &self.queue, now, &name, &rule, payload, catch_up)
+                .set(
+                    &mut tx,
+                    &self.queue,
+                    now,
+                    &name,
+                    &rule,
+                    payload,
+                    catch_up,
+                    &spec,
+                )
                 .await?;
             tx.commit().await.map_err(pg_error)?;
             Ok(set)
@@ -271,7 +294,11 @@ impl Backend for Postgres {
     fn cancel_recurring(&self, name: String) -> BoxFuture<'_, Result<bool, Error>> {
         Box::pin(self.timed(async move {
             let mut tx = self.pool.begin().await.map_err(pg_error)?;
-            let cancelled = self.series.cancel(&mut tx, &self.queue, &name).await?;
+            let cancelled = self
+                .heads
+                .series
+                .cancel(&mut tx, &self.queue, &name)
+                .await?;
             tx.commit().await.map_err(pg_error)?;
             Ok(cancelled)
         }))
@@ -280,7 +307,11 @@ impl Backend for Postgres {
     fn list_recurring(&self) -> BoxFuture<'_, Result<Vec<RecurringInfo>, Error>> {
         Box::pin(self.timed(async move {
             let mut conn = self.pool.acquire().await.map_err(pg_error)?;
-            self.series.list(&mut conn, &self.queue, &self.rules).await
+            let heads = &self.heads;
+            heads
+                .series
+                .list(&mut conn, &self.queue, &heads.rules, &self.plain)
+                .await
         }))
     }
 

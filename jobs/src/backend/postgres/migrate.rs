@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_jobs.sql")),
     (2, include_str!("migrations/0002_wake_soon.sql")),
     (3, include_str!("migrations/0003_kinds.sql")),
+    (4, include_str!("migrations/0004_series_spec.sql")),
 ];
 
 /// The longest a migration waits for a lock on a table (`SET LOCAL lock_timeout`): half
@@ -41,7 +42,7 @@ fn lock_timeout(timeout: Option<Duration>) -> Duration {
 }
 
 /// The schema version this library writes.
-pub(super) const VERSION: i32 = 3;
+pub(super) const VERSION: i32 = 4;
 
 fn db<T>(r: Result<T, sqlx::Error>) -> Result<T, Error> {
     r.map_err(pg_error)

@@ -16,7 +16,8 @@
 //!   names its kinds (all, or one) and takes higher priorities first, one priority level
 //!   at a time (`sql/claim.rs`); each job is leased and killed by its own spec.
 //! - A job's options are stored on its row; a NULL option (a row written before schema
-//!   version 3, a series occurrence) is the queue's own: the `plain` spec of the handle.
+//!   version 3, an occurrence of a series set before version 4) is the queue's own: the
+//!   `plain` spec of the handle. A series stores its occurrences' spec the same way.
 //! - Counts and wake-ups are kept by the schema's statement triggers, whoever writes (the
 //!   library, or an application's transaction): `counts` sums at most 16 folded slot rows and
 //!   the deltas not yet folded, never a `COUNT(*)`; a wake is a `pg_notify` inside the
@@ -76,7 +77,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::PgPool;
 
 use self::batch::{answer, timed_out, Batcher, Reply};
-use self::claims::ClaimReq;
+use self::claims::{ClaimReq, HeadClaims};
 use self::error::pg_error;
 use self::names::Names;
 use self::series::SeriesSql;
@@ -86,7 +87,6 @@ use crate::core::config::Config;
 use crate::core::error::Error;
 use crate::core::job::{Scheduled, When};
 use crate::core::kind::Spec;
-use crate::core::series::Rules;
 use crate::core::state::mix;
 use crate::core::wakeup::Wakeup;
 
@@ -122,7 +122,8 @@ pub(crate) struct Postgres {
     queue: String,
     names: Arc<Names>,
     sql: Arc<Sql>,
-    series: SeriesSql,
+    /// The series' statements and what the first claims of their heads need.
+    heads: Arc<HeadClaims>,
     /// The spec of a job scheduled without options, which NULL options read as.
     plain: Spec,
     timeout: Option<Duration>,
@@ -137,7 +138,6 @@ pub(crate) struct Postgres {
     idle: tokio::sync::Notify,
     /// Stops the listener when the backend goes.
     _listening: listen::Listening,
-    rules: Mutex<Rules>,
     tokens: AtomicU64,
     token_seed: u64,
     last_fold: Mutex<Option<Instant>>,
@@ -233,11 +233,17 @@ impl Postgres {
                 settle_batch(pool, sql, queue, timeout, batch, replies)
             })
         };
+        let heads = Arc::new(HeadClaims {
+            series: SeriesSql::new(&names),
+            rules: Mutex::default(),
+            plain: config.defaults().plain().clone(),
+        });
         let claims = {
             let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.to_owned());
+            let heads = heads.clone();
             Batcher::new(timeout, move |batch: Vec<ClaimReq>, replies| {
                 let (pool, sql, queue) = (pool.clone(), sql.clone(), queue.clone());
-                claims::claim_batch(pool, sql, queue, batch, replies)
+                claims::claim_batch(pool, sql, heads.clone(), queue, batch, replies)
             })
         };
         let listening = listen::spawn(&pool, names.channel.clone(), queue.to_owned(), &wakeup);
@@ -247,7 +253,7 @@ impl Postgres {
         Ok(Postgres {
             pool,
             queue: queue.to_owned(),
-            series: SeriesSql::new(&names),
+            heads,
             names,
             sql,
             plain: config.defaults().plain().clone(),
@@ -259,7 +265,6 @@ impl Postgres {
             calls: AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),
             _listening: listening,
-            rules: Mutex::default(),
             tokens: AtomicU64::new(0),
             token_seed: seed,
             last_fold: Mutex::new(None),

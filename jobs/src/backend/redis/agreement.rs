@@ -15,8 +15,8 @@
 //! and `import.lua` (a copy's jobs, no transition) writes a pending or dead job exactly as
 //! [`store`] lays it out, and leaves an existing id alone.
 //!
-//! Each case runs for a job stored without its spec (format 1's, and a series'
-//! occurrence: the queue's plain attempts and lease apply) and for jobs stored with one
+//! Each case runs for a job stored without its spec (format 1's, and an occurrence of a
+//! series stored without one: the queue's plain attempts and lease apply) and for jobs stored with one
 //! (`lua/kinds.lua`: own kind, priority, attempts and lease, the queue's then another), and
 //! after every script [`audit`] checks the indexes and counters the scripts keep beside
 //! the jobs: each job in its state's set of its level or kind only, `levels` naming exactly
@@ -1238,6 +1238,118 @@ fn a_series_adopts_no_job_of_another_kind_and_a_claim_delivers_none_outside_its_
     let reply = claim_with(&mut conn, &k, 10, &["1", "x", "10"]);
     assert!(reply.jobs.iter().all(|job| job.spec.kind == "x"));
     audit(&mut conn, &k, "claim of x");
+}
+
+/// `recurring_set.lua` with the series spec `tail` and the occurrences `list`; the head's
+/// time.
+fn set_series(conn: &mut Connection, k: &Keys, runs: u32, list: &str, tail: &str) -> String {
+    let set = script(&[
+        include_str!("lua/kinds.lua"),
+        include_str!("lua/series.lua"),
+        include_str!("lua/recurring_set.lua"),
+    ]);
+    let (_, head, _): (u64, String, String) = set
+        .key(&k.meta)
+        .key(&k.payload)
+        .key(&k.due)
+        .key(&k.counts)
+        .key(&k.series)
+        .key(&k.series_payload)
+        .key(&k.series_next)
+        .key(&k.levels)
+        .key(&k.seq)
+        .arg("s")
+        .arg("rule")
+        .arg(runs)
+        .arg("payload")
+        .arg(list)
+        .arg(&k.wake)
+        .arg("PUBLISH")
+        .arg(tail)
+        .invoke(conn)
+        .unwrap();
+    head
+}
+
+#[test]
+fn a_series_of_a_kind_makes_and_moves_its_heads_in_its_levels_sets() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let k = Keys::new("q", "PUBLISH");
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    let (t1, t2, t3) = (
+        "4102444800000000000",
+        "4102444801000000000",
+        "4102444802000000000",
+    );
+    // The first occurrence's id is taken by a job of the plain level, the second's by one
+    // of the series' level with a key: neither is adopted. The third is free.
+    put(
+        &mut conn,
+        &k,
+        "s@a",
+        pending(RUN_AT),
+        &tail(Some(("", 0)), 3),
+    );
+    let keyed = tail(Some(("x", 2)), 3).replace("\x1f", "\x1e0:0:0:tenant\x1f");
+    put(&mut conn, &k, "s@b", pending(RUN_AT), &keyed);
+    let x = tail(Some(("x", 2)), 3);
+    let list = format!("{t1}=a,{t2}=b,{t3}=c,4102444803000000000=d");
+    let head = set_series(&mut conn, &k, 1, &list, &x);
+    assert_eq!(head, t3, "passed over: the plain level, a keyed job");
+    let meta: String = conn.hget(&k.meta, "s@c").unwrap();
+    assert_eq!(meta, format!("p:0:0:{t3}{x}"));
+    let in_x: Option<f64> = conn.zscore(due_key(&k, 2, "x"), "s@c").unwrap();
+    assert!(in_x.is_some());
+    audit(&mut conn, &k, "recurring_set of x");
+    // A job of the series' level without a key is adopted.
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    put(&mut conn, &k, "s@a", pending(RUN_AT), &x);
+    assert_eq!(set_series(&mut conn, &k, 1, &list, &x), t1, "adopted");
+    audit(&mut conn, &k, "recurring_set adopting");
+    // Set again with the same rule and another spec: the head moves to y's set.
+    let y = tail(Some(("y", -1)), 5);
+    assert_eq!(set_series(&mut conn, &k, 1, &list, &y), t1, "kept");
+    let meta: String = conn.hget(&k.meta, "s@a").unwrap();
+    assert!(meta.ends_with(&y), "{meta:?}");
+    let in_y: Option<f64> = conn.zscore(due_key(&k, -1, "y"), "s@a").unwrap();
+    assert!(in_y.is_some());
+    audit(&mut conn, &k, "recurring_set again");
+
+    // A due head of y superseded (Latest) by a later occurrence due too: a claim of "" does
+    // not read it; one of y leases the later one, of y, and makes the next, of y.
+    let _: () = ::redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    put(&mut conn, &k, "s@a", pending(RUN_AT), &y);
+    let record = format!("1|1|{RUN_AT}|a||{y}\x1f|rule");
+    let _: () = conn.hset(&k.series, "s", record).unwrap();
+    let _: () = conn.hset(&k.series_payload, "s", "payload").unwrap();
+    let _: () = conn
+        .hset(&k.series_next, "s", format!("{}=b,{t3}=c", RUN_AT * 2))
+        .unwrap();
+    let reply = claim_with(&mut conn, &k, 10, &["1", "", "10"]);
+    assert!(reply.jobs.is_empty());
+    let reply = claim_with(&mut conn, &k, 10, &["2", "y", "10", "x", "10"]);
+    let got: Vec<(&str, &str, i8, u32)> = reply
+        .jobs
+        .iter()
+        .map(|j| {
+            (
+                j.id.as_str(),
+                j.spec.kind.as_str(),
+                j.spec.priority,
+                j.spec.max_attempts,
+            )
+        })
+        .collect();
+    assert_eq!(got, [("s@b", "y", -1, 5)]);
+    let meta: String = conn.hget(&k.meta, "s@c").unwrap();
+    assert_eq!(meta, format!("p:0:0:{t3}{y}"));
+    let record: String = conn.hget(&k.series, "s").unwrap();
+    assert!(
+        record.ends_with(&format!("|c|{}|{y}\x1f|rule", RUN_AT * 2)),
+        "{record:?}"
+    );
+    audit(&mut conn, &k, "claim of y");
 }
 
 #[test]

@@ -355,8 +355,12 @@ impl Backend for Redis {
         rule: Recurrence,
         payload: Vec<u8>,
         catch_up: CatchUp,
+        spec: Spec,
     ) -> BoxFuture<'_, Result<(Recurring, Option<u64>), Error>> {
-        Box::pin(async move { self.set_series(&name, &rule, &payload, catch_up).await })
+        Box::pin(async move {
+            self.set_series(&name, &rule, &payload, catch_up, &spec)
+                .await
+        })
     }
 
     fn cancel_recurring(&self, name: String) -> BoxFuture<'_, Result<bool, Error>> {

@@ -30,7 +30,8 @@
 /// successors of running jobs `next` and `next_payload` (`lua/next.lua`; a queue without
 /// them has none), and a job's key and its limits in its spec tail with the gates of keys
 /// with limits (`lua/gates.lua`; a tail without a key has none, a queue without gates has
-/// no gated job).
+/// no gated job), and a series' spec in its record, its occurrences stored with it
+/// (`series/record.rs`; a record without one makes them of the plain spec).
 pub(super) const FORMAT: u32 = 2;
 
 /// The older format this version reads as it is, and records as [`FORMAT`] at open (a

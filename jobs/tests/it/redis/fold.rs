@@ -77,11 +77,13 @@ async fn a_parked_ack_with_no_claim_after_it_is_still_applied() {
 async fn close_sends_parked_acks() {
     let server = RedisServer::start();
     let (q, a) = a_delivered_with_b_due_next(&server).await;
-    let ack = tokio::spawn(async move { a.ack().await });
-    // Parked by now (or already sent, had the window passed).
-    tokio::time::sleep(ms(5)).await;
-    q.close().await.unwrap();
-    assert!(ack.await.unwrap().unwrap());
+    let mut ack = Box::pin(a.ack());
+    // One poll parks it (or sends it, had the window passed): under way before the close
+    // starts, however loaded the machine.
+    assert!(futures::poll!(ack.as_mut()).is_pending());
+    let (closed, acked) = tokio::join!(q.close(), ack);
+    closed.unwrap();
+    assert!(acked.unwrap());
     let other = queue(&server, |_| {}).await;
     assert!(other.get("a").await.unwrap().is_none());
     assert_eq!(other.pending().await.unwrap(), 1);

@@ -158,6 +158,11 @@ macro_rules! run_shared_suite {
                 recurring_setting_it_again_keeps_a_missed_occurrence,
                 recurring_a_new_recurrence_runs_a_due_occurrence_first,
                 recurring_its_pending_occurrence_is_not_rescheduled,
+                recurring_of_a_kind_goes_to_its_workers,
+                recurring_of_a_kind_runs_under_run_kind_with_its_attempts,
+                recurring_set_again_moves_its_pending_occurrence_to_the_new_kind,
+                recurring_bad_options_are_refused_and_nothing_is_stored,
+                recurring_a_claim_meeting_the_job_its_head_moved_to_goes_on,
             }
             dedup {
                 replace_moves_run_at_payload_and_options,

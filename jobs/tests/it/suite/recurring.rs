@@ -7,7 +7,10 @@
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use wheel_jobs::{CatchUp, Delivery, JobQueue, JobState, Recurrence, Recurring};
+use wheel_jobs::{
+    CatchUp, Dedup, Delivery, JobOptions, JobQueue, JobState, Recurrence, Recurring,
+    RecurringOptions, MAX_KIND_LEN,
+};
 
 use crate::support::{ms, next, Harness};
 
@@ -655,4 +658,271 @@ pub async fn recurring_its_pending_occurrence_is_not_rescheduled(h: impl Harness
     assert_eq!((d.id(), d.run_at()), (id.as_str(), head));
     assert!(d.ack().await.unwrap());
     queue.close().await.unwrap();
+}
+
+// Series of a kind: `RecurringOptions`.
+
+/// A series of the kind `digest` at priority 2 with 1 attempt, set with a job of kind
+/// `rate` due just after its first occurrence: a `rate` consumer gets the `rate` job and
+/// never the occurrence, which stays pending and never delivered; a `digest` consumer gets
+/// the occurrences, each of the series' kind, priority and attempts, and each claim moves
+/// the series on.
+pub async fn recurring_of_a_kind_goes_to_its_workers(h: impl Harness) {
+    let queue = open(&h).await;
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("digest").priority(2).max_attempts(1))
+        .catch_up(CatchUp::All { max: 100 });
+    queue
+        .schedule_recurring_with("digest", every(P), "d", options)
+        .await
+        .unwrap();
+    let info = queue.list_recurring().await.unwrap().remove(0);
+    assert_eq!(
+        (info.kind(), info.priority(), info.max_attempts()),
+        ("digest", 2, 1)
+    );
+    let first = info.next_run().unwrap();
+    let head = occurrence("digest", first);
+    let job = queue
+        .get(&head)
+        .await
+        .unwrap()
+        .expect("the first occurrence");
+    assert_eq!(
+        (job.kind(), job.priority(), job.max_attempts()),
+        ("digest", 2, 1)
+    );
+    assert_eq!(queue.counts().await.unwrap().kinds["digest"].pending, 1);
+
+    // Due after the occurrence: a `rate` claim that could take the occurrence would.
+    let after = first.duration_since(SystemTime::now()).unwrap_or_default() + ms(50);
+    queue
+        .schedule_with("rate:1", after, "r", &JobOptions::kind("rate"))
+        .await
+        .unwrap();
+    let mut rate = queue.consume_kind("rate");
+    let d = next_or_stalled(&mut rate, "the rate job").await;
+    assert_eq!((d.id(), d.kind()), ("rate:1", "rate"));
+    assert!(d.ack().await.unwrap());
+    let job = queue.get(&head).await.unwrap().expect("still pending");
+    assert_eq!((job.state(), job.attempt()), (JobState::Pending, 0));
+    drop(rate);
+
+    let mut digest = queue.consume_kind("digest");
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let d = next_or_stalled(&mut digest, "the digest series").await;
+        check_occurrence(&d, "digest", P);
+        assert_eq!(
+            (d.kind(), d.priority(), d.payload()),
+            ("digest", 2, &b"d"[..])
+        );
+        let pending = queue
+            .get(&occurrence("digest", d.run_at() + P))
+            .await
+            .unwrap();
+        let pending = pending.expect("the claim made the next occurrence");
+        assert_eq!(
+            (pending.kind(), pending.priority(), pending.max_attempts()),
+            ("digest", 2, 1)
+        );
+        times.push(d.run_at());
+        assert!(d.ack().await.unwrap());
+    }
+    assert_eq!(times[0], first);
+    check_consecutive(&times);
+    queue.close().await.unwrap();
+}
+
+/// A `run_kind` worker of the series' kind runs it beside one of another kind, and the
+/// series' attempts hold: an occurrence that fails its one attempt is dead, and the series
+/// goes on.
+pub async fn recurring_of_a_kind_runs_under_run_kind_with_its_attempts(h: impl Harness) {
+    let queue = open(&h).await;
+    let options = RecurringOptions::new()
+        .options(JobOptions::kind("digest").max_attempts(1))
+        .catch_up(CatchUp::All { max: 100 });
+    queue
+        .schedule_recurring_with("nightly", every(P), "", options)
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let spawn = |kind: &'static str| {
+        let (queue, tx) = (queue.clone(), tx.clone());
+        tokio::spawn(async move {
+            queue
+                .run_kind(kind, 2, move |d| {
+                    tx.send((kind, d.id().to_owned())).unwrap();
+                    async { Err::<(), String>("fails".into()) }
+                })
+                .await
+        })
+    };
+    let (other, worker) = (spawn("rate"), spawn("digest"));
+    let mut ids = Vec::new();
+    while ids.len() < 3 {
+        let (kind, id) = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .expect("the series ran under run_kind")
+            .unwrap();
+        assert_eq!(kind, "digest", "{id} went to the {kind} worker");
+        ids.push(id);
+    }
+    for id in &ids {
+        // Each failed its one attempt: dead, not retried.
+        let mut job = queue
+            .get(id)
+            .await
+            .unwrap()
+            .expect("a dead occurrence is kept");
+        while job.state() == JobState::Running {
+            tokio::time::sleep(ms(5)).await;
+            job = queue.get(id).await.unwrap().unwrap();
+        }
+        assert_eq!((job.state(), job.attempt()), (JobState::Dead, 1), "{id}");
+        assert_eq!(job.kind(), "digest");
+    }
+    let distinct: HashSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), 3, "{ids:?}");
+    assert_eq!(queue.list_recurring().await.unwrap().len(), 1);
+    queue.close().await.unwrap();
+    worker.await.unwrap().unwrap();
+    other.await.unwrap().unwrap();
+}
+
+/// Setting a series again with the same recurrence and another kind keeps its pending
+/// occurrence and moves it to the new kind (and priority), so the new kind's workers take
+/// it; the options survive a reopen.
+pub async fn recurring_set_again_moves_its_pending_occurrence_to_the_new_kind(h: impl Harness) {
+    let queue = open(&h).await;
+    let hourly = every(Duration::from_secs(3600));
+    queue
+        .schedule_recurring_with("report", hourly.clone(), "a", RecurringOptions::kind("a"))
+        .await
+        .unwrap();
+    let head = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+    let outcome = queue
+        .schedule_recurring_with(
+            "report",
+            hourly.clone(),
+            "b",
+            JobOptions::kind("b").priority(-3),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, Recurring::Updated);
+    let info = queue.list_recurring().await.unwrap().remove(0);
+    assert_eq!((info.kind(), info.priority()), ("b", -3));
+    assert_eq!(info.next_run(), Some(head));
+    let job = queue
+        .get(&occurrence("report", head))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (job.kind(), job.priority(), job.payload()),
+        ("b", -3, &b"b"[..])
+    );
+    let counts = queue.counts().await.unwrap().kinds;
+    assert_eq!(counts.get("a").map_or(0, |c| c.pending), 0);
+    assert_eq!(counts["b"].pending, 1);
+    assert_eq!(queue.pending().await.unwrap(), 1);
+    queue.close().await.unwrap();
+
+    let queue = open(&h).await;
+    let info = queue.list_recurring().await.unwrap().remove(0);
+    assert_eq!((info.kind(), info.priority()), ("b", -3));
+    // Back to the kind `""`: the plain call resets the options to the queue's.
+    queue
+        .schedule_recurring("report", hourly, "c")
+        .await
+        .unwrap();
+    let info = queue.list_recurring().await.unwrap().remove(0);
+    assert_eq!((info.kind(), info.priority()), ("", 0));
+    let job = queue
+        .get(&occurrence("report", head))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((job.kind(), job.priority()), ("", 0));
+    queue.close().await.unwrap();
+}
+
+/// Options a series cannot have are refused before anything is stored: a key, its limits,
+/// a dedup mode, options no job could have.
+pub async fn recurring_bad_options_are_refused_and_nothing_is_stored(h: impl Harness) {
+    let queue = open(&h).await;
+    let hourly = every(Duration::from_secs(3600));
+    let refused = [
+        JobOptions::kind("a").key("tenant"),
+        JobOptions::kind("a").key("tenant").key_limit(2),
+        JobOptions::new().key_limit(2),
+        JobOptions::new().key_rate(1, Duration::from_secs(1)),
+        JobOptions::new().dedup(Dedup::Replace),
+        JobOptions::new().max_attempts(0),
+        JobOptions::new().lease(Duration::ZERO),
+        JobOptions::kind("bad\nkind"),
+        JobOptions::kind("k".repeat(MAX_KIND_LEN + 1)),
+    ];
+    for options in refused {
+        let err = queue
+            .schedule_recurring_with("s", hourly.clone(), "p", options.clone())
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{options:?}: {err}");
+    }
+    assert!(queue.list_recurring().await.unwrap().is_empty());
+    assert_eq!(queue.pending().await.unwrap(), 0);
+    queue.close().await.unwrap();
+}
+
+/// A head found superseded at its first claim under `Latest` moves to a job made by hand
+/// under a later occurrence's id (due too), which the claim delivers in the head's place:
+/// a claim that also met that job on its own does not fail or deliver it twice, of a kind
+/// and of the plain group alike, and the series goes on.
+pub async fn recurring_a_claim_meeting_the_job_its_head_moved_to_goes_on(h: impl Harness) {
+    for kind in ["d", ""] {
+        let queue = open(&h).await;
+        let options = JobOptions::kind(kind);
+        let series = RecurringOptions::new().options(options.clone());
+        let name = format!("s{kind}");
+        queue
+            .schedule_recurring_with(&name, every(ms(500)), "s", series)
+            .await
+            .unwrap();
+        let first = queue.list_recurring().await.unwrap()[0].next_run().unwrap();
+        let later = first + ms(1000);
+        let mine = occurrence(&name, later);
+        queue
+            .schedule_with(&mine, later, "mine", &options)
+            .await
+            .unwrap();
+        let wait = later.duration_since(SystemTime::now()).unwrap_or_default();
+        tokio::time::sleep(wait + ms(10)).await;
+
+        // Both due: the head and the job made by hand.
+        let mut consumer = queue.consume_kind(kind);
+        let (mut got_mine, mut went_on) = (0, false);
+        while !(got_mine > 0 && went_on) {
+            let d = tokio::time::timeout(Duration::from_secs(30), consumer.next())
+                .await
+                .expect("a delivery")
+                .expect("the consumer goes on")
+                .unwrap_or_else(|err| panic!("kind {kind:?}: the claim failed: {err}"));
+            assert_eq!(d.kind(), kind);
+            if d.id() == mine {
+                assert_eq!(d.payload(), b"mine");
+                got_mine += 1;
+            } else {
+                assert!(d.id().starts_with(&format!("{name}@")), "{}", d.id());
+                assert_eq!(d.payload(), b"s");
+                went_on |= d.run_at() > later;
+            }
+            d.ack().await.unwrap();
+        }
+        assert_eq!(got_mine, 1, "kind {kind:?}: {mine} delivered twice");
+        drop(consumer);
+        assert!(queue.cancel_recurring(&name).await.unwrap());
+        queue.close().await.unwrap();
+    }
 }

@@ -17,6 +17,12 @@
 //!   order among themselves open.
 //! - A claim hands out only jobs of its kind, even the occurrence a series' head gives in
 //!   its place (`FirstClaim::Instead`): one of another kind is left pending.
+//! - A claim leases each job at most once. The occurrence a head gives in its place may be a
+//!   job made by hand under that occurrence's id (adopted), due too: its own key may be
+//!   among those the claim read before, and meeting it leased is no error (it would fail
+//!   every claim of its kind for good). That key takes no room: the claim reads the due
+//!   keys again, past every one it met, for as many as it skipped; those may include a
+//!   head its own first claims made due.
 //! - A job killed with a successor waiting (`Dedup::AllowWhileRunning`) is replaced by it
 //!   in the same transaction (`jobs::hand_over`): still counted in `died`, but no dead job
 //!   is kept; the successor is due for the next claim, not this one. The claim answers
@@ -27,6 +33,8 @@
 //!   (their timers, a bounded number), so the jobs they admit are claimable by it; it
 //!   settles the gates its leases and kills touched before reading its `next_due`, which is
 //!   no later than the earliest gate timer of its kinds.
+
+use std::collections::{HashMap, HashSet};
 
 use super::counts::Counters;
 use super::index::{self, Position};
@@ -68,71 +76,38 @@ impl Store {
         if woken > 0 {
             t.settle(counts)?;
         }
-        let (due, walked) = due_keys(t, now, max, kinds)?;
+        let mut room = Room {
+            kinds,
+            max,
+            taken: HashMap::new(),
+        };
+        let (mut due, walked) = due_keys(t, now, max, &mut room, &HashSet::new())?;
         let changed = !due.is_empty() || expired > 0 || woken > 0;
-        let mut jobs = Vec::with_capacity(due.len());
-        let mut died = 0;
-        let mut handed: Option<u64> = None;
-        for (at, mut id) in due {
-            let Some(mut stored) = t.load(&id)? else {
-                return Err(Error::storage(format!(
-                    "due index names a missing job {id:?} at {at}"
-                )));
-            };
-            // The first claim of a series' head moves the series in this transaction.
-            let before = stored.job;
-            let first = before.attempt == 0 && before.status == Status::Pending;
-            if first && id.contains('@') {
-                match series::on_first_claim(t, counts, &mut self.rules, now, &id, &stored)? {
-                    FirstClaim::Deliver => {}
-                    FirstClaim::Skip => continue,
-                    FirstClaim::Instead(instead) => {
-                        stored = t.load(&instead)?.ok_or_else(|| {
-                            Error::storage(format!("series occurrence {instead:?} is missing"))
-                        })?;
-                        if !kinds.takes(&stored.spec.kind) || stored.waiting {
-                            // Not this claim's kind (a head of another kind, adopted by an
-                            // earlier version), or waiting for its key's slot (a keyed head
-                            // no version adopts): it stays pending for its own claimers or
-                            // its gate; the series has moved past it, so a claim just runs
-                            // it once it is due and admitted.
-                            continue;
-                        }
-                        id = instead;
-                    }
+        let mut taken = Taken {
+            jobs: Vec::with_capacity(due.len()),
+            ..Taken::default()
+        };
+        // The keys met so far, once one was skipped: what the next read passes over.
+        let mut met = HashSet::new();
+        loop {
+            let mut skipped = 0;
+            for (at, id) in &due {
+                if let Some(i) = taken.instead.iter().position(|(leased, _)| leased == id) {
+                    let (_, kind) = taken.instead.swap_remove(i);
+                    room.give_back(&kind);
+                    skipped += 1;
+                    continue;
                 }
+                self.claim_key(t, counts, now, kinds, *at, id.clone(), &mut taken)?;
             }
-            let mut job = stored.job;
-            let token = self.token();
-            let until = add(now, stored.spec.lease);
-            let outcome = job.claim(now, until, token, stored.spec.max_attempts);
-            if outcome == Claim::NotDue {
-                return Err(Error::storage(format!(
-                    "due index disagrees with job {id:?}"
-                )));
+            if skipped == 0 {
+                break;
             }
-            let mut record = stored.with(job);
-            if let Some(error) = stored.job.claim_error() {
-                record.error = Some(error);
-            }
-            if outcome == Claim::Died && stored.next {
-                // Its successor takes its place, due for a later claim.
-                let error = record.error;
-                let at = super::jobs::hand_over(t, counts, &id, &stored, 0, error)?;
-                handed = Some(handed.map_or(at, |h| h.min(at)));
-            } else {
-                t.set(counts, &id, Some(&stored), Some(record))?;
-            }
-            died += u64::from(outcome == Claim::Died);
-            if outcome == Claim::Deliver {
-                jobs.push(Claimed {
-                    id,
-                    payload: stored.payload,
-                    attempt: job.attempt,
-                    run_at: job.run_at,
-                    token,
-                    spec: stored.spec,
-                });
+            met.extend(due.into_iter().map(|(_, id)| id));
+            met.extend(taken.instead.drain(..).map(|(id, _)| id));
+            due = due_keys(t, now, skipped, &mut room, &met)?.0;
+            if due.is_empty() {
+                break;
             }
         }
         // The slots its leases took and its kills freed: settled before `next_due` reads
@@ -150,15 +125,109 @@ impl Store {
         };
         Ok((
             ClaimBatch {
-                jobs,
+                jobs: taken.jobs,
                 next_due,
                 now,
-                died,
+                died: taken.died,
             },
-            handed,
+            taken.handed,
             changed,
         ))
     }
+
+    /// Claims the job at the due key `(at, id)` into `taken`: leases it (or kills it), or
+    /// for a series' head on its first claim moves the series and leases the occurrence it
+    /// gives in its place, if any.
+    #[allow(clippy::too_many_arguments)] // the claim's parts, each named once here
+    fn claim_key(
+        &mut self,
+        t: &mut Tables<'_>,
+        counts: &mut Counters,
+        now: u64,
+        kinds: &ClaimKinds,
+        at: u64,
+        mut id: String,
+        taken: &mut Taken,
+    ) -> Result<(), Error> {
+        let Some(mut stored) = t.load(&id)? else {
+            return Err(Error::storage(format!(
+                "due index names a missing job {id:?} at {at}"
+            )));
+        };
+        // The first claim of a series' head moves the series in this transaction.
+        let before = stored.job;
+        let first = before.attempt == 0 && before.status == Status::Pending;
+        if first && id.contains('@') {
+            match series::on_first_claim(t, counts, &mut self.rules, now, &id, &stored)? {
+                FirstClaim::Deliver => {}
+                FirstClaim::Skip => return Ok(()),
+                FirstClaim::Instead(instead) => {
+                    stored = t.load(&instead)?.ok_or_else(|| {
+                        Error::storage(format!("series occurrence {instead:?} is missing"))
+                    })?;
+                    if !kinds.takes(&stored.spec.kind) || stored.waiting {
+                        // Not this claim's kind (a head of another kind, adopted by an
+                        // earlier version), or waiting for its key's slot (a keyed head
+                        // no version adopts): it stays pending for its own claimers or
+                        // its gate; the series has moved past it, so a claim just runs
+                        // it once it is due and admitted.
+                        return Ok(());
+                    }
+                    // Its own key may come later in this claim (a job made by hand
+                    // under that id, due too, and adopted).
+                    let kind = stored.spec.kind.to_string();
+                    taken.instead.push((instead.clone(), kind));
+                    id = instead;
+                }
+            }
+        }
+        let mut job = stored.job;
+        let token = self.token();
+        let until = add(now, stored.spec.lease);
+        let outcome = job.claim(now, until, token, stored.spec.max_attempts);
+        if outcome == Claim::NotDue {
+            return Err(Error::storage(format!(
+                "due index disagrees with job {id:?}"
+            )));
+        }
+        let mut record = stored.with(job);
+        if let Some(error) = stored.job.claim_error() {
+            record.error = Some(error);
+        }
+        if outcome == Claim::Died && stored.next {
+            // Its successor takes its place, due for a later claim.
+            let error = record.error;
+            let at = super::jobs::hand_over(t, counts, &id, &stored, 0, error)?;
+            taken.handed = Some(taken.handed.map_or(at, |h| h.min(at)));
+        } else {
+            t.set(counts, &id, Some(&stored), Some(record))?;
+        }
+        taken.died += u64::from(outcome == Claim::Died);
+        if outcome == Claim::Deliver {
+            taken.jobs.push(Claimed {
+                id,
+                payload: stored.payload,
+                attempt: job.attempt,
+                run_at: job.run_at,
+                token,
+                spec: stored.spec,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What a claim has taken so far.
+#[derive(Default)]
+struct Taken {
+    jobs: Vec<Claimed>,
+    /// Jobs it killed.
+    died: u64,
+    /// The earliest run_at of the successors its kills made pending.
+    handed: Option<u64>,
+    /// The jobs it leased in a series' head's place whose own keys it has not met yet,
+    /// with their kinds.
+    instead: Vec<(String, String)>,
 }
 
 /// The kinds `kinds` names with running jobs, each with its first lease end, in kind order.
@@ -193,7 +262,7 @@ fn levels(t: &Tables<'_>, kinds: &ClaimKinds) -> Result<Vec<index::Level>, Error
 struct Room<'k> {
     kinds: &'k ClaimKinds,
     max: usize,
-    taken: std::collections::HashMap<String, usize>,
+    taken: HashMap<String, usize>,
 }
 
 impl Room<'_> {
@@ -207,24 +276,28 @@ impl Room<'_> {
             *self.taken.entry(kind.to_owned()).or_default() += n;
         }
     }
+
+    /// Frees one key of `kind` taken but not claimed (skipped).
+    fn give_back(&mut self, kind: &str) {
+        if let Some(taken) = self.taken.get_mut(kind) {
+            *taken = taken.saturating_sub(1);
+        }
+    }
 }
 
 /// The keys a claim takes at `now`: up to `max` expired leases and due pending jobs of the
-/// kinds `kinds` names (each kind up to its own most), in the order they are claimed; and,
-/// when it read every group's first key, the earliest of them (what [`next_due`] reads
-/// while nothing changed).
+/// kinds `room` names (each kind up to what `room` leaves it), but those of `skip`, in the
+/// order they are claimed; and, when it read every group's first key, the earliest of them
+/// (what [`next_due`] reads while nothing changed).
 fn due_keys(
     t: &Tables<'_>,
     now: u64,
     max: usize,
-    kinds: &ClaimKinds,
+    room: &mut Room<'_>,
+    skip: &HashSet<String>,
 ) -> Result<(Vec<Position>, Option<Option<u64>>), Error> {
+    let kinds = room.kinds;
     let mut due = Vec::new();
-    let mut room = Room {
-        kinds,
-        max,
-        taken: std::collections::HashMap::new(),
-    };
     let leases = lease_kinds(t, kinds)?;
     let earliest_lease = leases.iter().map(|(_, first)| *first).min();
     for (k, first) in leases {
@@ -232,7 +305,7 @@ fn due_keys(
             return Ok((due, None));
         }
         if first <= now {
-            let stream = index::lease_range(t, &k, None, now)?;
+            let stream = unmet(index::lease_range(t, &k, None, now)?, skip);
             let got = index::merge(vec![stream], (max - due.len()).min(room.left(&k)))?;
             room.take(&k, got.len());
             due.extend(got);
@@ -257,7 +330,7 @@ fn due_keys(
         for l in group {
             let left = room.left(&l.kind);
             if left > 0 {
-                let range = index::due_range(t, &l.kind, l.level, None, now)?;
+                let range = unmet(index::due_range(t, &l.kind, l.level, None, now)?, skip);
                 streams.push(Box::new(range.take(left)));
                 tags.push(&l.kind);
             }
@@ -273,6 +346,14 @@ fn due_keys(
         }
     }
     Ok((due, Some(first)))
+}
+
+/// `stream` without the keys of `skip` (as it is for none).
+fn unmet<'a>(stream: index::Stream<'a>, skip: &'a HashSet<String>) -> index::Stream<'a> {
+    if skip.is_empty() {
+        return stream;
+    }
+    Box::new(stream.filter(move |key| !matches!(key, Ok((_, id)) if skip.contains(id))))
 }
 
 /// The first due key (pending run_at or lease end) of the kinds `kinds` names.

@@ -10,6 +10,7 @@ use super::{jobs, series, Store};
 use crate::backend::{ClaimKinds, Import, NewJob};
 use crate::core::error::Error;
 use crate::core::job::{JobState, When};
+use crate::core::kind::Spec;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::CatchUp;
 
@@ -74,11 +75,13 @@ pub(crate) enum Op {
     Pause {
         paused: bool,
     },
+    /// Creates or replaces a series, its occurrences made with `spec`.
     SetRecurring {
         name: String,
         rule: Recurrence,
         payload: Vec<u8>,
         catch_up: CatchUp,
+        spec: Spec,
     },
     CancelRecurring {
         name: String,
@@ -178,8 +181,10 @@ impl Store {
                 rule,
                 payload,
                 catch_up,
+                spec,
             } => {
-                let (outcome, head) = series::set(t, counts, now, &name, &rule, payload, catch_up)?;
+                let (outcome, head) =
+                    series::set(t, counts, now, &name, &rule, payload, catch_up, spec)?;
                 Ok((Reply::Recurring(outcome, head), true))
             }
             Op::CancelRecurring { name } => {

@@ -4,12 +4,19 @@
 //! # Ground rules
 //!
 //! - `series` maps a name to its record: the catch-up policy, the head's time, the last
-//!   delivered occurrence's time, the recurrence's text form and the payload. The head is
-//!   an ordinary job in `jobs` (`name@time`), written through `Tables::set` like any other.
+//!   delivered occurrence's time, the recurrence's text form, the spec its occurrences are
+//!   made with and the payload. The head is an ordinary job of that spec in `jobs`
+//!   (`name@time`), written through `Tables::set` like any other: indexed under its kind
+//!   and priority, claimed by the claims of its kind.
+//! - A record of version 1 (written before series had a spec) has none: its occurrences
+//!   are made with the plain spec of the queue that places them, as then, and it is
+//!   rewritten in version 1 until the series is set again.
 //! - Every step (set, cancel, the first claim of a head) runs inside the batch's one write
 //!   transaction, and its series change goes into the same log record as its job changes:
 //!   a crash keeps both or neither.
-//! - A layout change bumps `VERSION` (and the store's `FORMAT` in `store/mod.rs`).
+//! - A layout change bumps `VERSION` (and the store's `FORMAT` in `store/mod.rs` if an
+//!   older binary opening that format would misread it); the decoder reads every earlier
+//!   version. Version 2 came within format 6, unreleased: no released binary opens it.
 
 use std::borrow::Cow;
 
@@ -19,11 +26,16 @@ use super::counts::Counters;
 use super::tables::{storage, Stored, Tables};
 use crate::backend::embedded::record;
 use crate::core::error::Error;
+use crate::core::kind::Spec;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{self, occurrence_id, CatchUp, Recurring, RecurringInfo, Rules, Step};
 use crate::core::state::{Machine, Status};
 
-const VERSION: u8 = 1;
+/// The version written for a series with a spec: version 1's header and rule, the spec
+/// (`record::push_spec`), the payload.
+const VERSION: u8 = 2;
+/// The version written before series had a spec (and still for a series without one).
+const VERSION_1: u8 = 1;
 const HEADER: usize = 1 + 4 + 1 + 8 + 1 + 8 + 4;
 
 /// One series as stored.
@@ -35,6 +47,9 @@ pub(super) struct Record {
     pub(super) last: Option<u64>,
     /// The recurrence's text form.
     pub(super) rule: String,
+    /// What its occurrences are made with (no key, no hold-off); `None` for a series set
+    /// by a version before series had a spec: the plain spec of the queue placing them.
+    pub(super) spec: Option<Spec>,
     pub(super) payload: Vec<u8>,
 }
 
@@ -44,10 +59,18 @@ fn corrupt() -> Error {
 
 impl Record {
     /// A fixed little-endian header (version, runs, head, last, the rule's length), the
-    /// rule, the payload.
+    /// rule, the spec (version 2; version 1, without a spec, for a series that has none),
+    /// the payload.
     pub(super) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER + self.rule.len() + self.payload.len());
-        out.push(VERSION);
+        let spec_len = self
+            .spec
+            .as_ref()
+            .map_or(0, |spec| 2 + spec.kind.len() + 5 * 10); // five varints, 10 bytes at most
+        let mut out = Vec::with_capacity(HEADER + self.rule.len() + spec_len + self.payload.len());
+        out.push(match self.spec {
+            Some(_) => VERSION,
+            None => VERSION_1,
+        });
         out.extend_from_slice(&self.runs.to_le_bytes());
         for time in [self.head, self.last] {
             out.push(u8::from(time.is_some()));
@@ -56,12 +79,20 @@ impl Record {
         let rule_len = u32::try_from(self.rule.len()).expect("a recurrence's text is short");
         out.extend_from_slice(&rule_len.to_le_bytes());
         out.extend_from_slice(self.rule.as_bytes());
+        if let Some(spec) = &self.spec {
+            record::push_spec(&mut out, spec);
+        }
         out.extend_from_slice(&self.payload);
         out
     }
 
+    /// The spec its occurrences are made with: its own, else `plain`.
+    fn spec_or<'s>(&'s self, plain: &'s Spec) -> &'s Spec {
+        self.spec.as_ref().unwrap_or(plain)
+    }
+
     pub(super) fn decode(bytes: &[u8]) -> Result<Record, Error> {
-        if bytes.len() < HEADER || bytes[0] != VERSION {
+        if bytes.len() < HEADER || !matches!(bytes[0], VERSION | VERSION_1) {
             return Err(corrupt());
         }
         let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
@@ -78,12 +109,18 @@ impl Record {
             .filter(|&end| end <= bytes.len())
             .ok_or_else(corrupt)?;
         let rule = std::str::from_utf8(&bytes[HEADER..rule_end]).map_err(|_| corrupt())?;
+        let mut payload_at = rule_end;
+        let spec = match bytes[0] {
+            VERSION => Some(record::spec_at(bytes, &mut payload_at).map_err(|_| corrupt())?),
+            _ => None,
+        };
         Ok(Record {
             runs,
             head,
             last,
             rule: rule.to_owned(),
-            payload: bytes[rule_end..].to_vec(),
+            spec,
+            payload: bytes[payload_at..].to_vec(),
         })
     }
 }
@@ -113,9 +150,9 @@ impl Tables<'_> {
 }
 
 /// Makes the occurrence at `at` (or the first after it whose id is free, and after `last`)
-/// the head of `name`: creates its job with `payload`, or adopts a never-delivered pending
-/// job of that id (attempt 0). Returns the head's time, `None` if the recurrence has none
-/// left.
+/// the head of `name`: creates its job with `spec` and `payload`, or adopts a
+/// never-delivered pending job of that id (attempt 0) of that kind and priority, without a
+/// key. Returns the head's time, `None` if the recurrence has none left.
 #[allow(clippy::too_many_arguments)] // the series' parts, each named once here
 fn place_head(
     t: &mut Tables<'_>,
@@ -124,6 +161,7 @@ fn place_head(
     name: &str,
     mut at: Option<u64>,
     last: Option<u64>,
+    spec: &Spec,
     payload: &[u8],
 ) -> Result<Option<u64>, Error> {
     while let Some(time) = at {
@@ -137,11 +175,9 @@ fn place_head(
         let id = occurrence_id(name, time);
         match t.load(&id)? {
             None => {
-                // Occurrences are of the plain spec (kinds do not reach series yet).
-                let plain = t.plain.clone();
                 let job = record::Record {
                     job: Machine::new(time),
-                    spec: Cow::Borrowed(&plain),
+                    spec: Cow::Borrowed(spec),
                     error: None,
                     payload,
                     next: false,
@@ -150,31 +186,34 @@ fn place_head(
                 t.set(counts, &id, None, Some(job))?;
                 return Ok(Some(time));
             }
-            // Never delivered, and of the plain group without a key as an occurrence is:
-            // it becomes the head as it is (its first claim moves the series on).
+            // Never delivered, and of the series' kind and priority without a key, as an
+            // occurrence is: it becomes the head as it is (its first claim moves the series
+            // on).
             Some(stored)
                 if stored.job.status == Status::Pending
                     && stored.job.attempt == 0
-                    && is_plain(&stored) =>
+                    && fits(&stored, spec) =>
             {
                 return Ok(Some(time))
             }
             // Delivered already (a job of that id scheduled and run by hand, or retrying):
             // its claims are no first claims and could never move the series, and it is
-            // never made twice. Or of a kind, priority or key of its own: a head is claimed by
-            // the claimers of its kind, and a series' occurrences are of the plain group;
-            // adopted, it would move the series only when a worker of its kind runs.
+            // never made twice. Or of another kind or priority, or with a key: a head is
+            // claimed by the claimers of the series' kind at its priority, and a keyed job
+            // may wait for its key's slot; adopted, it would move the series only when a
+            // worker of its kind runs, or its key lets it.
             Some(_) => at = rule.next_after_nanos(time),
         }
     }
     Ok(None)
 }
 
-/// Whether `job` is of the plain group (kind `""`, priority 0) and has no key, as
-/// occurrences are: only such a job may be adopted as a series' head (a keyed one may wait
-/// for its key's slot, and a head is leased by the claim that moves the series).
-fn is_plain(job: &Stored) -> bool {
-    job.spec.kind.is_empty() && job.spec.priority == 0 && job.spec.key.is_none()
+/// Whether `job` is of `spec`'s kind and priority and has no key, as the series'
+/// occurrences are: only such a job may be adopted as its head (a keyed one may wait for
+/// its key's slot, and a head is leased by the claim that moves the series). Its attempts,
+/// backoff and lease stay its own.
+fn fits(job: &Stored, spec: &Spec) -> bool {
+    job.spec.kind == spec.kind && job.spec.priority == spec.priority && job.spec.key.is_none()
 }
 
 /// Deletes the head job of a series if it is still pending.
@@ -195,12 +234,14 @@ fn drop_head(
 }
 
 /// Gives the series' head at `head`, if it is still a never-delivered pending job, the
-/// payload `payload`; returns its time if so.
+/// spec `spec` and the payload `payload` (`Tables::set` moves it to its new kind's and
+/// priority's indexes and counts); returns its time if so.
 fn keep_head(
     t: &mut Tables<'_>,
     counts: &mut Counters,
     name: &str,
     head: Option<u64>,
+    spec: &Spec,
     payload: &[u8],
 ) -> Result<Option<u64>, Error> {
     let Some(head) = head else { return Ok(None) };
@@ -209,7 +250,7 @@ fn keep_head(
         Some(stored) if stored.job.status == Status::Pending && stored.job.attempt == 0 => {
             let job = record::Record {
                 job: stored.job,
-                spec: Cow::Borrowed(&stored.spec),
+                spec: Cow::Borrowed(spec),
                 error: None,
                 payload,
                 next: stored.next,
@@ -232,10 +273,12 @@ fn keeps_due_head(old: &Record, head: u64, now: u64) -> bool {
     }
 }
 
-/// `schedule_recurring`: creates or replaces the series. With the same recurrence its head
-/// stays (with the new payload), so a missed occurrence is still caught up at its claim;
+/// `schedule_recurring`: creates or replaces the series, its occurrences made with `spec`
+/// from now on. With the same recurrence its head stays (with the new payload and spec),
+/// so a missed occurrence is still caught up at its claim;
 /// with another, the head is the first occurrence after `now`, and an old head already due
 /// stays pending, an ordinary job, if [`series::keeps_due_head`] says so.
+#[allow(clippy::too_many_arguments)] // the op's fields, each named once here
 pub(super) fn set(
     t: &mut Tables<'_>,
     counts: &mut Counters,
@@ -244,13 +287,14 @@ pub(super) fn set(
     rule: &Recurrence,
     payload: Vec<u8>,
     catch_up: CatchUp,
+    spec: Spec,
 ) -> Result<(Recurring, Option<u64>), Error> {
     let old = t.load_series(name)?;
     let text = rule.to_string();
     let mut kept = None;
     let outcome = match &old {
         Some(old) if old.rule == text => {
-            kept = keep_head(t, counts, name, old.head, &payload)?;
+            kept = keep_head(t, counts, name, old.head, &spec, &payload)?;
             Recurring::Updated
         }
         Some(old) => {
@@ -267,7 +311,7 @@ pub(super) fn set(
         Some(head) => Some(head),
         None => {
             let first = rule.next_after_nanos(now);
-            place_head(t, counts, rule, name, first, last, &payload)?
+            place_head(t, counts, rule, name, first, last, &spec, &payload)?
         }
     };
     let record = Record {
@@ -275,6 +319,7 @@ pub(super) fn set(
         head,
         last,
         rule: text,
+        spec: Some(spec),
         payload,
     };
     t.set_series(name, Some(&record))?;
@@ -291,8 +336,8 @@ pub(super) fn cancel(t: &mut Tables<'_>, counts: &mut Counters, name: &str) -> R
     Ok(true)
 }
 
-/// `list_recurring`: every series, in name order, but those whose stored recurrence no
-/// longer parses (logged).
+/// `list_recurring`: every series with its spec (the plain one for a series without), in
+/// name order, but those whose stored recurrence no longer parses (logged).
 pub(super) fn list(t: &Tables<'_>, rules: &mut Rules) -> Result<Vec<RecurringInfo>, Error> {
     let mut out = Vec::new();
     for (name, record) in t.all_series()? {
@@ -304,10 +349,12 @@ pub(super) fn list(t: &Tables<'_>, rules: &mut Rules) -> Result<Vec<RecurringInf
             }
         };
         let catch_up = CatchUp::from_runs(record.runs);
+        let spec = record.spec.unwrap_or_else(|| t.plain.clone());
         out.push(RecurringInfo::new(
             name,
             rule,
             catch_up,
+            spec,
             record.head,
             record.last,
         ));
@@ -372,6 +419,7 @@ pub(super) fn on_first_claim(
         }
     };
     let catch_up = CatchUp::from_runs(record.runs);
+    let spec = record.spec_or(&t.plain).clone();
     // The head's job: `job` until a skip moves the head to another.
     let (mut head_id, mut head_job) = (id.to_owned(), None::<Stored>);
     // At most twice round: an occurrence the catch-up picks is within the policy's count,
@@ -380,8 +428,16 @@ pub(super) fn on_first_claim(
         match series::on_due(&rule, catch_up, head, now) {
             Step::Deliver { next } => {
                 record.last = Some(head);
-                record.head =
-                    place_head(t, counts, &rule, name, next, record.last, &record.payload)?;
+                record.head = place_head(
+                    t,
+                    counts,
+                    &rule,
+                    name,
+                    next,
+                    record.last,
+                    &spec,
+                    &record.payload,
+                )?;
                 t.set_series(name, Some(&record))?;
                 return Ok(if head_id == id {
                     FirstClaim::Deliver
@@ -396,7 +452,16 @@ pub(super) fn on_first_claim(
                     Some(head_job.as_ref().unwrap_or(job)),
                     None,
                 )?;
-                record.head = place_head(t, counts, &rule, name, to, record.last, &record.payload)?;
+                record.head = place_head(
+                    t,
+                    counts,
+                    &rule,
+                    name,
+                    to,
+                    record.last,
+                    &spec,
+                    &record.payload,
+                )?;
                 let due = record.head.filter(|&h| h <= now);
                 let loaded = match due {
                     Some(h) => t.load(&occurrence_id(name, h))?.map(|s| (h, s)),
@@ -415,6 +480,7 @@ pub(super) fn on_first_claim(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn records_round_trip_and_garbage_is_corrupt() {
@@ -423,6 +489,7 @@ mod tests {
             head: Some(42),
             last: None,
             rule: "0 20 * * * in Asia/Shanghai".into(),
+            spec: None,
             payload: b"digest".to_vec(),
         };
         assert_eq!(Record::decode(&record.encode()).unwrap(), record);
@@ -431,6 +498,7 @@ mod tests {
             head: None,
             last: Some(7),
             rule: String::new(),
+            spec: None,
             payload: Vec::new(),
         };
         assert_eq!(Record::decode(&empty.encode()).unwrap(), empty);
@@ -441,5 +509,69 @@ mod tests {
         let mut bad_flag = record.encode();
         bad_flag[5] = 2;
         assert!(Record::decode(&bad_flag).unwrap_err().is_storage());
+    }
+
+    fn digest() -> Spec {
+        Spec {
+            kind: "digest".into(),
+            priority: -3,
+            max_attempts: 2,
+            backoff: (Duration::from_millis(250), Duration::from_secs(9)),
+            lease: Duration::from_nanos(1_500),
+            hold_off: Duration::ZERO,
+            key: None,
+        }
+    }
+
+    /// A series without a spec is written as version 1 wrote it, byte for byte (what an
+    /// older store holds, and what it reads back); one with a spec as version 2, the spec
+    /// between the rule and the payload.
+    #[test]
+    fn a_spec_makes_version_2_and_version_1_stays_as_it_was() {
+        let old = Record {
+            runs: 1,
+            head: Some(9),
+            last: Some(8),
+            rule: "every 1m".into(),
+            spec: None,
+            payload: b"p".to_vec(),
+        };
+        let mut v1 = vec![1];
+        v1.extend_from_slice(&1u32.to_le_bytes());
+        v1.extend_from_slice(&[1, 9, 0, 0, 0, 0, 0, 0, 0, 1, 8, 0, 0, 0, 0, 0, 0, 0]);
+        v1.extend_from_slice(&8u32.to_le_bytes());
+        v1.extend_from_slice(b"every 1mp");
+        assert_eq!(old.encode(), v1);
+        assert_eq!(Record::decode(&v1).unwrap(), old);
+
+        let new = Record {
+            spec: Some(digest()),
+            ..old.clone()
+        };
+        let bytes = new.encode();
+        assert_eq!(bytes[0], 2);
+        assert_eq!(&bytes[1..HEADER + 8], &v1[1..HEADER + 8]);
+        assert_eq!(&bytes[HEADER + 8..HEADER + 10], &[0xfd, 6]);
+        assert_eq!(&bytes[HEADER + 10..HEADER + 16], b"digest");
+        assert_eq!(bytes.last(), Some(&b'p'));
+        assert_eq!(Record::decode(&bytes).unwrap(), new);
+        let empty_payload = Record {
+            payload: Vec::new(),
+            ..new.clone()
+        };
+        assert_eq!(
+            Record::decode(&empty_payload.encode()).unwrap(),
+            empty_payload
+        );
+        // A spec cut short, or a version no one wrote, is corrupt.
+        for cut in [HEADER + 8, HEADER + 9, HEADER + 12, HEADER + 17] {
+            assert!(
+                Record::decode(&bytes[..cut]).unwrap_err().is_storage(),
+                "{cut}"
+            );
+        }
+        let mut v3 = bytes.clone();
+        v3[0] = 3;
+        assert!(Record::decode(&v3).unwrap_err().is_storage());
     }
 }

@@ -128,7 +128,8 @@ pub(super) struct Tables<'t> {
     /// Whether claims are stopped, as this batch leaves it.
     pub(super) paused: bool,
     /// The spec of a job scheduled without options: a record written before kinds reads
-    /// as one of it, and series occurrences are made with it.
+    /// as one of it, and the occurrences of a series stored before series had a spec
+    /// (series record version 1, `series.rs`) are made with it.
     pub(super) plain: Spec,
 }
 

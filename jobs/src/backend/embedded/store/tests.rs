@@ -1246,6 +1246,7 @@ fn set_every_10(name: &str) -> Op {
         rule: Recurrence::every(Duration::from_millis(10)).unwrap(),
         payload: b"s".to_vec(),
         catch_up: CatchUp::Latest,
+        spec: config().defaults().plain().clone(),
     }
 }
 
@@ -1331,6 +1332,7 @@ fn a_clock_gone_back_does_not_make_a_delivered_occurrence_again() {
         rule: Recurrence::every(Duration::from_millis(5)).unwrap(),
         payload: b"s".to_vec(),
         catch_up: CatchUp::Latest,
+        spec: config().defaults().plain().clone(),
     };
     // At 103 the first occurrence after now would be 105, then 110: both at or before 110.
     assert_eq!(
@@ -1683,6 +1685,7 @@ fn replace_moves_only_a_pending_job() {
         rule,
         payload: b"tick".to_vec(),
         catch_up: CatchUp::default(),
+        spec: config().defaults().plain().clone(),
     };
     let Reply::Recurring(_, Some(head)) = one(&mut store, set, 100 * MS) else {
         panic!("a head");
@@ -1777,3 +1780,4 @@ fn successors_and_their_handovers_survive_a_crash() {
 }
 
 mod gates;
+mod recurring;

@@ -45,6 +45,15 @@ pub(in crate::backend::postgres) enum Settled {
 /// One job a claim leased: id, payload, attempt, run_at, spec.
 pub(in crate::backend::postgres) type Leased = (String, Vec<u8>, u32, u64, Spec);
 
+/// A due series head a claim listed: its job id, kind and priority as its row had them,
+/// for the series step (`series.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::backend::postgres) struct Head {
+    pub(in crate::backend::postgres) id: String,
+    pub(in crate::backend::postgres) kind: String,
+    pub(in crate::backend::postgres) priority: i16,
+}
+
 /// One row of a claim's answer.
 #[derive(Debug)]
 pub(in crate::backend::postgres) struct ClaimRows {
@@ -53,8 +62,10 @@ pub(in crate::backend::postgres) struct ClaimRows {
     pub(in crate::backend::postgres) died: u64,
     pub(in crate::backend::postgres) next_due: Option<u64>,
     pub(in crate::backend::postgres) paused: bool,
-    /// Series heads due, left to the series step (`series.rs`).
-    pub(in crate::backend::postgres) heads: Vec<String>,
+    /// Series heads due of the claimed kinds, at the highest priority of those due (each
+    /// caller's, in a merged claim), that kept their place in the claim's order; left to
+    /// the series step (`series.rs`).
+    pub(in crate::backend::postgres) heads: Vec<Head>,
     /// A gate of the claimed kinds has a timer due (a rate window ended): for
     /// [`Sql::gate_timers`].
     pub(in crate::backend::postgres) timers: bool,
@@ -64,6 +75,10 @@ pub(in crate::backend::postgres) struct ClaimRows {
     /// `None` for the claims of one kind or all.
     pub(in crate::backend::postgres) next_by_kind: Vec<(String, Option<u64>)>,
     pub(in crate::backend::postgres) next_other: Option<u64>,
+    /// `next_due` and `next_other` without the gate timers: what a consumer whose gate
+    /// rebalance failed looks again at (`claims.rs` `look_again`), the timer's retry apart.
+    pub(in crate::backend::postgres) untimed: Option<u64>,
+    pub(in crate::backend::postgres) other_untimed: Option<u64>,
 }
 
 /// The most gates whose timer came that one claim rebalances.
@@ -77,7 +92,8 @@ pub(super) const HELD_PER_CLAIM: u32 = 64;
 pub(super) struct ClaimSql {
     /// A claim of every kind, of the kind `''`, of the kind `$6` ([`Kinds`]).
     claim: [String; 3],
-    /// A claim of the kinds `$6`, each at most its room in `$7` ([`set_parts`]).
+    /// A claim of the kinds `$6`, each at most its room in `$7`, each of the member `$8`
+    /// ([`set_parts`]).
     claim_set: String,
     settle: String,
     extend: String,
@@ -114,10 +130,18 @@ impl ClaimSql {
         // jobs, not the backlog.
         //
         // Series heads are left to the series step (`series.rs`), which moves the series
-        // in the same transaction as the claim of its head; they are plain jobs (kind
-        // '', priority 0), so while one is due `due` leaves out the levels below 0 and the
-        // room is the heads' (strict priority; the consumer looks again at once after
-        // them). A plain claim's next due time reads a bounded window (`next_level`). The kill and the lease find the picked rows by `ctid` (the version the pick
+        // in the same transaction as the claim of its head. A head is an ordinary job of its
+        // kind and priority: [`heads`] finds the highest priority of the due heads of the
+        // claimed kinds (`hf`, from the series' own columns) and lists the due heads at it;
+        // `due` reads no level below it, of any claimed kind (strict priority across the
+        // kinds), and `picked` orders those heads with the jobs (a head holds a place, no
+        // row: its `tid` is NULL, so nothing below acts on it) before the claim is cut to
+        // `$2`; the heads that kept their place are answered (row 3) for the caller to
+        // claim, and the consumer looks again at once for what waited below them. Heads the
+        // caller could not claim (`skip`: locked, moved, their step failed) are left out of
+        // its next statement, in the same claim: they hold nothing back. A plain claim's
+        // next due time reads a bounded window (`next_level`). The kill and the lease find
+        // the picked rows by `ctid` (the version the pick
         // locked), a TID scan whatever the statistics say: joined on (queue, id) alone, a
         // queue the table's statistics do not know yet (new since the last ANALYZE) was
         // estimated at one row, and the planner scanned the whole queue once per picked
@@ -165,12 +189,6 @@ impl ClaimSql {
         let claim = |kinds: Option<Kinds>| {
             // `None`: a set of kinds, `$6` and their rooms `$7` (`claim_set` below).
             let kj = kinds.map_or_else(|| SET_ROWS.to_owned(), |k| k.rows("j"));
-            // Series heads are of the kind '': a claim of a named kind leaves them.
-            let heads = match kinds {
-                Some(Kinds::Named) => "AND false",
-                None => "AND '' = ANY($6::text[])",
-                Some(_) => "",
-            };
             let (levels, due, picked, next_level) = match kinds {
                 Some(kinds) => (
                     super::levels(jobs, kinds),
@@ -182,13 +200,14 @@ impl ClaimSql {
                          AND j.run_at <= (SELECT t FROM now) AND NOT (SELECT p FROM paused) \
                          AND (j.attempt > 0 OR strpos(j.id, '@') = 0 OR {head}) \
                          ORDER BY j.run_at, j.id LIMIT $2 FOR UPDATE SKIP LOCKED) d \
-                         WHERE l.lvl IS NOT NULL AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads)) LIMIT $2)",
+                         WHERE l.lvl IS NOT NULL AND l.lvl >= {HEADS_FLOOR} LIMIT $2)",
                         head = not_head(series, "j.id"),
                         next_j = has_next("j"),
                     ),
                     "picked AS (SELECT tid, id, attempt, most, expired, nx FROM (\
                      SELECT tid, id, attempt, most, true AS expired, 0 AS k, prio, at, nx FROM expired \
-                     UNION ALL SELECT tid, id, attempt, most, false, 1, prio, at, nx FROM due) AS both_ \
+                     UNION ALL SELECT tid, id, attempt, most, false, 1, prio, at, nx FROM due \
+                     UNION ALL SELECT NULL::tid, head_id, 0, NULL::integer, false, 1, priority, at, false FROM heads) AS both_ \
                      ORDER BY k, prio DESC, at, id LIMIT $2)"
                         .to_owned(),
                     next_level(jobs, kinds),
@@ -252,6 +271,9 @@ impl ClaimSql {
                      FROM (SELECT kind, t FROM next_kinds UNION ALL SELECT kind, t FROM next_leases) AS n GROUP BY kind \
                      UNION ALL SELECT 6, NULL, NULL, NULL, LEAST((SELECT min(lease_until) FROM leased), \
                      (SELECT min(run_at) FROM handed), (SELECT t FROM timer)), \
+                     '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+                     UNION ALL SELECT 8, NULL, NULL, NULL, LEAST((SELECT min(lease_until) FROM leased), \
+                     (SELECT min(run_at) FROM handed)), \
                      '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
                 ),
             };
@@ -259,8 +281,7 @@ impl ClaimSql {
                 "WITH RECURSIVE now AS (SELECT {NOW} AS t), \
                  paused AS (SELECT EXISTS (SELECT 1 FROM {queues} WHERE queue = $1 AND paused) AS p), \
                  {levels}, \
-                 heads AS (SELECT s.head_id FROM {series} s WHERE s.queue = $1 AND s.head <= (SELECT t FROM now) \
-                   AND NOT (SELECT p FROM paused) {heads} ORDER BY s.head LIMIT $2), \
+                 {heads}, \
                  {expired}, {due}, {picked}, \
                  gk AS (SELECT p.id, j.kind, j.key, {gated_j} AS gated, j.next_kind, j.next_key, \
                    {gated_nj} AS ngated, NOT p.expired OR p.attempt >= coalesce(p.most, $5) AS starts, \
@@ -315,9 +336,15 @@ impl ClaimSql {
                    LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
                    (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed), \
                    (SELECT t FROM timer)), '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
-                 UNION ALL SELECT 3, head_id, NULL, NULL, NULL, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM heads \
+                 UNION ALL SELECT 3, h.head_id, NULL, NULL, NULL, h.kind, h.priority, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM heads h \
+                   WHERE EXISTS (SELECT 1 FROM picked p WHERE p.tid IS NULL AND p.id = h.head_id) \
                  UNION ALL SELECT 4, NULL, NULL, NULL, t, '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM timer \
-                   WHERE t <= (SELECT t FROM now){by_kind}",
+                   WHERE t <= (SELECT t FROM now) \
+                 UNION ALL SELECT 7, NULL, NULL, NULL, \
+                   LEAST((SELECT t FROM next_pending), (SELECT t FROM next_lease), \
+                   (SELECT min(lease_until) FROM leased), (SELECT min(run_at) FROM handed)), \
+                   '', 0::smallint, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL{by_kind}",
+                heads = heads(jobs, series, kinds),
                 until = later("coalesce(j.lease, $3)"),
                 spec = spec_cols(""),
                 spec_j = spec_cols("j"),
@@ -419,13 +446,91 @@ impl ClaimSql {
     }
 }
 
+/// The due series heads a claim statement lists ([`Sql::claim`]): those at the highest
+/// due priority of the claimed kinds hold back the levels below them (strict priority).
+#[derive(Clone, Copy, Debug)]
+pub(in crate::backend::postgres) enum HeadsListed<'a> {
+    /// Every due head but these: those an earlier statement of the same claim listed that
+    /// delivered nothing (locked, moved, their step failed).
+    Except(&'a [String]),
+    /// None: the statement reads every level of the claimed kinds, without the heads (a
+    /// claim's last round, `claims.rs` `HEAD_ROUNDS`).
+    None,
+}
+
+/// The lowest priority level a claim of one kind or all reads: the highest priority of
+/// the due series heads it may take (`hf`, [`heads`]), if any (strict priority).
+const HEADS_FLOOR: &str = "coalesce((SELECT f FROM hf), -32768)";
+
+/// The lowest priority level a claim of a set of kinds reads of the kind `ks.kind`: the
+/// highest priority of the due series heads of the kinds of its member (`ks.member`: the
+/// caller whose claim named the kind, in a claim merged from several, `claims.rs`), across
+/// those kinds; another member's heads hold back none of its jobs.
+const SET_HEADS_FLOOR: &str = "coalesce((SELECT f FROM hf WHERE hf.member = ks.member), -32768)";
+
+/// The CTEs listing the due series heads a claim of `kinds` (`None`: the set `ks`) may take
+/// (`heads(head_id, kind, priority, at)`) and the floor they put on the levels it reads
+/// (`hf(member, f)`), from the series' own kind and priority (`migrations/0004_series_spec.sql`,
+/// `series_by_kind`). `hk` is the claimed kinds, each with its member (a claim of one
+/// kind or all is one member; for every kind, a skip scan of the kinds with a head, one
+/// probe each); `hl` each one's priority levels with a head, highest first (a skip scan,
+/// one probe per level); `hd` the levels with a due head, each one range probe stopped at
+/// its first due head (whose job row must be the pending, never-delivered job of that kind
+/// and priority); `hf` each member's highest, across its kinds; `heads` the due heads at
+/// their member's, earliest first, at most `$2`. A claim reads only its kinds' series,
+/// however many other kinds' series are due, and a queue without series pays one index
+/// probe (`hk`'s or `hl`'s first). Heads below `hf` wait, as the jobs below it do, for the
+/// next claim, which the consumer makes at once.
+fn heads(jobs: &str, series: &str, kinds: Option<Kinds>) -> String {
+    let hk = match kinds {
+        Some(Kinds::All) => format!(
+            "hk(kind, member) AS (SELECT (SELECT min(s.kind) FROM {series} s WHERE s.queue = $1 AND s.head IS NOT NULL), 0 \
+             UNION ALL SELECT (SELECT min(s.kind) FROM {series} s WHERE s.queue = $1 AND s.head IS NOT NULL \
+             AND s.kind > hk.kind), 0 FROM hk WHERE hk.kind IS NOT NULL)"
+        ),
+        Some(Kinds::Plain) => "hk(kind, member) AS (SELECT ''::text, 0)".to_owned(),
+        Some(Kinds::Named) => "hk(kind, member) AS (SELECT $6::text, 0)".to_owned(),
+        None => "hk(kind, member) AS (SELECT kind, member FROM ks)".to_owned(),
+    };
+    // The heads a claim of this call left out ([`Sql::claim`]'s `skip`): those an earlier
+    // statement of it listed that delivered nothing (locked, moved, their step failed).
+    // Whether it lists any ([`HeadsListed::None`]: false, and no head holds back a level).
+    let (skip, listed) = match kinds {
+        Some(Kinds::All | Kinds::Plain) => ("$6", "$7"),
+        Some(Kinds::Named) => ("$7", "$8"),
+        None => ("$9", "$10"),
+    };
+    let probe = format!(
+        "SELECT j.run_at FROM {jobs} j WHERE j.queue = $1 AND j.id = s.head_id AND j.token IS NULL \
+         AND NOT j.waiting AND j.attempt = 0 AND j.kind = s.kind AND j.priority = s.priority \
+         AND j.run_at <= (SELECT t FROM now) LIMIT 1"
+    );
+    format!(
+        "{hk}, \
+         hl(kind, member, prio) AS (SELECT hk.kind, hk.member, (SELECT max(s.priority) FROM {series} s \
+           WHERE s.queue = $1 AND s.kind = hk.kind AND s.head IS NOT NULL) FROM hk WHERE hk.kind IS NOT NULL \
+           UNION ALL SELECT hl.kind, hl.member, (SELECT max(s.priority) FROM {series} s WHERE s.queue = $1 \
+           AND s.kind = hl.kind AND s.head IS NOT NULL AND s.priority < hl.prio) FROM hl WHERE hl.prio IS NOT NULL), \
+         hd AS MATERIALIZED (SELECT hl.kind, hl.member, hl.prio FROM hl WHERE {listed}::boolean \
+           AND hl.prio IS NOT NULL AND NOT (SELECT p FROM paused) \
+           AND EXISTS (SELECT 1 FROM {series} s WHERE s.queue = $1 AND s.kind = hl.kind AND s.priority = hl.prio \
+           AND s.head <= (SELECT t FROM now) AND s.head_id <> ALL({skip}::text[]) AND EXISTS ({probe}))), \
+         hf AS MATERIALIZED (SELECT member, max(prio) AS f FROM hd GROUP BY member), \
+         heads AS MATERIALIZED (SELECT x.head_id, x.kind, x.priority, x.at FROM hd CROSS JOIN LATERAL ( \
+           SELECT s.head_id, s.kind, s.priority, j.run_at AS at FROM {series} s CROSS JOIN LATERAL ({probe}) j \
+           WHERE s.queue = $1 AND s.kind = hd.kind AND s.priority = hd.prio AND s.head <= (SELECT t FROM now) \
+           AND s.head_id <> ALL({skip}::text[]) ORDER BY s.head LIMIT $2) x WHERE hd.prio = (SELECT f FROM hf WHERE hf.member = hd.member) \
+           ORDER BY x.at, x.head_id LIMIT $2)"
+    )
+}
+
 /// The condition on a row of `jobs` (alias `j`) of a claim of a set of kinds (`$6`).
 const SET_ROWS: &str = "AND j.kind = ANY($6::text[])";
 
 /// The parts of the claim of a set of kinds that differ from a claim of one kind or all:
 /// the CTEs `levels`, `due` and `picked`, and the next due time per level (see
-/// [`next_level`]). The kinds are `$6` and the most of each this claim takes is `$7`
-/// (`ks(kind, room)`).
+/// [`next_level`]). The kinds are `$6`, the most of each this claim takes is `$7` and the
+/// member (caller) each is claimed for `$8` (`ks(kind, room, member)`).
 ///
 /// `levels(kind, room, lvl)` is the skip scan of `super::levels` run per kind, all at once
 /// (one recursive CTE, one index probe per level of each kind): a named kind's of
@@ -440,7 +545,8 @@ const SET_ROWS: &str = "AND j.kind = ANY($6::text[])";
 /// its room (expired leases count in it: `row_number` per kind).
 fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
     let levels = format!(
-        "ks AS (SELECT k.kind, k.room FROM unnest($6::text[], $7::bigint[]) AS k(kind, room)), \
+        "ks AS (SELECT k.kind, k.room, k.member FROM unnest($6::text[], $7::bigint[], $8::integer[]) \
+           AS k(kind, room, member)), \
          levels(kind, room, lvl) AS (SELECT ks.kind, ks.room, CASE WHEN ks.kind = '' \
            THEN (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting) \
            ELSE (SELECT max(priority) FROM {jobs} WHERE queue = $1 AND token IS NULL AND NOT waiting \
@@ -469,7 +575,7 @@ fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
         format!(
             "SELECT x.* FROM levels l CROSS JOIN LATERAL {pick} x \
              WHERE l.kind = ks.kind AND {kind} AND l.lvl IS NOT NULL \
-             AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads))",
+             AND l.lvl >= {SET_HEADS_FLOOR}",
             pick = pick(rows),
         )
     };
@@ -481,7 +587,8 @@ fn set_parts(jobs: &str, series: &str) -> (String, String, String, String) {
     let picked = "picked AS (SELECT c.tid, c.id, c.attempt, c.most, c.expired, c.nx FROM (\
          SELECT b.*, row_number() OVER (PARTITION BY b.kind ORDER BY b.k, b.prio DESC, b.at, b.id) AS nth \
          FROM (SELECT tid, id, kind, attempt, most, true AS expired, 0 AS k, prio, at, nx FROM expired \
-         UNION ALL SELECT tid, id, kind, attempt, most, false, 1, prio, at, nx FROM due) AS b) AS c \
+         UNION ALL SELECT tid, id, kind, attempt, most, false, 1, prio, at, nx FROM due \
+         UNION ALL SELECT NULL::tid, head_id, kind, 0, NULL::integer, false, 1, priority, at, false FROM heads) AS b) AS c \
          JOIN ks ON ks.kind = c.kind WHERE c.nth <= ks.room \
          ORDER BY c.k, c.prio DESC, c.at, c.id LIMIT $2)"
         .to_owned();
@@ -542,7 +649,14 @@ fn next_level(jobs: &str, kinds: Kinds) -> String {
 
 impl Sql {
     /// Claims up to `max` due jobs of the kinds `kinds` names (each at most its own most)
-    /// under `token`, each for its own lease, killing those out of their own attempts.
+    /// under `token`, each for its own lease, killing those out of their own attempts. For
+    /// a set of kinds, `members` is the member (caller) each kind is claimed for, in the
+    /// set's order (a claim merged from several, `claims.rs`; empty: all one caller's): a
+    /// due series head holds back the lower levels of its member's kinds only. The heads
+    /// `listed` leaves out are neither listed nor hold anything back: a claim that could not
+    /// claim them (locked, moved, their step failed) runs the statement again without them,
+    /// and its last statement without any ([`HeadsListed`]).
+    #[allow(clippy::too_many_arguments)] // the claim's parts, each named once here
     pub(in crate::backend::postgres) async fn claim(
         &self,
         ex: impl PgExecutor<'_>,
@@ -550,7 +664,13 @@ impl Sql {
         max: usize,
         token: i64,
         kinds: &ClaimKinds,
+        members: &[i32],
+        listed: HeadsListed<'_>,
     ) -> Result<ClaimRows, Error> {
+        let (skip, on) = match listed {
+            HeadsListed::Except(skip) => (skip, true),
+            HeadsListed::None => (&[][..], false),
+        };
         let plain = &self.plain;
         // One kind or all: the statements of one, whose kind needs no room (`max` is it).
         let one = match kinds {
@@ -574,14 +694,22 @@ impl Sql {
             .bind(token)
             .bind(i32::try_from(plain.max_attempts).unwrap_or(i32::MAX));
         let query = match (one, kinds) {
-            (Some(kind), _) => Kinds::bind(kind, query),
+            (Some(kind), _) => Kinds::bind(kind, query).bind(skip).bind(on),
             (None, ClaimKinds::Some(set)) => {
                 let names: Vec<&str> = set.iter().map(|(k, _)| k.as_str()).collect();
                 let rooms: Vec<i64> = set
                     .iter()
                     .map(|(_, most)| i64::try_from((*most).min(max)).unwrap_or(i64::MAX))
                     .collect();
-                query.bind(names).bind(rooms)
+                let members: Vec<i32> = (0..set.len())
+                    .map(|i| members.get(i).copied().unwrap_or(0))
+                    .collect();
+                query
+                    .bind(names)
+                    .bind(rooms)
+                    .bind(members)
+                    .bind(skip)
+                    .bind(on)
             }
             (None, ClaimKinds::All) => unreachable!("every kind is a statement of one"),
         };
@@ -596,6 +724,8 @@ impl Sql {
             timers: false,
             next_by_kind: Vec::new(),
             next_other: None,
+            untimed: None,
+            other_untimed: None,
         };
         for r in &rows {
             match db(r.try_get::<i32, _>(0))? {
@@ -620,9 +750,18 @@ impl Sql {
                     db(r.try_get::<Option<i64>, _>(4))?.map(dec),
                 )),
                 6 => out.next_other = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
-                _ => out.heads.push(db(r.try_get(1))?),
+                7 => out.untimed = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
+                8 => out.other_untimed = db(r.try_get::<Option<i64>, _>(4))?.map(dec),
+                _ => out.heads.push(Head {
+                    id: db(r.try_get(1))?,
+                    kind: db(r.try_get(5))?,
+                    priority: db(r.try_get(6))?,
+                }),
             }
         }
+        // Claimed highest priority first; the sort is stable, so within a priority in the
+        // order the statement listed them (earliest first, as its Append reads `heads`).
+        out.heads.sort_by_key(|h| std::cmp::Reverse(h.priority));
         Ok(out)
     }
 
@@ -787,7 +926,7 @@ mod tests {
         // Per kind, its levels' rows, stopped at its room; a named kind's through jobs_due
         // (the `<> ''` the partial index needs), the kind '' through jobs_pending.
         assert!(
-            set.contains("unnest($6::text[], $7::bigint[]) AS k(kind, room)"),
+            set.contains("unnest($6::text[], $7::bigint[], $8::integer[])"),
             "{set}"
         );
         assert!(set.contains("LIMIT ks.room) d)"), "{set}");
@@ -798,9 +937,21 @@ mod tests {
         // Expired leases count in a kind's room, and the total is $2.
         assert!(set.contains("PARTITION BY b.kind"), "{set}");
         assert!(set.contains("WHERE c.nth <= ks.room"), "{set}");
-        // Series heads only when the kind '' is claimed.
+        // Series heads of the claimed kinds, the highest due one holding back the levels
+        // below it of every kind of its member (caller), and the heads holding their place
+        // in `picked`.
         assert!(
-            set.contains("AND '' = ANY($6::text[]) ORDER BY s.head"),
+            set.contains("hk(kind, member) AS (SELECT kind, member FROM ks)"),
+            "{set}"
+        );
+        assert!(
+            set.contains(
+                "AND l.lvl >= coalesce((SELECT f FROM hf WHERE hf.member = ks.member), -32768)"
+            ),
+            "{set}"
+        );
+        assert!(
+            set.contains("UNION ALL SELECT NULL::tid, head_id, kind, 0, NULL::integer, false, 1, priority, at, false FROM heads)"),
             "{set}"
         );
     }
@@ -870,14 +1021,35 @@ mod tests {
 
     #[test]
     fn due_series_heads_hold_back_the_levels_below_theirs() {
-        for kinds in [Kinds::All, Kinds::Plain] {
+        for (kinds, hk) in [
+            (
+                Kinds::All,
+                "hk(kind, member) AS (SELECT (SELECT min(s.kind) FROM",
+            ),
+            (Kinds::Plain, "hk(kind, member) AS (SELECT ''::text, 0)"),
+            (Kinds::Named, "hk(kind, member) AS (SELECT $6::text, 0)"),
+        ] {
             let text = claim_text(kinds);
             assert!(
-                text.contains("AND (l.lvl >= 0 OR NOT EXISTS (SELECT 1 FROM heads)) LIMIT $2)"),
+                text.contains(
+                    "WHERE l.lvl IS NOT NULL AND l.lvl >= coalesce((SELECT f FROM hf), -32768) LIMIT $2)"
+                ),
                 "{text}"
             );
+            // The heads of the claimed kinds, by the series' kind and priority, the job
+            // row the pending never-delivered job of both.
+            assert!(text.contains(hk), "{kinds:?}: {text}");
+            assert!(
+                text.contains("AND j.attempt = 0 AND j.kind = s.kind AND j.priority = s.priority"),
+                "{text}"
+            );
+            // Heads hold their place in the claim's order; those that kept it are answered.
+            assert!(text.contains(
+                "UNION ALL SELECT NULL::tid, head_id, 0, NULL::integer, false, 1, priority, at, false FROM heads) AS both_"
+            ));
+            assert!(text.contains(
+                "FROM heads h WHERE EXISTS (SELECT 1 FROM picked p WHERE p.tid IS NULL AND p.id = h.head_id)"
+            ));
         }
-        let named = claim_text(Kinds::Named);
-        assert!(named.contains("AND false ORDER BY s.head"), "{named}");
     }
 }

@@ -33,7 +33,7 @@ use crate::core::error::Error;
 use crate::core::job::When;
 use crate::core::kind::{Keyed, Spec};
 
-pub(super) use claim::{Leased, Settle, Settled};
+pub(super) use claim::{Head, HeadsListed, Leased, Settle, Settled};
 
 /// The server's clock, nanoseconds since the Unix epoch.
 const NOW: &str = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint";
@@ -190,7 +190,7 @@ fn levels(jobs: &str, kinds: Kinds) -> String {
 }
 
 /// The spec in the columns `i..i + 11` of `r` ([`spec_cols`]): NULL options are `plain`'s
-/// (rows written before version 3, series occurrences).
+/// (rows written before version 3, occurrences of a series set before version 4).
 pub(super) fn spec(r: &PgRow, i: usize, plain: &Spec) -> Result<Spec, Error> {
     let ns = |j: usize| -> Result<Option<std::time::Duration>, Error> {
         Ok(db(r.try_get::<Option<i64>, _>(i + j))?

@@ -313,16 +313,17 @@ local ok, res = pcall(function()
       if taken[due_id] then
         -- Leased already by this claim, as the occurrence that superseded a series' head.
         id = nil
-      elseif state and attempt == 0 and r.kind == '' and string.find(id, '@', 1, true) then
-        -- A series' head is of kind "" (series.lua adopts no other), so only a claim of
-        -- every kind or of kind "" reads it here.
+      elseif state and attempt == 0 and string.find(id, '@', 1, true) then
+        -- Maybe a series' head, of any kind and priority (its series' spec): read here by
+        -- the claims of its kind only.
         id = series_due(S, id, now, notes)
         if id and id ~= due_id and taken[id] then
           id = nil
         elseif id and id ~= due_id then
           -- A later occurrence superseded this series head and runs instead: made pending
           -- just now (or adopted), it is leased like the head would have been; but only
-          -- within the claim's kinds (it is of kind "", as the head: never another's).
+          -- within the claim's kinds (it is of its series' kind, as the head, which
+          -- series.lua adopts no job of another kind as; a check all the same).
           local _
           _, _, _, run_ns, tail = job_parse(redis.call('HGET', KEYS[1], id))
           r = rec_of(tail)

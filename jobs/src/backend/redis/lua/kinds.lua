@@ -10,8 +10,9 @@
 -- "limit:starts:per_ns:key" (gates.lua), then the byte 0x1f (US,
 -- which no kind holds: kinds have no control characters) and the kind, last since it may
 -- hold ':'. So a meta ending in 0x1f is of kind "", one byte read (acks.lua). A meta without
--- a tail (a series' occurrence, or a job written by format 1) is a job of the queue's plain
--- spec: kind "", priority 0, the queue's attempts and lease.
+-- a tail (an occurrence of a series stored without a spec, series.lua, or a job written by
+-- format 1) is a job of the queue's plain spec: kind "", priority 0, the queue's attempts
+-- and lease.
 --
 -- Indexes, all under the partition's hash tag, named from the keys the script is given:
 --   due            zset  pending ids of kind "" and priority 0 (the plain level; format 1's

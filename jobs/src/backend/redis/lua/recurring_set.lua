@@ -1,7 +1,8 @@
 -- recurring_set.lua: create a recurring series, or replace its recurrence, payload, catch-up
--- policy and pending occurrence (series.lua, prepended, has the record's layout). Given the
--- same recurrence, the pending occurrence stays (with the new payload) and ARGV[5] is
--- unused; given another, an old pending occurrence already due may stay as an ordinary job
+-- policy, spec and pending occurrence (series.lua, prepended, has the record's layout).
+-- Given the same recurrence, the pending occurrence stays (with the new payload and spec:
+-- moved to its new level's due set and kind's counters) and ARGV[5] is unused; given
+-- another, an old pending occurrence already due may stay as an ordinary job
 -- (jobs/src/series.rs `keeps_due_head`) and the new head is placed from ARGV[5].
 --
 -- KEYS[1] meta, KEYS[2] payload, KEYS[3] due, KEYS[4] counts (see schedule.lua)
@@ -10,7 +11,10 @@
 -- KEYS[9] seq (the version counter, shared with lease tokens: every value is new)
 -- ARGV[1] name, ARGV[2] the recurrence's text, ARGV[3] runs (catch-up), ARGV[4] payload,
 -- ARGV[5] "ns=text,..." the first occurrences after the server time Rust read, the head
--- first, ARGV[6] wake channel, ARGV[7] 'PUBLISH' | 'SPUBLISH' (as schedule.lua)
+-- first, ARGV[6] wake channel, ARGV[7] 'PUBLISH' | 'SPUBLISH' (as schedule.lua), ARGV[8]
+-- the spec tail of its occurrences (kinds.lua, `scripts::spec_tail`: no key, no hold-off);
+-- absent or "" (a caller from before series had a spec), the series is stored without
+-- one: of the queue's plain spec
 --
 -- Returns {created (1|0), head_ns ("" if none), last_ns ("" if none)}: head_ns is empty
 -- too if every entry was at or before the series' last delivery (the server's clock went
@@ -22,7 +26,10 @@ local S = {meta = KEYS[1], payload = KEYS[2], due = KEYS[3], counts = KEYS[4], l
            series = KEYS[5], series_payload = KEYS[6], series_next = KEYS[7]}
 local name = ARGV[1]
 local old = series_get(S, name)
-local s = {version = redis.call('INCR', KEYS[9]), runs = ARGV[3], last_ns = '', rule = ARGV[2]}
+local tail = ARGV[8]
+if tail == '' then tail = nil end
+local s = {version = redis.call('INCR', KEYS[9]), runs = ARGV[3], last_ns = '', rule = ARGV[2],
+           tail = tail}
 local t = redis.call('TIME')
 local now_ns = t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -34,10 +41,15 @@ if old then
     local meta = redis.call('HGET', S.meta, id)
     if old.rule == ARGV[2] and meta and string.sub(meta, 1, 4) == 'p:0:' then
       -- The same recurrence: the head stays (its claim decides any catch-up), with the
-      -- new payload; its list of next occurrences is still right.
+      -- new payload and spec; its list of next occurrences is still right.
       redis.call('HSET', S.payload, id, ARGV[4])
+      local score, key, moved = series_respec(S, id, meta, tail or '')
       s.head_ns, s.head_text = old.head_ns, old.head_text
       series_put(S, name, s)
+      -- Maybe the first due of the level it moved to.
+      if moved and is_head(key, score) then
+        redis.call(ARGV[7], ARGV[6], string.format('%.0f', score))
+      end
       return {0, s.head_ns, s.last_ns}
     end
     -- Another recurrence: an old head already due runs (left pending, an ordinary job)
@@ -56,8 +68,8 @@ while from <= #list and not series_later(list[from][1], now_ns) do from = from +
 if from > #list then from = 1 end
 local score = series_place(S, name, s, list, from, ARGV[4], 0)
 if score then
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  if tonumber(head[2]) >= score then
+  local p, kind = job_level(tail or '')
+  if is_head(due_key(KEYS[3], p, kind), score) then
     redis.call(ARGV[7], ARGV[6], string.format('%.0f', score))
   end
 end

@@ -3,18 +3,27 @@
 -- recurring_fill.lua, recurring_cancel.lua, cancel.lua and reschedule.lua, which pass their
 -- keys in a table S (meta, payload, due, counts, levels: see schedule.lua; series,
 -- series_payload, series_next below; cancel.lua and reschedule.lua only read S.series).
--- kinds.lua is prepended before it. An occurrence is stored without a spec (the queue's
--- plain spec: kinds.lua), so it lives in the plain due set.
+-- kinds.lua is prepended before it. An occurrence is stored with the series' spec tail
+-- (kinds.lua's layout: no key, no hold-off), so it lives in the due set of the series'
+-- priority and kind and counts as a pending job of its kind; one of a series stored
+-- without a spec (a record written before series had one) is stored without a tail (the
+-- queue's plain spec), in the plain due set.
 --
 -- Mirrors jobs/src/series.rs: `series_due` is `on_due` (the catch-up at a head's first
 -- claim), recurring_set.lua's kept head is `keeps_due_head`. The recurring suite
 -- (jobs/tests/it/recurring.rs) runs the same cases on the embedded store, which calls the
 -- Rust, and on Redis, which runs this.
 --
--- S.series         hash  name -> "version|runs|head_ns|head_text|last_ns|rule" (head empty
---                        when the recurrence has no occurrence left, last_ns empty before
---                        the first delivery; version from the seq counter, new at every
---                        set, so a fill computed for an older series never applies)
+-- S.series         hash  name -> "version|runs|head_ns|head_text|last_ns|tail\31|rule"
+--                        (head empty when the recurrence has no occurrence left, last_ns
+--                        empty before the first delivery; version from the seq counter, new
+--                        at every set, so a fill computed for an older series never
+--                        applies; tail the spec tail of its occurrences, which starts with
+--                        ':' and ends with the byte 0x1f and the kind, closed by another
+--                        0x1f, which no kind holds: the kind may hold '|'). A record
+--                        without "tail\31|" (written before series had a spec; no rule
+--                        text starts with ':') is of the queue's plain spec, and keeps that
+--                        layout until set again.
 -- S.series_payload hash  name -> payload of every occurrence
 -- S.series_next    hash  name -> "ns=text,ns=text,..." the occurrences after the head, in
 --                        order, computed in Rust (Lua knows no cron nor zones) by set and
@@ -40,18 +49,25 @@ local function series_later(a, b)
   return #a > #b or (#a == #b and a > b)
 end
 
+-- A series' record, decoded; `tail` is nil for a record without a spec (the plain one).
 local function series_get(S, name)
   local rec = redis.call('HGET', S.series, name)
   if not rec then return nil end
-  local version, runs, head_ns, head_text, last_ns, rule =
-    string.match(rec, '^(%d+)|(%d+)|(%d*)|([^|]*)|(%d*)|(.*)$')
+  local version, runs, head_ns, head_text, last_ns, tail, rule =
+    string.match(rec, '^(%d+)|(%d+)|(%d*)|([^|]*)|(%d*)|(:[^\31]*\31[^\31]*)\31|(.*)$')
+  if not version then
+    version, runs, head_ns, head_text, last_ns, rule =
+      string.match(rec, '^(%d+)|(%d+)|(%d*)|([^|]*)|(%d*)|(.*)$')
+  end
   return {version = version, runs = tonumber(runs), head_ns = head_ns,
-          head_text = head_text, last_ns = last_ns, rule = rule}
+          head_text = head_text, last_ns = last_ns, tail = tail, rule = rule}
 end
 
 local function series_put(S, name, s)
+  local spec = ''
+  if s.tail then spec = s.tail .. '\31|' end
   redis.call('HSET', S.series, name, s.version .. '|' .. s.runs .. '|' .. s.head_ns .. '|' ..
-    s.head_text .. '|' .. s.last_ns .. '|' .. s.rule)
+    s.head_text .. '|' .. s.last_ns .. '|' .. spec .. s.rule)
 end
 
 -- Whether `id` is the pending occurrence of its series, which cancel.lua and
@@ -96,13 +112,40 @@ local function series_gated(tail)
   return lim ~= nil and (lim ~= '0' or rs ~= '0')
 end
 
+-- Gives the pending head `id` (meta `meta`, not gated) the spec tail `tail` (a series set
+-- again with its recurrence kept): a job whose spec changed, moved to the due set of its
+-- new level and counted pending of its new kind. Returns the head's score, its due set,
+-- and whether it moved to that set.
+local function series_respec(S, id, meta, tail)
+  local state, attempt, token, run_ns, old = job_parse(meta)
+  local p, kind = job_level(tail)
+  local key = due_key(S.due, p, kind)
+  local old_p, old_kind = job_level(old)
+  local old_key = due_key(S.due, old_p, old_kind)
+  -- As every script scores a run_at (schedule.lua: ceil(ns / 1000)).
+  local score = series_score(run_ns)
+  if old == tail then return score, key, false end
+  redis.call('HSET', S.meta, id, state .. ':' .. attempt .. ':' .. token .. ':' .. run_ns .. tail)
+  if old_key ~= key then
+    redis.call('ZREM', old_key, id)
+    redis.call('ZADD', key, score, id)
+    level_note(S.levels, p, kind)
+    level_tidy(S.levels, S.due, old_p, old_kind)
+    local counted = {}
+    tally(counted, 'pending', old_kind, -1)
+    tally(counted, 'pending', kind, 1)
+    tally_flush(S.counts, counted)
+  end
+  return score, key, old_key ~= key
+end
+
 -- Deletes the job `id` if it is pending (a series' head that is replaced or cancelled).
 -- A gated job is never a head (`series_place`); one is left alone, as its own job, rather
 -- than leave its gate's members behind.
 local function series_drop(S, id)
   local state, _, _, _, tail = job_parse(redis.call('HGET', S.meta, id))
   if state == 'p' and not series_gated(tail) then
-    -- An adopted job may have been scheduled with a spec: its own level and counters.
+    -- Its own level and counters: the series' spec's, or an adopted job's.
     local p, kind = job_level(tail)
     redis.call('HDEL', S.meta, id)
     redis.call('HDEL', S.payload, id)
@@ -114,12 +157,24 @@ local function series_drop(S, id)
   end
 end
 
+-- Whether the pending job of spec tail `tail` may be adopted as a head of `s`: of the
+-- series' priority and kind (a head is claimed by the consumers of its kind: one of
+-- another would hand the series' occurrences to those of that kind), and with no key (a
+-- gated job's gate admits and counts it, which a head would bypass, `series_gated`; a
+-- series' own occurrences have none).
+local function series_adopts(s, tail)
+  local p, kind = job_level(tail or '')
+  local sp, skind = job_level(s.tail or '')
+  return p == sp and kind == skind and not string.find(tail or '', '\30', 1, true)
+end
+
 -- Makes the first entry of `list` from `from` after the series' last delivered occurrence
--- whose id is free (or a never-delivered pending job's of the plain level, attempt 0, not
--- gated) the head of `s`: creates
--- its job with `payload`. Writes the rest of the list after it and the record. Returns the
--- head's score, or nil if the list held none (head left empty). `go`: of list[from] and
--- after, how many run without counting (0 for none), less those passed over.
+-- whose id is free (or a never-delivered pending job's of the series' level, attempt 0,
+-- without a key: `series_adopts`) the head of `s`: creates its job with `payload` and the
+-- series' spec tail, in its level's due set, counted pending of its kind. Writes the rest
+-- of the list after it and the record. Returns the head's score, or nil if the list held
+-- none (head left empty). `go`: of list[from] and after, how many run without counting (0
+-- for none), less those passed over.
 local function series_place(S, name, s, list, from, payload, go)
   local i = from
   while i <= #list do
@@ -129,10 +184,15 @@ local function series_place(S, name, s, list, from, payload, go)
     local later = s.last_ns == '' or series_later(list[i][1], s.last_ns)
     local meta = later and redis.call('HGET', S.meta, id)
     if later and not meta then
-      redis.call('HSET', S.meta, id, 'p:0:0:' .. list[i][1])
+      local tail = s.tail or ''
+      local p, kind = job_level(tail)
+      redis.call('HSET', S.meta, id, 'p:0:0:' .. list[i][1] .. tail)
       redis.call('HSET', S.payload, id, payload)
-      redis.call('ZADD', S.due, series_score(list[i][1]), id)
-      redis.call('HINCRBY', S.counts, 'pending', 1)
+      redis.call('ZADD', due_key(S.due, p, kind), series_score(list[i][1]), id)
+      level_note(S.levels, p, kind)
+      local counted = {}
+      tally(counted, 'pending', kind, 1)
+      tally_flush(S.counts, counted)
       break
     end
     -- A never-delivered pending job (attempt 0) becomes the head as it is. Any other (a
@@ -140,16 +200,12 @@ local function series_place(S, name, s, list, from, payload, go)
     -- claims are no first claims that could move the series: the next time instead. So is
     -- one the claim running this leased already (`S.taken`): its meta is written at the
     -- claim's end and still reads pending here.
-    -- Only a job of the plain level (kind "" and priority 0, stored with the plain spec or
-    -- a spec of its own), in the plain due set as every occurrence: a head is claimed by
-    -- consumers of kind "", and one of another kind would hand its series' occurrences to
-    -- consumers of that kind. Never a gated job (a key with a limit or rate): its gate
-    -- admits and counts it, which a series' head would bypass (`series_gated`).
+    -- Only a job of the series' level, in the due set of its occurrences, and without a
+    -- key (`series_adopts`).
     local taken = S.taken and S.taken[id]
     if later and not taken and string.sub(meta, 1, 4) == 'p:0:' then
       local _, _, _, _, tail = job_parse(meta)
-      local p, kind = job_level(tail or '')
-      if p == 0 and kind == '' and not series_gated(tail) then break end
+      if series_adopts(s, tail) then break end
     end
     i = i + 1
   end

@@ -16,7 +16,8 @@
 //! - A job's spec crosses as its meta string's tail (`lua/kinds.lua`; a hold-off only when
 //!   there is one, so a tail without it reads as none): [`spec_tail`] writes it,
 //!   [`job_info`] and the claim's reply read it back; a meta without one is a job of the
-//!   queue's plain spec (a series' occurrence, or a job of format 1).
+//!   queue's plain spec (an occurrence of a series stored before series had a spec, or a
+//!   job of format 1).
 
 /// The script made of `lua/` files concatenated (shared functions first, then the body),
 /// built once per process: `script!("kinds.lua", "acks.lua", "ack.lua")`.

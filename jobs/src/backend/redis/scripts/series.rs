@@ -51,7 +51,8 @@ fn series_keys<'a, 'b>(
 
 impl Scripts {
     /// `recurring_set.lua`: creates or replaces a series; `times` are its first occurrences
-    /// after the server's time, the head first. The outcome, the head's time and the last
+    /// after the server's time, the head first; `tail` the spec tail of its occurrences
+    /// (`spec_tail`). The outcome, the head's time and the last
     /// delivered occurrence's (no head but a last: every time was at or before it).
     #[allow(clippy::too_many_arguments)] // the script's own arguments, each named once here
     pub(in crate::backend::redis) async fn recurring_set(
@@ -63,6 +64,7 @@ impl Scripts {
         runs: u32,
         payload: &[u8],
         times: &[u64],
+        tail: &str,
     ) -> Result<(Recurring, Option<u64>, Option<u64>), Error> {
         let mut call = script!("kinds.lua", "series.lua", "recurring_set.lua").prepare_invoke();
         series_keys(&mut call, k).key(&k.seq);
@@ -72,7 +74,8 @@ impl Scripts {
             .arg(payload)
             .arg(entries(times))
             .arg(&k.wake)
-            .arg(k.publish);
+            .arg(k.publish)
+            .arg(tail);
         let reply: SetReply = call.invoke_async(conn).await.map_err(redis_error)?;
         let outcome = if reply.created {
             Recurring::Created

@@ -20,6 +20,10 @@
 //!   counting again (`go`, stored before the list), so a backlog costs each script the
 //!   list's length, never the backlog's.
 //! - Times are the server's: the first occurrence follows the server's `TIME`.
+//! - A series stores the spec its occurrences are made with (`record.rs`): the scripts
+//!   create each head with it, in its level's due set, so a head is an ordinary job of its
+//!   kind and priority, claimed by the claims of its kind. A record from before series had
+//!   a spec makes its occurrences with the queue's plain spec, and is listed with it.
 
 use ::redis::cmd;
 
@@ -28,8 +32,10 @@ mod record;
 pub(super) use record::{entries, SeriesNote, SeriesRecord};
 
 use super::reply::redis_error;
+use super::scripts::spec_tail;
 use super::{Partition, Redis};
 use crate::core::error::Error;
+use crate::core::kind::Spec;
 use crate::core::recurrence::Recurrence;
 use crate::core::series::{self, on_due, CatchUp, Recurring, RecurringInfo, Step};
 
@@ -88,12 +94,14 @@ impl Redis {
         rule: &Recurrence,
         payload: &[u8],
         catch_up: CatchUp,
+        spec: &Spec,
     ) -> Result<(Recurring, Option<u64>), Error> {
         let now = self.server_now().await?;
         let mut times = upcoming(rule, rule.next_after_nanos(now), now);
         let mut conn = self.writer()?;
         let keys = &self.part(name).keys;
         let text = rule.to_string();
+        let tail = spec_tail(spec);
         let mut outcome = None;
         loop {
             let set = (self.scripts)
@@ -105,6 +113,7 @@ impl Redis {
                     catch_up.runs(),
                     payload,
                     &times,
+                    &tail,
                 )
                 .await;
             self.changed();
@@ -143,6 +152,7 @@ impl Redis {
                     head,
                     last,
                     rule: text,
+                    spec,
                 } = SeriesRecord::decode(&record)?;
                 let rule = match self.rules.get(&text) {
                     Ok(rule) => rule,
@@ -152,7 +162,14 @@ impl Redis {
                     }
                 };
                 let catch_up = CatchUp::from_runs(runs);
-                out.push(RecurringInfo::new(name, rule, catch_up, head, last));
+                out.push(RecurringInfo::new(
+                    name,
+                    rule,
+                    catch_up,
+                    spec.unwrap_or_else(|| self.plain.clone()),
+                    head,
+                    last,
+                ));
             }
         }
         out.sort_by(|a, b| a.name().cmp(b.name()));
