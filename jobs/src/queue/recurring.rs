@@ -95,7 +95,8 @@ impl JobQueue {
     /// let evening = Recurrence::cron("0 20 * * *")?;
     /// let digest = RecurringOptions::kind("digest").catch_up(CatchUp::None);
     /// queue.schedule_recurring_with("digest", evening, "", digest).await?;
-    /// assert_eq!(queue.list_recurring().await?[0].kind(), "digest");
+    /// let series = queue.list_recurring().await?; // in name order
+    /// assert_eq!((series[0].name(), series[1].kind()), ("cleanup", "digest"));
     /// # queue.close().await?;
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok(())
