@@ -143,7 +143,8 @@ impl RecurringOptions {
         RecurringOptions::new().options(JobOptions::kind(kind))
     }
 
-    /// The options every occurrence is scheduled with.
+    /// The options every occurrence is scheduled with, replacing those set before (a kind
+    /// given to [`RecurringOptions::kind`] too: name it in `options`).
     pub fn options(mut self, options: JobOptions) -> RecurringOptions {
         self.options = options;
         self
