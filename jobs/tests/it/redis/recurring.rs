@@ -7,20 +7,11 @@
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use wheel_jobs::{CatchUp, JobOptions, JobQueue, Recurrence, RecurringOptions};
+use wheel_jobs::{CatchUp, JobOptions, Recurrence, RecurringOptions};
 
+use super::queue as open;
 use crate::support::redis::RedisServer;
 use crate::support::{ms, next};
-
-/// A queue named `orders` on `server`.
-async fn open(server: &RedisServer, configure: impl FnOnce(&mut wheel_jobs::Builder)) -> JobQueue {
-    let mut builder = JobQueue::builder();
-    configure(&mut builder);
-    builder
-        .redis(&server.url(), "orders")
-        .await
-        .expect("open on redis")
-}
 
 fn ns(at: SystemTime) -> u128 {
     at.duration_since(UNIX_EPOCH).unwrap().as_nanos()
