@@ -895,32 +895,54 @@ fn a_postgres_worker_killed_between_its_effect_and_its_commit_leaves_neither() {
     });
 }
 
-/// A claim whose statement saw a gate's timer due delivers the jobs it leased even when the
-/// rebalance after it (`gate_timers`) fails: logged, as after a merged claim; the jobs do
-/// not wait out their leases.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_whose_gate_rebalance_fails_still_delivers_its_jobs() {
-    let schema = crate::postgres::fresh("wj_timers");
+/// A queue `orders` in a fresh schema (`prefix`), leased for 600 s if `long_lease`, whose
+/// gate rebalance (`gate_timers`) always fails, counting its calls in the sequence
+/// `timer_calls` (which no rollback undoes), with a gate of `kind` whose timer is due, which
+/// every claim of that kind reports; the queue, a pool on its database and the schema's
+/// quoted name.
+async fn failing_rebalance(
+    prefix: &str,
+    kind: &str,
+    long_lease: bool,
+) -> (JobQueue, PgPool, String) {
+    let schema = crate::postgres::fresh(prefix);
     let url = shared().url();
     let pool = test_pool(&url).await;
     let mut builder = Builder::new();
-    builder
-        .postgres_schema(&schema)
-        .lease(Duration::from_secs(600));
+    builder.postgres_schema(&schema);
+    if long_lease {
+        builder.lease(Duration::from_secs(600));
+    }
     let queue = builder.postgres(&url, "orders").await.unwrap();
     let quoted = format!("\"{schema}\"");
-    // A rebalance that fails, counting its calls in a sequence (which no rollback undoes),
-    // and a gate whose timer is due, which every claim of the kind '' reports.
     let setup = format!(
         "CREATE SEQUENCE {quoted}.timer_calls; \
          CREATE OR REPLACE FUNCTION {quoted}.gate_timers(q text, kinds text[], most integer) \
          RETURNS integer LANGUAGE plpgsql AS $$ BEGIN \
          PERFORM nextval('{quoted}.timer_calls'); RAISE EXCEPTION 'gate_timers fails'; END $$; \
-         INSERT INTO {quoted}.gates (queue, kind, key, wake_at) VALUES ('orders', '', 'k', 1);"
+         INSERT INTO {quoted}.gates (queue, kind, key, wake_at) VALUES ('orders', '{kind}', 'k', 1);"
     );
     sqlx::Executor::execute(&pool, setup.as_str())
         .await
         .unwrap();
+    (queue, pool, quoted)
+}
+
+/// How many times `failing_rebalance`'s `gate_timers` was called.
+async fn rebalances(pool: &PgPool, quoted: &str) -> i64 {
+    scalar(
+        pool,
+        &format!("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {quoted}.timer_calls"),
+    )
+    .await
+}
+
+/// A claim whose statement saw a gate's timer due delivers the jobs it leased even when the
+/// rebalance after it (`gate_timers`) fails: logged, as after a merged claim; the jobs do
+/// not wait out their leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_gate_rebalance_fails_still_delivers_its_jobs() {
+    let (queue, pool, quoted) = failing_rebalance("wj_timers", "", true).await;
     queue.schedule("job", Duration::ZERO, "p").await.unwrap();
     let mut consumer = queue.consume();
     let d = tokio::time::timeout(DEADLINE, next(&mut consumer))
@@ -928,11 +950,7 @@ async fn a_claim_whose_gate_rebalance_fails_still_delivers_its_jobs() {
         .expect("delivered although the rebalance after its claim failed");
     assert_eq!((d.id(), d.attempt()), ("job", 1));
     assert!(d.ack().await.unwrap());
-    let calls = scalar(
-        &pool,
-        &format!("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {quoted}.timer_calls"),
-    )
-    .await;
+    let calls = rebalances(&pool, &quoted).await;
     assert!(calls >= 1, "{calls}");
     drop(consumer);
     queue.close().await.unwrap();
@@ -948,26 +966,7 @@ async fn a_claim_whose_gate_rebalance_fails_still_delivers_its_jobs() {
 /// each claim answering "look again at once"). The bound is a count of rebalances in a
 /// one-second window, generous (a pause of `REBALANCE_RETRY`, 1 s, allows one or two).
 async fn an_idle_consumer_whose_gate_rebalance_fails_pauses(kind: Option<&str>) {
-    let schema = crate::postgres::fresh("wj_spin");
-    let url = shared().url();
-    let pool = test_pool(&url).await;
-    let mut builder = Builder::new();
-    builder
-        .postgres_schema(&schema)
-        .lease(Duration::from_secs(600));
-    let queue = builder.postgres(&url, "orders").await.unwrap();
-    let quoted = format!("\"{schema}\"");
-    let setup = format!(
-        "CREATE SEQUENCE {quoted}.timer_calls; \
-         CREATE OR REPLACE FUNCTION {quoted}.gate_timers(q text, kinds text[], most integer) \
-         RETURNS integer LANGUAGE plpgsql AS $$ BEGIN \
-         PERFORM nextval('{quoted}.timer_calls'); RAISE EXCEPTION 'gate_timers fails'; END $$; \
-         INSERT INTO {quoted}.gates (queue, kind, key, wake_at) VALUES ('orders', '{}', 'k', 1);",
-        kind.unwrap_or("")
-    );
-    sqlx::Executor::execute(&pool, setup.as_str())
-        .await
-        .unwrap();
+    let (queue, pool, quoted) = failing_rebalance("wj_spin", kind.unwrap_or(""), true).await;
     let mut consumer = match kind {
         None => queue.consume(),
         Some(kind) => queue.consume_kind(kind),
@@ -979,11 +978,7 @@ async fn an_idle_consumer_whose_gate_rebalance_fails_pauses(kind: Option<&str>) 
         "nothing to deliver: {:?}",
         idle.map(|d| d.map(|d| d.map(|d| d.id().to_owned())))
     );
-    let calls = scalar(
-        &pool,
-        &format!("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {quoted}.timer_calls"),
-    )
-    .await;
+    let calls = rebalances(&pool, &quoted).await;
     assert!(
         (1..=20).contains(&calls),
         "{calls} rebalances in one second of an idle consumer"
@@ -1011,21 +1006,7 @@ async fn an_idle_consumer_whose_merged_claims_gate_rebalance_fails_pauses_betwee
 /// `consume_kind("x")` (merged): only the timer's look waits. The bound is generous: it
 /// bounds a stall, not speed.
 async fn a_failed_rebalance_delays_no_job_due_soon(kind: Option<&str>) {
-    let schema = crate::postgres::fresh("wj_soon");
-    let url = shared().url();
-    let pool = test_pool(&url).await;
-    let mut builder = Builder::new();
-    builder.postgres_schema(&schema);
-    let queue = builder.postgres(&url, "orders").await.unwrap();
-    let quoted = format!("\"{schema}\"");
-    let setup = format!(
-        "CREATE OR REPLACE FUNCTION {quoted}.gate_timers(q text, kinds text[], most integer) \
-         RETURNS integer LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'gate_timers fails'; END $$; \
-         INSERT INTO {quoted}.gates (queue, kind, key, wake_at) VALUES ('orders', 'x', 'k', 1);"
-    );
-    sqlx::Executor::execute(&pool, setup.as_str())
-        .await
-        .unwrap();
+    let (queue, pool, quoted) = failing_rebalance("wj_soon", "x", false).await;
     let mut consumer = match kind {
         None => queue.consume(),
         Some(kind) => queue.consume_kind(kind),
